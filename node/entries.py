@@ -1,0 +1,80 @@
+"""The data model: entry ids, the two kinds of log entry, and live tuples.
+
+An :class:`EntryId` names one entry forever: ``origin`` is the incarnation id
+of the node that appended it (its name plus a random suffix, made once with
+its data directory), ``seq`` counts that origin's entries from 1 without gaps.
+
+A :class:`Write` adds a tuple; a :class:`Take` removes the tuple its
+``target`` names. A tuple is live on a node iff its Write is known there and
+no Take of it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Origins are written into file names and URLs: keep them to a safe alphabet.
+_ORIGIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+MAX_ORIGIN_LENGTH = 128
+
+
+def check_origin(origin: str) -> str:
+    """Return ``origin`` if it is a valid origin name, else raise ``ValueError``."""
+    if not isinstance(origin, str) or not origin:
+        raise ValueError("origin must be a non-empty string")
+    if len(origin) > MAX_ORIGIN_LENGTH:
+        raise ValueError(f"origin longer than {MAX_ORIGIN_LENGTH} characters")
+    if not _ORIGIN_CHARS.issuperset(origin):
+        raise ValueError(f"origin {origin!r} may hold only letters, digits and -_.")
+    return origin
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class EntryId:
+    """``(origin, seq)``; text form ``origin:seq``."""
+
+    origin: str
+    seq: int
+
+    def __post_init__(self) -> None:
+        check_origin(self.origin)
+        if not isinstance(self.seq, int) or isinstance(self.seq, bool) or self.seq < 1:
+            raise ValueError(f"seq must be a positive integer, not {self.seq!r}")
+
+    def __str__(self) -> str:
+        return f"{self.origin}:{self.seq}"
+
+    @classmethod
+    def parse(cls, text: str) -> EntryId:
+        """Parse the text form ``origin:seq``; ``ValueError`` if it is not one."""
+        origin, sep, seq = text.rpartition(":")
+        if not sep or not seq.isdigit():
+            raise ValueError(f"not an entry id (origin:seq): {text!r}")
+        return cls(origin, int(seq))
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Adds the tuple ``payload``; ``id`` names it."""
+
+    id: EntryId
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Take:
+    """Removes the tuple named ``target``. Its own ``id`` is the taker's."""
+
+    id: EntryId
+    target: EntryId
+
+
+Entry = Write | Take
+
+
+@dataclass(frozen=True, slots=True)
+class Tuple:
+    """A live tuple as handed to a consumer: its id and its bytes."""
+
+    id: EntryId
+    payload: bytes

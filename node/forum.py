@@ -1,0 +1,392 @@
+"""The Forum: the tuple-space API over one node's Strand and live index.
+
+``write`` appends a Write and makes the tuple live once it is durable.
+``take`` removes the oldest live match from the index, appends a Take, and
+returns the payload once the Take is durable; if the append fails the tuple
+is put back in its old place and ``StrandError`` is raised, so the index
+never claims a take the log does not hold (the original left them diverged).
+
+Blocking takes wait in one FIFO queue. A tuple that becomes live is handed
+straight to the first waiter whose pattern it matches (so one write wakes
+exactly one taker, and waiters are served in arrival order); that waiter
+then makes the Take durable. Invariant: no live tuple matches a waiter.
+
+Entries from other nodes come in through :meth:`Forum.apply`: stored in the
+Strand first, then applied, idempotently and in any order (a Take that
+arrives before its Write kills the Write when it comes). Every entry made
+durable here, local or applied, is handed to the listeners (replication).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+from node.entries import Entry, EntryId, Take, Tuple, Write
+from node.errors import ForumError
+from node.index import LiveIndex
+from node.space import Pattern
+from node.strand import Strand
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[Sequence[Entry]], None]
+#: Tuples out of the index while their Take is made durable, with their arrivals.
+#: (An alias also because ``Forum.list`` hides the builtin inside the class.)
+Reserved = list[tuple[int, Tuple]]
+
+
+@dataclass(frozen=True, slots=True)
+class ForumStats:
+    """A snapshot of one node's tuple space, for status and metrics."""
+
+    origin: str
+    entries: int
+    live: int
+    strand_bytes: int
+    segments: int
+    waiting_takers: int
+    writes: int
+    takes: int
+    double_takes: int
+    tails_cut: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of :meth:`Forum.list`; pass ``next_cursor`` for the next page."""
+
+    tuples: list[Tuple]
+    next_cursor: int | None
+
+
+class _Waiter:
+    __slots__ = ("future", "prefix")
+
+    def __init__(self, prefix: bytes, future: asyncio.Future[tuple[int, Tuple] | None]) -> None:
+        self.prefix = prefix
+        self.future = future
+
+
+class Forum:
+    """A tuple space on one node. ``Forum(strand)`` replays the Strand's entries."""
+
+    def __init__(self, strand: Strand) -> None:
+        self.strand = strand
+        self._index = LiveIndex()
+        self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
+        self._reserved: set[EntryId] = set()  # tuples whose Take is being appended
+        self._killed_reserved: set[EntryId] = set()  # ... and killed meanwhile by a peer
+        self._applying: set[EntryId] = set()
+        self._waiters: deque[_Waiter] = deque()
+        self._listeners: list[Listener] = []
+        self._rescues: set[asyncio.Task[None]] = set()
+        self._writes = 0
+        self._takes = 0
+        self._double_takes = 0
+        self._closed = False
+        self._replay(strand.take_replayed())
+
+    def _replay(self, entries: list[Entry]) -> None:
+        # Build the live list first and the index in one go: much faster than
+        # adding one by one, and replay time is start-up time.
+        live: dict[EntryId, Tuple] = {}
+        for entry in entries:
+            if isinstance(entry, Write):
+                if entry.id in self._pending_kills:
+                    self._pending_kills.discard(entry.id)
+                else:
+                    live[entry.id] = Tuple(entry.id, entry.payload)
+            elif live.pop(entry.target, None) is None:
+                self._kill_absent(entry)
+        self._index.bulk_load(list(live.values()))
+
+    # -- the tuple-space API ---------------------------------------------------
+
+    async def write(self, payload: bytes) -> EntryId:
+        """Add a tuple; returns its id once it is durable."""
+        return (await self.write_many([payload]))[0]
+
+    async def write_many(self, payloads: Sequence[bytes]) -> list[EntryId]:
+        """Add many tuples in one append: all become durable, or none."""
+        self._check_open()
+        writes = await self.strand.append_writes(payloads)
+        for entry in writes:
+            self._add_live(Tuple(entry.id, entry.payload))
+        self._writes += len(writes)
+        self._notify(writes)
+        return [entry.id for entry in writes]
+
+    async def read(self, pattern: Pattern) -> bytes | None:
+        """The payload of the oldest live match, left live; ``None`` if none."""
+        found = await self.read_entry(pattern)
+        return None if found is None else found.payload
+
+    async def read_entry(self, pattern: Pattern) -> Tuple | None:
+        found = self._index.oldest(pattern.prefix)
+        return None if found is None else found[1]
+
+    async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None:
+        """Remove and return the oldest live match.
+
+        ``timeout`` ``None`` or ``0``: answer at once. Otherwise wait up to
+        ``timeout`` seconds for a match to be written (here or on a peer).
+        """
+        found = await self.take_entry(pattern, timeout)
+        return None if found is None else found.payload
+
+    async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
+        """Like :meth:`take`, with the tuple's id."""
+        self._check_open()
+        found = self._index.oldest(pattern.prefix)
+        if found is not None:
+            self._index.remove(found[0])
+        elif timeout:
+            found = await self._wait(pattern.prefix, timeout)
+        if found is None:
+            return None
+        taken = await self._commit_takes([found])
+        return taken[0]
+
+    async def take_many(self, pattern: Pattern, limit: int) -> list[Tuple]:
+        """Take up to ``limit`` oldest matches in one append; never waits.
+        All are taken, or (on error) none."""
+        self._check_open()
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        found: Reserved = []
+        for _ in range(limit):
+            match = self._index.oldest(pattern.prefix)
+            if match is None:
+                break
+            self._index.remove(match[0])
+            found.append(match)
+        if not found:
+            return []
+        return await self._commit_takes(found)
+
+    async def count(self, pattern: Pattern) -> int:
+        """How many live tuples match."""
+        return self._index.count(pattern.prefix)
+
+    def list(self, pattern: Pattern, cursor: int = 0, limit: int = 100) -> ListPage:
+        """Live matches, oldest first, a page at a time (start with cursor 0)."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        page: list[Tuple] = []
+        last = cursor
+        for arrival, item in self._index.iter_matching(pattern.prefix, after=cursor):
+            if len(page) == limit:
+                return ListPage(page, last)
+            page.append(item)
+            last = arrival
+        return ListPage(page, None)
+
+    def stats(self) -> ForumStats:
+        strand = self.strand.stats()
+        return ForumStats(
+            origin=self.strand.origin,
+            entries=strand.entries,
+            live=len(self._index),
+            strand_bytes=strand.bytes,
+            segments=strand.segments,
+            waiting_takers=len(self._waiters),
+            writes=self._writes,
+            takes=self._takes,
+            double_takes=self._double_takes,
+            tails_cut=strand.tails_cut,
+        )
+
+    # -- the seam for replication ---------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(entries)`` with every entry once it is durable here."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    async def apply(self, entries: Sequence[Entry]) -> builtins.list[Entry]:
+        """Store and apply entries from elsewhere. Entries already held (or
+        being stored by a concurrent call) are skipped; returns the new ones."""
+        self._check_open()
+        new: builtins.list[Entry] = []
+        for entry in entries:
+            if not isinstance(entry, Write | Take):
+                raise TypeError(f"not an entry: {entry!r}")
+            if entry.id in self.strand or entry.id in self._applying:
+                continue
+            self._applying.add(entry.id)
+            new.append(entry)
+        if not new:
+            return []
+        try:
+            await self.strand.append_remote(new)
+        finally:
+            self._applying.difference_update(entry.id for entry in new)
+        for entry in new:
+            if isinstance(entry, Write):
+                if entry.id in self._pending_kills:
+                    self._pending_kills.discard(entry.id)
+                else:
+                    self._add_live(Tuple(entry.id, entry.payload))
+            else:
+                self._apply_take(entry)
+        self._notify(new)
+        return new
+
+    def _apply_take(self, take: Take) -> None:
+        if self._index.remove_id(take.target) is not None:
+            return
+        if take.target in self._reserved:
+            # Our own take of it is being made durable: both of us took it.
+            self._double_takes += 1
+            self._killed_reserved.add(take.target)
+            return
+        self._kill_absent(take)
+
+    def _kill_absent(self, take: Take) -> None:
+        """A Take whose target is not live: taken before, or not seen yet."""
+        target_at = self.strand.position(take.target)
+        take_at = self.strand.position(take.id)
+        if target_at is not None and (take_at is None or target_at < take_at):
+            self._double_takes += 1
+            log.info("double take of %s (again by %s)", take.target, take.id)
+        elif take.target in self._pending_kills:
+            self._double_takes += 1
+        else:
+            self._pending_kills.add(take.target)
+
+    # -- internals -------------------------------------------------------------
+
+    def _add_live(self, item: Tuple) -> None:
+        arrival = self._index.add(item)
+        self._offer(arrival, item)
+
+    def _offer(self, arrival: int, item: Tuple) -> None:
+        """Hand a newly live tuple to the first waiter it matches, if any."""
+        for waiter in self._waiters:
+            if not waiter.future.done() and item.payload.startswith(waiter.prefix):
+                self._waiters.remove(waiter)
+                self._index.remove(arrival)
+                waiter.future.set_result((arrival, item))
+                return
+
+    async def _wait(self, prefix: bytes, timeout: float) -> tuple[int, Tuple] | None:
+        future: asyncio.Future[tuple[int, Tuple] | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        waiter = _Waiter(prefix, future)
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            # The timeout may fire just as a tuple was handed over: keep it.
+            if future.done() and not future.cancelled():
+                return future.result()
+            return None
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and (found := future.result()):
+                self._index.restore(*found)
+                self._offer(*found)
+            raise
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    async def _commit_takes(self, found: Reserved) -> builtins.list[Tuple]:
+        """Make the Takes of tuples already out of the index durable."""
+        self._reserved.update(item.id for _, item in found)
+        targets = [item.id for _, item in found]
+        append = asyncio.create_task(self.strand.append_takes(targets))
+        try:
+            takes = await asyncio.shield(append)
+        except asyncio.CancelledError:
+            # The append goes on. If it holds, nobody gets these tuples, so
+            # write them back rather than lose them; if it fails, restore.
+            rescue = asyncio.create_task(self._rescue(append, found))
+            self._rescues.add(rescue)
+            rescue.add_done_callback(self._rescues.discard)
+            raise
+        except BaseException:
+            self._put_back(found)
+            raise
+        self._release(found)
+        self._takes += len(takes)
+        self._notify(takes)
+        return [item for _, item in found]
+
+    async def _rescue(self, append: asyncio.Task[list[Take]], found: Reserved) -> None:
+        try:
+            takes = await append
+        except Exception:
+            self._put_back(found)
+            return
+        self._release(found)
+        self._takes += len(takes)
+        self._notify(takes)
+        payloads = [item.payload for _, item in found]
+        log.warning("a take was cancelled after it was durable: writing %d back", len(payloads))
+        try:
+            await self.write_many(payloads)
+        except ForumError:
+            log.exception("could not write back %d tuples of a cancelled take", len(payloads))
+
+    def _put_back(self, found: Reserved) -> None:
+        for arrival, item in found:
+            self._reserved.discard(item.id)
+            if item.id in self._killed_reserved:
+                self._killed_reserved.discard(item.id)
+                continue
+            self._index.restore(arrival, item)
+            self._offer(arrival, item)
+
+    def _release(self, found: Reserved) -> None:
+        for _, item in found:
+            self._reserved.discard(item.id)
+            self._killed_reserved.discard(item.id)
+
+    def _notify(self, entries: Sequence[Entry]) -> None:
+        for listener in self._listeners:
+            try:
+                listener(entries)
+            except Exception:
+                log.exception("a Forum listener failed")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ForumError("the Forum is closed")
+
+    # -- closing ---------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Wake every waiting taker with ``None``, finish rescues, close the Strand."""
+        if self._closed:
+            return
+        for waiter in self._waiters:
+            if not waiter.future.done():
+                waiter.future.set_result(None)
+        self._waiters.clear()
+        # Rescues write tuples back, so they finish before the Forum closes.
+        while self._rescues:
+            await asyncio.gather(*self._rescues, return_exceptions=True)
+        self._closed = True
+        await self.strand.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

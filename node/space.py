@@ -1,0 +1,46 @@
+"""The tuple-space interface: patterns, and the Protocol every space offers.
+
+:class:`TupleSpace` is what a worker needs from a space. The in-process
+:class:`node.Forum` and the HTTP :class:`node.ForumClient` both satisfy it, so
+code written against one runs unchanged against the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from node.entries import EntryId, Tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """A byte prefix. ``Pattern(b"")`` matches every tuple."""
+
+    prefix: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, bytes):
+            raise TypeError(f"a pattern is a bytes prefix, not {type(self.prefix).__name__}")
+
+    def matches(self, payload: bytes) -> bool:
+        return payload.startswith(self.prefix)
+
+
+@runtime_checkable
+class TupleSpace(Protocol):
+    """Write, read and take tuples by prefix.
+
+    ``timeout`` on ``take``/``take_entry``: ``None`` or ``0`` means answer at
+    once; a positive number of seconds waits up to that long for a match.
+    """
+
+    async def write(self, payload: bytes) -> EntryId: ...
+
+    async def read(self, pattern: Pattern) -> bytes | None: ...
+
+    async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None: ...
+
+    async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None: ...
+
+    async def count(self, pattern: Pattern) -> int: ...

@@ -1,0 +1,570 @@
+"""The Strand: a node's append-only log of entries, on disk.
+
+The byte format of the files is in :mod:`node.segment`. This module owns the
+directory (its segments and the ``ORIGIN`` file), appending with the fsync
+policy, replaying on open, and finding any stored entry again by its id so
+that entries can be served on to peers.
+
+Durability (``StrandConfig.fsync``):
+
+``always`` (default)
+    An append returns only after its bytes are fsynced. Appends that arrive
+    while an fsync is running wait for the next one and share it (group
+    commit), so many concurrent appenders cost one fsync per batch. File
+    writes and fsyncs run in a worker thread, never on the event loop.
+``interval``
+    Appends return once written to the OS; a background task fsyncs every
+    ``fsync_interval`` seconds. A power loss can lose that window.
+``never``
+    Appends return once written to the OS; only the OS decides when.
+
+Ids: the local origin's seqs are given out in the batch that writes them,
+and given back if the batch fails, so an origin's seqs never have gaps
+(peers rely on that to find what they miss).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import socket
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Literal, Self
+
+from node import segment
+from node.codec import decode_entry, encode_entry
+from node.entries import Entry, EntryId, Take, Write, check_origin
+from node.errors import SerializationError, StrandCorrupt, StrandError
+
+log = logging.getLogger(__name__)
+
+FsyncPolicy = Literal["always", "interval", "never"]
+ORIGIN_FILE = "ORIGIN"
+#: A position packs (segment number, byte offset) into one int: 40 bits of offset.
+_OFFSET_BITS = 40
+_ABSENT = -1
+
+
+def _default_node_name() -> str:
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())
+    return name[:64] or "node"
+
+
+@dataclass(frozen=True, slots=True)
+class StrandConfig:
+    """Where and how a Strand stores its log. Immutable: each ``with_*`` returns a copy."""
+
+    storage: Path = Path("forum-data")
+    fsync: FsyncPolicy = "always"
+    fsync_interval: float = 0.05
+    segment_bytes: int = 64 * 1024 * 1024
+    node_name: str = field(default_factory=_default_node_name)
+
+    def __post_init__(self) -> None:
+        if self.fsync not in ("always", "interval", "never"):
+            raise ValueError(f"fsync must be always, interval or never, not {self.fsync!r}")
+        if not self.fsync_interval > 0:
+            raise ValueError("fsync_interval must be positive")
+        if self.segment_bytes < 4096:
+            raise ValueError("segment_bytes must be at least 4096")
+        check_origin(self.node_name)
+
+    def with_storage(self, path: str | os.PathLike[str]) -> StrandConfig:
+        return dataclasses.replace(self, storage=Path(path))
+
+    def with_fsync(self, policy: FsyncPolicy, interval: float | None = None) -> StrandConfig:
+        return dataclasses.replace(
+            self, fsync=policy, fsync_interval=interval or self.fsync_interval
+        )
+
+    def with_segment_bytes(self, n: int) -> StrandConfig:
+        return dataclasses.replace(self, segment_bytes=n)
+
+    def with_node_name(self, name: str) -> StrandConfig:
+        return dataclasses.replace(self, node_name=name)
+
+
+@dataclass(frozen=True, slots=True)
+class StrandStats:
+    entries: int
+    bytes: int
+    segments: int
+    tails_cut: int
+
+
+class _Batch:
+    """Appends waiting for the writer: what to write and who waits for it."""
+
+    __slots__ = ("future", "payloads", "remote", "targets")
+
+    def __init__(
+        self,
+        future: asyncio.Future[list[Entry]],
+        payloads: Sequence[bytes] = (),
+        targets: Sequence[EntryId] = (),
+        remote: Sequence[Entry] = (),
+    ) -> None:
+        self.future = future
+        self.payloads = payloads
+        self.targets = targets
+        self.remote = remote
+
+
+class _OriginLog:
+    """Where each seq of one origin lies in the files, and how far it is contiguous."""
+
+    __slots__ = ("contiguous", "count", "positions")
+
+    def __init__(self) -> None:
+        self.positions = array("q")  # index seq-1 -> packed position, or _ABSENT
+        self.contiguous = 0
+        self.count = 0
+
+    def __contains__(self, seq: int) -> bool:
+        return seq <= len(self.positions) and self.positions[seq - 1] != _ABSENT
+
+    def add(self, seq: int, position: int) -> None:
+        gap = seq - len(self.positions)
+        if gap > 0:
+            self.positions.extend([_ABSENT] * gap)
+        self.positions[seq - 1] = position
+        self.count += 1
+        if seq == self.contiguous + 1:
+            n = len(self.positions)
+            c = seq
+            while c < n and self.positions[c] != _ABSENT:
+                c += 1
+            self.contiguous = c
+
+    @property
+    def highest(self) -> int:
+        return len(self.positions)
+
+
+class Strand:
+    """An open log. Use ``await Strand.open(cfg)``; close with ``await strand.close()``."""
+
+    def __init__(self, cfg: StrandConfig, origin: str) -> None:
+        self.config = cfg
+        self.origin = origin
+        self._dir = cfg.storage
+        self._logs: dict[str, _OriginLog] = {}
+        self._pending: list[_Batch] = []
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._syncer: asyncio.Task[None] | None = None
+        self._fd = -1
+        self._segment = 0
+        self._segment_size = 0
+        self._sealed_bytes = 0
+        self._segments = 0
+        self._entries = 0
+        self._tails_cut = 0
+        self._closed = False
+        self._broken: str | None = None
+        self._dirty = False
+        self._fsync_observers: list[Callable[[float], None]] = []
+        self._replayed: list[Entry] | None = []
+
+    # -- opening ---------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, cfg: StrandConfig | None = None) -> Strand:
+        """Open (creating if needed) the log in ``cfg.storage`` and replay it."""
+        cfg = cfg or StrandConfig()
+        try:
+            strand = await asyncio.to_thread(cls._open_blocking, cfg)
+        except OSError as exc:
+            raise StrandError(f"cannot open the Strand in {cfg.storage}: {exc}") from exc
+        strand._writer = asyncio.create_task(strand._write_loop(), name="strand-writer")
+        if cfg.fsync == "interval":
+            strand._syncer = asyncio.create_task(strand._sync_loop(), name="strand-syncer")
+        return strand
+
+    @classmethod
+    def _open_blocking(cls, cfg: StrandConfig) -> Strand:
+        directory = cfg.storage
+        directory.mkdir(parents=True, exist_ok=True)
+        strand = cls(cfg, _load_or_create_origin(directory, cfg.node_name))
+        numbers = segment.segment_numbers(directory)
+        replayed: list[Entry] = []
+        for i, number in enumerate(numbers):
+            path = segment.segment_path(directory, number)
+            last = i == len(numbers) - 1
+            scan = segment.read_segment(path, number, last=last)
+            base = number << _OFFSET_BITS
+            for offset, body in scan.records:
+                try:
+                    entry = decode_entry(body)
+                except SerializationError as exc:
+                    raise StrandCorrupt(str(path), offset, str(exc)) from exc
+                strand._record(entry, base | offset)
+                replayed.append(entry)
+            if scan.torn_bytes:
+                log.warning(
+                    "strand: cut a torn tail of %d bytes from %s at offset %d",
+                    scan.torn_bytes,
+                    path,
+                    scan.good_end,
+                )
+                strand._tails_cut += 1
+                with open(path, "r+b") as f:
+                    f.truncate(scan.good_end)
+                    os.fsync(f.fileno())
+            if last:
+                strand._segment_size = scan.good_end
+            else:
+                strand._sealed_bytes += scan.good_end
+        strand._replayed = replayed
+        strand._segments = len(numbers)
+        if numbers and strand._segment_size >= segment.HEADER.size:
+            strand._segment = numbers[-1]
+            strand._fd = os.open(segment.segment_path(directory, strand._segment), os.O_WRONLY)
+            os.lseek(strand._fd, strand._segment_size, os.SEEK_SET)
+        else:
+            if numbers:  # the last segment lost even its header: start it again
+                strand._segments -= 1
+            strand._start_segment(numbers[-1] if numbers else 1)
+        return strand
+
+    def take_replayed(self) -> list[Entry]:
+        """The entries found on open, in log order; handed out once (to the Forum)."""
+        replayed, self._replayed = self._replayed, None
+        if replayed is None:
+            raise StrandError("the replayed entries were already handed out")
+        return replayed
+
+    # -- what is stored --------------------------------------------------------
+
+    def __contains__(self, entry_id: EntryId) -> bool:
+        origin_log = self._logs.get(entry_id.origin)
+        return origin_log is not None and entry_id.seq in origin_log
+
+    def position(self, entry_id: EntryId) -> int | None:
+        """Where the entry lies in the log, as a number that grows in log order."""
+        origin_log = self._logs.get(entry_id.origin)
+        if origin_log is None or entry_id.seq not in origin_log:
+            return None
+        return origin_log.positions[entry_id.seq - 1]
+
+    def vector(self) -> dict[str, int]:
+        """Per origin, the highest seq up to which every entry is held."""
+        return {origin: o.contiguous for origin, o in self._logs.items()}
+
+    def highest(self) -> dict[str, int]:
+        """Per origin, the highest seq held (there may be gaps below it)."""
+        return {origin: o.highest for origin, o in self._logs.items()}
+
+    def stats(self) -> StrandStats:
+        return StrandStats(
+            entries=self._entries,
+            bytes=self._sealed_bytes + self._segment_size,
+            segments=self._segments,
+            tails_cut=self._tails_cut,
+        )
+
+    def add_fsync_observer(self, callback: Callable[[float], None]) -> None:
+        """Call ``callback(seconds)`` after every fsync (for metrics)."""
+        self._fsync_observers.append(callback)
+
+    async def read_range(self, origin: str, after_seq: int, limit: int) -> list[Entry]:
+        """Entries of ``origin`` with seq > ``after_seq``, oldest first, up to
+        ``limit``, stopping at the first seq not held (so never with a gap)."""
+        origin_log = self._logs.get(origin)
+        if origin_log is None or limit <= 0:
+            return []
+        positions = []
+        for seq in range(after_seq + 1, min(origin_log.highest, after_seq + limit) + 1):
+            position = origin_log.positions[seq - 1]
+            if position == _ABSENT:
+                break
+            positions.append(position)
+        if not positions:
+            return []
+        try:
+            bodies = await asyncio.to_thread(self._read_positions, positions)
+        except OSError as exc:
+            raise StrandError(f"cannot read entries of {origin}: {exc}") from exc
+        return [decode_entry(body) for body in bodies]
+
+    def _read_positions(self, positions: Sequence[int]) -> list[bytes]:
+        bodies = []
+        fds: dict[int, int] = {}
+        mask = (1 << _OFFSET_BITS) - 1
+        try:
+            for position in positions:
+                number = position >> _OFFSET_BITS
+                fd = fds.get(number)
+                if fd is None:
+                    fd = fds[number] = os.open(segment.segment_path(self._dir, number), os.O_RDONLY)
+                bodies.append(segment.read_record(fd, position & mask))
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        return bodies
+
+    # -- appending -------------------------------------------------------------
+
+    async def append_writes(self, payloads: Sequence[bytes]) -> list[Write]:
+        """Append one Write per payload under new local ids; all or nothing."""
+        for payload in payloads:
+            if not isinstance(payload, bytes):
+                raise TypeError(f"a payload is bytes, not {type(payload).__name__}")
+        entries = await self._submit(payloads=payloads)
+        return entries  # type: ignore[return-value]  # all Writes by construction
+
+    async def append_takes(self, targets: Sequence[EntryId]) -> list[Take]:
+        """Append one Take per target under new local ids; all or nothing."""
+        entries = await self._submit(targets=targets)
+        return entries  # type: ignore[return-value]  # all Takes by construction
+
+    async def append_remote(self, entries: Sequence[Entry]) -> None:
+        """Append entries that already have ids (from peers). The caller filters
+        out those already held."""
+        await self._submit(remote=entries)
+
+    async def _submit(
+        self,
+        payloads: Sequence[bytes] = (),
+        targets: Sequence[EntryId] = (),
+        remote: Sequence[Entry] = (),
+    ) -> list[Entry]:
+        if self._closed:
+            raise StrandError("the Strand is closed")
+        if self._broken is not None:
+            raise StrandError(f"the Strand cannot be written until reopened: {self._broken}")
+        if not (payloads or targets or remote):
+            return []
+        future: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Batch(future, payloads, targets, remote))
+        self._wake.set()
+        # The write goes ahead even if our caller is cancelled: the batch is
+        # shared with others, and the caller must not believe it failed.
+        return await asyncio.shield(future)
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batches, self._pending = self._pending, []
+            if batches:
+                await self._write_batches(batches)
+            elif self._closed:
+                return
+
+    async def _write_batches(self, batches: list[_Batch]) -> None:
+        own = self._logs.get(self.origin)
+        first_seq = (own.highest if own else 0) + 1
+        seq = first_seq
+        chunks: list[bytes] = []
+        placed: list[tuple[Entry, int]] = []  # entry, offset within this write
+        size = 0
+        results: list[list[Entry]] = []
+        try:
+            for batch in batches:
+                made: list[Entry] = []
+                for payload in batch.payloads:
+                    made.append(Write(EntryId(self.origin, seq), payload))
+                    seq += 1
+                for target in batch.targets:
+                    made.append(Take(EntryId(self.origin, seq), target))
+                    seq += 1
+                made.extend(batch.remote)
+                for entry in made:
+                    record = segment.frame(encode_entry(entry))
+                    placed.append((entry, size))
+                    chunks.append(record)
+                    size += len(record)
+                results.append(made)
+        except Exception as exc:
+            error = exc if isinstance(exc, StrandError) else StrandError(str(exc))
+            self._fail(batches, error)
+            return
+        data = b"".join(chunks)
+        sync = self.config.fsync == "always"
+        try:
+            if self._segment_size >= self.config.segment_bytes:
+                await asyncio.to_thread(self._roll)
+            if sync:
+                number, start, fsync_seconds = await asyncio.to_thread(self._write, data, True)
+            else:
+                number, start, fsync_seconds = self._write(data, False)
+        except OSError as exc:
+            self._fail(batches, StrandError(f"append failed: {exc}"))
+            return
+        for callback in self._fsync_observers:
+            if fsync_seconds is not None:
+                callback(fsync_seconds)
+        base = (number << _OFFSET_BITS) | start
+        for entry, offset in placed:
+            self._record(entry, base + offset)
+        for batch, made in zip(batches, results, strict=True):
+            if not batch.future.done():
+                batch.future.set_result(made)
+
+    def _fail(self, batches: list[_Batch], error: StrandError) -> None:
+        for batch in batches:
+            if not batch.future.done():
+                batch.future.set_exception(error)
+            # A shielded future whose waiter left still has its exception read.
+            batch.future.exception()
+
+    def _write(self, data: bytes, sync: bool) -> tuple[int, int, float | None]:
+        """Write ``data`` at the end of the current segment (blocking).
+
+        Returns the segment number, the offset it was written at, and the
+        fsync time. On failure the segment is cut back to where it was, so a
+        failed append leaves no partial record behind.
+        """
+        start = self._segment_size
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            fsync_seconds = None
+            if sync:
+                t0 = time.perf_counter()
+                os.fsync(self._fd)
+                fsync_seconds = time.perf_counter() - t0
+            else:
+                self._dirty = True
+        except OSError:
+            try:
+                os.ftruncate(self._fd, start)
+                os.lseek(self._fd, start, os.SEEK_SET)
+            except OSError as exc:
+                self._broken = f"could not cut back a failed append: {exc}"
+            raise
+        self._segment_size = start + len(data)
+        return self._segment, start, fsync_seconds
+
+    def _roll(self) -> None:
+        """Seal the current segment (fsync) and start the next one."""
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        self._sealed_bytes += self._segment_size
+        self._start_segment(self._segment + 1)
+
+    def _start_segment(self, number: int) -> None:
+        path = segment.segment_path(self._dir, number)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, segment.header(number))
+            os.fsync(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        _fsync_dir(self._dir)
+        self._fd = fd
+        self._segment = number
+        self._segment_size = segment.HEADER.size
+        self._segments += 1
+
+    def _record(self, entry: Entry, position: int) -> None:
+        origin_log = self._logs.get(entry.id.origin)
+        if origin_log is None:
+            origin_log = self._logs[entry.id.origin] = _OriginLog()
+        origin_log.add(entry.id.seq, position)
+        self._entries += 1
+
+    async def _sync_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.config.fsync_interval)
+            await self._sync_if_dirty()
+
+    async def _sync_if_dirty(self) -> None:
+        if self._dirty and self._fd >= 0:
+            self._dirty = False
+            t0 = time.perf_counter()
+            try:
+                await asyncio.to_thread(os.fsync, self._fd)
+            except OSError as exc:
+                log.error("strand: background fsync failed: %s", exc)
+                self._broken = f"background fsync failed: {exc}"
+                return
+            for callback in self._fsync_observers:
+                callback(time.perf_counter() - t0)
+
+    # -- closing ---------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Finish pending appends, fsync, and close the files. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
+        if self._syncer is not None:
+            self._syncer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._syncer
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            try:
+                await asyncio.to_thread(_sync_and_close, fd, self.config.fsync != "never")
+            except OSError as exc:
+                raise StrandError(f"closing the Strand failed: {exc}") from exc
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _sync_and_close(fd: int, sync: bool) -> None:
+    try:
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _load_or_create_origin(directory: Path, node_name: str) -> str:
+    """The incarnation id of this data directory: made once, then read back.
+
+    A wiped directory gets a new random suffix, so it never reuses the ids of
+    its previous life.
+    """
+    path = directory / ORIGIN_FILE
+    try:
+        origin = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        origin = f"{node_name}-{secrets.token_hex(4)}"
+        tmp = directory / (ORIGIN_FILE + ".tmp")
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(origin + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+        return origin
+    try:
+        return check_origin(origin)
+    except ValueError as exc:
+        raise StrandError(f"{path}: {exc}") from exc
