@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from node import Forum, Strand, StrandConfig
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> StrandConfig:
+    return StrandConfig().with_storage(tmp_path / "strand").with_node_name("test")
+
+
+@pytest.fixture
+async def forum(cfg: StrandConfig) -> AsyncIterator[Forum]:
+    f = Forum(await Strand.open(cfg))
+    yield f
+    await f.close()

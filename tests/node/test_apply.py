@@ -1,0 +1,84 @@
+"""Entries from other nodes: idempotent, order-free, double takes counted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from node import Entry, EntryId, Forum, Pattern, Strand, StrandConfig, Take, Tuple, Write
+
+W1 = Write(EntryId("peer-a", 1), b"job/1")
+W2 = Write(EntryId("peer-a", 2), b"job/2")
+T1 = Take(EntryId("peer-b", 1), W1.id)
+T1_AGAIN = Take(EntryId("peer-c", 1), W1.id)
+
+
+async def test_apply_is_idempotent(forum: Forum) -> None:
+    assert await forum.apply([W1, W2]) == [W1, W2]
+    assert await forum.apply([W1, W2, W1]) == []
+    assert await forum.count(Pattern(b"job/")) == 2
+    assert forum.stats().entries == 2
+
+
+async def test_take_before_its_write_kills_the_write(forum: Forum) -> None:
+    await forum.apply([T1])
+    await forum.apply([W2, W1])
+    assert [t.payload for t in forum.list(Pattern(b"")).tuples] == [b"job/2"]
+
+
+async def test_take_before_write_in_one_batch_and_after_restart(cfg: StrandConfig) -> None:
+    async with Forum(await Strand.open(cfg)) as forum:
+        await forum.apply([T1, W1, W2])
+        assert await forum.count(Pattern(b"")) == 1
+    async with Forum(await Strand.open(cfg)) as forum:
+        assert [t.payload for t in forum.list(Pattern(b"")).tuples] == [b"job/2"]
+        assert forum.stats().double_takes == 0
+
+
+async def test_two_takes_of_one_write_converge_and_are_counted(cfg: StrandConfig) -> None:
+    async with Forum(await Strand.open(cfg)) as forum:
+        await forum.apply([W1, T1, T1_AGAIN])
+        assert await forum.count(Pattern(b"")) == 0
+        assert forum.stats().double_takes == 1
+    async with Forum(await Strand.open(cfg)) as forum:
+        assert forum.stats().double_takes == 1  # replay sees the same history
+
+
+async def test_remote_take_of_a_tuple_being_taken_here_is_a_double_take(forum: Forum) -> None:
+    await forum.apply([W1])
+    local = asyncio.create_task(forum.take(Pattern(b"job/")))
+    await asyncio.sleep(0)  # the local take has the tuple out of the index
+    await forum.apply([T1])
+    assert await local == b"job/1"
+    assert forum.stats().double_takes == 1
+    assert await forum.count(Pattern(b"")) == 0
+
+
+async def test_remote_write_wakes_a_blocking_taker(forum: Forum) -> None:
+    taker = asyncio.create_task(forum.take_entry(Pattern(b"job/"), timeout=30))
+    while forum.stats().waiting_takers == 0:
+        await asyncio.sleep(0.001)
+    await forum.apply([W2])
+    assert await taker == Tuple(W2.id, W2.payload)
+
+
+async def test_listeners_get_every_durable_entry_once(forum: Forum) -> None:
+    seen: list[Entry] = []
+
+    def listener(entries: Sequence[Entry]) -> None:
+        seen.extend(entries)
+
+    forum.add_listener(listener)
+    wid = await forum.write(b"local")
+    await forum.take(Pattern(b"local"))
+    await forum.apply([W1, W1])
+    await forum.apply([W1])
+    assert [type(e).__name__ for e in seen] == ["Write", "Take", "Write"]
+    assert seen[0].id == wid and seen[2] == W1
+    forum.remove_listener(listener)
+
+
+async def test_concurrent_applies_of_the_same_entry_store_it_once(forum: Forum) -> None:
+    results = await asyncio.gather(*(forum.apply([W1]) for _ in range(10)))
+    assert sum(len(r) for r in results) == 1
+    assert forum.stats().entries == 1

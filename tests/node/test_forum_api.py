@@ -1,0 +1,156 @@
+"""The in-process tuple-space API, as users call it (DESIGN.md, "Forum")."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import node
+from node import EntryId, Forum, Pattern, Strand, StrandConfig, Tuple
+
+
+async def test_original_example_line_for_line(tmp_path: Path) -> None:
+    """The original system's documentation example, in its Python form."""
+    cfg = StrandConfig().with_storage(tmp_path)
+    strand = await Strand.open(cfg)
+    forum = Forum(strand)
+
+    await forum.write(b"job-1")
+    await forum.write(b"job-1")  # two entries with identical payload
+
+    first = await forum.take(Pattern(b"job-1"))
+    assert first == b"job-1"
+    second = await forum.take(Pattern(b"job-1"))
+    assert second == b"job-1"
+    third = await forum.take(Pattern(b"job-1"))
+    assert third is None
+    await forum.close()
+
+
+async def test_write_returns_distinct_sequential_ids(forum: Forum) -> None:
+    a = await forum.write(b"x")
+    b = await forum.write(b"x")
+    assert a.origin == b.origin == forum.strand.origin
+    assert (a.seq, b.seq) == (1, 2)
+    assert EntryId.parse(str(a)) == a
+
+
+async def test_take_and_read_return_oldest_match(forum: Forum) -> None:
+    for payload in [b"job-2", b"other", b"job-1", b"job-3"]:
+        await forum.write(payload)
+    assert await forum.read(Pattern(b"job-")) == b"job-2"
+    assert await forum.read(Pattern(b"job-")) == b"job-2"  # read leaves it live
+    assert await forum.take(Pattern(b"job-")) == b"job-2"
+    assert await forum.take(Pattern(b"job-")) == b"job-1"
+    assert await forum.count(Pattern(b"job-")) == 1
+    assert await forum.take(Pattern(b"")) == b"other"  # the empty pattern matches all
+    assert await forum.take(Pattern(b"job-")) == b"job-3"
+    assert await forum.take(Pattern(b"job-")) is None
+    assert await forum.read(Pattern(b"")) is None
+
+
+async def test_oldest_first_holds_for_large_prefix_ranges(forum: Forum) -> None:
+    """Past the scan limit the index serves a prefix from its queue: same order."""
+    payloads = [b"p/%03d" % (i * 7 % 100) for i in range(100)]
+    await forum.write_many(payloads)
+    await forum.write(b"q/late")
+    got = [await forum.take(Pattern(b"p/")) for _ in range(100)]
+    assert got == payloads
+    assert await forum.take(Pattern(b"p/")) is None
+    assert await forum.take(Pattern(b"q/")) == b"q/late"
+
+
+async def test_take_entry_gives_the_id_the_write_returned(forum: Forum) -> None:
+    entry_id = await forum.write(b"job-9")
+    assert await forum.take_entry(Pattern(b"job-")) == Tuple(entry_id, b"job-9")
+    assert await forum.take_entry(Pattern(b"job-")) is None
+
+
+async def test_exact_payload_pattern(forum: Forum) -> None:
+    await forum.write_many([b"abc", b"ab", b"abcd"])
+    assert await forum.count(Pattern(b"ab")) == 3
+    assert await forum.count(Pattern(b"abc")) == 2
+    assert await forum.take(Pattern(b"abcd")) == b"abcd"
+    assert await forum.count(Pattern(b"abcd")) == 0
+
+
+async def test_prefixes_ending_in_0xff_bytes(forum: Forum) -> None:
+    await forum.write_many([b"\xff\xff", b"\xff\xfe", b"\xff", b"\xfe"])
+    assert await forum.count(Pattern(b"\xff")) == 3
+    assert await forum.count(Pattern(b"\xff\xff")) == 1
+    assert await forum.take(Pattern(b"\xff\xff")) == b"\xff\xff"
+
+
+async def test_take_many_and_write_many(forum: Forum) -> None:
+    ids = await forum.write_many([b"t/%d" % i for i in range(10)])
+    assert len(set(ids)) == 10
+    taken = await forum.take_many(Pattern(b"t/"), 4)
+    assert [t.payload for t in taken] == [b"t/0", b"t/1", b"t/2", b"t/3"]
+    assert await forum.count(Pattern(b"t/")) == 6
+    assert len(await forum.take_many(Pattern(b"t/"), 100)) == 6
+    assert await forum.take_many(Pattern(b"t/"), 5) == []
+
+
+async def test_list_pages_oldest_first(forum: Forum) -> None:
+    await forum.write_many([b"l/%02d" % i for i in range(50)] + [b"m/0"])
+    await forum.take(Pattern(b"l/07"))
+    seen: list[bytes] = []
+    cursor: int | None = 0
+    while cursor is not None:
+        page = forum.list(Pattern(b"l/"), cursor=cursor, limit=20)
+        assert len(page.tuples) <= 20
+        seen.extend(t.payload for t in page.tuples)
+        cursor = page.next_cursor
+    assert seen == [b"l/%02d" % i for i in range(50) if i != 7]
+
+
+async def test_bad_arguments_are_refused(forum: Forum) -> None:
+    with pytest.raises(TypeError):
+        Pattern("job-")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await forum.write("text")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        await forum.take_many(Pattern(b""), 0)
+    with pytest.raises(ValueError):
+        EntryId.parse("no-seq")
+    with pytest.raises(ValueError):
+        EntryId("bad origin", 1)
+    assert forum.stats().entries == 0
+
+
+async def test_closed_forum_refuses_work(cfg: StrandConfig) -> None:
+    forum = Forum(await Strand.open(cfg))
+    await forum.close()
+    with pytest.raises(node.ForumError):
+        await forum.write(b"x")
+    await forum.close()  # idempotent
+
+
+async def test_forum_satisfies_the_tuple_space_protocol(forum: Forum) -> None:
+    assert isinstance(forum, node.TupleSpace)
+
+
+def test_public_names_are_exactly_the_exported_ones() -> None:
+    assert node.__all__ == sorted(node.__all__)
+    for name in [
+        "Strand",
+        "StrandConfig",
+        "Forum",
+        "Pattern",
+        "EntryId",
+        "Tuple",
+        "ForumError",
+        "StrandError",
+        "SerializationError",
+    ]:
+        assert name in node.__all__
+    for name in node.__all__:
+        assert hasattr(node, name)
+
+
+async def test_concurrent_writes_all_land_in_order_of_acknowledgement(forum: Forum) -> None:
+    ids = await asyncio.gather(*(forum.write(b"c/%d" % i) for i in range(200)))
+    assert sorted(i.seq for i in ids) == list(range(1, 201))
+    assert await forum.count(Pattern(b"c/")) == 200
