@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from node.entries import Entry, EntryId, Take, Write
+from node.entries import Entry, EntryId, Take, Write, check_origin
 from node.errors import SerializationError
 
 CODEC_VERSION = 1
@@ -51,36 +51,62 @@ def _pack(fields: list[Any]) -> bytes:
     return packed
 
 
+#: An entry as plain values, checked but not yet made into objects: a Write
+#: is ``(origin, seq, payload)``, a Take ``(origin, seq, target_origin,
+#: target_seq)``. Replay works on these: a million EntryId objects for entries
+#: that are dead by the end of the log would be wasted.
+RawEntry = tuple[str, int, bytes] | tuple[str, int, str, int]
+
+
 def decode_entry(data: bytes | memoryview) -> Entry:
     """Decode one entry; ``SerializationError`` for anything that is not one."""
+    return entry_from_raw(decode_raw(data))
+
+
+def decode_raw(data: bytes | memoryview) -> RawEntry:
+    """Decode and check one entry, as plain values."""
     try:
         fields = msgpack.unpackb(data, raw=False, use_list=True)
     except Exception as exc:  # msgpack raises several unrelated types
         raise SerializationError(f"not msgpack: {exc}") from exc
-    return entry_from_fields(fields)
+    return raw_from_fields(fields)
 
 
 def entry_from_fields(fields: Any) -> Entry:
-    """Build an entry from an already unpacked msgpack array (validated)."""
-    if not isinstance(fields, list) or len(fields) < 2:
-        raise SerializationError("an entry is a msgpack array [version, kind, ...]")
-    if fields[0] != CODEC_VERSION:
-        raise SerializationError(f"unknown entry format version {fields[0]!r}")
+    """Build an entry from an already unpacked msgpack array (checked)."""
+    return entry_from_raw(raw_from_fields(fields))
+
+
+def entry_from_raw(raw: RawEntry) -> Entry:
+    if len(raw) == 3:
+        return Write(EntryId(raw[0], raw[1]), raw[2])
+    return Take(EntryId(raw[0], raw[1]), EntryId(raw[2], raw[3]))
+
+
+def raw_from_fields(fields: Any) -> RawEntry:
+    """Check an unpacked msgpack array and return it as a :data:`RawEntry`."""
+    if not isinstance(fields, list) or len(fields) < 4:
+        raise SerializationError("an entry is a msgpack array [version, kind, origin, seq, ...]")
+    version, kind, origin, seq = fields[:4]
+    if version != CODEC_VERSION:
+        raise SerializationError(f"unknown entry format version {version!r}")
+    _check_id(origin, seq)
+    if kind == _WRITE and len(fields) == 5:
+        payload = fields[4]
+        if not isinstance(payload, bytes):
+            raise SerializationError("a Write's payload must be bytes")
+        return (origin, seq, payload)
+    if kind == _TAKE and len(fields) == 6:
+        target_origin, target_seq = fields[4], fields[5]
+        _check_id(target_origin, target_seq)
+        return (origin, seq, target_origin, target_seq)
+    raise SerializationError(f"unknown entry kind or length: kind={kind!r}")
+
+
+def _check_id(origin: Any, seq: Any) -> None:
+    if type(seq) is not int or seq < 1:
+        raise SerializationError(f"an entry's seq is a positive integer, not {seq!r}")
     try:
-        if fields[1] == _WRITE and len(fields) == 5:
-            _, _, origin, seq, payload = fields
-            if not isinstance(payload, bytes):
-                raise SerializationError("a Write's payload must be bytes")
-            return Write(_entry_id(origin, seq), payload)
-        if fields[1] == _TAKE and len(fields) == 6:
-            _, _, origin, seq, t_origin, t_seq = fields
-            return Take(_entry_id(origin, seq), _entry_id(t_origin, t_seq))
+        check_origin(origin)
     except ValueError as exc:
         raise SerializationError(f"invalid entry: {exc}") from exc
-    raise SerializationError(f"unknown entry kind or length: kind={fields[1]!r}")
-
-
-def _entry_id(origin: Any, seq: Any) -> EntryId:
-    if not isinstance(origin, str) or not isinstance(seq, int):
-        raise SerializationError("an entry id is (origin: str, seq: int)")
-    return EntryId(origin, seq)

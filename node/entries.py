@@ -18,14 +18,24 @@ _ORIGIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 MAX_ORIGIN_LENGTH = 128
 
 
+#: Origins already checked. A node sees few origins, and every entry names
+#: one, so this keeps validation off the replay and apply hot paths.
+_checked_origins: set[str] = set()
+_MAX_CHECKED = 4096
+
+
 def check_origin(origin: str) -> str:
     """Return ``origin`` if it is a valid origin name, else raise ``ValueError``."""
+    if isinstance(origin, str) and origin in _checked_origins:
+        return origin
     if not isinstance(origin, str) or not origin:
         raise ValueError("origin must be a non-empty string")
     if len(origin) > MAX_ORIGIN_LENGTH:
         raise ValueError(f"origin longer than {MAX_ORIGIN_LENGTH} characters")
     if not _ORIGIN_CHARS.issuperset(origin):
         raise ValueError(f"origin {origin!r} may hold only letters, digits and -_.")
+    if len(_checked_origins) < _MAX_CHECKED:
+        _checked_origins.add(origin)
     return origin
 
 

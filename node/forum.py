@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from node.codec import RawEntry
 from node.entries import Entry, EntryId, Take, Tuple, Write
 from node.errors import ForumError
 from node.index import LiveIndex
@@ -93,19 +94,28 @@ class Forum:
         self._closed = False
         self._replay(strand.take_replayed())
 
-    def _replay(self, entries: list[Entry]) -> None:
-        # Build the live list first and the index in one go: much faster than
-        # adding one by one, and replay time is start-up time.
-        live: dict[EntryId, Tuple] = {}
-        for entry in entries:
-            if isinstance(entry, Write):
-                if entry.id in self._pending_kills:
-                    self._pending_kills.discard(entry.id)
+    def _replay(self, entries: list[RawEntry]) -> None:
+        # Plain (origin, seq) keys and one bulk load of the survivors: replay
+        # is start-up time, and most entries of a long log are dead by its end.
+        live: dict[tuple[str, int], bytes] = {}
+        pending: set[tuple[str, int]] = set()
+        for raw in entries:
+            if len(raw) == 3:
+                key = (raw[0], raw[1])
+                if key in pending:
+                    pending.discard(key)
                 else:
-                    live[entry.id] = Tuple(entry.id, entry.payload)
-            elif live.pop(entry.target, None) is None:
-                self._kill_absent(entry)
-        self._index.bulk_load(list(live.values()))
+                    live[key] = raw[2]
+            else:
+                target = (raw[2], raw[3])
+                if live.pop(target, None) is None:
+                    take = Take(EntryId(raw[0], raw[1]), EntryId(*target))
+                    if target in pending or self._is_double_take(take):
+                        self._double_takes += 1
+                    else:
+                        pending.add(target)
+        self._pending_kills = {EntryId(*key) for key in pending}
+        self._index.bulk_load([Tuple(EntryId(*key), payload) for key, payload in live.items()])
 
     # -- the tuple-space API ---------------------------------------------------
 
@@ -253,15 +263,18 @@ class Forum:
 
     def _kill_absent(self, take: Take) -> None:
         """A Take whose target is not live: taken before, or not seen yet."""
-        target_at = self.strand.position(take.target)
-        take_at = self.strand.position(take.id)
-        if target_at is not None and (take_at is None or target_at < take_at):
+        if take.target in self._pending_kills or self._is_double_take(take):
             self._double_takes += 1
             log.info("double take of %s (again by %s)", take.target, take.id)
-        elif take.target in self._pending_kills:
-            self._double_takes += 1
         else:
             self._pending_kills.add(take.target)
+
+    def _is_double_take(self, take: Take) -> bool:
+        """Whether the (not live) target of ``take`` was written before it in
+        the log, and so was taken already."""
+        target_at = self.strand.position(take.target)
+        take_at = self.strand.position(take.id)
+        return target_at is not None and (take_at is None or target_at < take_at)
 
     # -- internals -------------------------------------------------------------
 
@@ -304,8 +317,7 @@ class Forum:
     async def _commit_takes(self, found: Reserved) -> builtins.list[Tuple]:
         """Make the Takes of tuples already out of the index durable."""
         self._reserved.update(item.id for _, item in found)
-        targets = [item.id for _, item in found]
-        append = asyncio.create_task(self.strand.append_takes(targets))
+        append = self.strand.submit_takes([item.id for _, item in found])
         try:
             takes = await asyncio.shield(append)
         except asyncio.CancelledError:
@@ -323,7 +335,7 @@ class Forum:
         self._notify(takes)
         return [item for _, item in found]
 
-    async def _rescue(self, append: asyncio.Task[list[Take]], found: Reserved) -> None:
+    async def _rescue(self, append: asyncio.Future[builtins.list[Take]], found: Reserved) -> None:
         try:
             takes = await append
         except Exception:

@@ -41,7 +41,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 from node import segment
-from node.codec import decode_entry, encode_entry
+from node.codec import RawEntry, decode_entry, decode_raw, encode_entry
 from node.entries import Entry, EntryId, Take, Write, check_origin
 from node.errors import SerializationError, StrandCorrupt, StrandError
 
@@ -133,11 +133,17 @@ class _OriginLog:
         return seq <= len(self.positions) and self.positions[seq - 1] != _ABSENT
 
     def add(self, seq: int, position: int) -> None:
-        gap = seq - len(self.positions)
+        self.count += 1
+        positions = self.positions
+        if seq == len(positions) + 1:  # the common case: the next seq
+            positions.append(position)
+            if self.contiguous == seq - 1:
+                self.contiguous = seq
+            return
+        gap = seq - len(positions)
         if gap > 0:
             self.positions.extend([_ABSENT] * gap)
         self.positions[seq - 1] = position
-        self.count += 1
         if seq == self.contiguous + 1:
             n = len(self.positions)
             c = seq
@@ -173,7 +179,7 @@ class Strand:
         self._broken: str | None = None
         self._dirty = False
         self._fsync_observers: list[Callable[[float], None]] = []
-        self._replayed: list[Entry] | None = []
+        self._replayed: list[RawEntry] | None = []
 
     # -- opening ---------------------------------------------------------------
 
@@ -196,19 +202,25 @@ class Strand:
         directory.mkdir(parents=True, exist_ok=True)
         strand = cls(cfg, _load_or_create_origin(directory, cfg.node_name))
         numbers = segment.segment_numbers(directory)
-        replayed: list[Entry] = []
+        replayed: list[RawEntry] = []
+        logs = strand._logs
         for i, number in enumerate(numbers):
             path = segment.segment_path(directory, number)
             last = i == len(numbers) - 1
             scan = segment.read_segment(path, number, last=last)
             base = number << _OFFSET_BITS
+            # The hot loop of start-up: plain values, no entry objects.
             for offset, body in scan.records:
                 try:
-                    entry = decode_entry(body)
+                    raw = decode_raw(body)
                 except SerializationError as exc:
                     raise StrandCorrupt(str(path), offset, str(exc)) from exc
-                strand._record(entry, base | offset)
-                replayed.append(entry)
+                origin_log = logs.get(raw[0])
+                if origin_log is None:
+                    origin_log = logs[raw[0]] = _OriginLog()
+                origin_log.add(raw[1], base | offset)
+                replayed.append(raw)
+            strand._entries += len(scan.records)
             if scan.torn_bytes:
                 log.warning(
                     "strand: cut a torn tail of %d bytes from %s at offset %d",
@@ -236,8 +248,9 @@ class Strand:
             strand._start_segment(numbers[-1] if numbers else 1)
         return strand
 
-    def take_replayed(self) -> list[Entry]:
-        """The entries found on open, in log order; handed out once (to the Forum)."""
+    def take_replayed(self) -> list[RawEntry]:
+        """The entries found on open, in log order, as plain values; handed out
+        once (to the Forum)."""
         replayed, self._replayed = self._replayed, None
         if replayed is None:
             raise StrandError("the replayed entries were already handed out")
@@ -319,37 +332,44 @@ class Strand:
         for payload in payloads:
             if not isinstance(payload, bytes):
                 raise TypeError(f"a payload is bytes, not {type(payload).__name__}")
-        entries = await self._submit(payloads=payloads)
-        return entries  # type: ignore[return-value]  # all Writes by construction
+        return await asyncio.shield(self._submit(payloads=payloads))  # type: ignore[arg-type]
 
     async def append_takes(self, targets: Sequence[EntryId]) -> list[Take]:
         """Append one Take per target under new local ids; all or nothing."""
-        entries = await self._submit(targets=targets)
-        return entries  # type: ignore[return-value]  # all Takes by construction
+        return await asyncio.shield(self.submit_takes(targets))
+
+    def submit_takes(self, targets: Sequence[EntryId]) -> asyncio.Future[list[Take]]:
+        """Like :meth:`append_takes`, but hand back the future of the append:
+        the write goes ahead whatever happens to the caller, who can find out
+        how it ended even after being cancelled."""
+        return self._submit(targets=targets)  # type: ignore[return-value]
 
     async def append_remote(self, entries: Sequence[Entry]) -> None:
         """Append entries that already have ids (from peers). The caller filters
         out those already held."""
-        await self._submit(remote=entries)
+        await asyncio.shield(self._submit(remote=entries))
 
-    async def _submit(
+    def _submit(
         self,
         payloads: Sequence[bytes] = (),
         targets: Sequence[EntryId] = (),
         remote: Sequence[Entry] = (),
-    ) -> list[Entry]:
-        if self._closed:
-            raise StrandError("the Strand is closed")
-        if self._broken is not None:
-            raise StrandError(f"the Strand cannot be written until reopened: {self._broken}")
-        if not (payloads or targets or remote):
-            return []
+    ) -> asyncio.Future[list[Entry]]:
+        """Queue an append for the writer. The future is shared with nobody, but
+        the batch it is written in is, so callers await it shielded."""
         future: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Batch(future, payloads, targets, remote))
-        self._wake.set()
-        # The write goes ahead even if our caller is cancelled: the batch is
-        # shared with others, and the caller must not believe it failed.
-        return await asyncio.shield(future)
+        if self._closed:
+            future.set_exception(StrandError("the Strand is closed"))
+        elif self._broken is not None:
+            future.set_exception(
+                StrandError(f"the Strand cannot be written until reopened: {self._broken}")
+            )
+        elif not (payloads or targets or remote):
+            future.set_result([])
+        else:
+            self._pending.append(_Batch(future, payloads, targets, remote))
+            self._wake.set()
+        return future
 
     async def _write_loop(self) -> None:
         while True:
