@@ -1,0 +1,125 @@
+"""docs/operations.md and deploy/README.md against the code: every ``forum``
+command in them parses with the real CLI, every metric they name is one that
+the node, replication or a worker really exposes, every ``FORUM_*`` variable
+is a real setting, and every file they link to exists."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+
+from coordinator.metrics import worker_registry
+from coordinator.worker import WorkerStats
+from node.cli import build_parser
+from node.config import NodeConfig
+from replication.config import ReplicationConfig
+from replication.metrics import PeerGauges, ReplicationMetrics
+from tests.deploy.artifacts import DEPLOY, OPERATIONS
+from tests.fixtures.nodes import ForumNodes
+
+DOCS = (OPERATIONS, DEPLOY / "README.md")
+#: FORUM_* variables read by something other than NodeConfig.
+OTHER_VARIABLES = {
+    "FORUM_CONFIG",  # the TOML file, read by NodeConfig.load
+    "FORUM_NODE",  # the client commands' --node
+    "FORUM_REDIS_URL",  # forum worker --redis-url
+    "FORUM_EXAMPLE_REDIS_URL",  # examples/handlers/fenced_redis.py
+    "FORUM_EXAMPLE_SQLITE",  # the SQLite examples
+}
+
+
+def code_blocks(text: str) -> list[str]:
+    return re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def forum_commands(text: str) -> list[list[str]]:
+    """Each ``forum ...`` command in the code blocks, continuations joined, the
+    environment assignments before it and a trailing ``&`` dropped."""
+    commands = []
+    for block in code_blocks(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            words = shlex.split(line)
+            while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+                words.pop(0)
+            if words and words[0] == "forum":
+                commands.append([w for w in words[1:] if w != "&"])
+    return commands
+
+
+def test_every_forum_command_in_the_docs_parses() -> None:
+    commands = [c for path in DOCS for c in forum_commands(path.read_text())]
+    assert len(commands) >= 8
+    parser = build_parser(coordinator=True)
+    known = every_option(parser)
+    for argv in commands:
+        try:
+            parser.parse_args(argv)
+        except SystemExit as exc:
+            raise AssertionError(f"forum {' '.join(argv)}: bad usage") from exc
+        for word in argv:
+            option = word.partition("=")[0]
+            # No abbreviations (argparse would take --max-attempt for --max-attempts).
+            assert not option.startswith("--") or option in known, f"{option} in forum {argv}"
+
+
+def every_option(parser: argparse.ArgumentParser) -> set[str]:
+    """The option strings of the parser and of all its subcommands, at any depth."""
+    options = set()
+    for action in parser._actions:
+        options.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                options |= every_option(sub)
+    return options
+
+
+def test_every_forum_variable_in_the_docs_is_a_real_setting() -> None:
+    node = {f"FORUM_{name.upper()}" for name in NodeConfig.__dataclass_fields__}
+    replication = {f"FORUM_REPL_{name.upper()}" for name in ReplicationConfig.__dataclass_fields__}
+    for path in DOCS:
+        named = set(re.findall(r"\bFORUM_[A-Z_]*[A-Z]\b", path.read_text()))
+        named = {n for n in named if n != "FORUM_REPL"}
+        unknown = named - node - replication - OTHER_VARIABLES
+        assert not unknown, f"{path.name} names {unknown}"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_leads_to_a_file(path: Path) -> None:
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text()):
+        assert (path.parent / target).exists(), f"{path.name} links to missing {target}"
+
+
+def exposed_names(exposition: str) -> set[str]:
+    """Metric names in a Prometheus text page (``# TYPE`` lines, with the
+    ``_bucket``/``_sum``/``_count`` series of histograms)."""
+    names = set()
+    for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", exposition, flags=re.MULTILINE):
+        names.add(name)
+        if kind == "histogram":
+            names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    return names
+
+
+async def test_every_metric_in_the_docs_is_exposed(forum_nodes: ForumNodes) -> None:
+    node = await forum_nodes.start("metrics")
+    async with aiohttp.ClientSession() as session, session.get(node.url + "/metrics") as response:
+        assert response.status == 200
+        exposed = exposed_names(await response.text())
+    registry = CollectorRegistry()
+    replication = ReplicationMetrics(registry)
+    replication.watch_peers(lambda: [PeerGauges("http://peer:7070", "alive", 0, 0.1, 0)])
+    exposed |= exposed_names(generate_latest(registry).decode())
+    exposed |= exposed_names(generate_latest(worker_registry(WorkerStats)).decode())
+    named = set(re.findall(r"\bforum_[a-z_]+[a-z]\b", OPERATIONS.read_text()))
+    missing = named - exposed
+    assert not missing, f"docs/operations.md names metrics nothing exposes: {sorted(missing)}"
+    assert len(named) >= 25
