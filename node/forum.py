@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
+import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ from node.strand import Strand
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Sequence[Entry]], None]
+#: How long a tuple written on another node waits before it can be taken here
+#: (times 1 to 4, by a hash of its id and this node's origin). See ``apply``.
+REMOTE_DELAY = 0.01
+_REMOTE_SLOTS = 4
 #: Tuples out of the index while their Take is made durable, with their arrivals.
 #: (An alias also because ``Forum.list`` hides the builtin inside the class.)
 Reserved = list[tuple[int, Tuple]]
@@ -78,8 +83,12 @@ class _Waiter:
 class Forum:
     """A tuple space on one node. ``Forum(strand)`` replays the Strand's entries."""
 
-    def __init__(self, strand: Strand) -> None:
+    def __init__(self, strand: Strand, remote_delay: float = REMOTE_DELAY) -> None:
+        if remote_delay < 0:
+            raise ValueError("remote_delay must be >= 0")
         self.strand = strand
+        self.remote_delay = remote_delay
+        self._surfacing: dict[EntryId, tuple[Tuple, asyncio.TimerHandle]] = {}
         self._index = LiveIndex()
         self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
         self._reserved: set[EntryId] = set()  # tuples whose Take is being appended
@@ -224,7 +233,18 @@ class Forum:
 
     async def apply(self, entries: Sequence[Entry]) -> builtins.list[Entry]:
         """Store and apply entries from elsewhere. Entries already held (or
-        being stored by a concurrent call) are skipped; returns the new ones."""
+        being stored by a concurrent call) are skipped; returns the new ones.
+
+        A remote Write is durable here at once, but becomes live only after
+        ``remote_delay`` times 1 to 4 (a hash of its id and our origin picks
+        the slot). Why: every node has takers waiting, and without the delay
+        one write wakes a taker on every node at once, each taking the same
+        tuple (a double take for the Lens to catch, per node). The node it was
+        written on hands it out at once, and its Take usually arrives here
+        within the delay; if it was not taken there, the staggered slots make
+        it unlikely that two other nodes take it in the same instant. Under a
+        partition the tuple is live here after at most 4 delays.
+        """
         self._check_open()
         new: builtins.list[Entry] = []
         for entry in entries:
@@ -245,14 +265,31 @@ class Forum:
                 if entry.id in self._pending_kills:
                     self._pending_kills.discard(entry.id)
                 else:
-                    self._add_live(Tuple(entry.id, entry.payload))
+                    self._surface_later(Tuple(entry.id, entry.payload))
             else:
                 self._apply_take(entry)
         self._notify(new)
         return new
 
+    def _surface_later(self, item: Tuple) -> None:
+        if not self.remote_delay:
+            self._add_live(item)
+            return
+        slot = zlib.crc32(f"{item.id}/{self.strand.origin}".encode()) % _REMOTE_SLOTS
+        delay = self.remote_delay * (1 + slot)
+        handle = asyncio.get_running_loop().call_later(delay, self._surface, item.id)
+        self._surfacing[item.id] = (item, handle)
+
+    def _surface(self, entry_id: EntryId) -> None:
+        item, _ = self._surfacing.pop(entry_id)
+        self._add_live(item)
+
     def _apply_take(self, take: Take) -> None:
         if self._index.remove_id(take.target) is not None:
+            return
+        surfacing = self._surfacing.pop(take.target, None)
+        if surfacing is not None:  # taken elsewhere before it was live here
+            surfacing[1].cancel()
             return
         if take.target in self._reserved:
             # Our own take of it is being made durable: both of us took it.
@@ -386,6 +423,9 @@ class Forum:
             if not waiter.future.done():
                 waiter.future.set_result(None)
         self._waiters.clear()
+        for _, handle in self._surfacing.values():
+            handle.cancel()  # they are in the Strand: live again after a restart
+        self._surfacing.clear()
         # Rescues write tuples back, so they finish before the Forum closes.
         while self._rescues:
             await asyncio.gather(*self._rescues, return_exceptions=True)

@@ -15,6 +15,7 @@ def cfg(tmp_path: Path) -> StrandConfig:
 
 @pytest.fixture
 async def forum(cfg: StrandConfig) -> AsyncIterator[Forum]:
-    f = Forum(await Strand.open(cfg))
+    # remote_delay=0: remote writes are live at once (tests of the delay set it).
+    f = Forum(await Strand.open(cfg), remote_delay=0)
     yield f
     await f.close()

@@ -27,20 +27,20 @@ async def test_take_before_its_write_kills_the_write(forum: Forum) -> None:
 
 
 async def test_take_before_write_in_one_batch_and_after_restart(cfg: StrandConfig) -> None:
-    async with Forum(await Strand.open(cfg)) as forum:
+    async with Forum(await Strand.open(cfg), remote_delay=0) as forum:
         await forum.apply([T1, W1, W2])
         assert await forum.count(Pattern(b"")) == 1
-    async with Forum(await Strand.open(cfg)) as forum:
+    async with Forum(await Strand.open(cfg), remote_delay=0) as forum:
         assert [t.payload for t in forum.list(Pattern(b"")).tuples] == [b"job/2"]
         assert forum.stats().double_takes == 0
 
 
 async def test_two_takes_of_one_write_converge_and_are_counted(cfg: StrandConfig) -> None:
-    async with Forum(await Strand.open(cfg)) as forum:
+    async with Forum(await Strand.open(cfg), remote_delay=0) as forum:
         await forum.apply([W1, T1, T1_AGAIN])
         assert await forum.count(Pattern(b"")) == 0
         assert forum.stats().double_takes == 1
-    async with Forum(await Strand.open(cfg)) as forum:
+    async with Forum(await Strand.open(cfg), remote_delay=0) as forum:
         assert forum.stats().double_takes == 1  # replay sees the same history
 
 
@@ -82,3 +82,19 @@ async def test_concurrent_applies_of_the_same_entry_store_it_once(forum: Forum) 
     results = await asyncio.gather(*(forum.apply([W1]) for _ in range(10)))
     assert sum(len(r) for r in results) == 1
     assert forum.stats().entries == 1
+
+
+async def test_remote_writes_become_live_after_the_remote_delay(cfg: StrandConfig) -> None:
+    """t0: a peer's write arrives; until t0 + delay it is stored but not live,
+    so a Take from its origin that arrives in time means it is never taken here."""
+    async with Forum(await Strand.open(cfg), remote_delay=0.05) as forum:
+        taker = asyncio.create_task(forum.take(Pattern(b"job/"), timeout=30))
+        await forum.apply([W1, W2])
+        assert await forum.count(Pattern(b"job/")) == 0  # stored, not yet live
+        assert W1.id in forum.strand
+        await forum.apply([T1])  # taken at its origin before it surfaced here
+        assert await taker == b"job/2"  # W2 surfaced after the delay
+        assert forum.stats().double_takes == 0
+        assert await forum.count(Pattern(b"job/")) == 0
+    async with Forum(await Strand.open(cfg)) as forum:
+        assert await forum.count(Pattern(b"")) == 0  # the log agrees after a restart

@@ -36,7 +36,7 @@ class ForumModel(RuleBasedStateMachine):
         self.remote_seq = dict.fromkeys(REMOTE, 0)
 
     def _open(self) -> Forum:
-        return Forum(self.loop.run_until_complete(Strand.open(self.cfg)))
+        return Forum(self.loop.run_until_complete(Strand.open(self.cfg)), remote_delay=0)
 
     def _run(self, coro):  # type: ignore[no-untyped-def]
         return self.loop.run_until_complete(coro)
