@@ -1,23 +1,29 @@
 """Forum's node: the Strand log, the live index and the tuple-space API."""
 
 from node.entries import Entry, EntryId, Take, Tuple, Write
+from node.client import ForumClient
+from node.config import NodeConfig
 from node.errors import ForumError, SerializationError, StrandError
 from node.forum import Forum, ForumStats, ListPage
 from node.space import Pattern, TupleSpace
 from node.strand import Strand, StrandConfig
+from node.sync_client import SyncForumClient
 
 __all__ = [
     "Entry",
     "EntryId",
     "Forum",
+    "ForumClient",
     "ForumError",
     "ForumStats",
     "ListPage",
+    "NodeConfig",
     "Pattern",
     "SerializationError",
     "Strand",
     "StrandConfig",
     "StrandError",
+    "SyncForumClient",
     "Take",
     "Tuple",
     "TupleSpace",

@@ -454,7 +454,8 @@ class Strand:
             fsync_seconds = None
             if sync:
                 t0 = time.perf_counter()
-                os.fsync(self._fd)
+                # fdatasync: the data and the file size, not the timestamps.
+                os.fdatasync(self._fd)
                 fsync_seconds = time.perf_counter() - t0
             else:
                 self._dirty = True

@@ -1,0 +1,384 @@
+"""Forum over HTTP against a Redis reliable queue, side by side, in one run.
+
+Usage: ``python bench/http_bench.py [--seconds 2] [--fsync never] [--out PATH]``
+
+What is measured, each for a fixed time at 1 and at 16 concurrent clients:
+
+==============  ======================================  ===================================
+work            Forum (ForumClient -> forum serve)       Redis (redis-py -> redis-server)
+==============  ======================================  ===================================
+write           POST /v1/tuples                          LPUSH queue
+take            POST /v1/take                            LMOVE queue processing + LREM
+job             write, then take it                      LPUSH, LMOVE, LREM
+batch job       write_many(N) + take_many(N)             pipelined LPUSH(N) + N x (LMOVE+LREM)
+==============  ======================================  ===================================
+
+LMOVE + LREM is the reliable-queue pattern: a taken job sits in a
+processing list until it is acknowledged (LREM), so a crashed consumer does
+not lose it. Both servers are started here on free loopback ports and
+stopped at the end. Durability is matched: ``--fsync never`` for the node
+against Redis without persistence (its default here), ``--fsync always``
+against Redis with ``appendfsync always``. Results go to a table on stdout
+and to JSON (``bench/results/http_bench.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import redis.asyncio as aioredis
+import uvloop
+
+from node import Pattern
+from node.client import ForumClient
+
+ROOT = Path(__file__).resolve().parent.parent
+BATCH = 1000
+QUEUE, PROCESSING = "bench:queue", "bench:processing"
+
+
+@dataclass
+class Result:
+    system: str
+    work: str
+    clients: int
+    ops: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.ops / self.seconds
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], what: str, deadline: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    until = loop.time() + deadline
+    while not await check():
+        if loop.time() > until:
+            raise TimeoutError(f"{what} did not come up in {deadline} s")
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def process(*command: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    proc = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                async with asyncio.timeout(20):
+                    await proc.wait()
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def forum_node(data: Path, fsync: str) -> AsyncIterator[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable, "-m", "node.cli", "serve", "--listen", f"127.0.0.1:{port}",
+        "--data-dir", str(data), "--fsync", fsync, "--node-id", "bench", "--log-level", "WARNING",
+    ]  # fmt: skip
+    async with process(*command), ForumClient(url) as probe:
+        await wait_until(probe.ready, "forum serve")
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def redis_server(data: Path, fsync: str) -> AsyncIterator[str]:
+    port = free_port()
+    persistence = (
+        ["--appendonly", "yes", "--appendfsync", "always"]
+        if fsync == "always"
+        else ["--appendonly", "no"]
+    )
+    command = [
+        "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        "--dir", str(data), *persistence,
+    ]  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    async with process(*command):
+        client = aioredis.from_url(url)
+        try:
+
+            async def up() -> bool:
+                try:
+                    return bool(await client.ping())
+                except (OSError, aioredis.ConnectionError):
+                    return False
+
+            await wait_until(up, "redis-server")
+        finally:
+            await client.aclose()
+        yield url
+
+
+async def run_for(
+    seconds: float, clients: int, op: Callable[[], Awaitable[int]]
+) -> tuple[int, float]:
+    """Run ``op`` in ``clients`` concurrent loops for ``seconds``; ops done and time taken."""
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + seconds
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        while loop.time() < stop_at:
+            # Not `done += await op()`: that reads `done` before the await and
+            # loses the other workers' counts.
+            n = await op()
+            done += n
+
+    started = time.perf_counter()
+    async with asyncio.TaskGroup() as group:
+        for _ in range(clients):
+            group.create_task(worker())
+    return done, time.perf_counter() - started
+
+
+async def run_until_dry(clients: int, op: Callable[[], Awaitable[int]]) -> tuple[int, float]:
+    """Run ``op`` in ``clients`` concurrent loops until it finds nothing (returns 0)."""
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        while n := await op():
+            done += n  # (n is awaited first: see run_for)
+
+    started = time.perf_counter()
+    async with asyncio.TaskGroup() as group:
+        for _ in range(clients):
+            group.create_task(worker())
+    return done, time.perf_counter() - started
+
+
+# -- the two queues ----------------------------------------------------------------
+
+PAYLOAD = b"job-" + b"x" * 60
+
+
+class ForumQueue:
+    """The work, through ForumClient against a ``forum serve``."""
+
+    name = "forum"
+
+    def __init__(self, client: ForumClient) -> None:
+        self.c = client
+        self.pattern = Pattern(b"job-")
+
+    async def write(self) -> int:
+        await self.c.write(PAYLOAD)
+        return 1
+
+    async def take(self) -> int:
+        return 0 if await self.c.take(self.pattern) is None else 1
+
+    async def job(self) -> int:
+        await self.c.write(PAYLOAD)
+        if await self.c.take(self.pattern) is None:
+            raise RuntimeError("a job written was not there to take")
+        return 1
+
+    async def batch_job(self) -> int:
+        await self.c.write_many([PAYLOAD] * BATCH)
+        return len(await self.c.take_many(self.pattern, BATCH))
+
+    async def prefill(self, n: int) -> None:
+        for _ in range(n // BATCH):
+            await self.c.write_many([PAYLOAD] * BATCH)
+
+    async def drain(self) -> None:
+        while await self.c.take_many(self.pattern, 10_000):
+            pass
+
+
+class RedisQueue:
+    """The same work on a Redis list: LPUSH, then LMOVE to a processing list and
+    LREM from it once done (the reliable-queue pattern)."""
+
+    name = "redis"
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.r = client
+
+    async def write(self) -> int:
+        await self.r.lpush(QUEUE, PAYLOAD)
+        return 1
+
+    async def take(self) -> int:
+        item = await self.r.lmove(QUEUE, PROCESSING, "RIGHT", "LEFT")
+        if item is None:
+            return 0
+        await self.r.lrem(PROCESSING, 1, item)
+        return 1
+
+    async def job(self) -> int:
+        await self.r.lpush(QUEUE, PAYLOAD)
+        item = await self.r.lmove(QUEUE, PROCESSING, "RIGHT", "LEFT")
+        if item is None:
+            raise RuntimeError("a job written was not there to take")
+        await self.r.lrem(PROCESSING, 1, item)
+        return 1
+
+    async def batch_job(self) -> int:
+        await self.r.lpush(QUEUE, *([PAYLOAD] * BATCH))
+        async with self.r.pipeline(transaction=False) as pipe:
+            for _ in range(BATCH):
+                pipe.lmove(QUEUE, PROCESSING, "RIGHT", "LEFT")
+            items = await pipe.execute()
+        async with self.r.pipeline(transaction=False) as pipe:
+            for item in items:
+                pipe.lrem(PROCESSING, 1, item)
+            await pipe.execute()
+        return len(items)
+
+    async def prefill(self, n: int) -> None:
+        for _ in range(n // BATCH):
+            await self.r.lpush(QUEUE, *([PAYLOAD] * BATCH))
+
+    async def drain(self) -> None:
+        await self.r.delete(QUEUE, PROCESSING)
+
+
+Queue = ForumQueue | RedisQueue
+WORKS = ("write", "take", "job", "batch job")
+
+
+async def measure(queue: Queue, work: str, clients: int, seconds: float, prefill: int) -> Result:
+    if work == "take":
+        # Takes drain a prefilled queue: they are timed until it is empty.
+        await queue.prefill(prefill)
+        n, t = await run_until_dry(clients, queue.take)
+    else:
+        op = {"write": queue.write, "job": queue.job, "batch job": queue.batch_job}[work]
+        n, t = await run_for(seconds, clients, op)
+    await queue.drain()
+    return Result(queue.name, work, clients, n, t)
+
+
+async def compare(
+    queues: tuple[Queue, Queue], clients: list[int], seconds: float, repeats: int, prefill: int
+) -> list[Result]:
+    """Each measurement ``repeats`` times, the two queues taking turns (so both
+    see the same background load), and the median of each kept."""
+    kept = []
+    for n_clients in clients:
+        for work in WORKS:
+            runs: dict[str, list[Result]] = {q.name: [] for q in queues}
+            for _ in range(repeats):
+                for queue in queues:
+                    runs[queue.name].append(await measure(queue, work, n_clients, seconds, prefill))
+            for results in runs.values():
+                kept.append(sorted(results, key=lambda r: r.rate)[len(results) // 2])
+    return kept
+
+
+# -- report ------------------------------------------------------------------------
+
+
+def table(results: list[Result], fsync: str) -> str:
+    redis_durability = "appendfsync always" if fsync == "always" else "no persistence"
+    rows = [
+        f"durability: forum fsync={fsync} vs redis {redis_durability}",
+        f"{'work':<10} {'clients':>7} {'forum /s':>12} {'redis /s':>12} {'ratio':>7}",
+    ]
+    by_key = {(r.system, r.work, r.clients): r for r in results}
+    for work in ("write", "take", "job", "batch job"):
+        for clients in sorted({r.clients for r in results}):
+            f, r = by_key[("forum", work, clients)], by_key[("redis", work, clients)]
+            rows.append(
+                f"{work:<10} {clients:>7} {f.rate:>12,.0f} {r.rate:>12,.0f} {f.rate / r.rate:>7.2f}"
+            )
+    return "\n".join(rows)
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=1.5, help="per measurement")
+    parser.add_argument(
+        "--fsync", choices=("never", "always", "both"), default="both",
+        help="durability to compare at (default both)",
+    )  # fmt: skip
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--repeats", type=int, default=3, help="median of this many runs")
+    parser.add_argument("--prefill", type=int, default=4000, help="tuples to take, per run")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "http_bench.json")
+    args = parser.parse_args()
+    if shutil.which("redis-server") is None:
+        print("redis-server is not on PATH", file=sys.stderr)
+        return 2
+    report: dict[str, object] = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "seconds_per_measurement": args.seconds,
+        "repeats": args.repeats,
+        "batch": BATCH,
+        "runs": [],
+    }  # fmt: skip
+    for fsync in ("never", "always") if args.fsync == "both" else (args.fsync,):
+        with tempfile.TemporaryDirectory(prefix="forum-bench-") as tmp:
+            (Path(tmp) / "redis").mkdir()
+            async with (
+                forum_node(Path(tmp) / "forum", fsync) as forum_url,
+                redis_server(Path(tmp) / "redis", fsync) as redis_url,
+                ForumClient(forum_url, pool_size=max(args.clients)) as client,
+            ):
+                r = aioredis.from_url(redis_url, max_connections=max(args.clients) + 4)
+                try:
+                    queues = (ForumQueue(client), RedisQueue(r))
+                    results = await compare(
+                        queues, args.clients, args.seconds, args.repeats, args.prefill
+                    )
+                finally:
+                    await r.aclose()
+        print(table(results, fsync), end="\n\n", flush=True)
+        jobs = {(r.system, r.clients): r.rate for r in results if r.work == "job"}
+        batch = max(r.rate for r in results if r.system == "forum" and r.work == "batch job")
+        runs = report["runs"]
+        assert isinstance(runs, list)
+        runs.append(
+            {
+                "fsync": fsync,
+                "results": [asdict(r) | {"rate": r.rate} for r in results],
+                "job_ratio": {
+                    str(c): jobs[("forum", c)] / jobs[("redis", c)] for c in args.clients
+                },
+                "forum_batch_tuples_per_second": batch,
+            }
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        # uvloop on both sides: the node runs on it, and it is the same loop
+        # for the Forum client and for redis-py.
+        sys.exit(uvloop.run(main()))

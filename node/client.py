@@ -1,0 +1,319 @@
+"""``ForumClient``: a remote node's tuple space, with the same interface as ``Forum``.
+
+::
+
+    async with ForumClient("http://127.0.0.1:7070", token=None) as space:
+        await space.write(b"job-1")
+        job = await space.take(Pattern(b"job-"), timeout=5)
+
+It satisfies :class:`node.space.TupleSpace`, so a worker written against an
+in-process ``Forum`` runs unchanged against a node. Connections are kept
+alive in a pool. Failures are ``ClientError``s naming the node:
+``NodeUnavailable`` (no connection), ``NodeTimeout`` (no answer in time),
+``NodeRejected`` and its ``Unauthorized`` and ``PayloadTooLarge`` (an error
+status, with the node's error code and message).
+
+A ``take`` that fails with ``NodeUnavailable`` may have taken a tuple on the
+node whose answer was lost: a take is not safe to retry blindly (that is what
+the coordinator's claims are for). ``read``, ``count``, ``list`` and
+``status`` are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+import msgpack
+from multidict import CIMultiDictProxy
+
+from node.entries import EntryId, Tuple
+from node.errors import (
+    NodeRejected,
+    NodeTimeout,
+    NodeUnavailable,
+    PayloadTooLarge,
+    SerializationError,
+    Unauthorized,
+)
+from node.forum import ListPage
+from node.space import Pattern
+from node.web_bodies import ENTRY_ID_HEADER, MSGPACK, RAW, TEXT, prefix_query
+from node.web_status import NodeStatus
+
+#: A long poll is answered by the node up to this much after its wait ends.
+_WAIT_SLACK = 5.0
+#: Less wait than this left is no wait: answer rather than poll again.
+_MIN_WAIT = 0.001
+
+
+class _Response:
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: CIMultiDictProxy[str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+class ForumClient:
+    """The tuple space of the node at ``url`` (``http://host:port``), over HTTP.
+
+    ``timeout`` bounds each request (plus its wait, for long polls);
+    ``connect_timeout`` bounds making a connection; ``pool_size`` is the most
+    connections kept open to the node.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        pool_size: int = 100,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"a node URL starts with http:// or https://, not {url!r}")
+        self.url = url.rstrip("/")
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._pool_size = pool_size
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:
+        return f"ForumClient({self.url!r})"
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Shielded: a cancelled caller must still leave no connections open.
+        await asyncio.shield(self.aclose())
+
+    async def aclose(self) -> None:
+        """Close the pooled connections. Idempotent."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._pool_size),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                headers=self._headers,
+            )
+        return self._session
+
+    # -- the tuple-space interface ----------------------------------------------
+
+    async def write(self, payload: bytes) -> EntryId:
+        """Write one tuple; its id once the node has made it durable."""
+        response = await self._request(
+            "POST",
+            "/v1/tuples",
+            data=payload,
+            headers={"Content-Type": RAW, "Accept": TEXT},
+        )
+        return self._entry_id(response.body.decode(errors="replace").strip())
+
+    async def write_many(self, payloads: Sequence[bytes]) -> list[EntryId]:
+        """Write many tuples in one request: all become durable, or none."""
+        if not payloads:
+            return []
+        document = await self._msgpack(
+            "POST",
+            "/v1/tuples/batch",
+            data=msgpack.packb({"payloads": list(payloads)}, use_bin_type=True),
+            headers={"Content-Type": MSGPACK},
+        )
+        return [self._entry_id(i) for i in self._list(document, "ids")]
+
+    async def read(self, pattern: Pattern) -> bytes | None:
+        found = await self.read_entry(pattern)
+        return None if found is None else found.payload
+
+    async def read_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
+        """The oldest live match, left live; waits up to ``timeout`` s for one."""
+        return await self._single("GET", "/v1/read", pattern, timeout)
+
+    async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None:
+        found = await self.take_entry(pattern, timeout)
+        return None if found is None else found.payload
+
+    async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
+        """Take the oldest live match; waits up to ``timeout`` s for one."""
+        return await self._single("POST", "/v1/take", pattern, timeout)
+
+    async def take_many(
+        self, pattern: Pattern, limit: int, timeout: float | None = None
+    ) -> builtins.list[Tuple]:
+        """Take up to ``limit`` matches in one request, all or none. With
+        ``timeout``, waits that long for the first when there are none."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        params = {**prefix_query(pattern), "limit": str(limit)}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout or 0.0)
+        while True:
+            # As in _single: the node waits at most its max_wait per request.
+            wait = max(0.0, deadline - loop.time())
+            if wait:
+                params["wait"] = _seconds(wait)
+            document = await self._msgpack("POST", "/v1/take/batch", params=params, wait=wait)
+            taken = [self._tuple(t) for t in self._list(document, "tuples")]
+            if taken or wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
+                return taken
+
+    async def count(self, pattern: Pattern) -> int:
+        response = await self._request(
+            "GET", "/v1/count", params=prefix_query(pattern), headers={"Accept": TEXT}
+        )
+        text = response.body.decode(errors="replace").strip()
+        if not text.isdigit():
+            raise SerializationError(f"{self.url}: a count is an integer, not {text!r}")
+        return int(text)
+
+    async def list(self, pattern: Pattern, cursor: int = 0, limit: int = 100) -> ListPage:
+        """Live matches, oldest first, a page at a time (start with cursor 0)."""
+        params = {**prefix_query(pattern), "cursor": str(cursor), "limit": str(limit)}
+        document = await self._msgpack("GET", "/v1/tuples", params=params)
+        tuples = [self._tuple(t) for t in self._list(document, "tuples")]
+        next_cursor = document.get("next_cursor")
+        if next_cursor is not None and not isinstance(next_cursor, int):
+            raise SerializationError(f"{self.url}: next_cursor is not an integer")
+        return ListPage(tuples, next_cursor)
+
+    async def status(self) -> NodeStatus:
+        document = await self._msgpack("GET", "/v1/status")
+        try:
+            return NodeStatus.from_document(document)
+        except (KeyError, TypeError) as exc:
+            raise SerializationError(f"{self.url}: not a status document: {exc}") from exc
+
+    async def ready(self) -> bool:
+        """Whether the node says it is ready (``/readyz``); ``False`` if unreachable."""
+        try:
+            await self._request("GET", "/readyz")
+        except (NodeUnavailable, NodeRejected):
+            return False
+        return True
+
+    # -- requests --------------------------------------------------------------
+
+    async def _single(
+        self, method: str, path: str, pattern: Pattern, timeout: float | None
+    ) -> Tuple | None:
+        """One tuple by prefix. A node waits at most its own ``max_wait``, so a
+        longer timeout is several long polls, each for what is left of it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout or 0.0)
+        params = prefix_query(pattern)
+        while True:
+            wait = max(0.0, deadline - loop.time())
+            if wait:
+                params["wait"] = _seconds(wait)
+            response = await self._request(
+                method, path, params=params, headers={"Accept": RAW}, wait=wait
+            )
+            if response.status == 200:
+                entry_id = response.headers.get(ENTRY_ID_HEADER)
+                if entry_id is None:
+                    raise SerializationError(f"{self.url}: no {ENTRY_ID_HEADER} in the answer")
+                return Tuple(self._entry_id(entry_id), response.body)
+            if wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
+                return None
+
+    async def _msgpack(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        headers = {"Accept": MSGPACK, **kwargs.pop("headers", {})}
+        response = await self._request(method, path, headers=headers, **kwargs)
+        try:
+            document = msgpack.unpackb(response.body, raw=False)
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise SerializationError(f"{self.url}: the answer is not msgpack: {exc}") from exc
+        if not isinstance(document, dict):
+            raise SerializationError(f"{self.url}: the answer is not a map")
+        return document
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        wait: float = 0.0,
+    ) -> _Response:
+        session = self._open()
+        timeout = aiohttp.ClientTimeout(
+            total=self._timeout + (wait + _WAIT_SLACK if wait else 0.0),
+            sock_connect=self._connect_timeout,
+        )
+        what = f"{method} {path}"
+        try:
+            async with session.request(
+                method,
+                self.url + path,
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=timeout,
+            ) as response:
+                body = await response.read()
+        except TimeoutError as exc:
+            raise NodeTimeout(self.url, f"{what}: no answer within {timeout.total:g} s") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise NodeUnavailable(self.url, f"{what}: cannot connect: {exc.os_error}") from exc
+        except aiohttp.ClientError as exc:
+            raise NodeUnavailable(self.url, f"{what}: {type(exc).__name__}: {exc}") from exc
+        if response.status >= 400:
+            raise self._rejected(response.status, body)
+        return _Response(response.status, response.headers, body)
+
+    def _rejected(self, status: int, body: bytes) -> NodeRejected:
+        try:
+            document = json.loads(body)
+            code, message = str(document["error"]), str(document["message"])
+        except (ValueError, TypeError, KeyError):
+            code, message = f"http_{status}", body[:200].decode(errors="replace")
+        kind = {401: Unauthorized, 413: PayloadTooLarge}.get(status, NodeRejected)
+        return kind(self.url, status, code, message)
+
+    # -- decoding --------------------------------------------------------------
+
+    def _entry_id(self, text: Any) -> EntryId:
+        try:
+            return EntryId.parse(text)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise SerializationError(f"{self.url}: not an entry id: {text!r}") from exc
+
+    def _list(self, document: Mapping[str, Any], name: str) -> builtins.list[Any]:
+        value = document.get(name)
+        if not isinstance(value, list):
+            raise SerializationError(f"{self.url}: the answer has no list {name!r}")
+        return value
+
+    def _tuple(self, document: Any) -> Tuple:
+        if not isinstance(document, dict) or not isinstance(document.get("payload"), bytes):
+            raise SerializationError(f"{self.url}: not a tuple: {document!r:.200}")
+        return Tuple(self._entry_id(document.get("id")), document["payload"])
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}"

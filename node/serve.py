@@ -1,0 +1,132 @@
+"""Running one node: open the Strand, serve the app, drain on SIGTERM/SIGINT.
+
+Start-up::
+
+    open the Strand (replays the log) -> build the app -> listen -> "listening on ..."
+
+Shutdown, on SIGTERM or SIGINT::
+
+    t0  stop listening (new connections are refused; /readyz would say 503)
+    t1  long polls end at once and answer 204
+    t2  in-flight requests get ``shutdown_timeout`` seconds to finish
+    t3  close the Strand (pending appends made durable), exit 0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from aiohttp import web
+
+from node.config import NodeConfig
+from node.forum import Forum
+from node.strand import Strand, StrandConfig
+from node.web_app import build_app
+from node.web_keys import Extension
+
+log = logging.getLogger("forum.serve")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            document["exception"] = self.formatException(record.exc_info)
+        return json.dumps(document)
+
+
+def configure_logging(config: NodeConfig, stream: TextIO = sys.stderr) -> None:
+    handler = logging.StreamHandler(stream)
+    if config.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(config.log_level.upper())
+
+
+def strand_config(config: NodeConfig) -> StrandConfig:
+    strand = StrandConfig().with_storage(config.data_dir).with_fsync(config.fsync)
+    return strand if config.node_id is None else strand.with_node_name(config.node_id)
+
+
+async def serve(
+    config: NodeConfig,
+    extensions: Sequence[Extension] = (),
+    *,
+    stop: asyncio.Event | None = None,
+    on_listening: Callable[[str], None] | None = None,
+) -> int:
+    """Run a node until ``stop`` is set or SIGTERM/SIGINT arrives; returns the exit code.
+
+    ``on_listening`` is called with the URL once the node accepts connections.
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with contextlib.AsyncExitStack() as stack:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, _stop_on_signal, stop, signum)
+            stack.callback(loop.remove_signal_handler, signum)
+        strand = await stack.enter_async_context(await Strand.open(strand_config(config)))
+        forum = await stack.enter_async_context(Forum(strand))
+        app = build_app(forum, config, extensions)
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=config.shutdown_timeout,
+            # A long poll whose client left is cancelled instead of taking a
+            # tuple nobody will receive (the Forum puts back what it handed over).
+            handler_cancellation=True,
+        )
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        site = web.TCPSite(runner, config.host or None, config.port, reuse_address=True)
+        await site.start()
+        url = _bound_url(runner, config)
+        stats = forum.stats()
+        log.info(
+            "node %s (origin %s) listening on %s; data in %s, fsync %s, %d live tuples",
+            strand.config.node_name,
+            stats.origin,
+            url,
+            config.data_dir,
+            config.fsync,
+            stats.live,
+        )
+        if on_listening is not None:
+            on_listening(url)
+        await stop.wait()
+        log.info("shutting down: draining requests (up to %ss)", config.shutdown_timeout)
+    log.info("stopped")
+    return 0
+
+
+def _stop_on_signal(stop: asyncio.Event, signum: int) -> None:
+    log.info("received %s", signal.Signals(signum).name)
+    stop.set()
+
+
+def _bound_url(runner: web.AppRunner, config: NodeConfig) -> str:
+    """The URL of the socket actually bound (``listen`` may have asked for port 0)."""
+    addresses = runner.addresses
+    port = addresses[0][1] if addresses else config.port
+    host = config.host or "0.0.0.0"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"

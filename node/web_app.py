@@ -1,0 +1,185 @@
+"""The node's aiohttp application: routes, middlewares and the extension seam.
+
+:func:`build_app` wires a :class:`~node.forum.Forum` to HTTP. Extensions
+(replication) are callables that receive the app before it starts and may add
+routes, ``on_startup``/``cleanup_ctx`` handlers and metrics; they reach the
+node's parts through the typed keys in :mod:`node.web_keys`.
+
+Middlewares, outermost first::
+
+    metrics        counts and times every request, rejected ones included
+    errors         turns every failure into {"error": code, "message": text}
+    authenticate   the client token on the API, the cluster secret on
+                   /v1/cluster/ (replication), nothing on the health probes
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client import CollectorRegistry
+
+from node.config import NodeConfig
+from node.errors import ForumError, StrandError
+from node.forum import Forum
+from node.web_bodies import ApiProblem
+from node.web_handlers import (
+    count,
+    healthz,
+    list_tuples,
+    read,
+    readyz,
+    status,
+    take,
+    take_batch,
+    write_batch,
+    write_tuple,
+)
+from node.web_keys import (
+    CONFIG,
+    FORUM,
+    LONG_POLLS,
+    METRICS_REGISTRY,
+    PEERS,
+    STARTED,
+    Extension,
+)
+from node.web_longpoll import LongPolls
+from node.web_metrics import NodeMetrics
+from node.web_openapi import openapi_handler
+
+log = logging.getLogger(__name__)
+
+#: Routes under this prefix are for peers: they need the cluster secret, not the token.
+CLUSTER_PREFIX = "/v1/cluster/"
+#: Routes open to anyone (probes must work without secrets).
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+#: Room for the framing of a batch beyond its payload bytes.
+_BODY_SLACK = 64 * 1024
+
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    503: "unavailable",
+}
+#: Headers of aiohttp's own errors worth keeping when they are rewritten as JSON.
+_KEPT_HEADERS = ("Allow", "WWW-Authenticate", "Retry-After")
+
+
+def build_app(
+    forum: Forum, config: NodeConfig, extensions: Sequence[Extension] = ()
+) -> web.Application:
+    """The node's app, serving ``forum`` as ``config`` says, with ``extensions`` applied."""
+    registry = CollectorRegistry(auto_describe=True)
+    long_polls = LongPolls(forum, config.max_waiters)
+    metrics = NodeMetrics(registry, forum, long_polls)
+    app = web.Application(
+        middlewares=[metrics.middleware, _errors, _authenticate],
+        # A backstop only: handlers read bodies with their own, tighter limits.
+        client_max_size=config.max_batch_bytes + _BODY_SLACK,
+    )
+    app[FORUM] = forum
+    app[CONFIG] = config
+    app[METRICS_REGISTRY] = registry
+    app[LONG_POLLS] = long_polls
+    app[PEERS] = _no_peers
+    app[STARTED] = time.monotonic()
+
+    router = app.router
+    router.add_post("/v1/tuples", write_tuple)
+    router.add_get("/v1/tuples", list_tuples)
+    router.add_post("/v1/tuples/batch", write_batch)
+    router.add_post("/v1/take", take)
+    router.add_post("/v1/take/batch", take_batch)
+    router.add_get("/v1/read", read)
+    router.add_get("/v1/count", count)
+    router.add_get("/v1/status", status)
+    router.add_get("/v1/openapi.json", openapi_handler)
+    router.add_get("/healthz", healthz)
+    router.add_get("/readyz", readyz)
+    router.add_get("/metrics", metrics.handle)
+
+    app.cleanup_ctx.append(_listening)
+    # on_shutdown runs after the socket closes and before in-flight requests
+    # are awaited: long polls end now instead of holding up the shutdown.
+    app.on_shutdown.append(_drain)
+    for extension in extensions:
+        extension(app)
+    return app
+
+
+def _no_peers() -> list[dict[str, Any]]:
+    return []
+
+
+async def _listening(app: web.Application) -> AsyncIterator[None]:
+    async with app[LONG_POLLS]:
+        yield
+
+
+async def _drain(app: web.Application) -> None:
+    app[LONG_POLLS].drain()
+
+
+@web.middleware
+async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path in OPEN_PATHS:
+        return await handler(request)
+    config = request.app[CONFIG]
+    for_peers = request.path.startswith(CLUSTER_PREFIX)
+    secret = config.cluster_secret if for_peers else config.token
+    if secret is not None and not _bearer_matches(request, secret):
+        what = "the cluster secret" if for_peers else "the node's token"
+        raise ApiProblem(
+            401,
+            "unauthorized",
+            f"missing or wrong credentials: send 'Authorization: Bearer <{what}>'",
+            headers={"WWW-Authenticate": 'Bearer realm="forum"'},
+        )
+    return await handler(request)
+
+
+def _bearer_matches(request: web.Request, secret: str) -> bool:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    # compare_digest: the time taken must not tell how much of the secret matched.
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), secret.encode()
+    )
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiProblem:
+        raise
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {k: exc.headers[k] for k in _KEPT_HEADERS if k in exc.headers}
+        code = _CODES.get(exc.status, "bad_request" if exc.status < 500 else "internal")
+        message = f"{exc.reason}: {request.method} {request.path}"
+        raise ApiProblem(exc.status, code, message, headers) from None
+    except StrandError as exc:
+        log.error("storage failed on %s %s: %s", request.method, request.path, exc)
+        raise ApiProblem(
+            503, "storage_unavailable", str(exc), headers={"Retry-After": "1"}
+        ) from None
+    except ForumError as exc:
+        # The Forum refuses work once it is closing (shutdown).
+        raise ApiProblem(503, "unavailable", str(exc), headers={"Retry-After": "1"}) from None
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        raise ApiProblem(500, "internal", "the node failed to answer; its log says why") from None

@@ -1,0 +1,36 @@
+"""The node app's typed state: what handlers and extensions reach through ``app[KEY]``.
+
+Extensions (replication) read the Forum and the config, register their
+metrics in the app's own registry, and fill the ``peers`` section of status::
+
+    def replication(app: web.Application) -> None:
+        forum = app[FORUM]
+        app[PEERS] = membership.snapshot          # () -> list[dict[str, Any]]
+        Counter("forum_pushes", "...", registry=app[METRICS_REGISTRY])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from node.config import NodeConfig
+from node.forum import Forum
+from node.web_longpoll import LongPolls
+
+#: Returns one JSON-able dict per peer (url, state, lag, ...), for ``/v1/status``.
+PeersProvider = Callable[[], list[dict[str, Any]]]
+#: Adds routes, startup/cleanup handlers or metrics to the node's app before it starts.
+Extension = Callable[[web.Application], None]
+
+FORUM = web.AppKey("forum", Forum)
+CONFIG = web.AppKey("config", NodeConfig)
+#: One registry per app, so two nodes in one process (tests) keep their metrics apart.
+METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
+PEERS = web.AppKey[PeersProvider]("peers")
+LONG_POLLS = web.AppKey("long_polls", LongPolls)
+#: Monotonic time the app was built, for uptime in status.
+STARTED = web.AppKey("started", float)

@@ -1,0 +1,133 @@
+"""Long polls: requests that wait for a tuple, bounded in number and woken on drain.
+
+A take with ``wait`` waits inside the Forum (which hands a new tuple to the
+first waiter it matches). A read with ``wait`` waits here: a Forum listener
+wakes the readers whose prefix a new Write matches, and each reads again.
+
+On shutdown :meth:`LongPolls.drain` ends every wait at once; the requests
+answer "nothing matched" (204), and new requests stop waiting. A wait ended
+this way leaves nothing behind: the Forum puts back a tuple that was handed
+to a take cancelled before it could answer.
+
+Timeline of a drain during a long-poll take::
+
+    t0: client A: POST /v1/take?prefix=job-&wait=30   (waits in the Forum)
+    t1: SIGTERM: the listening socket closes; drain() expires A's timeout
+    t2: A's take is cancelled before it got a tuple; A gets 204
+    t3: in-flight requests finish; the Strand closes
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from node.entries import Entry, Tuple, Write
+from node.forum import Forum
+from node.space import Pattern
+from node.web_bodies import ApiProblem
+
+
+class LongPolls:
+    """The long polls of one node. Use as an async context manager (it listens
+    to the Forum while open)."""
+
+    def __init__(self, forum: Forum, max_waiters: int) -> None:
+        self._forum = forum
+        self._max_waiters = max_waiters
+        self._timeouts: set[asyncio.Timeout] = set()
+        self._readers: dict[asyncio.Future[None], bytes] = {}
+        self._draining = False
+        self._listening = False
+
+    async def __aenter__(self) -> LongPolls:
+        self._forum.add_listener(self._on_entries)
+        self._listening = True
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self.drain()
+        if self._listening:
+            self._listening = False
+            self._forum.remove_listener(self._on_entries)
+
+    @property
+    def waiting(self) -> int:
+        """How many requests are waiting now."""
+        return len(self._timeouts)
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def drain(self) -> None:
+        """End every wait now, and make later requests answer without waiting."""
+        self._draining = True
+        now = asyncio.get_running_loop().time()
+        for timeout in self._timeouts:
+            timeout.reschedule(now)
+
+    async def take(self, pattern: Pattern, wait: float) -> Tuple | None:
+        """Take the oldest match, waiting up to ``wait`` seconds for one."""
+        if not wait or self._draining:
+            return await self._forum.take_entry(pattern)
+        return await self._bounded(lambda: self._forum.take_entry(pattern, timeout=wait))
+
+    async def read(self, pattern: Pattern, wait: float) -> Tuple | None:
+        """Read the oldest match, waiting up to ``wait`` seconds for one."""
+        if not wait or self._draining:
+            return await self._forum.read_entry(pattern)
+        return await self._bounded(lambda: self._read_waiting(pattern, wait))
+
+    async def _bounded(self, waiting: Callable[[], Awaitable[Tuple | None]]) -> Tuple | None:
+        if len(self._timeouts) >= self._max_waiters:
+            raise ApiProblem(
+                503,
+                "too_many_waiters",
+                f"{self._max_waiters} requests are already waiting; retry, or wait less",
+                headers={"Retry-After": "1"},
+            )
+        # No deadline of its own: drain() sets one (now) to end the wait.
+        cutoff = asyncio.timeout(None)
+        try:
+            async with cutoff:
+                self._timeouts.add(cutoff)
+                try:
+                    return await waiting()
+                finally:
+                    self._timeouts.discard(cutoff)
+        except TimeoutError:
+            if cutoff.expired():
+                return None
+            raise
+
+    async def _read_waiting(self, pattern: Pattern, wait: float) -> Tuple | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            # Listen before looking, so a write between the two is not missed.
+            woken: asyncio.Future[None] = loop.create_future()
+            self._readers[woken] = pattern.prefix
+            try:
+                found = await self._forum.read_entry(pattern)
+                if found is not None:
+                    return found
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await woken
+                except TimeoutError:
+                    return None
+            finally:
+                del self._readers[woken]
+
+    def _on_entries(self, entries: Sequence[Entry]) -> None:
+        if not self._readers:
+            return
+        for entry in entries:
+            if isinstance(entry, Write):
+                for woken, prefix in self._readers.items():
+                    if not woken.done() and entry.payload.startswith(prefix):
+                        woken.set_result(None)

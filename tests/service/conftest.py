@@ -1,0 +1,34 @@
+"""The service tests' fixtures: real ``forum serve`` processes, an HTTP session,
+and an in-process Forum for the Protocol suite."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from node import Forum, Strand, StrandConfig
+from node.client import ForumClient
+from tests.fixtures.nodes import NodeProcess
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """A plain HTTP session, for requests the client would never send."""
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+@pytest.fixture
+async def client(forum_node: NodeProcess) -> AsyncIterator[ForumClient]:
+    async with ForumClient(forum_node.url) as c:
+        yield c
+
+
+@pytest.fixture
+async def local_forum(tmp_path: Path) -> AsyncIterator[Forum]:
+    cfg = StrandConfig().with_storage(tmp_path / "local").with_node_name("local")
+    async with Forum(await Strand.open(cfg)) as forum:
+        yield forum

@@ -1,0 +1,324 @@
+"""Every route of the HTTP API, in every content type, against a real ``forum serve``."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import aiohttp
+import msgpack
+import pytest
+
+from node.config import NodeConfig
+from node.web_app import build_app
+from node.web_openapi import OPENAPI
+from tests.fixtures.nodes import NodeProcess
+
+RAW = "application/octet-stream"
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+
+
+async def call(
+    http: aiohttp.ClientSession, method: str, url: str, **kwargs: Any
+) -> tuple[int, dict[str, str], bytes]:
+    async with http.request(method, url, **kwargs) as response:
+        return response.status, dict(response.headers), await response.read()
+
+
+# -- write -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "expected"),
+    [
+        (RAW, b"job-raw\x00\xff", b"job-raw\x00\xff"),
+        (None, b"job-no-type", b"job-no-type"),
+        ("text/plain", b"job-text", b"job-text"),
+        (JSON, json.dumps({"payload": "job-json \u00e9"}).encode(), "job-json \u00e9".encode()),
+        (
+            JSON,
+            json.dumps({"payload_b64": base64.b64encode(b"\xff\x00bin").decode()}).encode(),
+            b"\xff\x00bin",
+        ),
+        (MSGPACK, msgpack.packb({"payload": b"job-mp\xff"}), b"job-mp\xff"),
+        ("application/x-msgpack", msgpack.packb({"payload": "job-mp-text"}), b"job-mp-text"),
+    ],
+    ids=["raw", "no-type", "text", "json", "json-b64", "msgpack", "msgpack-str"],
+)
+async def test_write_in_each_content_type(
+    forum_node: NodeProcess,
+    http: aiohttp.ClientSession,
+    content_type: str | None,
+    body: bytes,
+    expected: bytes,
+) -> None:
+    headers = {"Content-Type": content_type} if content_type else {}
+    status, _, answer = await call(
+        http, "POST", f"{forum_node.url}/v1/tuples", data=body, headers=headers
+    )
+    assert status == 201
+    entry_id = json.loads(answer)["id"]
+    assert entry_id.startswith("n1-") and entry_id.endswith(":1")
+    status, headers_out, payload = await call(
+        http, "POST", f"{forum_node.url}/v1/take", params={"prefix": ""}
+    )
+    assert (status, payload, headers_out["Forum-Entry-Id"]) == (200, expected, entry_id)
+
+
+@pytest.mark.parametrize(
+    ("accept", "decode"),
+    [
+        (JSON, json.loads),
+        (MSGPACK, msgpack.unpackb),
+        ("text/plain", lambda b: {"id": b.decode().strip()}),
+        ("*/*", json.loads),
+    ],
+)
+async def test_write_answers_in_the_accepted_type(
+    forum_node: NodeProcess, http: aiohttp.ClientSession, accept: str, decode: Any
+) -> None:
+    status, _headers, body = await call(
+        http, "POST", f"{forum_node.url}/v1/tuples", data=b"x", headers={"Accept": accept}
+    )
+    assert status == 201
+    assert decode(body)["id"].endswith(":1")
+
+
+# -- take and read ---------------------------------------------------------------------
+
+
+async def test_take_in_each_representation(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    url = forum_node.url
+    for payload in (b"job-1", b"job-2", b"job-\xff"):
+        await call(http, "POST", f"{url}/v1/tuples", data=payload)
+
+    status, headers, body = await call(http, "POST", f"{url}/v1/take?prefix=job-")
+    assert (status, body, headers["Content-Type"]) == (200, b"job-1", RAW)
+    assert headers["Forum-Entry-Id"].endswith(":1")
+
+    status, _, body = await call(
+        http, "POST", f"{url}/v1/take?prefix=job-", headers={"Accept": MSGPACK}
+    )
+    assert status == 200
+    assert msgpack.unpackb(body) == {
+        "id": headers["Forum-Entry-Id"][:-1] + "2",
+        "payload": b"job-2",
+    }
+
+    status, _, body = await call(
+        http, "POST", f"{url}/v1/take?prefix=job-", headers={"Accept": JSON}
+    )
+    document = json.loads(body)
+    assert "payload" not in document
+    assert base64.b64decode(document["payload_b64"]) == b"job-\xff"
+
+    status, headers, body = await call(http, "POST", f"{url}/v1/take?prefix=job-")
+    assert (status, body) == (204, b"")
+
+
+async def test_read_leaves_the_tuple_live(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    url = forum_node.url
+    await call(http, "POST", f"{url}/v1/tuples", data=b"cfg-a")
+    for _ in range(2):
+        status, _headers, body = await call(http, "GET", f"{url}/v1/read?prefix=cfg-")
+        assert (status, body) == (200, b"cfg-a")
+    status, _, body = await call(
+        http, "GET", f"{url}/v1/read?prefix=cfg-", headers={"Accept": JSON}
+    )
+    assert json.loads(body)["payload"] == "cfg-a"
+    assert (await call(http, "GET", f"{url}/v1/read?prefix=nope"))[0] == 204
+    assert json.loads((await call(http, "GET", f"{url}/v1/count?prefix=cfg-"))[2]) == {"count": 1}
+
+
+async def test_binary_prefix_in_base64(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    url = forum_node.url
+    await call(http, "POST", f"{url}/v1/tuples", data=b"\xff\x00job")
+    await call(http, "POST", f"{url}/v1/tuples", data=b"\xfe\x00job")
+    prefix = base64.urlsafe_b64encode(b"\xff\x00").decode().rstrip("=")
+    status, _, body = await call(http, "POST", f"{url}/v1/take", params={"prefix_b64": prefix})
+    assert (status, body) == (200, b"\xff\x00job")
+
+
+# -- batches ------------------------------------------------------------------------
+
+
+async def test_batch_write_and_take_in_msgpack(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    url = forum_node.url
+    payloads = [f"b-{i:03}".encode() for i in range(250)]
+    status, _, body = await call(
+        http,
+        "POST",
+        f"{url}/v1/tuples/batch",
+        data=msgpack.packb({"payloads": payloads}),
+        headers={"Content-Type": MSGPACK, "Accept": MSGPACK},
+    )
+    assert status == 201
+    ids = msgpack.unpackb(body)["ids"]
+    assert len(ids) == 250 and len(set(ids)) == 250
+
+    status, _, body = await call(
+        http, "POST", f"{url}/v1/take/batch?prefix=b-&limit=200", headers={"Accept": MSGPACK}
+    )
+    taken = msgpack.unpackb(body)["tuples"]
+    assert status == 200
+    assert [t["payload"] for t in taken] == payloads[:200]
+    assert [t["id"] for t in taken] == ids[:200]
+
+    status, _, body = await call(http, "POST", f"{url}/v1/take/batch?prefix=b-&limit=200")
+    assert [t["payload"] for t in json.loads(body)["tuples"]] == [
+        p.decode() for p in payloads[200:]
+    ]
+    status, _, body = await call(http, "POST", f"{url}/v1/take/batch?prefix=b-")
+    assert (status, json.loads(body)) == (200, {"tuples": []})
+
+
+async def test_batch_write_in_json(forum_node: NodeProcess, http: aiohttp.ClientSession) -> None:
+    url = forum_node.url
+    status, _, body = await call(
+        http, "POST", f"{url}/v1/tuples/batch", json={"payloads": ["j-1", "j-2"]}
+    )
+    assert status == 201 and len(json.loads(body)["ids"]) == 2
+    encoded = [base64.b64encode(b"j-\xff").decode()]
+    status, _, body = await call(
+        http, "POST", f"{url}/v1/tuples/batch", json={"payloads_b64": encoded}
+    )
+    assert status == 201
+    assert json.loads((await call(http, "GET", f"{url}/v1/count?prefix=j-"))[2])["count"] == 3
+
+
+async def test_batch_take_waits_for_the_first(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    url = forum_node.url
+    status, _, body = await call(http, "POST", f"{url}/v1/take/batch?prefix=w-&wait=0.2")
+    assert (status, json.loads(body)) == (200, {"tuples": []})
+
+
+# -- count, list, status -----------------------------------------------------------------
+
+
+async def test_count_in_each_representation(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    url = forum_node.url
+    for payload in (b"a-1", b"a-2", b"b-1"):
+        await call(http, "POST", f"{url}/v1/tuples", data=payload)
+    assert json.loads((await call(http, "GET", f"{url}/v1/count?prefix=a-"))[2]) == {"count": 2}
+    _, _, body = await call(http, "GET", f"{url}/v1/count", headers={"Accept": MSGPACK})
+    assert msgpack.unpackb(body) == {"count": 3}
+    _, _, body = await call(
+        http, "GET", f"{url}/v1/count?prefix=b", headers={"Accept": "text/plain"}
+    )
+    assert body == b"1\n"
+
+
+async def test_list_pages_oldest_first(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    url = forum_node.url
+    payloads = [f"p-{i}".encode() for i in range(5)]
+    await call(
+        http, "POST", f"{url}/v1/tuples/batch", json={"payloads": [p.decode() for p in payloads]}
+    )
+    seen: list[str] = []
+    cursor = 0
+    while True:
+        _, _, body = await call(
+            http,
+            "GET",
+            f"{url}/v1/tuples",
+            params={"prefix": "p-", "limit": "2", "cursor": str(cursor)},
+        )
+        page = json.loads(body)
+        seen += [t["payload"] for t in page["tuples"]]
+        if page["next_cursor"] is None:
+            break
+        cursor = page["next_cursor"]
+    assert seen == [p.decode() for p in payloads]
+    _, _, body = await call(http, "GET", f"{url}/v1/tuples?limit=1", headers={"Accept": MSGPACK})
+    assert msgpack.unpackb(body)["tuples"][0]["payload"] == b"p-0"
+
+
+async def test_status(forum_node: NodeProcess, http: aiohttp.ClientSession) -> None:
+    url = forum_node.url
+    await call(http, "POST", f"{url}/v1/tuples", data=b"s-1")
+    await call(http, "POST", f"{url}/v1/tuples", data=b"s-2")
+    await call(http, "POST", f"{url}/v1/take?prefix=s-")
+    status, _, body = await call(http, "GET", f"{url}/v1/status")
+    document = json.loads(body)
+    assert status == 200
+    assert document["node_id"] == "n1" and document["origin"].startswith("n1-")
+    assert (document["live"], document["writes"], document["takes"]) == (1, 2, 1)
+    assert document["entries"] == 3 and document["strand_bytes"] > 0
+    assert document["advertise"] == url and document["fsync"] == "always"
+    assert document["peers"] == []
+    _, _, body = await call(http, "GET", f"{url}/v1/status", headers={"Accept": MSGPACK})
+    assert msgpack.unpackb(body)["origin"] == document["origin"]
+
+
+# -- probes, metrics, OpenAPI ------------------------------------------------------------
+
+
+async def test_health_and_readiness(forum_node: NodeProcess, http: aiohttp.ClientSession) -> None:
+    assert (await call(http, "GET", f"{forum_node.url}/healthz"))[0] == 200
+    status, _, body = await call(http, "GET", f"{forum_node.url}/readyz")
+    assert (status, json.loads(body)) == (200, {"status": "ready"})
+
+
+async def test_metrics(forum_node: NodeProcess, http: aiohttp.ClientSession) -> None:
+    url = forum_node.url
+    await call(http, "POST", f"{url}/v1/tuples", data=b"m-1")
+    await call(http, "POST", f"{url}/v1/take?prefix=m-")
+    await call(http, "POST", f"{url}/v1/tuples", data=b"m-2")
+    status, headers, body = await call(http, "GET", f"{url}/metrics")
+    text = body.decode()
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    for line in (
+        'forum_http_requests_total{method="POST",route="/v1/tuples",status="201"} 2.0',
+        'forum_http_requests_total{method="POST",route="/v1/take",status="200"} 1.0',
+        "forum_live_tuples 1.0",
+        "forum_writes_total 2.0",
+        "forum_takes_total 1.0",
+        "forum_waiting_takers 0.0",
+    ):
+        assert line in text, line
+    assert 'forum_http_request_duration_seconds_count{method="POST",route="/v1/take"} 1.0' in text
+    assert "forum_strand_bytes " in text
+    # Each write and take waited for at least one fsync (fsync always).
+    assert "forum_strand_fsync_duration_seconds_count 0.0" not in text
+
+
+async def test_openapi_describes_every_route(local_forum: Any) -> None:
+    app = build_app(local_forum, NodeConfig())
+    served = {
+        (route.resource.canonical, route.method.lower())
+        for route in app.router.routes()
+        if route.resource is not None and route.method != "HEAD"
+    }
+    described = {(path, method) for path, ops in OPENAPI["paths"].items() for method in ops}
+    assert served == described
+
+
+async def test_openapi_is_served(forum_node: NodeProcess, http: aiohttp.ClientSession) -> None:
+    status, _, body = await call(http, "GET", f"{forum_node.url}/v1/openapi.json")
+    assert status == 200 and json.loads(body)["openapi"] == "3.1.0"
+
+
+async def test_unknown_route_and_method(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    status, _, body = await call(http, "GET", f"{forum_node.url}/v2/tuples")
+    assert (status, json.loads(body)["error"]) == (404, "not_found")
+    status, headers, body = await call(http, "PUT", f"{forum_node.url}/v1/take")
+    assert (status, json.loads(body)["error"]) == (405, "method_not_allowed")
+    assert "POST" in headers["Allow"]
