@@ -1,8 +1,8 @@
 """Forum's node: the Strand log, the live index and the tuple-space API."""
 
-from node.entries import Entry, EntryId, Take, Tuple, Write
 from node.client import ForumClient
 from node.config import NodeConfig
+from node.entries import Entry, EntryId, Take, Tuple, Write
 from node.errors import ForumError, SerializationError, StrandError
 from node.forum import Forum, ForumStats, ListPage
 from node.space import Pattern, TupleSpace
