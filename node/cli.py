@@ -34,10 +34,12 @@ EXIT_USAGE = 2
 EXIT_NODE = 3
 
 DEFAULT_NODE = f"http://{DEFAULT_LISTEN}"
-#: Subcommands that the coordinator package adds (they need Redis).
-COORDINATOR_COMMANDS = {
-    "worker": "run workers that take jobs from a node and claim them in Redis",
-    "dead": "list or requeue dead-lettered jobs",
+#: Subcommands other packages add, by the module whose ``register`` adds them.
+#: They are imported only when run (they need Redis), never for ``forum serve``.
+LAZY_COMMANDS = {
+    "worker": ("coordinator.cli", "run workers that take jobs from a node and claim them in Redis"),
+    "dead": ("coordinator.cli", "list or requeue dead-lettered jobs"),
+    "cluster": ("deploy.cluster", "run a local cluster of real processes (nodes, Redis, workers)"),
 }
 
 Command = Callable[[argparse.Namespace], Awaitable[int]]
@@ -293,21 +295,25 @@ def _add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 # -- the parser and main -------------------------------------------------------------
 
 
-def _add_coordinator_commands(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], load: bool
+def _add_lazy_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], load: str | None
 ) -> None:
-    if load:
-        # Imported here, not at the top: it imports redis, which only these commands need.
-        coordinator_cli = importlib.import_module("coordinator.cli")
-        coordinator_cli.register(commands)
-        return
-    for name, summary in COORDINATOR_COMMANDS.items():
-        # A stand-in for `forum --help`; the real parser is built when it is run.
-        commands.add_parser(name, help=summary)
+    """The commands of :data:`LAZY_COMMANDS`: for real for module ``load``
+    (imported here, not at the top: it imports redis), stand-ins for the rest."""
+    registered: set[str] = set()
+    for name, (module, summary) in LAZY_COMMANDS.items():
+        if module == load:
+            if module not in registered:
+                importlib.import_module(module).register(commands)
+                registered.add(module)
+        else:
+            # A stand-in for `forum --help`; the real parser is built when it is run.
+            commands.add_parser(name, help=summary)
 
 
-def build_parser(coordinator: bool = False) -> argparse.ArgumentParser:
-    """The ``forum`` parser; ``coordinator`` loads the worker commands for real."""
+def build_parser(coordinator: bool = False, load: str | None = None) -> argparse.ArgumentParser:
+    """The ``forum`` parser. ``load`` names the module of :data:`LAZY_COMMANDS`
+    whose commands are built for real; ``coordinator=True`` means the worker's."""
     parser = argparse.ArgumentParser(
         prog="forum",
         description="Forum: a replicated tuple space run as a multi-machine work queue.",
@@ -318,7 +324,7 @@ def build_parser(coordinator: bool = False) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_serve(commands)
     _add_client_commands(commands)
-    _add_coordinator_commands(commands, coordinator)
+    _add_lazy_commands(commands, "coordinator.cli" if coordinator else load)
     return parser
 
 
@@ -327,9 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The top-level parser takes no option values, so the first word is the command.
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
-        parser = build_parser(coordinator=command in COORDINATOR_COMMANDS)
+        lazy = LAZY_COMMANDS.get(command or "")
+        parser = build_parser(load=lazy[0] if lazy else None)
     except ImportError as exc:
-        print(f"forum {command}: the worker runtime is not available: {exc}", file=sys.stderr)
+        print(f"forum {command}: not available here: {exc}", file=sys.stderr)
         return EXIT_USAGE
     args = parser.parse_args(argv)
     func: Any = getattr(args, "func", None)
