@@ -160,6 +160,26 @@ class ForumClient:
         """Take the oldest live match; waits up to ``timeout`` s for one."""
         return await self._single("POST", "/v1/take", pattern, timeout)
 
+    async def reserve(
+        self, pattern: Pattern, lease: float, timeout: float | None = None
+    ) -> Tuple | None:
+        """Reserve the oldest live match for ``lease`` s (see ``Forum.reserve``):
+        unlike a take, a reservation whose answer is lost, or whose holder dies,
+        runs out and the tuple is live again."""
+        return await self._single(
+            "POST", "/v1/reserve", pattern, timeout, {"lease": _seconds(lease)}
+        )
+
+    async def ack(self, entry_id: EntryId) -> bool:
+        """Take a reserved tuple for good; ``False`` if it is no longer there."""
+        document = await self._msgpack("POST", "/v1/ack", params={"id": str(entry_id)})
+        return document.get("acked") is True
+
+    async def release(self, entry_id: EntryId) -> bool:
+        """Give a reserved tuple back now; ``False`` if it was not reserved."""
+        document = await self._msgpack("POST", "/v1/release", params={"id": str(entry_id)})
+        return document.get("released") is True
+
     async def take_many(
         self, pattern: Pattern, limit: int, timeout: float | None = None
     ) -> builtins.list[Tuple]:
@@ -217,13 +237,18 @@ class ForumClient:
     # -- requests --------------------------------------------------------------
 
     async def _single(
-        self, method: str, path: str, pattern: Pattern, timeout: float | None
+        self,
+        method: str,
+        path: str,
+        pattern: Pattern,
+        timeout: float | None,
+        extra: Mapping[str, str] | None = None,
     ) -> Tuple | None:
         """One tuple by prefix. A node waits at most its own ``max_wait``, so a
         longer timeout is several long polls, each for what is left of it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or 0.0)
-        params = prefix_query(pattern)
+        params = {**prefix_query(pattern), **(extra or {})}
         while True:
             wait = max(0.0, deadline - loop.time())
             if wait:

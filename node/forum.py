@@ -11,6 +11,13 @@ straight to the first waiter whose pattern it matches (so one write wakes
 exactly one taker, and waiters are served in arrival order); that waiter
 then makes the Take durable. Invariant: no live tuple matches a waiter.
 
+``reserve`` is the take for work that must not be lost in flight: it takes
+the oldest match out of the index for ``lease`` seconds without writing
+anything. ``ack`` then takes it for good (appends the Take); ``release``, or
+the lease running out, or a restart of the node, puts it back. A consumer
+that dies between receiving a tuple and making it safe elsewhere (a claim in
+the Lens) therefore loses nothing: the tuple comes back.
+
 Entries from other nodes come in through :meth:`Forum.apply`: stored in the
 Strand first, then applied, idempotently and in any order (a Take that
 arrives before its Write kills the Write when it comes). Every entry made
@@ -58,6 +65,7 @@ class ForumStats:
     strand_bytes: int
     segments: int
     waiting_takers: int
+    reserved: int
     writes: int
     takes: int
     double_takes: int
@@ -89,6 +97,8 @@ class Forum:
         self.strand = strand
         self.remote_delay = remote_delay
         self._surfacing: dict[EntryId, tuple[Tuple, asyncio.TimerHandle]] = {}
+        # Reserved tuples: out of the index until acked, released or expired.
+        self._reservations: dict[EntryId, tuple[int, Tuple, asyncio.TimerHandle]] = {}
         self._index = LiveIndex()
         self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
         self._reserved: set[EntryId] = set()  # tuples whose Take is being appended
@@ -173,6 +183,65 @@ class Forum:
         taken = await self._commit_takes([found])
         return taken[0]
 
+    async def reserve(
+        self, pattern: Pattern, lease: float, timeout: float | None = None
+    ) -> Tuple | None:
+        """Take the oldest match out of reach for ``lease`` seconds, without a
+        Take in the log; ``ack`` makes it a take, ``release`` gives it back.
+        ``timeout`` waits for a match as in :meth:`take`."""
+        self._check_open()
+        if not lease > 0:
+            raise ValueError("lease must be > 0 seconds")
+        found = self._index.oldest(pattern.prefix)
+        if found is not None:
+            self._index.remove(found[0])
+        elif timeout:
+            found = await self._wait(pattern.prefix, timeout)
+        if found is None:
+            return None
+        arrival, item = found
+        expiry = asyncio.get_running_loop().call_later(lease, self._expire, item.id)
+        self._reservations[item.id] = (arrival, item, expiry)
+        return item
+
+    async def ack(self, entry_id: EntryId) -> bool:
+        """Take the reserved tuple ``entry_id`` for good. ``False`` when it is
+        no longer here to take (taken by another after its lease ran out, or
+        on another node); if its lease ran out but it is still live, it is
+        taken now."""
+        self._check_open()
+        reservation = self._reservations.pop(entry_id, None)
+        if reservation is not None:
+            arrival, item, expiry = reservation
+            expiry.cancel()
+            found = (arrival, item)
+        else:
+            removed = self._index.remove_id(entry_id)
+            if removed is None:
+                return False
+            found = removed
+        await self._commit_takes([found])
+        return True
+
+    def release(self, entry_id: EntryId) -> bool:
+        """Give the reserved tuple back now; ``False`` if it is not reserved."""
+        reservation = self._reservations.pop(entry_id, None)
+        if reservation is None:
+            return False
+        arrival, item, expiry = reservation
+        expiry.cancel()
+        self._index.restore(arrival, item)
+        self._offer(arrival, item)
+        return True
+
+    def _expire(self, entry_id: EntryId) -> None:
+        reservation = self._reservations.pop(entry_id, None)
+        if reservation is not None:
+            arrival, item, _ = reservation
+            log.info("reservation of %s expired: it is live again", entry_id)
+            self._index.restore(arrival, item)
+            self._offer(arrival, item)
+
     async def take_many(self, pattern: Pattern, limit: int) -> list[Tuple]:
         """Take up to ``limit`` oldest matches in one append; never waits.
         All are taken, or (on error) none."""
@@ -216,6 +285,7 @@ class Forum:
             strand_bytes=strand.bytes,
             segments=strand.segments,
             waiting_takers=len(self._waiters),
+            reserved=len(self._reservations),
             writes=self._writes,
             takes=self._takes,
             double_takes=self._double_takes,
@@ -290,6 +360,12 @@ class Forum:
         surfacing = self._surfacing.pop(take.target, None)
         if surfacing is not None:  # taken elsewhere before it was live here
             surfacing[1].cancel()
+            return
+        reservation = self._reservations.pop(take.target, None)
+        if reservation is not None:
+            # Reserved here and taken elsewhere: both nodes handed it out.
+            reservation[2].cancel()
+            self._double_takes += 1
             return
         if take.target in self._reserved:
             # Our own take of it is being made durable: both of us took it.
@@ -426,6 +502,9 @@ class Forum:
         for _, handle in self._surfacing.values():
             handle.cancel()  # they are in the Strand: live again after a restart
         self._surfacing.clear()
+        for _, _, expiry in self._reservations.values():
+            expiry.cancel()  # never taken in the log: live again after a restart
+        self._reservations.clear()
         # Rescues write tuples back, so they finish before the Forum closes.
         while self._rescues:
             await asyncio.gather(*self._rescues, return_exceptions=True)

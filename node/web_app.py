@@ -30,11 +30,14 @@ from node.errors import ForumError, StrandError
 from node.forum import Forum
 from node.web_bodies import ApiProblem
 from node.web_handlers import (
+    ack,
     count,
     healthz,
     list_tuples,
     read,
     readyz,
+    release,
+    reserve,
     status,
     take,
     take_batch,
@@ -103,6 +106,9 @@ def build_app(
     router.add_post("/v1/tuples/batch", write_batch)
     router.add_post("/v1/take", take)
     router.add_post("/v1/take/batch", take_batch)
+    router.add_post("/v1/reserve", reserve)
+    router.add_post("/v1/ack", ack)
+    router.add_post("/v1/release", release)
     router.add_get("/v1/read", read)
     router.add_get("/v1/count", count)
     router.add_get("/v1/status", status)

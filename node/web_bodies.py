@@ -287,6 +287,25 @@ class Query:
             raise bad_request("invalid_parameter", f"{name} must be seconds >= 0, not {text!r}")
         return min(value, maximum)
 
+    def entry_id(self, name: str) -> EntryId:
+        """A required entry id in its text form ``origin:seq``."""
+        text = self.get(name)
+        if text is None:
+            raise bad_request("missing_parameter", f"{name} (an entry id, origin:seq) is required")
+        try:
+            return EntryId.parse(text)
+        except ValueError as exc:
+            raise bad_request("invalid_parameter", f"{name}: {exc}") from exc
+
+    def lease(self, name: str, maximum: float) -> float:
+        """A required lease in seconds, > 0 and at most ``maximum``."""
+        if self.get(name) is None:
+            raise bad_request("missing_parameter", f"{name} (seconds) is required")
+        value = self.seconds(name, math.inf)
+        if not 0 < value <= maximum:
+            raise bad_request("invalid_parameter", f"{name} must be > 0 and <= {maximum:g} s")
+        return value
+
     def integer(self, name: str, default: int, lo: int, hi: int) -> int:
         text = self.get(name)
         if text is None:

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 _PATTERN = ("prefix", "prefix_b64")
 #: The most tuples one page of ``GET /v1/tuples`` holds.
 MAX_LIST_LIMIT = 1000
+#: The longest reservation, in seconds.
+MAX_LEASE = 3600.0
 
 
 def _version() -> str:
@@ -78,6 +80,32 @@ async def take(request: web.Request) -> web.Response:
     media = negotiate(request, (RAW, JSON, MSGPACK), RAW)
     found = await request.app[LONG_POLLS].take(pattern, wait)
     return web.Response(status=204) if found is None else respond_tuple(found, media)
+
+
+async def reserve(request: web.Request) -> web.Response:
+    """``POST /v1/reserve``: like take, but the tuple is only out of reach for
+    ``lease`` seconds until ``/v1/ack`` takes it or ``/v1/release`` gives it back."""
+    query = Query(request, (*_PATTERN, "wait", "lease"))
+    pattern = query.pattern()
+    wait = query.seconds("wait", request.app[CONFIG].max_wait)
+    lease = query.lease("lease", MAX_LEASE)
+    media = negotiate(request, (RAW, JSON, MSGPACK), RAW)
+    found = await request.app[LONG_POLLS].reserve(pattern, lease, wait)
+    return web.Response(status=204) if found is None else respond_tuple(found, media)
+
+
+async def ack(request: web.Request) -> web.Response:
+    """``POST /v1/ack?id=``: take a reserved tuple for good; ``acked`` false if gone."""
+    entry_id = Query(request, ("id",)).entry_id("id")
+    media = negotiate(request, (JSON, MSGPACK), JSON)
+    return respond({"acked": await request.app[FORUM].ack(entry_id)}, media)
+
+
+async def release(request: web.Request) -> web.Response:
+    """``POST /v1/release?id=``: give a reserved tuple back at once."""
+    entry_id = Query(request, ("id",)).entry_id("id")
+    media = negotiate(request, (JSON, MSGPACK), JSON)
+    return respond({"released": request.app[FORUM].release(entry_id)}, media)
 
 
 async def read(request: web.Request) -> web.Response:

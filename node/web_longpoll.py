@@ -76,6 +76,12 @@ class LongPolls:
             return await self._forum.take_entry(pattern)
         return await self._bounded(lambda: self._forum.take_entry(pattern, timeout=wait))
 
+    async def reserve(self, pattern: Pattern, lease: float, wait: float) -> Tuple | None:
+        """Reserve the oldest match for ``lease`` s, waiting up to ``wait`` s for one."""
+        if not wait or self._draining:
+            return await self._forum.reserve(pattern, lease)
+        return await self._bounded(lambda: self._forum.reserve(pattern, lease, timeout=wait))
+
     async def read(self, pattern: Pattern, wait: float) -> Tuple | None:
         """Read the oldest match, waiting up to ``wait`` seconds for one."""
         if not wait or self._draining:

@@ -17,6 +17,28 @@ _PREFIX = [
     {"$ref": "#/components/parameters/prefix"},
     {"$ref": "#/components/parameters/prefix_b64"},
 ]
+_ENTRY_ID = {
+    "name": "id",
+    "in": "query",
+    "required": True,
+    "description": "An entry id, origin:seq (as the reserve answer's X-Forum-Entry-Id).",
+    "schema": {"type": "string"},
+}
+
+
+def _flag(name: str, description: str) -> dict[str, Any]:
+    return {
+        "200": {
+            "description": description,
+            "content": _json_and_msgpack(
+                {"type": "object", "properties": {name: {"type": "boolean"}}}
+            ),
+        },
+        "400": _ERROR,
+        "401": _ERROR,
+    }
+
+
 _WAIT = {"$ref": "#/components/parameters/wait"}
 _TUPLE = {"$ref": "#/components/schemas/Tuple"}
 
@@ -145,6 +167,39 @@ def _document() -> dict[str, Any]:
                     "summary": "Take the oldest live tuple that starts with the prefix",
                     "parameters": [*_PREFIX, _WAIT],
                     "responses": _single_tuple("The tuple, now taken."),
+                },
+            },
+            "/v1/reserve": {
+                "post": {
+                    "summary": "Reserve the oldest live match for lease s (then ack or release)",
+                    "parameters": [
+                        *_PREFIX,
+                        _WAIT,
+                        {
+                            "name": "lease",
+                            "in": "query",
+                            "required": True,
+                            "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+                        },
+                    ],
+                    "responses": _single_tuple(
+                        "The tuple, reserved: out of reach until acked, "
+                        "released or its lease runs out."
+                    ),
+                },
+            },
+            "/v1/ack": {
+                "post": {
+                    "summary": "Take a reserved tuple for good",
+                    "parameters": [_ENTRY_ID],
+                    "responses": _flag("acked", "false if the tuple is no longer here"),
+                },
+            },
+            "/v1/release": {
+                "post": {
+                    "summary": "Give a reserved tuple back now",
+                    "parameters": [_ENTRY_ID],
+                    "responses": _flag("released", "false if it was not reserved"),
                 },
             },
             "/v1/take/batch": {

@@ -10,6 +10,8 @@ import aiohttp
 import msgpack
 import pytest
 
+from node import Pattern
+from node.client import ForumClient
 from node.config import NodeConfig
 from node.web_app import build_app
 from node.web_openapi import OPENAPI
@@ -322,3 +324,22 @@ async def test_unknown_route_and_method(
     status, headers, body = await call(http, "PUT", f"{forum_node.url}/v1/take")
     assert (status, json.loads(body)["error"]) == (405, "method_not_allowed")
     assert "POST" in headers["Allow"]
+
+
+async def test_reserve_ack_and_release_over_http(client: ForumClient) -> None:
+    """A reservation is a take that comes back unless it is acked."""
+    wid = await client.write(b"res/1")
+    got = await client.reserve(Pattern(b"res/"), lease=30)
+    assert got is not None and got.id == wid
+    assert await client.count(Pattern(b"res/")) == 0
+    assert await client.release(wid) is True
+    assert await client.release(wid) is False
+    again = await client.reserve(Pattern(b"res/"), lease=0.2, timeout=5)
+    assert again == got
+    assert await client.take(Pattern(b"res/"), timeout=10) == b"res/1"  # after the lease
+    await client.write(b"res/2")
+    second = await client.reserve(Pattern(b"res/"), lease=30)
+    assert second is not None
+    assert await client.ack(second.id) is True
+    assert await client.ack(second.id) is False
+    assert await client.count(Pattern(b"res/")) == 0

@@ -1,0 +1,82 @@
+"""reserve / ack / release: a take that cannot be lost in flight."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take
+
+
+async def test_ack_takes_the_reserved_tuple_for_good(forum: Forum) -> None:
+    wid = await forum.write(b"job/1")
+    got = await forum.reserve(Pattern(b"job/"), lease=30)
+    assert got is not None and got.id == wid
+    assert await forum.count(Pattern(b"job/")) == 0  # out of reach while reserved
+    assert await forum.take(Pattern(b"job/")) is None
+    assert await forum.ack(wid) is True
+    assert await forum.ack(wid) is False  # nothing left to take
+    log = await forum.strand.read_range(forum.strand.origin, 0, 10)
+    assert [type(e) for e in log] == [type(log[0]), Take] and log[1].target == wid  # type: ignore[union-attr]
+
+
+async def test_release_and_expiry_put_the_tuple_back_in_its_place(forum: Forum) -> None:
+    await forum.write_many([b"job/1", b"job/2"])
+    first = await forum.reserve(Pattern(b"job/"), lease=30)
+    assert first is not None and forum.release(first.id)
+    assert not forum.release(first.id)
+    assert await forum.read(Pattern(b"job/")) == b"job/1"  # back in front
+    again = await forum.reserve(Pattern(b"job/"), lease=0.05)
+    assert again == first
+    while forum.stats().reserved:  # the lease runs out
+        await asyncio.sleep(0.01)
+    assert await forum.take(Pattern(b"job/")) == b"job/1"
+
+
+async def test_ack_after_expiry_takes_it_if_still_live(forum: Forum) -> None:
+    wid = await forum.write(b"job/1")
+    assert await forum.reserve(Pattern(b"job/"), lease=0.01) is not None
+    while forum.stats().reserved:
+        await asyncio.sleep(0.01)
+    assert await forum.ack(wid) is True
+    assert await forum.count(Pattern(b"")) == 0
+
+
+async def test_an_expired_reservation_wakes_a_waiting_taker(forum: Forum) -> None:
+    await forum.write(b"job/1")
+    assert await forum.reserve(Pattern(b"job/"), lease=0.05) is not None
+    assert await forum.take(Pattern(b"job/"), timeout=10) == b"job/1"
+
+
+async def test_reserve_waits_like_take(forum: Forum) -> None:
+    waiting = asyncio.create_task(forum.reserve(Pattern(b"w/"), lease=30, timeout=10))
+    while forum.stats().waiting_takers == 0:
+        await asyncio.sleep(0.001)
+    await forum.write(b"w/1")
+    got = await waiting
+    assert got is not None and got.payload == b"w/1"
+    assert forum.stats().reserved == 1
+
+
+async def test_reservations_do_not_survive_a_restart(cfg: StrandConfig) -> None:
+    """A node that dies with tuples reserved comes back with them live."""
+    async with Forum(await Strand.open(cfg)) as forum:
+        await forum.write(b"job/1")
+        assert await forum.reserve(Pattern(b"job/"), lease=30) is not None
+    async with Forum(await Strand.open(cfg)) as forum:
+        assert await forum.take(Pattern(b"job/")) == b"job/1"
+
+
+async def test_taken_elsewhere_while_reserved_is_a_double_take(forum: Forum) -> None:
+    wid = await forum.write(b"job/1")
+    assert await forum.reserve(Pattern(b"job/"), lease=30) is not None
+    await forum.apply([Take(EntryId("peer-b", 1), wid)])
+    assert forum.stats().double_takes == 1
+    assert forum.stats().reserved == 0
+    assert await forum.ack(wid) is False
+
+
+async def test_lease_must_be_positive(forum: Forum) -> None:
+    with pytest.raises(ValueError):
+        await forum.reserve(Pattern(b""), lease=0)
