@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import tempfile
 import time
 import tracemalloc
@@ -54,10 +53,13 @@ def raw_append_rate(directory: Path, group: int, seconds: float) -> float:
     return n / seconds
 
 
-async def forum_rates(directory: Path, fsync: str, workers: int, seconds: float) -> dict[str, float]:
+async def forum_rates(
+    directory: Path, fsync: str, workers: int, seconds: float
+) -> dict[str, float]:
     cfg = StrandConfig().with_storage(directory).with_fsync(fsync)  # type: ignore[arg-type]
     payload = b"job/" + b"x" * 96
     async with Forum(await Strand.open(cfg)) as forum:
+
         async def loop(op: str, stop: float) -> int:
             n = 0
             while time.perf_counter() < stop:
@@ -183,14 +185,20 @@ async def main() -> None:
     print(f"{'forum':<16}{'write/s':>12}{'take/s':>12}{'vs ceiling':>12}")
     for key, r in rates.items():
         ceiling = raw[64] if key.endswith("64") else raw[1]
-        ratio = min(r["write_per_s"], r["take_per_s"]) / ceiling if key.startswith("always") else float("nan")
+        ratio = (
+            min(r["write_per_s"], r["take_per_s"]) / ceiling
+            if key.startswith("always")
+            else float("nan")
+        )
         print(f"{key:<16}{r['write_per_s']:>12.0f}{r['take_per_s']:>12.0f}{ratio:>12.2f}")
     print(f"latency at {args.live} live tuples (microseconds):")
     for name, lat in results["latency"].items():  # type: ignore[attr-defined]
         print(f"  {name:<14}" + "  ".join(f"{k}={v:.1f}" for k, v in lat.items()))
     replay = results["replay"]
-    print(f"replay: {replay['entries']} entries in {replay['seconds']:.2f} s "  # type: ignore[index]
-          f"(strand {replay['strand_open_s']:.2f} s)")  # type: ignore[index]
+    print(
+        f"replay: {replay['entries']} entries in {replay['seconds']:.2f} s "  # type: ignore[index]
+        f"(strand {replay['strand_open_s']:.2f} s)"
+    )  # type: ignore[index]
     print(f"memory per live tuple beyond payload: {results['bytes_per_live_tuple']:.0f} bytes")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "node_bench.json").write_text(json.dumps(results, indent=2))

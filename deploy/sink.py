@@ -18,8 +18,9 @@ cluster-mode Redis keeps them in one slot):
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable
 from types import TracebackType
-from typing import Self
+from typing import Self, cast
 
 from redis.asyncio import Redis
 
@@ -55,7 +56,8 @@ class EffectSink:
         return cls(Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5), namespace)
 
     async def delivered(self, job: str) -> None:
-        await self._client.hincrby(self._deliveries, job, 1)
+        # cast: redis-py types its commands as sync-or-async; this client is async.
+        await cast(Awaitable[int], self._client.hincrby(self._deliveries, job, 1))
 
     async def apply(self, job: str, token: int) -> bool:
         """Apply the job's effect under ``token``: ``True`` if applied now,
@@ -72,7 +74,7 @@ class EffectSink:
         return await self._counts(self._deliveries)
 
     async def _counts(self, key: str) -> Counter[str]:
-        raw = await self._client.hgetall(key)
+        raw = await cast(Awaitable[dict[bytes, bytes]], self._client.hgetall(key))
         return Counter({k.decode(): int(v) for k, v in raw.items()})
 
     async def aclose(self) -> None:

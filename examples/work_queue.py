@@ -41,8 +41,12 @@ async def main() -> int:
             async def progress() -> None:
                 while True:
                     rate = len(done) / max(time.perf_counter() - started, 1e-9)
-                    print(f"\rdone {len(done):>7}/{args.jobs}  {rate:>8.0f} jobs/s", end="",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"\rdone {len(done):>7}/{args.jobs}  {rate:>8.0f} jobs/s",
+                        end="",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     await asyncio.sleep(0.2)
 
             ticker = asyncio.create_task(progress())
@@ -55,9 +59,11 @@ async def main() -> int:
                 await ticker
             elapsed = time.perf_counter() - started
             unique = len(set(done))
-            print(f"\rdone {len(done)}/{args.jobs} jobs in {elapsed:.2f} s "
-                  f"({len(done) / elapsed:.0f} jobs/s, fsync always); "
-                  f"duplicates {len(done) - unique}, missing {args.jobs - unique}")
+            print(
+                f"\rdone {len(done)}/{args.jobs} jobs in {elapsed:.2f} s "
+                f"({len(done) / elapsed:.0f} jobs/s, fsync always); "
+                f"duplicates {len(done) - unique}, missing {args.jobs - unique}"
+            )
             return 0 if unique == len(done) == args.jobs else 1
 
 

@@ -1,0 +1,29 @@
+"""Coordination for Forum workers: the Redis-backed Lens and the worker runtime."""
+
+from coordinator.authority import ClaimAuthority, HeldClaim
+from coordinator.deadletter import DeadLetter
+from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
+from coordinator.job import Backoff, Handler, Job
+from coordinator.lens import Claim, Lens, LensConfig
+from coordinator.reaper import Reaper
+from coordinator.worker import Worker, WorkerStats
+
+__all__ = [
+    "AlreadyClaimed",
+    "AlreadyDone",
+    "Backoff",
+    "Claim",
+    "ClaimAuthority",
+    "ClaimLost",
+    "DeadLetter",
+    "Handler",
+    "HeldClaim",
+    "Job",
+    "Lens",
+    "LensConfig",
+    "LensError",
+    "LensUnavailable",
+    "Reaper",
+    "Worker",
+    "WorkerStats",
+]

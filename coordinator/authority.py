@@ -1,0 +1,88 @@
+"""The seam between the worker runtime and whatever grants claims.
+
+:class:`ClaimAuthority` is what a :class:`coordinator.Worker` and a
+:class:`coordinator.Reaper` need; :class:`coordinator.Lens` (Redis) is the
+implementation. A :class:`HeldClaim` is one granted claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from coordinator.errors import ClaimLost, LensError
+
+
+@dataclass(frozen=True, slots=True)
+class Grab:
+    """An abandoned in-flight record a reaper holds for a while: write
+    ``payload`` back into the space, then report it with ``reaped``."""
+
+    key: str
+    grab_id: str
+    payload: bytes
+
+
+class HeldClaim(Protocol):
+    """A granted claim on ``key``, fenced by ``token``."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def token(self) -> int: ...
+
+    @property
+    def lease(self) -> float:
+        """The lease, in seconds, that each ``extend()`` renews by default."""
+        ...
+
+    def remaining(self) -> float:
+        """Seconds of lease left by the holder's own (conservative) clock."""
+        ...
+
+    async def verify(self) -> None: ...
+
+    async def extend(self, lease: float | None = None) -> None: ...
+
+    async def complete(self) -> None: ...
+
+    async def release(self) -> None: ...
+
+    async def hand_back(self, payload: bytes, delay: float = 0.0) -> None: ...
+
+
+class ClaimAuthority(Protocol):
+    """Grants claims, and keeps abandoned claims' jobs for re-offer."""
+
+    async def ping(self) -> None: ...
+
+    async def claim(
+        self, key: str, owner: str, lease: float, *, reoffer: bytes | None = None
+    ) -> HeldClaim: ...
+
+    async def claim_many(
+        self, requests: Sequence[tuple[str, bytes | None]], owner: str, lease: float
+    ) -> Sequence[HeldClaim | LensError]:
+        """``claim`` for each ``(key, reoffer)``, at once; conflicts come back as
+        errors in the list, an unreachable authority is raised."""
+        ...
+
+    async def extend_many(self, claims: Sequence[HeldClaim]) -> Sequence[ClaimLost | None]:
+        """``extend()`` for each claim, at once (a heartbeat)."""
+        ...
+
+    async def complete_many(self, claims: Sequence[HeldClaim]) -> Sequence[ClaimLost | None]:
+        """``complete()`` for each claim, at once; ``ClaimLost`` in the list for
+        a stale one, an unreachable authority is raised."""
+        ...
+
+    async def due(self, limit: int) -> list[str]: ...
+
+    async def grab(self, key: str) -> Grab | None: ...
+
+    async def reaped(self, grab: Grab) -> bool: ...

@@ -1,0 +1,381 @@
+"""The ``forum worker`` and ``forum dead`` commands.
+
+``node.cli`` (the composition root) calls :func:`register` to add them to the
+``forum`` parser; each parsed command's ``func`` is an ``async def (args) -> int``.
+
+``--handler module:name`` names either an ``async def handler(job)``, or a
+function of no arguments returning an async context manager that yields one
+(so a handler can open its connections once and close them at exit)::
+
+    @contextlib.asynccontextmanager
+    async def open_handler():
+        async with Store.connect() as store:
+            yield lambda job: store.put(job.key, job.token, job.payload)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import inspect
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+from coordinator.deadletter import DEFAULT_DEAD_PREFIX, DeadLetter, dead_letters, requeue
+from coordinator.job import Backoff, Handler, KeyFunction
+from coordinator.keys import DEFAULT_NAMESPACE
+from coordinator.lens import Lens
+from coordinator.metrics import serve_metrics, worker_registry
+from coordinator.worker import Worker, WorkerStats
+from node import Pattern
+from node.client import ForumClient
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+_DEFAULT_NODE = "http://127.0.0.1:7070"
+_DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+#: How often the progress line is redrawn on a terminal, and printed to a log.
+_PROGRESS_TTY, _PROGRESS_LOG = 1.0, 10.0
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``worker`` and ``dead`` to the ``forum`` command's subparsers."""
+    _add_worker(commands)
+    _add_dead(commands)
+
+
+# -- shared options ----------------------------------------------------------------
+
+
+def _node_options(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    add = parser.add_argument
+    add(
+        "--node",
+        metavar="URL",
+        default=env("FORUM_NODE", _DEFAULT_NODE),
+        help=f"the node's URL (default $FORUM_NODE or {_DEFAULT_NODE})",
+    )
+    add(
+        "--token",
+        metavar="SECRET",
+        default=env("FORUM_TOKEN"),
+        help="the node's token (default $FORUM_TOKEN)",
+    )
+    add(
+        "--dead-prefix",
+        metavar="PREFIX",
+        default=DEFAULT_DEAD_PREFIX.decode(),
+        help=f"where dead letters are parked (default {DEFAULT_DEAD_PREFIX.decode()})",
+    )
+
+
+def _positive(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    return parse
+
+
+# -- forum worker ------------------------------------------------------------------
+
+
+def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "worker",
+        help="run workers that take jobs from a node and claim them in Redis",
+        description="Take jobs matching --prefix from a node, claim each in the Lens "
+        "(Redis), run --handler on it, and complete it. Failed jobs are retried with "
+        "backoff, then parked under --dead-prefix. SIGTERM or SIGINT drains: no new "
+        "takes, running handlers get --drain-timeout seconds, the rest are handed back.",
+        epilog="example:\n  forum worker --node http://127.0.0.1:7070 "
+        "--redis-url redis://127.0.0.1:6379/0 \\\n    --prefix job/ "
+        "--handler examples.handlers.fenced_redis:open_handler --concurrency 8",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _node_options(parser)
+    add = parser.add_argument
+    add(
+        "--redis-url",
+        metavar="URL",
+        default=os.environ.get("FORUM_REDIS_URL", _DEFAULT_REDIS),
+        help=f"the Lens's Redis (default $FORUM_REDIS_URL or {_DEFAULT_REDIS})",
+    )
+    add(
+        "--namespace",
+        metavar="NS",
+        default=DEFAULT_NAMESPACE,
+        help=f"prefix of the Lens's Redis keys (default {DEFAULT_NAMESPACE})",
+    )
+    add("--prefix", metavar="PREFIX", required=True, help="take tuples starting with this")
+    add(
+        "--handler",
+        metavar="MODULE:NAME",
+        required=True,
+        help="an async handler(job), or a factory of an async context manager yielding one",
+    )
+    add(
+        "--key",
+        metavar="MODULE:NAME",
+        help="a function payload -> idempotency key (default: the tuple's entry id)",
+    )
+    add(
+        "--app-dir",
+        metavar="DIR",
+        default=".",
+        help="where --handler and --key modules are imported from (default .)",
+    )
+    add(
+        "--concurrency",
+        metavar="N",
+        type=_positive(int),
+        default=1,
+        help="handlers running at once (default 1)",
+    )
+    add(
+        "--lease",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=30.0,
+        help="claim lease, renewed while the handler runs (default 30)",
+    )
+    add(
+        "--max-attempts",
+        metavar="N",
+        type=_positive(int),
+        default=5,
+        help="attempts before a job is dead-lettered (default 5)",
+    )
+    add(
+        "--backoff",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=1.0,
+        help="delay before the first retry; doubles each attempt, jittered (default 1)",
+    )
+    add(
+        "--drain-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=30.0,
+        help="how long running handlers may finish after SIGTERM (default 30)",
+    )
+    add(
+        "--take-wait",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=2.0,
+        help="how long one take waits for a job (default 2)",
+    )
+    add("--owner", metavar="NAME", help="this worker's name in claims (default host-pid-random)")
+    add("--metrics-port", metavar="PORT", type=int, help="serve Prometheus /metrics on this port")
+    add(
+        "--metrics-host",
+        metavar="HOST",
+        default="127.0.0.1",
+        help="the metrics port's address (default 127.0.0.1)",
+    )
+    add("--no-progress", action="store_true", help="no progress line on stderr")
+    add("--log-level", metavar="LEVEL", default="INFO", help="DEBUG, INFO (default), WARNING")
+    parser.set_defaults(func=run_worker)
+
+
+async def run_worker(args: argparse.Namespace) -> int:
+    """``forum worker``: run until SIGTERM/SIGINT, then drain; exit 0."""
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        # Importing the user's modules reads files: not on the event loop.
+        handler_source, key = await asyncio.to_thread(_load_user_code, args)
+        lens = Lens.from_url(args.redis_url, namespace=args.namespace)
+    except (ImportError, AttributeError, ValueError) as exc:
+        print(f"forum worker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    async with contextlib.AsyncExitStack() as stack:
+        space = await stack.enter_async_context(
+            ForumClient(args.node, args.token, timeout=args.take_wait + 30)
+        )
+        await stack.enter_async_context(lens)
+        try:
+            handler = await stack.enter_async_context(_open_handler(handler_source))
+        except TypeError as exc:
+            print(f"forum worker: --handler {args.handler}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        worker = Worker(
+            space,
+            lens,
+            Pattern(os.fsencode(args.prefix)),
+            handler,
+            concurrency=args.concurrency,
+            lease=args.lease,
+            max_attempts=args.max_attempts,
+            backoff=Backoff(base=args.backoff, cap=max(args.backoff, 300.0)),
+            key=key,
+            owner=args.owner,
+            dead_prefix=os.fsencode(args.dead_prefix),
+            drain_timeout=args.drain_timeout,
+            take_wait=args.take_wait,
+        )
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, worker.stop)
+        if args.metrics_port is not None:
+            registry = worker_registry(worker.stats)
+            await stack.enter_async_context(
+                serve_metrics(registry, args.metrics_host, args.metrics_port)
+            )
+        print(
+            f"forum worker {worker.owner}: taking {args.prefix!r} from {args.node}",
+            file=sys.stderr,
+            flush=True,
+        )
+        done = asyncio.Event()
+        async with asyncio.TaskGroup() as tasks:
+            if not args.no_progress:
+                tasks.create_task(_progress(worker, done))
+            try:
+                await worker.run()
+            finally:
+                done.set()
+    return EXIT_OK
+
+
+def _load_user_code(args: argparse.Namespace) -> tuple[Any, KeyFunction | None]:
+    sys.path.insert(0, os.path.abspath(args.app_dir))
+    return _resolve(args.handler), (_resolve(args.key) if args.key else None)
+
+
+def _resolve(spec: str) -> Any:
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"{spec!r} is not module:name")
+    found: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    return found
+
+
+@contextlib.asynccontextmanager
+async def _open_handler(source: Any) -> AsyncIterator[Handler]:
+    """The handler ``source`` names: itself, or what its context manager yields."""
+    if inspect.iscoroutinefunction(source):
+        yield source
+        return
+    opened: Any = source() if callable(source) else None
+    if not hasattr(opened, "__aenter__"):
+        raise TypeError("not an async handler, nor a factory of an async context manager")
+    async with opened as handler:
+        yield handler
+
+
+def progress_line(owner: str, stats: WorkerStats) -> str:
+    redis = "up" if stats.lens_reachable else "DOWN (failing closed)"
+    return (
+        f"{owner}: done {stats.done}  retried {stats.retried}  dead {stats.dead}  "
+        f"double takes {stats.double_takes}  claims lost {stats.claims_lost}  "
+        f"running {stats.running}  redis {redis}"
+    )
+
+
+async def _progress(worker: Worker, done: asyncio.Event) -> None:
+    """A live progress line: redrawn in place on a terminal, a log line otherwise."""
+    tty = sys.stderr.isatty()
+    interval = _PROGRESS_TTY if tty else _PROGRESS_LOG
+    while not done.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), interval)
+        line = progress_line(worker.owner, worker.stats())
+        print(f"\r\x1b[K{line}" if tty else line, end="" if tty else "\n", file=sys.stderr)
+    if tty:
+        print(file=sys.stderr)
+
+
+# -- forum dead ----------------------------------------------------------------------
+
+
+def _add_dead(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "dead",
+        help="list or requeue dead-lettered jobs",
+        description="Jobs that failed --max-attempts times are parked under the dead "
+        "prefix with their last error. 'list' shows them; 'requeue' puts them back to "
+        "work (prefix removed, attempts from 1, same claim key).",
+        epilog="example:\n  forum dead list\n  forum dead requeue --all\n"
+        "  forum dead requeue a-1f3c:17 a-1f3c:18",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="show dead letters, oldest first")
+    _node_options(listing)
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.set_defaults(func=list_dead)
+    again = actions.add_parser("requeue", help="put dead letters back to work")
+    _node_options(again)
+    again.add_argument("ids", metavar="ID", nargs="*", help="entry ids of the dead letters")
+    again.add_argument("--all", action="store_true", help="requeue every dead letter")
+    again.set_defaults(func=requeue_dead)
+
+
+async def list_dead(args: argparse.Namespace) -> int:
+    """``forum dead list``."""
+    async with ForumClient(args.node, args.token) as space:
+        async for letter in dead_letters(space, os.fsencode(args.dead_prefix)):
+            print(_describe(letter, as_json=args.json))
+    return EXIT_OK
+
+
+def _describe(letter: DeadLetter, *, as_json: bool) -> str:
+    envelope = letter.envelope
+    if as_json:
+        return json.dumps(
+            {
+                "id": str(letter.id),
+                "key": envelope.key,
+                "attempts": envelope.attempt,
+                "error": envelope.error,
+                "payload": envelope.payload.decode(errors="backslashreplace"),
+            }
+        )
+    payload = envelope.payload[:60].decode(errors="backslashreplace")
+    return (
+        f"{letter.id}  key={envelope.key}  attempts={envelope.attempt}  "
+        f"error={envelope.error!r}  payload={payload!r}"
+    )
+
+
+async def requeue_dead(args: argparse.Namespace) -> int:
+    """``forum dead requeue (--all | ID...)``."""
+    if bool(args.all) == bool(args.ids):
+        print("forum dead requeue: give entry ids, or --all", file=sys.stderr)
+        return EXIT_USAGE
+    wanted = set(args.ids)
+    requeued = 0
+    async with ForumClient(args.node, args.token) as space:
+        # Collected first: requeueing while paging would move the cursor's ground.
+        letters = [
+            letter
+            async for letter in dead_letters(space, os.fsencode(args.dead_prefix))
+            if args.all or str(letter.id) in wanted
+        ]
+        for letter in letters:
+            if await requeue(space, letter) is not None:
+                requeued += 1
+                wanted.discard(str(letter.id))
+    for missing in sorted(wanted):
+        print(f"forum dead requeue: no dead letter {missing}", file=sys.stderr)
+    print(f"requeued {requeued}")
+    return EXIT_OK if not wanted else 1

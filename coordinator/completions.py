@@ -1,0 +1,95 @@
+"""Completing claims in batches, off the worker's critical path.
+
+When a handler returns, its slot is free for the next job at once; the claim
+joins a queue, and one task completes everything queued in one Redis round
+trip (``Lens.complete_many``: one pipeline, one AOF fsync). Under load the
+batch grows by itself: whatever finished while the previous batch was in
+flight goes in the next.
+
+While Redis is unreachable, a batch is retried with backoff for as long as
+each claim's lease lasts; a claim whose lease ran out is given up: its
+in-flight record re-offers the job, and the handler's effect must be safe to
+repeat (see docs/coordination.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+
+from coordinator.authority import ClaimAuthority, HeldClaim
+from coordinator.errors import LensError
+
+log = logging.getLogger(__name__)
+
+_RETRY = (0.05, 1.0)
+
+
+class Completions:
+    """A queue of claims to complete, and the loop that completes them.
+
+    ``count`` is told ``"done"`` or ``"claims_lost"`` once per claim. At most
+    ``limit`` claims wait at once: :meth:`submit` blocks past that, which
+    holds back the worker when Redis is slow.
+    """
+
+    def __init__(self, lens: ClaimAuthority, count: Callable[[str], None], limit: int) -> None:
+        self._lens = lens
+        self._count = count
+        self._queue: deque[HeldClaim] = deque()
+        self._room = asyncio.Semaphore(limit)
+        self._wake = asyncio.Event()
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    async def submit(self, claim: HeldClaim) -> None:
+        await self._room.acquire()
+        self._queue.append(claim)
+        self._wake.set()
+
+    def close(self) -> None:
+        """:meth:`run` returns once what is queued is settled."""
+        self._closed = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            if not self._queue:
+                if self._closed:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = list(self._queue)
+            self._queue.clear()
+            try:
+                await self._complete(batch)
+            finally:
+                for _ in batch:
+                    self._room.release()
+
+    async def _complete(self, batch: list[HeldClaim]) -> None:
+        delay = _RETRY[0]
+        while batch:
+            try:
+                outcomes = await self._lens.complete_many(batch)
+            except LensError as exc:  # unreachable (or refusing): retry while leases last
+                expired = [claim for claim in batch if claim.remaining() <= 0]
+                for claim in expired:
+                    log.warning("%s: not completed: Redis unreachable (%s)", claim.key, exc)
+                batch = [claim for claim in batch if claim.remaining() > 0]
+                if batch:
+                    await asyncio.sleep(min(delay, *(c.remaining() for c in batch)))
+                    delay = min(delay * 2, _RETRY[1])
+                continue
+            for claim, lost in zip(batch, outcomes, strict=True):
+                if lost is None:
+                    self._count("done")
+                else:
+                    self._count("claims_lost")
+                    log.warning("%s: %s", claim.key, lost)
+            return

@@ -1,0 +1,104 @@
+"""How a job's claim key, attempt number and last error travel with its tuple.
+
+A job written back for a retry (or parked as a dead letter) must still match
+the prefix its workers take, and its handler must see the bytes the producer
+wrote. So the payload is not wrapped: a trailer is appended.
+
+Byte format (version 1)::
+
+    payload | meta | meta length: u32 big-endian | magic: 00 46 4A 01 ("\\0FJ" + version)
+
+``meta`` is a msgpack map:
+
+==============  =====  ======================================================
+``"key"``       str    the claim key of the job's first delivery (its entry id
+                       text, or the user's idempotency key), so every later
+                       delivery is deduplicated by the same done marker
+``"attempt"``   int    this delivery's attempt number, from 1
+``"error"``     str    the last attempt's error, or nil
+==============  =====  ======================================================
+
+A tuple without a valid trailer is a first delivery: attempt 1, no key yet
+(the worker uses its entry id). A payload that by chance ends in the magic
+but whose trailer does not decode is read as a plain payload too.
+
+A dead letter is ``dead_prefix + payload + trailer``; requeueing strips the
+prefix and starts the attempts again under the same claim key.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+from typing import Any
+
+import msgpack
+
+MAGIC = b"\x00FJ\x01"
+_LENGTH = struct.Struct(">I")
+_TAIL = _LENGTH.size + len(MAGIC)
+#: Error texts are cut to this many characters: a trailer is not a log.
+MAX_ERROR = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A job's payload and what travels with it between deliveries."""
+
+    payload: bytes
+    key: str | None = None
+    attempt: int = 1
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempt, bool) or not isinstance(self.attempt, int) or self.attempt < 1:
+            raise ValueError(f"attempt must be a positive integer, not {self.attempt!r}")
+        if self.key is not None and (not isinstance(self.key, str) or not self.key):
+            raise ValueError(f"a claim key is a non-empty string, not {self.key!r}")
+
+    @classmethod
+    def open(cls, data: bytes) -> Envelope:
+        """Split a tuple's bytes into payload and trailer (see the module docstring)."""
+        if len(data) < _TAIL or not data.endswith(MAGIC):
+            return cls(data)
+        (length,) = _LENGTH.unpack_from(data, len(data) - _TAIL)
+        end = len(data) - _TAIL
+        if length > end:
+            return cls(data)
+        meta = _decode(data[end - length : end])
+        if meta is None:
+            return cls(data)
+        return cls(data[: end - length], **meta)
+
+    def seal(self) -> bytes:
+        """The payload with its trailer, ready to write into the space."""
+        meta = msgpack.packb({"key": self.key, "attempt": self.attempt, "error": self.error})
+        return b"".join((self.payload, meta, _LENGTH.pack(len(meta)), MAGIC))
+
+    def failed(self, error: str) -> Envelope:
+        """This delivery, marked as failed with ``error`` (what a dead letter keeps)."""
+        return replace(self, error=error[:MAX_ERROR])
+
+    def next_attempt(self, error: str) -> Envelope:
+        """The delivery after this one failed with ``error``."""
+        return replace(self, attempt=self.attempt + 1, error=error[:MAX_ERROR])
+
+    def with_key(self, key: str) -> Envelope:
+        return replace(self, key=key)
+
+
+def _decode(raw: bytes) -> dict[str, Any] | None:
+    try:
+        meta = msgpack.unpackb(raw)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if not isinstance(meta, dict) or set(meta) != {"key", "attempt", "error"}:
+        return None
+    key, attempt, error = meta["key"], meta["attempt"], meta["error"]
+    if not (key is None or (isinstance(key, str) and key)):
+        return None
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        return None
+    if not (error is None or isinstance(error, str)):
+        return None
+    return {"key": key, "attempt": attempt, "error": error}

@@ -1,0 +1,429 @@
+"""The Lens: claims on keys in Redis, with fencing tokens and done markers.
+
+::
+
+    async with Lens.from_url("redis://127.0.0.1:6379/0") as lens:
+        claim = await lens.claim(key, owner="worker-a", lease=30)
+        await claim.verify()       # right before the irreversible step
+        await claim.complete()     # leaves a done marker: duplicates get AlreadyDone
+
+Every operation is one Lua script (see ``coordinator/lua``), so it is atomic
+and safe to repeat after a lost reply. Fencing tokens come from one ``INCR``
+counter: strictly increasing across every key and connection, and across
+Redis restarts when Redis runs with ``appendonly yes`` and
+``appendfsync always``.
+
+Two clocks, each used where it is safe:
+
+* Lease expiry in Redis (the claim's ``PX`` and the in-flight record's due
+  time) is Redis's own clock, so workers' clocks do not matter.
+* The holder's idea of its lease starts *before* it sent the request
+  (``time.monotonic()``), so it always ends no later than Redis's.
+  ``verify()`` refuses locally when less than the safety margin is left, then
+  asks Redis, which must also report at least the margin.
+
+Timeline of the race the Lens catches (two nodes took the same tuple before
+the Take replicated)::
+
+    t0  node A: worker A takes job 7        node B: worker B takes job 7
+    t1  worker A claims "a:7"  -> token 41
+    t2                                      worker B claims "a:7" -> AlreadyClaimed
+                                            (B counts a double take, runs nothing)
+    t3  worker A verifies, charges the card, completes -> done marker
+    t4                                      (had B been slower, after t3:
+                                             claim -> AlreadyDone)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+
+from coordinator import keys
+from coordinator.authority import Grab, HeldClaim
+from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
+from coordinator.scripts import Scripts
+
+#: Redis error replies that mean "not now" rather than "never": a replica
+#: after failover, a server still loading its AOF, a busy script, a server out
+#: of memory (maxmemory with noeviction), an AOF write that failed.
+_TRANSIENT_REPLIES = frozenset(
+    {"READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN",
+     "OOM", "MISCONF"}
+)  # fmt: skip
+
+_CLAIMED, _DONE, _HELD = 1, 2, 3
+_NOW, _REPEAT = 1, 2
+
+
+def _claim_args(key: str, owner: str, lease: float, reoffer: bytes | None) -> tuple[Any, ...]:
+    """claim.lua's ARGV after the key (see its header)."""
+    if not key:
+        raise ValueError("a claim key must not be empty")
+    if lease <= 0:
+        raise ValueError("lease must be positive")
+    flag = b"0" if reoffer is None else b"1"
+    return (_ms(lease), owner, flag, reoffer or b"")
+
+
+def _ms(seconds: float) -> int:
+    # Redis wants whole milliseconds; never round a positive duration to 0,
+    # which PX refuses and PEXPIRE treats as "delete now".
+    return max(1, round(seconds * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class LensConfig:
+    """Where the Lens's Redis is and how the Lens behaves. Times in seconds."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+    namespace: str = keys.DEFAULT_NAMESPACE
+    #: How long a done marker turns duplicates away (see coordinator.keys).
+    done_ttl: float = keys.DONE_TTL
+    #: How long a reaper's grab of an abandoned record lasts.
+    reaper_lease: float = keys.REAPER_LEASE
+    #: verify() refuses with less than min(safety_margin, lease * MARGIN_FRACTION) left.
+    safety_margin: float = keys.SAFETY_MARGIN
+    #: Longest wait for one Redis reply; past it the call raises LensUnavailable.
+    timeout: float = 2.0
+    #: Longest wait for a TCP connection to Redis.
+    connect_timeout: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"not a Redis URL: {self.url!r}")
+        keys.KeySchema(self.namespace)
+        for name in ("done_ttl", "reaper_lease", "timeout", "connect_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.safety_margin < 0:
+            raise ValueError("safety_margin must not be negative")
+
+
+class Claim:
+    """One granted claim. ``key``, ``owner`` and ``token`` never change; the
+    lease deadline moves with ``extend``, and the claim ends (locally, after
+    Redis confirmed) with ``complete``, ``release`` or ``hand_back``.
+
+    Not a frozen dataclass because its lease deadline and end state change.
+    """
+
+    __slots__ = ("_deadline", "_ended", "_key", "_lease", "_lens", "_owner", "_token")
+
+    def __init__(
+        self, lens: Lens, *, key: str, owner: str, token: int, lease: float, deadline: float
+    ) -> None:
+        self._lens = lens
+        self._key = key
+        self._owner = owner
+        self._token = token
+        self._lease = lease
+        self._deadline = deadline
+        self._ended: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def owner(self) -> str:
+        return self._owner
+
+    @property
+    def token(self) -> int:
+        """The fencing token: larger than every token issued before this claim."""
+        return self._token
+
+    @property
+    def lease(self) -> float:
+        return self._lease
+
+    def __repr__(self) -> str:
+        state = self._ended or f"{self.remaining():.3f}s left"
+        return f"<Claim {self.key!r} token={self._token} owner={self._owner!r} {state}>"
+
+    def remaining(self) -> float:
+        """Seconds of lease left, measured from before the request that granted
+        or last extended it (so never more than Redis thinks)."""
+        return self._deadline - time.monotonic()
+
+    @property
+    def margin(self) -> float:
+        """``verify()`` refuses with less than this many seconds of lease left."""
+        config = self._lens.config
+        return min(config.safety_margin, self._lease * keys.MARGIN_FRACTION)
+
+    async def verify(self) -> None:
+        """Raise :class:`ClaimLost` unless this claim holds its key for at
+        least the safety margin longer. Call it right before irreversible work."""
+        self._check_open()
+        if self.remaining() < self.margin:
+            raise ClaimLost(self.key, self._token, "less than the safety margin of lease left")
+        started = time.monotonic()
+        pttl = int(await self._lens._run("verify", self.key, self._token))
+        if pttl < 0:
+            self._ended = "expired, released or taken over"
+            raise ClaimLost(self.key, self._token, self._ended)
+        # Redis's count of what is left, from before we asked, may be the tighter.
+        self._deadline = min(self._deadline, started + pttl / 1000)
+        if self.remaining() < self.margin:
+            raise ClaimLost(self.key, self._token, "less than the safety margin of lease left")
+
+    async def extend(self, lease: float | None = None) -> None:
+        """Renew the lease for ``lease`` seconds (default: the current lease)
+        from now; :class:`ClaimLost` if this claim no longer holds the key."""
+        self._check_open()
+        lease = self._lease if lease is None else lease
+        if lease <= 0:
+            raise ValueError("lease must be positive")
+        started = time.monotonic()
+        reply = await self._lens._run("extend", self.key, self._token, _ms(lease))
+        lost = self._extended(reply, lease, started)
+        if lost is not None:
+            raise lost
+
+    def _extended(self, reply: Any, lease: float, started: float) -> ClaimLost | None:
+        """Apply extend.lua's reply to this claim; the error if it was refused."""
+        if self._ended is not None:
+            # Completed or handed back while the extension was in flight.
+            return self._lost()
+        if not reply:
+            self._ended = "expired, released or taken over"
+            return ClaimLost(self.key, self._token, self._ended)
+        self._lease = lease
+        self._deadline = started + lease
+        return None
+
+    async def complete(self) -> None:
+        """Finish: leave a done marker; :class:`ClaimLost` for a stale holder."""
+        self._check_open()
+        done_ms = _ms(self._lens.config.done_ttl)
+        lost = self._completed(await self._lens._run("complete", self.key, self._token, done_ms))
+        if lost is not None:
+            raise lost
+
+    def _completed(self, reply: Any) -> ClaimLost | None:
+        """Apply complete.lua's reply to this claim; the error if it was refused."""
+        if reply not in (_NOW, _REPEAT):
+            self._ended = "expired, released or taken over before completion"
+            return ClaimLost(self.key, self._token, self._ended)
+        self._ended = "completed"
+        return None
+
+    async def release(self) -> None:
+        """Give the key back without completing it. Nothing is re-offered: use
+        :meth:`hand_back` when the job must run again."""
+        self._check_open()
+        if not await self._lens._run("release", self.key, self._token):
+            self._ended = "expired, released or taken over"
+            raise ClaimLost(self.key, self._token, self._ended)
+        self._ended = "released"
+
+    async def hand_back(self, payload: bytes, delay: float = 0.0) -> None:
+        """Give the key back and have a reaper write ``payload`` into the space
+        after ``delay`` seconds, in one step: the job is never in neither place."""
+        self._check_open()
+        if delay < 0:
+            raise ValueError("delay must not be negative")
+        delay_ms = max(0, round(delay * 1000))
+        result = await self._lens._run("hand_back", self.key, self._token, delay_ms, payload)
+        if result not in (_NOW, _REPEAT):
+            self._ended = "expired, released or taken over"
+            raise ClaimLost(self.key, self._token, self._ended)
+        self._ended = "handed back"
+
+    def _check_open(self) -> None:
+        lost = self._lost()
+        if lost is not None:
+            raise lost
+
+    def _lost(self) -> ClaimLost | None:
+        """Why this claim has ended here, if it has."""
+        return None if self._ended is None else ClaimLost(self.key, self._token, self._ended)
+
+
+class Lens:
+    """Claims on keys, in Redis. An async context manager; ``aclose()`` ends it."""
+
+    def __init__(self, config: LensConfig) -> None:
+        self._config = config
+        self._keys = keys.KeySchema(config.namespace)
+        self._redis: Redis = Redis.from_url(
+            config.url,
+            socket_timeout=config.timeout,
+            socket_connect_timeout=config.connect_timeout,
+            # Fail fast and let the caller decide: a retry inside redis-py
+            # would stretch "Redis is down" into a hang.
+            retry_on_timeout=False,
+            decode_responses=False,
+        )
+        self._scripts = Scripts(self._redis, self._keys)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Lens:
+        """``Lens.from_url("redis://host:6379/0", lease_margin=...)``: options are
+        :class:`LensConfig` fields."""
+        return cls(LensConfig(url=url, **options))
+
+    @property
+    def config(self) -> LensConfig:
+        return self._config
+
+    @property
+    def keys(self) -> keys.KeySchema:
+        return self._keys
+
+    async def __aenter__(self) -> Lens:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.shield(self.aclose())
+
+    async def aclose(self) -> None:
+        """Close the connections to Redis."""
+        await self._redis.aclose()
+
+    async def ping(self) -> None:
+        """Return when Redis answers; :class:`LensUnavailable` otherwise."""
+        await self._call(self._redis.ping())
+
+    async def claim(
+        self, key: str, owner: str, lease: float, *, reoffer: bytes | None = None
+    ) -> Claim:
+        """Claim ``key`` for ``lease`` seconds.
+
+        Raises :class:`AlreadyDone` if the key was completed, and
+        :class:`AlreadyClaimed` if another claim on it is live. With
+        ``reoffer``, those bytes are kept in an in-flight record and written
+        back into the space by a reaper should the claim expire (its holder
+        died): the job is not lost.
+        """
+        started = time.monotonic()
+        reply = await self._run("claim", key, *_claim_args(key, owner, lease, reoffer))
+        outcome = self._granted(key, owner, lease, started, reply)
+        if isinstance(outcome, LensError):
+            raise outcome
+        return outcome
+
+    async def claim_many(
+        self, requests: Sequence[tuple[str, bytes | None]], owner: str, lease: float
+    ) -> list[Claim | AlreadyClaimed | AlreadyDone]:
+        """Claim each ``(key, reoffer)`` as :meth:`claim` does, in one round trip.
+        Each outcome is the claim, or the error :meth:`claim` would have raised;
+        :class:`LensUnavailable` is raised for the whole batch."""
+        started = time.monotonic()
+        calls = [("claim", key, _claim_args(key, owner, lease, offer)) for key, offer in requests]
+        replies = await self._run_many(calls)
+        return [
+            self._granted(key, owner, lease, started, reply)
+            for (key, _), reply in zip(requests, replies, strict=True)
+        ]
+
+    async def complete_many(self, claims: Sequence[HeldClaim]) -> list[ClaimLost | None]:
+        """Complete each claim as :meth:`Claim.complete` does, in one round trip.
+        Each outcome is ``None`` (completed) or the :class:`ClaimLost` it would
+        have raised; :class:`LensUnavailable` is raised for the whole batch."""
+        own = [self._own(claim) for claim in claims]
+        outcomes: list[ClaimLost | None] = [claim._lost() for claim in own]
+        open_ = [i for i, lost in enumerate(outcomes) if lost is None]
+        done_ms = _ms(self._config.done_ttl)
+        calls = [("complete", own[i].key, (own[i].token, done_ms)) for i in open_]
+        for i, reply in zip(open_, await self._run_many(calls), strict=True):
+            outcomes[i] = own[i]._completed(reply)
+        return outcomes
+
+    async def extend_many(self, claims: Sequence[HeldClaim]) -> list[ClaimLost | None]:
+        """Extend each claim by its current lease, as :meth:`Claim.extend` does,
+        in one round trip (a worker's heartbeat for all its running jobs)."""
+        own = [self._own(claim) for claim in claims]
+        outcomes: list[ClaimLost | None] = [claim._lost() for claim in own]
+        open_ = [i for i, lost in enumerate(outcomes) if lost is None]
+        started = time.monotonic()
+        calls = [("extend", own[i].key, (own[i].token, _ms(own[i].lease))) for i in open_]
+        for i, reply in zip(open_, await self._run_many(calls), strict=True):
+            outcomes[i] = own[i]._extended(reply, own[i].lease, started)
+        return outcomes
+
+    def _granted(
+        self, key: str, owner: str, lease: float, started: float, reply: Any
+    ) -> Claim | AlreadyClaimed | AlreadyDone:
+        code, value = reply
+        if code == _DONE:
+            return AlreadyDone(key, int(value))
+        if code == _HELD:
+            return AlreadyClaimed(key, value.decode() or None)
+        return Claim(
+            self, key=key, owner=owner, token=int(value), lease=lease, deadline=started + lease
+        )
+
+    def _own(self, claim: HeldClaim) -> Claim:
+        if not isinstance(claim, Claim) or claim._lens is not self:
+            raise TypeError(f"{claim!r} was not granted by this Lens")
+        return claim
+
+    async def done_token(self, key: str) -> int | None:
+        """The token that completed ``key``, or ``None`` if it has no done marker."""
+        value = await self._call(self._redis.get(self._keys.done(key)))
+        return None if value is None else int(value)
+
+    async def due(self, limit: int = 100) -> list[str]:
+        """Up to ``limit`` claim keys whose in-flight records are due for re-offer."""
+        members = await self._run("due", None, limit)
+        return [member.decode() for member in members]
+
+    async def grab(self, key: str) -> Grab | None:
+        """Grab ``key``'s in-flight record if it is abandoned (due, unclaimed,
+        not done); ``None`` if another reaper or a new claim got there first."""
+        grab_id = uuid.uuid4().hex
+        reply = await self._run("grab", key, _ms(self._config.reaper_lease), grab_id)
+        if reply[0] != 1:
+            return None
+        return Grab(key=key, grab_id=grab_id, payload=bytes(reply[1]))
+
+    async def reaped(self, grab: Grab) -> bool:
+        """Drop a grabbed record once its payload is back in the space. ``False``
+        if the key was claimed again meanwhile (the record is the new claim's)."""
+        return bool(await self._run("reaped", grab.key, grab.grab_id))
+
+    async def _run(self, name: str, key: str | None, *args: Any) -> Any:
+        return await self._call(self._scripts.run(name, key, *args))
+
+    async def _run_many(self, calls: Sequence[tuple[str, str, tuple[Any, ...]]]) -> list[Any]:
+        replies = await self._call(self._scripts.run_many(calls))
+        for reply in replies:
+            if isinstance(reply, Exception):
+                # One script's error reply fails the batch, as it fails a single call.
+                raise _translate(reply) from reply
+        return list(replies)
+
+    async def _call(self, request: Any) -> Any:
+        try:
+            return await request
+        except (redis_errors.RedisError, OSError) as exc:
+            raise _translate(exc) from exc
+
+
+def _translate(exc: Exception) -> LensError:
+    """The Lens's error for a Redis client error or error reply."""
+    if isinstance(exc, redis_errors.ResponseError):
+        reply = str(exc).split(" ", 1)[0]
+        if reply in _TRANSIENT_REPLIES:
+            return LensUnavailable(f"Redis cannot serve the Lens now: {exc}")
+        return LensError(f"Redis refused a Lens script: {exc}")
+    if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
+        # redis' ConnectionError also covers BusyLoadingError (AOF replay).
+        return LensUnavailable(f"Redis unavailable: {exc}")
+    return LensError(f"Redis failed a Lens call: {exc}")

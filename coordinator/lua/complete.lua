@@ -1,0 +1,23 @@
+-- complete.lua: finish a claim, leaving a done marker that turns away duplicates.
+--
+-- KEYS[1]  <ns>:claim:<key>
+-- KEYS[2]  <ns>:done:<key>
+-- KEYS[3]  <ns>:job:<key>
+-- KEYS[4]  <ns>:inflight
+-- ARGV[1]  the claim key (member of KEYS[4])
+-- ARGV[2]  the holder's token
+-- ARGV[3]  done-marker TTL in milliseconds
+--
+-- Returns  1 completed now
+--          2 this token completed the key before (a repeat after a lost reply)
+--          0 the token does not hold the key: a stale holder
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+  if redis.call('GET', KEYS[2]) == ARGV[2] then
+    return 2
+  end
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[3])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return 1

@@ -1,0 +1,16 @@
+-- extend.lua: renew a live claim's lease (the worker's heartbeat).
+--
+-- KEYS[1]  <ns>:claim:<key>
+-- KEYS[2]  <ns>:inflight
+-- ARGV[1]  the claim key (member of KEYS[2])
+-- ARGV[2]  the holder's token
+-- ARGV[3]  new lease in milliseconds, counted from now
+--
+-- Returns  1 extended (and the record's re-offer time moved with the lease),
+--          0 the token does not hold the key.
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('ZADD', KEYS[2], 'XX', now_ms() + tonumber(ARGV[3]), ARGV[1])
+return 1

@@ -1,0 +1,43 @@
+-- grab.lua: take an abandoned in-flight record for re-offer, for a while.
+--
+-- KEYS[1]  <ns>:claim:<key>
+-- KEYS[2]  <ns>:done:<key>
+-- KEYS[3]  <ns>:job:<key>
+-- KEYS[4]  <ns>:inflight
+-- ARGV[1]  the claim key (member of KEYS[4])
+-- ARGV[2]  the reaper's lease on the grab, milliseconds
+-- ARGV[3]  a grab id unique to this attempt
+--
+-- Returns  {1, payload}  grabbed: write payload into the space, then call reaped.lua
+--          {0}           nothing to do: not due, claimed again, done, or gone
+--
+-- Only one of many concurrent reapers gets {1, ...} for a due record: the grab
+-- pushes the record's due time ARGV[2] into the future. Should the reaper die
+-- before reaped.lua, the record falls due again and another reaper re-offers it.
+local score = redis.call('ZSCORE', KEYS[4], ARGV[1])
+if not score then
+  return {0}
+end
+local now = now_ms()
+if tonumber(score) > now then
+  return {0}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl ~= -2 then
+  -- Claimed again (or still held): due when that claim's lease ends.
+  redis.call('ZADD', KEYS[4], now + math.max(pttl, 0), ARGV[1])
+  return {0}
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  return {0}
+end
+local payload = redis.call('HGET', KEYS[3], 'payload')
+if not payload then
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  return {0}
+end
+redis.call('HSET', KEYS[3], 'grab', ARGV[3])
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[1])
+return {1, payload}

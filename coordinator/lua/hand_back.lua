@@ -1,0 +1,27 @@
+-- hand_back.lua: give a key back and schedule bytes to be written into the
+-- space after a delay (a retry with backoff, a dead letter, a drained job).
+-- Release and re-offer are one step, so at every instant the job is either
+-- held or recorded for re-offer, until a reaper writes it back.
+--
+-- KEYS[1]  <ns>:claim:<key>
+-- KEYS[2]  <ns>:job:<key>
+-- KEYS[3]  <ns>:inflight
+-- ARGV[1]  the claim key (member of KEYS[3])
+-- ARGV[2]  the holder's token
+-- ARGV[3]  delay in milliseconds before the bytes are due
+-- ARGV[4]  the bytes to write back
+--
+-- Returns  1 handed back now
+--          2 this token handed the key back before (a repeat after a lost reply)
+--          0 the token does not hold the key
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+  if redis.call('HGET', KEYS[2], 'handed') == ARGV[2] then
+    return 2
+  end
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('HDEL', KEYS[2], 'grab')
+redis.call('HSET', KEYS[2], 'token', ARGV[2], 'payload', ARGV[4], 'handed', ARGV[2])
+redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[3]), ARGV[1])
+return 1

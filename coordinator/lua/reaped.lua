@@ -1,0 +1,16 @@
+-- reaped.lua: drop an in-flight record once its grab was written back.
+--
+-- KEYS[1]  <ns>:claim:<key>
+-- KEYS[2]  <ns>:job:<key>
+-- KEYS[3]  <ns>:inflight
+-- ARGV[1]  the claim key (member of KEYS[3])
+-- ARGV[2]  the grab id from grab.lua
+--
+-- Returns  1 dropped; 0 left alone because the key was claimed again (the
+--          re-offered job was already taken: the record is the new claim's).
+if redis.call('HGET', KEYS[2], 'grab') ~= ARGV[2] or redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 1

@@ -1,0 +1,12 @@
+-- verify.lua: is this claim still the key's live claim, and for how long?
+--
+-- KEYS[1]  <ns>:claim:<key>
+-- ARGV[1]  the claim key (unused; every keyed script takes it first)
+-- ARGV[2]  the holder's token
+--
+-- Returns  the claim's remaining lease in milliseconds (>= 0) if ARGV[2] holds
+--          the key, else -1.
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+  return -1
+end
+return math.max(redis.call('PTTL', KEYS[1]), 0)

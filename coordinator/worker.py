@@ -1,0 +1,497 @@
+"""The worker runtime: take → claim → handler(job) → complete.
+
+::
+
+    worker = Worker(space, lens, Pattern(b"job/"), handler, concurrency=8, lease=30)
+    await worker.run()          # until worker.stop() (the CLI calls it on SIGTERM)
+
+For each job:
+
+1. **take** tuples matching the pattern, as many as there are free handler
+   slots (``take_many`` when the space has it, else one at a time); when none
+   is live, one blocking take with a timeout, so an idle worker waits on the
+   space instead of polling it;
+2. **claim** each one's key in the Lens, all in one round trip: the key that
+   travels in the tuple's trailer (:mod:`coordinator.envelope`), else
+   ``key(payload)`` when given, else the tuple's entry id. A claim carries the
+   bytes to re-offer should this worker die: the next attempt, or the dead
+   letter after the last one;
+3. run ``handler(job)`` while a heartbeat extends the lease; if the claim is
+   lost, the handler is cancelled. The handler calls ``await job.verify()``
+   right before irreversible work;
+4. **complete** the claim (a done marker turns duplicates away), batched with
+   other finished jobs, off the slot's critical path
+   (:mod:`coordinator.completions`).
+
+Outcomes other than success:
+
+* ``AlreadyClaimed``/``AlreadyDone`` at the claim: a double take caught. It
+  is counted and logged, and the handler does not run.
+* The handler raised: the claim is handed back with the next attempt's bytes
+  (the attempt count and error travel in the trailer), due after a jittered
+  exponential backoff, and a reaper writes it into the space then; after
+  ``max_attempts`` the bytes are a dead letter under ``dead_prefix``.
+  Handing back is one Lua step, so the job is never in neither place.
+* The Lens is unreachable at the claim: fail closed. No handler runs; the
+  tuples go back into the space (with their claim keys, so a claim that did
+  succeed unseen still deduplicates them) and the worker waits for Redis.
+* The worker dies mid-job: its claim expires and a reaper (every worker runs
+  one) writes the claim's re-offer bytes into the space.
+* ``stop()``: stop taking, let running handlers finish for ``drain_timeout``
+  seconds, then cancel the rest and hand their jobs back unchanged.
+
+Known window: between the take and the claim the job is in this process
+only. A worker killed inside that window (one Redis round trip) loses the job;
+see docs/coordination.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from coordinator.authority import ClaimAuthority, HeldClaim
+from coordinator.completions import Completions
+from coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
+from coordinator.envelope import Envelope
+from coordinator.errors import ClaimLost, LensError, LensUnavailable
+from coordinator.job import Backoff, Handler, Job, KeyFunction
+from coordinator.reaper import Reaper
+from node import ForumError, Pattern, Tuple, TupleSpace
+
+log = logging.getLogger(__name__)
+
+#: The error the next attempt (or the dead letter) carries when the worker
+#: that ran a job died.
+LOST_WORKER = "the worker was lost: its lease expired"
+#: How long a worker waits between tries when Redis or the space is down.
+_OUTAGE_BACKOFF = (0.05, 2.0)
+
+
+@runtime_checkable
+class BatchTaker(Protocol):
+    """A space that takes many tuples in one step (``Forum``, ``ForumClient``)."""
+
+    async def take_many(self, pattern: Pattern, limit: int) -> list[Tuple]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """Counts since the worker started, and its state now."""
+
+    taken: int = 0
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    double_takes: int = 0
+    claims_lost: int = 0
+    lens_unavailable: int = 0
+    handed_back: int = 0
+    reoffered: int = 0
+    running: int = 0
+    lens_reachable: bool = True
+
+
+_Interrupted = Literal["lost", "abandoned"]
+
+
+@dataclass(slots=True)
+class _Running:
+    """A job whose handler runs now, as the heartbeat and the drain see it."""
+
+    claim: HeldClaim
+    #: Why the worker cancelled the handler, if it did.
+    interrupted: _Interrupted | None = None
+
+
+class _Slots:
+    """Free handler slots. The fetcher takes all that are free at once, so
+    one take and one claim round trip serve as many jobs as can run."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._wake = asyncio.Event()
+        self._closed = False
+
+    async def acquire_all(self) -> int:
+        """Wait for at least one free slot and take every free one; 0 once closed."""
+        while self._free == 0 and not self._closed:
+            self._wake.clear()
+            await self._wake.wait()
+        if self._closed:
+            return 0
+        n, self._free = self._free, 0
+        return n
+
+    def release(self, n: int = 1) -> None:
+        if n:
+            self._free += n
+            self._wake.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+
+class Worker:
+    """Runs ``handler`` on jobs taken from ``space`` under claims from ``lens``."""
+
+    def __init__(
+        self,
+        space: TupleSpace,
+        lens: ClaimAuthority,
+        pattern: Pattern,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        lease: float = 30.0,
+        max_attempts: int = 5,
+        backoff: Backoff | None = None,
+        key: KeyFunction | None = None,
+        owner: str | None = None,
+        dead_prefix: bytes = DEFAULT_DEAD_PREFIX,
+        drain_timeout: float = 30.0,
+        take_wait: float = 1.0,
+        reaper_interval: float = 1.0,
+        seed: int | None = None,
+    ) -> None:
+        if concurrency < 1 or max_attempts < 1:
+            raise ValueError("concurrency and max_attempts must be at least 1")
+        if lease <= 0 or drain_timeout < 0 or take_wait <= 0:
+            raise ValueError("lease and take_wait must be positive, drain_timeout not negative")
+        if dead_prefix.startswith(pattern.prefix):
+            # The worker would take its own dead letters and run them forever.
+            raise ValueError(f"dead prefix {dead_prefix!r} matches the job pattern")
+        self._space = space
+        self._batches = space if isinstance(space, BatchTaker) else None
+        self._lens = lens
+        self._pattern = pattern
+        self._handler = handler
+        self.concurrency = concurrency
+        self.lease = lease
+        self.max_attempts = max_attempts
+        self.backoff = backoff or Backoff()
+        self._key = key
+        self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.dead_prefix = dead_prefix
+        self.drain_timeout = drain_timeout
+        self._take_wait = take_wait
+        self._rng = random.Random(seed)
+        self._counts: Counter[str] = Counter()
+        self._reaper = Reaper(
+            space, lens, interval=reaper_interval, on_reoffer=lambda: self._count("reoffered")
+        )
+        self._completions = Completions(lens, self._count, limit=4 * concurrency)
+        self._slots = _Slots(concurrency)
+        self._stopping = asyncio.Event()
+        self._started = False
+        self._lens_ok = True
+        self._jobs: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Task[None], _Running] = {}
+        self._drain_expired = False
+        self._stop_deadline: float | None = None
+
+    def stats(self) -> WorkerStats:
+        return WorkerStats(running=len(self._running), lens_reachable=self._lens_ok, **self._counts)
+
+    def stop(self) -> None:
+        """Begin a graceful drain; :meth:`run` returns when it is over."""
+        if not self._stopping.is_set():
+            self._stop_deadline = asyncio.get_running_loop().time() + self.drain_timeout
+        self._stopping.set()
+        self._slots.close()
+
+    def _past_stop_deadline(self) -> bool:
+        if self._stop_deadline is None:
+            return False
+        return asyncio.get_running_loop().time() > self._stop_deadline
+
+    async def run(self) -> None:
+        """Work until :meth:`stop`, then drain (see the module docstring)."""
+        if self._started:
+            raise RuntimeError("a Worker runs once")
+        self._started = True
+        reaper_stop = asyncio.Event()
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._reaper.run(reaper_stop), name="reaper")
+            completer = tasks.create_task(self._completions.run(), name="completions")
+            heartbeat_stop = asyncio.Event()
+            tasks.create_task(self._heartbeat(heartbeat_stop), name="heartbeat")
+            await self._fetch(tasks)
+            await self._drain()
+            heartbeat_stop.set()
+            self._completions.close()
+            await completer
+            # One last pass, so jobs handed back in the drain are in the space
+            # before this worker is gone (any other worker's reaper would do it too).
+            try:
+                await self._reaper.run_once()
+            except (LensError, ForumError, OSError) as exc:
+                log.warning("drain: final reaper pass failed (%s); other reapers will do it", exc)
+            reaper_stop.set()
+
+    # -- taking and claiming ------------------------------------------------------------
+
+    async def _fetch(self, tasks: asyncio.TaskGroup) -> None:
+        """Take and claim jobs for free slots until the worker stops."""
+        while free := await self._slots.acquire_all():
+            if not self._lens_ok:
+                self._slots.release(free)
+                await self._wait_for_lens()
+                continue
+            try:
+                items = await self._take(free)
+            except (ForumError, OSError) as exc:
+                self._slots.release(free)
+                log.warning("take failed (%s); retrying", exc)
+                await self._pause(_OUTAGE_BACKOFF[1])
+                continue
+            self._slots.release(free - len(items))
+            if items:
+                self._count("taken", len(items))
+                await self._claim(items, tasks)
+
+    async def _take(self, most: int) -> list[Tuple]:
+        if self._batches is not None and most > 1:
+            items = await self._batches.take_many(self._pattern, most)
+            if items:
+                return items
+        item = await self._space.take_entry(self._pattern, timeout=self._take_wait)
+        return [] if item is None else [item]
+
+    async def _claim(self, items: list[Tuple], tasks: asyncio.TaskGroup) -> None:
+        keyed: list[tuple[Tuple, str, Envelope]] = []
+        for item in items:
+            found = await self._keyed(item)
+            if found is None:
+                self._slots.release()
+            else:
+                keyed.append((item, *found))
+        if not keyed:
+            return
+        requests = [(key, self._after_failure(e, LOST_WORKER)) for _, key, e in keyed]
+        try:
+            outcomes = await self._lens.claim_many(requests, self.owner, self.lease)
+        except LensError as exc:
+            # Fail closed, lose nothing: no handler without a claim; the jobs go
+            # back (with their keys: a claim may have been granted unseen).
+            self._count("lens_unavailable", len(keyed))
+            self._lens_ok = False
+            log.warning("Lens unavailable (%s): %d jobs go back into the space", exc, len(keyed))
+            for _, _, envelope in keyed:
+                await self._write_back(envelope.seal())
+                self._slots.release()
+            if not isinstance(exc, LensUnavailable):
+                # Redis answers pings but refuses the script: do not spin on it.
+                await self._pause(_OUTAGE_BACKOFF[1])
+            return
+        for (item, _, envelope), outcome in zip(keyed, outcomes, strict=True):
+            if isinstance(outcome, LensError):
+                self._count("double_takes")
+                log.warning("double take of %s caught, not run: %s", item.id, outcome)
+                self._slots.release()
+                continue
+            job = Job(envelope.payload, item.id, outcome.key, envelope.attempt, outcome)
+            task = tasks.create_task(self._run_job(job, envelope), name=f"job {job.key}")
+            self._jobs.add(task)
+            task.add_done_callback(self._jobs.discard)
+
+    async def _keyed(self, item: Tuple) -> tuple[str, Envelope] | None:
+        """The tuple's claim key, and its envelope carrying it; ``None`` if the
+        key function failed (the job is then parked as a dead letter)."""
+        envelope = Envelope.open(item.payload)
+        if envelope.key is not None:
+            return envelope.key, envelope
+        try:
+            key = self._key(envelope.payload) if self._key else str(item.id)
+            return key, envelope.with_key(key)
+        except Exception:
+            # Without a key there is no claim, so no worker can ever run it.
+            log.exception("the key function failed on %s: parking it as a dead letter", item.id)
+            await self._write_back(bury(envelope, self.dead_prefix))
+            self._count("dead")
+            return None
+
+    # -- running a claimed job ----------------------------------------------------------
+
+    async def _run_job(self, job: Job, envelope: Envelope) -> None:
+        try:
+            await self._run_claimed(job, envelope)
+        finally:
+            self._slots.release()
+
+    async def _run_claimed(self, job: Job, envelope: Envelope) -> None:
+        # The handler runs in this task: the heartbeat cancels this task to stop
+        # it, marking why first, and this task then carries on (uncancelled).
+        me = asyncio.current_task()
+        if me is None:
+            raise RuntimeError("a job runs in a task")
+        state = self._running[me] = _Running(job.claim)
+        error: Exception | None = None
+        try:
+            await self._handler(job)
+        except asyncio.CancelledError:
+            if state.interrupted is None:
+                raise  # not the heartbeat's or the drain's: the worker itself is cancelled
+        except Exception as exc:
+            error = exc
+        finally:
+            del self._running[me]
+            if state.interrupted is not None:
+                me.uncancel()
+        claim = job.claim
+        if state.interrupted == "abandoned":
+            if await self._hand_back(claim, envelope.seal()):
+                self._count("handed_back")
+            return
+        if state.interrupted == "lost":
+            self._count("claims_lost")
+            log.warning("claim on %s lost while its handler ran; handler cancelled", job.key)
+            return
+        if error is None:
+            await self._completions.submit(claim)
+            return
+        if isinstance(error, ClaimLost):
+            self._count("claims_lost")
+            log.warning("%s: the handler found its claim lost: %s", job.key, error)
+            return
+        text = f"{type(error).__name__}: {error}"
+        log.info("%s attempt %d failed: %s", job.key, job.attempt, text)
+        last = job.attempt >= self.max_attempts
+        delay = 0.0 if last else self.backoff.delay(job.attempt, self._rng)
+        if await self._hand_back(claim, self._after_failure(envelope, text), delay):
+            self._count("dead" if last else "retried")
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        """Extend every running job's claim each third of a lease, in one round
+        trip; cancel the handlers whose claims are lost, or whose claims can no
+        longer be shown to outlast the next beat."""
+        interval = self.lease / 3
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            running = list(self._running.items())
+            if not running:
+                continue
+            try:
+                outcomes = await self._lens.extend_many([state.claim for _, state in running])
+            except LensError as exc:
+                self._lens_ok = False
+                for task, state in running:
+                    if state.claim.remaining() <= interval:
+                        log.warning(
+                            "cannot extend %s (%s) before its lease ends", state.claim.key, exc
+                        )
+                        self._interrupt(task, "lost")
+                continue
+            for (task, _), lost in zip(running, outcomes, strict=True):
+                if lost is not None:
+                    self._interrupt(task, "lost")
+
+    def _interrupt(self, task: asyncio.Task[None], why: _Interrupted) -> None:
+        """Cancel ``task``'s handler, if it still runs, saying ``why``."""
+        state = self._running.get(task)
+        if state is not None and state.interrupted is None:
+            state.interrupted = why
+            task.cancel()
+
+    def _after_failure(self, envelope: Envelope, error: str) -> bytes:
+        """The bytes that go back into the space if this attempt fails with
+        ``error``: the next attempt, or after the last one a dead letter."""
+        if envelope.attempt >= self.max_attempts:
+            return bury(envelope.failed(error), self.dead_prefix)
+        return envelope.next_attempt(error).seal()
+
+    async def _hand_back(self, claim: HeldClaim, payload: bytes, delay: float = 0.0) -> bool:
+        """Hand the claim back with ``payload`` to re-offer after ``delay``; when
+        that is now, write it back at once rather than at the reaper's next pass."""
+        if not await self._settle(claim, lambda: claim.hand_back(payload, delay)):
+            return False
+        if delay == 0:
+            try:
+                await self._reaper.reoffer(claim.key)
+            except (LensError, ForumError, OSError) as exc:
+                log.warning("%s handed back; a reaper will write it back (%s)", claim.key, exc)
+        return True
+
+    async def _drain(self) -> None:
+        """Let running jobs finish for ``drain_timeout``; then cancel their handlers."""
+        if not self._jobs:
+            return
+        _, late = await asyncio.wait(set(self._jobs), timeout=self.drain_timeout)
+        if late:
+            self._drain_expired = True
+            log.warning("drain: cancelling %d handlers past the drain timeout", len(late))
+            for task in list(self._running):
+                self._interrupt(task, "abandoned")
+            await asyncio.wait(late)
+
+    # -- outages ------------------------------------------------------------------------
+
+    async def _settle(self, claim: HeldClaim, action: Callable[[], Awaitable[None]]) -> bool:
+        """Run a claim's final step, retrying while Redis is unreachable and the
+        lease lasts. ``False`` if it could not be done: the claim is then gone
+        or will expire, and its in-flight record re-offers the job."""
+        delay = _OUTAGE_BACKOFF[0]
+        while True:
+            try:
+                await action()
+            except ClaimLost as exc:
+                self._count("claims_lost")
+                log.warning("%s: %s", claim.key, exc)
+                return False
+            except LensError as exc:
+                self._lens_ok = False
+                if claim.remaining() <= 0:
+                    log.warning("%s: Redis unreachable past the lease (%s)", claim.key, exc)
+                    return False
+                await asyncio.sleep(min(delay, claim.remaining()))
+                delay = min(delay * 2, _OUTAGE_BACKOFF[1])
+            else:
+                return True
+
+    async def _wait_for_lens(self) -> None:
+        delay = _OUTAGE_BACKOFF[0]
+        while not self._lens_ok and not self._stopping.is_set():
+            try:
+                await self._lens.ping()
+            except LensError:
+                await self._pause(delay)
+                delay = min(delay * 2, _OUTAGE_BACKOFF[1])
+            else:
+                log.info("the Lens is reachable again")
+                self._lens_ok = True
+
+    async def _write_back(self, data: bytes) -> None:
+        """Write an unclaimed job back into the space, retrying while the space
+        is unreachable (this process holds its only copy)."""
+        delay = _OUTAGE_BACKOFF[0]
+        while True:
+            try:
+                await self._space.write(data)
+            except (ForumError, OSError) as exc:
+                if self._drain_expired or self._past_stop_deadline():
+                    log.error("job lost: could not write it back (%s): %r", exc, data)
+                    return
+                log.warning("could not write a job back (%s); retrying", exc)
+                await self._pause(delay)
+                delay = min(delay * 2, _OUTAGE_BACKOFF[1])
+            else:
+                return
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake at once when the worker is told to stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    def _count(self, outcome: str, n: int = 1) -> None:
+        self._counts[outcome] += n

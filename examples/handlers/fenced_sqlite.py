@@ -1,0 +1,96 @@
+"""A result store that refuses a stale writer: SQLite, a conditional upsert.
+
+The same guarantee as :mod:`examples.handlers.fenced_redis`, for results that
+live in a SQL database: the row keeps the fencing token that wrote it, and
+the update only happens when the new token is not lower::
+
+    INSERT INTO results (key, token, value) VALUES (?, ?, ?)
+    ON CONFLICT (key) DO UPDATE SET token = excluded.token, value = excluded.value
+    WHERE excluded.token >= results.token
+
+No row changed means a higher token wrote first: the writer is stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from coordinator import Handler, Job
+from examples.handlers.fenced_redis import StaleToken
+from examples.handlers.sqlite_file import SqliteFile
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS results (
+    key   TEXT PRIMARY KEY,
+    token INTEGER NOT NULL,
+    value BLOB NOT NULL
+);
+-- One row per new token stored: how many times each job's effect was applied.
+CREATE TABLE IF NOT EXISTS applied (key TEXT NOT NULL, token INTEGER NOT NULL);
+"""
+
+
+class FencedSqliteStore:
+    """Results by job key in a SQLite file, each kept with its fencing token."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._db = SqliteFile(path, SCHEMA)
+
+    async def __aenter__(self) -> FencedSqliteStore:
+        await self._db.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._db.__aexit__(None, None, None)
+
+    async def put(self, key: str, token: int, value: bytes) -> None:
+        """Store ``value`` for ``key`` unless a higher token wrote first (:class:`StaleToken`)."""
+
+        def write(db: sqlite3.Connection) -> bool:
+            row = db.execute("SELECT token FROM results WHERE key = ?", (key,)).fetchone()
+            changed = db.execute(
+                "INSERT INTO results (key, token, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET token = excluded.token, value = excluded.value "
+                "WHERE excluded.token >= results.token",
+                (key, token, value),
+            ).rowcount
+            if changed and (row is None or row[0] < token):
+                db.execute("INSERT INTO applied (key, token) VALUES (?, ?)", (key, token))
+            return bool(changed)
+
+        if not await self._db.run(write):
+            raise StaleToken(f"{key}: token {token} is older than the stored one")
+
+    async def get(self, key: str) -> tuple[int, bytes] | None:
+        def read(db: sqlite3.Connection) -> tuple[int, bytes] | None:
+            row = db.execute("SELECT token, value FROM results WHERE key = ?", (key,)).fetchone()
+            return None if row is None else (int(row[0]), bytes(row[1]))
+
+        return await self._db.run(read)
+
+    async def applied(self) -> list[tuple[str, int]]:
+        def read(db: sqlite3.Connection) -> list[tuple[str, int]]:
+            rows = db.execute("SELECT key, token FROM applied ORDER BY rowid").fetchall()
+            return [(str(key), int(token)) for key, token in rows]
+
+        return await self._db.run(read)
+
+
+def fenced_handler(store: FencedSqliteStore) -> Handler:
+    async def handle(job: Job) -> None:
+        result = job.payload.upper()  # the job's real work goes here
+        await job.verify()
+        await store.put(job.key, job.token, result)
+
+    return handle
+
+
+@contextlib.asynccontextmanager
+async def open_handler() -> AsyncIterator[Handler]:
+    """For the CLI: the database file at ``$FORUM_EXAMPLE_SQLITE``."""
+    async with FencedSqliteStore(os.environ["FORUM_EXAMPLE_SQLITE"]) as store:
+        yield fenced_handler(store)

@@ -1,0 +1,50 @@
+"""Handlers that ``forum worker`` subprocesses run in the tests (via --handler)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+
+from redis.asyncio import Redis
+
+from coordinator import Handler, Job
+from examples.handlers.fenced_redis import open_handler
+
+#: A Redis list of "<key> <token> <owner>", one per handler start.
+STARTED = "test:started"
+
+
+@contextlib.asynccontextmanager
+async def hang_after_start() -> AsyncIterator[Handler]:
+    """Records that it started (in ``$FORUM_EXAMPLE_REDIS_URL``), then never returns."""
+    async with Redis.from_url(os.environ["FORUM_EXAMPLE_REDIS_URL"]) as client:
+
+        async def handle(job: Job) -> None:
+            await client.rpush(STARTED, f"{job.key} {job.token}")
+            await asyncio.Event().wait()
+
+        yield handle
+
+
+@contextlib.asynccontextmanager
+async def slow_fenced() -> AsyncIterator[Handler]:
+    """The fenced Redis example, after a pause of ``$FORUM_TEST_DELAY`` seconds."""
+    delay = float(os.environ.get("FORUM_TEST_DELAY", "0"))
+    async with (
+        Redis.from_url(os.environ["FORUM_EXAMPLE_REDIS_URL"]) as client,
+        open_handler() as fenced,
+    ):
+
+        async def handle(job: Job) -> None:
+            await client.rpush(STARTED, f"{job.key} {job.token}")
+            await asyncio.sleep(delay)
+            await fenced(job)
+
+        yield handle
+
+
+async def fail(job: Job) -> None:
+    """Always fails: the job ends up dead-lettered."""
+    raise RuntimeError(f"cannot do {job.payload!r}")

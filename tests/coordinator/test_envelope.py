@@ -1,0 +1,72 @@
+"""The job trailer: what travels with a job between deliveries."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coordinator.deadletter import DeadLetter, bury
+from coordinator.envelope import MAGIC, Envelope
+from node import EntryId, Tuple
+
+envelopes = st.builds(
+    Envelope,
+    payload=st.binary(max_size=200),
+    key=st.none() | st.text(min_size=1, max_size=40),
+    attempt=st.integers(min_value=1, max_value=10**6),
+    error=st.none() | st.text(max_size=100),
+)
+
+
+@given(envelopes)
+def test_seal_then_open_is_the_identity(envelope: Envelope) -> None:
+    assert Envelope.open(envelope.seal()) == envelope
+
+
+@given(envelopes)
+def test_a_sealed_job_still_starts_with_its_payload(envelope: Envelope) -> None:
+    assert envelope.seal().startswith(envelope.payload)
+
+
+@given(st.binary(max_size=300))
+def test_plain_bytes_are_a_first_delivery(data: bytes) -> None:
+    opened = Envelope.open(data)
+    if not data.endswith(MAGIC):
+        assert opened == Envelope(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"job/x" + MAGIC,  # too short a trailer
+        b"job/x" + b"\xff\xff\xff\xff" + MAGIC,  # length beyond the data
+        b"job/x" + b"\xc1" + b"\x00\x00\x00\x01" + MAGIC,  # not msgpack
+        b"job/x" + msgpack.packb([1, 2]) + b"\x00\x00\x00\x03" + MAGIC,  # not a map
+        b"job/"
+        + msgpack.packb({"key": "k", "attempt": 0, "error": None})
+        + b"\x00\x00\x00\x17"
+        + MAGIC,  # attempt 0
+    ],
+)
+def test_a_payload_that_merely_ends_in_the_magic_is_plain(data: bytes) -> None:
+    assert Envelope.open(data) == Envelope(data)
+
+
+def test_next_attempt_and_failed() -> None:
+    first = Envelope(b"job/1", key="a:1")
+    second = first.next_attempt("boom")
+    assert (second.attempt, second.error, second.key) == (2, "boom", "a:1")
+    assert second.failed("x" * 5000).error == "x" * 2000
+    with pytest.raises(ValueError):
+        Envelope(b"job/1", attempt=0)
+
+
+def test_dead_letters_keep_the_key_and_revive_from_attempt_one() -> None:
+    sealed = bury(Envelope(b"job/1", key="a:1", attempt=5, error="boom"))
+    letter = DeadLetter.parse(Tuple(EntryId("n", 9), sealed))
+    assert letter.payload == b"job/1" and letter.envelope.error == "boom"
+    assert Envelope.open(letter.revived()) == Envelope(b"job/1", key="a:1", attempt=1)
+    with pytest.raises(ValueError):
+        DeadLetter.parse(Tuple(EntryId("n", 9), b"job/1"))
