@@ -1,4 +1,4 @@
-"""The worker runtime: take → claim → handler(job) → complete.
+"""The worker runtime: reserve → claim → ack → handler(job) → complete.
 
 ::
 
@@ -7,15 +7,18 @@
 
 For each job:
 
-1. **take** tuples matching the pattern, as many as there are free handler
-   slots (``take_many`` when the space has it, else one at a time); when none
-   is live, one blocking take with a timeout, so an idle worker waits on the
-   space instead of polling it;
+1. **reserve** tuples matching the pattern, as many as there are free
+   handler slots; when none is live, one blocking reserve with a timeout, so
+   an idle worker waits on the space instead of polling it. A reservation
+   takes the tuple out of reach for the lease without taking it for good:
+   if this worker dies, or the answer is lost, the tuple comes back. (A space
+   without reservations is taken from instead: ``take_many`` when it has it.)
 2. **claim** each one's key in the Lens, all in one round trip: the key that
    travels in the tuple's trailer (:mod:`coordinator.envelope`), else
    ``key(payload)`` when given, else the tuple's entry id. A claim carries the
    bytes to re-offer should this worker die: the next attempt, or the dead
-   letter after the last one;
+   letter after the last one. Then **ack** the reservations (the Takes are
+   appended): from here on the Lens keeps the job safe;
 3. run ``handler(job)`` while a heartbeat extends the lease; if the claim is
    lost, the handler is cancelled. The handler calls ``await job.verify()``
    right before irreversible work;
@@ -26,23 +29,27 @@ For each job:
 Outcomes other than success:
 
 * ``AlreadyClaimed``/``AlreadyDone`` at the claim: a double take caught. It
-  is counted and logged, and the handler does not run.
+  is counted and logged, the duplicate is acked away, and the handler does
+  not run.
 * The handler raised: the claim is handed back with the next attempt's bytes
   (the attempt count and error travel in the trailer), due after a jittered
   exponential backoff, and a reaper writes it into the space then; after
   ``max_attempts`` the bytes are a dead letter under ``dead_prefix``.
   Handing back is one Lua step, so the job is never in neither place.
 * The Lens is unreachable at the claim: fail closed. No handler runs; the
-  tuples go back into the space (with their claim keys, so a claim that did
-  succeed unseen still deduplicates them) and the worker waits for Redis.
+  reservations are released, so the tuples are live again in their places
+  under their own ids (a claim granted unseen still deduplicates them; a
+  space without reservations gets them written back, with their claim keys)
+  and the worker waits for Redis.
 * The worker dies mid-job: its claim expires and a reaper (every worker runs
   one) writes the claim's re-offer bytes into the space.
 * ``stop()``: stop taking, let running handlers finish for ``drain_timeout``
   seconds, then cancel the rest and hand their jobs back unchanged.
 
-Known window: between the take and the claim the job is in this process
-only. A worker killed inside that window (one Redis round trip) loses the job;
-see docs/coordination.md.
+A worker killed at any point loses nothing: before the ack its reservations
+run out on the node, after the claim its claim runs out in the Lens and a
+reaper re-offers the job; a job that comes back both ways is one claim key,
+so its effect still happens once (see docs/coordination.md).
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ from coordinator.envelope import Envelope
 from coordinator.errors import ClaimLost, LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, Job, KeyFunction
 from coordinator.reaper import Reaper
-from node import ForumError, Pattern, Tuple, TupleSpace
+from node import EntryId, ForumError, Pattern, ReservingSpace, Tuple, TupleSpace
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +180,7 @@ class Worker:
             raise ValueError(f"dead prefix {dead_prefix!r} matches the job pattern")
         self._space = space
         self._batches = space if isinstance(space, BatchTaker) else None
+        self._reserving = space if isinstance(space, ReservingSpace) else None
         self._lens = lens
         self._pattern = pattern
         self._handler = handler
@@ -261,6 +269,8 @@ class Worker:
                 await self._claim(items, tasks)
 
     async def _take(self, most: int) -> list[Tuple]:
+        if self._reserving is not None:
+            return await self._reserve(self._reserving, most)
         if self._batches is not None and most > 1:
             items = await self._batches.take_many(self._pattern, most)
             if items:
@@ -268,14 +278,49 @@ class Worker:
         item = await self._space.take_entry(self._pattern, timeout=self._take_wait)
         return [] if item is None else [item]
 
+    async def _reserve(self, space: ReservingSpace, most: int) -> list[Tuple]:
+        """Up to ``most`` reservations without waiting, or one after a wait."""
+        items: list[Tuple] = []
+        while len(items) < most:
+            try:
+                item = await space.reserve(self._pattern, self.lease)
+            except (ForumError, OSError):
+                if not items:
+                    raise
+                break  # work on what we have; the space is retried next round
+            if item is None:
+                break
+            items.append(item)
+        if not items:
+            item = await space.reserve(self._pattern, self.lease, timeout=self._take_wait)
+            if item is not None:
+                items.append(item)
+        return items
+
+    async def _settle_reservations(self, ids: list[EntryId], *, ack: bool) -> None:
+        """Ack (take for good) or release reserved tuples. Best effort: one
+        that is not settled runs out on the node and comes back, and the Lens
+        turns the copy away (its claim key is held or done)."""
+        if self._reserving is None or not ids:
+            return
+        settle = self._reserving.ack if ack else self._reserving.release
+        results = await asyncio.gather(*(settle(i) for i in ids), return_exceptions=True)
+        for entry_id, result in zip(ids, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("could not %s %s (%s): it will come back and be turned away",
+                            "ack" if ack else "release", entry_id, result)  # fmt: skip
+
     async def _claim(self, items: list[Tuple], tasks: asyncio.TaskGroup) -> None:
         keyed: list[tuple[Tuple, str, Envelope]] = []
+        buried: list[EntryId] = []
         for item in items:
             found = await self._keyed(item)
             if found is None:
                 self._slots.release()
+                buried.append(item.id)
             else:
                 keyed.append((item, *found))
+        await self._settle_reservations(buried, ack=True)
         if not keyed:
             return
         requests = [(key, self._after_failure(e, LOST_WORKER)) for _, key, e in keyed]
@@ -287,13 +332,20 @@ class Worker:
             self._count("lens_unavailable", len(keyed))
             self._lens_ok = False
             log.warning("Lens unavailable (%s): %d jobs go back into the space", exc, len(keyed))
-            for _, _, envelope in keyed:
-                await self._write_back(envelope.seal())
-                self._slots.release()
+            if self._reserving is not None:
+                await self._settle_reservations([item.id for item, _, _ in keyed], ack=False)
+                self._slots.release(len(keyed))
+            else:
+                for _, _, envelope in keyed:
+                    await self._write_back(envelope.seal())
+                    self._slots.release()
             if not isinstance(exc, LensUnavailable):
                 # Redis answers pings but refuses the script: do not spin on it.
                 await self._pause(_OUTAGE_BACKOFF[1])
             return
+        # Claimed or turned away, every reserved tuple is taken for good now:
+        # the Lens holds what is needed to re-offer the claimed ones.
+        await self._settle_reservations([item.id for item, _, _ in keyed], ack=True)
         for (item, _, envelope), outcome in zip(keyed, outcomes, strict=True):
             if isinstance(outcome, LensError):
                 self._count("double_takes")

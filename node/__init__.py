@@ -5,7 +5,7 @@ from node.config import NodeConfig
 from node.entries import Entry, EntryId, Take, Tuple, Write
 from node.errors import ForumError, SerializationError, StrandError
 from node.forum import Forum, ForumStats, ListPage
-from node.space import Pattern, TupleSpace
+from node.space import Pattern, ReservingSpace, TupleSpace
 from node.strand import Strand, StrandConfig
 from node.sync_client import SyncForumClient
 
@@ -19,6 +19,7 @@ __all__ = [
     "ListPage",
     "NodeConfig",
     "Pattern",
+    "ReservingSpace",
     "SerializationError",
     "Strand",
     "StrandConfig",

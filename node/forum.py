@@ -223,7 +223,7 @@ class Forum:
         await self._commit_takes([found])
         return True
 
-    def release(self, entry_id: EntryId) -> bool:
+    async def release(self, entry_id: EntryId) -> bool:
         """Give the reserved tuple back now; ``False`` if it is not reserved."""
         reservation = self._reservations.pop(entry_id, None)
         if reservation is None:

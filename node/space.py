@@ -44,3 +44,18 @@ class TupleSpace(Protocol):
     async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None: ...
 
     async def count(self, pattern: Pattern) -> int: ...
+
+
+@runtime_checkable
+class ReservingSpace(Protocol):
+    """A space that can hand out a tuple on a lease before taking it for good
+    (``Forum`` and ``ForumClient``): a holder that dies before ``ack`` loses
+    nothing, the tuple comes back when the lease runs out."""
+
+    async def reserve(
+        self, pattern: Pattern, lease: float, timeout: float | None = None
+    ) -> Tuple | None: ...
+
+    async def ack(self, entry_id: EntryId) -> bool: ...
+
+    async def release(self, entry_id: EntryId) -> bool: ...

@@ -105,7 +105,7 @@ async def release(request: web.Request) -> web.Response:
     """``POST /v1/release?id=``: give a reserved tuple back at once."""
     entry_id = Query(request, ("id",)).entry_id("id")
     media = negotiate(request, (JSON, MSGPACK), JSON)
-    return respond({"released": request.app[FORUM].release(entry_id)}, media)
+    return respond({"released": await request.app[FORUM].release(entry_id)}, media)
 
 
 async def read(request: web.Request) -> web.Response:

@@ -16,11 +16,12 @@ from coordinator import Lens
 from coordinator.deadletter import bury
 from coordinator.envelope import Envelope
 from examples.handlers.fenced_redis import FencedRedisStore
-from node import Pattern
+from node import Pattern, Tuple
 from node.client import ForumClient
 from tests.coordinator.harness import REPO, WorkerProcess, eventually, worker_processes
 from tests.coordinator.process_handlers import STARTED
 from tests.fixtures.nodes import NodeProcess, free_port
+from tests.fixtures.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -185,3 +186,40 @@ async def forum_cli(*args: str) -> tuple[int, str, str]:
         out, err = await process.communicate()
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+async def test_worker_killed_between_reserve_and_claim_loses_nothing(
+    forum_node: NodeProcess, private_redis: RedisServer, tmp_path: Path
+) -> None:
+    """t0: worker A reserves job k; its claim hangs (Redis is paused).
+    t1: A is SIGKILLed, before any claim exists. t2: A's reservation runs out
+    on the node: k is live again, same entry id. t3: B claims and runs k, once."""
+    url = private_redis.url
+    env = {"FORUM_EXAMPLE_REDIS_URL": url}
+    async with ForumClient(forum_node.url) as space, worker_processes(tmp_path) as workers:
+        job_id = await space.write(b"job/resize cat.jpg")
+        private_redis.pause()
+        a_args = worker_args(forum_node, url, "slow_fenced", "--lease", "1")
+        a = WorkerProcess("a", tmp_path, a_args, env)
+        workers.append(a)
+        try:
+            await a.start()
+            await eventually(lambda: _count_is(space, 0), what="A's reservation")
+            assert await a.signal(signal.SIGKILL) == -signal.SIGKILL
+        finally:
+            private_redis.resume()
+        await eventually(lambda: _count_is(space, 1), timeout=20, what="k live again")
+        assert await space.read_entry(JOBS) == Tuple(job_id, b"job/resize cat.jpg")
+
+        b = WorkerProcess("b", tmp_path, worker_args(forum_node, url, "slow_fenced"), env)
+        workers.append(b)
+        await b.start()
+        async with FencedRedisStore.from_url(url) as fenced:
+            await eventually(lambda: _has_result(fenced, str(job_id)), timeout=20, what="B ran k")
+            assert [key for key, _ in await fenced.applied()] == [str(job_id)]
+        assert await b.signal(signal.SIGTERM) == 0, b.log_text()
+        assert await space.count(JOBS) == 0
+
+
+async def _count_is(space: ForumClient, n: int) -> bool:
+    return await space.count(JOBS) == n

@@ -24,8 +24,8 @@ async def test_ack_takes_the_reserved_tuple_for_good(forum: Forum) -> None:
 async def test_release_and_expiry_put_the_tuple_back_in_its_place(forum: Forum) -> None:
     await forum.write_many([b"job/1", b"job/2"])
     first = await forum.reserve(Pattern(b"job/"), lease=30)
-    assert first is not None and forum.release(first.id)
-    assert not forum.release(first.id)
+    assert first is not None and await forum.release(first.id)
+    assert not await forum.release(first.id)
     assert await forum.read(Pattern(b"job/")) == b"job/1"  # back in front
     again = await forum.reserve(Pattern(b"job/"), lease=0.05)
     assert again == first
