@@ -418,6 +418,10 @@ class Lens:
 
 def _translate(exc: Exception) -> LensError:
     """The Lens's error for a Redis client error or error reply."""
+    # redis-py turns some replies into their own classes and strips the
+    # reply's first word from the message (OOM, READONLY): match those by class.
+    if isinstance(exc, redis_errors.OutOfMemoryError | redis_errors.ReadOnlyError):
+        return LensUnavailable(f"Redis cannot serve the Lens now: {type(exc).__name__}: {exc}")
     if isinstance(exc, redis_errors.ResponseError):
         reply = str(exc).split(" ", 1)[0]
         if reply in _TRANSIENT_REPLIES:

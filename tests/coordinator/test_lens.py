@@ -344,3 +344,15 @@ async def test_a_batch_fails_whole_when_redis_is_down(private_redis: RedisServer
             await lens.claim_many([("d:2", None), ("d:3", None)], "me", 30)
         with pytest.raises(LensUnavailable):
             await lens.complete_many(claims)  # type: ignore[arg-type]
+
+
+async def test_a_full_redis_is_unavailable_not_a_bug(private_redis: RedisServer) -> None:
+    """maxmemory reached with noeviction: Redis answers OOM; the Lens says
+    LensUnavailable (retriable), so a worker fails closed and puts jobs back."""
+    with redis.Redis(port=private_redis.port) as admin:
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", "1")
+    async with Lens.from_url(private_redis.url) as lens:
+        with pytest.raises(LensUnavailable) as full:
+            await lens.claim("o:full", owner="worker-a", lease=30)
+        assert full.value.retriable
