@@ -106,7 +106,7 @@ class Forum:
         self._applying: set[EntryId] = set()
         self._waiters: deque[_Waiter] = deque()
         self._listeners: list[Listener] = []
-        self._rescues: set[asyncio.Task[None]] = set()
+        self._settling: set[asyncio.Task[None]] = set()
         self._writes = 0
         self._takes = 0
         self._double_takes = 0
@@ -220,7 +220,7 @@ class Forum:
             if removed is None:
                 return False
             found = removed
-        await self._commit_takes([found])
+        await self._commit_takes([found], rescue=False)
         return True
 
     async def release(self, entry_id: EntryId) -> bool:
@@ -427,18 +427,24 @@ class Forum:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
-    async def _commit_takes(self, found: Reserved) -> builtins.list[Tuple]:
-        """Make the Takes of tuples already out of the index durable."""
+    async def _commit_takes(self, found: Reserved, *, rescue: bool = True) -> builtins.list[Tuple]:
+        """Make the Takes of tuples already out of the index durable.
+
+        A caller cancelled while its append is under way has not received the
+        tuples. With ``rescue`` they are written back (as new tuples) if the
+        Take holds, rather than lost. An ack passes ``rescue=False``: its
+        caller already has the tuple (and a claim on it); a copy under a new
+        id, and so a new claim key, would run the job a second time.
+        """
         self._reserved.update(item.id for _, item in found)
         append = self.strand.submit_takes([item.id for _, item in found])
         try:
             takes = await asyncio.shield(append)
         except asyncio.CancelledError:
-            # The append goes on. If it holds, nobody gets these tuples, so
-            # write them back rather than lose them; if it fails, restore.
-            rescue = asyncio.create_task(self._rescue(append, found))
-            self._rescues.add(rescue)
-            rescue.add_done_callback(self._rescues.discard)
+            # The append goes on; _settle deals with how it ends.
+            settle = asyncio.create_task(self._settle(append, found, rescue))
+            self._settling.add(settle)
+            settle.add_done_callback(self._settling.discard)
             raise
         except BaseException:
             self._put_back(found)
@@ -448,7 +454,11 @@ class Forum:
         self._notify(takes)
         return [item for _, item in found]
 
-    async def _rescue(self, append: asyncio.Future[builtins.list[Take]], found: Reserved) -> None:
+    async def _settle(
+        self, append: asyncio.Future[builtins.list[Take]], found: Reserved, rescue: bool
+    ) -> None:
+        """The end of a take whose caller was cancelled: restore the tuples if
+        the append failed; if it held, write them back when ``rescue``."""
         try:
             takes = await append
         except Exception:
@@ -457,6 +467,8 @@ class Forum:
         self._release(found)
         self._takes += len(takes)
         self._notify(takes)
+        if not rescue:
+            return
         payloads = [item.payload for _, item in found]
         log.warning("a take was cancelled after it was durable: writing %d back", len(payloads))
         try:
@@ -492,7 +504,7 @@ class Forum:
     # -- closing ---------------------------------------------------------------
 
     async def close(self) -> None:
-        """Wake every waiting taker with ``None``, finish rescues, close the Strand."""
+        """Wake every waiting taker with ``None``, settle cancelled takes, close the Strand."""
         if self._closed:
             return
         for waiter in self._waiters:
@@ -505,9 +517,9 @@ class Forum:
         for _, _, expiry in self._reservations.values():
             expiry.cancel()  # never taken in the log: live again after a restart
         self._reservations.clear()
-        # Rescues write tuples back, so they finish before the Forum closes.
-        while self._rescues:
-            await asyncio.gather(*self._rescues, return_exceptions=True)
+        # Settling takes may write tuples back, so they finish before the Forum closes.
+        while self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
         self._closed = True
         await self.strand.close()
 

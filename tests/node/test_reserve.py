@@ -80,3 +80,33 @@ async def test_taken_elsewhere_while_reserved_is_a_double_take(forum: Forum) -> 
 async def test_lease_must_be_positive(forum: Forum) -> None:
     with pytest.raises(ValueError):
         await forum.reserve(Pattern(b""), lease=0)
+
+
+async def _settled(forum: Forum) -> None:
+    while forum._settling:  # the cancelled call's append is still being settled
+        await asyncio.sleep(0.001)
+
+
+async def test_a_cancelled_ack_still_takes_and_writes_no_copy(forum: Forum) -> None:
+    """The acker already holds the tuple (and its claim): a copy under a new
+    id would be a new job, run twice."""
+    wid = await forum.write(b"job/1")
+    assert await forum.reserve(Pattern(b"job/"), lease=30) is not None
+    ack = asyncio.create_task(forum.ack(wid))
+    await asyncio.sleep(0)  # the ack's append is under way
+    ack.cancel()
+    await asyncio.gather(ack, return_exceptions=True)
+    await _settled(forum)
+    assert await forum.count(Pattern(b"")) == 0
+    assert forum.stats().entries == 2  # the Write and its Take, nothing else
+
+
+async def test_a_take_cancelled_mid_append_writes_the_tuple_back(forum: Forum) -> None:
+    """Its caller never got the tuple: rather than lose it, it is written back."""
+    await forum.write(b"job/1")
+    take = asyncio.create_task(forum.take(Pattern(b"job/")))
+    await asyncio.sleep(0)
+    take.cancel()
+    await asyncio.gather(take, return_exceptions=True)
+    await _settled(forum)
+    assert await forum.take(Pattern(b"job/")) == b"job/1"

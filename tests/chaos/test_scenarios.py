@@ -1,0 +1,148 @@
+"""Chaos scenarios: real processes, real Toxiproxy faults, a checked history.
+
+Each runs the randomized workload of ``harness.run_scenario`` while its fault
+is on, then heals, drains and asserts: lost = 0, unexpected = 0, duplicate
+effects = 0, every node holds the same live set. Marked ``chaos`` (and
+``slow``); CI runs them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import LEASE, Run, run_scenario
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+async def test_symmetric_partition_of_one_node_in_cycles(tmp_path: Path) -> None:
+    """A node cut from both others (timeout toxic, timeout 0: data held,
+    never delivered), on and off; its worker goes on taking from it alone."""
+
+    async def fault(run: Run) -> None:
+        for _ in range(3):
+            victim = run.rng.choice(run.cluster.nodes).name
+            links = run.links_of(victim)
+            await run.toxic(links, "timeout", "upstream", timeout=0)
+            await run.toxic(links, "timeout", "downstream", timeout=0)
+            await run.sleep(1.0, 2.0)
+            await run.toxiproxy.reset()
+            await run.sleep(0.3, 0.8)
+
+    await run_scenario(tmp_path, fault)
+
+
+async def test_asymmetric_partition(tmp_path: Path) -> None:
+    """A node's requests to the others are blackholed; theirs to it still flow."""
+
+    async def fault(run: Run) -> None:
+        victim = run.rng.choice(run.cluster.nodes).name
+        links = run.links_of(victim, incoming=False)
+        await run.toxic(links, "timeout", "upstream", timeout=0)
+        await run.sleep(3.0, 5.0)
+        await run.toxiproxy.reset()
+
+    await run_scenario(tmp_path, fault)
+
+
+async def test_slow_links_latency_jitter_and_slicer(tmp_path: Path) -> None:
+    async def fault(run: Run) -> None:
+        links = run.node_links()
+        await run.toxic(links, "latency", "downstream", latency=150, jitter=100)
+        await run.toxic(
+            links, "slicer", "downstream", average_size=64, size_variation=32, delay=200
+        )
+        await run.sleep(4.0, 6.0)
+        await run.toxiproxy.reset()
+
+    await run_scenario(tmp_path, fault)
+
+
+async def test_flaky_links_reset_peer(tmp_path: Path) -> None:
+    async def fault(run: Run) -> None:
+        links = run.node_links()
+        await run.toxic(links, "reset_peer", "downstream", toxicity=0.3, timeout=50)
+        await run.sleep(5.0, 7.0)
+        await run.toxiproxy.reset()
+
+    await run_scenario(tmp_path, fault)
+
+
+async def test_bandwidth_limited_catch_up_and_limit_data(tmp_path: Path) -> None:
+    """A long partition piles up entries; the node catches up over a thin
+    link, and over links that cut connections after a few kilobytes."""
+
+    async def fault(run: Run) -> None:
+        victim = run.rng.choice(run.cluster.nodes).name
+        links = run.links_of(victim)
+        async with run.toxiproxy.down(*links):
+            await run.sleep(4.0, 5.0)
+        await run.toxic(links, "bandwidth", "downstream", rate=32)  # KB/s
+        await run.sleep(2.0, 3.0)
+        await run.toxiproxy.reset()
+        await run.toxic(run.node_links(), "limit_data", "downstream", bytes=4096)
+        await run.sleep(1.0, 2.0)
+        await run.toxiproxy.reset()
+
+    await run_scenario(tmp_path, fault)
+
+
+async def test_worker_cut_from_redis_mid_lease(tmp_path: Path) -> None:
+    """Latency beyond the lease on a worker's Redis link, then a blackhole,
+    then healed: its claims expire and the jobs are done elsewhere, once."""
+
+    async def fault(run: Run) -> None:
+        worker = run.rng.choice(run.cluster.workers).name
+        link = [run.cluster.redis_links[worker].name]
+        await run.sleep(0.5, 1.5)
+        await run.toxic(link, "latency", "downstream", latency=int(LEASE * 1500))
+        await run.sleep(LEASE * 1.5, LEASE * 2)
+        await run.toxiproxy.reset()
+        await run.toxic(link, "timeout", "upstream", timeout=0)
+        await run.sleep(LEASE * 1.5, LEASE * 2)
+        await run.toxiproxy.reset()
+
+    await run_scenario(tmp_path, fault)
+
+
+async def test_redis_reset_during_complete(tmp_path: Path) -> None:
+    """Connections to Redis reset at random, so some completes (and claims)
+    end without an answer: the outcome is ambiguous to the worker."""
+
+    async def fault(run: Run) -> None:
+        links = [p.name for p in run.cluster.redis_links.values()]
+        for _ in range(4):
+            await run.toxic(links, "reset_peer", "downstream", toxicity=0.5, timeout=0)
+            await run.sleep(0.5, 1.0)
+            await run.toxiproxy.reset()
+            await run.sleep(0.3, 0.6)
+
+    await run_scenario(tmp_path, fault)
+
+
+async def test_kill_9_and_restart_nodes_and_workers(tmp_path: Path) -> None:
+    async def fault(run: Run) -> None:
+        for _ in range(4):
+            await run.sleep(0.5, 1.5)
+            if run.rng.random() < 0.5:
+                service = run.rng.choice(run.cluster.nodes)
+            else:
+                service = run.rng.choice(run.cluster.workers)
+            assert service.pid is not None
+            service.send_signal(signal.SIGKILL)
+            await service.kill()  # reap it
+            await run.sleep(0.2, 1.0)
+            await service.start()
+
+    await run_scenario(tmp_path, fault)
+
+
+def test_scenarios_are_all_here() -> None:
+    """The eight faults of the chaos issue each have a scenario."""
+    names = [n for n in globals() if n.startswith("test_") and n != "test_scenarios_are_all_here"]
+    assert len(names) == 8
+    assert all(asyncio.iscoroutinefunction(globals()[n]) for n in names)
