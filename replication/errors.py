@@ -1,0 +1,74 @@
+"""Every error the ``replication`` package raises, under one root.
+
+::
+
+    ReplicationError                anything replication raises on purpose
+    ├── PeerError                   a call to one peer failed (``peer`` names its URL)
+    │   ├── PeerUnavailable         no answer: refused, reset, DNS (retriable)
+    │   │   └── PeerTimeout         no answer in time (also a TimeoutError)
+    │   └── PeerRejected            the peer answered with an error status
+    │       ├── Unauthenticated     401: the cluster secret did not match
+    │       └── PeerIsSelf          409: the "peer" is this very node
+    ├── BadSignature                a body lacks valid proof of the cluster secret
+    └── BadMessage                  a replication body is malformed or forged
+                                    (also a ValueError)
+
+``retriable`` tells a caller whether doing the same thing again may succeed.
+"""
+
+from __future__ import annotations
+
+
+class ReplicationError(Exception):
+    """Root of every error raised by Forum's replication package."""
+
+    retriable: bool = False
+
+
+class PeerError(ReplicationError):
+    """A call to a peer failed. ``peer`` names the peer's URL."""
+
+    def __init__(self, peer: str, message: str) -> None:
+        super().__init__(f"{peer}: {message}")
+        self.peer = peer
+
+
+class PeerUnavailable(PeerError):
+    """The peer could not be reached (connection refused or reset, DNS)."""
+
+    retriable = True
+
+
+class PeerTimeout(PeerUnavailable, TimeoutError):
+    """The peer did not answer within the connect or total timeout."""
+
+
+class PeerRejected(PeerError):
+    """The peer answered with an error status; 5xx are worth retrying."""
+
+    def __init__(self, peer: str, status: int, message: str) -> None:
+        super().__init__(peer, f"HTTP {status}: {message}")
+        self.status = status
+        self.retriable = status >= 500 or status == 429
+
+
+class Unauthenticated(PeerRejected):
+    """401: the peer does not share our cluster secret (or our clocks disagree)."""
+
+    def __init__(self, peer: str, message: str) -> None:
+        super().__init__(peer, 401, message)
+
+
+class PeerIsSelf(PeerRejected):
+    """409: the URL leads back to this node; it is dropped from the peers."""
+
+    def __init__(self, peer: str, message: str) -> None:
+        super().__init__(peer, 409, message)
+
+
+class BadSignature(ReplicationError):
+    """A request or response lacks valid proof of the cluster secret (or is stale)."""
+
+
+class BadMessage(ReplicationError, ValueError):
+    """A replication body (request or response) is malformed, forged or too large."""

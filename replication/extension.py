@@ -1,0 +1,89 @@
+"""Wiring replication into a node's app: ``forum serve`` passes :func:`extension`.
+
+The extension adds the routes at once and, through ``cleanup_ctx``, runs
+replication while the app runs::
+
+    startup   open the peer transport, start the replicator (a task group with
+              one push and one anti-entropy task per peer), fill the status
+              "peers" provider and the per-peer gauges
+    cleanup   cancel the replicator's tasks and wait for them (in-flight calls
+              are cancelled), close the transport
+
+The app's own cleanup closes the Forum afterwards (it was set up first).
+Settings come from the node's config (peers, advertise, cluster secret) and
+from ``FORUM_REPL_*`` (:class:`~replication.config.ReplicationConfig`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Callable
+
+from aiohttp import web
+
+from node.config import NodeConfig
+from node.web_keys import CONFIG, FORUM, METRICS_REGISTRY, PEERS
+from replication.auth import ClusterAuth
+from replication.config import ReplicationConfig
+from replication.messages import Member
+from replication.metrics import ReplicationMetrics
+from replication.replicator import Replicator
+from replication.routes import REPLICATION, Replication, add_routes
+from replication.transport import HttpTransport
+
+log = logging.getLogger(__name__)
+
+
+def extension(app: web.Application) -> None:
+    """Replicate the app's Forum with its peers, tuned from ``FORUM_REPL_*``."""
+    configured(ReplicationConfig.from_env())(app)
+
+
+def configured(config: ReplicationConfig) -> Callable[[web.Application], None]:
+    """An extension with explicit tuning (tests, the benchmark)."""
+
+    def install(app: web.Application) -> None:
+        add_routes(app)
+        app.cleanup_ctx.append(functools.partial(_replicating, config))
+
+    return install
+
+
+async def _replicating(config: ReplicationConfig, app: web.Application) -> AsyncIterator[None]:
+    node = app[CONFIG]
+    forum = app[FORUM]
+    me = Member(forum.strand.origin, advertised_url(node))
+    auth = ClusterAuth(node.cluster_secret, config.max_clock_skew)
+    metrics = ReplicationMetrics(app[METRICS_REGISTRY])
+    async with (
+        HttpTransport(auth, config) as transport,
+        Replicator(
+            forum=forum,
+            me=me,
+            seeds=node.peers,
+            transport=transport,
+            metrics=metrics,
+            config=config,
+        ) as replicator,
+    ):
+        app[REPLICATION] = Replication(replicator, auth)
+        app[PEERS] = replicator.status
+        metrics.watch_peers(replicator.gauges)
+        log.info(
+            "replication: advertising %s, %d seed peer(s), cluster secret %s",
+            me.url or "nothing (port 0 and no --advertise: peers cannot learn this node)",
+            len(node.peers),
+            "on" if auth.enabled else "off (anyone who can reach this port may push entries)",
+        )
+        try:
+            yield
+        finally:
+            metrics.close()
+
+
+def advertised_url(node: NodeConfig) -> str | None:
+    """The URL peers should dial us at; ``None`` if unknown (port 0 and no --advertise)."""
+    if node.advertise is None and node.port == 0:
+        return None
+    return node.advertise_url()

@@ -1,0 +1,339 @@
+"""The replicator: one node's replication, between its Forum and its peers.
+
+It owns the peer table (:class:`~replication.membership.Membership`) and, for
+each peer, a *link*: an outbox with its :class:`~replication.push.Pusher` and
+a :class:`~replication.antientropy.Syncer`, run as two tasks in the
+replicator's task group (a peer that leaves has its link cancelled).
+
+Entries flow through the Forum only::
+
+    local write/take --> Forum --listener--> every live peer's outbox
+    push from P      --> Forum.apply --listener--> outboxes of peers P did not cover
+    page from P      --> Forum.apply --listener--> (not forwarded: see antientropy)
+
+``Forum.apply`` makes entries durable before they are visible, skips what is
+held, and calls the listener in the applying task, so a context variable
+tells the listener where the entries came from: they never go back to their
+sender, nor to the peers the sender pushed them to itself (``covered``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from node.entries import Entry
+from node.forum import Forum
+from replication.antientropy import Fetching, Syncer, fill_page
+from replication.config import ReplicationConfig
+from replication.errors import BadMessage
+from replication.membership import Membership, Peer, PeerState
+from replication.messages import Member, MemberList, PullPage, PullRequest, Push, PushAck
+from replication.metrics import PeerGauges, ReplicationMetrics
+from replication.push import Outbox, Pusher
+from replication.transport import PeerTransport
+from replication.vector import VersionVector
+
+log = logging.getLogger(__name__)
+
+#: After an unexpected error a link's loop starts again after this many seconds.
+_RESTART_DELAY = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """Who must not get the entries being applied again.
+
+    ``skip``: origins not to forward to (the sender, and those it covered);
+    ``None``: forward to none (entries pulled by anti-entropy).
+    """
+
+    skip: frozenset[str] | None
+
+
+_SOURCE: ContextVar[_Source | None] = ContextVar("replication_source", default=None)
+
+
+@dataclass(slots=True, eq=False)
+class _Link:
+    peer: Peer
+    outbox: Outbox
+    pusher: Pusher
+    syncer: Syncer
+    task: asyncio.Task[None] | None = None
+
+
+class Replicator:
+    """Replicates ``forum`` with its peers while open (``async with``)."""
+
+    def __init__(
+        self,
+        *,
+        forum: Forum,
+        me: Member,
+        seeds: Sequence[str],
+        transport: PeerTransport,
+        metrics: ReplicationMetrics,
+        config: ReplicationConfig,
+    ) -> None:
+        if me.origin != forum.strand.origin:
+            raise ValueError("me.origin must be the Forum's origin")
+        self.forum = forum
+        self.me = me
+        self.config = config
+        self.membership = Membership(
+            me=me, seeds=seeds, dead_after=config.dead_after, forget_after=config.forget_after
+        )
+        self._transport = transport
+        self._metrics = metrics
+        self._fetching = Fetching()
+        self._links: dict[str, _Link] = {}
+        self._group: asyncio.TaskGroup | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- running ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = task = asyncio.create_task(self._run(started), name="replication")
+        await asyncio.wait([started, task], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():  # it failed before it was running: say why
+            self._task = None
+            await task
+            raise RuntimeError("replication stopped at start")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every link (in-flight calls are cancelled) and wait until they are gone."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+
+    async def _run(self, started: asyncio.Future[None]) -> None:
+        self.forum.add_listener(self._on_entries)
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                self.membership.start(self)
+                started.set_result(None)
+                await asyncio.Event().wait()  # until cancelled by aclose()
+        finally:
+            self._group = None
+            self.forum.remove_listener(self._on_entries)
+
+    # -- the membership listener ---------------------------------------------------------
+
+    def peer_added(self, peer: Peer) -> None:
+        config = self.config
+        outbox = Outbox(config.queue_entries, config.queue_bytes)
+        pusher = Pusher(
+            peer=peer,
+            outbox=outbox,
+            me=self.me,
+            covered=self._covered,
+            transport=self._transport,
+            membership=self.membership,
+            metrics=self._metrics,
+            config=config,
+            on_dropped=self._push_dropped,
+        )
+        syncer = Syncer(
+            peer=peer,
+            strand=self.forum.strand,
+            apply=self._apply_page,
+            me=self.me,
+            transport=self._transport,
+            membership=self.membership,
+            fetching=self._fetching,
+            metrics=self._metrics,
+            config=config,
+        )
+        link = _Link(peer, outbox, pusher, syncer)
+        self._links[peer.url] = link
+        if self._group is not None:
+            link.task = self._group.create_task(self._run_link(link), name=f"peer {peer.url}")
+
+    def peer_removed(self, peer: Peer) -> None:
+        link = self._links.pop(peer.url, None)
+        if link is not None and link.task is not None:
+            link.task.cancel()
+
+    def peer_returned(self, peer: Peer) -> None:
+        self._kick(peer, 0.0)
+
+    def peer_heard(self, peer: Peer) -> None:
+        self._kick(peer, 0.0)
+
+    def _kick(self, peer: Peer, delay: float, unless_caught_up: bool = False) -> None:
+        link = self._links.get(peer.url)
+        if link is not None:
+            link.syncer.kick(delay, unless_caught_up)
+
+    def _push_dropped(self, peer: Peer) -> None:
+        # The peer misses entries now: a round with it makes it pull them.
+        self._kick(peer, 0.0)
+
+    async def _run_link(self, link: _Link) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._supervise("push", link, link.pusher.run))
+            group.create_task(self._supervise("anti-entropy", link, link.syncer.run))
+
+    async def _supervise(self, what: str, link: _Link, run: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            try:
+                await run()
+            except Exception:
+                log.exception("%s with %s failed; restarting it", what, link.peer.url)
+                await asyncio.sleep(_RESTART_DELAY)
+
+    # -- the Forum's side ----------------------------------------------------------------
+
+    def _on_entries(self, entries: Sequence[Entry]) -> None:
+        """Listener: queue new entries for the peers that need them. Never blocks."""
+        source = _SOURCE.get()
+        skip: frozenset[str] = frozenset()
+        if source is not None:
+            if source.skip is None:
+                return
+            skip = source.skip
+        for link in self._links.values():
+            peer = link.peer
+            if peer.origin is not None and peer.origin in skip:
+                continue
+            if peer.state is PeerState.DEAD:
+                self._metrics.dropped(peer.url, "peer_down", len(entries) + link.outbox.clear())
+                continue
+            dropped = link.outbox.put(entries)
+            if dropped:
+                self._metrics.dropped(peer.url, "queue_full", dropped)
+                link.syncer.kick(self.config.settle_delay)
+
+    def _covered(self) -> frozenset[str]:
+        """The origins we push to ourselves (and our own), for ``Push.covered``."""
+        covered = {self.me.origin}
+        for link in self._links.values():
+            if link.peer.origin is not None and link.peer.state is not PeerState.DEAD:
+                covered.add(link.peer.origin)
+        return frozenset(covered)
+
+    async def _apply(self, entries: Sequence[Entry], skip: frozenset[str] | None) -> list[Entry]:
+        self._check(entries)
+        token = _SOURCE.set(_Source(skip))
+        try:
+            return await self.forum.apply(entries)
+        finally:
+            _SOURCE.reset(token)
+
+    async def _apply_page(self, entries: Sequence[Entry]) -> list[Entry]:
+        return await self._apply(entries, skip=None)
+
+    def _check(self, entries: Sequence[Entry]) -> None:
+        """Refuse entries no honest peer sends. ``BadMessage`` before anything is applied."""
+        strand = self.forum.strand
+        highest = strand.highest()
+        for entry in entries:
+            origin = entry.id.origin
+            if origin == self.me.origin and entry.id not in strand:
+                raise BadMessage(f"forged entry {entry.id}: this node never wrote it")
+            if entry.id.seq > highest.get(origin, 0) + self.config.max_seq_gap:
+                raise BadMessage(
+                    f"entry {entry.id} is more than {self.config.max_seq_gap} past "
+                    f"the highest seq held of {origin}"
+                )
+
+    def _label(self, sender: Member) -> str:
+        """The metrics label of a sender: the URL we dial it at, if we do."""
+        peer = self.membership.by_origin(sender.origin)
+        if peer is not None:
+            return peer.url
+        return sender.url or sender.origin
+
+    # -- serving peers (the routes) -----------------------------------------------------
+
+    async def receive_push(self, push: Push, body_bytes: int) -> PushAck:
+        """Apply a peer's push. ``BadMessage`` if it holds forged entries (nothing applied)."""
+        self.membership.heard_from(push.sender)
+        new = await self._apply(push.entries, push.covered | {push.sender.origin})
+        self._metrics.received(
+            self._label(push.sender), "push", len(push.entries), len(new), body_bytes
+        )
+        held = self.forum.strand.vector()
+        origins = {entry.id.origin for entry in push.entries}
+        return PushAck(self.me, len(new), VersionVector({o: held.get(o, 0) for o in origins}))
+
+    async def serve_pull(self, request: PullRequest) -> PullPage:
+        """The page of entries the asker lacks; and, if it holds what we lack, pull soon."""
+        config = self.config
+        self.membership.heard_from(request.sender)
+        self.membership.learn(request.members)
+        entries, more = await fill_page(
+            self.forum.strand,
+            request.vector,
+            request.exclude,
+            min(request.limit, config.page_entries),
+            min(request.max_bytes, config.page_bytes),
+        )
+        mine = VersionVector.of(self.forum.strand)
+        peer = self.membership.by_origin(request.sender.origin)
+        if peer is not None:
+            self.membership.acknowledged(peer, request.vector, full=True)
+            if mine.lacks(request.vector):
+                self._kick(peer, config.settle_delay, unless_caught_up=True)
+        return PullPage(self.me, mine, tuple(entries), more, self.membership.members())
+
+    def member_list(self) -> MemberList:
+        return MemberList(self.me, self.membership.members())
+
+    def note_sent(self, to: Member, kind: str, entries: int, body_bytes: int) -> None:
+        """Count an answer we sent (the routes call these three)."""
+        label = self._label(to)
+        self._metrics.sent_entries(label, kind, entries)
+        self._metrics.sent_bytes(label, kind, body_bytes)
+
+    def note_received_pull(self, sender: Member, body_bytes: int) -> None:
+        self._metrics.received_bytes(self._label(sender), "pull", body_bytes)
+
+    def note_refused(self, reason: str) -> None:
+        self._metrics.refused(reason)
+
+    # -- status and metrics -------------------------------------------------------------
+
+    def status(self) -> list[dict[str, Any]]:
+        """Per peer: url, origin, state, last contact, entries behind, queued (``forum status``)."""
+        rows = self.membership.snapshot(VersionVector.of(self.forum.strand))
+        for row in rows:
+            link = self._links.get(row["url"])
+            row["queued"] = 0 if link is None else len(link.outbox)
+        return rows
+
+    def gauges(self) -> list[PeerGauges]:
+        return [
+            PeerGauges(
+                url=row["url"],
+                state=row["state"],
+                behind=row["behind"],
+                last_contact_age=row["last_contact_age"],
+                queued=row["queued"],
+            )
+            for row in self.status()
+        ]

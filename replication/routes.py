@@ -1,0 +1,143 @@
+"""The replication routes peers call, under the node's ``/v1/cluster/`` prefix.
+
+==========================================  ====================================
+``POST /v1/cluster/replication/push``        a push: entries to apply -> push_ack
+``POST /v1/cluster/replication/pull``        a pull: "my vector" -> a page
+``GET  /v1/cluster/replication/members``     this node and the peers it reaches
+==========================================  ====================================
+
+Every request is checked before anything changes, like client input:
+
+* 401 without valid proof of the cluster secret (see :mod:`replication.auth`);
+* 400 for a body that is not a well-formed message, or holds forged entries
+  (entries of this node's own origin that it never wrote, seqs absurdly far
+  ahead) — then nothing of it is applied;
+* 409 when the sender is this very node (a seed URL that leads back here);
+* 503 while replication is not running (starting or shutting down).
+
+Answers are msgpack, signed when there is a secret; errors are the node's JSON
+error bodies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from node.web_bodies import ApiProblem
+from replication.auth import ClusterAuth
+from replication.errors import BadMessage, BadSignature
+from replication.messages import (
+    MEMBERS_PATH,
+    PULL_PATH,
+    PUSH_PATH,
+    Member,
+    Message,
+    decode_pull,
+    decode_push,
+    encode,
+)
+from replication.replicator import Replicator
+from replication.transport import MSGPACK
+
+
+@dataclass(frozen=True, slots=True)
+class Replication:
+    """What the routes need while replication runs (in the app under :data:`REPLICATION`)."""
+
+    replicator: Replicator
+    auth: ClusterAuth
+
+
+REPLICATION = web.AppKey("replication", Replication)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post(PUSH_PATH, push)
+    app.router.add_post(PULL_PATH, pull)
+    app.router.add_get(MEMBERS_PATH, members)
+
+
+async def push(request: web.Request) -> web.Response:
+    replication, body, signature = await _accept(request)
+    replicator = replication.replicator
+    try:
+        message = decode_push(body)
+        _not_self(replicator, message.sender)
+        ack = await replicator.receive_push(message, len(body))
+    except BadMessage as exc:
+        raise _refuse(replicator, 400, "bad_message", str(exc)) from None
+    return _answer(
+        replication, signature=signature, to=message.sender, kind="push_ack", message=ack, entries=0
+    )
+
+
+async def pull(request: web.Request) -> web.Response:
+    replication, body, signature = await _accept(request)
+    replicator = replication.replicator
+    try:
+        message = decode_pull(body)
+    except BadMessage as exc:
+        raise _refuse(replicator, 400, "bad_message", str(exc)) from None
+    _not_self(replicator, message.sender)
+    replicator.note_received_pull(message.sender, len(body))
+    page = await replicator.serve_pull(message)
+    return _answer(
+        replication,
+        signature=signature,
+        to=message.sender,
+        kind="page",
+        message=page,
+        entries=len(page.entries),
+    )
+
+
+async def members(request: web.Request) -> web.Response:
+    replication, _, signature = await _accept(request)
+    listing = replication.replicator.member_list()
+    body = encode(listing)
+    headers = replication.auth.sign_response(signature, body)
+    return web.Response(body=body, content_type=MSGPACK, headers=headers)
+
+
+async def _accept(request: web.Request) -> tuple[Replication, bytes, str]:
+    """The running replication, the body, and its checked signature."""
+    replication = request.app.get(REPLICATION)
+    if replication is None:
+        raise ApiProblem(
+            503, "unavailable", "replication is not running", headers={"Retry-After": "1"}
+        )
+    body = await request.read()
+    try:
+        signature = replication.auth.verify_request(
+            request.method, request.path, request.headers, body
+        )
+    except BadSignature as exc:
+        raise _refuse(replication.replicator, 401, "unauthorized", str(exc)) from None
+    return replication, body, signature
+
+
+def _not_self(replicator: Replicator, sender: Member) -> None:
+    if sender.origin == replicator.me.origin:
+        raise _refuse(replicator, 409, "self", "this request comes from this very node")
+
+
+def _refuse(replicator: Replicator, status: int, code: str, message: str) -> ApiProblem:
+    replicator.note_refused(code)
+    return ApiProblem(status, code, message)
+
+
+def _answer(
+    replication: Replication,
+    *,
+    signature: str,
+    to: Member,
+    kind: str,
+    message: Message,
+    entries: int,
+) -> web.Response:
+    body = encode(message)
+    replication.replicator.note_sent(to, kind, entries, len(body))
+    headers = replication.auth.sign_response(signature, body)
+    return web.Response(body=body, content_type=MSGPACK, headers=headers)

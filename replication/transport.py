@@ -1,0 +1,154 @@
+"""Calling a peer: the :class:`PeerTransport` seam and its aiohttp implementation.
+
+A call sends one signed msgpack body to a peer's replication route and
+returns the (checked) answer body, or raises a :class:`PeerError`:
+
+=============================  ===========================================
+refused, reset, DNS             ``PeerUnavailable`` (retried)
+no connection / answer in time  ``PeerTimeout`` (retried)
+5xx, 429                        ``PeerRejected``, ``retriable`` (retried)
+401                             ``Unauthenticated``
+409                             ``PeerIsSelf`` (the URL leads back here)
+other 4xx                       ``PeerRejected``
+unsigned or oversized answer    ``BadSignature`` / ``BadMessage``
+=============================  ===========================================
+
+Every attempt has a connect timeout and a total timeout; retriable failures
+are retried with jittered exponential backoff. A call is cancellable at any
+point (shutdown): nothing is left half-done on our side, since calls only
+change state here after the answer came back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import TracebackType
+from typing import Protocol, Self
+
+import aiohttp
+
+from replication.auth import ClusterAuth
+from replication.backoff import Backoff
+from replication.config import ReplicationConfig
+from replication.errors import (
+    BadMessage,
+    PeerError,
+    PeerIsSelf,
+    PeerRejected,
+    PeerTimeout,
+    PeerUnavailable,
+    Unauthenticated,
+)
+
+MSGPACK = "application/msgpack"
+#: Room beyond a page's entry bytes for framing, vectors and member lists.
+_ANSWER_SLACK = 1024 * 1024
+
+
+class PeerTransport(Protocol):
+    """Sends one replication request to a peer and returns the answer's body."""
+
+    async def call(self, peer: str, method: str, path: str, body: bytes = b"") -> bytes: ...
+
+
+class HttpTransport:
+    """:class:`PeerTransport` over aiohttp. Use as ``async with HttpTransport(...) as t``."""
+
+    def __init__(self, auth: ClusterAuth, config: ReplicationConfig) -> None:
+        self._auth = auth
+        self._attempts = config.attempts
+        self._backoff = Backoff(config.backoff_base, config.backoff_max)
+        self._max_answer = max(config.page_bytes, config.max_batch_bytes) + _ANSWER_SLACK
+        self._timeout = aiohttp.ClientTimeout(
+            total=config.request_timeout,
+            connect=config.connect_timeout,
+            sock_connect=config.connect_timeout,
+        )
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Self:
+        self._session = aiohttp.ClientSession(
+            timeout=self._timeout,
+            # Keep-alive connections to each peer: pushes are small and frequent.
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=8, enable_cleanup_closed=True),
+            headers={"User-Agent": "forum-replication/1"},
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await asyncio.shield(session.close())
+
+    async def call(self, peer: str, method: str, path: str, body: bytes = b"") -> bytes:
+        """Call ``peer`` (its base URL) at ``path``, retrying what is worth retrying."""
+        attempt = 0
+        while True:
+            try:
+                return await self._attempt(peer, method, path, body)
+            except PeerError as exc:
+                attempt += 1
+                if not exc.retriable or attempt >= self._attempts:
+                    raise
+            await asyncio.sleep(self._backoff.delay(attempt - 1))
+
+    async def _attempt(self, peer: str, method: str, path: str, body: bytes) -> bytes:
+        if self._session is None:
+            raise PeerUnavailable(peer, "the transport is closed")
+        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK}
+        signed = self._auth.sign_request(method, path, body)
+        headers |= signed
+        url = peer.rstrip("/") + path
+        try:
+            async with self._session.request(method, url, data=body, headers=headers) as response:
+                answer = await self._read(peer, response)
+                if response.status >= 400:
+                    raise _rejection(peer, response.status, answer)
+                self._auth.verify_response(signed, response.headers, answer)
+                return answer
+        except TimeoutError as exc:  # aiohttp's timeouts are TimeoutErrors
+            raise PeerTimeout(peer, f"no answer in time ({type(exc).__name__})") from exc
+        except aiohttp.ClientError as exc:
+            raise PeerUnavailable(peer, f"{type(exc).__name__}: {exc}") from exc
+
+    async def _read(self, peer: str, response: aiohttp.ClientResponse) -> bytes:
+        length = response.content_length
+        if length is not None and length > self._max_answer:
+            raise BadMessage(f"{peer}: answer of {length} bytes is over {self._max_answer}")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > self._max_answer:
+                raise BadMessage(f"{peer}: answer over {self._max_answer} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _rejection(peer: str, status: int, body: bytes) -> PeerRejected:
+    message = _error_message(body)
+    if status == 401:
+        return Unauthenticated(peer, message)
+    if status == 409:
+        return PeerIsSelf(peer, message)
+    return PeerRejected(peer, status, message)
+
+
+def _error_message(body: bytes) -> str:
+    """The ``message`` of the node's JSON error body, or the start of whatever came."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return body[:200].decode("utf-8", "replace")
+    if isinstance(document, dict) and isinstance(document.get("message"), str):
+        return str(document["message"])
+    return body[:200].decode("utf-8", "replace")
