@@ -260,6 +260,7 @@ async def collect(cluster: Cluster, history: History) -> None:
     """Read the effects and deliveries recorded by the sink into ``history``."""
     async with EffectSink.from_url(cluster.sink_url) as sink:
         history.effects = await sink.effects()
+        history.reruns = await sink.reruns()
         history.deliveries = await sink.deliveries()
 
 

@@ -31,6 +31,6 @@ async def open_handler() -> AsyncIterator[Handler]:
             await sink.delivered(name)
             await asyncio.sleep(work)
             await job.verify()  # right before the irreversible step
-            await sink.apply(name, job.token)
+            await sink.apply(name, job.key, job.token)
 
         yield handle

@@ -14,9 +14,13 @@ plus one rule of Forum's own, about effects:
 ``duplicate_deliveries``
     extra times a handler was started for a job already started (allowed:
     a double take, a re-offer after a lost lease, a retry);
+``reruns``
+    times a job ran again under the same claim after the holder that applied
+    its effect died before completing (allowed: at-least-once; the effect
+    store saw the same claim key and did not apply it twice);
 ``duplicate_effects``
-    extra times a job's irreversible effect was applied (must be 0: that is
-    what the Lens and the fencing tokens are for).
+    extra times a job's irreversible effect was applied under another claim
+    (must be 0: that is what the Lens and the fencing tokens are for).
 
 A job counts as *done* when its effect was applied at least once.
 """
@@ -36,6 +40,7 @@ class History:
     acknowledged: set[str] = field(default_factory=set)
     deliveries: Counter[str] = field(default_factory=Counter)
     effects: Counter[str] = field(default_factory=Counter)
+    reruns: Counter[str] = field(default_factory=Counter)
 
     def wrote(self, job: str, acknowledged: bool) -> None:
         self.attempted.add(job)
@@ -61,6 +66,7 @@ class Verdict:
     unexpected: tuple[str, ...]
     recovered: int
     duplicate_deliveries: int
+    reruns: int
     duplicate_effects: tuple[str, ...]
 
     @property
@@ -73,7 +79,7 @@ class Verdict:
             f"{'OK' if self.valid else 'FAILED'}: attempted={self.attempted} "
             f"acknowledged={self.acknowledged} done={self.done} lost={len(self.lost)} "
             f"unexpected={len(self.unexpected)} recovered={self.recovered} "
-            f"duplicate_deliveries={self.duplicate_deliveries} "
+            f"duplicate_deliveries={self.duplicate_deliveries} reruns={self.reruns} "
             f"duplicate_effects={len(self.duplicate_effects)}"
         )
 
@@ -97,5 +103,6 @@ def check(history: History) -> Verdict:
         unexpected=tuple(sorted(done - history.attempted)),
         recovered=len((history.attempted - history.acknowledged) & done),
         duplicate_deliveries=sum(n - 1 for n in history.deliveries.values() if n > 1),
+        reruns=sum(history.reruns.values()),
         duplicate_effects=tuple(sorted(job for job, n in history.effects.items() if n > 1)),
     )
