@@ -44,7 +44,6 @@ import re
 import tempfile
 import threading
 import time
-import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,7 +56,7 @@ from deploy.toxiproxy import Proxy, Toxiproxy
 from node import EntryId, Pattern, Write
 from node.client import ForumClient
 from node.codec import encode_entry
-from node.forum import REMOTE_DELAY
+from node.forum import REMOTE_DELAY, remote_delay_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,16 +87,6 @@ class LagRun:
     replicated: Lag
     #: Live (readable) on B and C: adds the node's deliberate stagger.
     visible: Lag
-
-
-def stagger(entry_id: EntryId, origin: str) -> float:
-    """How long node ``origin`` holds a remote write back before it is live.
-
-    A copy of ``node.forum.Forum._surface_later``'s rule (the node does not
-    expose it): ``REMOTE_DELAY`` times 1 to 4, by a hash of the id and origin.
-    """
-    slot = zlib.crc32(f"{entry_id}/{origin}".encode()) % 4
-    return REMOTE_DELAY * (1 + slot)
 
 
 class Probes:
@@ -203,7 +192,7 @@ async def probe(cluster: Cluster, data: bytes, probes: Probes) -> None:
     visible = await asyncio.gather(*watchers)
     probes.visible.append(max(visible) - acknowledged)
     held = [
-        at - stagger(entry_id, origin)
+        at - remote_delay_of(entry_id, origin, REMOTE_DELAY)
         for at, entry_id, origin in zip(visible, ids, cluster.origins[1:], strict=True)
     ]
     probes.replicated.append(max(held) - acknowledged)

@@ -115,6 +115,11 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--max-wait", metavar="SECONDS", help="longest long-poll wait (default 60)")
     add("--max-waiters", metavar="N", help="most requests waiting at once (default 10000)")
     add(
+        "--remote-delay",
+        metavar="SECONDS",
+        help="a peer's tuple waits 1-4x this before it can be taken here (default 0.01)",
+    )
+    add(
         "--shutdown-timeout",
         metavar="SECONDS",
         help="how long in-flight requests get on shutdown (default 10)",

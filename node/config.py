@@ -26,6 +26,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from node.entries import check_origin
+from node.forum import REMOTE_DELAY
 
 FsyncPolicy = Literal["always", "interval", "never"]
 LogFormat = Literal["text", "json"]
@@ -69,6 +70,10 @@ class NodeConfig:
     max_wait: float = 60.0
     #: The most requests waiting at once in long polls; more get 503 and Retry-After.
     max_waiters: int = 10_000
+    #: Seconds (times 1 to 4) a tuple written on a peer waits before it can be
+    #: taken here, so the node it was written on usually hands it out first
+    #: (see ``Forum.apply``); 0 makes it live on arrival.
+    remote_delay: float = REMOTE_DELAY
     #: On SIGTERM, how long in-flight requests get to finish, in seconds.
     shutdown_timeout: float = 10.0
     log_format: LogFormat = "text"
@@ -97,7 +102,7 @@ class NodeConfig:
         _check_positive("max_waiters", self.max_waiters)
         if self.max_batch_bytes < self.max_payload:
             raise ValueError("max_batch_bytes must be at least max_payload")
-        for name in ("max_wait", "shutdown_timeout"):
+        for name in ("max_wait", "shutdown_timeout", "remote_delay"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number of seconds >= 0")
@@ -195,7 +200,7 @@ class NodeConfig:
 
 
 _INT_KEYS = frozenset({"max_payload", "max_batch", "max_batch_bytes", "max_waiters"})
-_FLOAT_KEYS = frozenset({"max_wait", "shutdown_timeout"})
+_FLOAT_KEYS = frozenset({"max_wait", "shutdown_timeout", "remote_delay"})
 _OPTIONAL_KEYS = frozenset({"node_id", "advertise", "token", "cluster_secret"})
 
 

@@ -46,6 +46,9 @@ from node.strand import Strand
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Sequence[Entry]], None]
+#: Called with each tuple as it becomes live (written here, surfaced after
+#: the remote delay, put back): what a waiting reader wants to hear about.
+LiveListener = Callable[[Tuple], None]
 #: How long a tuple written on another node waits before it can be taken here
 #: (times 1 to 4, by a hash of its id and this node's origin). See ``apply``.
 REMOTE_DELAY = 0.01
@@ -53,6 +56,14 @@ _REMOTE_SLOTS = 4
 #: Tuples out of the index while their Take is made durable, with their arrivals.
 #: (An alias also because ``Forum.list`` hides the builtin inside the class.)
 Reserved = list[tuple[int, Tuple]]
+
+
+def remote_delay_of(entry_id: EntryId, origin: str, base: float) -> float:
+    """How long a tuple from a peer waits before it is live on the node whose
+    origin is ``origin``: ``base`` times 1 to 4, by a hash of both (so the
+    nodes that did not write it wake in turn, not together)."""
+    slot = zlib.crc32(f"{entry_id}/{origin}".encode()) % _REMOTE_SLOTS
+    return base * (1 + slot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +117,7 @@ class Forum:
         self._applying: set[EntryId] = set()
         self._waiters: deque[_Waiter] = deque()
         self._listeners: list[Listener] = []
+        self._live_listeners: list[LiveListener] = []
         self._settling: set[asyncio.Task[None]] = set()
         self._writes = 0
         self._takes = 0
@@ -301,6 +313,14 @@ class Forum:
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
 
+    def add_live_listener(self, listener: LiveListener) -> None:
+        """Call ``listener(tuple)`` whenever a tuple becomes live here (which,
+        for a tuple from a peer, is after the remote delay, not on arrival)."""
+        self._live_listeners.append(listener)
+
+    def remove_live_listener(self, listener: LiveListener) -> None:
+        self._live_listeners.remove(listener)
+
     async def apply(self, entries: Sequence[Entry]) -> builtins.list[Entry]:
         """Store and apply entries from elsewhere. Entries already held (or
         being stored by a concurrent call) are skipped; returns the new ones.
@@ -342,11 +362,10 @@ class Forum:
         return new
 
     def _surface_later(self, item: Tuple) -> None:
-        if not self.remote_delay:
+        delay = remote_delay_of(item.id, self.strand.origin, self.remote_delay)
+        if not delay:
             self._add_live(item)
             return
-        slot = zlib.crc32(f"{item.id}/{self.strand.origin}".encode()) % _REMOTE_SLOTS
-        delay = self.remote_delay * (1 + slot)
         handle = asyncio.get_running_loop().call_later(delay, self._surface, item.id)
         self._surfacing[item.id] = (item, handle)
 
@@ -396,13 +415,19 @@ class Forum:
         self._offer(arrival, item)
 
     def _offer(self, arrival: int, item: Tuple) -> None:
-        """Hand a newly live tuple to the first waiter it matches, if any."""
+        """Hand a newly live tuple to the first waiter it matches, if any;
+        else tell the live listeners it is there."""
         for waiter in self._waiters:
             if not waiter.future.done() and item.payload.startswith(waiter.prefix):
                 self._waiters.remove(waiter)
                 self._index.remove(arrival)
                 waiter.future.set_result((arrival, item))
                 return
+        for listener in self._live_listeners:
+            try:
+                listener(item)
+            except Exception:
+                log.exception("a Forum live listener failed")
 
     async def _wait(self, prefix: bytes, timeout: float) -> tuple[int, Tuple] | None:
         future: asyncio.Future[tuple[int, Tuple] | None] = (

@@ -83,7 +83,7 @@ async def serve(
             loop.add_signal_handler(signum, _stop_on_signal, stop, signum)
             stack.callback(loop.remove_signal_handler, signum)
         strand = await stack.enter_async_context(await Strand.open(strand_config(config)))
-        forum = await stack.enter_async_context(Forum(strand))
+        forum = await stack.enter_async_context(Forum(strand, config.remote_delay))
         app = build_app(forum, config, extensions)
         runner = web.AppRunner(
             app,

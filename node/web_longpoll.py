@@ -1,8 +1,10 @@
 """Long polls: requests that wait for a tuple, bounded in number and woken on drain.
 
 A take with ``wait`` waits inside the Forum (which hands a new tuple to the
-first waiter it matches). A read with ``wait`` waits here: a Forum listener
-wakes the readers whose prefix a new Write matches, and each reads again.
+first waiter it matches). A read with ``wait`` waits here: a Forum live
+listener wakes the readers whose prefix a newly live tuple matches (a tuple
+from a peer becomes live after the remote delay, not when it arrives), and
+each reads again.
 
 On shutdown :meth:`LongPolls.drain` ends every wait at once; the requests
 answer "nothing matched" (204), and new requests stop waiting. A wait ended
@@ -20,9 +22,9 @@ Timeline of a drain during a long-poll take::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
-from node.entries import Entry, Tuple, Write
+from node.entries import Tuple
 from node.forum import Forum
 from node.space import Pattern
 from node.web_bodies import ApiProblem
@@ -41,7 +43,7 @@ class LongPolls:
         self._listening = False
 
     async def __aenter__(self) -> LongPolls:
-        self._forum.add_listener(self._on_entries)
+        self._forum.add_live_listener(self._on_live)
         self._listening = True
         return self
 
@@ -52,7 +54,7 @@ class LongPolls:
         self.drain()
         if self._listening:
             self._listening = False
-            self._forum.remove_listener(self._on_entries)
+            self._forum.remove_live_listener(self._on_live)
 
     @property
     def waiting(self) -> int:
@@ -129,11 +131,7 @@ class LongPolls:
             finally:
                 del self._readers[woken]
 
-    def _on_entries(self, entries: Sequence[Entry]) -> None:
-        if not self._readers:
-            return
-        for entry in entries:
-            if isinstance(entry, Write):
-                for woken, prefix in self._readers.items():
-                    if not woken.done() and entry.payload.startswith(prefix):
-                        woken.set_result(None)
+    def _on_live(self, item: Tuple) -> None:
+        for woken, prefix in self._readers.items():
+            if not woken.done() and item.payload.startswith(prefix):
+                woken.set_result(None)

@@ -73,6 +73,24 @@ async def test_a_blocking_take_is_woken_by_a_write_on_another_node(
     await eventually(lambda: _count(a, 0), what="the take seen on a")
 
 
+async def test_a_long_poll_read_is_woken_by_a_write_on_another_node(
+    forum_nodes: ForumNodes, clients: Clients
+) -> None:
+    """The remote write becomes live on b only after its remote delay: the
+    waiting read must be woken then, not when the entry arrived."""
+    nodes = mesh(forum_nodes, "ab")
+    await forum_nodes.start_all()
+    a, b = (clients(n) for n in nodes)
+    await eventually(lambda: _all_alive(a, 1), what="a sees b")
+
+    reader = asyncio.create_task(b.read_entry(JOBS, timeout=20))
+    await eventually(lambda: _long_polls(b), what="the read waiting on b")
+    await a.write(b"job-read")
+    found = await asyncio.wait_for(reader, 10)
+    assert found is not None and found.payload == b"job-read"
+    assert await b.count(JOBS) == 1  # a read leaves it live
+
+
 async def test_a_killed_node_restarted_misses_nothing(
     forum_nodes: ForumNodes, clients: Clients
 ) -> None:
@@ -184,6 +202,10 @@ async def _all_alive(client: ForumClient, peers: int) -> bool:
 
 async def _waiting(client: ForumClient) -> bool:
     return (await client.status()).waiting_takers > 0
+
+
+async def _long_polls(client: ForumClient) -> bool:
+    return (await client.status()).long_polls > 0
 
 
 def _sent_lines(metrics: str) -> str:
