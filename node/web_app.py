@@ -50,6 +50,7 @@ from node.web_keys import (
     LONG_POLLS,
     METRICS_REGISTRY,
     PEERS,
+    SELF_AUTHENTICATED,
     STARTED,
     Extension,
 )
@@ -98,6 +99,7 @@ def build_app(
     app[METRICS_REGISTRY] = registry
     app[LONG_POLLS] = long_polls
     app[PEERS] = _no_peers
+    app[SELF_AUTHENTICATED] = frozenset()
     app[STARTED] = time.monotonic()
 
     router = app.router
@@ -145,6 +147,13 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
         return await handler(request)
     config = request.app[CONFIG]
     for_peers = request.path.startswith(CLUSTER_PREFIX)
+    checked_by_route: frozenset[str] = request.app[SELF_AUTHENTICATED]
+    if (
+        for_peers
+        and request.match_info.http_exception is None  # an existing route ...
+        and request.path.startswith(tuple(checked_by_route))  # ... that checks its own
+    ):
+        return await handler(request)
     secret = config.cluster_secret if for_peers else config.token
     if secret is not None and not _bearer_matches(request, secret):
         what = "the cluster secret" if for_peers else "the node's token"

@@ -32,5 +32,9 @@ CONFIG = web.AppKey("config", NodeConfig)
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 PEERS = web.AppKey[PeersProvider]("peers")
 LONG_POLLS = web.AppKey("long_polls", LongPolls)
+#: Path prefixes of an extension's routes that check their own credentials
+#: (replication signs every request with an HMAC of the cluster secret, so the
+#: secret itself never crosses the wire): no bearer token is asked of them.
+SELF_AUTHENTICATED = web.AppKey[frozenset[str]]("self_authenticated")
 #: Monotonic time the app was built, for uptime in status.
 STARTED = web.AppKey("started", float)

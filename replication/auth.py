@@ -10,9 +10,8 @@ and its answer carries ``X-Forum-Signature: s=<hex>`` with
 so a response cannot be forged either, nor replayed to another request.
 
 Signatures are compared in constant time. The node's own middleware
-(``node.web_app``) also asks every ``/v1/cluster/`` request for the secret as
-a bearer token, so requests carry that too; were the middleware to leave
-these routes to this check, the secret would never cross the wire.
+(``node.web_app``) leaves these routes to this check (the extension lists
+them in ``SELF_AUTHENTICATED``), so the secret itself never crosses the wire.
 
 The timestamp bounds a replay to ``max_clock_skew`` seconds; there is no
 nonce cache because nothing a replay could do matters: a replayed push
@@ -60,11 +59,7 @@ class ClusterAuth:
             return {}
         stamp = str(int(self.clock()))
         mac = _request_mac(self.secret, method, path, stamp, body)
-        return {
-            SIGNATURE_HEADER: f"t={stamp},s={mac}",
-            # For node.web_app's middleware, which checks /v1/cluster/ before we do.
-            "Authorization": f"Bearer {self.secret}",
-        }
+        return {SIGNATURE_HEADER: f"t={stamp},s={mac}"}
 
     def verify_request(
         self, method: str, path: str, headers: Mapping[str, str], body: bytes

@@ -23,10 +23,10 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from node.config import NodeConfig
-from node.web_keys import CONFIG, FORUM, METRICS_REGISTRY, PEERS
+from node.web_keys import CONFIG, FORUM, METRICS_REGISTRY, PEERS, SELF_AUTHENTICATED
 from replication.auth import ClusterAuth
 from replication.config import ReplicationConfig
-from replication.messages import Member
+from replication.messages import ROUTE_PREFIX, Member
 from replication.metrics import ReplicationMetrics
 from replication.replicator import Replicator
 from replication.routes import REPLICATION, Replication, add_routes
@@ -45,6 +45,9 @@ def configured(config: ReplicationConfig) -> Callable[[web.Application], None]:
 
     def install(app: web.Application) -> None:
         add_routes(app)
+        # Every replication request carries an HMAC of the cluster secret,
+        # checked by the routes: the node asks no bearer secret of them.
+        app[SELF_AUTHENTICATED] = app[SELF_AUTHENTICATED] | {ROUTE_PREFIX}
         app.cleanup_ctx.append(functools.partial(_replicating, config))
 
     return install

@@ -40,6 +40,7 @@ from replication.vector import VersionVector
 
 VERSION = 1
 #: The routes, under the node's /v1/cluster/ prefix (peers only: the cluster secret).
+ROUTE_PREFIX = "/v1/cluster/replication/"
 PUSH_PATH = "/v1/cluster/replication/push"
 PULL_PATH = "/v1/cluster/replication/pull"
 MEMBERS_PATH = "/v1/cluster/replication/members"
