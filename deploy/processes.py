@@ -124,11 +124,11 @@ class Service:
 
     async def stop(self, deadline: float = STOP_DEADLINE) -> int | None:
         """SIGTERM and wait for the exit (SIGKILL after ``deadline``); the exit code."""
-        return await self._end(signal.SIGTERM, deadline)
+        return await self.end(signal.SIGTERM, deadline)
 
     async def kill(self) -> int | None:
         """SIGKILL: the process dies at once, as in a crash."""
-        return await self._end(signal.SIGKILL, STOP_DEADLINE)
+        return await self.end(signal.SIGKILL, STOP_DEADLINE)
 
     async def restart(self, deadline: float = START_DEADLINE) -> None:
         if self.running:
@@ -147,7 +147,9 @@ class Service:
             raise RuntimeError(f"{self} is not running")
         self.process.send_signal(signum)
 
-    async def _end(self, signum: int, deadline: float) -> int | None:
+    async def end(self, signum: int, deadline: float = STOP_DEADLINE) -> int | None:
+        """Send ``signum`` and wait for the exit, killing the process after
+        ``deadline`` seconds; its exit code (``None`` if it never started)."""
         process = self.process
         if process is None:
             return None

@@ -4,35 +4,16 @@ process and as ``forum worker`` subprocesses."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from coordinator import Worker
+from deploy.processes import WorkerService
+from tests.fixtures.nodes import eventually
 
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool]] | Callable[[], bool],
-    *,
-    timeout: float = 10.0,
-    interval: float = 0.02,
-    what: str = "condition",
-) -> None:
-    """Return once ``predicate()`` is true; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        await asyncio.sleep(interval)
+__all__ = ["REPO", "WorkerProcess", "eventually", "running", "worker_processes"]
 
 
 @asynccontextmanager
@@ -48,50 +29,28 @@ async def running(*workers: Worker) -> AsyncIterator[None]:
                 worker.stop()
 
 
-class WorkerProcess:
-    """One ``forum worker`` subprocess; its output goes to ``log_path``."""
+REPO = Path(__file__).resolve().parents[2]
+
+
+class WorkerProcess(WorkerService):
+    """One ``forum worker`` subprocess (``deploy.processes.WorkerService``)
+    whose handlers are imported from this repository; ``start`` returns once
+    it is spawned, without waiting for it to serve metrics."""
 
     def __init__(self, name: str, root: Path, args: Sequence[str], env: Mapping[str, str]) -> None:
-        self.name = name
-        self.args = list(args)
-        self.env = dict(env)
-        self.log_path = root / f"worker-{name}.log"
-        self.process: asyncio.subprocess.Process | None = None
+        super().__init__(
+            name, root, ["--owner", name, "--no-progress", "--app-dir", str(REPO), *args]
+        )
+        self.env.update(env)
 
-    async def start(self) -> None:
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("FORUM_")}
-        environment.update(self.env)
-        environment["PYTHONUNBUFFERED"] = "1"
-        with open(self.log_path, "ab") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "node.cli", "worker", "--owner", self.name,
-                "--no-progress", *self.args,
-                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-                env=environment, cwd=REPO,
-            )  # fmt: skip
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.returncode is None
+    async def ready(self) -> bool:
+        return self.running
 
     async def signal(self, signum: int, deadline: float = 30.0) -> int:
         """Send ``signum`` and wait for the exit; the exit code."""
-        assert self.process is not None
-        if self.process.returncode is None:
-            self.process.send_signal(signum)
-        try:
-            async with asyncio.timeout(deadline):
-                return await self.process.wait()
-        except TimeoutError:
-            self.process.kill()
-            await self.process.wait()
-            raise AssertionError(f"worker {self.name} did not exit:\n{self.log_text()}") from None
-
-
-REPO = Path(__file__).resolve().parents[2]
+        code = await self.end(signum, deadline)
+        assert code is not None, f"worker {self.name} never started"
+        return code
 
 
 @asynccontextmanager
