@@ -101,17 +101,22 @@ async def latency_at_scale(directory: Path, live: int, samples: int) -> dict[str
                 [b"k/%02d/%08d" % (i % 100, i) for i in range(start, min(live, start + batch))]
             )
         index: LiveIndex = forum._index  # the step the latency target is about
-        exact = b"k/42/%08d" % (live // 2 + 42 - (live // 2) % 100)
-        patterns = {"exact": exact, "prefix_1pct": b"k/07/", "prefix_100pct": b"k/"}
-        for name, prefix in patterns.items():
+        # An exact payload matches one tuple: sample a different one each time.
+        exact = [b"k/%02d/%08d" % (i % 100, i) for i in range(live // 2, live // 2 + samples)]
+        patterns = {
+            "exact": exact,
+            "prefix_1pct": [b"k/07/"] * samples,
+            "prefix_100pct": [b"k/"] * samples,
+        }
+        for name, prefixes in patterns.items():
             reads = []
-            for _ in range(samples):
+            for prefix in prefixes:
                 t0 = time.perf_counter()
                 index.oldest(prefix)
                 reads.append(time.perf_counter() - t0)
             index_takes = []
             forum_takes = []
-            for i in range(samples if name != "exact" else 1):
+            for prefix in prefixes:
                 t0 = time.perf_counter()
                 found = index.oldest(prefix)
                 assert found is not None
@@ -121,7 +126,7 @@ async def latency_at_scale(directory: Path, live: int, samples: int) -> dict[str
                 t0 = time.perf_counter()
                 got = await forum.take(Pattern(prefix))
                 forum_takes.append(time.perf_counter() - t0)
-                assert got is not None, (name, i)
+                assert got is not None, name
             out[name] = {
                 **{f"read_{k}": v for k, v in _percentiles(reads).items()},
                 **{f"index_take_{k}": v for k, v in _percentiles(index_takes).items()},

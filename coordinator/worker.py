@@ -62,7 +62,7 @@ import random
 import socket
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -82,6 +82,16 @@ log = logging.getLogger(__name__)
 LOST_WORKER = "the worker was lost: its lease expired"
 #: How long a worker waits between tries when Redis or the space is down.
 _OUTAGE_BACKOFF = (0.05, 2.0)
+
+
+@runtime_checkable
+class BatchReserver(Protocol):
+    """A space that reserves and acks many tuples in one step each
+    (``Forum``, ``ForumClient``)."""
+
+    async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Tuple]: ...
+
+    async def ack_many(self, entry_ids: Sequence[EntryId]) -> list[bool]: ...
 
 
 @runtime_checkable
@@ -181,6 +191,7 @@ class Worker:
         self._space = space
         self._batches = space if isinstance(space, BatchTaker) else None
         self._reserving = space if isinstance(space, ReservingSpace) else None
+        self._batch_reserver = space if isinstance(space, BatchReserver) else None
         self._lens = lens
         self._pattern = pattern
         self._handler = handler
@@ -281,7 +292,9 @@ class Worker:
     async def _reserve(self, space: ReservingSpace, most: int) -> list[Tuple]:
         """Up to ``most`` reservations without waiting, or one after a wait."""
         items: list[Tuple] = []
-        while len(items) < most:
+        if self._batch_reserver is not None:
+            items = await self._batch_reserver.reserve_many(self._pattern, self.lease, most)
+        while self._batch_reserver is None and len(items) < most:
             try:
                 item = await space.reserve(self._pattern, self.lease)
             except (ForumError, OSError):
@@ -302,6 +315,13 @@ class Worker:
         that is not settled runs out on the node and comes back, and the Lens
         turns the copy away (its claim key is held or done)."""
         if self._reserving is None or not ids:
+            return
+        if ack and self._batch_reserver is not None:
+            try:
+                await self._batch_reserver.ack_many(ids)
+            except (ForumError, OSError) as exc:
+                log.warning("could not ack %d reservations (%s): they will come back "
+                            "and be turned away", len(ids), exc)  # fmt: skip
             return
         settle = self._reserving.ack if ack else self._reserving.release
         results = await asyncio.gather(*(settle(i) for i in ids), return_exceptions=True)

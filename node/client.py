@@ -170,10 +170,35 @@ class ForumClient:
             "POST", "/v1/reserve", pattern, timeout, {"lease": _seconds(lease)}
         )
 
+    async def reserve_many(
+        self, pattern: Pattern, lease: float, limit: int, timeout: float | None = None
+    ) -> builtins.list[Tuple]:
+        """Reserve up to ``limit`` matches in one request. With ``timeout``,
+        waits that long for the first when there are none."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        params = {**prefix_query(pattern), "limit": str(limit), "lease": _seconds(lease)}
+        return await self._batch_of_tuples("/v1/reserve/batch", params, timeout)
+
     async def ack(self, entry_id: EntryId) -> bool:
         """Take a reserved tuple for good; ``False`` if it is no longer there."""
         document = await self._msgpack("POST", "/v1/ack", params={"id": str(entry_id)})
         return document.get("acked") is True
+
+    async def ack_many(self, entry_ids: Sequence[EntryId]) -> builtins.list[bool]:
+        """Ack many reserved tuples in one request; one flag per id, in order."""
+        if not entry_ids:
+            return []
+        document = await self._msgpack(
+            "POST",
+            "/v1/ack/batch",
+            data=msgpack.packb({"ids": [str(i) for i in entry_ids]}),
+            headers={"Content-Type": MSGPACK},
+        )
+        acked = self._list(document, "acked")
+        if len(acked) != len(entry_ids) or not all(isinstance(a, bool) for a in acked):
+            raise SerializationError(f"{self.url}: acked is not one flag per id")
+        return acked
 
     async def release(self, entry_id: EntryId) -> bool:
         """Give a reserved tuple back now; ``False`` if it was not reserved."""
@@ -188,6 +213,11 @@ class ForumClient:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         params = {**prefix_query(pattern), "limit": str(limit)}
+        return await self._batch_of_tuples("/v1/take/batch", params, timeout)
+
+    async def _batch_of_tuples(
+        self, path: str, params: dict[str, str], timeout: float | None
+    ) -> builtins.list[Tuple]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or 0.0)
         while True:
@@ -195,10 +225,10 @@ class ForumClient:
             wait = max(0.0, deadline - loop.time())
             if wait:
                 params["wait"] = _seconds(wait)
-            document = await self._msgpack("POST", "/v1/take/batch", params=params, wait=wait)
-            taken = [self._tuple(t) for t in self._list(document, "tuples")]
-            if taken or wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
-                return taken
+            document = await self._msgpack("POST", path, params=params, wait=wait)
+            found = [self._tuple(t) for t in self._list(document, "tuples")]
+            if found or wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
+                return found
 
     async def count(self, pattern: Pattern) -> int:
         response = await self._request(

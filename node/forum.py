@@ -216,24 +216,42 @@ class Forum:
         self._reservations[item.id] = (arrival, item, expiry)
         return item
 
+    async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Tuple]:
+        """Reserve up to ``limit`` oldest matches for ``lease`` seconds; never waits."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        reserved: list[Tuple] = []
+        while len(reserved) < limit and (item := await self.reserve(pattern, lease)) is not None:
+            reserved.append(item)
+        return reserved
+
     async def ack(self, entry_id: EntryId) -> bool:
         """Take the reserved tuple ``entry_id`` for good. ``False`` when it is
         no longer here to take (taken by another after its lease ran out, or
         on another node); if its lease ran out but it is still live, it is
         taken now."""
+        return (await self.ack_many([entry_id]))[0]
+
+    async def ack_many(self, entry_ids: Sequence[EntryId]) -> list[bool]:
+        """:meth:`ack` for many, in one append; one flag per id, in order."""
         self._check_open()
-        reservation = self._reservations.pop(entry_id, None)
-        if reservation is not None:
-            arrival, item, expiry = reservation
-            expiry.cancel()
-            found = (arrival, item)
-        else:
-            removed = self._index.remove_id(entry_id)
-            if removed is None:
-                return False
-            found = removed
-        await self._commit_takes([found], rescue=False)
-        return True
+        found: Reserved = []
+        acked = []
+        for entry_id in entry_ids:
+            reservation = self._reservations.pop(entry_id, None)
+            if reservation is not None:
+                arrival, item, expiry = reservation
+                expiry.cancel()
+                found.append((arrival, item))
+            elif (removed := self._index.remove_id(entry_id)) is not None:
+                found.append(removed)
+            else:
+                acked.append(False)
+                continue
+            acked.append(True)
+        if found:
+            await self._commit_takes(found, rescue=False)
+        return acked
 
     async def release(self, entry_id: EntryId) -> bool:
         """Give the reserved tuple back now; ``False`` if it is not reserved."""

@@ -31,6 +31,7 @@ from node.forum import Forum
 from node.web_bodies import ApiProblem
 from node.web_handlers import (
     ack,
+    ack_batch,
     count,
     healthz,
     list_tuples,
@@ -38,6 +39,7 @@ from node.web_handlers import (
     readyz,
     release,
     reserve,
+    reserve_batch,
     status,
     take,
     take_batch,
@@ -109,7 +111,9 @@ def build_app(
     router.add_post("/v1/take", take)
     router.add_post("/v1/take/batch", take_batch)
     router.add_post("/v1/reserve", reserve)
+    router.add_post("/v1/reserve/batch", reserve_batch)
     router.add_post("/v1/ack", ack)
+    router.add_post("/v1/ack/batch", ack_batch)
     router.add_post("/v1/release", release)
     router.add_get("/v1/read", read)
     router.add_get("/v1/count", count)

@@ -232,6 +232,24 @@ async def parse_batch_write(
     return [_check_size(_payload_value(v, single, kind), max_payload) for v in values]
 
 
+async def parse_ids(request: web.Request, max_batch: int) -> list[EntryId]:
+    """The entry ids of a batch ack: ``{"ids": ["origin:seq", ...]}``."""
+    kind = body_kind(request)
+    if kind == "raw":
+        raise ApiProblem(415, "unsupported_media_type", f"ids are {MSGPACK} or {JSON}")
+    # An id is at most an origin (128) and a seq (20 digits) with a colon.
+    document = _object(_decode_document(await read_body(request, max_batch * 160), kind), ("ids",))
+    values = document.get("ids")
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise bad_request("invalid_field", "ids must be a list of entry ids (origin:seq)")
+    if len(values) > max_batch:
+        raise too_large(f"a batch holds at most {max_batch} ids, not {len(values)}")
+    try:
+        return [EntryId.parse(v) for v in values]
+    except ValueError as exc:
+        raise bad_request("invalid_field", f"ids: {exc}") from exc
+
+
 # -- the query string ----------------------------------------------------------------
 
 

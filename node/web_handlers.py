@@ -24,6 +24,7 @@ from node.web_bodies import (
     ids_document,
     negotiate,
     parse_batch_write,
+    parse_ids,
     parse_write,
     respond,
     respond_tuple,
@@ -92,6 +93,35 @@ async def reserve(request: web.Request) -> web.Response:
     media = negotiate(request, (RAW, JSON, MSGPACK), RAW)
     found = await request.app[LONG_POLLS].reserve(pattern, lease, wait)
     return web.Response(status=204) if found is None else respond_tuple(found, media)
+
+
+async def reserve_batch(request: web.Request) -> web.Response:
+    """``POST /v1/reserve/batch``: reserve up to ``limit`` matches for ``lease``
+    seconds; with ``wait``, when none is live, wait for one, then take the rest."""
+    config = request.app[CONFIG]
+    query = Query(request, (*_PATTERN, "limit", "lease", "wait"))
+    pattern = query.pattern()
+    limit = query.integer("limit", 100, 1, config.max_batch)
+    lease = query.lease("lease", MAX_LEASE)
+    wait = query.seconds("wait", config.max_wait)
+    media = negotiate(request, (JSON, MSGPACK), JSON)
+    forum = request.app[FORUM]
+    reserved = await forum.reserve_many(pattern, lease, limit)
+    if not reserved and wait:
+        first = await request.app[LONG_POLLS].reserve(pattern, lease, wait)
+        if first is not None:
+            reserved = [first]
+            if limit > 1:
+                reserved += await forum.reserve_many(pattern, lease, limit - 1)
+    return respond({"tuples": [tuple_document(t, media) for t in reserved]}, media)
+
+
+async def ack_batch(request: web.Request) -> web.Response:
+    """``POST /v1/ack/batch`` with ``{"ids": [...]}``: ack many in one append."""
+    config = request.app[CONFIG]
+    ids = await parse_ids(request, config.max_batch)
+    media = negotiate(request, (JSON, MSGPACK), JSON)
+    return respond({"acked": await request.app[FORUM].ack_many(ids)}, media)
 
 
 async def ack(request: web.Request) -> web.Response:

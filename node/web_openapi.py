@@ -188,6 +188,73 @@ def _document() -> dict[str, Any]:
                     ),
                 },
             },
+            "/v1/reserve/batch": {
+                "post": {
+                    "summary": "Reserve up to limit matches for lease seconds",
+                    "parameters": [
+                        *_PREFIX,
+                        _WAIT,
+                        {
+                            "name": "lease",
+                            "in": "query",
+                            "required": True,
+                            "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+                        },
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The tuples reserved (possibly none).",
+                            "content": _json_and_msgpack(
+                                {
+                                    "type": "object",
+                                    "properties": {"tuples": {"type": "array", "items": _TUPLE}},
+                                }
+                            ),
+                        },
+                        "400": _ERROR,
+                        "401": _ERROR,
+                    },
+                },
+            },
+            "/v1/ack/batch": {
+                "post": {
+                    "summary": "Take many reserved tuples for good, in one append",
+                    "requestBody": {
+                        "required": True,
+                        "content": _json_and_msgpack(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "ids": {"type": "array", "items": {"type": "string"}}
+                                },
+                                "required": ["ids"],
+                            }
+                        ),
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "One flag per id: false if it was no longer here.",
+                            "content": _json_and_msgpack(
+                                {
+                                    "type": "object",
+                                    "properties": {
+                                        "acked": {"type": "array", "items": {"type": "boolean"}}
+                                    },
+                                }
+                            ),
+                        },
+                        "400": _ERROR,
+                        "401": _ERROR,
+                        "413": _ERROR,
+                        "415": _ERROR,
+                    },
+                },
+            },
             "/v1/ack": {
                 "post": {
                     "summary": "Take a reserved tuple for good",

@@ -110,3 +110,15 @@ async def test_a_take_cancelled_mid_append_writes_the_tuple_back(forum: Forum) -
     await asyncio.gather(take, return_exceptions=True)
     await _settled(forum)
     assert await forum.take(Pattern(b"job/")) == b"job/1"
+
+
+async def test_reserve_many_and_ack_many(forum: Forum) -> None:
+    ids = await forum.write_many([b"b/%d" % i for i in range(5)])
+    got = await forum.reserve_many(Pattern(b"b/"), lease=30, limit=3)
+    assert [t.id for t in got] == ids[:3]
+    unknown = EntryId("nobody", 1)
+    assert await forum.ack_many([ids[0], unknown, ids[1], ids[4]]) == [True, False, True, True]
+    assert forum.stats().reserved == 1  # ids[2] is still reserved
+    assert [t.payload for t in forum.list(Pattern(b"")).tuples] == [b"b/3"]
+    log = await forum.strand.read_range(forum.strand.origin, 5, 10)
+    assert len(log) == 3  # the three Takes, appended together

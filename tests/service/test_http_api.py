@@ -343,3 +343,14 @@ async def test_reserve_ack_and_release_over_http(client: ForumClient) -> None:
     assert await client.ack(second.id) is True
     assert await client.ack(second.id) is False
     assert await client.count(Pattern(b"res/")) == 0
+
+
+async def test_reserve_and_ack_in_batches_over_http(client: ForumClient) -> None:
+    ids = await client.write_many([b"rb/%d" % i for i in range(4)])
+    got = await client.reserve_many(Pattern(b"rb/"), lease=30, limit=3)
+    assert [t.id for t in got] == ids[:3]
+    assert await client.ack_many([t.id for t in got]) == [True, True, True]
+    assert await client.ack_many([ids[0]]) == [False]
+    waiting = await client.reserve_many(Pattern(b"none/"), lease=30, limit=3, timeout=0.2)
+    assert waiting == []
+    assert await client.count(Pattern(b"rb/")) == 1
