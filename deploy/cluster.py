@@ -33,7 +33,13 @@ import aiohttp
 
 from deploy.demo import SINK_URL_ENV, WORK_MS_ENV
 from deploy.history import History, Verdict
-from deploy.processes import NodeService, RedisService, ToxiproxyService, WorkerService
+from deploy.processes import (
+    NodeService,
+    RedisService,
+    ToxiproxyService,
+    WorkerService,
+    free_port,
+)
 from deploy.sink import EffectSink
 from deploy.toxiproxy import Proxy, Toxiproxy, link_name
 from node import Pattern
@@ -109,15 +115,24 @@ class Cluster:
 
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        # Order matters for ports: every port is picked free, but only a bound
+        # port stays free of others. Toxiproxy picks its proxies' ports itself,
+        # so they are made first and the nodes' ports picked after them.
         if self.toxiproxy_server is not None:
             await self.toxiproxy_server.start()
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
-            self.toxiproxy = Toxiproxy(self.toxiproxy_server.url, self._session)
-            self.links = await self.toxiproxy.links(
-                {n.name: f"127.0.0.1:{n.port}" for n in self.nodes}
-            )
         if self.redis is not None:
             await self.redis.start()
+        if self.toxiproxy_server is not None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+            self.toxiproxy = Toxiproxy(self.toxiproxy_server.url, self._session)
+            unused = "127.0.0.1:9"  # the discard port, until the nodes' ports are known
+            self.links = await self.toxiproxy.links({n.name: unused for n in self.nodes})
+            for node in self.nodes:
+                node.port = free_port()
+            ports = {n.name: n.port for n in self.nodes}
+            for (source, target), proxy in self.links.items():
+                upstream = f"127.0.0.1:{ports[target]}"
+                self.links[source, target] = await self.toxiproxy.set_upstream(proxy.name, upstream)
         for node in self.nodes:
             node.args = [*self._peer_args(node), *self.cfg.node_args]
         await asyncio.gather(*(node.start() for node in self.nodes))
