@@ -16,10 +16,10 @@ from examples.handlers.fenced_redis import FencedRedisStore, fenced_handler
 from node import Pattern
 from node.client import ForumClient
 from tests.coordinator.harness import eventually, running
+from tests.fixtures.clusters import peers_are, proxied_cluster
 from tests.fixtures.nodes import ForumNodes
 from tests.fixtures.toxiproxy import Toxiproxy
 from tests.replication.conftest import mesh
-from tests.replication.test_partition import peers_are, proxied_cluster
 
 pytestmark = pytest.mark.slow
 

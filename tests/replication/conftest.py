@@ -14,18 +14,11 @@ import pytest
 
 from node import Pattern
 from node.client import ForumClient
+from tests.fixtures.clusters import FAST
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 
 __all__ = ["FAST", "clients", "live_set", "mesh"]
 
-#: Replication tuned for tests: rounds every 0.2 s, a peer dead after 1 s of failures.
-FAST = {
-    "FORUM_REPL_ANTI_ENTROPY_INTERVAL": "0.2",
-    "FORUM_REPL_DEAD_AFTER": "1",
-    "FORUM_REPL_BACKOFF_MAX": "0.2",
-    "FORUM_REPL_CONNECT_TIMEOUT": "0.5",
-    "FORUM_REPL_REQUEST_TIMEOUT": "3",
-}
 
 Clients = Callable[[NodeProcess], ForumClient]
 

@@ -18,29 +18,12 @@ import pytest
 
 from node import Pattern
 from node.client import ForumClient
-from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
-from tests.fixtures.toxiproxy import Proxy, Toxiproxy
-from tests.replication.conftest import FAST, Clients, live_set
+from tests.fixtures.clusters import peers_are, proxied_cluster
+from tests.fixtures.nodes import ForumNodes, eventually
+from tests.fixtures.toxiproxy import Toxiproxy
+from tests.replication.conftest import Clients, live_set
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
-
-
-async def proxied_cluster(
-    forum_nodes: ForumNodes, toxiproxy: Toxiproxy, names: str
-) -> tuple[list[NodeProcess], dict[tuple[str, str], Proxy]]:
-    """Started nodes whose peers are the proxies of their outgoing links."""
-    nodes = {name: forum_nodes.make(name, env=FAST) for name in names}
-    links = await toxiproxy.links({n: f"127.0.0.1:{node.port}" for n, node in nodes.items()})
-    for (source, _), proxy in links.items():
-        nodes[source].args += ["--peer", proxy.url]
-    await forum_nodes.start_all()
-    return list(nodes.values()), links
-
-
-async def peers_are(client: ForumClient, urls: set[str], state: str = "alive") -> bool:
-    """The node's peer table is exactly ``urls`` (its proxies), all in ``state``."""
-    peers = (await client.status()).peers
-    return {p["url"] for p in peers} == urls and all(p["state"] == state for p in peers)
 
 
 async def test_a_double_take_across_a_partition_converges_and_is_counted(
