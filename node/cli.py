@@ -214,6 +214,7 @@ async def _status(args: argparse.Namespace) -> int:
         ("writes / takes", f"{status.writes} / {status.takes}"),
         ("double takes", str(status.double_takes)),
         ("waiting", f"{status.waiting_takers} takers, {status.long_polls} long polls"),
+        ("reserved", f"{status.reserved} tuples"),
         ("torn tails cut", str(status.tails_cut)),
         ("peers", str(len(status.peers)) if status.peers else "none"),
     ]

@@ -219,6 +219,7 @@ def node_status(app: web.Application) -> NodeStatus:
         strand_bytes=stats.strand_bytes,
         segments=stats.segments,
         waiting_takers=stats.waiting_takers,
+        reserved=stats.reserved,
         long_polls=app[LONG_POLLS].waiting,
         writes=stats.writes,
         takes=stats.takes,

@@ -63,6 +63,11 @@ class ForumCollector(Collector):
                 "Takes waiting in the Forum for a match.",
                 stats.waiting_takers,
             ),
+            (
+                "forum_reserved_tuples",
+                "Tuples reserved (out of reach until acked, released or their lease ends).",
+                stats.reserved,
+            ),
             ("forum_http_long_polls", "Requests waiting in a long poll.", self._long_polls.waiting),
         )
         for name, documentation, value in gauges:

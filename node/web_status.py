@@ -26,6 +26,8 @@ class NodeStatus:
     strand_bytes: int
     segments: int
     waiting_takers: int
+    #: Tuples reserved by consumers, not yet acked (not in ``live``).
+    reserved: int
     long_polls: int
     writes: int
     takes: int

@@ -42,6 +42,9 @@ from node.client import ForumClient
 from node.errors import ClientError
 
 PREFIX = "job/"
+#: One line per finished run, printed at the end of the pytest session (see
+#: conftest.py), so CI's log shows every scenario's counts and seed.
+REPORT: list[str] = []
 #: Replication tuned for a quick run: faults are found and healed in seconds.
 NODE_ENV = {
     "FORUM_REPL_ANTI_ENTROPY_INTERVAL": "0.3",
@@ -228,11 +231,13 @@ async def run_scenario(root: Path, fault: Fault, *, produce_for: float = 8.0) ->
         await drain(run)
         sizes = await converged(run)
         verdict = run.history.check()
-        print(
+        line = (
             f"{verdict.summary()} double_takes={await double_takes(run)} "
             f"reoffered={await worker_counter(run, 'reoffered')} "
             f"live_per_node={sizes} seed={run.seed} "
             f"elapsed={time.perf_counter() - started:.1f}s"
         )
+        print(line)
+        REPORT.append(f"{root.name}: {line}")
         assert verdict.valid, verdict.explain()
         return verdict
