@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 import zlib
 from collections import deque
@@ -155,14 +156,26 @@ class Forum:
         return (await self.write_many([payload]))[0]
 
     async def write_many(self, payloads: Sequence[bytes]) -> list[EntryId]:
-        """Add many tuples in one append: all become durable, or none."""
+        """Add many tuples in one append: all become durable, or none.
+
+        The tuples become live when the append is durable, even if the caller
+        was cancelled meanwhile (a write whose answer is lost still happened).
+        """
         self._check_open()
-        writes = await self.strand.append_writes(payloads)
+        durable = self.strand.submit_writes(payloads)
+        durable.add_done_callback(self._on_writes_durable)
+        writes = await asyncio.shield(durable)
+        return [entry.id for entry in writes]
+
+    def _on_writes_durable(self, durable: asyncio.Future[builtins.list[Write]]) -> None:
+        # A done callback: runs in log order, whether or not the caller waits.
+        if durable.cancelled() or durable.exception() is not None:
+            return
+        writes = durable.result()
         for entry in writes:
             self._add_live(Tuple(entry.id, entry.payload))
         self._writes += len(writes)
         self._notify(writes)
-        return [entry.id for entry in writes]
 
     async def read(self, pattern: Pattern) -> bytes | None:
         """The payload of the oldest live match, left live; ``None`` if none."""
@@ -364,10 +377,20 @@ class Forum:
             new.append(entry)
         if not new:
             return []
-        try:
-            await self.strand.append_remote(new)
-        finally:
-            self._applying.difference_update(entry.id for entry in new)
+        durable = self.strand.submit_remote(new)
+        durable.add_done_callback(functools.partial(self._on_remote_durable, new))
+        await asyncio.shield(durable)
+        return new
+
+    def _on_remote_durable(
+        self, new: Sequence[Entry], durable: asyncio.Future[builtins.list[Entry]]
+    ) -> None:
+        # A done callback: entries in the Strand are applied to the index even
+        # if the peer's request was cancelled meanwhile (else they would stay
+        # invisible until a restart, and never be sent again).
+        self._applying.difference_update(entry.id for entry in new)
+        if durable.cancelled() or durable.exception() is not None:
+            return
         for entry in new:
             if isinstance(entry, Write):
                 if entry.id in self._pending_kills:
@@ -377,7 +400,6 @@ class Forum:
             else:
                 self._apply_take(entry)
         self._notify(new)
-        return new
 
     def _surface_later(self, item: Tuple) -> None:
         delay = remote_delay_of(item.id, self.strand.origin, self.remote_delay)

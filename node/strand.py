@@ -329,10 +329,15 @@ class Strand:
 
     async def append_writes(self, payloads: Sequence[bytes]) -> list[Write]:
         """Append one Write per payload under new local ids; all or nothing."""
+        return await asyncio.shield(self.submit_writes(payloads))
+
+    def submit_writes(self, payloads: Sequence[bytes]) -> asyncio.Future[list[Write]]:
+        """Like :meth:`append_writes`, but hand back the future of the append
+        (its done callbacks run in log order, whatever happens to the caller)."""
         for payload in payloads:
             if not isinstance(payload, bytes):
                 raise TypeError(f"a payload is bytes, not {type(payload).__name__}")
-        return await asyncio.shield(self._submit(payloads=payloads))  # type: ignore[arg-type]
+        return self._submit(payloads=payloads)  # type: ignore[return-value]
 
     async def append_takes(self, targets: Sequence[EntryId]) -> list[Take]:
         """Append one Take per target under new local ids; all or nothing."""
@@ -347,7 +352,11 @@ class Strand:
     async def append_remote(self, entries: Sequence[Entry]) -> None:
         """Append entries that already have ids (from peers). The caller filters
         out those already held."""
-        await asyncio.shield(self._submit(remote=entries))
+        await asyncio.shield(self.submit_remote(entries))
+
+    def submit_remote(self, entries: Sequence[Entry]) -> asyncio.Future[list[Entry]]:
+        """Like :meth:`append_remote`, handing back the future of the append."""
+        return self._submit(remote=entries)
 
     def _submit(
         self,
@@ -435,8 +444,9 @@ class Strand:
         for batch in batches:
             if not batch.future.done():
                 batch.future.set_exception(error)
-            # A shielded future whose waiter left still has its exception read.
-            batch.future.exception()
+            if not batch.future.cancelled():
+                # A shielded future whose waiter left still has its exception read.
+                batch.future.exception()
 
     def _write(self, data: bytes, sync: bool) -> tuple[int, int, float | None]:
         """Write ``data`` at the end of the current segment (blocking).

@@ -98,3 +98,17 @@ async def test_remote_writes_become_live_after_the_remote_delay(cfg: StrandConfi
         assert await forum.count(Pattern(b"job/")) == 0
     async with Forum(await Strand.open(cfg)) as forum:
         assert await forum.count(Pattern(b"")) == 0  # the log agrees after a restart
+
+
+async def test_an_apply_cancelled_mid_append_still_applies(forum: Forum) -> None:
+    """t0: a peer's push is being stored; t1: its request is cancelled (the
+    peer hung up). The entries are in the Strand, so they must be live too:
+    they will never be sent again."""
+    push = asyncio.create_task(forum.apply([W1, W2]))
+    await asyncio.sleep(0)  # the append is under way
+    push.cancel()
+    await asyncio.gather(push, return_exceptions=True)
+    async with asyncio.timeout(5):  # a safety net: it is applied at once
+        while await forum.count(Pattern(b"job/")) < 2:
+            await asyncio.sleep(0.001)
+    assert await forum.apply([W1, W2]) == []  # held, and not being stored

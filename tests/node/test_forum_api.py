@@ -154,3 +154,16 @@ async def test_concurrent_writes_all_land_in_order_of_acknowledgement(forum: For
     ids = await asyncio.gather(*(forum.write(b"c/%d" % i) for i in range(200)))
     assert sorted(i.seq for i in ids) == list(range(1, 201))
     assert await forum.count(Pattern(b"c/")) == 200
+
+
+async def test_a_write_cancelled_mid_append_still_becomes_live(forum: Forum) -> None:
+    """The append goes ahead (its batch is shared); the tuple it made durable
+    is live, as it will be after a restart."""
+    write = asyncio.create_task(forum.write(b"cw/1"))
+    await asyncio.sleep(0)
+    write.cancel()
+    await asyncio.gather(write, return_exceptions=True)
+    async with asyncio.timeout(5):  # a safety net: it is live at once
+        while await forum.count(Pattern(b"cw/")) == 0:
+            await asyncio.sleep(0.001)
+    assert forum.stats().writes == 1
