@@ -46,6 +46,8 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from coordinator import keys
 from coordinator.authority import Grab, HeldClaim
@@ -261,8 +263,12 @@ class Lens:
             socket_timeout=config.timeout,
             socket_connect_timeout=config.connect_timeout,
             # Fail fast and let the caller decide: a retry inside redis-py
-            # would stretch "Redis is down" into a hang.
+            # would stretch "Redis is down" into a hang. One exception: a
+            # pooled connection that Redis closed (it restarted) is retried
+            # once on a new connection, at once; a down Redis refuses that
+            # one as fast. (Timeouts are not retried.)
             retry_on_timeout=False,
+            retry=Retry(NoBackoff(), 1, supported_errors=(redis_errors.ConnectionError,)),
             decode_responses=False,
         )
         self._scripts = Scripts(self._redis, self._keys)

@@ -30,9 +30,8 @@ cluster-mode Redis keeps them in one slot):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable
 from types import TracebackType
-from typing import Self, cast
+from typing import Self
 
 from redis.asyncio import Redis
 
@@ -76,8 +75,7 @@ class EffectSink:
         return cls(Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5), namespace)
 
     async def delivered(self, job: str) -> None:
-        # cast: redis-py types its commands as sync-or-async; this client is async.
-        await cast(Awaitable[int], self._client.hincrby(self._deliveries, job, 1))
+        await self._client.hincrby(self._deliveries, job, 1)
 
     async def apply(self, job: str, key: str, token: int) -> bool:
         """Apply the job's effect under claim ``key`` and ``token``: ``True`` if
@@ -98,8 +96,9 @@ class EffectSink:
         return await self._counts(self._deliveries)
 
     async def _counts(self, key: str) -> Counter[str]:
-        raw = await cast(Awaitable[dict[bytes, bytes]], self._client.hgetall(key))
-        return Counter({k.decode(): int(v) for k, v in raw.items()})
+        raw = await self._client.hgetall(key)
+        # This client answers bytes (no decode_responses); _text also takes str.
+        return Counter({_text(k): int(v) for k, v in raw.items()})
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -114,3 +113,7 @@ class EffectSink:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

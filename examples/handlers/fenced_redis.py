@@ -83,17 +83,17 @@ class FencedRedisStore:
 
     async def get(self, key: str) -> tuple[int, bytes] | None:
         """The stored ``(token, value)`` for ``key``, or ``None``."""
-        # redis-py types its sync and async clients together: the await is right.
         key_name = f"{self._namespace}:result:{key}"
-        found = await self._client.hmget(key_name, ["token", "value"])  # type: ignore[misc]
-        if found[0] is None:
+        token, value = await self._client.hmget(key_name, ["token", "value"])
+        if token is None or not isinstance(value, bytes):
             return None
-        return int(found[0]), bytes(found[1])
+        return int(token), value
 
     async def applied(self) -> list[tuple[str, int]]:
         """Every new ``(key, token)`` stored, in order."""
-        rows = await self._client.lrange(f"{self._namespace}:applied", 0, -1)  # type: ignore[misc]
-        pairs = (row.decode().rsplit(" ", 1) for row in rows)
+        rows = await self._client.lrange(f"{self._namespace}:applied", 0, -1)
+        texts = (row.decode() if isinstance(row, bytes) else row for row in rows)
+        pairs = (text.rsplit(" ", 1) for text in texts)
         return [(key, int(token)) for key, token in pairs]
 
 
