@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 from node import Entry, EntryId, Forum, Pattern, Strand, StrandConfig, Take, Tuple, Write
+from tests.fixtures.nodes import eventually
 
 W1 = Write(EntryId("peer-a", 1), b"job/1")
 W2 = Write(EntryId("peer-a", 2), b"job/2")
@@ -56,8 +57,7 @@ async def test_remote_take_of_a_tuple_being_taken_here_is_a_double_take(forum: F
 
 async def test_remote_write_wakes_a_blocking_taker(forum: Forum) -> None:
     taker = asyncio.create_task(forum.take_entry(Pattern(b"job/"), timeout=30))
-    while forum.stats().waiting_takers == 0:
-        await asyncio.sleep(0.001)
+    await eventually(lambda: forum.stats().waiting_takers, what="the take waiting")
     await forum.apply([W2])
     assert await taker == Tuple(W2.id, W2.payload)
 
@@ -108,7 +108,9 @@ async def test_an_apply_cancelled_mid_append_still_applies(forum: Forum) -> None
     await asyncio.sleep(0)  # the append is under way
     push.cancel()
     await asyncio.gather(push, return_exceptions=True)
-    async with asyncio.timeout(5):  # a safety net: it is applied at once
-        while await forum.count(Pattern(b"job/")) < 2:
-            await asyncio.sleep(0.001)
+    await eventually(lambda: _count_is(forum, 2), what="the entries live")
     assert await forum.apply([W1, W2]) == []  # held, and not being stored
+
+
+async def _count_is(forum: Forum, n: int) -> bool:
+    return await forum.count(Pattern(b"job/")) == n

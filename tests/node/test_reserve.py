@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take
+from tests.fixtures.nodes import eventually
 
 
 async def test_ack_takes_the_reserved_tuple_for_good(forum: Forum) -> None:
@@ -29,16 +30,14 @@ async def test_release_and_expiry_put_the_tuple_back_in_its_place(forum: Forum) 
     assert await forum.read(Pattern(b"job/")) == b"job/1"  # back in front
     again = await forum.reserve(Pattern(b"job/"), lease=0.05)
     assert again == first
-    while forum.stats().reserved:  # the lease runs out
-        await asyncio.sleep(0.01)
+    await eventually(lambda: not forum.stats().reserved, what="the lease ran out")
     assert await forum.take(Pattern(b"job/")) == b"job/1"
 
 
 async def test_ack_after_expiry_takes_it_if_still_live(forum: Forum) -> None:
     wid = await forum.write(b"job/1")
     assert await forum.reserve(Pattern(b"job/"), lease=0.01) is not None
-    while forum.stats().reserved:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: not forum.stats().reserved, what="the lease ran out")
     assert await forum.ack(wid) is True
     assert await forum.count(Pattern(b"")) == 0
 
@@ -51,8 +50,7 @@ async def test_an_expired_reservation_wakes_a_waiting_taker(forum: Forum) -> Non
 
 async def test_reserve_waits_like_take(forum: Forum) -> None:
     waiting = asyncio.create_task(forum.reserve(Pattern(b"w/"), lease=30, timeout=10))
-    while forum.stats().waiting_takers == 0:
-        await asyncio.sleep(0.001)
+    await eventually(lambda: forum.stats().waiting_takers, what="the reserve waiting")
     await forum.write(b"w/1")
     got = await waiting
     assert got is not None and got.payload == b"w/1"
@@ -83,8 +81,8 @@ async def test_lease_must_be_positive(forum: Forum) -> None:
 
 
 async def _settled(forum: Forum) -> None:
-    while forum._settling:  # the cancelled call's append is still being settled
-        await asyncio.sleep(0.001)
+    # The cancelled call's append is still being settled.
+    await eventually(lambda: not forum._settling, what="settled")
 
 
 async def test_a_cancelled_ack_still_takes_and_writes_no_copy(forum: Forum) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from node import Forum, Pattern
+from tests.fixtures.nodes import eventually
 
 
 async def test_1000_concurrent_takers_over_200_tuples(forum: Forum) -> None:
@@ -18,7 +19,7 @@ async def test_1000_concurrent_takers_over_200_tuples(forum: Forum) -> None:
 
 async def test_blocking_take_wakes_on_write(forum: Forum) -> None:
     taker = asyncio.create_task(forum.take(Pattern(b"w/"), timeout=30))
-    await _until(lambda: forum.stats().waiting_takers == 1)
+    await eventually(lambda: forum.stats().waiting_takers == 1)
     await forum.write(b"other")  # does not match: the taker keeps waiting
     assert not taker.done()
     await forum.write(b"w/1")
@@ -30,7 +31,7 @@ async def test_waiters_are_served_first_come_first_served(forum: Forum) -> None:
     takers = []
     for i in range(5):
         takers.append(asyncio.create_task(forum.take(Pattern(b"f/"), timeout=30)))
-        await _until(lambda n=i + 1: forum.stats().waiting_takers == n)
+        await eventually(lambda n=i + 1: forum.stats().waiting_takers == n)
     for i in range(5):
         await forum.write(b"f/%d" % i)
     assert [await t for t in takers] == [b"f/%d" % i for i in range(5)]
@@ -38,9 +39,9 @@ async def test_waiters_are_served_first_come_first_served(forum: Forum) -> None:
 
 async def test_one_write_wakes_exactly_one_taker(forum: Forum) -> None:
     takers = [asyncio.create_task(forum.take(Pattern(b"o/"), timeout=30)) for _ in range(3)]
-    await _until(lambda: forum.stats().waiting_takers == 3)
+    await eventually(lambda: forum.stats().waiting_takers == 3)
     await forum.write(b"o/1")
-    await _until(lambda: sum(t.done() for t in takers) == 1)
+    await eventually(lambda: sum(t.done() for t in takers) == 1)
     assert forum.stats().waiting_takers == 2
     for t in takers:
         t.cancel()
@@ -49,9 +50,9 @@ async def test_one_write_wakes_exactly_one_taker(forum: Forum) -> None:
 
 async def test_waiter_with_other_pattern_is_skipped(forum: Forum) -> None:
     a = asyncio.create_task(forum.take(Pattern(b"a/"), timeout=30))
-    await _until(lambda: forum.stats().waiting_takers == 1)
+    await eventually(lambda: forum.stats().waiting_takers == 1)
     b = asyncio.create_task(forum.take(Pattern(b"b/"), timeout=30))
-    await _until(lambda: forum.stats().waiting_takers == 2)
+    await eventually(lambda: forum.stats().waiting_takers == 2)
     await forum.write(b"b/1")
     assert await b == b"b/1"
     assert not a.done()
@@ -74,7 +75,7 @@ async def test_zero_and_none_timeouts_do_not_wait(forum: Forum) -> None:
 
 async def test_cancelled_wait_leaves_nothing_behind(forum: Forum) -> None:
     taker = asyncio.create_task(forum.take(Pattern(b"c/"), timeout=30))
-    await _until(lambda: forum.stats().waiting_takers == 1)
+    await eventually(lambda: forum.stats().waiting_takers == 1)
     taker.cancel()
     await asyncio.gather(taker, return_exceptions=True)
     assert taker.cancelled()
@@ -87,7 +88,7 @@ async def test_cancel_just_after_hand_over_puts_the_tuple_back(forum: Forum) -> 
     """t0: the write hands the tuple to the waiter; t1: the waiter is cancelled
     before it runs again. The tuple must go back, not vanish."""
     taker = asyncio.create_task(forum.take(Pattern(b"h/"), timeout=30))
-    await _until(lambda: forum.stats().waiting_takers == 1)
+    await eventually(lambda: forum.stats().waiting_takers == 1)
     # Listeners run right after the hand-over, before the waiter resumes.
     forum.add_listener(lambda entries: taker.cancel())
     await forum.write(b"h/1")
@@ -98,15 +99,6 @@ async def test_cancel_just_after_hand_over_puts_the_tuple_back(forum: Forum) -> 
 
 async def test_close_wakes_waiters_with_none(forum: Forum) -> None:
     taker = asyncio.create_task(forum.take(Pattern(b"x/"), timeout=30))
-    await _until(lambda: forum.stats().waiting_takers == 1)
+    await eventually(lambda: forum.stats().waiting_takers == 1)
     await forum.close()
     assert await taker is None
-
-
-async def _until(predicate, deadline: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.001)
