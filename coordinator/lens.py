@@ -36,12 +36,10 @@ the Take replicated)::
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -53,6 +51,7 @@ from coordinator import keys
 from coordinator.authority import Grab, HeldClaim
 from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
 from coordinator.scripts import Scripts
+from node.resource import AsyncResource
 
 #: Redis error replies that mean "not now" rather than "never": a replica
 #: after failover, a server still loading its AOF, a busy script, a server out
@@ -252,7 +251,7 @@ class Claim:
         return None if self._ended is None else ClaimLost(self.key, self._token, self._ended)
 
 
-class Lens:
+class Lens(AsyncResource):
     """Claims on keys, in Redis. An async context manager; ``aclose()`` ends it."""
 
     def __init__(self, config: LensConfig) -> None:
@@ -286,17 +285,6 @@ class Lens:
     @property
     def keys(self) -> keys.KeySchema:
         return self._keys
-
-    async def __aenter__(self) -> Lens:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.shield(self.aclose())
 
     async def aclose(self) -> None:
         """Close the connections to Redis."""

@@ -30,10 +30,10 @@ cluster-mode Redis keeps them in one slot):
 from __future__ import annotations
 
 from collections import Counter
-from types import TracebackType
-from typing import Self
 
 from redis.asyncio import Redis
+
+from node.resource import AsyncResource
 
 #: KEYS[1] token hash, KEYS[2] key hash, KEYS[3] effects hash, KEYS[4] reruns hash
 #: ARGV[1] job, ARGV[2] fencing token, ARGV[3] claim key
@@ -61,7 +61,7 @@ class StaleToken(Exception):
     """The effect was refused: a newer holder of the job applied it first."""
 
 
-class EffectSink:
+class EffectSink(AsyncResource):
     """Counted, fenced effects in Redis. ``async with EffectSink.from_url(url)``."""
 
     def __init__(self, client: Redis, namespace: str = "sink") -> None:
@@ -102,17 +102,6 @@ class EffectSink:
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _text(value: bytes | str) -> str:

@@ -25,7 +25,6 @@ import asyncio
 import builtins
 import json
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
@@ -42,6 +41,7 @@ from node.errors import (
     Unauthorized,
 )
 from node.forum import ListPage
+from node.resource import AsyncResource
 from node.space import Pattern
 from node.web_bodies import ENTRY_ID_HEADER, MSGPACK, RAW, TEXT, prefix_query
 from node.web_status import NodeStatus
@@ -61,7 +61,7 @@ class _Response:
         self.body = body
 
 
-class ForumClient:
+class ForumClient(AsyncResource):
     """The tuple space of the node at ``url`` (``http://host:port``), over HTTP.
 
     ``timeout`` bounds each request (plus its wait, for long polls);
@@ -95,15 +95,6 @@ class ForumClient:
     async def __aenter__(self) -> Self:
         self._open()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        # Shielded: a cancelled caller must still leave no connections open.
-        await asyncio.shield(self.aclose())
 
     async def aclose(self) -> None:
         """Close the pooled connections. Idempotent."""

@@ -34,13 +34,12 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
 from node.codec import RawEntry
 from node.entries import Entry, EntryId, Take, Tuple, Write
 from node.errors import ForumError
 from node.index import LiveIndex
+from node.resource import AsyncResource
 from node.space import Pattern
 from node.strand import Strand
 
@@ -100,7 +99,7 @@ class _Waiter:
         self.future = future
 
 
-class Forum:
+class Forum(AsyncResource):
     """A tuple space on one node. ``Forum(strand)`` replays the Strand's entries."""
 
     def __init__(self, strand: Strand, remote_delay: float = REMOTE_DELAY) -> None:
@@ -588,13 +587,6 @@ class Forum:
         self._closed = True
         await self.strand.close()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """:meth:`close`, by the name every resource here is closed with."""
         await self.close()

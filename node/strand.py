@@ -37,13 +37,13 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
 
 from node import segment
 from node.codec import RawEntry, decode_entry, decode_raw, encode_entry
 from node.entries import Entry, EntryId, Take, Write, check_origin
 from node.errors import SerializationError, StrandCorrupt, StrandError
+from node.resource import AsyncResource
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class _OriginLog:
         return len(self.positions)
 
 
-class Strand:
+class Strand(AsyncResource):
     """An open log. Use ``await Strand.open(cfg)``; close with ``await strand.close()``."""
 
     def __init__(self, cfg: StrandConfig, origin: str) -> None:
@@ -548,15 +548,8 @@ class Strand:
             except OSError as exc:
                 raise StrandError(f"closing the Strand failed: {exc}") from exc
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """:meth:`close`, by the name every resource here is closed with."""
         await self.close()
 
 

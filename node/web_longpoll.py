@@ -26,11 +26,12 @@ from collections.abc import Awaitable, Callable
 
 from node.entries import Tuple
 from node.forum import Forum
+from node.resource import AsyncResource
 from node.space import Pattern
 from node.web_bodies import ApiProblem
 
 
-class LongPolls:
+class LongPolls(AsyncResource):
     """The long polls of one node. Use as an async context manager (it listens
     to the Forum while open)."""
 
@@ -46,9 +47,6 @@ class LongPolls:
         self._forum.add_live_listener(self._on_live)
         self._listening = True
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         self.drain()

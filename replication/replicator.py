@@ -24,11 +24,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self
 
 from node.entries import Entry
 from node.forum import Forum
+from node.resource import AsyncResource
 from replication.antientropy import Fetching, Syncer, fill_page
 from replication.config import ReplicationConfig
 from replication.errors import BadMessage
@@ -68,7 +68,7 @@ class _Link:
     task: asyncio.Task[None] | None = None
 
 
-class Replicator:
+class Replicator(AsyncResource):
     """Replicates ``forum`` with its peers while open (``async with``)."""
 
     def __init__(
@@ -107,14 +107,6 @@ class Replicator:
             await task
             raise RuntimeError("replication stopped at start")
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop every link (in-flight calls are cancelled) and wait until they are gone."""

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from types import TracebackType
 from typing import Protocol, Self
 
 import aiohttp
 
+from node.resource import AsyncResource
 from replication.auth import ClusterAuth
 from replication.backoff import Backoff
 from replication.config import ReplicationConfig
@@ -52,7 +52,7 @@ class PeerTransport(Protocol):
     async def call(self, peer: str, method: str, path: str, body: bytes = b"") -> bytes: ...
 
 
-class HttpTransport:
+class HttpTransport(AsyncResource):
     """:class:`PeerTransport` over aiohttp. Use as ``async with HttpTransport(...) as t``."""
 
     def __init__(self, auth: ClusterAuth, config: ReplicationConfig) -> None:
@@ -75,14 +75,6 @@ class HttpTransport:
             headers={"User-Agent": "forum-replication/1"},
         )
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         if self._session is not None:
