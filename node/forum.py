@@ -55,7 +55,7 @@ REMOTE_DELAY = 0.01
 _REMOTE_SLOTS = 4
 #: Tuples out of the index while their Take is made durable, with their arrivals.
 #: (An alias also because ``Forum.list`` hides the builtin inside the class.)
-Reserved = list[tuple[int, Tuple]]
+OutOfIndex = list[tuple[int, Tuple]]
 
 
 def remote_delay_of(entry_id: EntryId, origin: str, base: float) -> float:
@@ -112,8 +112,8 @@ class Forum(AsyncResource):
         self._reservations: dict[EntryId, tuple[int, Tuple, asyncio.TimerHandle]] = {}
         self._index = LiveIndex()
         self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
-        self._reserved: set[EntryId] = set()  # tuples whose Take is being appended
-        self._killed_reserved: set[EntryId] = set()  # ... and killed meanwhile by a peer
+        self._taking: set[EntryId] = set()  # tuples whose Take is being appended
+        self._killed_while_taking: set[EntryId] = set()  # ... and killed meanwhile by a peer
         self._applying: set[EntryId] = set()
         self._waiters: deque[_Waiter] = deque()
         self._listeners: list[Listener] = []
@@ -247,7 +247,7 @@ class Forum(AsyncResource):
     async def ack_many(self, entry_ids: Sequence[EntryId]) -> list[bool]:
         """:meth:`ack` for many, in one append; one flag per id, in order."""
         self._check_open()
-        found: Reserved = []
+        found: OutOfIndex = []
         acked = []
         for entry_id in entry_ids:
             reservation = self._reservations.pop(entry_id, None)
@@ -290,7 +290,7 @@ class Forum(AsyncResource):
         self._check_open()
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        found: Reserved = []
+        found: OutOfIndex = []
         for _ in range(limit):
             match = self._index.oldest(pattern.prefix)
             if match is None:
@@ -425,10 +425,10 @@ class Forum(AsyncResource):
             reservation[2].cancel()
             self._double_takes += 1
             return
-        if take.target in self._reserved:
+        if take.target in self._taking:
             # Our own take of it is being made durable: both of us took it.
             self._double_takes += 1
-            self._killed_reserved.add(take.target)
+            self._killed_while_taking.add(take.target)
             return
         self._kill_absent(take)
 
@@ -491,7 +491,9 @@ class Forum(AsyncResource):
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
-    async def _commit_takes(self, found: Reserved, *, rescue: bool = True) -> builtins.list[Tuple]:
+    async def _commit_takes(
+        self, found: OutOfIndex, *, rescue: bool = True
+    ) -> builtins.list[Tuple]:
         """Make the Takes of tuples already out of the index durable.
 
         A caller cancelled while its append is under way has not received the
@@ -500,7 +502,7 @@ class Forum(AsyncResource):
         caller already has the tuple (and a claim on it); a copy under a new
         id, and so a new claim key, would run the job a second time.
         """
-        self._reserved.update(item.id for _, item in found)
+        self._taking.update(item.id for _, item in found)
         append = self.strand.submit_takes([item.id for _, item in found])
         try:
             takes = await asyncio.shield(append)
@@ -513,13 +515,13 @@ class Forum(AsyncResource):
         except BaseException:
             self._put_back(found)
             raise
-        self._release(found)
+        self._done_taking(found)
         self._takes += len(takes)
         self._notify(takes)
         return [item for _, item in found]
 
     async def _settle(
-        self, append: asyncio.Future[builtins.list[Take]], found: Reserved, rescue: bool
+        self, append: asyncio.Future[builtins.list[Take]], found: OutOfIndex, rescue: bool
     ) -> None:
         """The end of a take whose caller was cancelled: restore the tuples if
         the append failed; if it held, write them back when ``rescue``."""
@@ -528,7 +530,7 @@ class Forum(AsyncResource):
         except Exception:
             self._put_back(found)
             return
-        self._release(found)
+        self._done_taking(found)
         self._takes += len(takes)
         self._notify(takes)
         if not rescue:
@@ -540,19 +542,19 @@ class Forum(AsyncResource):
         except ForumError:
             log.exception("could not write back %d tuples of a cancelled take", len(payloads))
 
-    def _put_back(self, found: Reserved) -> None:
+    def _put_back(self, found: OutOfIndex) -> None:
         for arrival, item in found:
-            self._reserved.discard(item.id)
-            if item.id in self._killed_reserved:
-                self._killed_reserved.discard(item.id)
+            self._taking.discard(item.id)
+            if item.id in self._killed_while_taking:
+                self._killed_while_taking.discard(item.id)
                 continue
             self._index.restore(arrival, item)
             self._offer(arrival, item)
 
-    def _release(self, found: Reserved) -> None:
+    def _done_taking(self, found: OutOfIndex) -> None:
         for _, item in found:
-            self._reserved.discard(item.id)
-            self._killed_reserved.discard(item.id)
+            self._taking.discard(item.id)
+            self._killed_while_taking.discard(item.id)
 
     def _notify(self, entries: Sequence[Entry]) -> None:
         for listener in self._listeners:
