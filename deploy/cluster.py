@@ -26,7 +26,6 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 import aiohttp
@@ -45,6 +44,7 @@ from deploy.toxiproxy import Proxy, Toxiproxy, link_name
 from node import Pattern
 from node.client import ForumClient
 from node.errors import ClientError
+from node.resource import AsyncResource
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,7 @@ class ClusterConfig:
             raise ValueError("redis must be 'auto' or a redis:// URL")
 
 
-class Cluster:
+class Cluster(AsyncResource):
     """The running processes of one local cluster. ``async with Cluster(cfg) as c``."""
 
     def __init__(self, cfg: ClusterConfig) -> None:
@@ -197,13 +197,8 @@ class Cluster:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.shield(self.stop())
+    async def aclose(self) -> None:
+        await self.stop()
 
     # -- looking at it ---------------------------------------------------------
 

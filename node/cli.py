@@ -55,14 +55,21 @@ def node_extensions(config: NodeConfig) -> list[Extension]:
 # -- serve -------------------------------------------------------------------------
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    flags = {
+def serve_flags(args: argparse.Namespace) -> dict[str, object]:
+    """The ``NodeConfig`` keys that ``forum serve``'s flags set (the top layer
+    over the file and the environment; see :mod:`node.config`)."""
+    flags: dict[str, object] = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(NodeConfig)
         if getattr(args, f.name, None) is not None
     }
     if args.peer:
         flags["peers"] = args.peer
+    return flags
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    flags = serve_flags(args)
     try:
         config = await asyncio.to_thread(NodeConfig.load, args.config, os.environ, flags)
     except ValueError as exc:

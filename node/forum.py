@@ -197,11 +197,7 @@ class Forum(AsyncResource):
     async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """Like :meth:`take`, with the tuple's id."""
         self._check_open()
-        found = self._index.oldest(pattern.prefix)
-        if found is not None:
-            self._index.remove(found[0])
-        elif timeout:
-            found = await self._wait(pattern.prefix, timeout)
+        found = await self._take_out(pattern.prefix, timeout)
         if found is None:
             return None
         taken = await self._commit_takes([found])
@@ -216,11 +212,7 @@ class Forum(AsyncResource):
         self._check_open()
         if not lease > 0:
             raise ValueError("lease must be > 0 seconds")
-        found = self._index.oldest(pattern.prefix)
-        if found is not None:
-            self._index.remove(found[0])
-        elif timeout:
-            found = await self._wait(pattern.prefix, timeout)
+        found = await self._take_out(pattern.prefix, timeout)
         if found is None:
             return None
         arrival, item = found
@@ -467,6 +459,15 @@ class Forum(AsyncResource):
                 listener(item)
             except Exception:
                 log.exception("a Forum live listener failed")
+
+    async def _take_out(self, prefix: bytes, timeout: float | None) -> tuple[int, Tuple] | None:
+        """The oldest match, out of the index (the caller takes or reserves
+        it); with ``timeout``, waits that long for one to be written."""
+        found = self._index.oldest(prefix)
+        if found is not None:
+            self._index.remove(found[0])
+            return found
+        return await self._wait(prefix, timeout) if timeout else None
 
     async def _wait(self, prefix: bytes, timeout: float) -> tuple[int, Tuple] | None:
         future: asyncio.Future[tuple[int, Tuple] | None] = (

@@ -24,11 +24,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator
-from types import TracebackType
 
 from redis.asyncio import Redis
 
 from coordinator import Handler, Job
+from node.resource import AsyncResource
 
 #: KEYS[1] <ns>:result:<job key> (hash: token, value)
 #: KEYS[2] <ns>:applied (list of "<job key> <token>", one per new token stored)
@@ -52,7 +52,7 @@ class StaleToken(Exception):
     """A write with a token lower than one already stored for the job."""
 
 
-class FencedRedisStore:
+class FencedRedisStore(AsyncResource):
     """Results by job key, each kept with the fencing token that wrote it."""
 
     def __init__(self, client: Redis, namespace: str = "example:fenced") -> None:
@@ -64,15 +64,7 @@ class FencedRedisStore:
     def from_url(cls, url: str, namespace: str = "example:fenced") -> FencedRedisStore:
         return cls(Redis.from_url(url), namespace)
 
-    async def __aenter__(self) -> FencedRedisStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
         await self._client.aclose()
 
     async def put(self, key: str, token: int, value: bytes) -> None:

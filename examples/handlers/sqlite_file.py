@@ -11,13 +11,14 @@ import asyncio
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import TypeVar
+
+from node.resource import AsyncResource
 
 T = TypeVar("T")
 
 
-class SqliteFile:
+class SqliteFile(AsyncResource):
     """``async with SqliteFile(path, schema) as db: await db.run(fn)``."""
 
     def __init__(self, path: str | Path, schema: str) -> None:
@@ -30,12 +31,7 @@ class SqliteFile:
         self._connection = await asyncio.to_thread(self._open)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
         if self._connection is not None:
             connection, self._connection = self._connection, None
             await asyncio.to_thread(connection.close)

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import dockerfile
 import yaml
 
-from node.cli import build_parser
+from node.cli import build_parser, serve_flags
 from node.config import NodeConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -280,13 +280,7 @@ class Launch:
         args = self.parse()
         if args.command != "serve":
             raise AssertionError(f"{self.where}: not a forum serve")
-        flags = {
-            f.name: getattr(args, f.name)
-            for f in dataclasses.fields(NodeConfig)
-            if getattr(args, f.name, None) is not None
-        }
-        if args.peer:
-            flags["peers"] = args.peer
+        flags = serve_flags(args)
         config_file = args.config
         if config_file is not None and not Path(config_file).is_absolute():
             config_file = str(REPO / config_file)
