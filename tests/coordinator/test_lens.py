@@ -259,11 +259,12 @@ async def test_reoffered_job_claimed_before_reaped_keeps_its_new_record(lens: Le
 
 
 async def test_live_and_completed_claims_are_not_reoffered(lens: Lens) -> None:
-    live = await lens.claim("o:23", owner="a", lease=0.3, reoffer=b"job/23")
+    # Leases far longer than the pauses: a loaded machine must not expire them.
+    live = await lens.claim("o:23", owner="a", lease=2.0, reoffer=b"job/23")
     done = await lens.claim("o:24", owner="a", lease=0.3, reoffer=b"job/24")
     await done.complete()
     for _ in range(3):
-        await live.extend(0.3)
+        await live.extend(2.0)
         assert await lens.due() == []
         assert await lens.grab("o:23") is None
         await asyncio.sleep(0.1)
