@@ -102,7 +102,12 @@ async def test_lease_is_measured_from_before_the_request(lens: Lens) -> None:
 
 
 async def test_tokens_strictly_increase_across_keys_and_connections(redis_url: str) -> None:
-    async with Lens.from_url(redis_url) as one, Lens.from_url(redis_url) as two:
+    # 200 concurrent claims open up to 200 connections at once: on a loaded
+    # machine that can outlast the default 1 s connect timeout.
+    async with (
+        Lens.from_url(redis_url, connect_timeout=10) as one,
+        Lens.from_url(redis_url, connect_timeout=10) as two,
+    ):
         issued = []
         for i in range(40):
             lens = one if i % 2 else two
