@@ -9,8 +9,10 @@ With a key set, a request carries::
     X-Forum-Signature: t=<unix seconds>,to=<receiver>,s=<hex HMAC-SHA256>
     HMAC(key, "forum-repl-2\\n" METHOD "\\n" PATH "\\n" t "\\n" to "\\n" || body)
 
-where ``to`` is the origin of the node the request is for, or ``*`` (anyone)
-on the read-only routes (pull, members) when the sender does not know it yet.
+where ``to`` is the origin of the node the request is for, or ``*`` (anyone),
+which only the read-only routes (pull, members) take. Pushes name their
+receiver; pulls are signed for anyone, since a seed's origin is learned from
+its first answer and a wiped node answers at the same URL under a new one.
 Its answer carries ``X-Forum-Signature: s=<hex>`` with
 ``HMAC(key, "forum-repl-2-response\\n" request-signature "\\n" || body)``,
 so a response cannot be forged either, nor replayed to another request.
@@ -59,10 +61,6 @@ class ClusterAuth:
     def __post_init__(self) -> None:
         if self.key is not None and not self.key:
             raise ValueError("a cluster key must not be empty")
-
-    @property
-    def enabled(self) -> bool:
-        return self.key is not None
 
     def sign_request(self, method: str, path: str, body: bytes, to: str = ANYONE) -> dict[str, str]:
         """The headers proving a request for the node of origin ``to``; empty without a key."""
