@@ -3,6 +3,7 @@
 Start-up::
 
     open the Strand (replays the log) -> build the app -> listen -> "listening on ..."
+    (and a warning when the node is reachable beyond loopback with no --token)
 
 Shutdown, on SIGTERM or SIGINT::
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import signal
@@ -109,12 +111,40 @@ async def serve(
             config.fsync,
             stats.live,
         )
+        warning = exposure_warning(config)
+        if warning is not None:
+            log.warning("%s", warning)
         if on_listening is not None:
             on_listening(url)
         await stop.wait()
         log.info("shutting down: draining requests (up to %ss)", config.shutdown_timeout)
     log.info("stopped")
     return 0
+
+
+def exposure_warning(config: NodeConfig) -> str | None:
+    """What to warn about a node that listens beyond loopback without a token, if so."""
+    if config.token is not None or _loopback(config.host):
+        return None
+    where = f"listening on {config.host or '0.0.0.0'}"
+    if config.cluster_secret is None:
+        return (
+            f"{where} with no --token or --cluster-secret: anyone who can reach the port "
+            "can read, take and inject tuples"
+        )
+    return (
+        f"{where} with no --token: anyone who can reach the port can read, take and write "
+        "tuples through the API"
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a wildcard ("") or a host name: it may be reachable from anywhere
+        return False
 
 
 def _stop_on_signal(stop: asyncio.Event, signum: int) -> None:

@@ -9,8 +9,9 @@ Middlewares, outermost first::
 
     metrics        counts and times every request, rejected ones included
     errors         turns every failure into {"error": code, "message": text}
-    authenticate   the client token on the API, the cluster secret on
-                   /v1/cluster/ (replication), nothing on the health probes
+    authenticate   the client token on the API, the cluster key (the
+                   cluster secret, else the token) on /v1/cluster/
+                   (replication), nothing on the health probes
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from node.web_openapi import openapi_handler
 
 log = logging.getLogger(__name__)
 
-#: Routes under this prefix are for peers: they need the cluster secret, not the token.
+#: Routes under this prefix are for peers: they need the cluster key (see cluster_key).
 CLUSTER_PREFIX = "/v1/cluster/"
 #: Routes open to anyone (probes must work without secrets).
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -145,6 +146,16 @@ async def _drain(app: web.Application) -> None:
     app[LONG_POLLS].drain()
 
 
+def cluster_key(config: NodeConfig) -> str | None:
+    """The credential of the cluster routes: the cluster secret, else the token, else none.
+
+    Never nothing while a token is set (the peer routes must not be a way
+    around it), and nodes that share a token but have no secret still
+    replicate with each other. Replication signs with it (``replication.auth``).
+    """
+    return config.cluster_secret if config.cluster_secret is not None else config.token
+
+
 @web.middleware
 async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path in OPEN_PATHS:
@@ -158,9 +169,10 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
         and request.path.startswith(tuple(checked_by_route))  # ... that checks its own
     ):
         return await handler(request)
-    secret = config.cluster_secret if for_peers else config.token
+    secret = cluster_key(config) if for_peers else config.token
     if secret is not None and not _bearer_matches(request, secret):
-        what = "the cluster secret" if for_peers else "the node's token"
+        peer_secret = for_peers and config.cluster_secret is not None
+        what = "the cluster secret" if peer_secret else "the node's token"
         raise ApiProblem(
             401,
             "unauthorized",

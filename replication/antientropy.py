@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from node.entries import Entry
 from node.strand import Strand
+from replication.auth import ANYONE
 from replication.backoff import Backoff
 from replication.config import ReplicationConfig
 from replication.errors import BadMessage, BadSignature, PeerError
@@ -209,7 +210,8 @@ class Syncer:
                 )
                 body = encode(request)
                 self._metrics.sent_bytes(peer.url, "pull", len(body))
-                answer = await self._transport.call(peer.url, "POST", PULL_PATH, body)
+                # For anyone: how a seed's origin (or a wiped peer's new one) is learned.
+                answer = await self._transport.call(peer.url, "POST", PULL_PATH, body, to=ANYONE)
                 page = decode_page(answer)
                 if await self._take(page, len(answer)) is None:
                     return

@@ -1,25 +1,36 @@
-"""Proof of the cluster secret on every replication request and response.
+"""Proof of the cluster key on every replication request and response.
 
-With a secret set, a request carries::
+The cluster key is the node's ``--cluster-secret`` or, without one, its
+``--token`` (:func:`node.web_app.cluster_key`): a node with a token never
+leaves its peer routes open, and nodes that share a token replicate.
 
-    X-Forum-Signature: t=<unix seconds>,s=<hex HMAC-SHA256>
-    HMAC(secret, "forum-repl-1\\n" METHOD "\\n" PATH "\\n" t "\\n" || body)
+With a key set, a request carries::
 
-and its answer carries ``X-Forum-Signature: s=<hex>`` with
-``HMAC(secret, "forum-repl-1-response\\n" request-signature "\\n" || body)``,
+    X-Forum-Signature: t=<unix seconds>,to=<receiver>,s=<hex HMAC-SHA256>
+    HMAC(key, "forum-repl-2\\n" METHOD "\\n" PATH "\\n" t "\\n" to "\\n" || body)
+
+where ``to`` is the origin of the node the request is for, or ``*`` (anyone),
+which only the read-only routes (pull, members) take. Pushes name their
+receiver; pulls are signed for anyone, since a seed's origin is learned from
+its first answer and a wiped node answers at the same URL under a new one.
+Its answer carries ``X-Forum-Signature: s=<hex>`` with
+``HMAC(key, "forum-repl-2-response\\n" request-signature "\\n" || body)``,
 so a response cannot be forged either, nor replayed to another request.
 
-Signatures are compared in constant time. The node's own middleware
-(``node.web_app``) leaves these routes to this check (the extension lists
-them in ``SELF_AUTHENTICATED``), so the secret itself never crosses the wire.
+The receiver checks, in this order: the signature (constant-time), the
+timestamp (within ``max_clock_skew`` seconds), and that ``to`` is its own
+origin, or ``*`` where the route allows it. A push must name its receiver:
+replayed to another node of the cluster it is refused, so it can change
+nothing there. Within the window a replayed push to its own receiver applies
+entries that are already held (a no-op), and a replayed read only reads, so
+there is no nonce cache. Binding the method and path stops a body signed for
+one route from being sent to another. The domain (``forum-repl-2``) changes
+with the format, so a node of the older format (``forum-repl-1``, which named
+no receiver) and a newer one never accept each other's requests.
 
-The timestamp bounds a replay to ``max_clock_skew`` seconds; there is no
-nonce cache because nothing a replay could do matters: a replayed push
-applies entries that are already held (a no-op), a replayed pull only reads.
-Binding the method and path stops a body signed for one route from being
-sent to another.
-
-Without a secret, nothing is signed and nothing is checked.
+The node's own middleware (``node.web_app``) leaves these routes to this
+check (the extension lists them in ``SELF_AUTHENTICATED``), so the key itself
+never crosses the wire. Without a key, nothing is signed and nothing is checked.
 """
 
 from __future__ import annotations
@@ -33,82 +44,93 @@ from dataclasses import dataclass, field
 from replication.errors import BadSignature
 
 SIGNATURE_HEADER = "X-Forum-Signature"
-_DOMAIN = b"forum-repl-1\n"
-_RESPONSE_DOMAIN = b"forum-repl-1-response\n"
+#: The ``to`` of a request for whichever node answers (not an origin: origins have no ``*``).
+ANYONE = "*"
+_DOMAIN = b"forum-repl-2\n"
+_RESPONSE_DOMAIN = b"forum-repl-2-response\n"
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterAuth:
-    """Signs and checks replication bodies with ``secret`` (``None``: open cluster)."""
+    """Signs and checks replication bodies with the cluster ``key`` (``None``: open cluster)."""
 
-    secret: str | None
+    key: str | None
     max_clock_skew: float = 60.0
     clock: Callable[[], float] = field(default=time.time, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.secret is not None and not self.secret:
-            raise ValueError("a cluster secret must not be empty")
+        if self.key is not None and not self.key:
+            raise ValueError("a cluster key must not be empty")
 
-    @property
-    def enabled(self) -> bool:
-        return self.secret is not None
-
-    def sign_request(self, method: str, path: str, body: bytes) -> dict[str, str]:
-        """The headers proving a request; empty when there is no secret."""
-        if self.secret is None:
+    def sign_request(self, method: str, path: str, body: bytes, to: str = ANYONE) -> dict[str, str]:
+        """The headers proving a request for the node of origin ``to``; empty without a key."""
+        if self.key is None:
             return {}
         stamp = str(int(self.clock()))
-        mac = _request_mac(self.secret, method, path, stamp, body)
-        return {SIGNATURE_HEADER: f"t={stamp},s={mac}"}
+        mac = _request_mac(self.key, body, method=method, path=path, stamp=stamp, to=to)
+        return {SIGNATURE_HEADER: f"t={stamp},to={to},s={mac}"}
 
     def verify_request(
-        self, method: str, path: str, headers: Mapping[str, str], body: bytes
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        me: str,
+        anyone: bool = False,
     ) -> str:
-        """Check a request's proof; returns its signature (to sign the answer with).
+        """Check a request's proof, for the node of origin ``me`` (or ``*`` if ``anyone``).
 
-        ``BadSignature`` if it is missing, wrong or outside the clock window.
+        Returns its signature (to sign the answer with); ``BadSignature`` if it
+        is missing, wrong, outside the clock window or for another node.
         """
-        if self.secret is None:
+        if self.key is None:
             return ""
         parts = _parse(headers.get(SIGNATURE_HEADER, ""))
-        stamp, given = parts.get("t", ""), parts.get("s", "")
-        if not stamp.isdigit() or not given:
+        stamp, to, given = parts.get("t", ""), parts.get("to", ""), parts.get("s", "")
+        if not stamp.isdigit() or not to or not given:
             raise BadSignature(f"missing or malformed {SIGNATURE_HEADER} header")
+        expected = _request_mac(self.key, body, method=method, path=path, stamp=stamp, to=to)
+        if not _same(given, expected):
+            raise BadSignature("signature does not match the cluster key")
         if abs(self.clock() - int(stamp)) > self.max_clock_skew:
             raise BadSignature("signature timestamp outside the allowed clock skew")
-        if not _same(given, _request_mac(self.secret, method, path, stamp, body)):
-            raise BadSignature("signature does not match the cluster secret")
+        if to == ANYONE and not anyone:
+            raise BadSignature(f"this request must name its receiver ({me}), not anyone")
+        if to not in (me, ANYONE):
+            raise BadSignature(f"this request was signed for node {to}, not this one ({me})")
         return given
 
     def sign_response(self, request_signature: str, body: bytes) -> dict[str, str]:
-        if self.secret is None:
+        if self.key is None:
             return {}
-        return {SIGNATURE_HEADER: f"s={_response_mac(self.secret, request_signature, body)}"}
+        return {SIGNATURE_HEADER: f"s={_response_mac(self.key, request_signature, body)}"}
 
     def verify_response(
         self, request_headers: Mapping[str, str], headers: Mapping[str, str], body: bytes
     ) -> None:
         """Check the answer to a request that was sent with ``request_headers``."""
-        if self.secret is None:
+        if self.key is None:
             return
         request_signature = _parse(request_headers[SIGNATURE_HEADER])["s"]
         given = _parse(headers.get(SIGNATURE_HEADER, "")).get("s", "")
-        expected = _response_mac(self.secret, request_signature, body)
+        expected = _response_mac(self.key, request_signature, body)
         if not given or not _same(given, expected):
-            raise BadSignature("the peer's answer is not signed with the cluster secret")
+            raise BadSignature("the peer's answer is not signed with the cluster key")
 
 
-def _request_mac(secret: str, method: str, path: str, stamp: str, body: bytes) -> str:
-    head = f"{method.upper()}\n{path}\n{stamp}\n".encode()
-    return _mac(secret, _DOMAIN + head, body)
+def _request_mac(key: str, body: bytes, *, method: str, path: str, stamp: str, to: str) -> str:
+    head = f"{method.upper()}\n{path}\n{stamp}\n{to}\n".encode()
+    return _mac(key, _DOMAIN + head, body)
 
 
-def _response_mac(secret: str, request_signature: str, body: bytes) -> str:
-    return _mac(secret, _RESPONSE_DOMAIN + request_signature.encode() + b"\n", body)
+def _response_mac(key: str, request_signature: str, body: bytes) -> str:
+    return _mac(key, _RESPONSE_DOMAIN + request_signature.encode() + b"\n", body)
 
 
-def _mac(secret: str, head: bytes, body: bytes) -> str:
-    mac = hmac.new(secret.encode(), head, hashlib.sha256)
+def _mac(key: str, head: bytes, body: bytes) -> str:
+    mac = hmac.new(key.encode(), head, hashlib.sha256)
     mac.update(body)
     return mac.hexdigest()
 

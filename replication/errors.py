@@ -7,9 +7,9 @@
     │   ├── PeerUnavailable         no answer: refused, reset, DNS (retriable)
     │   │   └── PeerTimeout         no answer in time (also a TimeoutError)
     │   └── PeerRejected            the peer answered with an error status
-    │       ├── Unauthenticated     401: the cluster secret did not match
+    │       ├── Unauthenticated     401: no valid proof of the cluster key for that peer
     │       └── PeerIsSelf          409: the "peer" is this very node
-    ├── BadSignature                a body lacks valid proof of the cluster secret
+    ├── BadSignature                a body lacks valid proof of the cluster key
     └── BadMessage                  a replication body is malformed or forged
                                     (also a ValueError)
 
@@ -53,7 +53,8 @@ class PeerRejected(PeerError):
 
 
 class Unauthenticated(PeerRejected):
-    """401: the peer does not share our cluster secret (or our clocks disagree)."""
+    """401: the peer does not share our cluster key, our clocks disagree, or the
+    request was signed for another node (the peer's origin changed: a wiped node)."""
 
     def __init__(self, peer: str, message: str) -> None:
         super().__init__(peer, 401, message)
@@ -67,7 +68,8 @@ class PeerIsSelf(PeerRejected):
 
 
 class BadSignature(ReplicationError):
-    """A request or response lacks valid proof of the cluster secret (or is stale)."""
+    """A request or response lacks valid proof of the cluster key (or is stale, or
+    was signed for another node)."""
 
 
 class BadMessage(ReplicationError, ValueError):

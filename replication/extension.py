@@ -10,7 +10,8 @@ replication while the app runs::
               are cancelled), close the transport
 
 The app's own cleanup closes the Forum afterwards (it was set up first).
-Settings come from the node's config (peers, advertise, cluster secret) and
+Settings come from the node's config (peers, advertise, and the cluster key:
+the cluster secret, else the token, see :func:`node.web_app.cluster_key`) and
 from ``FORUM_REPL_*`` (:class:`~replication.config.ReplicationConfig`).
 """
 
@@ -23,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from node.config import NodeConfig
+from node.web_app import cluster_key
 from node.web_keys import CONFIG, FORUM, METRICS_REGISTRY, PEERS, SELF_AUTHENTICATED
 from replication.auth import ClusterAuth
 from replication.config import ReplicationConfig
@@ -45,7 +47,7 @@ def configured(config: ReplicationConfig) -> Callable[[web.Application], None]:
 
     def install(app: web.Application) -> None:
         add_routes(app)
-        # Every replication request carries an HMAC of the cluster secret,
+        # Every replication request carries an HMAC of the cluster key,
         # checked by the routes: the node asks no bearer secret of them.
         app[SELF_AUTHENTICATED] = app[SELF_AUTHENTICATED] | {ROUTE_PREFIX}
         app.cleanup_ctx.append(functools.partial(_replicating, config))
@@ -57,7 +59,7 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
     node = app[CONFIG]
     forum = app[FORUM]
     me = Member(forum.strand.origin, advertised_url(node))
-    auth = ClusterAuth(node.cluster_secret, config.max_clock_skew)
+    auth = ClusterAuth(cluster_key(node), config.max_clock_skew)
     metrics = ReplicationMetrics(app[METRICS_REGISTRY])
     async with (
         HttpTransport(auth, config) as transport,
@@ -74,15 +76,23 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
         app[PEERS] = replicator.status
         metrics.watch_peers(replicator.gauges)
         log.info(
-            "replication: advertising %s, %d seed peer(s), cluster secret %s",
+            "replication: advertising %s, %d seed peer(s), requests signed with %s",
             me.url or "nothing (port 0 and no --advertise: peers cannot learn this node)",
             len(node.peers),
-            "on" if auth.enabled else "off (anyone who can reach this port may push entries)",
+            _key_source(node),
         )
         try:
             yield
         finally:
             metrics.close()
+
+
+def _key_source(node: NodeConfig) -> str:
+    if node.cluster_secret is not None:
+        return "the cluster secret"
+    if node.token is not None:
+        return "the token (no --cluster-secret: peers must share the token)"
+    return "nothing (no --cluster-secret or --token: the routes are open)"
 
 
 def advertised_url(node: NodeConfig) -> str | None:

@@ -6,7 +6,10 @@ anti-entropy and from the ``from`` of requests they send us. A peer's URL is
 always the one it advertises (``--advertise``), never an address read off a
 connection.
 
-A peer is dialled by URL and known by origin once it answered. Rules:
+A peer is dialled by URL and known by origin once it answered (or, if
+learned, from the member list that named it); pushes wait for the origin,
+since a push is signed for its receiver's origin (:mod:`replication.auth`).
+Rules:
 
 * never ourselves: a URL that answers with our origin (or is our advertised
   URL) is dropped for good;
@@ -30,6 +33,7 @@ try it at once (``on_heard``).
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import time
@@ -69,6 +73,12 @@ class Peer:
     added_mono: float = 0.0
     #: What the peer holds, as of its last vector or acknowledgement.
     vector: VersionVector = field(default_factory=VersionVector)
+    #: Set once ``origin`` is known: what a push to the peer must be signed for.
+    identified: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.origin is not None:
+            self.identified.set()
 
     def member(self) -> Member | None:
         """The peer as others should know it: by the URL it advertises, not ours for it
@@ -188,6 +198,7 @@ class Membership:
             log.info("peer %s has a new origin %s (was %s)", url, answer_from.origin, peer.origin)
             peer.vector = VersionVector()
         peer.origin = answer_from.origin
+        peer.identified.set()
         peer.advertised = answer_from.url
         twin = next(
             (p for p in self._peers.values() if p is not peer and p.origin == peer.origin), None

@@ -10,6 +10,10 @@ Each peer has an :class:`Outbox`, a bounded queue fed by the Forum's listener
     t0+r+d  on a busy link, the next push waits ``batch_delay`` (d, a few ms)
             for company, then takes up to ``max_batch`` queued entries
 
+A push is signed for the peer's origin (:mod:`replication.auth`), so the
+pusher waits until the peer is identified: a seed by the answer to the first
+anti-entropy pull (which runs at once), a learned peer by its member list.
+
 One push per peer is in flight at a time (``max_in_flight``), so a busy link
 batches by itself too: what queues during a push leaves in the next one. A lone write is not
 delayed; under load, pushes carry several entries each, which keeps the
@@ -140,6 +144,7 @@ class Pusher:
         loop = asyncio.get_running_loop()
         while True:
             await self._outbox.wait()
+            await self._peer.identified.wait()
             # An idle link sends at once; a busy one waits a moment for company.
             busy = self._in_flight or loop.time() - self._last_push < config.batch_delay
             if busy and len(self._outbox) < config.max_batch:
@@ -156,10 +161,13 @@ class Pusher:
     async def push(self, batch: list[Entry]) -> None:
         """Send one batch; on failure drop it for this peer and ask for anti-entropy."""
         peer = self._peer
+        to = peer.origin
+        if to is None:
+            raise RuntimeError(f"push to {peer.url} before its origin is known")
         body = encode(Push(self._me, self._covered(), tuple(batch)))
         self._metrics.sent_bytes(peer.url, "push", len(body))
         try:
-            answer = await self._transport.call(peer.url, "POST", PUSH_PATH, body)
+            answer = await self._transport.call(peer.url, "POST", PUSH_PATH, body, to=to)
             ack = decode_push_ack(answer)
         except (PeerError, BadMessage, BadSignature) as exc:
             log.debug("push of %d entries to %s failed: %s", len(batch), peer.url, exc)

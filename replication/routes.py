@@ -8,14 +8,16 @@
 
 Every request is checked before anything changes, like client input:
 
-* 401 without valid proof of the cluster secret (see :mod:`replication.auth`);
+* 401 without valid proof of the cluster key (see :mod:`replication.auth`),
+  or with proof for another node: a push must be signed for this node's
+  origin; a pull or a member list may also be signed for anyone (``*``);
 * 400 for a body that is not a well-formed message, or holds forged entries
   (entries of this node's own origin that it never wrote, seqs absurdly far
   ahead) — then nothing of it is applied;
 * 409 when the sender is this very node (a seed URL that leads back here);
 * 503 while replication is not running (starting or shutting down).
 
-Answers are msgpack, signed when there is a secret; errors are the node's JSON
+Answers are msgpack, signed when there is a cluster key; errors are the node's JSON
 error bodies.
 """
 
@@ -60,7 +62,7 @@ def add_routes(app: web.Application) -> None:
 
 
 async def push(request: web.Request) -> web.Response:
-    replication, body, signature = await _accept(request)
+    replication, body, signature = await _accept(request, anyone=False)
     replicator = replication.replicator
     try:
         message = decode_push(body)
@@ -74,7 +76,7 @@ async def push(request: web.Request) -> web.Response:
 
 
 async def pull(request: web.Request) -> web.Response:
-    replication, body, signature = await _accept(request)
+    replication, body, signature = await _accept(request, anyone=True)
     replicator = replication.replicator
     try:
         message = decode_pull(body)
@@ -94,15 +96,21 @@ async def pull(request: web.Request) -> web.Response:
 
 
 async def members(request: web.Request) -> web.Response:
-    replication, _, signature = await _accept(request)
+    replication, _, signature = await _accept(request, anyone=True)
     listing = replication.replicator.member_list()
     body = encode(listing)
     headers = replication.auth.sign_response(signature, body)
     return web.Response(body=body, content_type=MSGPACK, headers=headers)
 
 
-async def _accept(request: web.Request) -> tuple[Replication, bytes, str]:
-    """The running replication, the body, and its checked signature."""
+async def _accept(request: web.Request, *, anyone: bool) -> tuple[Replication, bytes, str]:
+    """The running replication, the body, and its checked signature.
+
+    ``anyone``: the request may be signed for any node (``*``), not only for
+    this one: only the read-only routes allow it, since a sender learns a
+    peer's origin from its first answer, and a read replayed to another node
+    changes nothing there that matters.
+    """
     replication = request.app.get(REPLICATION)
     if replication is None:
         raise ApiProblem(
@@ -111,7 +119,12 @@ async def _accept(request: web.Request) -> tuple[Replication, bytes, str]:
     body = await request.read()
     try:
         signature = replication.auth.verify_request(
-            request.method, request.path, request.headers, body
+            request.method,
+            request.path,
+            request.headers,
+            body,
+            me=replication.replicator.me.origin,
+            anyone=anyone,
         )
     except BadSignature as exc:
         raise _refuse(replication.replicator, 401, "unauthorized", str(exc)) from None

@@ -1,6 +1,7 @@
 """Calling a peer: the :class:`PeerTransport` seam and its aiohttp implementation.
 
-A call sends one signed msgpack body to a peer's replication route and
+A call sends one msgpack body, signed for the peer's origin (or for anyone,
+``*``, see :mod:`replication.auth`), to a peer's replication route and
 returns the (checked) answer body, or raises a :class:`PeerError`:
 
 =============================  ===========================================
@@ -28,7 +29,7 @@ from typing import Protocol, Self
 import aiohttp
 
 from node.resource import AsyncResource
-from replication.auth import ClusterAuth
+from replication.auth import ANYONE, ClusterAuth
 from replication.backoff import Backoff
 from replication.config import ReplicationConfig
 from replication.errors import (
@@ -47,9 +48,14 @@ _ANSWER_SLACK = 1024 * 1024
 
 
 class PeerTransport(Protocol):
-    """Sends one replication request to a peer and returns the answer's body."""
+    """Sends one replication request to a peer and returns the answer's body.
 
-    async def call(self, peer: str, method: str, path: str, body: bytes = b"") -> bytes: ...
+    ``to`` is the origin of the node the request is for (``ANYONE``: whichever answers).
+    """
+
+    async def call(
+        self, peer: str, method: str, path: str, body: bytes = b"", *, to: str = ANYONE
+    ) -> bytes: ...
 
 
 class HttpTransport(AsyncResource):
@@ -81,23 +87,26 @@ class HttpTransport(AsyncResource):
             session, self._session = self._session, None
             await asyncio.shield(session.close())
 
-    async def call(self, peer: str, method: str, path: str, body: bytes = b"") -> bytes:
-        """Call ``peer`` (its base URL) at ``path``, retrying what is worth retrying."""
+    async def call(
+        self, peer: str, method: str, path: str, body: bytes = b"", *, to: str = ANYONE
+    ) -> bytes:
+        """Call ``peer`` (its base URL) at ``path``, for the node of origin ``to``,
+        retrying what is worth retrying."""
         attempt = 0
         while True:
             try:
-                return await self._attempt(peer, method, path, body)
+                return await self._attempt(peer, method, path, body, to)
             except PeerError as exc:
                 attempt += 1
                 if not exc.retriable or attempt >= self._attempts:
                     raise
             await asyncio.sleep(self._backoff.delay(attempt - 1))
 
-    async def _attempt(self, peer: str, method: str, path: str, body: bytes) -> bytes:
+    async def _attempt(self, peer: str, method: str, path: str, body: bytes, to: str) -> bytes:
         if self._session is None:
             raise PeerUnavailable(peer, "the transport is closed")
         headers = {"Content-Type": MSGPACK, "Accept": MSGPACK}
-        signed = self._auth.sign_request(method, path, body)
+        signed = self._auth.sign_request(method, path, body, to)
         headers |= signed
         url = peer.rstrip("/") + path
         try:

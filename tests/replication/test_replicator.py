@@ -70,6 +70,8 @@ async def test_a_hanging_peer_never_slows_writes_and_shutdown_does_not_wait_for_
             config=config,
         )
         async with replicator:
+            # It answered once (a push is signed for its origin), then hung.
+            replicator.membership.contacted(url, Member("hanging-1", url))
             for i in range(200):
                 await forum.write(b"job-%d" % i)
             # Two pushes wait on the peer; neither holds up the writes.
@@ -126,3 +128,39 @@ async def test_entries_go_to_the_peers_that_need_them_and_never_back(tmp_path: P
         await replicator._apply_page([Write(EntryId("q-1", 1), b"y")])
         assert queued() == {"p": 1, "q": 1, "r": 2}
         assert await forum.count(Pattern(b"")) == 3
+
+
+async def test_no_push_goes_to_a_peer_before_its_origin_is_known(
+    tmp_path: Path, hanging_peer: tuple[str, list[str]]
+) -> None:
+    """A push is signed for its receiver's origin, so it waits until the peer is known:
+
+    t0  a seed that has not answered yet: the first pull (for anyone) waits on it
+    t1  writes queue for it, and no push is sent
+    t2  it is known (here: as if that pull had answered): the queued entries go out
+    """
+    url, hits = hanging_peer
+    config = ReplicationConfig(batch_delay=0, attempts=1, request_timeout=60)
+    cfg = StrandConfig().with_storage(tmp_path).with_node_name("w").with_fsync("never")
+    async with (
+        Forum(await Strand.open(cfg), remote_delay=0) as forum,
+        HttpTransport(ClusterAuth("s3cret"), config) as transport,
+    ):
+        replicator = Replicator(
+            forum=forum,
+            me=Member(forum.strand.origin, None),
+            seeds=[url],
+            transport=transport,
+            metrics=ReplicationMetrics(CollectorRegistry()),
+            config=config,
+        )
+        async with replicator:
+            while not hits:  # the first anti-entropy pull, which never gets an answer
+                await asyncio.sleep(0.005)
+            await forum.write(b"job-1")
+            await asyncio.sleep(0.1)  # room for a push that must not be sent
+            assert [path.rpartition("/")[2] for path in hits] == ["pull"]
+            assert replicator.status()[0]["queued"] == 1
+            replicator.membership.contacted(url, Member("hanging-1", url))
+            while "push" not in [path.rpartition("/")[2] for path in hits]:
+                await asyncio.sleep(0.005)

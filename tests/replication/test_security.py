@@ -69,16 +69,21 @@ async def test_unauthenticated_pushes_are_refused_and_change_nothing(
     secured: NodeProcess, http: aiohttp.ClientSession
 ) -> None:
     body = push_body(GOOD)
-    signed = ClusterAuth(SECRET).sign_request("POST", PUSH_PATH, body)
+    async with ForumClient(secured.url) as client:
+        origin = (await client.status()).origin
+    signed = ClusterAuth(SECRET).sign_request("POST", PUSH_PATH, body, to=origin)
+    auth = ClusterAuth(SECRET)
     attempts = {
         "no credentials": {},
         "the bearer secret only": {"Authorization": f"Bearer {SECRET}"},
-        "the wrong secret": ClusterAuth("guess").sign_request("POST", PUSH_PATH, body)
+        "the wrong secret": ClusterAuth("guess").sign_request("POST", PUSH_PATH, body, origin)
         | {"Authorization": f"Bearer {SECRET}"},
-        "a signature for another route": ClusterAuth(SECRET).sign_request("POST", PULL_PATH, body),
-        "a signature for another body": ClusterAuth(SECRET).sign_request("POST", PUSH_PATH, b"x"),
+        "a signature for another route": auth.sign_request("POST", PULL_PATH, body, origin),
+        "a signature for another body": auth.sign_request("POST", PUSH_PATH, b"x", origin),
+        "a signature for another node": auth.sign_request("POST", PUSH_PATH, body, "node-x"),
+        "a signature for anyone": auth.sign_request("POST", PUSH_PATH, body),
         "a stale signature": ClusterAuth(SECRET, clock=lambda: 1_000_000.0).sign_request(
-            "POST", PUSH_PATH, body
+            "POST", PUSH_PATH, body, origin
         ),
     }
     for what, headers in attempts.items():
@@ -124,7 +129,7 @@ async def test_malformed_and_forged_pushes_are_refused_and_change_nothing(
     }
     for what, body in bodies.items():
         status, answer, _ = await post(
-            http, secured, PUSH_PATH, body, auth.sign_request("POST", PUSH_PATH, body)
+            http, secured, PUSH_PATH, body, auth.sign_request("POST", PUSH_PATH, body, to=own)
         )
         assert 400 <= status < 500, what
         assert b'"error"' in answer, what

@@ -26,6 +26,8 @@ from replication.transport import HttpTransport
 from tests.fixtures.nodes import free_port
 
 SECRET = "s3cret"
+#: The stand-in peer's origin.
+ORIGIN = "peer-1"
 CONFIG = ReplicationConfig(
     request_timeout=0.3,
     connect_timeout=0.3,
@@ -50,9 +52,12 @@ class Peer:
         self.calls[name] += 1
         body = await request.read()
         if name == "ok":
-            signature = self.auth.verify_request(
-                request.method, request.path, request.headers, body
-            )
+            try:
+                signature = self.auth.verify_request(
+                    request.method, request.path, request.headers, body, me=ORIGIN, anyone=True
+                )
+            except BadSignature as exc:
+                return web.json_response({"error": "unauthorized", "message": str(exc)}, status=401)
             return web.Response(
                 body=b"echo:" + body, headers=self.auth.sign_response(signature, b"echo:" + body)
             )
@@ -60,7 +65,7 @@ class Peer:
             return web.json_response({"error": "busy", "message": "try later"}, status=503)
         if name == "flaky":
             signature = self.auth.verify_request(
-                request.method, request.path, request.headers, body
+                request.method, request.path, request.headers, body, me=ORIGIN, anyone=True
             )
             return web.Response(body=b"ok", headers=self.auth.sign_response(signature, b"ok"))
         if name == "slow":
@@ -101,6 +106,13 @@ async def test_a_signed_call_returns_the_checked_answer(
     peer: Peer, transport: HttpTransport
 ) -> None:
     assert await transport.call(peer.url, "POST", "/ok", b"hello") == b"echo:hello"
+    assert await transport.call(peer.url, "POST", "/ok", b"hi", to=ORIGIN) == b"echo:hi"
+
+
+async def test_a_call_is_signed_for_its_receiver(peer: Peer, transport: HttpTransport) -> None:
+    with pytest.raises(Unauthenticated, match="signed for node peer-2"):
+        await transport.call(peer.url, "POST", "/ok", b"hello", to="peer-2")
+    assert peer.calls["ok"] == 1  # refused, not retried
 
 
 async def test_retriable_failures_are_retried(peer: Peer, transport: HttpTransport) -> None:
