@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from node.config import NodeConfig
-from node.web_bodies import ENTRY_ID_HEADER, JSON, MSGPACK, RAW, TEXT
+from node.web_bodies import ENTRY_ID_HEADER, JSON, MSGPACK, RAW, TEXT, Query
 from node.web_keys import CONFIG
 from node.web_status import NodeStatus
 
@@ -503,4 +503,5 @@ def openapi_document(app: web.Application) -> dict[str, Any]:
 
 async def openapi_handler(request: web.Request) -> web.Response:
     """``GET /v1/openapi.json``."""
+    Query(request, ())
     return web.json_response(openapi_document(request.app))
