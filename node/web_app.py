@@ -198,6 +198,13 @@ async def _bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
             "unsupported_encoding",
             f"Content-Encoding {encoding!r} is not accepted: send the body uncompressed",
         )
+    transfer = request.headers.get("Transfer-Encoding", "chunked").strip().lower()
+    if transfer != "chunked":
+        raise ApiProblem(
+            415,
+            "unsupported_encoding",
+            f"Transfer-Encoding {transfer!r} is not accepted: only chunked is",
+        )
     if not request.body_exists:
         return await handler(request)
     route_reads_body = request.match_info.handler in BODY_HANDLERS

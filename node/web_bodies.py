@@ -55,6 +55,7 @@ BodyKind = Literal["raw", "json", "msgpack"]
 #: A JSON or msgpack body may spell a payload longer than the payload itself.
 _ENCODING_ALLOWANCE = 2
 _ENVELOPE_BYTES = 4096
+_MAX_MAP = 16
 _INTEGER = re.compile(r"[0-9]{1,19}")
 _SECONDS = re.compile(r"[0-9]{1,10}(\.[0-9]{1,9})?")
 
@@ -180,8 +181,11 @@ def _decode_document(body: bytes, kind: BodyKind) -> Any:
             raise bad_request("malformed_json", f"the body is not JSON: {exc}") from exc
     try:
         # Every length is bounded by the body's own (msgpack's default), and
-        # the nesting by msgpack's fixed stack (StackError).
-        return msgpack.unpackb(body, raw=False, strict_map_key=True)
+        # the nesting by msgpack's fixed stack (StackError). No document of
+        # the API holds a big map or an extension type.
+        return msgpack.unpackb(
+            body, raw=False, strict_map_key=True, max_map_len=_MAX_MAP, max_ext_len=0
+        )
     except Exception as exc:  # msgpack raises several unrelated types
         reason = str(exc) or type(exc).__name__
         raise bad_request("malformed_msgpack", f"the body is not msgpack: {reason}") from exc

@@ -117,6 +117,26 @@ async def test_a_compressed_body_is_refused(
     assert "Content-Encoding" in document["message"]
 
 
+async def test_a_transfer_coding_other_than_chunked_is_refused(node: NodeProcess) -> None:
+    request = (
+        b"POST /v1/tuples HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n"
+    )
+    before = await live(node.url)
+    status, _, body = await raw_exchange(node, request)
+    assert status == 415 and json.loads(body)["error"] == "unsupported_encoding"
+    assert await live(node.url) == before
+
+
+async def test_msgpack_extension_types_and_big_maps_are_refused(node: NodeProcess) -> None:
+    for body in (
+        msgpack.packb({"payload": msgpack.ExtType(5, b"job-x")}),
+        msgpack.packb({"payload": b"job-x", **{f"k{i}": i for i in range(40)}}),
+    ):
+        await refused(node, "POST", "/v1/tuples", 400, "malformed_msgpack", data=body,
+                      headers=MSGPACK_TYPE)  # fmt: skip
+
+
 async def test_identity_encoding_is_a_plain_body(node: NodeProcess) -> None:
     async with (
         aiohttp.ClientSession() as http,
@@ -290,12 +310,12 @@ async def raw_exchange(node: NodeProcess, request: bytes) -> tuple[int, dict[str
         writer.write(request)
         await writer.drain()
         async with asyncio.timeout(10):
-            answer = await reader.read()  # the node closes after a parser error
+            head = await reader.readuntil(b"\r\n\r\n")
+            status_line, *lines = head.decode("latin-1").strip().split("\r\n")
+            headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines)}
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
     finally:
         writer.close()
-    head, _, body = answer.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
     return int(status_line.split()[1]), headers, body
 
 
