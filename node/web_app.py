@@ -89,6 +89,8 @@ ERROR_CODES = {
     431: "headers_too_large",
     503: "unavailable",
 }
+#: The codings a request body may come in: none but HTTP/1.1's own framing.
+_CODINGS = {"Content-Encoding": ("identity", ""), "Transfer-Encoding": ("chunked",)}
 #: Headers of aiohttp's own errors worth keeping when they are rewritten as JSON.
 _KEPT_HEADERS = ("Allow", "WWW-Authenticate", "Retry-After")
 
@@ -191,20 +193,14 @@ def _bearer_matches(request: web.Request, secret: str) -> bool:
 async def _bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
     # The server does not inflate bodies (node.web_server), so a compressed
     # one cannot slip past the size limits: it is refused here, on every route.
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding not in ("", "identity"):
-        raise ApiProblem(
-            415,
-            "unsupported_encoding",
-            f"Content-Encoding {encoding!r} is not accepted: send the body uncompressed",
-        )
-    transfer = request.headers.get("Transfer-Encoding", "chunked").strip().lower()
-    if transfer != "chunked":
-        raise ApiProblem(
-            415,
-            "unsupported_encoding",
-            f"Transfer-Encoding {transfer!r} is not accepted: only chunked is",
-        )
+    for header, accepted in _CODINGS.items():
+        coding = request.headers.get(header, accepted[0]).strip().lower()
+        if coding not in accepted:
+            raise ApiProblem(
+                415,
+                "unsupported_encoding",
+                f"{header} {coding!r} is not accepted (only {accepted[0]}): send the body as it is",
+            )
     if not request.body_exists:
         return await handler(request)
     route_reads_body = request.match_info.handler in BODY_HANDLERS
