@@ -34,6 +34,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
+from urllib.parse import parse_qsl
 
 import msgpack
 from aiohttp import web
@@ -299,6 +300,14 @@ class Query:
     """
 
     def __init__(self, request: web.Request, allowed: Iterable[str]) -> None:
+        try:
+            # aiohttp decodes the query leniently (U+FFFD for bytes that are not
+            # UTF-8): prefix=%FF would quietly become another prefix.
+            parse_qsl(request.rel_url.raw_query_string, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError:
+            raise bad_request(
+                "invalid_parameter", "the query string is not UTF-8 (give bytes as prefix_b64)"
+            ) from None
         self._query: MultiMapping[str] = request.query
         names = set(allowed)
         unknown = sorted(k for k in self._query if k not in names)

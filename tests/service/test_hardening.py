@@ -185,6 +185,12 @@ async def test_numbers_outside_the_documented_grammar_are_refused(
     await refused(node, method, path, 400, "invalid_parameter")
 
 
+@pytest.mark.parametrize("query", ["prefix=%FF", "prefix=job-%ED%A0%80", "wait=0&prefix=%C3"])
+async def test_a_query_that_is_not_utf8_is_refused(node: NodeProcess, query: str) -> None:
+    # It used to be decoded with U+FFFD in place of the bytes: another prefix.
+    await refused(node, "POST", f"/v1/take?{query}", 400, "invalid_parameter")
+
+
 async def test_numbers_in_the_grammar_are_taken(node: NodeProcess) -> None:
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{node.url}/v1/tuples?limit=0002&cursor=0") as response:
