@@ -131,6 +131,17 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="how long in-flight requests get on shutdown (default 10)",
     )
+    add(
+        "--idle-timeout",
+        metavar="SECONDS",
+        help="close a connection that sends no whole request head this long (default 30)",
+    )
+    add("--body-timeout", metavar="SECONDS", help="longest a request body may take (default 60)")
+    add(
+        "--max-connections",
+        metavar="N",
+        help="most client connections at once (default: the open-file limit less 64)",
+    )
     add("--log-format", choices=("text", "json"), help="log lines as text or JSON")
     add("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING, ERROR")
     parser.set_defaults(func=_serve)

@@ -76,6 +76,18 @@ class NodeConfig:
     remote_delay: float = REMOTE_DELAY
     #: On SIGTERM, how long in-flight requests get to finish, in seconds.
     shutdown_timeout: float = 10.0
+    #: A connection that has not sent a whole request head this many seconds
+    #: after it opened (or after its last answer) is closed: idle keep-alive
+    #: connections and clients that send their headers a byte at a time alike.
+    idle_timeout: float = 30.0
+    #: A request body must have arrived this many seconds after its head;
+    #: a slower one is answered 408 and its connection closed.
+    body_timeout: float = 60.0
+    #: The most client connections open at once; ``None`` is the process's
+    #: open-file limit less a reserve for the Strand and the peers. Past it, a
+    #: new connection first pushes out the oldest one that never sent a whole
+    #: request head, else it is closed at once.
+    max_connections: int | None = None
     log_format: LogFormat = "text"
     log_level: str = "INFO"
 
@@ -102,10 +114,16 @@ class NodeConfig:
         _check_positive("max_waiters", self.max_waiters)
         if self.max_batch_bytes < self.max_payload:
             raise ValueError("max_batch_bytes must be at least max_payload")
+        if self.max_connections is not None:
+            _check_positive("max_connections", self.max_connections)
         for name in ("max_wait", "shutdown_timeout", "remote_delay"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number of seconds >= 0")
+        for name in ("idle_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number of seconds > 0")
 
     # -- derived ---------------------------------------------------------------
 
@@ -199,9 +217,13 @@ class NodeConfig:
             raise ValueError(f"{source}: {exc}") from exc
 
 
-_INT_KEYS = frozenset({"max_payload", "max_batch", "max_batch_bytes", "max_waiters"})
-_FLOAT_KEYS = frozenset({"max_wait", "shutdown_timeout", "remote_delay"})
-_OPTIONAL_KEYS = frozenset({"node_id", "advertise", "token", "cluster_secret"})
+_INT_KEYS = frozenset(
+    {"max_payload", "max_batch", "max_batch_bytes", "max_waiters", "max_connections"}
+)
+_FLOAT_KEYS = frozenset(
+    {"max_wait", "shutdown_timeout", "remote_delay", "idle_timeout", "body_timeout"}
+)
+_OPTIONAL_KEYS = frozenset({"node_id", "advertise", "token", "cluster_secret", "max_connections"})
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -216,14 +238,14 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, str | os.PathLike) or not str(value):
             raise TypeError("data_dir must be a path")
         return Path(value)
+    if key in _OPTIONAL_KEYS and value is None:
+        return None
     if key in _INT_KEYS:
         return _as_int(value)
     if key in _FLOAT_KEYS:
         if isinstance(value, bool):
             raise TypeError("expected a number of seconds")
         return float(value)
-    if key in _OPTIONAL_KEYS and value is None:
-        return None
     if not isinstance(value, str):
         raise TypeError(f"expected a string, not {type(value).__name__}")
     return value

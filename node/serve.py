@@ -32,6 +32,7 @@ from node.forum import Forum
 from node.strand import Strand, StrandConfig
 from node.web_app import build_app
 from node.web_keys import Extension
+from node.web_server import NodeRunner
 
 log = logging.getLogger("forum.serve")
 
@@ -87,15 +88,8 @@ async def serve(
         strand = await stack.enter_async_context(await Strand.open(strand_config(config)))
         forum = await stack.enter_async_context(Forum(strand, config.remote_delay))
         app = build_app(forum, config, extensions)
-        runner = web.AppRunner(
-            app,
-            handle_signals=False,
-            access_log=None,
-            shutdown_timeout=config.shutdown_timeout,
-            # A long poll whose client left is cancelled instead of taking a
-            # tuple nobody will receive (the Forum puts back what it handed over).
-            handler_cancellation=True,
-        )
+        # Timeouts, the connection cap and JSON parser errors: node.web_server.
+        runner = NodeRunner(app, config)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(runner, config.host or None, config.port, reuse_address=True)

@@ -12,10 +12,16 @@ Middlewares, outermost first::
     authenticate   the client token on the API, the cluster key (the
                    cluster secret, else the token) on /v1/cluster/
                    (replication), nothing on the health probes
+    bodies         refuses a Content-Encoding (415) and a body on a route
+                   that takes none (400); bounds the time a body may take
+
+What never reaches the app (a request the HTTP parser refuses, a slow
+client's connection) is :mod:`node.web_server`'s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -29,8 +35,9 @@ from prometheus_client import CollectorRegistry
 from node.config import NodeConfig
 from node.errors import ForumError, StrandError
 from node.forum import Forum
-from node.web_bodies import ApiProblem
+from node.web_bodies import ApiProblem, BodyTimeout, bad_request
 from node.web_handlers import (
+    BODY_HANDLERS,
     ack,
     ack_batch,
     count,
@@ -70,17 +77,21 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 #: Room for the framing of a batch beyond its payload bytes.
 _BODY_SLACK = 64 * 1024
 
-_CODES = {
+ERROR_CODES = {
     400: "bad_request",
     401: "unauthorized",
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
     406: "not_acceptable",
+    408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    431: "headers_too_large",
     503: "unavailable",
 }
+#: The codings a request body may come in: none but HTTP/1.1's own framing.
+_CODINGS = {"Content-Encoding": ("identity", ""), "Transfer-Encoding": ("chunked",)}
 #: Headers of aiohttp's own errors worth keeping when they are rewritten as JSON.
 _KEPT_HEADERS = ("Allow", "WWW-Authenticate", "Retry-After")
 
@@ -93,7 +104,7 @@ def build_app(
     long_polls = LongPolls(forum, config.max_waiters)
     metrics = NodeMetrics(registry, forum, long_polls)
     app = web.Application(
-        middlewares=[metrics.middleware, _errors, _authenticate],
+        middlewares=[metrics.middleware, _errors, _authenticate, _bodies],
         # A backstop only: handlers read bodies with their own, tighter limits.
         client_max_size=config.max_batch_bytes + _BODY_SLACK,
     )
@@ -191,6 +202,41 @@ def _bearer_matches(request: web.Request, secret: str) -> bool:
 
 
 @web.middleware
+async def _bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # The server does not inflate bodies (node.web_server), so a compressed
+    # one cannot slip past the size limits: it is refused here, on every route.
+    for header, accepted in _CODINGS.items():
+        coding = request.headers.get(header, accepted[0]).strip().lower()
+        if coding not in accepted:
+            raise ApiProblem(
+                415,
+                "unsupported_encoding",
+                f"{header} {coding!r} is not accepted (only {accepted[0]}): send the body as it is",
+            )
+    if not request.body_exists:
+        return await handler(request)
+    route_reads_body = request.match_info.handler in BODY_HANDLERS
+    if request.match_info.http_exception is None and not (
+        route_reads_body or request.path.startswith(CLUSTER_PREFIX)
+    ):
+        # Checked before the handler runs: a take with a body must not take.
+        raise bad_request(
+            "unexpected_body", f"{request.path} takes no body: its input is the query string"
+        )
+    timeout = request.app[CONFIG].body_timeout
+    late = asyncio.get_running_loop().call_later(timeout, _body_late, request, timeout)
+    try:
+        return await handler(request)
+    finally:
+        late.cancel()
+
+
+def _body_late(request: web.Request, timeout: float) -> None:
+    if not request.content.is_eof():
+        request.content.set_exception(BodyTimeout(f"the body did not arrive within {timeout:g} s"))
+
+
+@web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
@@ -200,9 +246,13 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if exc.status < 400:
             raise
         headers = {k: exc.headers[k] for k in _KEPT_HEADERS if k in exc.headers}
-        code = _CODES.get(exc.status, "bad_request" if exc.status < 500 else "internal")
+        code = ERROR_CODES.get(exc.status, "bad_request" if exc.status < 500 else "internal")
         message = f"{exc.reason}: {request.method} {request.path}"
         raise ApiProblem(exc.status, code, message, headers) from None
+    except BodyTimeout as exc:
+        raise ApiProblem(
+            408, "request_timeout", str(exc), headers={"Connection": "close"}
+        ) from None
     except StrandError as exc:
         log.error("storage failed on %s %s: %s", request.method, request.path, exc)
         raise ApiProblem(

@@ -13,6 +13,16 @@ msgpack    ``application/msgpack``       for programs: payloads as bin
 Everything a request carries is checked before anything is changed, so a
 rejected request changes nothing. A rejection is an :class:`ApiProblem`:
 an HTTP error whose body is ``{"error": code, "message": text}``.
+
+The query grammar is narrower than Python's number parsers on purpose
+(``int`` and ``float`` take Unicode digits, ``1_0``, ``1e3`` and ``inf``)::
+
+    integer  = 1*19 DIGIT                   ; ASCII 0-9 only
+    seconds  = 1*10 DIGIT [ "." 1*9 DIGIT ]
+
+A payload is never empty: an empty write is almost always a mistake (curl
+sends ``Content-Length: 0`` when its ``@file`` is missing), and an empty tuple
+matches every prefix.
 """
 
 from __future__ import annotations
@@ -21,8 +31,10 @@ import base64
 import binascii
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
+from urllib.parse import parse_qsl
 
 import msgpack
 from aiohttp import web
@@ -44,6 +56,9 @@ BodyKind = Literal["raw", "json", "msgpack"]
 #: A JSON or msgpack body may spell a payload longer than the payload itself.
 _ENCODING_ALLOWANCE = 2
 _ENVELOPE_BYTES = 4096
+_MAX_MAP = 16
+_INTEGER = re.compile(r"[0-9]{1,19}")
+_SECONDS = re.compile(r"[0-9]{1,10}(\.[0-9]{1,9})?")
 
 
 class ApiProblem(web.HTTPError):
@@ -64,6 +79,14 @@ class ApiProblem(web.HTTPError):
         )
         self.code = code
         self.message = message
+
+
+class BodyTimeout(TimeoutError):
+    """Set on a request's body stream when the body is late: a read raises it.
+
+    A ``TimeoutError``, so that aiohttp, draining what is left of the body after
+    the answer, stops at once and closes the connection.
+    """
 
 
 def bad_request(code: str, message: str) -> ApiProblem:
@@ -152,17 +175,28 @@ def _decode_document(body: bytes, kind: BodyKind) -> Any:
     if kind == "json":
         try:
             return json.loads(body)
+        except RecursionError:
+            # The C decoder stops at the interpreter's recursion limit, cleanly.
+            raise bad_request("malformed_json", "the body is nested too deeply") from None
         except (UnicodeDecodeError, ValueError) as exc:
             raise bad_request("malformed_json", f"the body is not JSON: {exc}") from exc
     try:
-        return msgpack.unpackb(body, raw=False, strict_map_key=True)
+        # Every length is bounded by the body's own (msgpack's default), and
+        # the nesting by msgpack's fixed stack (StackError). No document of
+        # the API holds a big map or an extension type.
+        return msgpack.unpackb(
+            body, raw=False, strict_map_key=True, max_map_len=_MAX_MAP, max_ext_len=0
+        )
     except Exception as exc:  # msgpack raises several unrelated types
-        raise bad_request("malformed_msgpack", f"the body is not msgpack: {exc}") from exc
+        reason = str(exc) or type(exc).__name__
+        raise bad_request("malformed_msgpack", f"the body is not msgpack: {reason}") from exc
 
 
 def _object(document: Any, allowed: Iterable[str]) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise bad_request("invalid_body", "the body must be an object (a map)")
+    if not all(isinstance(k, str) for k in document):
+        raise bad_request("invalid_body", "the body's keys must be text (msgpack str, not bin)")
     unknown = sorted(str(k) for k in document if k not in allowed)
     if unknown:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(unknown)}")
@@ -186,7 +220,10 @@ def _payload_value(value: Any, field: str, kind: BodyKind) -> bytes:
         except (binascii.Error, ValueError) as exc:
             raise bad_request("invalid_field", f"{field} is not valid base64: {exc}") from exc
     if isinstance(value, str):
-        return value.encode()
+        try:
+            return value.encode()
+        except UnicodeEncodeError as exc:  # JSON may spell a lone surrogate: "\\ud800"
+            raise bad_request("invalid_field", f"{field} is not valid Unicode: {exc}") from exc
     if isinstance(value, bytes) and kind == "msgpack":
         return value
     expected = "bytes or text" if kind == "msgpack" else "text (or use payload_b64)"
@@ -194,6 +231,8 @@ def _payload_value(value: Any, field: str, kind: BodyKind) -> bytes:
 
 
 def _check_size(payload: bytes, limit: int) -> bytes:
+    if not payload:
+        raise bad_request("empty_payload", "a tuple must not be empty (was a file missing?)")
     if len(payload) > limit:
         raise too_large(f"a payload is {len(payload)} bytes; the limit is {limit}")
     return payload
@@ -203,7 +242,7 @@ async def parse_write(request: web.Request, max_payload: int) -> bytes:
     """The one payload of a write: the raw body, or ``payload``/``payload_b64``."""
     kind = body_kind(request)
     if kind == "raw":
-        return await read_body(request, max_payload)
+        return _check_size(await read_body(request, max_payload), max_payload)
     body = await read_body(request, max_payload * _ENCODING_ALLOWANCE + _ENVELOPE_BYTES)
     document = _object(_decode_document(body, kind), ("payload", "payload_b64"))
     field = _one_of(document, "payload", "payload_b64")
@@ -261,6 +300,14 @@ class Query:
     """
 
     def __init__(self, request: web.Request, allowed: Iterable[str]) -> None:
+        try:
+            # aiohttp decodes the query leniently (U+FFFD for bytes that are not
+            # UTF-8): prefix=%FF would quietly become another prefix.
+            parse_qsl(request.rel_url.raw_query_string, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError:
+            raise bad_request(
+                "invalid_parameter", "the query string is not UTF-8 (give bytes as prefix_b64)"
+            ) from None
         self._query: MultiMapping[str] = request.query
         names = set(allowed)
         unknown = sorted(k for k in self._query if k not in names)
@@ -297,13 +344,11 @@ class Query:
         text = self.get(name)
         if text is None:
             return 0.0
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value < 0:
-            raise bad_request("invalid_parameter", f"{name} must be seconds >= 0, not {text!r}")
-        return min(value, maximum)
+        if not _SECONDS.fullmatch(text):
+            raise bad_request(
+                "invalid_parameter", f"{name} must be seconds such as 5 or 0.25, not {text!r}"
+            )
+        return min(float(text), maximum)
 
     def entry_id(self, name: str) -> EntryId:
         """A required entry id in its text form ``origin:seq``."""
@@ -328,7 +373,7 @@ class Query:
         text = self.get(name)
         if text is None:
             return default
-        if not text.isdigit() or not lo <= int(text) <= hi:
+        if not _INTEGER.fullmatch(text) or not lo <= int(text) <= hi:
             raise bad_request(
                 "invalid_parameter", f"{name} must be an integer from {lo} to {hi}, not {text!r}"
             )

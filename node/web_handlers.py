@@ -205,6 +205,11 @@ async def status(request: web.Request) -> web.Response:
     return respond(node_status(request.app).to_document(), media)
 
 
+#: The handlers that read a request body; any other route refuses one (a body
+#: sent to a take is a client mistake, and the take must not happen anyway).
+BODY_HANDLERS = frozenset({write_tuple, write_batch, ack_batch})
+
+
 def node_status(app: web.Application) -> NodeStatus:
     forum, config = app[FORUM], app[CONFIG]
     stats = forum.stats()

@@ -101,3 +101,18 @@ def test_frozen() -> None:
     config = NodeConfig()
     with pytest.raises(AttributeError):
         config.listen = "0.0.0.0:1"  # type: ignore[misc]
+
+
+def test_slow_client_settings() -> None:
+    config = NodeConfig.load(
+        None, {"FORUM_IDLE_TIMEOUT": "2.5", "FORUM_MAX_CONNECTIONS": "500"}, {"body_timeout": "9"}
+    )
+    assert (config.idle_timeout, config.body_timeout, config.max_connections) == (2.5, 9.0, 500)
+    assert NodeConfig().max_connections is None  # from the open-file limit
+    for values, message in [
+        ({"idle_timeout": "0"}, "idle_timeout must be"),
+        ({"body_timeout": "inf"}, "body_timeout must be"),
+        ({"max_connections": "0"}, "max_connections must be a positive"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            NodeConfig().merged(values, source="flags")
