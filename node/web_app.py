@@ -26,7 +26,7 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
 from node.config import NodeConfig
-from node.errors import ForumError, StrandError
+from node.errors import ForumError, RecordTooLarge, StrandError
 from node.forum import Forum
 from node.web_bodies import ApiProblem
 from node.web_handlers import (
@@ -191,6 +191,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         code = _CODES.get(exc.status, "bad_request" if exc.status < 500 else "internal")
         message = f"{exc.reason}: {request.method} {request.path}"
         raise ApiProblem(exc.status, code, message, headers) from None
+    except RecordTooLarge as exc:
+        # Bad input that got past the body limits: the log refuses it whole.
+        raise ApiProblem(413, "payload_too_large", str(exc)) from None
     except StrandError as exc:
         log.error("storage failed on %s %s: %s", request.method, request.path, exc)
         raise ApiProblem(
