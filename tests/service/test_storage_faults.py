@@ -43,10 +43,11 @@ async def _probe(http: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, 
 
 
 async def test_a_disk_full_at_the_roll_answers_at_once_and_recovers(
-    forum_nodes: ForumNodes, tmpfs: Callable[..., Path], http: aiohttp.ClientSession
+    tmpfs: Callable[..., Path], forum_nodes: ForumNodes, http: aiohttp.ClientSession
 ) -> None:
     """The original: the first write got 503, then every write, take and ack
     hung, even after space was freed; /readyz said 200; SIGTERM was ignored."""
+    # tmpfs is the first fixture, so it is unmounted after the node has stopped.
     point = tmpfs("1m")
     node = forum_nodes.make("full", "--segment-bytes", str(SEGMENT), "--max-payload", "8KiB")
     node.data_dir = point / "data"
