@@ -238,11 +238,14 @@ class Strand(AsyncResource):
         directory = cfg.storage
         directory.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock_directory(directory)
+        strand: Strand | None = None
         try:
             strand = cls(cfg, _load_or_create_origin(directory, cfg.node_name))
             strand._lock_fd = lock_fd
             strand._replay_files()
         except BaseException:
+            if strand is not None and strand._fd >= 0:
+                os.close(strand._fd)
             os.close(lock_fd)  # also releases the lock
             raise
         return strand
