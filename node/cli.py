@@ -23,7 +23,7 @@ import uvloop
 
 from node.client import ForumClient
 from node.config import DEFAULT_LISTEN, NodeConfig
-from node.errors import ClientError, ForumError
+from node.errors import ClientError, DataDirLocked, ForumError
 from node.serve import configure_logging, serve
 from node.space import Pattern
 from node.web_keys import Extension
@@ -85,6 +85,9 @@ async def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"forum serve: cannot listen on {config.listen}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
+    except DataDirLocked as exc:  # another node runs on it: a configuration mistake
+        print(f"forum serve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ForumError as exc:
         print(f"forum serve: {exc}", file=sys.stderr)
         return EXIT_NODE
@@ -114,6 +117,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=("always", "interval", "never"),
         help="when appends reach the disk (default always: no acknowledged write lost)",
     )
+    add(
+        "--fsync-interval",
+        metavar="SECONDS",
+        help="with --fsync interval, seconds between fsyncs (default 0.05)",
+    )
+    add("--segment-bytes", metavar="BYTES", help="size of a Strand segment file (default 64MiB)")
     add("--token", metavar="SECRET", help="clients must send 'Authorization: Bearer SECRET'")
     add("--cluster-secret", metavar="SECRET", help="peers must present this secret")
     add("--max-payload", metavar="BYTES", help="largest tuple (default 1MiB)")

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from node.entries import check_origin
 from node.forum import REMOTE_DELAY
+from node.strand import MIN_SEGMENT_BYTES, payload_limit
 
 FsyncPolicy = Literal["always", "interval", "never"]
 LogFormat = Literal["text", "json"]
@@ -56,6 +57,12 @@ class NodeConfig:
     #: The URL peers should use to reach this node; ``None`` derives it from ``listen``.
     advertise: str | None = None
     fsync: FsyncPolicy = "always"
+    #: With fsync ``interval``: seconds between background fsyncs, the most a
+    #: power loss can lose (see docs/operations.md).
+    fsync_interval: float = 0.05
+    #: How large a Strand segment file grows before the next one is started.
+    #: A tuple must fit one segment, so it bounds ``max_payload``.
+    segment_bytes: int = 64 * MiB
     #: Clients must send ``Authorization: Bearer <token>``; ``None`` leaves the API open.
     token: str | None = None
     #: Peers must present this on the cluster routes; ``None`` leaves them open.
@@ -101,6 +108,12 @@ class NodeConfig:
             _check_url("advertise", self.advertise)
         if self.fsync not in get_args(FsyncPolicy):
             raise ValueError(f"fsync must be always, interval or never, not {self.fsync!r}")
+        if not (
+            isinstance(self.fsync_interval, int | float)
+            and math.isfinite(self.fsync_interval)
+            and self.fsync_interval > 0
+        ):
+            raise ValueError("fsync_interval must be a finite number of seconds > 0")
         if self.log_format not in get_args(LogFormat):
             raise ValueError(f"log_format must be text or json, not {self.log_format!r}")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -110,6 +123,14 @@ class NodeConfig:
             if secret is not None and (not secret or secret != secret.strip()):
                 raise ValueError(f"{name} must be non-empty, without surrounding spaces")
         _check_positive("max_payload", self.max_payload)
+        _check_positive("segment_bytes", self.segment_bytes)
+        if self.segment_bytes < MIN_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be at least {MIN_SEGMENT_BYTES}")
+        if self.max_payload > payload_limit(self.segment_bytes):
+            raise ValueError(
+                f"max_payload must be at most {payload_limit(self.segment_bytes)} bytes: "
+                f"a tuple must fit one record of a {self.segment_bytes}-byte segment"
+            )
         _check_positive("max_batch", self.max_batch)
         _check_positive("max_waiters", self.max_waiters)
         if self.max_batch_bytes < self.max_payload:
@@ -218,10 +239,24 @@ class NodeConfig:
 
 
 _INT_KEYS = frozenset(
-    {"max_payload", "max_batch", "max_batch_bytes", "max_waiters", "max_connections"}
+    {
+        "max_payload",
+        "max_batch",
+        "max_batch_bytes",
+        "max_waiters",
+        "max_connections",
+        "segment_bytes",
+    }
 )
 _FLOAT_KEYS = frozenset(
-    {"max_wait", "shutdown_timeout", "remote_delay", "idle_timeout", "body_timeout"}
+    {
+        "max_wait",
+        "shutdown_timeout",
+        "remote_delay",
+        "idle_timeout",
+        "body_timeout",
+        "fsync_interval",
+    }
 )
 _OPTIONAL_KEYS = frozenset({"node_id", "advertise", "token", "cluster_secret", "max_connections"})
 

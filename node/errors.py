@@ -4,7 +4,9 @@
 
     ForumError                      anything Forum raises on purpose
     ├── StrandError                 the log could not be written or read
-    │   └── StrandCorrupt           a record before the tail fails its checksum
+    │   ├── StrandCorrupt           a record before the tail fails its checksum
+    │   ├── RecordTooLarge          an entry too large for one record (never written)
+    │   └── DataDirLocked           another Strand (process) holds the directory
     ├── SerializationError          an entry could not be encoded or decoded
     └── ClientError                 a remote node could not do what was asked
         ├── NodeUnavailable         no answer: refused, reset, DNS (retriable)
@@ -41,6 +43,26 @@ class StrandCorrupt(StrandError):
         self.path = path
         self.offset = offset
         self.reason = reason
+
+
+class RecordTooLarge(StrandError, ValueError):
+    """An entry too large for one record of the log: refused, nothing written.
+
+    Replay accepts no larger record, so storing it would make the log
+    unreadable; it is bad input, not a storage fault.
+    """
+
+
+class DataDirLocked(StrandError):
+    """The data directory is held by another open Strand (another node process)."""
+
+    def __init__(self, directory: str, pid: str | None) -> None:
+        holder = f"process {pid}" if pid else "another process"
+        super().__init__(
+            f"data directory {directory} is in use by {holder} (one directory, one node)"
+        )
+        self.directory = directory
+        self.pid = pid
 
 
 class SerializationError(ForumError):

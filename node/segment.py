@@ -9,11 +9,14 @@ segment number, eight decimal digits, from 1). Each file is::
         reserved        u16 BE    0
         segment number  u32 BE    the number in the file name
     records, one after another, to the end of the file
-        length          u32 BE    length of body, 1 .. MAX_BODY
+        length          u32 BE    length of body, 1 .. MAX_BODY (see max_body)
         crc             u32 BE    zlib.crc32(body)
         body            length bytes: one entry, msgpack (see node.codec)
 
-Only the last segment is ever appended to; a segment is complete when the
+The writer refuses a record whose body is over ``max_body(segment size)``:
+it fits a segment after the header and is never over ``MAX_BODY``, the
+limit replay applies whatever the segment size, so replay reads back every
+record that was written. Only the last segment is ever appended to; a segment is complete when the
 next one exists. A crash can leave a *torn tail* on the last segment: a
 record cut short or not yet on disk when power went. Reading stops at the
 first record that does not check out; if a good record can still be found
@@ -28,13 +31,14 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.errors import StrandCorrupt
+from node.errors import RecordTooLarge, StrandCorrupt
 
 MAGIC = b"FORUMSTR"
 FORMAT_VERSION = 1
 HEADER = struct.Struct(">8sHHI")
 FRAME = struct.Struct(">II")
-#: One record's body may not exceed this; a larger length field is damage.
+#: One record's body may not exceed this, whatever the segment size: replay
+#: takes a larger length field for damage.
 MAX_BODY = 64 * 1024 * 1024
 SUFFIX = ".strand"
 
@@ -57,8 +61,20 @@ def header(number: int) -> bytes:
     return HEADER.pack(MAGIC, FORMAT_VERSION, 0, number)
 
 
-def frame(body: bytes) -> bytes:
-    """One record: length, checksum, body."""
+def max_body(segment_bytes: int) -> int:
+    """The largest record body a segment of ``segment_bytes`` takes: it fits
+    after the header, and is never over ``MAX_BODY``."""
+    return min(MAX_BODY, segment_bytes - HEADER.size - FRAME.size)
+
+
+def frame(body: bytes, limit: int = MAX_BODY) -> bytes:
+    """One record: length, checksum, body. ``RecordTooLarge`` if the body is
+    over ``limit`` (at most ``MAX_BODY``: replay would not read it back)."""
+    if len(body) > min(limit, MAX_BODY):
+        raise RecordTooLarge(
+            f"an entry of {len(body)} bytes is too large for the log "
+            f"(at most {min(limit, MAX_BODY)} bytes per record)"
+        )
     return FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
@@ -124,7 +140,7 @@ def _scan(data: memoryview, offset: int) -> tuple[list[tuple[int, memoryview]], 
         length, crc = unpack(data, offset)
         start = offset + FRAME.size
         end = start + length
-        if length == 0 or length > MAX_BODY or end > size:
+        if not 0 < length <= MAX_BODY or end > size:
             break
         body = data[start:end]
         if crc32(body) != crc:

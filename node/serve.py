@@ -64,7 +64,12 @@ def configure_logging(config: NodeConfig, stream: TextIO = sys.stderr) -> None:
 
 
 def strand_config(config: NodeConfig) -> StrandConfig:
-    strand = StrandConfig().with_storage(config.data_dir).with_fsync(config.fsync)
+    strand = (
+        StrandConfig()
+        .with_storage(config.data_dir)
+        .with_fsync(config.fsync, config.fsync_interval)
+        .with_segment_bytes(config.segment_bytes)
+    )
     return strand if config.node_id is None else strand.with_node_name(config.node_id)
 
 

@@ -14,9 +14,23 @@ Durability (``StrandConfig.fsync``):
     writes and fsyncs run in a worker thread, never on the event loop.
 ``interval``
     Appends return once written to the OS; a background task fsyncs every
-    ``fsync_interval`` seconds. A power loss can lose that window.
+    ``fsync_interval`` seconds. A power loss or kernel crash can lose that
+    window (plus a roll: a full segment is fsynced before the next starts).
 ``never``
-    Appends return once written to the OS; only the OS decides when.
+    Appends return once written to the OS; only the OS decides when (Linux:
+    ``vm.dirty_expire_centisecs``, 30 s by default, plus up to one writeback
+    period). A crash of the process alone loses nothing under any policy.
+
+Faults (a full disk, EIO, a read-only filesystem): a failed append is cut
+back off the file and its ids are given back, so the log holds no part of
+it; the next append tries again, so the Strand works again once the cause is
+gone. A fault after which the file's content cannot be trusted (a failed
+fsync: the kernel may have dropped the pages it could not write; a failed
+cut-back; a bug in the writer) makes the Strand *broken*: every append is
+refused at once until it is reopened (the node restarted). ``health()``
+says which, for the readiness probe. No record is written that replay would
+not read back (``RecordTooLarge``), and one directory is held by one open
+Strand at a time (an exclusive ``flock`` on its ``LOCK`` file).
 
 Ids: the local origin's seqs are given out in the batch that writes them,
 and given back if the batch fails, so an origin's seqs never have gaps
@@ -28,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import logging
 import os
 import secrets
@@ -41,17 +56,34 @@ from typing import Literal
 
 from node import segment
 from node.codec import RawEntry, decode_entry, decode_raw, encode_entry
-from node.entries import Entry, EntryId, Take, Write, check_origin
-from node.errors import SerializationError, StrandCorrupt, StrandError
+from node.entries import MAX_ORIGIN_LENGTH, Entry, EntryId, Take, Write, check_origin
+from node.errors import DataDirLocked, SerializationError, StrandCorrupt, StrandError
 from node.resource import AsyncResource
 
 log = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["always", "interval", "never"]
 ORIGIN_FILE = "ORIGIN"
+#: Held (flock, exclusive) by the open Strand; it holds the holder's pid.
+LOCK_FILE = "LOCK"
+#: Written and removed by ``health()`` to find out whether the disk has room again.
+PROBE_FILE = "PROBE.tmp"
+MIN_SEGMENT_BYTES = 4096
 #: A position packs (segment number, byte offset) into one int: 40 bits of offset.
 _OFFSET_BITS = 40
 _ABSENT = -1
+
+
+#: The most a Write's record body holds beyond its payload: the longest origin,
+#: the largest seq, and a 32-bit length for the payload (3 more than the 8-bit
+#: length the empty payload measured here gets).
+_WRITE_OVERHEAD = len(encode_entry(Write(EntryId("o" * MAX_ORIGIN_LENGTH, 2**64 - 1), b""))) + 3
+
+
+def payload_limit(segment_bytes: int) -> int:
+    """The largest payload a Strand with ``segment_bytes`` segments stores
+    (its Write fits one record: ``segment.max_body``)."""
+    return segment.max_body(segment_bytes) - _WRITE_OVERHEAD
 
 
 def _default_node_name() -> str:
@@ -74,8 +106,8 @@ class StrandConfig:
             raise ValueError(f"fsync must be always, interval or never, not {self.fsync!r}")
         if not self.fsync_interval > 0:
             raise ValueError("fsync_interval must be positive")
-        if self.segment_bytes < 4096:
-            raise ValueError("segment_bytes must be at least 4096")
+        if self.segment_bytes < MIN_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be at least {MIN_SEGMENT_BYTES}")
         check_origin(self.node_name)
 
     def with_storage(self, path: str | os.PathLike[str]) -> StrandConfig:
@@ -169,6 +201,8 @@ class Strand(AsyncResource):
         self._writer: asyncio.Task[None] | None = None
         self._syncer: asyncio.Task[None] | None = None
         self._fd = -1
+        self._lock_fd = -1
+        self._record_limit = segment.max_body(cfg.segment_bytes)
         self._segment = 0
         self._segment_size = 0
         self._sealed_bytes = 0
@@ -176,7 +210,9 @@ class Strand(AsyncResource):
         self._entries = 0
         self._tails_cut = 0
         self._closed = False
-        self._broken: str | None = None
+        self._broken: str | None = None  # why appends are refused until reopened
+        self._failing: str | None = None  # why the last append failed (it may work again)
+        self._rolling = False
         self._dirty = False
         self._fsync_observers: list[Callable[[float], None]] = []
         self._replayed: list[RawEntry] | None = []
@@ -192,6 +228,7 @@ class Strand(AsyncResource):
         except OSError as exc:
             raise StrandError(f"cannot open the Strand in {cfg.storage}: {exc}") from exc
         strand._writer = asyncio.create_task(strand._write_loop(), name="strand-writer")
+        strand._writer.add_done_callback(strand._on_writer_done)
         if cfg.fsync == "interval":
             strand._syncer = asyncio.create_task(strand._sync_loop(), name="strand-syncer")
         return strand
@@ -200,10 +237,25 @@ class Strand(AsyncResource):
     def _open_blocking(cls, cfg: StrandConfig) -> Strand:
         directory = cfg.storage
         directory.mkdir(parents=True, exist_ok=True)
-        strand = cls(cfg, _load_or_create_origin(directory, cfg.node_name))
+        lock_fd = _lock_directory(directory)
+        strand: Strand | None = None
+        try:
+            strand = cls(cfg, _load_or_create_origin(directory, cfg.node_name))
+            strand._lock_fd = lock_fd
+            strand._replay_files()
+        except BaseException:
+            if strand is not None and strand._fd >= 0:
+                os.close(strand._fd)
+            os.close(lock_fd)  # also releases the lock
+            raise
+        return strand
+
+    def _replay_files(self) -> None:
+        """Read every segment back into the index and open the last for appending."""
+        directory = self.config.storage
         numbers = segment.segment_numbers(directory)
         replayed: list[RawEntry] = []
-        logs = strand._logs
+        logs = self._logs
         for i, number in enumerate(numbers):
             path = segment.segment_path(directory, number)
             last = i == len(numbers) - 1
@@ -220,7 +272,7 @@ class Strand(AsyncResource):
                     origin_log = logs[raw[0]] = _OriginLog()
                 origin_log.add(raw[1], base | offset)
                 replayed.append(raw)
-            strand._entries += len(scan.records)
+            self._entries += len(scan.records)
             if scan.torn_bytes:
                 log.warning(
                     "strand: cut a torn tail of %d bytes from %s at offset %d",
@@ -228,25 +280,24 @@ class Strand(AsyncResource):
                     path,
                     scan.good_end,
                 )
-                strand._tails_cut += 1
+                self._tails_cut += 1
                 with open(path, "r+b") as f:
                     f.truncate(scan.good_end)
                     os.fsync(f.fileno())
             if last:
-                strand._segment_size = scan.good_end
+                self._segment_size = scan.good_end
             else:
-                strand._sealed_bytes += scan.good_end
-        strand._replayed = replayed
-        strand._segments = len(numbers)
-        if numbers and strand._segment_size >= segment.HEADER.size:
-            strand._segment = numbers[-1]
-            strand._fd = os.open(segment.segment_path(directory, strand._segment), os.O_WRONLY)
-            os.lseek(strand._fd, strand._segment_size, os.SEEK_SET)
+                self._sealed_bytes += scan.good_end
+        self._replayed = replayed
+        self._segments = len(numbers)
+        if numbers and self._segment_size >= segment.HEADER.size:
+            self._segment = numbers[-1]
+            self._fd = os.open(segment.segment_path(directory, self._segment), os.O_WRONLY)
+            os.lseek(self._fd, self._segment_size, os.SEEK_SET)
         else:
             if numbers:  # the last segment lost even its header: start it again
-                strand._segments -= 1
-            strand._start_segment(numbers[-1] if numbers else 1)
-        return strand
+                self._segments -= 1
+            self._start_segment(numbers[-1] if numbers else 1)
 
     def take_replayed(self) -> list[RawEntry]:
         """The entries found on open, in log order, as plain values; handed out
@@ -370,9 +421,7 @@ class Strand(AsyncResource):
         if self._closed:
             future.set_exception(StrandError("the Strand is closed"))
         elif self._broken is not None:
-            future.set_exception(
-                StrandError(f"the Strand cannot be written until reopened: {self._broken}")
-            )
+            future.set_exception(self._broken_error())
         elif not (payloads or targets or remote):
             future.set_result([])
         else:
@@ -380,73 +429,119 @@ class Strand(AsyncResource):
             self._wake.set()
         return future
 
+    # -- the writer ------------------------------------------------------------
+
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             batches, self._pending = self._pending, []
             if batches:
-                await self._write_batches(batches)
+                try:
+                    await self._write_batches(batches)
+                except Exception as exc:  # a bug, not a disk fault: refuse from now on, say why
+                    log.exception("strand: the writer failed")
+                    self._break(f"the writer failed: {exc!r}")
+                    self._fail(batches, self._broken_error())
             elif self._closed:
                 return
 
+    def _on_writer_done(self, writer: asyncio.Task[None]) -> None:
+        """The writer ends only on close; if it ended otherwise (cancelled with
+        the loop), nothing would ever answer the appends: refuse them instead."""
+        if self._closed and not writer.cancelled() and writer.exception() is None:
+            return
+        self._break("the writer stopped")
+        pending, self._pending = self._pending, []
+        self._fail(pending, self._broken_error())
+
     async def _write_batches(self, batches: list[_Batch]) -> None:
+        if self._broken is not None:
+            self._fail(batches, self._broken_error())
+            return
         own = self._logs.get(self.origin)
-        first_seq = (own.highest if own else 0) + 1
-        seq = first_seq
+        seq = (own.highest if own else 0) + 1
         chunks: list[bytes] = []
         placed: list[tuple[Entry, int]] = []  # entry, offset within this write
         size = 0
-        results: list[list[Entry]] = []
-        try:
-            for batch in batches:
-                made: list[Entry] = []
-                for payload in batch.payloads:
-                    made.append(Write(EntryId(self.origin, seq), payload))
-                    seq += 1
-                for target in batch.targets:
-                    made.append(Take(EntryId(self.origin, seq), target))
-                    seq += 1
-                made.extend(batch.remote)
-                for entry in made:
-                    record = segment.frame(encode_entry(entry))
-                    placed.append((entry, size))
-                    chunks.append(record)
-                    size += len(record)
-                results.append(made)
-        except Exception as exc:
-            error = exc if isinstance(exc, StrandError) else StrandError(str(exc))
-            self._fail(batches, error)
+        written: list[tuple[_Batch, list[Entry]]] = []
+        for batch in batches:
+            # A batch that cannot be encoded (too large) fails alone, and gives
+            # its seqs back, so the other callers' appends still go ahead.
+            try:
+                made, records = self._encode(batch, seq)
+            except Exception as exc:
+                self._fail([batch], exc if isinstance(exc, StrandError) else StrandError(str(exc)))
+                continue
+            seq += len(batch.payloads) + len(batch.targets)
+            for entry, record in zip(made, records, strict=True):
+                placed.append((entry, size))
+                chunks.append(record)
+                size += len(record)
+            written.append((batch, made))
+        if not written:
             return
-        data = b"".join(chunks)
-        sync = self.config.fsync == "always"
         try:
-            if self._segment_size >= self.config.segment_bytes:
-                await asyncio.to_thread(self._roll)
-            if sync:
-                number, start, fsync_seconds = await asyncio.to_thread(self._write, data, True)
-            else:
-                number, start, fsync_seconds = self._write(data, False)
+            number, start, fsync_seconds = await self._append(b"".join(chunks))
         except OSError as exc:
-            self._fail(batches, StrandError(f"append failed: {exc}"))
+            self._failing = f"append failed: {exc}"
+            error = self._broken_error() if self._broken else StrandError(self._failing)
+            self._fail([batch for batch, _ in written], error)
             return
+        self._failing = None
         for callback in self._fsync_observers:
             if fsync_seconds is not None:
                 callback(fsync_seconds)
         base = (number << _OFFSET_BITS) | start
         for entry, offset in placed:
             self._record(entry, base + offset)
-        for batch, made in zip(batches, results, strict=True):
+        for batch, made in written:
             if not batch.future.done():
                 batch.future.set_result(made)
 
-    def _fail(self, batches: list[_Batch], error: StrandError) -> None:
+    def _encode(self, batch: _Batch, seq: int) -> tuple[list[Entry], list[bytes]]:
+        """The batch's entries, the local ones numbered from ``seq``, and their records."""
+        made: list[Entry] = []
+        for payload in batch.payloads:
+            made.append(Write(EntryId(self.origin, seq), payload))
+            seq += 1
+        for target in batch.targets:
+            made.append(Take(EntryId(self.origin, seq), target))
+            seq += 1
+        made.extend(batch.remote)
+        return made, [segment.frame(encode_entry(e), self._record_limit) for e in made]
+
+    async def _append(self, data: bytes) -> tuple[int, int, float | None]:
+        """Roll if the segment is full, then write ``data`` (blocking work in a
+        thread, except the OS-only write of ``interval`` and ``never``)."""
+        if self._segment_size >= self.config.segment_bytes:
+            self._rolling = True  # the syncer keeps off the descriptor meanwhile
+            try:
+                await asyncio.to_thread(self._roll)
+            finally:
+                self._rolling = False
+        if self.config.fsync == "always":
+            return await asyncio.to_thread(self._write, data, True)
+        return self._write(data, False)
+
+    def _fail(self, batches: Sequence[_Batch], error: BaseException) -> None:
         for batch in batches:
             if not batch.future.done():
                 batch.future.set_exception(error)
             if not batch.future.cancelled():
                 # A shielded future whose waiter left still has its exception read.
                 batch.future.exception()
+
+    def _break(self, reason: str) -> None:
+        """Refuse every append from now on (the first reason is kept). Any thread."""
+        if self._broken is None:
+            log.error("strand: appends refused until the Strand is reopened: %s", reason)
+            self._broken = reason
+
+    def _broken_error(self) -> StrandError:
+        return StrandError(
+            f"the Strand cannot be written until reopened (restart the node): {self._broken}"
+        )
 
     def _write(self, data: bytes, sync: bool) -> tuple[int, int, float | None]:
         """Write ``data`` at the end of the current segment (blocking).
@@ -457,50 +552,77 @@ class Strand(AsyncResource):
         """
         start = self._segment_size
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-            fsync_seconds = None
-            if sync:
-                t0 = time.perf_counter()
+            _write_all(self._fd, data)
+        except BaseException:
+            self._cut_back(start)
+            raise
+        fsync_seconds = None
+        if sync:
+            t0 = time.perf_counter()
+            try:
                 # fdatasync: the data and the file size, not the timestamps.
                 os.fdatasync(self._fd)
-                fsync_seconds = time.perf_counter() - t0
-            else:
-                self._dirty = True
-        except OSError:
-            try:
-                os.ftruncate(self._fd, start)
-                os.lseek(self._fd, start, os.SEEK_SET)
-            except OSError as exc:
-                self._broken = f"could not cut back a failed append: {exc}"
-            raise
+            except BaseException as exc:
+                # The kernel may have dropped the pages it could not write, and
+                # a retried fsync can succeed without them: trust nothing now.
+                self._break(f"fsync failed: {exc}")
+                self._cut_back(start)
+                raise
+            fsync_seconds = time.perf_counter() - t0
+        else:
+            self._dirty = True
         self._segment_size = start + len(data)
         return self._segment, start, fsync_seconds
 
-    def _roll(self) -> None:
-        """Seal the current segment (fsync) and start the next one."""
-        os.fsync(self._fd)
-        os.close(self._fd)
-        self._fd = -1
-        self._sealed_bytes += self._segment_size
-        self._start_segment(self._segment + 1)
+    def _cut_back(self, size: int) -> None:
+        """Cut a failed append off the segment (blocking)."""
+        try:
+            os.ftruncate(self._fd, size)
+            os.lseek(self._fd, size, os.SEEK_SET)
+        except OSError as exc:
+            self._break(f"could not cut back a failed append: {exc}")
 
-    def _start_segment(self, number: int) -> None:
+    def _roll(self) -> None:
+        """Seal the full segment (fsync) and start the next one (blocking).
+
+        All or nothing: if the next segment cannot be made, the full one stays
+        the current one, and the next append tries the roll again.
+        """
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._break(f"sealing segment {self._segment} failed: {exc}")
+            raise
+        sealed = self._segment_size
+        full = self._start_segment(self._segment + 1)
+        self._sealed_bytes += sealed
+        try:
+            os.close(full)
+        except OSError as exc:  # sealed already; nothing is lost
+            log.warning("strand: closing a sealed segment failed: %s", exc)
+
+    def _start_segment(self, number: int) -> int:
+        """Make segment ``number`` (header fsynced, and its directory entry) the
+        current one; the descriptor of the one it replaces (-1 if none).
+
+        On failure nothing changes, and the file is removed again.
+        """
         path = segment.segment_path(self._dir, number)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, segment.header(number))
+            _write_all(fd, segment.header(number))
             os.fsync(fd)
-        except OSError:
+            _fsync_dir(self._dir)
+        except BaseException:
             os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # a log that ends in an empty segment opens, too
             raise
-        _fsync_dir(self._dir)
-        self._fd = fd
+        previous, self._fd = self._fd, fd
         self._segment = number
         self._segment_size = segment.HEADER.size
         self._segments += 1
+        return previous
 
     def _record(self, entry: Entry, position: int) -> None:
         origin_log = self._logs.get(entry.id.origin)
@@ -515,42 +637,125 @@ class Strand(AsyncResource):
             await self._sync_if_dirty()
 
     async def _sync_if_dirty(self) -> None:
-        if self._dirty and self._fd >= 0:
-            self._dirty = False
-            t0 = time.perf_counter()
-            try:
-                await asyncio.to_thread(os.fsync, self._fd)
-            except OSError as exc:
-                log.error("strand: background fsync failed: %s", exc)
-                self._broken = f"background fsync failed: {exc}"
-                return
-            for callback in self._fsync_observers:
-                callback(time.perf_counter() - t0)
+        # Not while the writer rolls: its thread swaps the descriptor (and
+        # seals the full segment itself). Otherwise fsync a duplicate of the
+        # descriptor, so a roll that closes the segment's own meanwhile is no harm.
+        if not self._dirty or self._rolling or self._broken is not None:
+            return
+        self._dirty = False
+        t0 = time.perf_counter()
+        try:
+            await asyncio.to_thread(_sync_and_close, os.dup(self._fd), True)
+        except OSError as exc:
+            self._break(f"background fsync failed: {exc}")
+            return
+        for callback in self._fsync_observers:
+            callback(time.perf_counter() - t0)
+
+    # -- health ----------------------------------------------------------------
+
+    @property
+    def broken(self) -> str | None:
+        """Why every append is refused until the Strand is reopened, or ``None``."""
+        return self._broken
+
+    async def health(self) -> str | None:
+        """Why appends cannot be made now, or ``None`` (for the readiness probe).
+
+        After an append failed (a full disk), it writes a small file in the
+        directory to find out whether the cause is gone: the node says it is
+        ready again without waiting for an append that a load balancer, told
+        it is not ready, would no longer send.
+        """
+        if self._closed:
+            return "the Strand is closed"
+        if self._broken is not None:
+            return str(self._broken_error())
+        failing = self._failing
+        if failing is None:
+            return None
+        try:
+            await asyncio.to_thread(_probe, self._dir)
+        except OSError as exc:
+            return f"{failing}; the data directory still cannot be written: {exc}"
+        if self._failing == failing:
+            self._failing = None
+        return None
 
     # -- closing ---------------------------------------------------------------
 
     async def close(self) -> None:
-        """Finish pending appends, fsync, and close the files. Idempotent."""
+        """Finish pending appends, fsync, close the files, release the
+        directory. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._wake.set()
-        if self._writer is not None:
-            await asyncio.shield(self._writer)
-        if self._syncer is not None:
-            self._syncer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._syncer
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            try:
-                await asyncio.to_thread(_sync_and_close, fd, self.config.fsync != "never")
-            except OSError as exc:
-                raise StrandError(f"closing the Strand failed: {exc}") from exc
+        try:
+            if self._writer is not None:
+                await asyncio.wait([self._writer])  # never raises, nor cancels it
+            if self._syncer is not None:
+                self._syncer.cancel()  # its thread fsyncs and closes its own descriptor
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._syncer
+            if self._fd >= 0:
+                fd, self._fd = self._fd, -1
+                try:
+                    await asyncio.to_thread(_sync_and_close, fd, self.config.fsync != "never")
+                except OSError as exc:
+                    if self._broken is None:
+                        raise StrandError(f"closing the Strand failed: {exc}") from exc
+                    log.warning("strand: closing a broken Strand: %s", exc)
+        finally:
+            if self._lock_fd >= 0:
+                lock_fd, self._lock_fd = self._lock_fd, -1
+                os.close(lock_fd)
 
     async def aclose(self) -> None:
         """:meth:`close`, by the name every resource here is closed with."""
         await self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _probe(directory: Path) -> None:
+    """Write a page to a file in ``directory`` and remove it; ``OSError`` if it cannot."""
+    path = directory / PROBE_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, b"\0" * 4096)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def _lock_directory(directory: Path) -> int:
+    """Hold ``directory``'s lock (an exclusive flock on its LOCK file) for as
+    long as the returned descriptor is open; ``DataDirLocked`` if it is held.
+
+    Two Strands on one directory would hand out the same ids and overwrite
+    each other's records; the kernel drops the lock when its holder exits.
+    """
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        raise DataDirLocked(str(directory), holder if holder.isdigit() else None) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    # Who holds it, for the message above; a full disk must not stop the start.
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _sync_and_close(fd: int, sync: bool) -> None:

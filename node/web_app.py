@@ -33,7 +33,7 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
 from node.config import NodeConfig
-from node.errors import ForumError, StrandError
+from node.errors import ForumError, RecordTooLarge, StrandError
 from node.forum import Forum
 from node.web_bodies import ApiProblem, BodyTimeout, bad_request
 from node.web_handlers import (
@@ -253,6 +253,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise ApiProblem(
             408, "request_timeout", str(exc), headers={"Connection": "close"}
         ) from None
+    except RecordTooLarge as exc:
+        # Bad input that got past the body limits: the log refuses it whole.
+        raise ApiProblem(413, "payload_too_large", str(exc)) from None
     except StrandError as exc:
         log.error("storage failed on %s %s: %s", request.method, request.path, exc)
         raise ApiProblem(

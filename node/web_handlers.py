@@ -241,10 +241,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """``GET /readyz``: the Strand is open and replayed, and the node is not draining.
+    """``GET /readyz``: the Strand is open, replayed and can be written, and the
+    node is not draining.
 
-    The node listens only after replay, so "not ready" means shutting down.
+    The node listens only after replay, so "not ready" means shutting down, or
+    the Strand cannot take appends (a full disk: until there is room again; a
+    failed fsync: until the node is restarted); the message says which.
     """
     if request.app[LONG_POLLS].draining:
         raise ApiProblem(503, "not_ready", "the node is shutting down")
+    problem = await request.app[FORUM].strand.health()
+    if problem is not None:
+        raise ApiProblem(503, "storage_unavailable", problem, headers={"Retry-After": "1"})
     return web.json_response({"status": "ready"})

@@ -3,5 +3,6 @@
 pytest_plugins = [
     "tests.fixtures.nodes",
     "tests.fixtures.redis_server",
+    "tests.fixtures.tmpfs",
     "tests.fixtures.toxiproxy",
 ]
