@@ -293,6 +293,9 @@ class Lens(AsyncResource):
         #: call reads (or creates) it, and again right after a loss.
         self._epoch: str | None = None
         self._state_losses = 0
+        #: The largest token this Lens granted: logged at a loss, so an operator
+        #: can check that Redis's clock is past it (docs/coordination.md).
+        self._highest_token = 0
         self._redis: Redis = Redis.from_url(
             config.url,
             socket_timeout=config.timeout,
@@ -401,9 +404,9 @@ class Lens(AsyncResource):
             return AlreadyDone(key, int(value))
         if code == _HELD:
             return AlreadyClaimed(key, value.decode() or None)
-        return Claim(
-            self, key=key, owner=owner, token=int(value), lease=lease, deadline=started + lease
-        )
+        token = int(value)
+        self._highest_token = max(self._highest_token, token)
+        return Claim(self, key=key, owner=owner, token=token, lease=lease, deadline=started + lease)
 
     def _own(self, claim: HeldClaim) -> Claim:
         if not isinstance(claim, Claim) or claim._lens is not self:
@@ -486,9 +489,10 @@ class Lens(AsyncResource):
                 "Lens: %s. Every claim, done marker and in-flight record in namespace %r "
                 "from before is gone: claims granted before are not held, completed jobs "
                 "may run again, jobs held only in flight are lost. Fencing tokens still "
-                "increase. The next call starts a new epoch. See docs/coordination.md, "
-                "'A Redis that forgets'",
-                lost, self._keys.namespace,
+                "increase while Redis's clock (TIME, in microseconds) is past %d, the "
+                "highest this Lens granted. The next call starts a new epoch. See "
+                "docs/coordination.md, 'A Redis that forgets'",
+                lost, self._keys.namespace, self._highest_token,
             )  # fmt: skip
         return lost
 

@@ -130,6 +130,7 @@ async def test_a_flushall_mid_use_raises_state_lost_once_then_the_lens_works(
         assert lens.state_losses == 1
         [message] = _loss_logs(caplog)
         assert redis_url in message and lost.value.lost in message and "is gone" in message
+        assert str(max(held.token, completed.token)) in message  # the clock must pass it
 
         after = await lens.claim("k:3", owner="w", lease=60)
         assert after.token > max(held.token, completed.token)
