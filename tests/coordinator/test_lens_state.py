@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 import redis
 
-from coordinator import Claim, ClaimLost, Lens, LensStateLost, LensUnavailable
-from examples.handlers.fenced_sqlite import FencedSqliteStore
+from coordinator import Backoff, Claim, ClaimLost, Lens, LensStateLost, LensUnavailable, Worker
+from examples.handlers.fenced_sqlite import FencedSqliteStore, fenced_handler
+from node import Forum, Pattern
+from tests.coordinator.harness import eventually, running
 from tests.fixtures.redis_server import RedisServer
 
 #: Enough claims to see a reissued token: the probe that found the bug saw 1,200.
@@ -261,3 +263,26 @@ async def test_a_redis_url_password_stays_out_of_the_error(volatile_redis: Redis
             await lens.claim("k:1", owner="w", lease=60)
     assert "s3cret" not in str(lost.value)
     assert f"127.0.0.1:{volatile_redis.port}" in str(lost.value)
+
+
+async def test_a_worker_carries_on_after_redis_forgets(
+    redis_server: RedisServer, forum: Forum, lens: Lens, tmp_path: Path
+) -> None:
+    """The Lens raises once and re-establishes its epoch: a worker that fails
+    closed on it keeps running jobs, each effect applied once, tokens rising."""
+    async with FencedSqliteStore(tmp_path / "results.sqlite") as store:
+        work = Worker(
+            forum, lens, Pattern(b"job/"), fenced_handler(store), concurrency=4, lease=2.0,
+            take_wait=0.2, reaper_interval=0.05, backoff=Backoff(base=0.02, cap=0.1),
+        )  # fmt: skip
+        async with running(work):
+            await forum.write_many([f"job/a{i}".encode() for i in range(20)])
+            await eventually(lambda: work.stats().done == 20, what="the first jobs done")
+            before = max(token for _, token in await store.applied())
+            redis_server.flushall()
+            await forum.write_many([f"job/b{i}".encode() for i in range(20)])
+            await eventually(lambda: work.stats().done == 40, what="the jobs after the loss done")
+        applied = await store.applied()
+        assert len(applied) == len({key for key, _ in applied}) == 40
+        assert min(token for _, token in applied[20:]) > before
+        assert lens.state_losses == 1
