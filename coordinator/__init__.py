@@ -2,7 +2,14 @@
 
 from coordinator.authority import ClaimAuthority, HeldClaim
 from coordinator.deadletter import DeadLetter
-from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
+from coordinator.errors import (
+    AlreadyClaimed,
+    AlreadyDone,
+    ClaimLost,
+    LensError,
+    LensStateLost,
+    LensUnavailable,
+)
 from coordinator.job import Backoff, Handler, Job
 from coordinator.lens import Claim, Lens, LensConfig
 from coordinator.reaper import Reaper
@@ -22,6 +29,7 @@ __all__ = [
     "Lens",
     "LensConfig",
     "LensError",
+    "LensStateLost",
     "LensUnavailable",
     "Reaper",
     "Worker",

@@ -8,12 +8,17 @@
     ├── ClaimLost                   this claim no longer holds its key: expired,
     │                               released, completed, or taken over
     └── LensUnavailable             Redis unreachable, timing out, loading or
-                                    read-only (also a ConnectionError; retriable)
+        │                           read-only (also a ConnectionError; retriable)
+        └── LensStateLost           Redis forgot the Lens's keys (flushed, restarted
+                                    without persistence): the epoch marker is gone
+                                    or changed; raised once per loss, per Lens
 
 ``retriable`` tells a caller whether doing the same thing again may succeed.
 ``AlreadyClaimed`` and ``AlreadyDone`` after a take are the Lens catching a
 double take: the caller must not run the job. ``ClaimLost`` means a stale
 holder: it must not do the irreversible step it was about to do.
+``LensStateLost`` is a ``LensUnavailable`` so that callers fail closed on it
+as they do on an outage; the Lens works again on its next call.
 """
 
 from __future__ import annotations
@@ -66,3 +71,24 @@ class LensUnavailable(LensError, ConnectionError):
     """
 
     retriable = True
+
+
+class LensStateLost(LensUnavailable):
+    """Redis no longer holds the Lens's state: the epoch marker this Lens saw
+    is gone (``found`` is ``None``) or was replaced (``found`` is the new one).
+
+    Every claim, done marker and in-flight record from before is gone with
+    it: no claim granted before is held any more, completed jobs may run
+    again, and jobs whose only copy was an in-flight record are lost. Fencing
+    tokens still never go backwards. The Lens raises this once per loss, logs
+    it as an error and counts it (``Lens.state_losses``); its next call adopts
+    or creates a new epoch and works again (docs/coordination.md has the
+    operator's runbook).
+    """
+
+    def __init__(self, redis: str, lost: str, found: str | None) -> None:
+        what = "is gone" if found is None else f"was replaced by {found!r}"
+        super().__init__(f"Redis {redis} lost the Lens's state: epoch {lost!r} {what}")
+        self.redis = redis
+        self.lost = lost
+        self.found = found

@@ -7,7 +7,10 @@ key: an entry id's text form (``origin:seq``) or a user's idempotency key.
 =================================  ======  =====================================  ==============
 key                                type    holds                                  expires
 =================================  ======  =====================================  ==============
-``<ns>:fence``                     string  the global fencing counter (``INCR``)  never
+``<ns>:epoch``                     string  the state marker: ``<random id>        never
+                                           <created, unix s>``, written once
+                                           (``SET NX``)
+``<ns>:fence``                     string  the last fencing token issued          never
 ``<ns>:claim:<key>``               string  the live claim's fencing token         lease (``PX``)
 ``<ns>:done:<key>``                string  the token that completed ``<key>``     ``done_ttl``
 ``<ns>:job:<key>``                 hash    the in-flight record: ``token``,       never; deleted by
@@ -22,8 +25,18 @@ Why these lifetimes:
 
 * The fence never expires and is never reset: a fencing token must be larger
   than every token issued before it, across all keys, connections and Redis
-  restarts (which is why the Lens needs ``appendonly yes`` +
-  ``appendfsync always``; see docs/coordination.md).
+  restarts. So a token is not a plain ``INCR`` but ``max(last + 1, Redis
+  TIME in microseconds)``: while Redis keeps the fence it is one more than the
+  last, and when Redis forgets the fence (a restart without persistence, a
+  ``FLUSHALL``, a promoted replica that lagged) the clock still lies above
+  every token issued before, as long as fewer than a million claims a second
+  ran the counter ahead of the clock and the clock was not set back past the
+  last token (docs/coordination.md, "A Redis that forgets"). Tokens are
+  about 1.8e15 now and stay below 2^53 (about 9.0e15) until the year 2255,
+  so they are exact in a Lua number, a JSON number or any double.
+* The epoch marker never expires: it is how a Lens tells that Redis forgot
+  its keys. Each Lens remembers the marker it saw and every script checks it;
+  a marker gone or changed raises ``LensStateLost`` once (coordinator.lens).
 * A claim expires with its lease so that a dead holder's key frees itself.
 * A done marker must outlive every re-delivery of the job: a duplicate that
   arrives after the marker expired would run again. Re-deliveries come from
@@ -69,6 +82,10 @@ class KeySchema:
             raise ValueError("the Lens namespace must not be empty")
 
     @property
+    def epoch(self) -> str:
+        return f"{self.namespace}:epoch"
+
+    @property
     def fence(self) -> str:
         return f"{self.namespace}:fence"
 
@@ -88,6 +105,8 @@ class KeySchema:
     def resolve(self, role: str, key: str | None = None) -> str:
         """The key playing ``role`` (a method or property name above) for claim ``key``."""
         match role, key:
+            case "epoch", _:
+                return self.epoch
             case "fence", _:
                 return self.fence
             case "inflight", _:

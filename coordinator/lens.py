@@ -8,10 +8,25 @@
         await claim.complete()     # leaves a done marker: duplicates get AlreadyDone
 
 Every operation is one Lua script (see ``coordinator/lua``), so it is atomic
-and safe to repeat after a lost reply. Fencing tokens come from one ``INCR``
-counter: strictly increasing across every key and connection, and across
-Redis restarts when Redis runs with ``appendonly yes`` and
-``appendfsync always``.
+and safe to repeat after a lost reply. A fencing token is
+``max(last + 1, Redis TIME in microseconds)``: strictly increasing across
+every key and connection, across restarts with ``appendonly yes`` and
+``appendfsync always``, and still above every earlier token when Redis forgot
+the counter (a ``FLUSHALL``, a restart without persistence), unless Redis's
+clock went back past the last token (see coordinator.keys).
+
+A Redis that forgets is also detected. The first Lens to meet a Redis writes
+an epoch marker there (``<ns>:epoch``, ``SET NX``); each Lens remembers the
+marker it saw and passes it to every script, which checks it before anything
+else (no extra round trip). When the marker is gone or changed::
+
+    t0  Lens A claims k1 (epoch E1)          Redis is flushed / restarted empty
+    t1  A claims k2 with E1  -> LensStateLost, logged as an error, counted once
+    t2  A claims k2          -> A adopts (or creates) epoch E2; token above t0's
+    t3  A completes k1       -> ClaimLost (k1's claim went with the old state)
+
+Calls already in flight with E1 at t1 raise ``LensStateLost`` too, but the
+loss is logged and counted once per Lens.
 
 Two clocks, each used where it is safe:
 
@@ -36,11 +51,13 @@ the Take replicated)::
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -49,7 +66,14 @@ from redis.backoff import NoBackoff
 
 from coordinator import keys
 from coordinator.authority import Grab, HeldClaim
-from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
+from coordinator.errors import (
+    AlreadyClaimed,
+    AlreadyDone,
+    ClaimLost,
+    LensError,
+    LensStateLost,
+    LensUnavailable,
+)
 from coordinator.scripts import Scripts
 from node.resource import AsyncResource
 
@@ -60,6 +84,12 @@ _TRANSIENT_REPLIES = frozenset(
     {"READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN",
      "OOM", "MISCONF"}
 )  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+#: The first word of the error reply of a script that found the epoch marker
+#: gone or changed (``epoch_lost()`` in ``lua/prelude.lua``).
+_STATE_REPLY = "LENSSTATE"
 
 _CLAIMED, _DONE, _HELD = 1, 2, 3
 _NOW, _REPEAT = 1, 2
@@ -257,6 +287,15 @@ class Lens(AsyncResource):
     def __init__(self, config: LensConfig) -> None:
         self._config = config
         self._keys = keys.KeySchema(config.namespace)
+        #: The Redis, for logs and errors: the URL without its password.
+        self._where = _without_password(config.url)
+        #: The epoch marker this Lens saw last; ``None`` until the first script
+        #: call reads (or creates) it, and again right after a loss.
+        self._epoch: str | None = None
+        self._state_losses = 0
+        #: The largest token this Lens granted: logged at a loss, so an operator
+        #: can check that Redis's clock is past it (docs/coordination.md).
+        self._highest_token = 0
         self._redis: Redis = Redis.from_url(
             config.url,
             socket_timeout=config.timeout,
@@ -285,6 +324,12 @@ class Lens(AsyncResource):
     @property
     def keys(self) -> keys.KeySchema:
         return self._keys
+
+    @property
+    def state_losses(self) -> int:
+        """How many times this Lens found that Redis had lost its state (each
+        loss counted once, however many calls raised :class:`LensStateLost`)."""
+        return self._state_losses
 
     async def aclose(self) -> None:
         """Close the connections to Redis."""
@@ -359,9 +404,9 @@ class Lens(AsyncResource):
             return AlreadyDone(key, int(value))
         if code == _HELD:
             return AlreadyClaimed(key, value.decode() or None)
-        return Claim(
-            self, key=key, owner=owner, token=int(value), lease=lease, deadline=started + lease
-        )
+        token = int(value)
+        self._highest_token = max(self._highest_token, token)
+        return Claim(self, key=key, owner=owner, token=token, lease=lease, deadline=started + lease)
 
     def _own(self, claim: HeldClaim) -> Claim:
         if not isinstance(claim, Claim) or claim._lens is not self:
@@ -393,21 +438,69 @@ class Lens(AsyncResource):
         return bool(await self._run("reaped", grab.key, grab.grab_id))
 
     async def _run(self, name: str, key: str | None, *args: Any) -> Any:
-        return await self._call(self._scripts.run(name, key, *args))
+        epoch = await self._known_epoch()
+        return await self._call(self._scripts.run(name, key, *args, epoch), epoch)
 
     async def _run_many(self, calls: Sequence[tuple[str, str, tuple[Any, ...]]]) -> list[Any]:
-        replies = await self._call(self._scripts.run_many(calls))
+        epoch = await self._known_epoch()
+        checked = [(name, key, (*args, epoch)) for name, key, args in calls]
+        replies = await self._call(self._scripts.run_many(checked), epoch)
         for reply in replies:
             if isinstance(reply, Exception):
                 # One script's error reply fails the batch, as it fails a single call.
-                raise _translate(reply) from reply
+                raise self._error(reply, epoch) from reply
         return list(replies)
 
-    async def _call(self, request: Any) -> Any:
+    async def _known_epoch(self) -> str:
+        """The epoch marker to send with a script: the one this Lens saw, else
+        the one in Redis now, created there if Redis has none."""
+        if self._epoch is not None:
+            return self._epoch
+        created, marker = await self._call(self._scripts.run("epoch", None, uuid.uuid4().hex))
+        epoch = bytes(marker).decode()
+        if created:
+            log.warning(
+                "Lens: no state in Redis %s (namespace %r): started epoch %r. Normal for "
+                "a new Redis; otherwise Redis lost the Lens's keys",
+                self._where, self._keys.namespace, epoch,
+            )  # fmt: skip
+        self._epoch = epoch
+        return epoch
+
+    async def _call(self, request: Any, epoch: str | None = None) -> Any:
         try:
             return await request
         except (redis_errors.RedisError, OSError) as exc:
-            raise _translate(exc) from exc
+            raise self._error(exc, epoch) from exc
+
+    def _error(self, exc: Exception, epoch: str | None) -> LensError:
+        """The Lens's error for ``exc``, met by a call sent with ``epoch``."""
+        words = str(exc).split(" ", 2) if isinstance(exc, redis_errors.ResponseError) else []
+        if epoch is None or words[:1] != [_STATE_REPLY]:
+            return _translate(exc)
+        found = words[2] if words[1:2] == ["changed"] and len(words) == 3 else None
+        lost = LensStateLost(self._where, epoch, found)
+        if self._epoch == epoch:
+            # The first call to meet this loss: log and count it, forget the
+            # epoch. Calls still in flight with it raise, but uncounted.
+            self._epoch = None
+            self._state_losses += 1
+            log.error(
+                "Lens: %s. Every claim, done marker and in-flight record in namespace %r "
+                "from before is gone: claims granted before are not held, completed jobs "
+                "may run again, jobs held only in flight are lost. Fencing tokens still "
+                "increase while Redis's clock (TIME, in microseconds) is past %d, the "
+                "highest this Lens granted. The next call starts a new epoch. See "
+                "docs/coordination.md, 'A Redis that forgets'",
+                lost, self._keys.namespace, self._highest_token,
+            )  # fmt: skip
+        return lost
+
+
+def _without_password(url: str) -> str:
+    """``url`` with any user and password left out (it goes into logs)."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def _translate(exc: Exception) -> LensError:

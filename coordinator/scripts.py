@@ -4,7 +4,14 @@ Each ``lua/<name>.lua`` documents its ``KEYS``, ``ARGV`` and return value in
 its header; :data:`KEY_ROLES` lists the same ``KEYS`` here, so the two are
 read side by side. Every script about one claim key takes that key as
 ``ARGV[1]`` (it is the member of the in-flight zset). ``lua/prelude.lua``
-(server time, effects replication) is prepended to each script.
+(server time, effects replication, the state check) is prepended to each
+script.
+
+Every script but ``epoch`` first checks the Lens's state marker, at no extra
+round trip: its last ``KEYS`` entry is ``<ns>:epoch`` and its last ``ARGV``
+the epoch the calling Lens saw (the caller appends it); when they differ, the
+script changes nothing and answers the error ``LENSSTATE gone`` or
+``LENSSTATE changed <marker>`` (see ``lua/prelude.lua``).
 
 Scripts run through redis-py's ``register_script``: ``EVALSHA``, then
 ``SCRIPT LOAD`` and a retry when the server answers ``NOSCRIPT`` (after a
@@ -28,15 +35,16 @@ from coordinator.keys import KeySchema
 
 #: Each script's KEYS, in the order of its header, as :class:`KeySchema` roles.
 KEY_ROLES: dict[str, tuple[str, ...]] = {
-    "claim": ("claim", "done", "fence", "job", "inflight"),
-    "complete": ("claim", "done", "job", "inflight"),
-    "due": ("inflight",),
-    "extend": ("claim", "inflight"),
-    "grab": ("claim", "done", "job", "inflight"),
-    "hand_back": ("claim", "job", "inflight"),
-    "reaped": ("claim", "job", "inflight"),
-    "release": ("claim", "job", "inflight"),
-    "verify": ("claim",),
+    "claim": ("claim", "done", "fence", "job", "inflight", "epoch"),
+    "complete": ("claim", "done", "job", "inflight", "epoch"),
+    "due": ("inflight", "epoch"),
+    "epoch": ("epoch",),
+    "extend": ("claim", "inflight", "epoch"),
+    "grab": ("claim", "done", "job", "inflight", "epoch"),
+    "hand_back": ("claim", "job", "inflight", "epoch"),
+    "reaped": ("claim", "job", "inflight", "epoch"),
+    "release": ("claim", "job", "inflight", "epoch"),
+    "verify": ("claim", "epoch"),
 }
 
 

@@ -2,21 +2,35 @@
 --
 -- KEYS[1]  <ns>:claim:<key>  the claim: string, the holder's token; PX = lease
 -- KEYS[2]  <ns>:done:<key>   the done marker
--- KEYS[3]  <ns>:fence        the global fencing counter
+-- KEYS[3]  <ns>:fence        the last fencing token issued (string)
 -- KEYS[4]  <ns>:job:<key>    the in-flight record (hash)
 -- KEYS[5]  <ns>:inflight     zset: claim key -> when its record is due (ms)
+-- KEYS[6]  <ns>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key itself (the member of KEYS[5])
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  owner name (kept in the record, reported to a conflicting claimer)
 -- ARGV[4]  "1" if ARGV[5] is to be re-offered should this claim expire, else "0"
 -- ARGV[5]  the bytes to write back into the space if the claim expires
+-- ARGV[6]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  {1, token}        claimed; token is strictly greater than any issued before
 --          {2, done_token}   already done: the key was completed with done_token
 --          {3, owner}        already claimed by owner ("" when unknown)
 --
+-- The token is max(last + 1, Redis TIME in microseconds): one more than the
+-- last issued while Redis remembers it, and never below the clock when it
+-- forgot (a FLUSHALL, a restart without persistence, a lagging replica
+-- promoted). So tokens go backwards only if Redis's clock reads earlier than
+-- the last token issued before the loss (docs/coordination.md). Tokens stay
+-- below 2^53 (until the year 2255) so doubles, Lua's and JSON's, hold them
+-- exactly; the string is written with %d, never tostring() (14 digits).
+--
 -- A record left by an earlier holder of the key (one whose claim expired) is
 -- replaced: the record always belongs to the key's latest claim.
+local lost = epoch_lost()
+if lost then
+  return lost
+end
 local done = redis.call('GET', KEYS[2])
 if done then
   return {2, done}
@@ -24,7 +38,9 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {3, redis.call('HGET', KEYS[4], 'owner') or ''}
 end
-local token = redis.call('INCR', KEYS[3])
+local last = tonumber(redis.call('GET', KEYS[3]) or '0')
+local token = string.format('%d', math.max(last + 1, now_us()))
+redis.call('SET', KEYS[3], token)
 redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2])
 redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[4], 'token', token, 'owner', ARGV[3])

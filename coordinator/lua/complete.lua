@@ -4,13 +4,19 @@
 -- KEYS[2]  <ns>:done:<key>
 -- KEYS[3]  <ns>:job:<key>
 -- KEYS[4]  <ns>:inflight
+-- KEYS[5]  <ns>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[4])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  done-marker TTL in milliseconds
+-- ARGV[4]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  1 completed now
 --          2 this token completed the key before (a repeat after a lost reply)
 --          0 the token does not hold the key: a stale holder
+local lost = epoch_lost()
+if lost then
+  return lost
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   if redis.call('GET', KEYS[2]) == ARGV[2] then
     return 2

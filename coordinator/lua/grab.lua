@@ -4,9 +4,11 @@
 -- KEYS[2]  <ns>:done:<key>
 -- KEYS[3]  <ns>:job:<key>
 -- KEYS[4]  <ns>:inflight
+-- KEYS[5]  <ns>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[4])
 -- ARGV[2]  the reaper's lease on the grab, milliseconds
 -- ARGV[3]  a grab id unique to this attempt
+-- ARGV[4]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  {1, payload}  grabbed: write payload into the space, then call reaped.lua
 --          {0}           nothing to do: not due, claimed again, done, or gone
@@ -14,6 +16,10 @@
 -- Only one of many concurrent reapers gets {1, ...} for a due record: the grab
 -- pushes the record's due time ARGV[2] into the future. Should the reaper die
 -- before reaped.lua, the record falls due again and another reaper re-offers it.
+local lost = epoch_lost()
+if lost then
+  return lost
+end
 local score = redis.call('ZSCORE', KEYS[4], ARGV[1])
 if not score then
   return {0}

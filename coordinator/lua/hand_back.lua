@@ -6,14 +6,20 @@
 -- KEYS[1]  <ns>:claim:<key>
 -- KEYS[2]  <ns>:job:<key>
 -- KEYS[3]  <ns>:inflight
+-- KEYS[4]  <ns>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[3])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  delay in milliseconds before the bytes are due
 -- ARGV[4]  the bytes to write back
+-- ARGV[5]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  1 handed back now
 --          2 this token handed the key back before (a repeat after a lost reply)
 --          0 the token does not hold the key
+local lost = epoch_lost()
+if lost then
+  return lost
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   if redis.call('HGET', KEYS[2], 'handed') == ARGV[2] then
     return 2

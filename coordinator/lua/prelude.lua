@@ -1,14 +1,40 @@
 -- prelude.lua: prepended to every Lens script by coordinator/scripts.py.
 --
--- KEYS, ARGV: none of its own.
--- Defines now_ms(): Redis server time in milliseconds. Lease expiry scores use
--- the server's clock so the workers' clocks never matter.
+-- KEYS, ARGV: none of its own; epoch_lost() reads the caller's last KEY and
+-- last ARGV (the convention every stateful script follows).
+--
+-- now_ms(), now_us(): Redis server time in milliseconds / microseconds. Lease
+-- expiry scores and fencing tokens use the server's clock, so the workers'
+-- clocks never matter. Both are exact: Lua numbers are doubles, and every
+-- integer below 2^53 (about 9.0e15; now_us() is about 1.8e15) is exact. Never
+-- tostring() or '..' such a number: Lua prints it with 14 digits
+-- (1.7961229613412e+15). Pass it to redis.call, or string.format('%d', n).
 --
 -- replicate_commands() lets a script write after TIME on Redis 5 and 6 (it
 -- replicates the script's effects, not the script); on Redis 7 it is a no-op.
 redis.replicate_commands()
 
-local function now_ms()
+local function now_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- epoch_lost(): nil while KEYS[#KEYS] (<ns>:epoch, the state marker) holds
+-- ARGV[#ARGV] (the epoch the calling Lens saw), else the error reply
+-- "LENSSTATE gone" (the marker is missing: Redis forgot everything) or
+-- "LENSSTATE changed <marker>" (another Lens re-created it after a loss).
+-- A script calls it before anything else, so a lost state is never written to.
+local function epoch_lost()
+  local epoch = redis.call('GET', KEYS[#KEYS])
+  if epoch == ARGV[#ARGV] then
+    return nil
+  end
+  if not epoch then
+    return redis.error_reply('LENSSTATE gone')
+  end
+  return redis.error_reply('LENSSTATE changed ' .. epoch)
 end

@@ -3,11 +3,17 @@
 -- KEYS[1]  <ns>:claim:<key>
 -- KEYS[2]  <ns>:job:<key>
 -- KEYS[3]  <ns>:inflight
+-- KEYS[4]  <ns>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[3])
 -- ARGV[2]  the grab id from grab.lua
+-- ARGV[3]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  1 dropped; 0 left alone because the key was claimed again (the
 --          re-offered job was already taken: the record is the new claim's).
+local lost = epoch_lost()
+if lost then
+  return lost
+end
 if redis.call('HGET', KEYS[2], 'grab') ~= ARGV[2] or redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end

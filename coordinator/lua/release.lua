@@ -3,10 +3,16 @@
 -- KEYS[1]  <ns>:claim:<key>
 -- KEYS[2]  <ns>:job:<key>
 -- KEYS[3]  <ns>:inflight
+-- KEYS[4]  <ns>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[3])
 -- ARGV[2]  the holder's token
+-- ARGV[3]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  1 released, 0 the token does not hold the key.
+local lost = epoch_lost()
+if lost then
+  return lost
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return 0
 end
