@@ -7,14 +7,17 @@ the real ``forum`` script against a real node and Redis."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from tests.coordinator.harness import REPO
-from tests.fixtures.cli import assert_usage_error, run_forum, run_main
+from tests.fixtures.cli import FORUM_SCRIPT, assert_usage_error, run_forum, run_main
 from tests.fixtures.nodes import ForumNodes, NodeProcess, free_port
 
 HANDLER = "examples.handlers.fenced_redis:open_handler"
@@ -135,3 +138,35 @@ async def test_job_prefix_inside_the_dead_prefix(forum_node: NodeProcess, redis_
                                      node=forum_node.url, redis=redis_url),
                              env={"FORUM_EXAMPLE_REDIS_URL": redis_url})  # fmt: skip
     assert_usage_error(result, "dead prefix", "matches the job pattern")
+
+
+async def test_metrics_port_0_is_any_free_port_and_says_which(
+    forum_node: NodeProcess, redis_url: str
+) -> None:
+    """Port 0 used to listen on a random port nobody could find."""
+    process = await asyncio.create_subprocess_exec(
+        FORUM_SCRIPT, *worker("--prefix", "job/", "--handler", HANDLER, "--metrics-port", "0",
+                              node=forum_node.url, redis=redis_url),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "FORUM_EXAMPLE_REDIS_URL": redis_url},
+    )  # fmt: skip
+    try:
+        assert process.stderr is not None
+        async with asyncio.timeout(30):
+            while not (line := (await process.stderr.readline()).decode()).startswith(
+                "forum worker: metrics on "
+            ):
+                assert line, "the worker exited without saying its metrics port"
+        port = int(line.rsplit(":", 1)[1])
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/metrics") as response,
+        ):
+            assert response.status == 200
+            assert "forum_worker_running" in await response.text()
+    finally:
+        process.terminate()
+        async with asyncio.timeout(30):
+            await process.communicate()
+    assert process.returncode == 0

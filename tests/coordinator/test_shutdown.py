@@ -1,26 +1,28 @@
-"""``forum worker`` on SIGTERM stops taking at once: a real worker process, a
-real node and real Redis."""
+"""A worker told to stop (SIGTERM) stops taking at once: a real ``forum
+worker`` process against a real node and Redis, and the reply that crosses
+the stop, in process against a real Forum and Redis."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from coordinator import Job, Lens, Worker
 from examples.handlers.fenced_redis import FencedRedisStore
-from node import Pattern
+from node import Forum, Pattern, Tuple
 from node.client import ForumClient
 from tests.coordinator.harness import WorkerProcess, eventually, worker_processes
 from tests.coordinator.test_worker_process import started
 from tests.fixtures.nodes import NodeProcess
 
-pytestmark = pytest.mark.slow
-
 JOBS = Pattern(b"job/")
 
 
+@pytest.mark.slow
 async def test_sigterm_abandons_the_waiting_take(
     forum_node: NodeProcess, redis_url: str, fenced: FencedRedisStore, tmp_path: Path
 ) -> None:
@@ -50,3 +52,40 @@ async def test_sigterm_abandons_the_waiting_take(
         assert await fenced.get(str(job)) is None
         assert await space.count(JOBS) == 1
         assert (await space.status()).reserved == 0
+
+
+class _StopsDuringReserve:
+    """A real Forum whose first ``reserve_many`` is followed, before its answer
+    reaches the worker, by ``worker.stop()``: the SIGTERM that crosses a reply."""
+
+    def __init__(self, forum: Forum) -> None:
+        self._forum = forum
+        self.worker: Worker | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._forum, name)
+
+    async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Tuple]:
+        items = await self._forum.reserve_many(pattern, lease, limit)
+        assert self.worker is not None
+        self.worker.stop()
+        return items
+
+
+async def test_reserved_but_not_started_is_released_on_stop(forum: Forum, lens: Lens) -> None:
+    """t0: the worker reserves job k. t1: stop(), before k is claimed.
+    k must be live again at once (not after its lease), and not run."""
+    await forum.write(b"job/k")
+    ran: list[bytes] = []
+
+    async def handler(job: Job) -> None:
+        ran.append(job.payload)
+
+    space = _StopsDuringReserve(forum)
+    worker = Worker(space, lens, JOBS, handler, lease=30)  # type: ignore[arg-type]
+    space.worker = worker
+    async with asyncio.timeout(10):
+        await worker.run()
+    assert ran == []
+    assert forum.stats().reserved == 0
+    assert await forum.count(JOBS) == 1
