@@ -110,7 +110,19 @@ def _directory(text: str) -> str:
     return text
 
 
+def _redis_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{_redacted(text)!r} is not a Redis URL, like redis://127.0.0.1:6379/0")
+    database = parts.path.strip("/")
+    # redis-py ignores a database that is not a number, and uses 0 instead.
+    if parts.scheme != "unix" and database and not database.isdigit():
+        raise ValueError(f"{_redacted(text)}: the database {database!r} is not a number")
+    return text
+
+
 DIRECTORY = checked(_directory, "directory")
+REDIS_URL = checked(_redis_url, "URL")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -135,6 +147,7 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add(
         "--redis-url",
         metavar="URL",
+        type=REDIS_URL,
         default=os.environ.get("FORUM_REDIS_URL", _DEFAULT_REDIS),
         help=f"the Lens's Redis (default $FORUM_REDIS_URL or {_DEFAULT_REDIS})",
     )
@@ -254,7 +267,7 @@ async def run_worker(args: argparse.Namespace) -> int:
     try:
         lens = Lens.from_url(args.redis_url, namespace=args.namespace)
     except ValueError as exc:
-        raise UsageError(f"--redis-url {_redacted(args.redis_url)}: {exc}") from None
+        raise UsageError(f"--redis-url or --namespace: {exc}") from None
     async with contextlib.AsyncExitStack() as stack:
         space = await stack.enter_async_context(
             ForumClient(args.node, args.token, timeout=args.take_wait + 30)
@@ -423,7 +436,14 @@ async def _open_handler(spec: str, source: Any) -> AsyncIterator[Handler]:
             f"--handler {spec}: returns a {type(opened).__name__}, not an async context "
             "manager yielding a handler"
         )
-    async with opened as handler:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            handler = await stack.enter_async_context(opened)
+        except Exception as exc:
+            # Opening is the user's code (connections, settings): say what failed.
+            raise UsageError(
+                f"--handler {spec}: opening it failed: {type(exc).__name__}: {exc}"
+            ) from None
         yield handler
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from coordinator import Job
+import contextlib
+from collections.abc import AsyncIterator
+
+from coordinator import Handler, Job
 
 
 def sync_handler(job: Job) -> None:
@@ -14,3 +17,14 @@ async def takes_nothing() -> None:
 
 
 NOT_A_FUNCTION = 42
+
+
+@contextlib.asynccontextmanager
+async def fails_to_open() -> AsyncIterator[Handler]:
+    """A factory whose opening fails (a setting missing, a store unreachable)."""
+    raise RuntimeError("no result store configured")
+    yield handle_nothing  # unreachable: makes this an async generator
+
+
+async def handle_nothing(job: Job) -> None:
+    """Never run."""

@@ -44,6 +44,7 @@ def worker(*more: str, node: str | None = None, redis: str = "redis://127.0.0.1:
         (["--prefix", "job/", "--handler", HANDLER, "--concurrency", "0"], ["--concurrency"]),
         (["--prefix", "job/", "--handler", HANDLER, "--log-level", "LOUD"], ["--log-level"]),
         (["--prefix", "job/", "--handler", HANDLER, "--app-dir", "/nonexistent"], ["--app-dir"]),
+        (["--prefix", "job/", "--handler", HANDLER, "--namespace", ""], ["--namespace", "empty"]),
     ],
     ids=lambda v: v[1] if isinstance(v, list) and v and v[0] == "--prefix" else None,
 )
@@ -51,6 +52,24 @@ def test_bad_worker_flags(
     more: list[str], names: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert_usage_error(run_main(worker(*more), capsys), "forum worker", *names)
+
+
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        ("127.0.0.1:6379", ["not a Redis URL"]),
+        # redis-py would ignore a database that is not a number and use 0.
+        ("redis://127.0.0.1:6379/jobs", ["database 'jobs' is not a number"]),
+        ("redis://:s3cret@127.0.0.1:6379/x", ["***", "not a number"]),
+    ],
+)
+def test_bad_redis_urls(url: str, names: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    line = assert_usage_error(
+        run_main(worker("--prefix", "job/", "--handler", HANDLER, redis=url), capsys),
+        "--redis-url",
+        *names,
+    )
+    assert "s3cret" not in line
 
 
 def test_requeue_without_ids_or_all(capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,6 +91,10 @@ def test_requeue_without_ids_or_all(capsys: pytest.CaptureFixture[str]) -> None:
         ("tests.coordinator.bad_handlers:sync_handler", ["not async"]),
         ("tests.coordinator.bad_handlers:takes_nothing", ["takes no job"]),
         ("tests.coordinator.bad_handlers:NOT_A_FUNCTION", ["not a function"]),
+        (
+            "tests.coordinator.bad_handlers:fails_to_open",
+            ["opening it failed", "RuntimeError: no result store configured"],
+        ),
     ],
 )
 async def test_bad_handlers(
