@@ -43,8 +43,10 @@ Outcomes other than success:
   and the worker waits for Redis.
 * The worker dies mid-job: its claim expires and a reaper (every worker runs
   one) writes the claim's re-offer bytes into the space.
-* ``stop()``: stop taking, let running handlers finish for ``drain_timeout``
-  seconds, then cancel the rest and hand their jobs back unchanged.
+* ``stop()``: stop taking at once (a blocking take still waiting is
+  abandoned; reservations not yet claimed are released), let running
+  handlers finish for ``drain_timeout`` seconds, then cancel the rest and
+  hand their jobs back unchanged.
 
 A worker killed at any point loses nothing: before the ack its reservations
 run out on the node, after the claim its claim runs out in the Lens and a
