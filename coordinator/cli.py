@@ -27,18 +27,42 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
+
+from redis import exceptions as redis_errors
 
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX, DeadLetter, dead_letters, requeue
+from coordinator.errors import LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, KeyFunction
 from coordinator.keys import DEFAULT_NAMESPACE
 from coordinator.lens import Lens
 from coordinator.metrics import serve_metrics, worker_registry
-from coordinator.worker import Worker, WorkerStats
+from coordinator.worker import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_LEASE,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_TAKE_WAIT,
+    Worker,
+    WorkerStats,
+)
 from node import Pattern
+from node.cli_args import (
+    COUNT,
+    NODE_URL,
+    NONEMPTY,
+    PORT,
+    SECONDS,
+    SECONDS_OR_ZERO,
+    UsageError,
+    checked,
+)
 from node.client import ForumClient
+from node.errors import ClientError, Unauthorized
 
 EXIT_OK = 0
-EXIT_USAGE = 2
+
+log = logging.getLogger(__name__)
 
 _DEFAULT_NODE = "http://127.0.0.1:7070"
 _DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -61,6 +85,7 @@ def _node_options(parser: argparse.ArgumentParser) -> None:
     add(
         "--node",
         metavar="URL",
+        type=NODE_URL,
         default=env("FORUM_NODE", _DEFAULT_NODE),
         help=f"the node's URL (default $FORUM_NODE or {_DEFAULT_NODE})",
     )
@@ -73,19 +98,32 @@ def _node_options(parser: argparse.ArgumentParser) -> None:
     add(
         "--dead-prefix",
         metavar="PREFIX",
+        type=NONEMPTY,
         default=DEFAULT_DEAD_PREFIX.decode(),
         help=f"where dead letters are parked (default {DEFAULT_DEAD_PREFIX.decode()})",
     )
 
 
-def _positive(kind: type[int] | type[float]) -> Any:
-    def parse(text: str) -> int | float:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
-        return value
+def _directory(text: str) -> str:
+    if not os.path.isdir(text):
+        raise ValueError(f"{text!r} is not a directory")
+    return text
 
-    return parse
+
+def _redis_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{_redacted(text)!r} is not a Redis URL, like redis://127.0.0.1:6379/0")
+    database = parts.path.strip("/")
+    # redis-py ignores a database that is not a number, and uses 0 instead.
+    if parts.scheme != "unix" and database and not database.isdigit():
+        raise ValueError(f"{_redacted(text)}: the database {database!r} is not a number")
+    return text
+
+
+DIRECTORY = checked(_directory, "directory")
+REDIS_URL = checked(_redis_url, "URL")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 # -- forum worker ------------------------------------------------------------------
@@ -109,6 +147,7 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add(
         "--redis-url",
         metavar="URL",
+        type=REDIS_URL,
         default=os.environ.get("FORUM_REDIS_URL", _DEFAULT_REDIS),
         help=f"the Lens's Redis (default $FORUM_REDIS_URL or {_DEFAULT_REDIS})",
     )
@@ -118,7 +157,13 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=DEFAULT_NAMESPACE,
         help=f"prefix of the Lens's Redis keys (default {DEFAULT_NAMESPACE})",
     )
-    add("--prefix", metavar="PREFIX", required=True, help="take tuples starting with this")
+    add(
+        "--prefix",
+        metavar="PREFIX",
+        type=NONEMPTY,
+        required=True,
+        help="take tuples starting with this (not empty: '' would take the dead letters too)",
+    )
     add(
         "--handler",
         metavar="MODULE:NAME",
@@ -133,53 +178,60 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add(
         "--app-dir",
         metavar="DIR",
+        type=DIRECTORY,
         default=".",
         help="where --handler and --key modules are imported from (default .)",
     )
     add(
         "--concurrency",
         metavar="N",
-        type=_positive(int),
-        default=1,
-        help="handlers running at once (default 1)",
+        type=COUNT,
+        default=DEFAULT_CONCURRENCY,
+        help=f"handlers running at once (default {DEFAULT_CONCURRENCY})",
     )
     add(
         "--lease",
         metavar="SECONDS",
-        type=_positive(float),
-        default=30.0,
-        help="claim lease, renewed while the handler runs (default 30)",
+        type=SECONDS,
+        default=DEFAULT_LEASE,
+        help=f"claim lease, renewed while the handler runs (default {DEFAULT_LEASE:g})",
     )
     add(
         "--max-attempts",
         metavar="N",
-        type=_positive(int),
-        default=5,
-        help="attempts before a job is dead-lettered (default 5)",
+        type=COUNT,
+        default=DEFAULT_MAX_ATTEMPTS,
+        help=f"attempts before a job is dead-lettered (default {DEFAULT_MAX_ATTEMPTS})",
     )
     add(
         "--backoff",
         metavar="SECONDS",
-        type=_positive(float),
+        type=SECONDS_OR_ZERO,
         default=1.0,
         help="delay before the first retry; doubles each attempt, jittered (default 1)",
     )
     add(
         "--drain-timeout",
         metavar="SECONDS",
-        type=float,
-        default=30.0,
-        help="how long running handlers may finish after SIGTERM (default 30)",
+        type=SECONDS_OR_ZERO,
+        default=DEFAULT_DRAIN_TIMEOUT,
+        help="how long running handlers may finish after SIGTERM "
+        f"(default {DEFAULT_DRAIN_TIMEOUT:g})",
     )
     add(
         "--take-wait",
         metavar="SECONDS",
-        type=_positive(float),
-        default=2.0,
-        help="how long one take waits for a job (default 2)",
+        type=SECONDS,
+        default=DEFAULT_TAKE_WAIT,
+        help=f"how long one take waits for a job (default {DEFAULT_TAKE_WAIT:g})",
     )
     add("--owner", metavar="NAME", help="this worker's name in claims (default host-pid-random)")
-    add("--metrics-port", metavar="PORT", type=int, help="serve Prometheus /metrics on this port")
+    add(
+        "--metrics-port",
+        metavar="PORT",
+        type=PORT,
+        help="serve Prometheus /metrics on this port (0: any free one, printed at start)",
+    )
     add(
         "--metrics-host",
         metavar="HOST",
@@ -187,57 +239,66 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="the metrics port's address (default 127.0.0.1)",
     )
     add("--no-progress", action="store_true", help="no progress line on stderr")
-    add("--log-level", metavar="LEVEL", default="INFO", help="DEBUG, INFO (default), WARNING")
+    add(
+        "--log-level",
+        metavar="LEVEL",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="DEBUG, INFO (default), WARNING, ERROR",
+    )
     parser.set_defaults(func=run_worker)
 
 
 async def run_worker(args: argparse.Namespace) -> int:
-    """``forum worker``: run until SIGTERM/SIGINT, then drain; exit 0."""
+    """``forum worker``: run until SIGTERM/SIGINT, then drain; exit 0.
+
+    Everything a mistake in the arguments can break is tried before the first
+    take (the modules, Redis, the node's token, the metrics port), so that a
+    mistake is a :class:`UsageError`, not a worker that runs and does nothing.
+    """
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # Importing the user's modules reads files: not on the event loop.
+    handler_source, key = await asyncio.to_thread(_load_user_code, args)
     try:
-        # Importing the user's modules reads files: not on the event loop.
-        handler_source, key = await asyncio.to_thread(_load_user_code, args)
         lens = Lens.from_url(args.redis_url, namespace=args.namespace)
-    except (ImportError, AttributeError, ValueError) as exc:
-        print(f"forum worker: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except ValueError as exc:
+        raise UsageError(f"--redis-url or --namespace: {exc}") from None
     async with contextlib.AsyncExitStack() as stack:
         space = await stack.enter_async_context(
             ForumClient(args.node, args.token, timeout=args.take_wait + 30)
         )
         await stack.enter_async_context(lens)
+        await _check_lens(lens, args.redis_url)
+        await _check_node(space)
+        handler = await stack.enter_async_context(_open_handler(args.handler, handler_source))
         try:
-            handler = await stack.enter_async_context(_open_handler(handler_source))
-        except TypeError as exc:
-            print(f"forum worker: --handler {args.handler}: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        worker = Worker(
-            space,
-            lens,
-            Pattern(os.fsencode(args.prefix)),
-            handler,
-            concurrency=args.concurrency,
-            lease=args.lease,
-            max_attempts=args.max_attempts,
-            backoff=Backoff(base=args.backoff, cap=max(args.backoff, 300.0)),
-            key=key,
-            owner=args.owner,
-            dead_prefix=os.fsencode(args.dead_prefix),
-            drain_timeout=args.drain_timeout,
-            take_wait=args.take_wait,
-        )
+            worker = Worker(
+                space,
+                lens,
+                Pattern(os.fsencode(args.prefix)),
+                handler,
+                concurrency=args.concurrency,
+                lease=args.lease,
+                max_attempts=args.max_attempts,
+                backoff=Backoff(base=args.backoff, cap=max(args.backoff, 300.0)),
+                key=key,
+                owner=args.owner,
+                dead_prefix=os.fsencode(args.dead_prefix),
+                drain_timeout=args.drain_timeout,
+                take_wait=args.take_wait,
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if args.metrics_port is not None:
+            await _serve_metrics(stack, worker, args.metrics_host, args.metrics_port)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, worker.stop)
-        if args.metrics_port is not None:
-            registry = worker_registry(worker.stats)
-            await stack.enter_async_context(
-                serve_metrics(registry, args.metrics_host, args.metrics_port)
-            )
         print(
             f"forum worker {worker.owner}: taking {args.prefix!r} from {args.node}",
             file=sys.stderr,
@@ -254,31 +315,135 @@ async def run_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _check_lens(lens: Lens, url: str) -> None:
+    """Fail now if Redis refuses this URL (a database that does not exist, a
+    wrong password). Redis merely down is an outage, not a mistake: the worker
+    starts and fails closed until Redis is back."""
+    try:
+        await lens.ping()
+    except LensUnavailable as exc:
+        if isinstance(exc.__cause__, redis_errors.AuthenticationError):
+            raise UsageError(f"--redis-url {_redacted(url)}: {exc.__cause__}") from None
+        log.warning("Redis is not reachable yet (%s): waiting for it", exc)
+    except LensError as exc:
+        raise UsageError(f"--redis-url {_redacted(url)}: {exc.__cause__ or exc}") from None
+
+
+async def _check_node(space: ForumClient) -> None:
+    """Fail now if the node refuses the token; a node that is down is waited for."""
+    try:
+        await space.status()
+    except Unauthorized as exc:
+        raise UsageError(f"--token: {exc}") from None
+    except ClientError as exc:
+        log.warning("the node is not reachable yet (%s): waiting for it", exc)
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password, fit to print."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+async def _serve_metrics(
+    stack: contextlib.AsyncExitStack, worker: Worker, host: str, port: int
+) -> None:
+    try:
+        runner = await stack.enter_async_context(
+            serve_metrics(worker_registry(worker.stats), host, port)
+        )
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UsageError(
+            f"--metrics-port {port}: cannot listen on {host}:{port}: {reason}"
+        ) from None
+    if port == 0:
+        bound = ", ".join(f"{a[0]}:{a[1]}" for a in runner.addresses)
+        print(f"forum worker: metrics on {bound}", file=sys.stderr, flush=True)
+
+
 def _load_user_code(args: argparse.Namespace) -> tuple[Any, KeyFunction | None]:
     sys.path.insert(0, os.path.abspath(args.app_dir))
-    return _resolve(args.handler), (_resolve(args.key) if args.key else None)
+    handler = _resolve("--handler", args.handler)
+    return handler, (_resolve("--key", args.key) if args.key else None)
 
 
-def _resolve(spec: str) -> Any:
+def _resolve(flag: str, spec: str) -> Any:
+    """The object ``module:name`` names; a :class:`UsageError` that tells a
+    missing module from a module that fails to import."""
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
-        raise ValueError(f"{spec!r} is not module:name")
-    found: Any = importlib.import_module(module_name)
+        raise UsageError(f"{flag} {spec!r} is not module:name")
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise UsageError(
+                f"{flag} {spec}: module {module_name!r} not found "
+                "(looked in --app-dir and the installed packages)"
+            ) from None
+        raise UsageError(f"{flag} {spec}: the module failed to import: {exc}") from None
+    except Exception as exc:
+        # The user's module raised while importing: say what, not where.
+        raise UsageError(
+            f"{flag} {spec}: the module failed to import: {type(exc).__name__}: {exc}"
+        ) from None
     for part in attribute.split("."):
-        found = getattr(found, part)
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise UsageError(f"{flag} {spec}: {module_name!r} has no {attribute!r}") from None
     return found
 
 
+def _is_async(function: Any) -> bool:
+    call = getattr(type(function), "__call__", None)  # noqa: B004 - an object with an async __call__
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
+
+
+def _needs_arguments(function: Any) -> bool:
+    try:
+        inspect.signature(function).bind()
+    except TypeError:
+        return True
+    except ValueError:  # no signature to be had (a builtin): call it and see
+        return False
+    return False
+
+
 @contextlib.asynccontextmanager
-async def _open_handler(source: Any) -> AsyncIterator[Handler]:
+async def _open_handler(spec: str, source: Any) -> AsyncIterator[Handler]:
     """The handler ``source`` names: itself, or what its context manager yields."""
-    if inspect.iscoroutinefunction(source):
+    if _is_async(source):
+        if not _needs_arguments(source):
+            raise UsageError(
+                f"--handler {spec}: takes no job; a handler is 'async def handler(job)'"
+            )
         yield source
         return
-    opened: Any = source() if callable(source) else None
+    if not callable(source):
+        raise UsageError(f"--handler {spec}: a {type(source).__name__}, not a function")
+    if _needs_arguments(source):
+        # A def handler(job): the worker would await what it returns, on every job.
+        raise UsageError(f"--handler {spec}: not async; a handler is 'async def handler(job)'")
+    opened: Any = source()
     if not hasattr(opened, "__aenter__"):
-        raise TypeError("not an async handler, nor a factory of an async context manager")
-    async with opened as handler:
+        raise UsageError(
+            f"--handler {spec}: returns a {type(opened).__name__}, not an async context "
+            "manager yielding a handler"
+        )
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            handler = await stack.enter_async_context(opened)
+        except Exception as exc:
+            # Opening is the user's code (connections, settings): say what failed.
+            raise UsageError(
+                f"--handler {spec}: opening it failed: {type(exc).__name__}: {exc}"
+            ) from None
         yield handler
 
 
@@ -360,8 +525,7 @@ def _describe(letter: DeadLetter, *, as_json: bool) -> str:
 async def requeue_dead(args: argparse.Namespace) -> int:
     """``forum dead requeue (--all | ID...)``."""
     if bool(args.all) == bool(args.ids):
-        print("forum dead requeue: give entry ids, or --all", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError("give entry ids, or --all")
     wanted = set(args.ids)
     requeued = 0
     async with ForumClient(args.node, args.token) as space:

@@ -43,8 +43,10 @@ Outcomes other than success:
   and the worker waits for Redis.
 * The worker dies mid-job: its claim expires and a reaper (every worker runs
   one) writes the claim's re-offer bytes into the space.
-* ``stop()``: stop taking, let running handlers finish for ``drain_timeout``
-  seconds, then cancel the rest and hand their jobs back unchanged.
+* ``stop()``: stop taking at once (a blocking take still waiting is
+  abandoned; reservations not yet claimed are released), let running
+  handlers finish for ``drain_timeout`` seconds, then cancel the rest and
+  hand their jobs back unchanged.
 
 A worker killed at any point loses nothing: before the ack its reservations
 run out on the node, after the claim its claim runs out in the Lens and a
@@ -82,6 +84,15 @@ log = logging.getLogger(__name__)
 LOST_WORKER = "the worker was lost: its lease expired"
 #: How long a worker waits between tries when Redis or the space is down.
 _OUTAGE_BACKOFF = (0.05, 2.0)
+
+#: The defaults of :class:`Worker`, which ``forum worker``'s flags share.
+DEFAULT_CONCURRENCY = 1
+DEFAULT_LEASE = 30.0
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_DRAIN_TIMEOUT = 30.0
+#: How long one blocking take waits on an idle space before the worker asks
+#: again. A stop does not wait for it: the outstanding take is abandoned.
+DEFAULT_TAKE_WAIT = 2.0
 
 
 @runtime_checkable
@@ -169,15 +180,15 @@ class Worker:
         pattern: Pattern,
         handler: Handler,
         *,
-        concurrency: int = 1,
-        lease: float = 30.0,
-        max_attempts: int = 5,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease: float = DEFAULT_LEASE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         backoff: Backoff | None = None,
         key: KeyFunction | None = None,
         owner: str | None = None,
         dead_prefix: bytes = DEFAULT_DEAD_PREFIX,
-        drain_timeout: float = 30.0,
-        take_wait: float = 1.0,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        take_wait: float = DEFAULT_TAKE_WAIT,
         reaper_interval: float = 1.0,
         seed: int | None = None,
     ) -> None:
@@ -268,7 +279,7 @@ class Worker:
                 await self._wait_for_lens()
                 continue
             try:
-                items = await self._take(free)
+                items = await self._take_unless_stopped(free)
             except (ForumError, OSError) as exc:
                 self._slots.release(free)
                 log.warning("take failed (%s); retrying", exc)
@@ -279,6 +290,40 @@ class Worker:
                 self._count("taken", len(items))
                 await self._claim(items, tasks)
 
+    async def _take_unless_stopped(self, most: int) -> list[Tuple]:
+        """:meth:`_take`, but a stopping worker starts no job: its blocking wait
+        is abandoned the moment :meth:`stop` is called, and reservations that
+        arrive anyway (the answer crossed the stop) are released, live again
+        at once rather than after a lease::
+
+            t0  the take waits on the node (up to take_wait)
+            t1  SIGTERM: stop() -> the wait is cancelled; the node, seeing its
+                client gone, hands nothing over (or puts back what it had)
+            t2  a job is written: it stays in the space for the other workers
+
+        Tuples taken outright are this worker's only copy: they run in the drain.
+        """
+        items = await self._take(most)
+        if self._stopping.is_set() and self._reserving is not None and items:
+            await self._settle_reservations([item.id for item in items], ack=False)
+            return []
+        return items
+
+    async def _unless_stopped(self, wait: Awaitable[Tuple | None]) -> Tuple | None:
+        """``wait`` (one blocking take or reserve), or ``None`` once the worker stops."""
+        if self._stopping.is_set():
+            return None
+        waiting = asyncio.ensure_future(wait)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            waiting.cancel()  # no-op if it is done
+            # Cancelled, or done in a race with the cancel: either way, settled.
+            await asyncio.wait((waiting, stopping))
+        return None if waiting.cancelled() else waiting.result()
+
     async def _take(self, most: int) -> list[Tuple]:
         if self._reserving is not None:
             return await self._reserve(self._reserving, most)
@@ -286,7 +331,9 @@ class Worker:
             items = await self._batches.take_many(self._pattern, most)
             if items:
                 return items
-        item = await self._space.take_entry(self._pattern, timeout=self._take_wait)
+        item = await self._unless_stopped(
+            self._space.take_entry(self._pattern, timeout=self._take_wait)
+        )
         return [] if item is None else [item]
 
     async def _reserve(self, space: ReservingSpace, most: int) -> list[Tuple]:
@@ -305,7 +352,9 @@ class Worker:
                 break
             items.append(item)
         if not items:
-            item = await space.reserve(self._pattern, self.lease, timeout=self._take_wait)
+            item = await self._unless_stopped(
+                space.reserve(self._pattern, self.lease, timeout=self._take_wait)
+            )
             if item is not None:
                 items.append(item)
         return items

@@ -21,6 +21,7 @@ from typing import Any
 
 import uvloop
 
+from node.cli_args import EXIT_USAGE, NODE_URL, SECONDS_OR_ZERO, OneLineParser, UsageError
 from node.client import ForumClient
 from node.config import DEFAULT_LISTEN, NodeConfig
 from node.errors import ClientError, DataDirLocked, ForumError
@@ -30,7 +31,6 @@ from node.web_keys import Extension
 
 EXIT_OK = 0
 EXIT_NO_MATCH = 1
-EXIT_USAGE = 2
 EXIT_NODE = 3
 
 DEFAULT_NODE = f"http://{DEFAULT_LISTEN}"
@@ -46,10 +46,13 @@ Command = Callable[[argparse.Namespace], Awaitable[int]]
 
 
 def node_extensions(config: NodeConfig) -> list[Extension]:
-    """What ``forum serve`` adds to the node's app. Replication plugs in here."""
-    from replication import extension  # noqa: PLC0415 - only `forum serve` needs it
+    """What ``forum serve`` adds to the node's app. Replication plugs in here,
+    tuned from ``FORUM_REPL_*``: read now, so a misspelt variable is a
+    ``ValueError`` before anything (the data directory) is created."""
+    from replication import ReplicationConfig  # noqa: PLC0415 - only `forum serve` needs it
+    from replication.extension import configured  # noqa: PLC0415
 
-    return [extension]
+    return [configured(ReplicationConfig.from_env())]
 
 
 # -- serve -------------------------------------------------------------------------
@@ -72,22 +75,20 @@ async def _serve(args: argparse.Namespace) -> int:
     flags = serve_flags(args)
     try:
         config = await asyncio.to_thread(NodeConfig.load, args.config, os.environ, flags)
+        extensions = node_extensions(config)
     except ValueError as exc:
-        print(f"forum serve: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(exc)) from None
     configure_logging(config)
 
     def announce(url: str) -> None:
         print(f"forum: node listening on {url} (data in {config.data_dir})", flush=True)
 
     try:
-        return await serve(config, node_extensions(config), on_listening=announce)
+        return await serve(config, extensions, on_listening=announce)
     except OSError as exc:
-        print(f"forum serve: cannot listen on {config.listen}: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"cannot listen on {config.listen}: {exc.strerror}") from None
     except DataDirLocked as exc:  # another node runs on it: a configuration mistake
-        print(f"forum serve: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(exc)) from None
     except ForumError as exc:
         print(f"forum serve: {exc}", file=sys.stderr)
         return EXIT_NODE
@@ -176,6 +177,7 @@ def _client_parser(
     parser.add_argument(
         "--node",
         metavar="URL",
+        type=NODE_URL,
         default=os.environ.get("FORUM_NODE", DEFAULT_NODE),
         help=f"the node's URL (default $FORUM_NODE or {DEFAULT_NODE})",
     )
@@ -304,7 +306,7 @@ def _add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         parser.add_argument(
             "--wait",
             metavar="SECONDS",
-            type=float,
+            type=SECONDS_OR_ZERO,
             default=None,
             help="wait up to this long for a match (default: answer at once)",
         )
@@ -347,7 +349,7 @@ def _add_lazy_commands(
 def build_parser(coordinator: bool = False, load: str | None = None) -> argparse.ArgumentParser:
     """The ``forum`` parser. ``load`` names the module of :data:`LAZY_COMMANDS`
     whose commands are built for real; ``coordinator=True`` means the worker's."""
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = OneLineParser(
         prog="forum",
         description="Forum: a replicated tuple space run as a multi-machine work queue.",
         epilog="example:\n  forum serve &\n  forum write job-1\n  forum take job-\n\n"
@@ -379,6 +381,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # uvloop: the node answers about twice the requests per core (bench/http_bench.py).
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             code: int = runner.run(func(args))
+    except UsageError as exc:
+        # One line, whatever the message: a user's module may raise anything.
+        name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        print(f"forum {name}: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        return EXIT_USAGE
     except ClientError as exc:
         print(f"forum {args.command}: {exc}", file=sys.stderr)
         return EXIT_NODE

@@ -26,6 +26,7 @@ import builtins
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 import aiohttp
 import msgpack
@@ -50,6 +51,26 @@ from node.web_status import NodeStatus
 _WAIT_SLACK = 5.0
 #: Less wait than this left is no wait: answer rather than poll again.
 _MIN_WAIT = 0.001
+
+
+def node_url(url: str) -> str:
+    """``url`` without a trailing slash, if it is a node's base URL
+    (``http(s)://host[:port]``); ``ValueError`` saying what is wrong otherwise."""
+    example = "like http://127.0.0.1:7070"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # a port out of range or not a number raises
+    except ValueError as exc:
+        raise ValueError(f"{url!r} is not a node URL ({exc}); give one {example}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{url!r} has no http:// or https:// scheme; give one {example}")
+    if not parts.hostname:
+        raise ValueError(f"{url!r} has no host; give one {example}")
+    if port is None and parts.netloc.endswith(":"):
+        raise ValueError(f"{url!r} has an empty port; give one {example}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{url!r} has a query or fragment; give one {example}")
+    return url.rstrip("/")
 
 
 class _Response:
@@ -78,9 +99,7 @@ class ForumClient(AsyncResource):
         connect_timeout: float = 5.0,
         pool_size: int = 100,
     ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"a node URL starts with http:// or https://, not {url!r}")
-        self.url = url.rstrip("/")
+        self.url = node_url(url)
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._pool_size = pool_size

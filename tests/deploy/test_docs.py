@@ -1,7 +1,10 @@
-"""docs/operations.md and deploy/README.md against the code: every ``forum``
-command in them parses with the real CLI, every metric they name is one that
-the node, replication or a worker really exposes, every ``FORUM_*`` variable
-is a real setting, and every file they link to exists."""
+"""docs/operations.md, docs/coordination.md, README.md and deploy/README.md
+against the code: every ``forum`` command in them parses with the real CLI
+(a synopsis, with ``[optional]`` parts or PLACEHOLDERS, names only real
+options), every
+metric and labelled series they name is one that the node, replication or a
+worker really exposes, every ``FORUM_*`` variable is a real setting, and
+every file they link to exists."""
 
 from __future__ import annotations
 
@@ -17,14 +20,16 @@ from prometheus_client.exposition import generate_latest
 
 from coordinator.metrics import worker_registry
 from coordinator.worker import WorkerStats
+from deploy.history import Verdict
 from node.cli import build_parser
 from node.config import NodeConfig
 from replication.config import ReplicationConfig
+from replication.messages import PUSH_PATH
 from replication.metrics import PeerGauges, ReplicationMetrics
-from tests.deploy.artifacts import DEPLOY, OPERATIONS
+from tests.deploy.artifacts import DEPLOY, OPERATIONS, REPO
 from tests.fixtures.nodes import ForumNodes
 
-DOCS = (OPERATIONS, DEPLOY / "README.md")
+DOCS = (OPERATIONS, REPO / "docs" / "coordination.md", REPO / "README.md", DEPLOY / "README.md")
 #: FORUM_* variables read by something other than NodeConfig.
 OTHER_VARIABLES = {
     "FORUM_CONFIG",  # the TOML file, read by NodeConfig.load
@@ -45,9 +50,10 @@ def forum_commands(text: str) -> list[list[str]]:
     commands = []
     for block in code_blocks(text):
         for line in block.replace("\\\n", " ").splitlines():
-            if line.lstrip().startswith("#"):
+            # Only shell lines that run forum (code blocks hold Python too).
+            if not re.match(r"\s*([A-Z_]+=\S+\s+)*forum\s+[a-z-]", line):
                 continue
-            words = shlex.split(line)
+            words = shlex.split(line, comments=True)
             while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
                 words.pop(0)
             if words and words[0] == "forum":
@@ -61,12 +67,15 @@ def test_every_forum_command_in_the_docs_parses() -> None:
     parser = build_parser(coordinator=True)
     known = every_option(parser)
     for argv in commands:
+        # A synopsis: [optional] parts, alternatives, PLACEHOLDERS.
+        synopsis = any(w.startswith("[") or w == "|" or w.isupper() for w in argv)
         try:
-            parser.parse_args(argv)
+            if not synopsis:
+                parser.parse_args(argv)
         except SystemExit as exc:
             raise AssertionError(f"forum {' '.join(argv)}: bad usage") from exc
         for word in argv:
-            option = word.partition("=")[0]
+            option = word.lstrip("[").rstrip("]").partition("=")[0]
             # No abbreviations (argparse would take --max-attempt for --max-attempts).
             assert not option.startswith("--") or option in known, f"{option} in forum {argv}"
 
@@ -123,3 +132,35 @@ async def test_every_metric_in_the_docs_is_exposed(forum_nodes: ForumNodes) -> N
     missing = named - exposed
     assert not missing, f"docs/operations.md names metrics nothing exposes: {sorted(missing)}"
     assert len(named) >= 25
+
+
+def documented_series(text: str) -> set[str]:
+    """Each ``metric{label="value"}`` the text names, as exposition writes it."""
+    return set(re.findall(r'\bforum_[a-z_]+\{[a-z_]+="[^"]*"\}', text))
+
+
+async def test_every_labelled_series_in_the_docs_is_exposed(forum_nodes: ForumNodes) -> None:
+    """The label values too: the docs once said reason "unauthenticated", which
+    the node never emits (it says "unauthorized"). A replication request with
+    a forged signature makes the node count one refusal."""
+    node = await forum_nodes.start("labels", "--cluster-secret", "s3cret")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{node.url}{PUSH_PATH}", data=b"forged") as response:
+            assert response.status == 401
+        async with session.get(node.url + "/metrics") as response:
+            exposition = await response.text()
+    stats = WorkerStats(done=1, retried=1, dead=1, double_takes=1, claims_lost=1)
+    exposition += generate_latest(worker_registry(lambda: stats)).decode()
+    series = {line.split(" ")[0] for line in exposition.splitlines() if "{" in line}
+    named = set().union(*(documented_series(path.read_text()) for path in DOCS))
+    assert 'forum_replication_requests_refused_total{reason="unauthorized"}' in named
+    missing = named - series
+    assert not missing, f"the docs name series nothing exposes: {sorted(missing)}"
+
+
+def test_the_readme_verdict_is_the_checkers_format() -> None:
+    """The example verdict in README.md has the fields, in the order, that
+    ``forum cluster demo`` prints (it once lacked ``reruns=``)."""
+    (example,) = re.findall(r"^\s+(OK: attempted=.*)$", (REPO / "README.md").read_text(), re.M)
+    verdict = Verdict(2000, 2000, 2000, (), (), 0, 0, 0, ())
+    assert example == verdict.summary()

@@ -3,7 +3,9 @@
 objects wired to each other and to the real ``forum`` CLI: the StatefulSet's
 pod names are the node ids and the peers' DNS names under a headless Service,
 probes hit /readyz and /healthz on the listen port, Services select pods and
-target ports that exist, workers reach a node and Redis through Services.
+target ports that exist, each worker dials the node in its own pod (its
+reservations live there) and Redis through a Service, and nothing asks
+Prometheus to scrape the node's /metrics without the token.
 
 Not checked here (no cluster on this machine): that the objects are accepted
 by an API server (admission, defaulting, quotas), that volumes bind on a real
@@ -98,8 +100,23 @@ def service_port(k8s: Documents, host: str, port: int) -> tuple[dict[str, Any], 
     (target,) = [p["targetPort"] for p in service["spec"]["ports"] if p["port"] == port]
     matched = [t for _, t in pod_templates(k8s) if selects(service, t)]
     assert len(matched) == 1, f"Service {host} selects {len(matched)} pod templates"
-    (container,) = matched[0]["spec"]["containers"]
-    return matched[0], named_ports(container)[target]
+    (port,) = [
+        named_ports(c)[target] for c in matched[0]["spec"]["containers"] if target in named_ports(c)
+    ]
+    return matched[0], port
+
+
+def container(template: Mapping[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [c for c in template["spec"]["containers"] if c["name"] == name]
+    return found
+
+
+def node_container(k8s: Documents) -> dict[str, Any]:
+    return container(only(k8s, "StatefulSet")["spec"]["template"], "forum")
+
+
+def worker_container(k8s: Documents) -> dict[str, Any]:
+    return container(only(k8s, "StatefulSet")["spec"]["template"], "worker")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -139,7 +156,6 @@ def test_the_objects_the_issue_asks_for(k8s: Documents) -> None:
     kinds = sorted((doc["kind"], doc["metadata"]["name"]) for _, doc in k8s)
     assert kinds == [
         ("Deployment", "forum-redis"),
-        ("Deployment", "forum-worker"),
         ("PersistentVolumeClaim", "forum-redis"),
         ("PodDisruptionBudget", "forum"),
         ("Service", "forum"),
@@ -167,9 +183,9 @@ def test_nodes_are_a_statefulset_under_a_headless_service(k8s: Documents) -> Non
 def node_launches(k8s: Documents, docker: Dockerfile, compose: Mapping[str, Any]) -> list[Launch]:
     statefulset = only(k8s, "StatefulSet")
     name = statefulset["metadata"]["name"]
-    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    node = node_container(k8s)
     return [
-        container_launch(f"pod {name}-{i}", container, f"{name}-{i}", docker, compose)
+        container_launch(f"pod {name}-{i}", node, f"{name}-{i}", docker, compose)
         for i in range(statefulset["spec"]["replicas"])
     ]
 
@@ -195,9 +211,8 @@ def test_each_node_has_its_own_volume_at_the_data_dir(
     k8s: Documents, docker: Dockerfile, compose: Mapping[str, Any]
 ) -> None:
     statefulset = only(k8s, "StatefulSet")
-    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
     claims = {t["metadata"]["name"] for t in statefulset["spec"]["volumeClaimTemplates"]}
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    mounts = {m["mountPath"]: m["name"] for m in node_container(k8s)["volumeMounts"]}
     for node in node_launches(k8s, docker, compose):
         assert mounts[str(node.node_config().data_dir)] in claims
     policy = statefulset["spec"]["persistentVolumeClaimRetentionPolicy"]
@@ -208,20 +223,18 @@ def test_node_probes_hit_readyz_and_healthz_on_the_listen_port(
     k8s: Documents, docker: Dockerfile, compose: Mapping[str, Any]
 ) -> None:
     statefulset = only(k8s, "StatefulSet")
-    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    node = node_container(k8s)
     port = node_launches(k8s, docker, compose)[0].node_config().port
-    ports = named_ports(container)
+    ports = named_ports(node)
     expected = {
         "readinessProbe": "/readyz",
         "livenessProbe": "/healthz",
         "startupProbe": "/healthz",
     }
     for probe, path in expected.items():
-        get = container[probe]["httpGet"]
+        get = node[probe]["httpGet"]
         assert get["path"] == path, probe
         assert ports[get["port"]] == port, probe
-    annotations = statefulset["spec"]["template"]["metadata"]["annotations"]
-    assert int(annotations["prometheus.io/port"]) == port
     grace = statefulset["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > node_launches(k8s, docker, compose)[0].node_config().shutdown_timeout
 
@@ -273,24 +286,44 @@ def test_redis_runs_with_aof_fsync_always_and_noeviction_on_a_volume(k8s: Docume
 
 
 def worker_launch(k8s: Documents, docker: Dockerfile, compose: Mapping[str, Any]) -> Launch:
-    workers = objects(k8s, "Deployment")["forum-worker"]
-    (container,) = workers["spec"]["template"]["spec"]["containers"]
-    return container_launch("Deployment forum-worker", container, "forum-worker-x", docker, compose)
+    return container_launch("pod forum-0 worker", worker_container(k8s), "forum-0", docker, compose)
 
 
-def test_workers_reach_the_nodes_and_redis_through_services(
+def test_nothing_scrapes_the_nodes_metrics_without_the_token(k8s: Documents) -> None:
+    """The node's /metrics answers 401 without the token, and the
+    prometheus.io/* annotations have no way to send one."""
+    for where, template in pod_templates(k8s):
+        annotations = template["metadata"].get("annotations", {})
+        assert not any(key.startswith("prometheus.io/") for key in annotations), where
+    assert "credentials_file" in OPERATIONS.read_text()
+    assert "bearerTokenSecret" in OPERATIONS.read_text()
+
+
+def test_each_worker_dials_the_node_in_its_own_pod_and_redis_through_a_service(
     k8s: Documents, docker: Dockerfile, compose: Mapping[str, Any]
 ) -> None:
+    """A worker's acks and releases must reach the node that made its
+    reservations: through the load-balanced forum-api they could land on
+    another node (a release there is false; the job waits out its lease)."""
     args = worker_launch(k8s, docker, compose).parse()
     assert args.command == "worker"
-    template, port = service_port(k8s, *url_host_port(args.node))
-    assert template is only(k8s, "StatefulSet")["spec"]["template"]
+    host, port = url_host_port(args.node)
+    assert host in ("127.0.0.1", "localhost", "::1")
     assert port == node_launches(k8s, docker, compose)[0].node_config().port
     template, port = service_port(k8s, *url_host_port(args.redis_url))
     assert template is objects(k8s, "Deployment")["forum-redis"]["spec"]["template"]
     assert port == 6379
     assert args.token == f"secret-{SECRET}-token", "workers need the nodes' token"
-    assert objects(k8s, "Deployment")["forum-worker"]["spec"]["replicas"] == 2
+
+
+def test_workers_can_write_tmp_on_a_read_only_root(k8s: Documents) -> None:
+    worker = worker_container(k8s)
+    assert worker["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m["name"] for m in worker["volumeMounts"]}
+    volumes = {
+        v["name"]: v for v in only(k8s, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    }
+    assert "emptyDir" in volumes[mounts["/tmp"]]
 
 
 def test_worker_probes_hit_its_metrics_port_on_a_reachable_address(
@@ -298,15 +331,16 @@ def test_worker_probes_hit_its_metrics_port_on_a_reachable_address(
 ) -> None:
     """The kubelet probes the pod's IP: metrics on 127.0.0.1 would fail every probe."""
     args = worker_launch(k8s, docker, compose).parse()
-    workers = objects(k8s, "Deployment")["forum-worker"]
-    (container,) = workers["spec"]["template"]["spec"]["containers"]
+    worker = worker_container(k8s)
     assert args.metrics_port is not None
     assert args.metrics_host in ("0.0.0.0", "::", ""), args.metrics_host
-    for probe in ("readinessProbe", "livenessProbe"):
-        get = container[probe]["httpGet"]
-        assert get["path"] == "/metrics"
-        assert named_ports(container)[get["port"]] == args.metrics_port
-    grace = workers["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    get = worker["livenessProbe"]["httpGet"]
+    assert get["path"] == "/metrics"
+    assert named_ports(worker)[get["port"]] == args.metrics_port
+    # Pod readiness is every container's: a worker restarting must not take
+    # its node out of the forum-api Service.
+    assert "readinessProbe" not in worker
+    grace = only(k8s, "StatefulSet")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > args.drain_timeout
 
 

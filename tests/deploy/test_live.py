@@ -70,6 +70,8 @@ def probe_paths(compose: Mapping[str, Any]) -> set[str]:
         if doc["kind"] != "StatefulSet":
             continue
         for container in doc["spec"]["template"]["spec"]["containers"]:
+            if container["name"] != "forum":
+                continue  # the worker next to the node is probed on its own port
             for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
                 if probe in container:
                     paths.add(container[probe]["httpGet"]["path"])

@@ -1,0 +1,99 @@
+"""Argument checks shared by every ``forum`` subcommand, and the one usage error.
+
+A bad value is reported in one of two ways, both one line on stderr and exit
+code 2 (:data:`EXIT_USAGE`), never a traceback:
+
+* what can be judged from the text alone is an argparse ``type=``
+  (:func:`checked` turns a ``ValueError`` into the parser's error, which
+  :class:`OneLineParser` prints as one line);
+* what needs the world (a port in use, a module that fails to import, a Redis
+  database that does not exist) raises :class:`UsageError` from the command,
+  which ``forum``'s ``main`` prints as ``forum COMMAND: message``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
+
+from node.client import node_url
+
+T = TypeVar("T")
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A command was given an argument or setting it cannot work with."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line, like every other
+    ``forum`` error (argparse's own print the whole usage first). Subparsers
+    are made of the parent's class, so every subcommand's parser is one too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def checked(parse: Callable[[str], T], name: str) -> Callable[[str], T]:
+    """``parse`` as an argparse ``type=``: its ``ValueError`` becomes the one line."""
+
+    def check(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    check.__name__ = name  # argparse names the type in some messages
+    return check
+
+
+def _seconds(text: str, *, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(
+            f"must be a finite number of seconds {'> 0' if positive else '>= 0'}, not {text}"
+        )
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise ValueError(f"must be at least 1, not {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise ValueError(f"a port is 0 to 65535, not {text}")
+    return value
+
+
+def _nonempty(text: str) -> str:
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+#: ``type=`` values: a node's base URL, seconds (> 0 or >= 0), a count >= 1,
+#: a TCP port (0 = any free port), a non-empty string.
+NODE_URL = checked(node_url, "URL")
+SECONDS = checked(lambda text: _seconds(text, positive=True), "seconds")
+SECONDS_OR_ZERO = checked(lambda text: _seconds(text, positive=False), "seconds")
+COUNT = checked(_count, "count")
+PORT = checked(_port, "port")
+NONEMPTY = checked(_nonempty, "text")
