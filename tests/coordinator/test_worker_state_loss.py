@@ -127,3 +127,8 @@ async def test_a_restart_without_persistence_while_the_worker_runs_loses_no_job(
 ) -> None:
     async with Lens.from_url(volatile_redis.url) as lens:
         await _forget_mid_run(forum, lens, volatile_redis.arestart, caplog)
+
+
+async def test_a_negative_pause_after_a_loss_is_refused(forum: Forum, lens: Lens) -> None:
+    with pytest.raises(ValueError, match="lens_loss_pause"):
+        Worker(forum, lens, Pattern(b"job/"), _Jobs().handler, lens_loss_pause=-1)
