@@ -59,6 +59,14 @@ class HeldClaim(Protocol):
 class ClaimAuthority(Protocol):
     """Grants claims, and keeps abandoned claims' jobs for re-offer."""
 
+    @property
+    def state_losses(self) -> int:
+        """How many times the authority found it had lost its state (every
+        claim, done marker and in-flight record from before gone), each loss
+        counted once. A worker compares it with what it saw last to tell
+        that the claims it holds are gone (``LensStateLost``)."""
+        ...
+
     async def ping(self) -> None: ...
 
     async def claim(

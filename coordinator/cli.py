@@ -452,7 +452,8 @@ def progress_line(owner: str, stats: WorkerStats) -> str:
     return (
         f"{owner}: done {stats.done}  retried {stats.retried}  dead {stats.dead}  "
         f"double takes {stats.double_takes}  claims lost {stats.claims_lost}  "
-        f"running {stats.running}  redis {redis}"
+        f"running {stats.running}  redis {redis}  "
+        f"state losses {stats.lens_state_losses}"
     )
 
 

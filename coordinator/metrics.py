@@ -30,6 +30,7 @@ _OUTCOMES = {
     "lens_unavailable": "put back because Redis was unreachable at the claim",
     "handed_back": "handed back unfinished by a drain",
     "reoffered": "written back by this worker's reaper (abandoned or delayed jobs)",
+    "rescued": "written back by this worker because Redis forgot their claims while they ran",
 }
 _JOBS_HELP = "Jobs by outcome: " + "; ".join(f"{k}: {v}" for k, v in _OUTCOMES.items()) + "."
 
@@ -49,12 +50,21 @@ class WorkerCollector(Collector):
         for outcome in _OUTCOMES:
             jobs.add_metric([outcome], getattr(stats, outcome))
         yield jobs
+        losses = CounterMetricFamily(
+            "forum_worker_lens_state_losses",
+            "Times Redis was found to have lost the Lens's state (flushed, or restarted "
+            "without persistence); each loss once. Any increase is an incident: see "
+            "docs/coordination.md, 'A Redis that forgets'.",
+        )
+        losses.add_metric([], stats.lens_state_losses)
+        yield losses
         yield GaugeMetricFamily(
             "forum_worker_running", "Handlers running now.", value=stats.running
         )
         yield GaugeMetricFamily(
             "forum_worker_lens_reachable",
-            "1 while Redis answers, 0 while the worker fails closed.",
+            "1 while Redis answers, 0 while the worker fails closed "
+            "(Redis unreachable, or the pause after a state loss).",
             value=int(stats.lens_reachable),
         )
 

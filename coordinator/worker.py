@@ -41,6 +41,16 @@ Outcomes other than success:
   under their own ids (a claim granted unseen still deduplicates them; a
   space without reservations gets them written back, with their claim keys)
   and the worker waits for Redis.
+* Redis lost the Lens's state (``LensStateLost``: flushed, or restarted
+  without persistence): fail closed as above, and more (see
+  :meth:`Worker._note_state_loss`). One error line per loss, counted in
+  ``lens_state_losses``. The claims granted before the loss are gone, and
+  with them the in-flight records that were the jobs' only copy: the
+  handlers still running under them are cancelled and their jobs written
+  back into the space by this worker, which holds the last copy. Then no
+  job is claimed for ``lens_loss_pause`` seconds (default: one lease), so
+  every holder from before the loss, on any worker, has stopped before a
+  job can be claimed again; the Lens itself works again on its next call.
 * The worker dies mid-job: its claim expires and a reaper (every worker runs
   one) writes the claim's re-offer bytes into the space.
 * ``stop()``: stop taking at once (a blocking take still waiting is
@@ -62,6 +72,7 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -125,7 +136,13 @@ class WorkerStats:
     lens_unavailable: int = 0
     handed_back: int = 0
     reoffered: int = 0
+    #: Jobs whose claims Redis forgot while they ran, written back by this worker.
+    rescued: int = 0
+    #: Times Redis was found to have lost the Lens's state (each loss once).
+    lens_state_losses: int = 0
     running: int = 0
+    #: False while Redis is unreachable, or in the pause after a state loss:
+    #: either way the worker claims nothing.
     lens_reachable: bool = True
 
 
@@ -137,6 +154,9 @@ class _Running:
     """A job whose handler runs now, as the heartbeat and the drain see it."""
 
     claim: HeldClaim
+    #: The Lens's ``state_losses`` when the claim was asked for: a claim from
+    #: before a loss the worker has since seen is gone with Redis's state.
+    generation: int
     #: Why the worker cancelled the handler, if it did.
     interrupted: _Interrupted | None = None
 
@@ -190,12 +210,15 @@ class Worker:
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
         take_wait: float = DEFAULT_TAKE_WAIT,
         reaper_interval: float = 1.0,
+        lens_loss_pause: float | None = None,
         seed: int | None = None,
     ) -> None:
         if concurrency < 1 or max_attempts < 1:
             raise ValueError("concurrency and max_attempts must be at least 1")
         if lease <= 0 or drain_timeout < 0 or take_wait <= 0:
             raise ValueError("lease and take_wait must be positive, drain_timeout not negative")
+        if lens_loss_pause is not None and lens_loss_pause < 0:
+            raise ValueError("lens_loss_pause must not be negative")
         if dead_prefix.startswith(pattern.prefix):
             # The worker would take its own dead letters and run them forever.
             raise ValueError(f"dead prefix {dead_prefix!r} matches the job pattern")
@@ -214,6 +237,8 @@ class Worker:
         self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.dead_prefix = dead_prefix
         self.drain_timeout = drain_timeout
+        #: How long no job is claimed after a state loss (see _note_state_loss).
+        self.lens_loss_pause = lease if lens_loss_pause is None else lens_loss_pause
         self._take_wait = take_wait
         self._rng = random.Random(seed)
         self._counts: Counter[str] = Counter()
@@ -225,13 +250,21 @@ class Worker:
         self._stopping = asyncio.Event()
         self._started = False
         self._lens_ok = True
+        #: The Lens's state_losses as this worker last saw it.
+        self._generation = lens.state_losses
+        #: time.monotonic() before which no job is claimed (after a state loss).
+        self._claim_after = 0.0
         self._jobs: set[asyncio.Task[None]] = set()
         self._running: dict[asyncio.Task[None], _Running] = {}
         self._drain_expired = False
         self._stop_deadline: float | None = None
 
     def stats(self) -> WorkerStats:
-        return WorkerStats(running=len(self._running), lens_reachable=self._lens_ok, **self._counts)
+        return WorkerStats(
+            running=len(self._running),
+            lens_reachable=self._lens_ok and not self._loss_pause_left(),
+            **self._counts,
+        )
 
     def stop(self) -> None:
         """Begin a graceful drain; :meth:`run` returns when it is over."""
@@ -274,6 +307,11 @@ class Worker:
     async def _fetch(self, tasks: asyncio.TaskGroup) -> None:
         """Take and claim jobs for free slots until the worker stops."""
         while free := await self._slots.acquire_all():
+            self._note_state_loss()
+            if paused := self._loss_pause_left():
+                self._slots.release(free)
+                await self._pause(paused)
+                continue
             if not self._lens_ok:
                 self._slots.release(free)
                 await self._wait_for_lens()
@@ -393,6 +431,11 @@ class Worker:
         if not keyed:
             return
         requests = [(key, self._after_failure(e, LOST_WORKER)) for _, key, e in keyed]
+        if self._note_state_loss():
+            # A loss another call found while these were reserved: pause first.
+            await self._put_back(keyed)
+            return
+        generation = self._generation
         try:
             outcomes = await self._lens.claim_many(requests, self.owner, self.lease)
         except LensError as exc:
@@ -401,13 +444,8 @@ class Worker:
             self._count("lens_unavailable", len(keyed))
             self._lens_ok = False
             log.warning("Lens unavailable (%s): %d jobs go back into the space", exc, len(keyed))
-            if self._reserving is not None:
-                await self._settle_reservations([item.id for item, _, _ in keyed], ack=False)
-                self._slots.release(len(keyed))
-            else:
-                for _, _, envelope in keyed:
-                    await self._write_back(envelope.seal())
-                    self._slots.release()
+            self._note_state_loss()
+            await self._put_back(keyed)
             if not isinstance(exc, LensUnavailable):
                 # Redis answers pings but refuses the script: do not spin on it.
                 await self._pause(_OUTAGE_BACKOFF[1])
@@ -422,9 +460,21 @@ class Worker:
                 self._slots.release()
                 continue
             job = Job(envelope.payload, item.id, outcome.key, envelope.attempt, outcome)
-            task = tasks.create_task(self._run_job(job, envelope), name=f"job {job.key}")
+            run = self._run_job(job, envelope, generation)
+            task = tasks.create_task(run, name=f"job {job.key}")
             self._jobs.add(task)
             task.add_done_callback(self._jobs.discard)
+
+    async def _put_back(self, keyed: list[tuple[Tuple, str, Envelope]]) -> None:
+        """Put unclaimed jobs back into the space: release their reservations
+        (live again in their places), or write them back with their keys."""
+        if self._reserving is not None:
+            await self._settle_reservations([item.id for item, _, _ in keyed], ack=False)
+            self._slots.release(len(keyed))
+            return
+        for _, _, envelope in keyed:
+            await self._write_back(envelope.seal())
+            self._slots.release()
 
     async def _keyed(self, item: Tuple) -> tuple[str, Envelope] | None:
         """The tuple's claim key, and its envelope carrying it; ``None`` if the
@@ -444,21 +494,25 @@ class Worker:
 
     # -- running a claimed job ----------------------------------------------------------
 
-    async def _run_job(self, job: Job, envelope: Envelope) -> None:
+    async def _run_job(self, job: Job, envelope: Envelope, generation: int) -> None:
         try:
-            await self._run_claimed(job, envelope)
+            await self._run_claimed(job, envelope, generation)
         finally:
             self._slots.release()
 
-    async def _run_claimed(self, job: Job, envelope: Envelope) -> None:
+    async def _run_claimed(self, job: Job, envelope: Envelope, generation: int) -> None:
         # The handler runs in this task: the heartbeat cancels this task to stop
         # it, marking why first, and this task then carries on (uncancelled).
         me = asyncio.current_task()
         if me is None:
             raise RuntimeError("a job runs in a task")
-        state = self._running[me] = _Running(job.claim)
+        state = self._running[me] = _Running(job.claim, generation)
         error: Exception | None = None
         try:
+            if generation < self._generation:
+                # Claimed before a loss the worker saw while this task waited to
+                # start: the claim is gone, so the handler must not run.
+                raise ClaimLost(job.key, job.token, "Redis lost the Lens's state")
             await self._handler(job)
         except asyncio.CancelledError:
             if state.interrupted is None:
@@ -470,9 +524,16 @@ class Worker:
             if state.interrupted is not None:
                 me.uncancel()
         claim = job.claim
+        self._note_state_loss()
+        forgotten = generation < self._generation
         if state.interrupted == "abandoned":
-            if await self._hand_back(claim, envelope.seal()):
+            if await self._hand_back(claim, envelope.seal(), forgotten=forgotten):
                 self._count("handed_back")
+            return
+        if forgotten and (state.interrupted == "lost" or isinstance(error, LensError)):
+            # Redis forgot the claim and its in-flight record: this worker holds
+            # the job's only copy. The same attempt again: the job did not fail.
+            await self._hand_back(claim, envelope.seal(), forgotten=True)
             return
         if state.interrupted == "lost":
             self._count("claims_lost")
@@ -489,7 +550,8 @@ class Worker:
         log.info("%s attempt %d failed: %s", job.key, job.attempt, text)
         last = job.attempt >= self.max_attempts
         delay = 0.0 if last else self.backoff.delay(job.attempt, self._rng)
-        if await self._hand_back(claim, self._after_failure(envelope, text), delay):
+        payload = self._after_failure(envelope, text)
+        if await self._hand_back(claim, payload, delay, forgotten=forgotten):
             self._count("dead" if last else "retried")
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
@@ -500,6 +562,8 @@ class Worker:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
+            # A loss met by the completions, the reaper or a handler's verify().
+            self._note_state_loss()
             running = list(self._running.items())
             if not running:
                 continue
@@ -507,6 +571,8 @@ class Worker:
                 outcomes = await self._lens.extend_many([state.claim for _, state in running])
             except LensError as exc:
                 self._lens_ok = False
+                if self._note_state_loss():
+                    continue  # every claim sent was from before the loss: all interrupted
                 for task, state in running:
                     if state.claim.remaining() <= interval:
                         log.warning(
@@ -532,11 +598,25 @@ class Worker:
             return bury(envelope.failed(error), self.dead_prefix)
         return envelope.next_attempt(error).seal()
 
-    async def _hand_back(self, claim: HeldClaim, payload: bytes, delay: float = 0.0) -> bool:
+    async def _hand_back(
+        self, claim: HeldClaim, payload: bytes, delay: float = 0.0, *, forgotten: bool = False
+    ) -> bool:
         """Hand the claim back with ``payload`` to re-offer after ``delay``; when
-        that is now, write it back at once rather than at the reaper's next pass."""
+        that is now, write it back at once rather than at the reaper's next pass.
+
+        A ``forgotten`` claim is one from before a state loss: when the Lens no
+        longer has it, Redis forgot its in-flight record too, so the worker
+        writes ``payload`` into the space itself (now: the delay was in the
+        lost record). Should the claim still be held after all (granted just
+        after the loss), the hand-back succeeds and nothing is written twice.
+        """
         if not await self._settle(claim, lambda: claim.hand_back(payload, delay)):
-            return False
+            if not forgotten:
+                return False
+            log.warning("%s: Redis forgot its claim; writing the job back", claim.key)
+            await self._write_back(payload)
+            self._count("rescued")
+            return True
         if delay == 0:
             try:
                 await self._reaper.reoffer(claim.key)
@@ -579,6 +659,52 @@ class Worker:
                 delay = min(delay * 2, _OUTAGE_BACKOFF[1])
             else:
                 return True
+
+    def _note_state_loss(self) -> bool:
+        """Act on a state loss the Lens counted since the worker last looked
+        (any call can meet it: a claim, a heartbeat, a completion, the reaper,
+        a handler's ``verify()``); ``True`` if there was one.
+
+        Once per loss: one error line for the operator and the
+        ``lens_state_losses`` count; the handlers running under claims from
+        before the loss are cancelled (the claims are gone) and their jobs
+        written back (:meth:`_hand_back`); and no job is claimed for
+        ``lens_loss_pause`` seconds.
+
+        Why pause, when the Lens works again at once: after a loss two holders
+        of one job can run at once, the one from before (until its heartbeat
+        finds the claim gone) and a new one. Every holder from before stops
+        within one lease of the loss: its heartbeat finds the loss within a
+        third of a lease, or its own clock ends its lease. So a worker that
+        waits one lease (the default) after it saw the loss claims nothing
+        that a holder from before may still be running, and the operator sees
+        the alarm before new work flows. Completions, hand-backs and the
+        reaper go on meanwhile: they only finish or re-offer.
+        """
+        losses = self._lens.state_losses
+        if losses <= self._generation:
+            return False
+        self._count("lens_state_losses", losses - self._generation)
+        self._generation = losses
+        self._claim_after = time.monotonic() + self.lens_loss_pause
+        forgotten = [task for task, state in self._running.items() if state.generation < losses]
+        log.error(
+            "worker %s: Redis LOST THE LENS'S STATE (flushed, or restarted without "
+            "persistence): every claim, done marker and in-flight job from before is gone. "
+            "Cancelling %d running handlers and writing their jobs back; claiming nothing "
+            "for %.1fs. Jobs only in flight on other (dead) workers are lost and completed "
+            "jobs may run again. Operator: fix Redis persistence (appendonly yes, "
+            "appendfsync always) and follow docs/coordination.md, 'A Redis that forgets'",
+            self.owner, len(forgotten), self.lens_loss_pause,
+        )  # fmt: skip
+        for task in forgotten:
+            self._interrupt(task, "lost")
+        return True
+
+    def _loss_pause_left(self) -> float:
+        """Seconds left of the pause after a state loss (0 when not paused).
+        On ``time.monotonic()``: ``stats()`` is also read from a metrics thread."""
+        return max(0.0, self._claim_after - time.monotonic())
 
     async def _wait_for_lens(self) -> None:
         delay = _OUTAGE_BACKOFF[0]
