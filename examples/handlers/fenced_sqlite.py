@@ -1,14 +1,34 @@
 """A result store that refuses a stale writer: SQLite, a conditional upsert.
 
-The same guarantee as :mod:`examples.handlers.fenced_redis`, for results that
-live in a SQL database: the row keeps the fencing token that wrote it, and
-the update only happens when the new token is not lower::
+For results that live in a SQL database, which cannot see the Lens: the row
+keeps the fencing token that wrote it, and the update only happens when the
+new token is not lower::
 
     INSERT INTO results (key, token, value) VALUES (?, ?, ?)
     ON CONFLICT (key) DO UPDATE SET token = excluded.token, value = excluded.value
     WHERE excluded.token >= results.token
 
-No row changed means a higher token wrote first: the writer is stale.
+No row changed means a higher token wrote first: the writer is stale
+(:class:`StaleToken`, a ``ClaimLost``).
+
+Its limit, exactly: the store refuses a stale holder only once a newer
+holder has written. A holder whose claim expired, and whose job nobody has
+written since, still writes::
+
+    t0  worker A claims job k, token 41; verify() passes; A stalls
+    t1  A's lease expires; the job is re-offered
+    t2  A wakes up, writes with token 41                      -> stored (the limit)
+    t3  worker B claims k, token 57, writes                   -> stored, over A's
+    t4  A writes with token 41 again                          -> StaleToken
+
+So the handler calls ``job.verify()`` right before the write: it refuses
+unless the claim holds for at least the Lens's safety margin longer, which
+leaves only the window between ``verify()`` answering and the write
+committing (including any wait for SQLite's write lock). A write that lands
+in that window after the lease ran out is stored, as at t2; it is overwritten
+by the newer holder's result, which is why the effect must be one that a
+newer holder's write replaces. :mod:`examples.handlers.fenced_redis`, beside
+the Lens, has no such window.
 """
 
 from __future__ import annotations
@@ -63,7 +83,7 @@ class FencedSqliteStore:
             return bool(changed)
 
         if not await self._db.run(write):
-            raise StaleToken(f"{key}: token {token} is older than the stored one")
+            raise StaleToken(key, token, "a higher token wrote first")
 
     async def get(self, key: str) -> tuple[int, bytes] | None:
         def read(db: sqlite3.Connection) -> tuple[int, bytes] | None:
@@ -81,10 +101,12 @@ class FencedSqliteStore:
 
 
 def fenced_handler(store: FencedSqliteStore) -> Handler:
+    """A handler that computes a result and stores it under the job's token."""
+
     async def handle(job: Job) -> None:
         result = job.payload.upper()  # the job's real work goes here
-        await job.verify()
-        await store.put(job.key, job.token, result)
+        await job.verify()  # the only check of the claim itself: keep it right before ...
+        await store.put(job.key, job.token, result)  # ... the write, which checks tokens only
 
     return handle
 
