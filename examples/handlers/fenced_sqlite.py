@@ -21,14 +21,16 @@ written since, still writes::
     t3  worker B claims k, token 57, writes                   -> stored, over A's
     t4  A writes with token 41 again                          -> StaleToken
 
-So the handler calls ``job.verify()`` right before the write: it refuses
-unless the claim holds for at least the Lens's safety margin longer, which
-leaves only the window between ``verify()`` answering and the write
-committing (including any wait for SQLite's write lock). A write that lands
-in that window after the lease ran out is stored, as at t2; it is overwritten
-by the newer holder's result, which is why the effect must be one that a
-newer holder's write replaces. :mod:`examples.handlers.fenced_redis`, beside
-the Lens, has no such window.
+So the handler passes ``job.verify`` to :meth:`FencedSqliteStore.put`, which
+takes SQLite's write lock first, then awaits ``verify()``, then writes and
+commits. ``verify()`` refuses unless the claim holds for at least the Lens's
+safety margin longer, so a write that commits within the margin of
+``verify()`` answering commits under a live claim. What remains is that
+window: a holder that stalls between ``verify()`` answering and the commit
+for longer than the margin (a GC pause, a SIGSTOP) writes as at t2. Its
+result stays until the newer holder's replaces it, which is why the effect
+must be one that a newer holder's write replaces.
+:mod:`examples.handlers.fenced_redis`, beside the Lens, has no such window.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from coordinator import Handler, Job
@@ -67,8 +69,16 @@ class FencedSqliteStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self._db.__aexit__(None, None, None)
 
-    async def put(self, key: str, token: int, value: bytes) -> None:
-        """Store ``value`` for ``key`` unless a higher token wrote first (:class:`StaleToken`)."""
+    async def put(
+        self,
+        key: str,
+        token: int,
+        value: bytes,
+        verify: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Store ``value`` for ``key`` unless a higher token wrote first
+        (:class:`StaleToken`). ``verify`` (``job.verify``) is awaited with the
+        write lock held, right before the write; its ``ClaimLost`` writes nothing."""
 
         def write(db: sqlite3.Connection) -> bool:
             row = db.execute("SELECT token FROM results WHERE key = ?", (key,)).fetchone()
@@ -82,7 +92,7 @@ class FencedSqliteStore:
                 db.execute("INSERT INTO applied (key, token) VALUES (?, ?)", (key, token))
             return bool(changed)
 
-        if not await self._db.run(write):
+        if not await self._db.run(write, first=verify):
             raise StaleToken(key, token, "a higher token wrote first")
 
     async def get(self, key: str) -> tuple[int, bytes] | None:
@@ -105,8 +115,9 @@ def fenced_handler(store: FencedSqliteStore) -> Handler:
 
     async def handle(job: Job) -> None:
         result = job.payload.upper()  # the job's real work goes here
-        await job.verify()  # the only check of the claim itself: keep it right before ...
-        await store.put(job.key, job.token, result)  # ... the write, which checks tokens only
+        # verify() is the only check of the claim itself (the store checks tokens):
+        # the store runs it with its write lock held, right before the write.
+        await store.put(job.key, job.token, result, verify=job.verify)
 
     return handle
 

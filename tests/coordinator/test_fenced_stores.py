@@ -8,7 +8,9 @@ documented limit, checked here too).
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -119,6 +121,49 @@ async def test_sqlite_handler_verifies_before_it_writes(lens: Lens, tmp_path: Pa
         with pytest.raises(ClaimLost):
             await fenced_sqlite.fenced_handler(store)(job)
         assert await store.get("k") is None
+        await store.put("k", a.token + 1, b"next")  # the refusal left no transaction open
+
+
+async def test_sqlite_store_verifies_with_its_write_lock_held(tmp_path: Path) -> None:
+    """No wait for the write lock lies between verify() and the write: while
+    verify() runs, another connection cannot begin a write."""
+    path = tmp_path / "results.db"
+
+    def begin_elsewhere() -> None:
+        other = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+        finally:
+            other.close()
+
+    async def verify() -> None:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            await asyncio.to_thread(begin_elsewhere)
+
+    async with FencedSqliteStore(path) as store:
+        await store.put("k", 1, b"v", verify=verify)
+        assert await store.get("k") == (1, b"v")
+    await asyncio.to_thread(begin_elsewhere)  # and the lock is released after
+
+
+async def test_sqlite_store_cancelled_in_verify_writes_nothing(tmp_path: Path) -> None:
+    """A handler cancelled while verify() waits (the heartbeat found its claim
+    lost) rolls the write back, and the store keeps working."""
+    verifying = asyncio.Event()
+
+    async def verify() -> None:
+        verifying.set()
+        await asyncio.Event().wait()
+
+    async with FencedSqliteStore(tmp_path / "results.db") as store:
+        put = asyncio.create_task(store.put("k", 1, b"v", verify=verify))
+        await verifying.wait()
+        put.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await put
+        assert await store.get("k") is None
+        await store.put("k", 2, b"w")
+        assert await store.applied() == [("k", 2)]
 
 
 @pytest.mark.slow
