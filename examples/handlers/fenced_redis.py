@@ -1,22 +1,35 @@
-"""A result store that refuses a stale writer: fencing tokens checked in Lua.
+"""A result store that refuses a stale writer, beside the Lens, in one Lua step.
 
 Use it when a job's effect *overwrites state* (a row, a document, a file): a
-worker that lost its claim (a long GC pause, a partition) and wakes up late
-must not clobber what the newer holder wrote. Every write carries the job's
-fencing token; the store keeps the highest token it has seen per job and
-refuses a lower one, atomically::
+worker that lost its claim (a long GC pause, a SIGSTOP, a partition) and
+wakes up late must not clobber the job's result. The store lives in the
+Lens's Redis database, so its write script can read the Lens's claim key for
+the job (``<lens ns>:claim:<key>``, which holds the live claim's fencing
+token and expires with the lease) and writes only if it holds exactly the
+writer's token. So a stale holder is refused whether or not a newer holder
+has written yet::
 
-    t0  worker A claims job k, token 41; stalls before writing
-    t1  A's lease expires; the job is re-offered; worker B claims k, token 57
-    t2  B writes k's result with token 57                     -> stored
-    t3  A wakes up, writes with token 41                      -> StaleToken
+    t0  worker A claims job k, token 41; stalls after verify(), before its write
+    t1  A's lease expires: <ns>:claim:k is gone
+    t2  A wakes up, writes with token 41                      -> StaleToken
+    t3  the job is re-offered; worker B claims k, token 57
+    t4  A writes with token 41 again                          -> StaleToken
+    t5  B writes k's result with token 57                     -> stored
 
-``job.verify()`` right before the write already refuses A at t3 in the common
-case; the token check closes the window between ``verify()`` and the write.
+The store also keeps the highest token that wrote each job and refuses a
+lower one, as a store that cannot see the Lens must
+(:mod:`examples.handlers.fenced_sqlite`); beside the Lens that check is a
+second line, for a claim key that came back in a way the Lens did not grant
+(a restored backup, a hand-written key).
 
-Writing the same token again is accepted (the same holder repeating itself).
-Each write that stores a new token is appended to an audit list, so a test
-(or an operator) can count how many times each job's effect was applied.
+Writing the same token again is accepted while the claim is live (the same
+holder repeating itself after a lost reply). Each write that stores a new
+token is appended to an audit list, so a test (or an operator) can count how
+many times each job's effect was applied.
+
+A refused write raises :class:`StaleToken`, a :class:`coordinator.ClaimLost`:
+the worker counts the job's claim as lost, and the newer holder (or the
+re-offer) runs it.
 """
 
 from __future__ import annotations
@@ -27,56 +40,94 @@ from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
 
-from coordinator import Handler, Job
+from coordinator import ClaimLost, Handler, Job
+from coordinator.keys import DEFAULT_NAMESPACE, KeySchema
 from node.resource import AsyncResource
 
-#: KEYS[1] <ns>:result:<job key> (hash: token, value)
-#: KEYS[2] <ns>:applied (list of "<job key> <token>", one per new token stored)
+#: KEYS[1] <lens ns>:claim:<job key> (the Lens's claim: the live holder's token)
+#: KEYS[2] <ns>:result:{<lens ns>:claim:<job key>} (hash: token, value)
+#: KEYS[3] <ns>:applied (list of "<job key> <token>", one per new token stored)
 #: ARGV[1] the writer's fencing token; ARGV[2] the value; ARGV[3] the job key
-#: Returns 1 stored (or repeated by the same token), 0 refused: a higher token wrote first.
-_STORE_IF_NOT_STALE = """
-local held = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+#: Returns 1 stored (or repeated by the same token); -1 refused: the claim is
+#: not the writer's (expired, completed, released or taken over); 0 refused:
+#: a higher token wrote first.
+#:
+#: Tokens are compared as the strings the Lens wrote (claim.lua formats them
+#: with %d, as redis-py sends an int), so no precision is at stake there; the
+#: order check uses Lua numbers, exact below 2^53 (coordinator.keys).
+_STORE_IF_CLAIM_LIVE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+local held = tonumber(redis.call('HGET', KEYS[2], 'token') or '0')
 local token = tonumber(ARGV[1])
 if token < held then
   return 0
 end
 if token > held then
-  redis.call('RPUSH', KEYS[2], ARGV[3] .. ' ' .. ARGV[1])
+  redis.call('RPUSH', KEYS[3], ARGV[3] .. ' ' .. ARGV[1])
 end
-redis.call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
+redis.call('HSET', KEYS[2], 'token', ARGV[1], 'value', ARGV[2])
 return 1
 """
 
+_NOT_LIVE, _OLDER = -1, 0
 
-class StaleToken(Exception):
-    """A write with a token lower than one already stored for the job."""
+
+class StaleToken(ClaimLost):
+    """A write refused: the writer's claim is not the live one, or a higher
+    token wrote first. A :class:`coordinator.ClaimLost` (``key``, ``token``,
+    ``reason``)."""
 
 
 class FencedRedisStore(AsyncResource):
-    """Results by job key, each kept with the fencing token that wrote it."""
+    """Results by job key, in the Lens's Redis database, each written only
+    under the job's live claim and kept with the token that wrote it.
 
-    def __init__(self, client: Redis, namespace: str = "example:fenced") -> None:
+    ``lens_namespace`` must be the Lens's (``forum worker --namespace``); the
+    client must reach the Lens's Redis and database (``--redis-url``).
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        namespace: str = "example:fenced",
+        lens_namespace: str = DEFAULT_NAMESPACE,
+    ) -> None:
         self._client = client
         self._namespace = namespace
-        self._store = client.register_script(_STORE_IF_NOT_STALE)
+        self._lens = KeySchema(lens_namespace)
+        self._store = client.register_script(_STORE_IF_CLAIM_LIVE)
 
     @classmethod
-    def from_url(cls, url: str, namespace: str = "example:fenced") -> FencedRedisStore:
-        return cls(Redis.from_url(url), namespace)
+    def from_url(
+        cls, url: str, namespace: str = "example:fenced", lens_namespace: str = DEFAULT_NAMESPACE
+    ) -> FencedRedisStore:
+        return cls(Redis.from_url(url), namespace, lens_namespace)
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    def _result(self, key: str) -> str:
+        # The hash tag is the Lens's claim key, so under Redis Cluster the
+        # result would share the claim's slot (a job key with no braces).
+        return f"{self._namespace}:result:{{{self._lens.claim(key)}}}"
+
     async def put(self, key: str, token: int, value: bytes) -> None:
-        """Store ``value`` for ``key`` unless a higher token wrote first (:class:`StaleToken`)."""
-        keys = [f"{self._namespace}:result:{key}", f"{self._namespace}:applied"]
-        if not await self._store(keys=keys, args=[token, value, key]):
-            raise StaleToken(f"{key}: token {token} is older than the stored one")
+        """Store ``value`` for ``key`` if ``token`` holds the job's live claim
+        and no higher token wrote first; :class:`StaleToken` otherwise."""
+        keys = [self._lens.claim(key), self._result(key), f"{self._namespace}:applied"]
+        stored = await self._store(keys=keys, args=[token, value, key])
+        if stored == _NOT_LIVE:
+            raise StaleToken(
+                key, token, f"not the live claim in {keys[0]} (expired, completed or taken over)"
+            )
+        if stored == _OLDER:
+            raise StaleToken(key, token, "a higher token wrote first")
 
     async def get(self, key: str) -> tuple[int, bytes] | None:
         """The stored ``(token, value)`` for ``key``, or ``None``."""
-        key_name = f"{self._namespace}:result:{key}"
-        token, value = await self._client.hmget(key_name, ["token", "value"])
+        token, value = await self._client.hmget(self._result(key), ["token", "value"])
         if token is None or not isinstance(value, bytes):
             return None
         return int(token), value
@@ -90,18 +141,23 @@ class FencedRedisStore(AsyncResource):
 
 
 def fenced_handler(store: FencedRedisStore) -> Handler:
-    """A handler that computes a result and stores it under the job's token."""
+    """A handler that computes a result and stores it under the job's claim."""
 
     async def handle(job: Job) -> None:
         result = job.payload.upper()  # the job's real work goes here
-        await job.verify()  # the claim still holds, with margin to spare ...
-        await store.put(job.key, job.token, result)  # ... and a late writer is refused
+        await job.verify()  # fail early, before the write, if the claim is gone ...
+        await store.put(job.key, job.token, result)  # ... the store re-checks it atomically
 
     return handle
 
 
 @contextlib.asynccontextmanager
 async def open_handler() -> AsyncIterator[Handler]:
-    """For the CLI: the store at ``$FORUM_EXAMPLE_REDIS_URL``."""
-    async with FencedRedisStore.from_url(os.environ["FORUM_EXAMPLE_REDIS_URL"]) as store:
+    """For the CLI: the store in the Lens's Redis database
+    ``$FORUM_EXAMPLE_REDIS_URL`` (the same URL as ``--redis-url``), beside the
+    Lens namespace ``$FORUM_EXAMPLE_LENS_NAMESPACE`` (default ``forum:lens``,
+    as ``--namespace``)."""
+    url = os.environ["FORUM_EXAMPLE_REDIS_URL"]
+    namespace = os.environ.get("FORUM_EXAMPLE_LENS_NAMESPACE", DEFAULT_NAMESPACE)
+    async with FencedRedisStore.from_url(url, lens_namespace=namespace) as store:
         yield fenced_handler(store)

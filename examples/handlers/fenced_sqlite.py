@@ -1,14 +1,36 @@
 """A result store that refuses a stale writer: SQLite, a conditional upsert.
 
-The same guarantee as :mod:`examples.handlers.fenced_redis`, for results that
-live in a SQL database: the row keeps the fencing token that wrote it, and
-the update only happens when the new token is not lower::
+For results that live in a SQL database, which cannot see the Lens: the row
+keeps the fencing token that wrote it, and the update only happens when the
+new token is not lower::
 
     INSERT INTO results (key, token, value) VALUES (?, ?, ?)
     ON CONFLICT (key) DO UPDATE SET token = excluded.token, value = excluded.value
     WHERE excluded.token >= results.token
 
-No row changed means a higher token wrote first: the writer is stale.
+No row changed means a higher token wrote first: the writer is stale
+(:class:`StaleToken`, a ``ClaimLost``).
+
+Its limit, exactly: the store refuses a stale holder only once a newer
+holder has written. A holder whose claim expired, and whose job nobody has
+written since, still writes::
+
+    t0  worker A claims job k, token 41; verify() passes; A stalls
+    t1  A's lease expires; the job is re-offered
+    t2  A wakes up, writes with token 41                      -> stored (the limit)
+    t3  worker B claims k, token 57, writes                   -> stored, over A's
+    t4  A writes with token 41 again                          -> StaleToken
+
+So the handler passes ``job.verify`` to :meth:`FencedSqliteStore.put`, which
+takes SQLite's write lock first, then awaits ``verify()``, then writes and
+commits. ``verify()`` refuses unless the claim holds for at least the Lens's
+safety margin longer, so a write that commits within the margin of
+``verify()`` answering commits under a live claim. What remains is that
+window: a holder that stalls between ``verify()`` answering and the commit
+for longer than the margin (a GC pause, a SIGSTOP) writes as at t2. Its
+result stays until the newer holder's replaces it, which is why the effect
+must be one that a newer holder's write replaces.
+:mod:`examples.handlers.fenced_redis`, beside the Lens, has no such window.
 """
 
 from __future__ import annotations
@@ -16,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from coordinator import Handler, Job
@@ -47,8 +69,16 @@ class FencedSqliteStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self._db.__aexit__(None, None, None)
 
-    async def put(self, key: str, token: int, value: bytes) -> None:
-        """Store ``value`` for ``key`` unless a higher token wrote first (:class:`StaleToken`)."""
+    async def put(
+        self,
+        key: str,
+        token: int,
+        value: bytes,
+        verify: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Store ``value`` for ``key`` unless a higher token wrote first
+        (:class:`StaleToken`). ``verify`` (``job.verify``) is awaited with the
+        write lock held, right before the write; its ``ClaimLost`` writes nothing."""
 
         def write(db: sqlite3.Connection) -> bool:
             row = db.execute("SELECT token FROM results WHERE key = ?", (key,)).fetchone()
@@ -62,8 +92,8 @@ class FencedSqliteStore:
                 db.execute("INSERT INTO applied (key, token) VALUES (?, ?)", (key, token))
             return bool(changed)
 
-        if not await self._db.run(write):
-            raise StaleToken(f"{key}: token {token} is older than the stored one")
+        if not await self._db.run(write, first=verify):
+            raise StaleToken(key, token, "a higher token wrote first")
 
     async def get(self, key: str) -> tuple[int, bytes] | None:
         def read(db: sqlite3.Connection) -> tuple[int, bytes] | None:
@@ -81,10 +111,13 @@ class FencedSqliteStore:
 
 
 def fenced_handler(store: FencedSqliteStore) -> Handler:
+    """A handler that computes a result and stores it under the job's token."""
+
     async def handle(job: Job) -> None:
         result = job.payload.upper()  # the job's real work goes here
-        await job.verify()
-        await store.put(job.key, job.token, result)
+        # verify() is the only check of the claim itself (the store checks tokens):
+        # the store runs it with its write lock held, right before the write.
+        await store.put(job.key, job.token, result, verify=job.verify)
 
     return handle
 

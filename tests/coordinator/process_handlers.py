@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
 
 from coordinator import Handler, Job
-from examples.handlers.fenced_redis import open_handler
+from examples.handlers.fenced_redis import FencedRedisStore, open_handler
 
 #: A Redis list of "<key> <token> <owner>", one per handler start.
 STARTED = "test:started"
@@ -48,3 +49,23 @@ async def slow_fenced() -> AsyncIterator[Handler]:
 async def fail(job: Job) -> None:
     """Always fails: the job ends up dead-lettered."""
     raise RuntimeError(f"cannot do {job.payload!r}")
+
+
+@contextlib.asynccontextmanager
+async def stop_before_first_write() -> AsyncIterator[Handler]:
+    """The fenced Redis example, except that a job named ``job/k`` on its first
+    attempt SIGSTOPs the worker between ``verify()`` and the write: a stall
+    (a GC pause, a VM freeze) at the worst moment. The test sends SIGCONT."""
+    async with (
+        Redis.from_url(os.environ["FORUM_EXAMPLE_REDIS_URL"]) as client,
+        FencedRedisStore.from_url(os.environ["FORUM_EXAMPLE_REDIS_URL"]) as store,
+    ):
+
+        async def handle(job: Job) -> None:
+            await client.rpush(STARTED, f"{job.key} {job.token}")
+            await job.verify()
+            if job.payload == b"job/k" and job.attempt == 1:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            await store.put(job.key, job.token, job.payload)
+
+        yield handle

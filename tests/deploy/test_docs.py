@@ -36,6 +36,7 @@ OTHER_VARIABLES = {
     "FORUM_NODE",  # the client commands' --node
     "FORUM_REDIS_URL",  # forum worker --redis-url
     "FORUM_EXAMPLE_REDIS_URL",  # examples/handlers/fenced_redis.py
+    "FORUM_EXAMPLE_LENS_NAMESPACE",  # examples/handlers/fenced_redis.py
     "FORUM_EXAMPLE_SQLITE",  # the SQLite examples
 }
 
