@@ -6,12 +6,10 @@ refuses to grow the segment file (EFBIG), as a full disk would.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fixtures.children import run_python
 
 CHILD = textwrap.dedent(
     """
@@ -46,14 +44,7 @@ CHILD = textwrap.dedent(
 
 
 def test_failed_tombstone_append_keeps_the_tuple_live(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    out = run_python(CHILD, str(tmp_path))
     assert "take failed:" in out and "File too large" in out
     assert "live ['job/1', 'job/2']" in out
     assert "read job/1" in out
@@ -61,27 +52,16 @@ def test_failed_tombstone_append_keeps_the_tuple_live(tmp_path: Path) -> None:
     # Once the disk has room again the same tuple is taken, in its old place,
     # and the log holds no half record (the reopen below would refuse it).
     assert "take after job/1" in out
-    reopen = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                """
-            import asyncio, sys
-            from node import Forum, Pattern, Strand, StrandConfig
-            async def main():
-                f = Forum(await Strand.open(StrandConfig().with_storage(sys.argv[1])))
-                print(sorted(t.payload.decode() for t in f.list(Pattern(b"")).tuples))
-                await f.close()
-            asyncio.run(main())
-            """
-            ),
-            str(tmp_path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    reopen = run_python(
+        """
+        import asyncio, sys
+        from node import Forum, Pattern, Strand, StrandConfig
+        async def main():
+            f = Forum(await Strand.open(StrandConfig().with_storage(sys.argv[1])))
+            print(sorted(t.payload.decode() for t in f.list(Pattern(b"")).tuples))
+            await f.close()
+        asyncio.run(main())
+        """,
+        str(tmp_path),
+    )
     assert reopen.strip() == "['job/2']"

@@ -23,8 +23,6 @@ import asyncio
 import errno
 import os
 import random
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -37,9 +35,9 @@ from node.codec import encode_entry
 from node.entries import MAX_ORIGIN_LENGTH
 from node.errors import RecordTooLarge
 from node.strand import payload_limit
+from tests.fixtures.children import run_python
 from tests.fixtures.tmpfs import fill, remount
 
-ROOT = Path(__file__).resolve().parents[2]
 #: No step may take longer than this to answer, fault or not.
 ANSWER = 5.0
 SEGMENT = 4096
@@ -437,14 +435,7 @@ EFBIG_CHILD = textwrap.dedent(
 
 
 def test_efbig_on_a_record_refuses_fast_then_works_again(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", EFBIG_CHILD, str(tmp_path / "s")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    out = run_python(EFBIG_CHILD, str(tmp_path / "s"))
     assert out.count("refused:") == 3 and "File too large" in out
     assert "broken: None" in out
     assert "acked: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]" in out
