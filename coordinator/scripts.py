@@ -116,9 +116,11 @@ class Scripts:
             async with self._client.pipeline(transaction=False) as pipe:
                 for i in todo:
                     script_keys, argv = self._arguments(calls[i])
-                    pipe.evalsha(
-                        self._bound[calls[i].name].sha, len(script_keys), *script_keys, *argv
-                    )
+                    sha = self._bound[calls[i].name].sha
+                    # Not pipe.evalsha(): a cluster pipeline refuses that method
+                    # (it cannot load a script for us), yet routes the command
+                    # by its first key; NOSCRIPT is handled here.
+                    pipe.execute_command("EVALSHA", sha, len(script_keys), *script_keys, *argv)
                 waits = self._add_waits(pipe, [calls[i] for i in todo])
                 results = await pipe.execute(raise_on_error=False)
             for i, result in zip(todo, results, strict=False):
