@@ -145,6 +145,10 @@ class LensConfig:
     wait_replicas: int = 0
     #: The longest ``WAIT``; shorter than ``timeout``, which bounds the reply.
     wait_timeout: float = 0.5
+    #: Wait with ``WAITAOF`` instead: each batch's writes fsynced to the
+    #: master's AOF and to ``wait_replicas`` replicas' AOFs. Needs Redis 7.2
+    #: or newer (and ``appendonly yes``); an older one is refused at first use.
+    wait_aof: bool = False
 
     def __post_init__(self) -> None:
         RedisTarget.from_url(self.url)
@@ -156,7 +160,7 @@ class LensConfig:
             raise ValueError("safety_margin must not be negative")
         if self.wait_replicas < 0:
             raise ValueError("wait_replicas must not be negative")
-        if self.wait_replicas and self.wait_timeout >= self.timeout:
+        if (self.wait_replicas or self.wait_aof) and self.wait_timeout >= self.timeout:
             raise ValueError("wait_timeout must be shorter than timeout")
 
 
@@ -336,8 +340,8 @@ class Lens(AsyncResource):
             options["retry_on_timeout"] = False  # a cluster client has no such switch
         self._redis = target.client(**options)
         wait = None
-        if config.wait_replicas:
-            wait = Wait(config.wait_replicas, _ms(config.wait_timeout))
+        if config.wait_replicas or config.wait_aof:
+            wait = Wait(config.wait_replicas, _ms(config.wait_timeout), config.wait_aof)
         self._scripts = Scripts(self._redis, self._keys, wait)
 
     @classmethod
@@ -511,6 +515,8 @@ class Lens(AsyncResource):
         in-flight records would never be re-offered (coordinator.keys)."""
         if self._schema_checked:
             return
+        if self._config.wait_aof:
+            await self._check_waitaof()
         if await self._call(self._redis.exists(self._keys.legacy_epoch)):
             raise LensError(
                 f"Redis {self._where} holds Lens namespace {self._keys.namespace!r} in the "
@@ -519,6 +525,19 @@ class Lens(AsyncResource):
                 "'Upgrading from the unsharded schema'"
             )
         self._schema_checked = True
+
+    async def _check_waitaof(self) -> None:
+        """Refuse ``wait_aof`` on a Redis older than 7.2, which has no ``WAITAOF``."""
+        info = await self._call(self._redis.info("server"))
+        # One server answers its INFO; a cluster client, a dict of every node's.
+        servers = [info] if "redis_version" in info else list(info.values())
+        for server in servers:
+            version = str(server["redis_version"])
+            if tuple(int(part) for part in version.split(".")[:2]) < (7, 2):
+                raise LensError(
+                    f"LensConfig.wait_aof needs Redis 7.2 or newer (WAITAOF); "
+                    f"Redis {self._where} runs {version}"
+                )
 
     async def _read_epochs(self) -> dict[int, str]:
         shards = self._keys.shards

@@ -69,10 +69,27 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """``WAIT replicas timeout``: how many replicas must hold a batch's writes."""
+    """How durable a batch's writes must be before it counts: ``WAIT replicas
+    timeout`` (that many replicas received them), or with ``aof``, ``WAITAOF
+    1 replicas timeout`` (fsynced to the master's AOF and to that many
+    replicas' AOFs; Redis 7.2 or newer)."""
 
     replicas: int
     timeout_ms: int
+    aof: bool = False
+
+    @property
+    def command(self) -> tuple[str | int, ...]:
+        if self.aof:
+            return ("WAITAOF", 1, self.replicas, self.timeout_ms)
+        return ("WAIT", self.replicas, self.timeout_ms)
+
+    def short(self, reply: Any) -> bool:
+        """Whether a reply to :attr:`command` counts too few copies."""
+        if self.aof:
+            local, replicas = reply
+            return int(local) < 1 or int(replicas) < self.replicas
+        return int(reply) < self.replicas
 
 
 class ReplicasBehind(RedisError):
@@ -143,7 +160,7 @@ class Scripts:
         """
         if self._wait is None or all(call.name in READ_ONLY for call in calls):
             return 0
-        command = ("WAIT", self._wait.replicas, self._wait.timeout_ms)
+        command = self._wait.command
         if not isinstance(self._client, RedisCluster):
             pipe.execute_command(*command)
             return 1
@@ -162,10 +179,10 @@ class Scripts:
         for acked in acks:
             if isinstance(acked, Exception):
                 raise acked
-            if wait is not None and int(acked) < wait.replicas:
+            if wait is not None and wait.short(acked):
+                command = " ".join(map(str, wait.command))
                 raise ReplicasBehind(
-                    f"WAIT {wait.replicas} {wait.timeout_ms}: only {acked} replica(s) "
-                    "acknowledged the Lens's writes in time"
+                    f"{command} answered {acked}: too few copies of the Lens's writes in time"
                 )
 
     def _arguments(self, call: Call) -> tuple[list[str], list[Any]]:

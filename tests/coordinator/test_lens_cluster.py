@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from coordinator import AlreadyDone, ClaimLost, Lens, LensError, LensStateLost
+from coordinator import AlreadyDone, ClaimLost, Lens, LensError, LensStateLost, LensUnavailable
 from examples.handlers.fenced_redis import FencedRedisStore, StaleToken
 from tests.fixtures.redis_server import RedisClusterServers
 
@@ -123,3 +123,18 @@ async def test_the_fenced_store_works_beside_the_lens_on_a_cluster(
         with pytest.raises(StaleToken):
             await store.put(claims[0].key, claims[0].token, b"late")
         assert sorted(await store.applied()) == sorted((c.key, c.token) for c in claims)
+
+
+async def test_a_short_wait_fails_a_batch_on_a_cluster(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    """The cluster has no replicas: the WAITs that end each master's part of
+    the pipeline answer 0, so the batch fails closed rather than pass
+    unchecked. (Which master each WAIT goes to is not told apart here: that
+    would take a cluster with replicas.)"""
+    async with Lens.from_url(redis_cluster.url, wait_replicas=1, wait_timeout=0.1) as lens:
+        with pytest.raises(LensUnavailable, match="WAIT 1 100 answered 0"):
+            await lens.claim_many([(key, None) for key in KEYS], "w", 60)
+    async with Lens.from_url(redis_cluster.url, wait_aof=True) as lens:
+        with pytest.raises(LensError, match=r"needs Redis 7\.2 or newer"):
+            await lens.claim("k:1", owner="w", lease=60)
