@@ -58,6 +58,7 @@ the Take replicated)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -319,7 +320,8 @@ class Lens(AsyncResource):
         #: the first script call reads (or creates) them, and again right
         #: after a loss in any shard (the next call reads them all again).
         self._epochs: dict[int, str] | None = None
-        self._reading_epochs = asyncio.Lock()
+        #: The one read of every marker in progress, shared by all callers.
+        self._reading: asyncio.Future[dict[int, str]] | None = None
         self._schema_checked = False
         self._state_losses = 0
         #: The largest token this Lens granted: logged at a loss, so an operator
@@ -365,7 +367,12 @@ class Lens(AsyncResource):
         return self._state_losses
 
     async def aclose(self) -> None:
-        """Close the connections to Redis."""
+        """Close the connections to Redis (ending a read of the markers that
+        every caller gave up on)."""
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, LensError):
+                await self._reading
         await self._redis.aclose()
 
     async def ping(self) -> None:
@@ -503,12 +510,29 @@ class Lens(AsyncResource):
     async def _known_epochs(self) -> dict[int, str]:
         """The epoch marker to send with a script, per shard: the ones this
         Lens saw, else the ones in Redis now, created where Redis has none.
-        Read for every shard at once, by one caller at a time."""
-        async with self._reading_epochs:
-            if self._epochs is None:
-                await self._check_schema()
-                self._epochs = await self._read_epochs()
+
+        Read for every shard at once, and once for all concurrent callers:
+        they share the one read and its outcome (a caller queueing behind
+        another's failed read would wait a timeout per caller while Redis is
+        down). Shielded, so one caller's cancellation leaves the others' read.
+        """
+        if self._epochs is not None:
             return self._epochs
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._check_and_read_epochs())
+            self._reading.add_done_callback(self._read_done)
+        return await asyncio.shield(self._reading)
+
+    async def _check_and_read_epochs(self) -> dict[int, str]:
+        await self._check_schema()
+        self._epochs = await self._read_epochs()
+        return self._epochs
+
+    def _read_done(self, reading: asyncio.Future[dict[int, str]]) -> None:
+        if self._reading is reading:
+            self._reading = None
+        if not reading.cancelled():
+            reading.exception()  # retrieved: every caller that waited got it
 
     async def _check_schema(self) -> None:
         """Refuse a namespace that an unsharded (older) Lens wrote: its

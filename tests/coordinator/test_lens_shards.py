@@ -3,12 +3,16 @@ count fixed for a namespace, and the unsharded schema refused."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 import redis
 
-from coordinator import Lens, LensError
+from coordinator import Lens, LensError, LensUnavailable
 from coordinator.keys import KeySchema
 from coordinator.redis_url import RedisTarget
+from tests.fixtures.redis_server import RedisServer
 
 
 @pytest.mark.parametrize(
@@ -70,3 +74,25 @@ def test_shards_are_stable_and_all_used() -> None:
     # crc32, not Python's hash(): the same in every process and version.
     assert schema.shard("a:1") == 6
     assert {schema.shard(f"job:{i}") for i in range(200)} == set(range(16))
+
+
+async def test_concurrent_first_calls_share_one_read_of_the_markers(
+    private_redis: RedisServer,
+) -> None:
+    """t0: a fresh Lens; Redis hangs. t1: 20 claims at once all need the
+    markers. They share one read, so all fail after one timeout, not one
+    timeout each in turn (a worker's whole batch would stall that long)."""
+    async with Lens.from_url(private_redis.url, timeout=0.3) as lens:
+        private_redis.pause()
+        try:
+            started = time.monotonic()
+            outcomes = await asyncio.gather(
+                *(lens.claim(f"k:{i}", owner="w", lease=60) for i in range(20)),
+                return_exceptions=True,
+            )
+            elapsed = time.monotonic() - started
+        finally:
+            private_redis.resume()
+        assert all(isinstance(outcome, LensUnavailable) for outcome in outcomes)
+        assert elapsed < 2.0
+        await lens.claim("k:1", owner="w", lease=60)  # a new read once Redis answers
