@@ -143,8 +143,9 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="URL",
         type=REDIS_URL,
         default=os.environ.get("FORUM_REDIS_URL", _DEFAULT_REDIS),
-        help="the Lens's Redis, or a Redis Cluster as redis+cluster://host:port[,host:port...]/ "
-        f"(default $FORUM_REDIS_URL or {_DEFAULT_REDIS})",
+        help="the Lens's Redis: redis://host:port/db, a Sentinel-managed primary as "
+        "redis+sentinel://host:port[,...]/name, or a Redis Cluster as "
+        f"redis+cluster://host:port[,...]/ (default $FORUM_REDIS_URL or {_DEFAULT_REDIS})",
     )
     add(
         "--namespace",

@@ -16,9 +16,10 @@ always``, and still above every earlier token when Redis forgot the counter
 (a ``FLUSHALL``, a restart without persistence), unless Redis's clock went
 back past the last token.
 
-The URL names one Redis (``redis://``) or a Redis Cluster
+The URL names one Redis (``redis://``), a primary found through Sentinel
+(``redis+sentinel://host:port,.../name``) or a Redis Cluster
 (``redis+cluster://host:port,...``, coordinator.redis_url): every script's
-keys are in one shard, so in one slot, and the same code runs on both.
+keys are in one shard, so in one slot, and the same code runs on all.
 
 A Redis that forgets is also detected. The first Lens to meet a Redis writes
 an epoch marker in every shard (``{<ns>:<s>}:epoch``, ``SET NX``); each Lens
@@ -81,7 +82,7 @@ from coordinator.errors import (
     LensStateLost,
     LensUnavailable,
 )
-from coordinator.redis_url import RedisTarget, redacted
+from coordinator.redis_url import RedisTarget, close, redacted
 from coordinator.scripts import Call, ReplicasBehind, Scripts, Wait
 from node.resource import AsyncResource
 
@@ -373,7 +374,7 @@ class Lens(AsyncResource):
             self._reading.cancel()
             with contextlib.suppress(asyncio.CancelledError, LensError):
                 await self._reading
-        await self._redis.aclose()
+        await close(self._redis)
 
     async def ping(self) -> None:
         """Return when Redis answers; :class:`LensUnavailable` otherwise."""

@@ -8,6 +8,11 @@
     redis+cluster://[[user]:password@]host:port[,host:port...]/
                                                  a Redis Cluster: any of its
                                                  nodes, to discover the rest
+    redis+sentinel://[[user]:password@]host:port[,host:port...]/name[/db]
+                                                 the primary that Sentinels
+                                                 at host:port... know as
+                                                 ``name`` (the password is
+                                                 the primary's)
 
 A cluster has only database 0, so its path is empty, ``/`` or ``/0``. Every
 check here raises ``ValueError`` with one line that names the URL without its
@@ -22,12 +27,14 @@ from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel
 
 #: Either client: both run the Lens's scripts, pipelines and plain commands.
 RedisClient = Redis | RedisCluster
 
 _SINGLE = ("redis", "rediss", "unix")
 _CLUSTER = "redis+cluster"
+_SENTINEL = "redis+sentinel"
 
 
 def redacted(url: str) -> str:
@@ -47,16 +54,19 @@ def masked(url: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RedisTarget:
-    """A checked Redis URL: ``nodes`` is set for a cluster, empty for one server."""
+    """A checked Redis URL: ``nodes`` are a cluster's nodes or the Sentinels
+    (empty for one server); ``service`` the name Sentinels know the primary by."""
 
     url: str
     nodes: tuple[tuple[str, int], ...] = ()
     username: str | None = None
     password: str | None = None
+    service: str | None = None
+    db: int = 0
 
     @property
     def cluster(self) -> bool:
-        return bool(self.nodes)
+        return bool(self.nodes) and self.service is None
 
     @classmethod
     def from_url(cls, url: str) -> RedisTarget:
@@ -67,20 +77,41 @@ class RedisTarget:
             if parts.scheme != "unix" and database and not database.isdigit():
                 raise ValueError(f"{masked(url)}: the database {database!r} is not a number")
             return cls(url)
-        if parts.scheme != _CLUSTER:
+        if parts.scheme not in (_CLUSTER, _SENTINEL):
             raise ValueError(
-                f"{masked(url)!r} is not a Redis URL, like redis://127.0.0.1:6379/0 "
-                "or redis+cluster://10.0.0.1:7000,10.0.0.2:7000/"
+                f"{masked(url)!r} is not a Redis URL, like redis://127.0.0.1:6379/0, "
+                "redis+cluster://10.0.0.1:7000,10.0.0.2:7000/ or "
+                "redis+sentinel://10.0.0.1:26379/mymaster"
             )
-        if parts.path.strip("/") not in ("", "0"):
-            raise ValueError(f"{masked(url)}: a Redis Cluster has only database 0")
         credentials, _, hosts = parts.netloc.rpartition("@")
         username, _, password = credentials.partition(":")
         nodes = tuple(_node(url, text) for text in hosts.split(","))
-        return cls(url, nodes, unquote(username) or None, unquote(password) if password else None)
+        user, secret = unquote(username) or None, unquote(password) if password else None
+        path = parts.path.strip("/")
+        if parts.scheme == _CLUSTER:
+            if path not in ("", "0"):
+                raise ValueError(f"{masked(url)}: a Redis Cluster has only database 0")
+            return cls(url, nodes, user, secret)
+        service, _, database = path.partition("/")
+        if not service:
+            raise ValueError(
+                f"{masked(url)}: name the primary, as in redis+sentinel://10.0.0.1:26379/mymaster"
+            )
+        if database and not database.isdigit():
+            raise ValueError(f"{masked(url)}: the database {database!r} is not a number")
+        return cls(url, nodes, user, secret, service, int(database or 0))
 
     def client(self, **options: Any) -> RedisClient:
         """A client for this Redis; ``options`` are the connection settings."""
+        if self.service is not None:
+            # The Sentinels are asked with the same timeouts; no credentials.
+            asked = {k: v for k, v in options.items() if k.startswith("socket_")}
+            sentinel = Sentinel(list(self.nodes), sentinel_kwargs=asked)  # type: ignore[no-untyped-call]
+            master: Redis = sentinel.master_for(
+                self.service, db=self.db, username=self.username, password=self.password,
+                **options,
+            )  # fmt: skip
+            return master
         if not self.cluster:
             return Redis.from_url(self.url, **options)
         startup = [ClusterNode(host, port) for host, port in self.nodes]
@@ -96,3 +127,12 @@ def _node(url: str, text: str) -> tuple[str, int]:
             f"{masked(url)}: {text!r} is not a cluster node as host:port, like 10.0.0.1:7000"
         )
     return host.strip("[]"), int(port)
+
+
+async def close(client: RedisClient) -> None:
+    """Close ``client``, and the connections to the Sentinels it asked, if any."""
+    await client.aclose()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    if isinstance(manager, Sentinel):
+        for sentinel in manager.sentinels:
+            await sentinel.aclose()

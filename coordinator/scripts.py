@@ -115,13 +115,6 @@ class Scripts:
         self._schema = schema
         self._wait = wait
 
-    async def run(self, call: Call) -> Any:
-        """Run one call; its reply, or the script's error reply raised."""
-        (reply,) = await self.run_many([call])
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
-
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Run ``calls`` in one pipeline; their replies in order. A reply may
         be an exception (a script's error reply); the caller decides. Raises

@@ -45,7 +45,7 @@ from collections.abc import AsyncIterator
 
 from coordinator import ClaimLost, Handler, Job
 from coordinator.keys import DEFAULT_NAMESPACE, DEFAULT_SHARDS, KeySchema
-from coordinator.redis_url import RedisClient, RedisTarget
+from coordinator.redis_url import RedisClient, RedisTarget, close
 from node.resource import AsyncResource
 
 #: KEYS[1] {<lens ns>:<s>}:claim:<job key> (the Lens's claim: the live holder's token)
@@ -116,7 +116,7 @@ class FencedRedisStore(AsyncResource):
         return cls(RedisTarget.from_url(url).client(), namespace, lens_namespace)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await close(self._client)
 
     def _result(self, key: str) -> str:
         return f"{self._namespace}:{self._lens.tag(self._lens.shard(key))}:result:{key}"

@@ -65,6 +65,7 @@ def test_bad_worker_flags(
         ("redis+cluster://:s3cret@10.0.0.1:7000,10.0.0.2/", ["***", "'10.0.0.2'"]),
         ("redis+cluster://127.0.0.1:7000/2", ["a Redis Cluster has only database 0"]),
         ("redis+cluster://127.0.0.1:99999/", ["'127.0.0.1:99999'"]),
+        ("redis+sentinel://127.0.0.1:26379/", ["name the primary"]),
     ],
 )
 def test_bad_redis_urls(url: str, names: list[str], capsys: pytest.CaptureFixture[str]) -> None:
