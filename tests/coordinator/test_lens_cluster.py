@@ -130,11 +130,36 @@ async def test_a_short_wait_fails_a_batch_on_a_cluster(
 ) -> None:
     """The cluster has no replicas: the WAITs that end each master's part of
     the pipeline answer 0, so the batch fails closed rather than pass
-    unchecked. (Which master each WAIT goes to is not told apart here: that
-    would take a cluster with replicas.)"""
+    unchecked. (Which master each WAIT goes to: the next test.)"""
     async with Lens.from_url(redis_cluster.url, wait_replicas=1, wait_timeout=0.1) as lens:
         with pytest.raises(LensUnavailable, match="WAIT 1 100 answered 0"):
             await lens.claim_many([(key, None) for key in KEYS], "w", 60)
     async with Lens.from_url(redis_cluster.url, wait_aof=True) as lens:
         with pytest.raises(LensError, match=r"needs Redis 7\.2 or newer"):
             await lens.claim("k:1", owner="w", lease=60)
+
+
+async def test_each_batch_waits_for_the_replicas_of_the_masters_it_wrote_to(
+    redis_cluster_replicated: RedisClusterServers,
+) -> None:
+    """t0: every master has a replica; one master's replica hangs. t1: a batch
+    of claims in the other masters' shards passes its WAITs. t2: a batch in
+    the hung replica's master's shards fails closed: its WAIT went to that
+    master, on the connection that wrote (a WAIT sent elsewhere would pass)."""
+    cluster = redis_cluster_replicated
+    async with Lens.from_url(cluster.url, wait_replicas=1, wait_timeout=0.2) as lens:
+        await lens.ping()
+        await lens.due(1)  # reads every shard's marker while all replicas answer
+        hung = cluster.masters[0]
+        on_hung = [k for k in KEYS if cluster.master_of(lens.keys.claim(k)) is hung]
+        elsewhere = [k for k in KEYS if k not in on_hung]
+        assert on_hung and elsewhere
+        replica = cluster.replica_of(hung)
+        replica.pause()
+        try:
+            claims = await lens.claim_many([(key, None) for key in elsewhere], "w", 60)
+            assert not any(isinstance(claim, LensError) for claim in claims)
+            with pytest.raises(LensUnavailable, match="WAIT 1 200 answered 0"):
+                await lens.claim_many([(key, None) for key in on_hung], "w", 60)
+        finally:
+            replica.resume()
