@@ -27,7 +27,6 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
 
 from redis import exceptions as redis_errors
 
@@ -37,6 +36,7 @@ from coordinator.job import Backoff, Handler, KeyFunction
 from coordinator.keys import DEFAULT_NAMESPACE
 from coordinator.lens import Lens
 from coordinator.metrics import serve_metrics, worker_registry
+from coordinator.redis_url import RedisTarget, masked
 from coordinator.worker import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DRAIN_TIMEOUT,
@@ -111,13 +111,7 @@ def _directory(text: str) -> str:
 
 
 def _redis_url(text: str) -> str:
-    parts = urlsplit(text)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(f"{_redacted(text)!r} is not a Redis URL, like redis://127.0.0.1:6379/0")
-    database = parts.path.strip("/")
-    # redis-py ignores a database that is not a number, and uses 0 instead.
-    if parts.scheme != "unix" and database and not database.isdigit():
-        raise ValueError(f"{_redacted(text)}: the database {database!r} is not a number")
+    RedisTarget.from_url(text)  # one server or a cluster (coordinator.redis_url)
     return text
 
 
@@ -149,7 +143,9 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="URL",
         type=REDIS_URL,
         default=os.environ.get("FORUM_REDIS_URL", _DEFAULT_REDIS),
-        help=f"the Lens's Redis (default $FORUM_REDIS_URL or {_DEFAULT_REDIS})",
+        help="the Lens's Redis: redis://host:port/db, a Sentinel-managed primary as "
+        "redis+sentinel://host:port[,...]/name, or a Redis Cluster as "
+        f"redis+cluster://host:port[,...]/ (default $FORUM_REDIS_URL or {_DEFAULT_REDIS})",
     )
     add(
         "--namespace",
@@ -323,10 +319,10 @@ async def _check_lens(lens: Lens, url: str) -> None:
         await lens.ping()
     except LensUnavailable as exc:
         if isinstance(exc.__cause__, redis_errors.AuthenticationError):
-            raise UsageError(f"--redis-url {_redacted(url)}: {exc.__cause__}") from None
+            raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__}") from None
         log.warning("Redis is not reachable yet (%s): waiting for it", exc)
     except LensError as exc:
-        raise UsageError(f"--redis-url {_redacted(url)}: {exc.__cause__ or exc}") from None
+        raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__ or exc}") from None
 
 
 async def _check_node(space: ForumClient) -> None:
@@ -337,15 +333,6 @@ async def _check_node(space: ForumClient) -> None:
         raise UsageError(f"--token: {exc}") from None
     except ClientError as exc:
         log.warning("the node is not reachable yet (%s): waiting for it", exc)
-
-
-def _redacted(url: str) -> str:
-    """``url`` without its password, fit to print."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 async def _serve_metrics(

@@ -4,39 +4,54 @@ Every key lives under a namespace (``forum:lens`` by default) so several
 Forum deployments can share one Redis database. ``<key>`` below is a claim
 key: an entry id's text form (``origin:seq``) or a user's idempotency key.
 
+The namespace is split into ``S`` **shards** (``LensConfig.shards``, default
+16). A claim key's shard is ``crc32(<key> as UTF-8) mod S``, and every key of
+shard ``s`` starts with the hash tag ``{<ns>:<s>}`` (``<tag>`` below). Redis
+Cluster puts all keys with one hash tag in one slot, so every key a script
+touches (the job's keys, its shard's fence, in-flight zset and epoch marker)
+lives in one slot, on one master; a single Redis ignores the tags. ``S`` is
+fixed for a namespace's life: it decides where every key lives, so each
+epoch marker records it and a Lens with another ``S`` refuses the namespace.
+
 =================================  ======  =====================================  ==============
 key                                type    holds                                  expires
 =================================  ======  =====================================  ==============
-``<ns>:epoch``                     string  the state marker: ``<random id>        never
-                                           <created, unix s>``, written once
-                                           (``SET NX``)
-``<ns>:fence``                     string  the last fencing token issued          never
-``<ns>:claim:<key>``               string  the live claim's fencing token         lease (``PX``)
-``<ns>:done:<key>``                string  the token that completed ``<key>``     ``done_ttl``
-``<ns>:job:<key>``                 hash    the in-flight record: ``token``,       never; deleted by
+``<tag>:epoch``                    string  the shard's state marker: ``<random    never
+                                           id> <created, unix s> <S>``, written
+                                           once (``SET NX``)
+``<tag>:fence``                    string  the last fencing token issued for a    never
+                                           key in the shard
+``<tag>:claim:<key>``              string  the live claim's fencing token         lease (``PX``)
+``<tag>:done:<key>``               string  the token that completed ``<key>``     ``done_ttl``
+``<tag>:job:<key>``                hash    the in-flight record: ``token``,       never; deleted by
                                            ``owner``, ``payload`` (bytes to       complete, release
                                            re-offer), ``grab``, ``handed``        or the reaper
-``<ns>:inflight``                  zset    member ``<key>``, score = when its     never
+``<tag>:inflight``                 zset    member ``<key>``, score = when its     never
                                            record is due for re-offer (Redis
                                            ``TIME``, milliseconds)
 =================================  ======  =====================================  ==============
 
-Why these lifetimes:
+Why these lifetimes, and why per shard:
 
 * The fence never expires and is never reset: a fencing token must be larger
-  than every token issued before it, across all keys, connections and Redis
-  restarts. So a token is not a plain ``INCR`` but ``max(last + 1, Redis
-  TIME in microseconds)``: while Redis keeps the fence it is one more than the
-  last, and when Redis forgets the fence (a restart without persistence, a
-  ``FLUSHALL``, a promoted replica that lagged) the clock still lies above
-  every token issued before, as long as fewer than a million claims a second
-  ran the counter ahead of the clock and the clock was not set back past the
-  last token (docs/coordination.md, "A Redis that forgets"). Tokens are
-  about 1.8e15 now and stay below 2^53 (about 9.0e15) until the year 2255,
-  so they are exact in a Lua number, a JSON number or any double.
-* The epoch marker never expires: it is how a Lens tells that Redis forgot
-  its keys. Each Lens remembers the marker it saw and every script checks it;
-  a marker gone or changed raises ``LensStateLost`` once (coordinator.lens).
+  than every token issued before it *for the same key*, across connections
+  and Redis restarts. That is all fencing needs (a store compares the tokens
+  of one key's holders), so one fence per shard is enough, and a key always
+  maps to the same shard. A token is not a plain ``INCR`` but ``max(last +
+  1, Redis TIME in microseconds)``: while Redis keeps the fence it is one
+  more than the last, and when Redis forgets the fence (a restart without
+  persistence, a ``FLUSHALL``, a promoted replica that lagged) the clock
+  still lies above every token issued before, as long as fewer than a
+  million claims a second ran the counter ahead of the clock and the clock
+  was not set back past the last token (docs/coordination.md, "A Redis that
+  forgets"). Tokens of different shards are not ordered with each other.
+  Tokens are about 1.8e15 now and stay below 2^53 (about 9.0e15) until the
+  year 2255, so they are exact in a Lua number, a JSON number or any double.
+* The epoch markers never expire: they are how a Lens tells that Redis forgot
+  its keys. One per shard, so that under Redis Cluster a master that lost
+  its data is detected for the shards it held. Each Lens remembers the
+  markers it saw and every script checks its shard's; a marker gone or
+  changed raises ``LensStateLost`` once (coordinator.lens).
 * A claim expires with its lease so that a dead holder's key frees itself.
 * A done marker must outlive every re-delivery of the job: a duplicate that
   arrives after the marker expired would run again. Re-deliveries come from
@@ -45,14 +60,27 @@ Why these lifetimes:
   operator would leave unhealed; raise it if yours can last longer.
 * An in-flight record has no TTL: it is the only copy of a claimed job, so it
   must stay until it is completed, released, or written back to the space.
+
+The unsharded schema before this one kept ``<ns>:epoch``, ``<ns>:fence``,
+``<ns>:inflight`` and ``<ns>:claim:<key>`` and so on, with no hash tag. This
+Lens does not read those keys: it refuses a namespace whose old marker
+``<ns>:epoch`` (:attr:`KeySchema.legacy_epoch`) is still there
+(docs/coordination.md, "Upgrading from the unsharded schema").
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 #: Prefix of every Lens key.
 DEFAULT_NAMESPACE = "forum:lens"
+
+#: How many shards a new namespace is split into (see above). More shards
+#: spread a namespace over more Cluster masters; each costs the reaper one
+#: script per pass and a Lens one marker read at start.
+DEFAULT_SHARDS = 16
+MAX_SHARDS = 1024
 
 #: How long a done marker outlives its job's completion (seconds).
 DONE_TTL = 7 * 24 * 3600.0
@@ -76,41 +104,61 @@ class KeySchema:
     """Builds every Redis key the Lens touches."""
 
     namespace: str = DEFAULT_NAMESPACE
+    #: How many shards the namespace is split into; fixed for its life.
+    shards: int = DEFAULT_SHARDS
 
     def __post_init__(self) -> None:
         if not self.namespace:
             raise ValueError("the Lens namespace must not be empty")
+        if "{" in self.namespace or "}" in self.namespace:
+            # A brace would move the hash tag, and with it every key's slot.
+            raise ValueError(f"the Lens namespace must not contain braces: {self.namespace!r}")
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ValueError(f"shards must be between 1 and {MAX_SHARDS}, not {self.shards}")
 
-    @property
-    def epoch(self) -> str:
-        return f"{self.namespace}:epoch"
+    def shard(self, key: str) -> int:
+        """The shard claim ``key`` lives in: stable across processes and versions."""
+        return zlib.crc32(key.encode()) % self.shards
 
-    @property
-    def fence(self) -> str:
-        return f"{self.namespace}:fence"
+    def tag(self, shard: int) -> str:
+        """The hash tag every key of ``shard`` starts with: one Cluster slot."""
+        return f"{{{self.namespace}:{shard}}}"
 
-    @property
-    def inflight(self) -> str:
-        return f"{self.namespace}:inflight"
+    def epoch(self, shard: int) -> str:
+        return f"{self.tag(shard)}:epoch"
+
+    def fence(self, shard: int) -> str:
+        return f"{self.tag(shard)}:fence"
+
+    def inflight(self, shard: int) -> str:
+        return f"{self.tag(shard)}:inflight"
 
     def claim(self, key: str) -> str:
-        return f"{self.namespace}:claim:{key}"
+        return f"{self.tag(self.shard(key))}:claim:{key}"
 
     def done(self, key: str) -> str:
-        return f"{self.namespace}:done:{key}"
+        return f"{self.tag(self.shard(key))}:done:{key}"
 
     def job(self, key: str) -> str:
-        return f"{self.namespace}:job:{key}"
+        return f"{self.tag(self.shard(key))}:job:{key}"
 
-    def resolve(self, role: str, key: str | None = None) -> str:
-        """The key playing ``role`` (a method or property name above) for claim ``key``."""
+    @property
+    def legacy_epoch(self) -> str:
+        """The unsharded schema's epoch marker: its presence means old keys."""
+        return f"{self.namespace}:epoch"
+
+    def resolve(self, role: str, shard: int, key: str | None = None) -> str:
+        """The key playing ``role`` (a method name above) in ``shard``, for
+        claim ``key`` (which must live in ``shard``) when the role is per key."""
+        if key is not None and self.shard(key) != shard:
+            raise ValueError(f"claim key {key!r} is in shard {self.shard(key)}, not {shard}")
         match role, key:
             case "epoch", _:
-                return self.epoch
+                return self.epoch(shard)
             case "fence", _:
-                return self.fence
+                return self.fence(shard)
             case "inflight", _:
-                return self.inflight
+                return self.inflight(shard)
             case "claim", str():
                 return self.claim(key)
             case "done", str():

@@ -9,16 +9,23 @@
 
 Every operation is one Lua script (see ``coordinator/lua``), so it is atomic
 and safe to repeat after a lost reply. A fencing token is
-``max(last + 1, Redis TIME in microseconds)``: strictly increasing across
-every key and connection, across restarts with ``appendonly yes`` and
-``appendfsync always``, and still above every earlier token when Redis forgot
-the counter (a ``FLUSHALL``, a restart without persistence), unless Redis's
-clock went back past the last token (see coordinator.keys).
+``max(last + 1, Redis TIME in microseconds)``, from the fence of the key's
+shard (coordinator.keys): strictly increasing for each key, across every
+connection, across restarts with ``appendonly yes`` and ``appendfsync
+always``, and still above every earlier token when Redis forgot the counter
+(a ``FLUSHALL``, a restart without persistence), unless Redis's clock went
+back past the last token.
+
+The URL names one Redis (``redis://``), a primary found through Sentinel
+(``redis+sentinel://host:port,.../name``) or a Redis Cluster
+(``redis+cluster://host:port,...``, coordinator.redis_url): every script's
+keys are in one shard, so in one slot, and the same code runs on all.
 
 A Redis that forgets is also detected. The first Lens to meet a Redis writes
-an epoch marker there (``<ns>:epoch``, ``SET NX``); each Lens remembers the
-marker it saw and passes it to every script, which checks it before anything
-else (no extra round trip). When the marker is gone or changed::
+an epoch marker in every shard (``{<ns>:<s>}:epoch``, ``SET NX``); each Lens
+remembers the markers it saw and passes the shard's to every script, which
+checks it before anything else (no extra round trip). When a marker is gone
+or changed (a whole Redis, or one Cluster master, lost its data)::
 
     t0  Lens A claims k1 (epoch E1)          Redis is flushed / restarted empty
     t1  A claims k2 with E1  -> LensStateLost, logged as an error, counted once
@@ -51,16 +58,17 @@ the Take replicated)::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import zip_longest
 from typing import Any
-from urllib.parse import urlsplit
 
 from redis import exceptions as redis_errors
-from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -74,7 +82,8 @@ from coordinator.errors import (
     LensStateLost,
     LensUnavailable,
 )
-from coordinator.scripts import Scripts
+from coordinator.redis_url import RedisTarget, close, redacted
+from coordinator.scripts import Call, ReplicasBehind, Scripts, Wait
 from node.resource import AsyncResource
 
 #: Redis error replies that mean "not now" rather than "never": a replica
@@ -127,16 +136,34 @@ class LensConfig:
     timeout: float = 2.0
     #: Longest wait for a TCP connection to Redis.
     connect_timeout: float = 1.0
+    #: How many shards the namespace is split into (coordinator.keys). Fixed
+    #: for the namespace's life: a Lens with another count refuses it.
+    shards: int = keys.DEFAULT_SHARDS
+    #: After each batch that writes, ``WAIT`` until this many replicas of each
+    #: master it wrote to hold the writes; 0: do not wait. A batch that
+    #: reaches fewer within ``wait_timeout`` raises LensUnavailable (fail
+    #: closed): what it claimed is not held by the caller and expires with
+    #: its lease (docs/operations.md, "Redis topologies").
+    wait_replicas: int = 0
+    #: The longest ``WAIT``; shorter than ``timeout``, which bounds the reply.
+    wait_timeout: float = 0.5
+    #: Wait with ``WAITAOF`` instead: each batch's writes fsynced to the
+    #: master's AOF and to ``wait_replicas`` replicas' AOFs. Needs Redis 7.2
+    #: or newer (and ``appendonly yes``); an older one is refused at first use.
+    wait_aof: bool = False
 
     def __post_init__(self) -> None:
-        if not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"not a Redis URL: {self.url!r}")
-        keys.KeySchema(self.namespace)
-        for name in ("done_ttl", "reaper_lease", "timeout", "connect_timeout"):
+        RedisTarget.from_url(self.url)
+        keys.KeySchema(self.namespace, self.shards)
+        for name in ("done_ttl", "reaper_lease", "timeout", "connect_timeout", "wait_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.safety_margin < 0:
             raise ValueError("safety_margin must not be negative")
+        if self.wait_replicas < 0:
+            raise ValueError("wait_replicas must not be negative")
+        if (self.wait_replicas or self.wait_aof) and self.wait_timeout >= self.timeout:
+            raise ValueError("wait_timeout must be shorter than timeout")
 
 
 class Claim:
@@ -286,30 +313,39 @@ class Lens(AsyncResource):
 
     def __init__(self, config: LensConfig) -> None:
         self._config = config
-        self._keys = keys.KeySchema(config.namespace)
+        self._keys = keys.KeySchema(config.namespace, config.shards)
+        target = RedisTarget.from_url(config.url)
         #: The Redis, for logs and errors: the URL without its password.
-        self._where = _without_password(config.url)
-        #: The epoch marker this Lens saw last; ``None`` until the first script
-        #: call reads (or creates) it, and again right after a loss.
-        self._epoch: str | None = None
+        self._where = redacted(config.url)
+        #: The epoch marker this Lens saw last in each shard; ``None`` until
+        #: the first script call reads (or creates) them, and again right
+        #: after a loss in any shard (the next call reads them all again).
+        self._epochs: dict[int, str] | None = None
+        #: The one read of every marker in progress, shared by all callers.
+        self._reading: asyncio.Future[dict[int, str]] | None = None
+        self._schema_checked = False
         self._state_losses = 0
         #: The largest token this Lens granted: logged at a loss, so an operator
         #: can check that Redis's clock is past it (docs/coordination.md).
         self._highest_token = 0
-        self._redis: Redis = Redis.from_url(
-            config.url,
-            socket_timeout=config.timeout,
-            socket_connect_timeout=config.connect_timeout,
+        options: dict[str, Any] = {
+            "socket_timeout": config.timeout,
+            "socket_connect_timeout": config.connect_timeout,
             # Fail fast and let the caller decide: a retry inside redis-py
             # would stretch "Redis is down" into a hang. One exception: a
             # pooled connection that Redis closed (it restarted) is retried
             # once on a new connection, at once; a down Redis refuses that
             # one as fast. (Timeouts are not retried.)
-            retry_on_timeout=False,
-            retry=Retry(NoBackoff(), 1, supported_errors=(redis_errors.ConnectionError,)),
-            decode_responses=False,
-        )
-        self._scripts = Scripts(self._redis, self._keys)
+            "retry": Retry(NoBackoff(), 1, supported_errors=(redis_errors.ConnectionError,)),
+            "decode_responses": False,
+        }
+        if not target.cluster:
+            options["retry_on_timeout"] = False  # a cluster client has no such switch
+        self._redis = target.client(**options)
+        wait = None
+        if config.wait_replicas or config.wait_aof:
+            wait = Wait(config.wait_replicas, _ms(config.wait_timeout), config.wait_aof)
+        self._scripts = Scripts(self._redis, self._keys, wait)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Lens:
@@ -332,8 +368,13 @@ class Lens(AsyncResource):
         return self._state_losses
 
     async def aclose(self) -> None:
-        """Close the connections to Redis."""
-        await self._redis.aclose()
+        """Close the connections to Redis (ending a read of the markers that
+        every caller gave up on)."""
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, LensError):
+                await self._reading
+        await close(self._redis)
 
     async def ping(self) -> None:
         """Return when Redis answers; :class:`LensUnavailable` otherwise."""
@@ -364,8 +405,9 @@ class Lens(AsyncResource):
         Each outcome is the claim, or the error :meth:`claim` would have raised;
         :class:`LensUnavailable` is raised for the whole batch."""
         started = time.monotonic()
-        calls = [("claim", key, _claim_args(key, owner, lease, offer)) for key, offer in requests]
-        replies = await self._run_many(calls)
+        calls = [self._keyed("claim", key, _claim_args(key, owner, lease, offer))
+                 for key, offer in requests]  # fmt: skip
+        replies = await self._send(calls)
         return [
             self._granted(key, owner, lease, started, reply)
             for (key, _), reply in zip(requests, replies, strict=True)
@@ -379,8 +421,8 @@ class Lens(AsyncResource):
         outcomes: list[ClaimLost | None] = [claim._lost() for claim in own]
         open_ = [i for i, lost in enumerate(outcomes) if lost is None]
         done_ms = _ms(self._config.done_ttl)
-        calls = [("complete", own[i].key, (own[i].token, done_ms)) for i in open_]
-        for i, reply in zip(open_, await self._run_many(calls), strict=True):
+        calls = [self._keyed("complete", own[i].key, (own[i].token, done_ms)) for i in open_]
+        for i, reply in zip(open_, await self._send(calls), strict=True):
             outcomes[i] = own[i]._completed(reply)
         return outcomes
 
@@ -391,8 +433,9 @@ class Lens(AsyncResource):
         outcomes: list[ClaimLost | None] = [claim._lost() for claim in own]
         open_ = [i for i, lost in enumerate(outcomes) if lost is None]
         started = time.monotonic()
-        calls = [("extend", own[i].key, (own[i].token, _ms(own[i].lease))) for i in open_]
-        for i, reply in zip(open_, await self._run_many(calls), strict=True):
+        calls = [self._keyed("extend", own[i].key, (own[i].token, _ms(own[i].lease)))
+                 for i in open_]  # fmt: skip
+        for i, reply in zip(open_, await self._send(calls), strict=True):
             outcomes[i] = own[i]._extended(reply, own[i].lease, started)
         return outcomes
 
@@ -419,9 +462,13 @@ class Lens(AsyncResource):
         return None if value is None else int(value)
 
     async def due(self, limit: int = 100) -> list[str]:
-        """Up to ``limit`` claim keys whose in-flight records are due for re-offer."""
-        members = await self._run("due", None, limit)
-        return [member.decode() for member in members]
+        """Up to ``limit`` claim keys whose in-flight records are due for
+        re-offer, from every shard (one script per shard, one round trip)."""
+        calls = [Call("due", shard, None, (limit,)) for shard in range(self._keys.shards)]
+        replies = await self._send(calls)
+        # Taken in turn from each shard, so one busy shard cannot starve the rest.
+        members = (m for group in zip_longest(*replies) for m in group if m is not None)
+        return [member.decode() for member in members][:limit]
 
     async def grab(self, key: str) -> Grab | None:
         """Grab ``key``'s in-flight record if it is abandoned (due, unclaimed,
@@ -437,53 +484,137 @@ class Lens(AsyncResource):
         if the key was claimed again meanwhile (the record is the new claim's)."""
         return bool(await self._run("reaped", grab.key, grab.grab_id))
 
-    async def _run(self, name: str, key: str | None, *args: Any) -> Any:
-        epoch = await self._known_epoch()
-        return await self._call(self._scripts.run(name, key, *args, epoch), epoch)
+    def _keyed(self, name: str, key: str, args: tuple[Any, ...]) -> Call:
+        """A call of script ``name`` about claim ``key``, in the key's shard."""
+        return Call(name, self._keys.shard(key), key, args)
 
-    async def _run_many(self, calls: Sequence[tuple[str, str, tuple[Any, ...]]]) -> list[Any]:
-        epoch = await self._known_epoch()
-        checked = [(name, key, (*args, epoch)) for name, key, args in calls]
-        replies = await self._call(self._scripts.run_many(checked), epoch)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                # One script's error reply fails the batch, as it fails a single call.
-                raise self._error(reply, epoch) from reply
+    async def _run(self, name: str, key: str, *args: Any) -> Any:
+        (reply,) = await self._send([self._keyed(name, key, args)])
+        return reply
+
+    async def _send(self, calls: Sequence[Call]) -> list[Any]:
+        """Run ``calls``, each with its shard's epoch; one script's error reply
+        fails the batch, as it fails a single call."""
+        epochs = await self._known_epochs()
+        checked = [replace(call, args=(*call.args, epochs[call.shard])) for call in calls]
+        replies = await self._call(self._scripts.run_many(checked))
+        # Every error is looked at, so each shard's loss is noted; the first is raised.
+        errors = [
+            self._error(reply, call.shard, epochs[call.shard])
+            for call, reply in zip(calls, replies, strict=True)
+            if isinstance(reply, Exception)
+        ]
+        if errors:
+            raise errors[0]
         return list(replies)
 
-    async def _known_epoch(self) -> str:
-        """The epoch marker to send with a script: the one this Lens saw, else
-        the one in Redis now, created there if Redis has none."""
-        if self._epoch is not None:
-            return self._epoch
-        created, marker = await self._call(self._scripts.run("epoch", None, uuid.uuid4().hex))
-        epoch = bytes(marker).decode()
-        if created:
-            log.warning(
-                "Lens: no state in Redis %s (namespace %r): started epoch %r. Normal for "
-                "a new Redis; otherwise Redis lost the Lens's keys",
-                self._where, self._keys.namespace, epoch,
-            )  # fmt: skip
-        self._epoch = epoch
-        return epoch
+    async def _known_epochs(self) -> dict[int, str]:
+        """The epoch marker to send with a script, per shard: the ones this
+        Lens saw, else the ones in Redis now, created where Redis has none.
 
-    async def _call(self, request: Any, epoch: str | None = None) -> Any:
+        Read for every shard at once, and once for all concurrent callers:
+        they share the one read and its outcome (a caller queueing behind
+        another's failed read would wait a timeout per caller while Redis is
+        down). Shielded, so one caller's cancellation leaves the others' read.
+        """
+        if self._epochs is not None:
+            return self._epochs
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._check_and_read_epochs())
+            self._reading.add_done_callback(self._read_done)
+        return await asyncio.shield(self._reading)
+
+    async def _check_and_read_epochs(self) -> dict[int, str]:
+        await self._check_schema()
+        self._epochs = await self._read_epochs()
+        return self._epochs
+
+    def _read_done(self, reading: asyncio.Future[dict[int, str]]) -> None:
+        if self._reading is reading:
+            self._reading = None
+        if not reading.cancelled():
+            reading.exception()  # retrieved: every caller that waited got it
+
+    async def _check_schema(self) -> None:
+        """Refuse a namespace that an unsharded (older) Lens wrote: its
+        in-flight records would never be re-offered (coordinator.keys)."""
+        if self._schema_checked:
+            return
+        if self._config.wait_aof:
+            await self._check_waitaof()
+        if await self._call(self._redis.exists(self._keys.legacy_epoch)):
+            raise LensError(
+                f"Redis {self._where} holds Lens namespace {self._keys.namespace!r} in the "
+                f"unsharded schema of an older Forum ({self._keys.legacy_epoch} exists): "
+                "drain its workers, then delete its keys; see docs/coordination.md, "
+                "'Upgrading from the unsharded schema'"
+            )
+        self._schema_checked = True
+
+    async def _check_waitaof(self) -> None:
+        """Refuse ``wait_aof`` on a Redis older than 7.2, which has no ``WAITAOF``."""
+        info = await self._call(self._redis.info("server"))
+        # One server answers its INFO; a cluster client, a dict of every node's.
+        servers = [info] if "redis_version" in info else list(info.values())
+        for server in servers:
+            version = str(server["redis_version"])
+            if tuple(int(part) for part in version.split(".")[:2]) < (7, 2):
+                raise LensError(
+                    f"LensConfig.wait_aof needs Redis 7.2 or newer (WAITAOF); "
+                    f"Redis {self._where} runs {version}"
+                )
+
+    async def _read_epochs(self) -> dict[int, str]:
+        shards = self._keys.shards
+        new = (uuid.uuid4().hex, shards)
+        replies = await self._call(
+            self._scripts.run_many([Call("epoch", shard, None, new) for shard in range(shards)])
+        )
+        epochs: dict[int, str] = {}
+        started: list[str] = []
+        for shard, reply in enumerate(replies):
+            if isinstance(reply, Exception):
+                raise _translate(reply) from reply
+            created, marker = reply
+            epoch = bytes(marker).decode()
+            found = epoch.rsplit(" ", 1)[-1]
+            if found != str(shards):
+                raise LensError(
+                    f"Lens namespace {self._keys.namespace!r} in Redis {self._where} is split "
+                    f"into {found} shards, this Lens into {shards}: the count is fixed for a "
+                    "namespace's life (LensConfig.shards)"
+                )
+            epochs[shard] = epoch
+            if created:
+                started.append(epoch)
+        if started:
+            log.warning(
+                "Lens: no state in Redis %s (namespace %r) for %d of %d shards: started "
+                "epoch %s. Normal for a new Redis; otherwise Redis lost the Lens's keys",
+                self._where, self._keys.namespace, len(started), shards,
+                " / ".join(repr(epoch) for epoch in sorted(set(started))),
+            )  # fmt: skip
+        return epochs
+
+    async def _call(self, request: Any) -> Any:
         try:
             return await request
         except (redis_errors.RedisError, OSError) as exc:
-            raise self._error(exc, epoch) from exc
+            raise _translate(exc) from exc
 
-    def _error(self, exc: Exception, epoch: str | None) -> LensError:
-        """The Lens's error for ``exc``, met by a call sent with ``epoch``."""
+    def _error(self, exc: Exception, shard: int, epoch: str) -> LensError:
+        """The Lens's error for ``exc``, met by a call sent to ``shard`` with ``epoch``."""
         words = str(exc).split(" ", 2) if isinstance(exc, redis_errors.ResponseError) else []
-        if epoch is None or words[:1] != [_STATE_REPLY]:
+        if words[:1] != [_STATE_REPLY]:
             return _translate(exc)
         found = words[2] if words[1:2] == ["changed"] and len(words) == 3 else None
         lost = LensStateLost(self._where, epoch, found)
-        if self._epoch == epoch:
+        if self._epochs is not None and self._epochs.get(shard) == epoch:
             # The first call to meet this loss: log and count it, forget the
-            # epoch. Calls still in flight with it raise, but uncounted.
-            self._epoch = None
+            # epochs (the next call reads every shard's marker again, so the
+            # shards lost together count as one loss). Calls still in flight
+            # with a lost epoch raise, but uncounted.
+            self._epochs = None
             self._state_losses += 1
             log.error(
                 "Lens: %s. Every claim, done marker and in-flight record in namespace %r "
@@ -497,16 +628,12 @@ class Lens(AsyncResource):
         return lost
 
 
-def _without_password(url: str) -> str:
-    """``url`` with any user and password left out (it goes into logs)."""
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-
-
 def _translate(exc: Exception) -> LensError:
     """The Lens's error for a Redis client error or error reply."""
     # redis-py turns some replies into their own classes and strips the
     # reply's first word from the message (OOM, READONLY): match those by class.
+    if isinstance(exc, ReplicasBehind):
+        return LensUnavailable(f"Redis could not make the Lens's writes durable: {exc}")
     if isinstance(exc, redis_errors.OutOfMemoryError | redis_errors.ReadOnlyError):
         return LensUnavailable(f"Redis cannot serve the Lens now: {type(exc).__name__}: {exc}")
     if isinstance(exc, redis_errors.ResponseError):

@@ -5,33 +5,38 @@ its header; :data:`KEY_ROLES` lists the same ``KEYS`` here, so the two are
 read side by side. Every script about one claim key takes that key as
 ``ARGV[1]`` (it is the member of the in-flight zset). ``lua/prelude.lua``
 (server time, effects replication, the state check) is prepended to each
-script.
+script. Every script runs in one shard (coordinator.keys): all its ``KEYS``
+carry the shard's hash tag, so under Redis Cluster they share one slot and
+the script is routed to that slot's master by its first key.
 
-Every script but ``epoch`` first checks the Lens's state marker, at no extra
-round trip: its last ``KEYS`` entry is ``<ns>:epoch`` and its last ``ARGV``
-the epoch the calling Lens saw (the caller appends it); when they differ, the
-script changes nothing and answers the error ``LENSSTATE gone`` or
-``LENSSTATE changed <marker>`` (see ``lua/prelude.lua``).
+Every script but ``epoch`` first checks its shard's state marker, at no extra
+round trip: its last ``KEYS`` entry is ``<tag>:epoch`` and its last ``ARGV``
+the epoch the calling Lens saw for the shard (the caller appends it); when
+they differ, the script changes nothing and answers the error ``LENSSTATE
+gone`` or ``LENSSTATE changed <marker>`` (see ``lua/prelude.lua``).
 
-Scripts run through redis-py's ``register_script``: ``EVALSHA``, then
-``SCRIPT LOAD`` and a retry when the server answers ``NOSCRIPT`` (after a
-restart or a ``SCRIPT FLUSH``). :meth:`Scripts.run_many` sends many calls in
-one pipeline (one round trip, and one AOF fsync on the server for all of
-them); calls that met ``NOSCRIPT`` are sent again after the load.
+:meth:`Scripts.run_many` sends many calls in one pipeline (one round trip
+per server, and one AOF fsync on each for all of them; a cluster pipeline
+sends each master its calls at once): ``EVALSHA``, then ``SCRIPT LOAD`` (on
+every master, for a cluster) and the calls that met ``NOSCRIPT`` once more
+(after a restart, a ``SCRIPT FLUSH``, or a master that never saw the script).
+With ``wait`` it ends each server's part of the pipeline with ``WAIT``: the
+scripts' writes reached that many replicas, or the batch fails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError, RedisError
 
 from coordinator.keys import KeySchema
+from coordinator.redis_url import RedisClient
 
 #: Each script's KEYS, in the order of its header, as :class:`KeySchema` roles.
 KEY_ROLES: dict[str, tuple[str, ...]] = {
@@ -47,6 +52,49 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
     "verify": ("claim", "epoch"),
 }
 
+#: The scripts that only read: a batch of these alone needs no ``WAIT``.
+READ_ONLY = frozenset({"due", "verify"})
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One script call: script ``name`` in ``shard``, about claim ``key``
+    (``None`` for scripts about no one key), with the rest of its ``ARGV``."""
+
+    name: str
+    shard: int
+    key: str | None
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """How durable a batch's writes must be before it counts: ``WAIT replicas
+    timeout`` (that many replicas received them), or with ``aof``, ``WAITAOF
+    1 replicas timeout`` (fsynced to the master's AOF and to that many
+    replicas' AOFs; Redis 7.2 or newer)."""
+
+    replicas: int
+    timeout_ms: int
+    aof: bool = False
+
+    @property
+    def command(self) -> tuple[str | int, ...]:
+        if self.aof:
+            return ("WAITAOF", 1, self.replicas, self.timeout_ms)
+        return ("WAIT", self.replicas, self.timeout_ms)
+
+    def short(self, reply: Any) -> bool:
+        """Whether a reply to :attr:`command` counts too few copies."""
+        if self.aof:
+            local, replicas = reply
+            return int(local) < 1 or int(replicas) < self.replicas
+        return int(reply) < self.replicas
+
+
+class ReplicasBehind(RedisError):
+    """A ``WAIT`` saw fewer replicas acknowledge the batch than it asked for."""
+
 
 @cache
 def source(name: str) -> str:
@@ -60,44 +108,79 @@ def source(name: str) -> str:
 class Scripts:
     """Every Lens script, registered on one client, for one key schema."""
 
-    def __init__(self, client: Redis, schema: KeySchema) -> None:
-        # register_script sends nothing: a script is loaded when it first runs.
+    def __init__(self, client: RedisClient, schema: KeySchema, wait: Wait | None = None) -> None:
+        # register_script sends nothing: it only computes each script's SHA.
         self._bound = {name: client.register_script(source(name)) for name in KEY_ROLES}
         self._client = client
         self._schema = schema
+        self._wait = wait
 
-    async def run(self, name: str, key: str | None, *args: Any) -> Any:
-        """Run script ``name``, about claim ``key`` (``None`` for scripts about
-        no one key), with the rest of its ``ARGV``."""
-        script: AsyncScript = self._bound[name]
-        script_keys, argv = self._arguments(name, key, args)
-        return await script(keys=script_keys, args=argv)
-
-    async def run_many(self, calls: Sequence[tuple[str, str, tuple[Any, ...]]]) -> list[Any]:
-        """Run ``(name, key, args)`` calls in one pipeline; their replies in order.
-        A reply may be an exception (a script's error reply); the caller decides."""
+    async def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Run ``calls`` in one pipeline; their replies in order. A reply may
+        be an exception (a script's error reply); the caller decides. Raises
+        :class:`ReplicasBehind` when a ``WAIT`` came up short."""
         replies: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for _ in range(2):  # the second round only re-sends calls that met NOSCRIPT
             # No MULTI: each script is atomic by itself, and the batch need not be.
             async with self._client.pipeline(transaction=False) as pipe:
                 for i in todo:
-                    name, key, args = calls[i]
-                    script_keys, argv = self._arguments(name, key, args)
-                    pipe.evalsha(self._bound[name].sha, len(script_keys), *script_keys, *argv)
+                    script_keys, argv = self._arguments(calls[i])
+                    sha = self._bound[calls[i].name].sha
+                    # Not pipe.evalsha(): a cluster pipeline refuses that method
+                    # (it cannot load a script for us), yet routes the command
+                    # by its first key; NOSCRIPT is handled here.
+                    pipe.execute_command("EVALSHA", sha, len(script_keys), *script_keys, *argv)
+                waits = self._add_waits(pipe, [calls[i] for i in todo])
                 results = await pipe.execute(raise_on_error=False)
-            for i, result in zip(todo, results, strict=True):
+            for i, result in zip(todo, results, strict=False):
                 replies[i] = result
+            self._check_waits(results[len(todo) : len(todo) + waits])
             todo = [i for i in todo if isinstance(replies[i], NoScriptError)]
-            for name in {calls[i][0] for i in todo}:
+            for name in {calls[i].name for i in todo}:
                 await self._client.script_load(self._bound[name].script)
             if not todo:
                 break
         return replies
 
-    def _arguments(
-        self, name: str, key: str | None, args: Sequence[Any]
-    ) -> tuple[list[str], list[Any]]:
-        if key is None:
-            return [self._schema.resolve(role) for role in KEY_ROLES[name]], list(args)
-        return [self._schema.resolve(role, key) for role in KEY_ROLES[name]], [key, *args]
+    def _add_waits(self, pipe: Any, calls: Sequence[Call]) -> int:
+        """End each server's part of ``pipe`` with a ``WAIT``; how many were added.
+
+        ``WAIT`` counts the writes of the connection it is sent on, so it
+        goes into the same pipeline: one connection per server. A cluster
+        pipeline sends each master its commands on one connection, so there
+        it goes to every master that one of ``calls`` is routed to.
+        """
+        if self._wait is None or all(call.name in READ_ONLY for call in calls):
+            return 0
+        command = self._wait.command
+        if not isinstance(self._client, RedisCluster):
+            pipe.execute_command(*command)
+            return 1
+        nodes = {}
+        for call in calls:
+            node = self._client.get_node_from_key(self._schema.epoch(call.shard))
+            if node is not None:
+                nodes[node.name] = node
+        for node in nodes.values():
+            pipe.execute_command(*command, target_nodes=node)
+        return len(nodes)
+
+    def _check_waits(self, acks: Sequence[Any]) -> None:
+        """Raise unless every ``WAIT`` reply in ``acks`` counts enough replicas."""
+        wait = self._wait
+        for acked in acks:
+            if isinstance(acked, Exception):
+                raise acked
+            if wait is not None and wait.short(acked):
+                command = " ".join(map(str, wait.command))
+                raise ReplicasBehind(
+                    f"{command} answered {acked}: too few copies of the Lens's writes in time"
+                )
+
+    def _arguments(self, call: Call) -> tuple[list[str], list[Any]]:
+        roles = KEY_ROLES[call.name]
+        script_keys = [self._schema.resolve(role, call.shard, call.key) for role in roles]
+        if call.key is None:
+            return script_keys, list(call.args)
+        return script_keys, [call.key, *call.args]

@@ -1,11 +1,12 @@
 -- claim.lua: grant a claim on a key, with a new fencing token.
 --
--- KEYS[1]  <ns>:claim:<key>  the claim: string, the holder's token; PX = lease
--- KEYS[2]  <ns>:done:<key>   the done marker
--- KEYS[3]  <ns>:fence        the last fencing token issued (string)
--- KEYS[4]  <ns>:job:<key>    the in-flight record (hash)
--- KEYS[5]  <ns>:inflight     zset: claim key -> when its record is due (ms)
--- KEYS[6]  <ns>:epoch        the Lens's state marker
+-- KEYS[1]  <tag>:claim:<key>  the claim: string, the holder's token; PX = lease
+-- KEYS[2]  <tag>:done:<key>   the done marker
+-- KEYS[3]  <tag>:fence        the last fencing token issued in the shard (string)
+-- KEYS[4]  <tag>:job:<key>    the in-flight record (hash)
+-- KEYS[5]  <tag>:inflight     zset: claim key -> when its record is due (ms)
+-- KEYS[6]  <tag>:epoch        the shard's state marker
+-- (<tag> is the key's shard's hash tag {<ns>:<shard>}: every KEY is in one slot)
 -- ARGV[1]  the claim key itself (the member of KEYS[5])
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  owner name (kept in the record, reported to a conflicting claimer)
@@ -13,7 +14,8 @@
 -- ARGV[5]  the bytes to write back into the space if the claim expires
 -- ARGV[6]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
--- Returns  {1, token}        claimed; token is strictly greater than any issued before
+-- Returns  {1, token}        claimed; token is strictly greater than any issued
+--                             before in the shard, so than any for this key
 --          {2, done_token}   already done: the key was completed with done_token
 --          {3, owner}        already claimed by owner ("" when unknown)
 --

@@ -1,10 +1,10 @@
 -- complete.lua: finish a claim, leaving a done marker that turns away duplicates.
 --
--- KEYS[1]  <ns>:claim:<key>
--- KEYS[2]  <ns>:done:<key>
--- KEYS[3]  <ns>:job:<key>
--- KEYS[4]  <ns>:inflight
--- KEYS[5]  <ns>:epoch        the Lens's state marker
+-- KEYS[1]  <tag>:claim:<key>
+-- KEYS[2]  <tag>:done:<key>
+-- KEYS[3]  <tag>:job:<key>
+-- KEYS[4]  <tag>:inflight
+-- KEYS[5]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[4])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  done-marker TTL in milliseconds

@@ -1,7 +1,7 @@
 -- due.lua: the claim keys whose in-flight records are due for re-offer.
 --
--- KEYS[1]  <ns>:inflight
--- KEYS[2]  <ns>:epoch        the Lens's state marker
+-- KEYS[1]  <tag>:inflight
+-- KEYS[2]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  at most this many keys
 -- ARGV[2]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --

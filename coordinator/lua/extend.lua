@@ -1,8 +1,8 @@
 -- extend.lua: renew a live claim's lease (the worker's heartbeat).
 --
--- KEYS[1]  <ns>:claim:<key>
--- KEYS[2]  <ns>:inflight
--- KEYS[3]  <ns>:epoch        the Lens's state marker
+-- KEYS[1]  <tag>:claim:<key>
+-- KEYS[2]  <tag>:inflight
+-- KEYS[3]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[2])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  new lease in milliseconds, counted from now

@@ -3,10 +3,10 @@
 -- Release and re-offer are one step, so at every instant the job is either
 -- held or recorded for re-offer, until a reaper writes it back.
 --
--- KEYS[1]  <ns>:claim:<key>
--- KEYS[2]  <ns>:job:<key>
--- KEYS[3]  <ns>:inflight
--- KEYS[4]  <ns>:epoch        the Lens's state marker
+-- KEYS[1]  <tag>:claim:<key>
+-- KEYS[2]  <tag>:job:<key>
+-- KEYS[3]  <tag>:inflight
+-- KEYS[4]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[3])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  delay in milliseconds before the bytes are due

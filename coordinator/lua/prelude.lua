@@ -23,7 +23,7 @@ local function now_ms()
   return math.floor(now_us() / 1000)
 end
 
--- epoch_lost(): nil while KEYS[#KEYS] (<ns>:epoch, the state marker) holds
+-- epoch_lost(): nil while KEYS[#KEYS] (<tag>:epoch, the shard's state marker) holds
 -- ARGV[#ARGV] (the epoch the calling Lens saw), else the error reply
 -- "LENSSTATE gone" (the marker is missing: Redis forgot everything) or
 -- "LENSSTATE changed <marker>" (another Lens re-created it after a loss).

@@ -1,9 +1,9 @@
 -- reaped.lua: drop an in-flight record once its grab was written back.
 --
--- KEYS[1]  <ns>:claim:<key>
--- KEYS[2]  <ns>:job:<key>
--- KEYS[3]  <ns>:inflight
--- KEYS[4]  <ns>:epoch        the Lens's state marker
+-- KEYS[1]  <tag>:claim:<key>
+-- KEYS[2]  <tag>:job:<key>
+-- KEYS[3]  <tag>:inflight
+-- KEYS[4]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[3])
 -- ARGV[2]  the grab id from grab.lua
 -- ARGV[3]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)

@@ -1,7 +1,7 @@
 -- verify.lua: is this claim still the key's live claim, and for how long?
 --
--- KEYS[1]  <ns>:claim:<key>
--- KEYS[2]  <ns>:epoch        the Lens's state marker
+-- KEYS[1]  <tag>:claim:<key>
+-- KEYS[2]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (unused; every keyed script takes it first)
 -- ARGV[2]  the holder's token
 -- ARGV[3]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)

@@ -4,13 +4,13 @@ Use it when a job's effect *overwrites state* (a row, a document, a file): a
 worker that lost its claim (a long GC pause, a SIGSTOP, a partition) and
 wakes up late must not clobber the job's result. The store lives in the
 Lens's Redis database, so its write script can read the Lens's claim key for
-the job (``<lens ns>:claim:<key>``, which holds the live claim's fencing
-token and expires with the lease) and writes only if it holds exactly the
+the job (``{<lens ns>:<shard>}:claim:<key>``, which holds the live claim's
+fencing token and expires with the lease) and writes only if it holds exactly the
 writer's token. So a stale holder is refused whether or not a newer holder
 has written yet::
 
     t0  worker A claims job k, token 41; stalls after verify(), before its write
-    t1  A's lease expires: <ns>:claim:k is gone
+    t1  A's lease expires: the claim key is gone
     t2  A wakes up, writes with token 41                      -> StaleToken
     t3  the job is re-offered; worker B claims k, token 57
     t4  A writes with token 41 again                          -> StaleToken
@@ -27,6 +27,11 @@ holder repeating itself after a lost reply). Each write that stores a new
 token is appended to an audit list, so a test (or an operator) can count how
 many times each job's effect was applied.
 
+Every key of the store carries the hash tag of the job's Lens shard
+(``{<lens ns>:<shard>}``, coordinator.keys), so the script's keys share the
+claim key's slot and the store works on a Redis Cluster as the Lens does
+(its URL then is ``redis+cluster://...``). So the audit list is one per shard.
+
 A refused write raises :class:`StaleToken`, a :class:`coordinator.ClaimLost`:
 the worker counts the job's claim as lost, and the newer holder (or the
 re-offer) runs it.
@@ -38,15 +43,16 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 
-from redis.asyncio import Redis
-
 from coordinator import ClaimLost, Handler, Job
-from coordinator.keys import DEFAULT_NAMESPACE, KeySchema
+from coordinator.keys import DEFAULT_NAMESPACE, DEFAULT_SHARDS, KeySchema
+from coordinator.redis_url import RedisClient, RedisTarget, close
 from node.resource import AsyncResource
 
-#: KEYS[1] <lens ns>:claim:<job key> (the Lens's claim: the live holder's token)
-#: KEYS[2] <ns>:result:{<lens ns>:claim:<job key>} (hash: token, value)
-#: KEYS[3] <ns>:applied (list of "<job key> <token>", one per new token stored)
+#: KEYS[1] {<lens ns>:<s>}:claim:<job key> (the Lens's claim: the live holder's token)
+#: KEYS[2] <ns>:{<lens ns>:<s>}:result:<job key> (hash: token, value)
+#: KEYS[3] <ns>:{<lens ns>:<s>}:applied (list of "<job key> <token>", one per
+#:         new token stored)
+#: (<s> is the job key's Lens shard: all three keys are in one slot)
 #: ARGV[1] the writer's fencing token; ARGV[2] the value; ARGV[3] the job key
 #: Returns 1 stored (or repeated by the same token); -1 refused: the claim is
 #: not the writer's (expired, completed, released or taken over); 0 refused:
@@ -84,39 +90,45 @@ class FencedRedisStore(AsyncResource):
     """Results by job key, in the Lens's Redis database, each written only
     under the job's live claim and kept with the token that wrote it.
 
-    ``lens_namespace`` must be the Lens's (``forum worker --namespace``); the
-    client must reach the Lens's Redis and database (``--redis-url``).
+    ``lens_namespace`` and ``lens_shards`` must be the Lens's (``forum worker
+    --namespace``; its shards are the default); the client must reach the
+    Lens's Redis and database (``--redis-url``).
     """
 
     def __init__(
         self,
-        client: Redis,
+        client: RedisClient,
         namespace: str = "example:fenced",
         lens_namespace: str = DEFAULT_NAMESPACE,
+        lens_shards: int = DEFAULT_SHARDS,
     ) -> None:
+        if "{" in namespace or "}" in namespace:
+            raise ValueError(f"the store's namespace must not contain braces: {namespace!r}")
         self._client = client
         self._namespace = namespace
-        self._lens = KeySchema(lens_namespace)
+        self._lens = KeySchema(lens_namespace, lens_shards)
         self._store = client.register_script(_STORE_IF_CLAIM_LIVE)
 
     @classmethod
     def from_url(
         cls, url: str, namespace: str = "example:fenced", lens_namespace: str = DEFAULT_NAMESPACE
     ) -> FencedRedisStore:
-        return cls(Redis.from_url(url), namespace, lens_namespace)
+        return cls(RedisTarget.from_url(url).client(), namespace, lens_namespace)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await close(self._client)
 
     def _result(self, key: str) -> str:
-        # The hash tag is the Lens's claim key, so under Redis Cluster the
-        # result would share the claim's slot (a job key with no braces).
-        return f"{self._namespace}:result:{{{self._lens.claim(key)}}}"
+        return f"{self._namespace}:{self._lens.tag(self._lens.shard(key))}:result:{key}"
+
+    def _applied(self, shard: int) -> str:
+        return f"{self._namespace}:{self._lens.tag(shard)}:applied"
 
     async def put(self, key: str, token: int, value: bytes) -> None:
         """Store ``value`` for ``key`` if ``token`` holds the job's live claim
         and no higher token wrote first; :class:`StaleToken` otherwise."""
-        keys = [self._lens.claim(key), self._result(key), f"{self._namespace}:applied"]
+        shard = self._lens.shard(key)
+        keys = [self._lens.claim(key), self._result(key), self._applied(shard)]
         stored = await self._store(keys=keys, args=[token, value, key])
         if stored == _NOT_LIVE:
             raise StaleToken(
@@ -133,8 +145,11 @@ class FencedRedisStore(AsyncResource):
         return int(token), value
 
     async def applied(self) -> list[tuple[str, int]]:
-        """Every new ``(key, token)`` stored, in order."""
-        rows = await self._client.lrange(f"{self._namespace}:applied", 0, -1)
+        """Every new ``(key, token)`` stored: in order within a shard, the
+        shards one after another."""
+        rows = []
+        for shard in range(self._lens.shards):
+            rows.extend(await self._client.lrange(self._applied(shard), 0, -1))
         texts = (row.decode() if isinstance(row, bytes) else row for row in rows)
         pairs = (text.rsplit(" ", 1) for text in texts)
         return [(key, int(token)) for key, token in pairs]

@@ -61,6 +61,11 @@ def test_bad_worker_flags(
         # redis-py would ignore a database that is not a number and use 0.
         ("redis://127.0.0.1:6379/jobs", ["database 'jobs' is not a number"]),
         ("redis://:s3cret@127.0.0.1:6379/x", ["***", "not a number"]),
+        ("redis+cluster://127.0.0.1/", ["'127.0.0.1' is not a cluster node as host:port"]),
+        ("redis+cluster://:s3cret@10.0.0.1:7000,10.0.0.2/", ["***", "'10.0.0.2'"]),
+        ("redis+cluster://127.0.0.1:7000/2", ["a Redis Cluster has only database 0"]),
+        ("redis+cluster://127.0.0.1:99999/", ["'127.0.0.1:99999'"]),
+        ("redis+sentinel://127.0.0.1:26379/", ["name the primary"]),
     ],
 )
 def test_bad_redis_urls(url: str, names: list[str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -67,9 +67,10 @@ async def test_tokens_stay_exact_integers_near_the_double_limit(
 ) -> None:
     """Lua numbers are doubles: a token must round-trip exactly through the
     claim script and back into the scripts that compare it."""
-    async with Lens.from_url(redis_url) as lens:
+    # One shard, so that both keys share one fence.
+    async with Lens.from_url(redis_url, shards=1) as lens:
         with redis.Redis.from_url(redis_url) as r:
-            r.set(lens.keys.fence, tokens)
+            r.set(lens.keys.fence(0), tokens)
         first = await lens.claim("big:1", owner="w", lease=60)
         second = await lens.claim("big:2", owner="w", lease=60)
         assert (first.token, second.token) == (tokens + 1, tokens + 2)
@@ -212,7 +213,7 @@ async def test_a_marker_another_lens_recreated_is_a_loss_too(
             await b.claim("b:2", owner="b", lease=60)
         await b.claim("b:2", owner="b", lease=60)
         with redis.Redis(port=redis_server.port) as r:
-            recreated = r.get(a.keys.epoch)
+            recreated = r.get(a.keys.epoch(a.keys.shard("a:2")))
         assert recreated is not None
 
         with pytest.raises(LensStateLost) as lost:
@@ -244,8 +245,8 @@ async def test_lenses_on_one_redis_share_one_marker_and_count_no_loss(
             await (await a.claim("k:3", owner="a", lease=60)).complete()
             assert (a.state_losses, b.state_losses) == (0, 0)
             with redis.Redis.from_url(redis_url) as r:
-                marker = r.get(a.keys.epoch)
-            assert marker is not None and r.ttl(a.keys.epoch) == -1
+                marker = r.get(a.keys.epoch(0))
+            assert marker is not None and r.ttl(a.keys.epoch(0)) == -1
     # The one Lens that found no marker says so, once.
     started = [record for record in caplog.records if "started epoch" in record.getMessage()]
     assert len(started) == 1 and marker.decode() in started[0].getMessage()
