@@ -129,9 +129,9 @@ async def extend_reservations(request: web.Request) -> web.Response:
     """``POST /v1/reserve/extend`` with ``{"ids": [...], "lease": s}``: renew
     many reservations to ``lease`` seconds from now (a worker's heartbeat);
     ``extended`` false for an id that is no longer reserved."""
-    config = request.app[CONFIG]
-    ids, lease = await parse_extend(request, config.max_batch, MAX_LEASE)
+    Query(request, ())
     media = negotiate(request, (JSON, MSGPACK), JSON)
+    ids, lease = await parse_extend(request, request.app[CONFIG].max_batch, MAX_LEASE)
     return respond({"extended": await request.app[FORUM].extend_many(ids, lease)}, media)
 
 
