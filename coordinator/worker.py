@@ -711,9 +711,10 @@ class Worker:
         await self._settle_reservations(entry_ids, ack=True)
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
-        """Extend every running job's claim each third of a lease, in one round
-        trip; cancel the handlers whose claims are lost, or whose claims can no
-        longer be shown to outlast the next beat."""
+        """Each third of a lease, extend every running job's claim in one round
+        trip and, beside it, its node reservation in one request; cancel the
+        handlers whose claims are lost, or whose claims can no longer be shown
+        to outlast the next beat."""
         interval = self.lease / 3
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
@@ -723,38 +724,47 @@ class Worker:
             running = list(self._running.items())
             if not running:
                 continue
-            try:
-                outcomes = await self._lens.extend_many([state.claim for _, state in running])
-            except LensError as exc:
-                self._lens_ok = False
-                if self._note_state_loss():
-                    continue  # every claim sent was from before the loss: all interrupted
-                for task, state in running:
-                    if state.claim.remaining() <= interval:
-                        log.warning(
-                            "cannot extend %s (%s) before its lease ends", state.claim.key, exc
-                        )
-                        self._interrupt(task, "lost")
-                continue
-            for (task, _), lost in zip(running, outcomes, strict=True):
-                if lost is not None:
-                    self._interrupt(task, "lost")
-            await self._extend_reservations([state.entry_id for _, state in running])
+            # Side by side: a slow node must not hold back the claims' extension.
+            await asyncio.gather(
+                self._beat(running, interval),
+                self._extend_reservations([state.entry_id for _, state in running], interval),
+            )
 
-    async def _extend_reservations(self, ids: list[EntryId]) -> None:
-        """Renew the node reservations of running jobs by a lease, in one call.
+    async def _beat(
+        self, running: list[tuple[asyncio.Task[None], _Running]], interval: float
+    ) -> None:
+        """Extend the claims of ``running`` (see :meth:`_heartbeat`)."""
+        try:
+            outcomes = await self._lens.extend_many([state.claim for _, state in running])
+        except LensError as exc:
+            self._lens_ok = False
+            if self._note_state_loss():
+                return  # every claim sent was from before the loss: all interrupted
+            for task, state in running:
+                if state.claim.remaining() <= interval:
+                    log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
+                    self._interrupt(task, "lost")
+            return
+        for (task, _), lost in zip(running, outcomes, strict=True):
+            if lost is not None:
+                self._interrupt(task, "lost")
+
+    async def _extend_reservations(self, ids: list[EntryId], within: float) -> None:
+        """Renew the node reservations of running jobs by a lease, in one call
+        that may take up to ``within`` seconds (the next beat tries again).
         Best effort: a reservation that ran out (or a node that restarted) puts
         the tuple back; its copy meets the live claim and waits, or, once this
         job is completed, is turned away as done."""
         if not self._durable or self._reserving is None:
             return
         try:
-            if self._batch_reserver is not None:
-                extended = await self._batch_reserver.extend_many(ids, self.lease)
-            else:
-                extend = self._reserving.extend
-                extended = list(await asyncio.gather(*(extend(i, self.lease) for i in ids)))
-        except (ForumError, OSError) as exc:
+            async with asyncio.timeout(within):
+                if self._batch_reserver is not None:
+                    extended = await self._batch_reserver.extend_many(ids, self.lease)
+                else:
+                    extend = self._reserving.extend
+                    extended = list(await asyncio.gather(*(extend(i, self.lease) for i in ids)))
+        except (ForumError, OSError, TimeoutError) as exc:
             log.warning("could not extend %d reservations (%s)", len(ids), exc)
             return
         gone = [str(i) for i, ok in zip(ids, extended, strict=True) if not ok]
