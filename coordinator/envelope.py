@@ -18,7 +18,9 @@ Byte format (version 1)::
 ``"error"``     str    the last attempt's error, or nil
 ``"not_before"`` float  optional: Unix time before which this delivery must not
                        run (a retry's backoff, written into the space by the
-                       worker whose attempt failed); absent when it may run now
+                       worker whose attempt failed, by its clock: a skew
+                       between machines shifts the backoff by as much);
+                       absent when it may run now
 ==============  =====  ======================================================
 
 A trailer without ``"not_before"`` is byte for byte what the version before
@@ -89,8 +91,9 @@ class Envelope:
         return b"".join((self.payload, meta, _LENGTH.pack(len(meta)), MAGIC))
 
     def failed(self, error: str) -> Envelope:
-        """This delivery, marked as failed with ``error`` (what a dead letter keeps)."""
-        return replace(self, error=error[:MAX_ERROR])
+        """This delivery, marked as failed with ``error`` (what a dead letter
+        keeps; a requeued one may run at once)."""
+        return replace(self, error=error[:MAX_ERROR], not_before=None)
 
     def next_attempt(self, error: str, not_before: float | None = None) -> Envelope:
         """The delivery after this one failed with ``error``, to run no
