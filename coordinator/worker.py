@@ -42,16 +42,16 @@ At every moment a durable copy exists on a node::
 
 A worker killed anywhere in t0..t4 lets e1's reservation run out: e1 comes
 back, and its claim key dedups it (``AlreadyDone`` after t3: acked away;
-``AlreadyClaimed`` while a live holder still runs it: left reserved, so it
-comes back a lease later). Redis forgetting anywhere in t1..t3 leaves e1 on
+``AlreadyClaimed`` while a live holder still runs it: kept reserved for a
+third of a lease, then offered again). Redis forgetting anywhere in t1..t3 leaves e1 on
 the node: the job comes back and runs again (a re-run, not a loss).
 
 Outcomes other than success:
 
 * ``AlreadyDone`` at the claim: a copy of a finished job, acked away.
-  ``AlreadyClaimed``: a copy of a job another holder runs now, left to run
-  out (see above). Both are counted as ``double_takes`` and the handler does
-  not run.
+  ``AlreadyClaimed``: a copy of a job another holder runs now, kept reserved
+  for a third of a lease and then offered again (see above). Both are
+  counted as ``double_takes`` and the handler does not run.
 * The handler raised: the claim is released, then the next attempt (the
   attempt count and error in the trailer, ``not_before`` after a jittered
   exponential backoff) is written into the space, *then* the failed
@@ -114,7 +114,7 @@ from coordinator.authority import ClaimAuthority, HeldClaim
 from coordinator.completions import Completions
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from coordinator.envelope import Envelope
-from coordinator.errors import AlreadyDone, ClaimLost, LensError, LensUnavailable
+from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, Job, KeyFunction
 from coordinator.reaper import Reaper
 from node import EntryId, ForumError, Pattern, ReservingSpace, Tuple, TupleSpace
@@ -502,6 +502,13 @@ class Worker:
                 await self._pause(_OUTAGE_BACKOFF[1])
             return
         await self._settle_reservations(self._to_ack(keyed, outcomes), ack=True)
+        if self._durable:
+            # A copy of a job another holder runs: kept out of reach for a beat,
+            # then offered again (done by then, or its holder dead and its claim
+            # run out). Not released (it would come straight back), not acked.
+            held = [i.id for (i, _, _), o in zip(keyed, outcomes, strict=True) if _held(o)]
+            beat = self.lease / 3
+            await self._extend_reservations(held, beat, within=beat)
         for (item, _, envelope), outcome in zip(keyed, outcomes, strict=True):
             if isinstance(outcome, LensError):
                 self._count("double_takes")
@@ -523,8 +530,8 @@ class Worker:
         the claimed ones. Durable path: only the copies of jobs already done
         (``AlreadyDone``); a claimed job stays reserved until it is completed,
         and a copy met by ``AlreadyClaimed`` (its holder still runs it) is
-        neither acked nor released: it comes back when its lease ends, to be
-        turned away as done, or run if its holder died meanwhile.
+        neither acked nor released: it comes back a beat later, to be turned
+        away as done, or run if its holder died meanwhile.
         """
         if not self._durable:
             return [item.id for item, _, _ in keyed]
@@ -725,9 +732,10 @@ class Worker:
             if not running:
                 continue
             # Side by side: a slow node must not hold back the claims' extension.
+            ids = [state.entry_id for _, state in running]
             await asyncio.gather(
                 self._beat(running, interval),
-                self._extend_reservations([state.entry_id for _, state in running], interval),
+                self._extend_reservations(ids, self.lease, within=interval),
             )
 
     async def _beat(
@@ -749,21 +757,23 @@ class Worker:
             if lost is not None:
                 self._interrupt(task, "lost")
 
-    async def _extend_reservations(self, ids: list[EntryId], within: float) -> None:
-        """Renew the node reservations of running jobs by a lease, in one call
-        that may take up to ``within`` seconds (the next beat tries again).
-        Best effort: a reservation that ran out (or a node that restarted) puts
-        the tuple back; its copy meets the live claim and waits, or, once this
-        job is completed, is turned away as done."""
-        if not self._durable or self._reserving is None:
+    async def _extend_reservations(
+        self, ids: list[EntryId], lease: float, *, within: float
+    ) -> None:
+        """Renew reservations to ``lease`` seconds from now, in one call that
+        may take up to ``within`` seconds (the next beat tries again). Best
+        effort: a reservation that ran out (or a node that restarted) puts the
+        tuple back; its copy meets the live claim and waits, or, once this job
+        is completed, is turned away as done."""
+        if not self._durable or self._reserving is None or not ids:
             return
         try:
             async with asyncio.timeout(within):
                 if self._batch_reserver is not None:
-                    extended = await self._batch_reserver.extend_many(ids, self.lease)
+                    extended = await self._batch_reserver.extend_many(ids, lease)
                 else:
                     extend = self._reserving.extend
-                    extended = list(await asyncio.gather(*(extend(i, self.lease) for i in ids)))
+                    extended = list(await asyncio.gather(*(extend(i, lease) for i in ids)))
         except (ForumError, OSError, TimeoutError) as exc:
             log.warning("could not extend %d reservations (%s)", len(ids), exc)
             return
@@ -933,3 +943,8 @@ class Worker:
 
     def _count(self, outcome: str, n: int = 1) -> None:
         self._counts[outcome] += n
+
+
+def _held(outcome: HeldClaim | LensError) -> bool:
+    """Whether a claim was refused because another holder's claim is live."""
+    return isinstance(outcome, AlreadyClaimed)

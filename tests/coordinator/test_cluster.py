@@ -82,7 +82,7 @@ async def test_double_take_across_a_partition_is_caught_by_the_lens(
         AlreadyDone: the handler runs once per job
     t4  heal: the nodes converge with no live or reserved job. A node counts
         a double take where both sides appended a Take; fewer than before, as
-        a copy met by AlreadyClaimed is left reserved, not acked, and the
+        a copy met by AlreadyClaimed is kept reserved, not acked, and the
         winner's Take, when it arrives, removes it without a conflict
     """
     nodes, links = await proxied_cluster(forum_nodes, toxiproxy, "ab")
