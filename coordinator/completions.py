@@ -10,6 +10,12 @@ While Redis is unreachable, a batch is retried with backoff for as long as
 each claim's lease lasts; a claim whose lease ran out is given up: its
 in-flight record re-offers the job, and the handler's effect must be safe to
 repeat (see docs/coordination.md).
+
+A claim may be submitted with the reservation that still holds its job on the
+node (the worker's durable path): once the claim is settled, completed or
+given up, ``ack`` takes those tuples for good, in one call. The handler
+returned, so the job is done whatever the Lens answered; until the ack, the
+node keeps a copy, and one that comes back is turned away by the done marker.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from coordinator.authority import ClaimAuthority, HeldClaim
 from coordinator.errors import LensError
+from node import EntryId
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +42,17 @@ class Completions:
     holds back the worker when Redis is slow.
     """
 
-    def __init__(self, lens: ClaimAuthority, count: Callable[[str], None], limit: int) -> None:
+    def __init__(
+        self,
+        lens: ClaimAuthority,
+        count: Callable[[str], None],
+        limit: int,
+        ack: Callable[[list[EntryId]], Awaitable[None]] | None = None,
+    ) -> None:
         self._lens = lens
         self._count = count
-        self._queue: deque[HeldClaim] = deque()
+        self._ack = ack
+        self._queue: deque[tuple[HeldClaim, EntryId | None]] = deque()
         self._room = asyncio.Semaphore(limit)
         self._wake = asyncio.Event()
         self._closed = False
@@ -46,9 +60,9 @@ class Completions:
     def __len__(self) -> int:
         return len(self._queue)
 
-    async def submit(self, claim: HeldClaim) -> None:
+    async def submit(self, claim: HeldClaim, reservation: EntryId | None = None) -> None:
         await self._room.acquire()
-        self._queue.append(claim)
+        self._queue.append((claim, reservation))
         self._wake.set()
 
     def close(self) -> None:
@@ -67,7 +81,10 @@ class Completions:
             batch = list(self._queue)
             self._queue.clear()
             try:
-                await self._complete(batch)
+                await self._complete([claim for claim, _ in batch])
+                reserved = [entry_id for _, entry_id in batch if entry_id is not None]
+                if reserved and self._ack is not None:
+                    await self._ack(reserved)
             finally:
                 for _ in batch:
                     self._room.release()

@@ -16,7 +16,15 @@ Byte format (version 1)::
                        delivery is deduplicated by the same done marker
 ``"attempt"``   int    this delivery's attempt number, from 1
 ``"error"``     str    the last attempt's error, or nil
+``"not_before"`` float  optional: Unix time before which this delivery must not
+                       run (a retry's backoff, written into the space by the
+                       worker whose attempt failed, by its clock: a skew
+                       between machines shifts the backoff by as much);
+                       absent when it may run now
 ==============  =====  ======================================================
+
+A trailer without ``"not_before"`` is byte for byte what the version before
+it wrote, so old and new workers read each other's tuples.
 
 A tuple without a valid trailer is a first delivery: attempt 1, no key yet
 (the worker uses its entry id). A payload that by chance ends in the magic
@@ -28,6 +36,7 @@ prefix and starts the attempts again under the same claim key.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, replace
 from typing import Any
@@ -49,12 +58,15 @@ class Envelope:
     key: str | None = None
     attempt: int = 1
     error: str | None = None
+    not_before: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.attempt, bool) or not isinstance(self.attempt, int) or self.attempt < 1:
             raise ValueError(f"attempt must be a positive integer, not {self.attempt!r}")
         if self.key is not None and (not isinstance(self.key, str) or not self.key):
             raise ValueError(f"a claim key is a non-empty string, not {self.key!r}")
+        if self.not_before is not None and not math.isfinite(self.not_before):
+            raise ValueError(f"not_before is a finite Unix time, not {self.not_before!r}")
 
     @classmethod
     def open(cls, data: bytes) -> Envelope:
@@ -72,16 +84,27 @@ class Envelope:
 
     def seal(self) -> bytes:
         """The payload with its trailer, ready to write into the space."""
-        meta = msgpack.packb({"key": self.key, "attempt": self.attempt, "error": self.error})
+        fields: dict[str, Any] = {"key": self.key, "attempt": self.attempt, "error": self.error}
+        if self.not_before is not None:
+            fields["not_before"] = self.not_before
+        meta = msgpack.packb(fields)
         return b"".join((self.payload, meta, _LENGTH.pack(len(meta)), MAGIC))
 
     def failed(self, error: str) -> Envelope:
-        """This delivery, marked as failed with ``error`` (what a dead letter keeps)."""
-        return replace(self, error=error[:MAX_ERROR])
+        """This delivery, marked as failed with ``error`` (what a dead letter
+        keeps; a requeued one may run at once)."""
+        return replace(self, error=error[:MAX_ERROR], not_before=None)
 
-    def next_attempt(self, error: str) -> Envelope:
-        """The delivery after this one failed with ``error``."""
-        return replace(self, attempt=self.attempt + 1, error=error[:MAX_ERROR])
+    def next_attempt(self, error: str, not_before: float | None = None) -> Envelope:
+        """The delivery after this one failed with ``error``, to run no
+        earlier than ``not_before`` (Unix time) when given."""
+        return replace(
+            self, attempt=self.attempt + 1, error=error[:MAX_ERROR], not_before=not_before
+        )
+
+    def due_in(self, now: float) -> float:
+        """Seconds until this delivery may run (0 when it may run now)."""
+        return 0.0 if self.not_before is None else max(0.0, self.not_before - now)
 
     def with_key(self, key: str) -> Envelope:
         return replace(self, key=key)
@@ -92,13 +115,20 @@ def _decode(raw: bytes) -> dict[str, Any] | None:
         meta = msgpack.unpackb(raw)
     except (ValueError, TypeError, msgpack.UnpackException):
         return None
-    if not isinstance(meta, dict) or set(meta) != {"key", "attempt", "error"}:
+    if not isinstance(meta, dict) or set(meta) - {"not_before"} != {"key", "attempt", "error"}:
         return None
     key, attempt, error = meta["key"], meta["attempt"], meta["error"]
+    not_before = meta.get("not_before")
     if not (key is None or (isinstance(key, str) and key)):
         return None
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         return None
     if not (error is None or isinstance(error, str)):
         return None
+    if "not_before" in meta:
+        if isinstance(not_before, bool) or not isinstance(not_before, int | float):
+            return None
+        if not math.isfinite(not_before):
+            return None
+        return {"key": key, "attempt": attempt, "error": error, "not_before": float(not_before)}
     return {"key": key, "attempt": attempt, "error": error}

@@ -1,67 +1,98 @@
-"""The worker runtime: reserve → claim → ack → handler(job) → complete.
+"""The worker runtime: reserve → claim → handler(job) → complete → ack.
 
 ::
 
     worker = Worker(space, lens, Pattern(b"job/"), handler, concurrency=8, lease=30)
     await worker.run()          # until worker.stop() (the CLI calls it on SIGTERM)
 
-For each job:
+The durable path (a space with reservations: ``Forum``, ``ForumClient``). The
+node keeps a copy of every job until the job is completed, so Redis losing
+everything (a FLUSHALL, a restart without persistence) costs re-runs, never a
+job. For each job:
 
 1. **reserve** tuples matching the pattern, as many as there are free
    handler slots; when none is live, one blocking reserve with a timeout, so
    an idle worker waits on the space instead of polling it. A reservation
    takes the tuple out of reach for the lease without taking it for good:
-   if this worker dies, or the answer is lost, the tuple comes back. (A space
-   without reservations is taken from instead: ``take_many`` when it has it.)
+   if this worker dies, or the answer is lost, the tuple comes back. A retry
+   whose backoff is not over (``not_before`` in its trailer,
+   :mod:`coordinator.envelope`) is not claimed: its reservation is extended
+   to its due time and the worker forgets it; it comes back then.
 2. **claim** each one's key in the Lens, all in one round trip: the key that
-   travels in the tuple's trailer (:mod:`coordinator.envelope`), else
-   ``key(payload)`` when given, else the tuple's entry id. A claim carries the
-   bytes to re-offer should this worker die: the next attempt, or the dead
-   letter after the last one. Then **ack** the reservations (the Takes are
-   appended): from here on the Lens keeps the job safe;
-3. run ``handler(job)`` while a heartbeat extends the lease; if the claim is
-   lost, the handler is cancelled. The handler calls ``await job.verify()``
-   right before irreversible work;
-4. **complete** the claim (a done marker turns duplicates away), batched with
+   travels in the tuple's trailer, else ``key(payload)`` when given, else the
+   tuple's entry id. The claim carries no re-offer bytes: the reservation is
+   the job's copy. Nothing is acked yet.
+3. run ``handler(job)`` while a heartbeat, each third of a lease, extends the
+   Lens claims of all running jobs in one call and their node reservations in
+   one more (``extend_many``); if a claim is lost, the handler is cancelled.
+   The handler calls ``await job.verify()`` right before irreversible work;
+4. **complete** the claim (a done marker turns copies away), batched with
    other finished jobs, off the slot's critical path
-   (:mod:`coordinator.completions`).
+   (:mod:`coordinator.completions`), and only then
+5. **ack** the reservations of the completed jobs (the Takes are appended),
+   in one call.
+
+At every moment a durable copy exists on a node::
+
+    t0  reserve e1            the node holds e1, reserved
+    t1  claim k               the node holds e1; the Lens holds the claim
+    t2  handler runs          heartbeats renew both leases
+    t3  complete k            done marker; the node still holds e1
+    t4  ack e1                the Take is appended: the job is over
+
+A worker killed anywhere in t0..t4 lets e1's reservation run out: e1 comes
+back, and its claim key dedups it (``AlreadyDone`` after t3: acked away;
+``AlreadyClaimed`` while a live holder still runs it: kept reserved for a
+third of a lease, then offered again). Redis forgetting anywhere in t1..t3 leaves e1 on
+the node: the job comes back and runs again (a re-run, not a loss).
 
 Outcomes other than success:
 
-* ``AlreadyClaimed``/``AlreadyDone`` at the claim: a double take caught. It
-  is counted and logged, the duplicate is acked away, and the handler does
-  not run.
-* The handler raised: the claim is handed back with the next attempt's bytes
-  (the attempt count and error travel in the trailer), due after a jittered
-  exponential backoff, and a reaper writes it into the space then; after
-  ``max_attempts`` the bytes are a dead letter under ``dead_prefix``.
-  Handing back is one Lua step, so the job is never in neither place.
+* ``AlreadyDone`` at the claim: a copy of a finished job, acked away.
+  ``AlreadyClaimed``: a copy of a job another holder runs now, kept reserved
+  for a third of a lease and then offered again (see above). Both are
+  counted as ``double_takes`` and the handler does not run.
+* The handler raised: the claim is released, then the next attempt (the
+  attempt count and error in the trailer, ``not_before`` after a jittered
+  exponential backoff) is written into the space, *then* the failed
+  reservation is acked: the job is always in the space, as e1 or as the
+  retry (a worker dying between the write and the ack leaves both; the claim
+  key lets one of them run at a time). After ``max_attempts`` the written
+  bytes are a dead letter under ``dead_prefix``.
 * The Lens is unreachable at the claim: fail closed. No handler runs; the
   reservations are released, so the tuples are live again in their places
-  under their own ids (a claim granted unseen still deduplicates them; a
-  space without reservations gets them written back, with their claim keys)
-  and the worker waits for Redis.
+  under their own ids, and the worker waits for Redis.
 * Redis lost the Lens's state (``LensStateLost``: flushed, or restarted
   without persistence): fail closed as above, and more (see
   :meth:`Worker._note_state_loss`). One error line per loss, counted in
-  ``lens_state_losses``. The claims granted before the loss are gone, and
-  with them the in-flight records that were the jobs' only copy: the
-  handlers still running under them are cancelled and their jobs written
-  back into the space by this worker, which holds the last copy. Then no
+  ``lens_state_losses``. The handlers still running under claims from before
+  the loss are cancelled and their reservations released (``rescued``); no
   job is claimed for ``lens_loss_pause`` seconds (default: one lease), so
-  every holder from before the loss, on any worker, has stopped before a
-  job can be claimed again; the Lens itself works again on its next call.
-* The worker dies mid-job: its claim expires and a reaper (every worker runs
-  one) writes the claim's re-offer bytes into the space.
+  every holder from before the loss, on any worker, has stopped before a job
+  can be claimed again. Completed jobs whose acks had not landed come back
+  and run again: the done markers are gone.
 * ``stop()``: stop taking at once (a blocking take still waiting is
   abandoned; reservations not yet claimed are released), let running
   handlers finish for ``drain_timeout`` seconds, then cancel the rest and
-  hand their jobs back unchanged.
+  release their claims and reservations.
 
-A worker killed at any point loses nothing: before the ack its reservations
-run out on the node, after the claim its claim runs out in the Lens and a
-reaper re-offers the job; a job that comes back both ways is one claim key,
-so its effect still happens once (see docs/coordination.md).
+A job whose worker dies comes back from the node at the *same* attempt (the
+node does not count deliveries), so ``max_attempts`` bounds the attempts that
+fail with an exception, not the workers a job kills.
+
+The take-only path (a space without reservations) is the one before: take →
+claim with the re-offer bytes (the next attempt, or the dead letter) → handler
+→ complete. After the take the Lens's in-flight record is the job's only copy:
+a worker that dies is re-offered by a reaper (every worker runs one) when its
+claim expires; a failed attempt is handed back to the Lens with its backoff
+delay, and the reaper writes it into the space when due; on a Lens outage at
+the claim the jobs are written back with their keys; on a state loss this
+worker writes back the jobs it was running, but a job in flight on a dead
+worker is lost with Redis's state. Retries written with ``not_before`` by a
+durable worker are run at once on this path.
+
+A job that comes back more than one way is one claim key, so its effect
+still happens once while the Lens remembers (see docs/coordination.md).
 """
 
 from __future__ import annotations
@@ -83,7 +114,7 @@ from coordinator.authority import ClaimAuthority, HeldClaim
 from coordinator.completions import Completions
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from coordinator.envelope import Envelope
-from coordinator.errors import ClaimLost, LensError, LensUnavailable
+from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, Job, KeyFunction
 from coordinator.reaper import Reaper
 from node import EntryId, ForumError, Pattern, ReservingSpace, Tuple, TupleSpace
@@ -104,14 +135,19 @@ DEFAULT_DRAIN_TIMEOUT = 30.0
 #: How long one blocking take waits on an idle space before the worker asks
 #: again. A stop does not wait for it: the outstanding take is abandoned.
 DEFAULT_TAKE_WAIT = 2.0
+#: The longest a retry that is not due yet is kept reserved in one go (the
+#: node's longest lease); one due later is deferred again when it comes back.
+_LONGEST_DEFER = 3600.0
 
 
 @runtime_checkable
 class BatchReserver(Protocol):
-    """A space that reserves and acks many tuples in one step each
+    """A space that reserves, extends and acks many tuples in one step each
     (``Forum``, ``ForumClient``)."""
 
     async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Tuple]: ...
+
+    async def extend_many(self, entry_ids: Sequence[EntryId], lease: float) -> list[bool]: ...
 
     async def ack_many(self, entry_ids: Sequence[EntryId]) -> list[bool]: ...
 
@@ -136,6 +172,8 @@ class WorkerStats:
     lens_unavailable: int = 0
     handed_back: int = 0
     reoffered: int = 0
+    #: Retries reserved before they were due, put off on the node until then.
+    deferred: int = 0
     #: Jobs whose claims Redis forgot while they ran, written back by this worker.
     rescued: int = 0
     #: Times Redis was found to have lost the Lens's state (each loss once).
@@ -157,6 +195,8 @@ class _Running:
     #: The Lens's ``state_losses`` when the claim was asked for: a claim from
     #: before a loss the worker has since seen is gone with Redis's state.
     generation: int
+    #: The reserved tuple the job came from (the heartbeat renews it).
+    entry_id: EntryId
     #: Why the worker cancelled the handler, if it did.
     interrupted: _Interrupted | None = None
 
@@ -245,7 +285,12 @@ class Worker:
         self._reaper = Reaper(
             space, lens, interval=reaper_interval, on_reoffer=lambda: self._count("reoffered")
         )
-        self._completions = Completions(lens, self._count, limit=4 * concurrency)
+        #: The durable path (see the module docstring): a job stays reserved on
+        #: the node until its claim is completed; the Lens keeps no copy.
+        self._durable = self._reserving is not None
+        self._completions = Completions(
+            lens, self._count, limit=4 * concurrency, ack=self._ack_completed
+        )
         self._slots = _Slots(concurrency)
         self._stopping = asyncio.Event()
         self._started = False
@@ -428,9 +473,15 @@ class Worker:
             else:
                 keyed.append((item, *found))
         await self._settle_reservations(buried, ack=True)
+        keyed = await self._defer_not_due(keyed)
         if not keyed:
             return
-        requests = [(key, self._after_failure(e, LOST_WORKER)) for _, key, e in keyed]
+        # On the durable path the node's reservation is the copy to fall back
+        # on, so the Lens is given none; on the take-only path it keeps one.
+        requests = [
+            (key, None if self._durable else self._after_failure(e, LOST_WORKER))
+            for _, key, e in keyed
+        ]
         if self._note_state_loss():
             # A loss another call found while these were reserved: pause first.
             await self._put_back(keyed)
@@ -450,9 +501,14 @@ class Worker:
                 # Redis answers pings but refuses the script: do not spin on it.
                 await self._pause(_OUTAGE_BACKOFF[1])
             return
-        # Claimed or turned away, every reserved tuple is taken for good now:
-        # the Lens holds what is needed to re-offer the claimed ones.
-        await self._settle_reservations([item.id for item, _, _ in keyed], ack=True)
+        await self._settle_reservations(self._to_ack(keyed, outcomes), ack=True)
+        if self._durable:
+            # A copy of a job another holder runs: kept out of reach for a beat,
+            # then offered again (done by then, or its holder dead and its claim
+            # run out). Not released (it would come straight back), not acked.
+            held = [i.id for (i, _, _), o in zip(keyed, outcomes, strict=True) if _held(o)]
+            beat = self.lease / 3
+            await self._extend_reservations(held, beat, within=beat)
         for (item, _, envelope), outcome in zip(keyed, outcomes, strict=True):
             if isinstance(outcome, LensError):
                 self._count("double_takes")
@@ -464,6 +520,55 @@ class Worker:
             task = tasks.create_task(run, name=f"job {job.key}")
             self._jobs.add(task)
             task.add_done_callback(self._jobs.discard)
+
+    def _to_ack(
+        self, keyed: list[tuple[Tuple, str, Envelope]], outcomes: Sequence[HeldClaim | LensError]
+    ) -> list[EntryId]:
+        """The reservations to take for good once their claims are asked for.
+
+        Take-only path: all of them, the Lens holds what is needed to re-offer
+        the claimed ones. Durable path: only the copies of jobs already done
+        (``AlreadyDone``); a claimed job stays reserved until it is completed,
+        and a copy met by ``AlreadyClaimed`` (its holder still runs it) is
+        neither acked nor released: it comes back a beat later, to be turned
+        away as done, or run if its holder died meanwhile.
+        """
+        if not self._durable:
+            return [item.id for item, _, _ in keyed]
+        return [
+            item.id
+            for (item, _, _), outcome in zip(keyed, outcomes, strict=True)
+            if isinstance(outcome, AlreadyDone)
+        ]
+
+    async def _defer_not_due(
+        self, keyed: list[tuple[Tuple, str, Envelope]]
+    ) -> list[tuple[Tuple, str, Envelope]]:
+        """The jobs that may run now. A retry reserved before its backoff is
+        over (``not_before`` in its trailer) stays reserved on the node until
+        it is due: the worker extends its reservation to then and forgets it,
+        so the retry waits in the space, durably, without being polled."""
+        if not self._durable or self._reserving is None:
+            return keyed
+        now = time.time()
+        due = [entry for entry in keyed if entry[2].due_in(now) == 0]
+        later = [
+            (item.id, min(e.due_in(now), _LONGEST_DEFER))
+            for item, _, e in keyed
+            if e.due_in(now) > 0
+        ]
+        if later:
+            self._count("deferred", len(later))
+            self._slots.release(len(later))
+            extend = self._reserving.extend
+            results = await asyncio.gather(
+                *(extend(i, d) for i, d in later), return_exceptions=True
+            )
+            for (entry_id, _), result in zip(later, results, strict=True):
+                if isinstance(result, BaseException):
+                    # Its reservation runs out and it comes back sooner: deferred again.
+                    log.warning("could not defer %s (%s)", entry_id, result)
+        return due
 
     async def _put_back(self, keyed: list[tuple[Tuple, str, Envelope]]) -> None:
         """Put unclaimed jobs back into the space: release their reservations
@@ -506,7 +611,7 @@ class Worker:
         me = asyncio.current_task()
         if me is None:
             raise RuntimeError("a job runs in a task")
-        state = self._running[me] = _Running(job.claim, generation)
+        state = self._running[me] = _Running(job.claim, generation, job.entry_id)
         error: Exception | None = None
         try:
             if generation < self._generation:
@@ -523,9 +628,12 @@ class Worker:
             del self._running[me]
             if state.interrupted is not None:
                 me.uncancel()
-        claim = job.claim
         self._note_state_loss()
         forgotten = generation < self._generation
+        if self._durable:
+            await self._settle_durably(job, envelope, state.interrupted, error, forgotten)
+            return
+        claim = job.claim
         if state.interrupted == "abandoned":
             if await self._hand_back(claim, envelope.seal(), forgotten=forgotten):
                 self._count("handed_back")
@@ -554,10 +662,66 @@ class Worker:
         if await self._hand_back(claim, payload, delay, forgotten=forgotten):
             self._count("dead" if last else "retried")
 
+    async def _settle_durably(
+        self,
+        job: Job,
+        envelope: Envelope,
+        interrupted: _Interrupted | None,
+        error: Exception | None,
+        forgotten: bool,
+    ) -> None:
+        """The end of a job on the durable path, where the node's reservation
+        (``job.entry_id``) holds the job until this settles it:
+
+        * done: complete the claim, then ack the reservation (batched);
+        * failed: release the claim, write the next attempt (due after the
+          backoff) or the dead letter into the space, *then* ack; should the
+          write fail, the reservation is left to run out and the same attempt
+          comes back;
+        * abandoned in the drain, or its claim forgotten by Redis: release the
+          claim (if still held) and the reservation: live again at once;
+        * its claim lost to another holder: touch nothing. The reservation runs
+          out (or the new holder, who reserved the same tuple, settles it).
+        """
+        claim = job.claim
+        if interrupted == "abandoned" or (
+            forgotten and (interrupted == "lost" or isinstance(error, LensError))
+        ):
+            await self._settle(claim, claim.release)  # a forgotten one is ClaimLost: fine
+            await self._settle_reservations([job.entry_id], ack=False)
+            self._count("rescued" if forgotten else "handed_back")
+            if forgotten:
+                log.warning("%s: Redis forgot its claim; its reservation is released", job.key)
+            return
+        if interrupted == "lost" or isinstance(error, ClaimLost):
+            self._count("claims_lost")
+            log.warning(
+                "claim on %s lost while its handler ran (%s)", job.key, error or "cancelled"
+            )
+            return
+        if error is None:
+            await self._completions.submit(claim, job.entry_id)
+            return
+        text = f"{type(error).__name__}: {error}"
+        log.info("%s attempt %d failed: %s", job.key, job.attempt, text)
+        last = job.attempt >= self.max_attempts
+        delay = 0.0 if last else self.backoff.delay(job.attempt, self._rng)
+        payload = self._after_failure(envelope, text, time.time() + delay if delay else None)
+        # Released first, so the next attempt, once due, finds the key free.
+        await self._settle(claim, claim.release)
+        if await self._write_back(payload):
+            await self._settle_reservations([job.entry_id], ack=True)
+            self._count("dead" if last else "retried")
+
+    async def _ack_completed(self, entry_ids: list[EntryId]) -> None:
+        """Take the reservations of completed jobs for good (:class:`Completions`)."""
+        await self._settle_reservations(entry_ids, ack=True)
+
     async def _heartbeat(self, stop: asyncio.Event) -> None:
-        """Extend every running job's claim each third of a lease, in one round
-        trip; cancel the handlers whose claims are lost, or whose claims can no
-        longer be shown to outlast the next beat."""
+        """Each third of a lease, extend every running job's claim in one round
+        trip and, beside it, its node reservation in one request; cancel the
+        handlers whose claims are lost, or whose claims can no longer be shown
+        to outlast the next beat."""
         interval = self.lease / 3
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
@@ -567,22 +731,55 @@ class Worker:
             running = list(self._running.items())
             if not running:
                 continue
-            try:
-                outcomes = await self._lens.extend_many([state.claim for _, state in running])
-            except LensError as exc:
-                self._lens_ok = False
-                if self._note_state_loss():
-                    continue  # every claim sent was from before the loss: all interrupted
-                for task, state in running:
-                    if state.claim.remaining() <= interval:
-                        log.warning(
-                            "cannot extend %s (%s) before its lease ends", state.claim.key, exc
-                        )
-                        self._interrupt(task, "lost")
-                continue
-            for (task, _), lost in zip(running, outcomes, strict=True):
-                if lost is not None:
+            # Side by side: a slow node must not hold back the claims' extension.
+            ids = [state.entry_id for _, state in running]
+            await asyncio.gather(
+                self._beat(running, interval),
+                self._extend_reservations(ids, self.lease, within=interval),
+            )
+
+    async def _beat(
+        self, running: list[tuple[asyncio.Task[None], _Running]], interval: float
+    ) -> None:
+        """Extend the claims of ``running`` (see :meth:`_heartbeat`)."""
+        try:
+            outcomes = await self._lens.extend_many([state.claim for _, state in running])
+        except LensError as exc:
+            self._lens_ok = False
+            if self._note_state_loss():
+                return  # every claim sent was from before the loss: all interrupted
+            for task, state in running:
+                if state.claim.remaining() <= interval:
+                    log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
                     self._interrupt(task, "lost")
+            return
+        for (task, _), lost in zip(running, outcomes, strict=True):
+            if lost is not None:
+                self._interrupt(task, "lost")
+
+    async def _extend_reservations(
+        self, ids: list[EntryId], lease: float, *, within: float
+    ) -> None:
+        """Renew reservations to ``lease`` seconds from now, in one call that
+        may take up to ``within`` seconds (the next beat tries again). Best
+        effort: a reservation that ran out (or a node that restarted) puts the
+        tuple back; its copy meets the live claim and waits, or, once this job
+        is completed, is turned away as done."""
+        if not self._durable or self._reserving is None or not ids:
+            return
+        try:
+            async with asyncio.timeout(within):
+                if self._batch_reserver is not None:
+                    extended = await self._batch_reserver.extend_many(ids, lease)
+                else:
+                    extend = self._reserving.extend
+                    extended = list(await asyncio.gather(*(extend(i, lease) for i in ids)))
+        except (ForumError, OSError, TimeoutError) as exc:
+            log.warning("could not extend %d reservations (%s)", len(ids), exc)
+            return
+        gone = [str(i) for i, ok in zip(ids, extended, strict=True) if not ok]
+        if gone:
+            log.warning("reservations no longer held on the node: %s", ", ".join(gone))
 
     def _interrupt(self, task: asyncio.Task[None], why: _Interrupted) -> None:
         """Cancel ``task``'s handler, if it still runs, saying ``why``."""
@@ -591,12 +788,15 @@ class Worker:
             state.interrupted = why
             task.cancel()
 
-    def _after_failure(self, envelope: Envelope, error: str) -> bytes:
+    def _after_failure(
+        self, envelope: Envelope, error: str, not_before: float | None = None
+    ) -> bytes:
         """The bytes that go back into the space if this attempt fails with
-        ``error``: the next attempt, or after the last one a dead letter."""
+        ``error``: the next attempt (to run no earlier than ``not_before``),
+        or after the last one a dead letter."""
         if envelope.attempt >= self.max_attempts:
             return bury(envelope.failed(error), self.dead_prefix)
-        return envelope.next_attempt(error).seal()
+        return envelope.next_attempt(error, not_before).seal()
 
     async def _hand_back(
         self, claim: HeldClaim, payload: bytes, delay: float = 0.0, *, forgotten: bool = False
@@ -690,12 +890,13 @@ class Worker:
         forgotten = [task for task, state in self._running.items() if state.generation < losses]
         log.error(
             "worker %s: Redis LOST THE LENS'S STATE (flushed, or restarted without "
-            "persistence): every claim, done marker and in-flight job from before is gone. "
-            "Cancelling %d running handlers and writing their jobs back; claiming nothing "
-            "for %.1fs. Jobs only in flight on other (dead) workers are lost and completed "
-            "jobs may run again. Operator: fix Redis persistence (appendonly yes, "
-            "appendfsync always) and follow docs/coordination.md, 'A Redis that forgets'",
+            "persistence): every claim, done marker and in-flight record from before is gone. "
+            "Cancelling %d running handlers and putting their jobs back; claiming nothing "
+            "for %.1fs. Completed jobs may run again%s. Operator: fix Redis persistence "
+            "(appendonly yes, appendfsync always) and follow docs/coordination.md, "
+            "'A Redis that forgets'",
             self.owner, len(forgotten), self.lens_loss_pause,
+            "" if self._durable else ", and jobs only in flight on other (dead) workers are lost",
         )  # fmt: skip
         for task in forgotten:
             self._interrupt(task, "lost")
@@ -718,22 +919,22 @@ class Worker:
                 log.info("the Lens is reachable again")
                 self._lens_ok = True
 
-    async def _write_back(self, data: bytes) -> None:
-        """Write an unclaimed job back into the space, retrying while the space
-        is unreachable (this process holds its only copy)."""
+    async def _write_back(self, data: bytes) -> bool:
+        """Write a job into the space, retrying while the space is unreachable
+        (until the drain is over); ``False`` if it could not be written."""
         delay = _OUTAGE_BACKOFF[0]
         while True:
             try:
                 await self._space.write(data)
             except (ForumError, OSError) as exc:
                 if self._drain_expired or self._past_stop_deadline():
-                    log.error("job lost: could not write it back (%s): %r", exc, data)
-                    return
+                    log.error("could not write a job back (%s): %r", exc, data)
+                    return False
                 log.warning("could not write a job back (%s); retrying", exc)
                 await self._pause(delay)
                 delay = min(delay * 2, _OUTAGE_BACKOFF[1])
             else:
-                return
+                return True
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake at once when the worker is told to stop."""
@@ -742,3 +943,8 @@ class Worker:
 
     def _count(self, outcome: str, n: int = 1) -> None:
         self._counts[outcome] += n
+
+
+def _held(outcome: HeldClaim | LensError) -> bool:
+    """Whether a claim was refused because another holder's claim is live."""
+    return isinstance(outcome, AlreadyClaimed)

@@ -23,6 +23,28 @@ plus one rule of Forum's own, about effects:
     (must be 0: that is what the Lens and the fencing tokens are for).
 
 A job counts as *done* when its effect was applied at least once.
+
+Reruns after Redis lost the Lens's state (a ``FLUSHALL``, a restart without
+persistence) are counted as ``reruns``, not as duplicate effects. What the
+sink (:mod:`deploy.sink`, in a Redis database of its own, so a flush of the
+Lens's database leaves it) sees of one:
+
+* the job runs again under the *same claim key*: the key is the first
+  delivery's entry id or the trailer's key, which the node's copy carries,
+  not the Lens; and with a *higher token*: the Lens's tokens are clock-based,
+  above every token granted before the loss. The sink finds the key it
+  holds and does not apply the effect again: a rerun;
+* a holder from before the loss that writes late, after a newer holder,
+  has the lower token: refused (``StaleToken``), not counted at all;
+* an application under a *different* claim key is a separate application
+  of the job: a ``duplicate_effect``, and the run fails, loss or no loss.
+
+What this does not tell apart: two holders of one claim key that were both
+live at once across a loss (the old one before its heartbeat met the loss,
+and a new one) look like an effect and a rerun. The workers' pause of one
+lease after a loss is what keeps them apart; the sink counts their effects
+once either way (it is keyed by claim key, as a fenced store is), but the
+checker does not verify the pause.
 """
 
 from __future__ import annotations

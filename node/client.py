@@ -210,6 +210,26 @@ class ForumClient(AsyncResource):
             raise SerializationError(f"{self.url}: acked is not one flag per id")
         return acked
 
+    async def extend(self, entry_id: EntryId, lease: float) -> bool:
+        """Renew a reservation to ``lease`` seconds from now; ``False`` if the
+        tuple is no longer reserved."""
+        return (await self.extend_many([entry_id], lease))[0]
+
+    async def extend_many(self, entry_ids: Sequence[EntryId], lease: float) -> builtins.list[bool]:
+        """Renew many reservations in one request; one flag per id, in order."""
+        if not entry_ids:
+            return []
+        document = await self._msgpack(
+            "POST",
+            "/v1/reserve/extend",
+            data=msgpack.packb({"ids": [str(i) for i in entry_ids], "lease": lease}),
+            headers={"Content-Type": MSGPACK},
+        )
+        extended = self._list(document, "extended")
+        if len(extended) != len(entry_ids) or not all(isinstance(e, bool) for e in extended):
+            raise SerializationError(f"{self.url}: extended is not one flag per id")
+        return extended
+
     async def release(self, entry_id: EntryId) -> bool:
         """Give a reserved tuple back now; ``False`` if it was not reserved."""
         document = await self._msgpack("POST", "/v1/release", params={"id": str(entry_id)})

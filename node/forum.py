@@ -13,8 +13,9 @@ then makes the Take durable. Invariant: no live tuple matches a waiter.
 
 ``reserve`` is the take for work that must not be lost in flight: it takes
 the oldest match out of the index for ``lease`` seconds without writing
-anything. ``ack`` then takes it for good (appends the Take); ``release``, or
-the lease running out, or a restart of the node, puts it back. A consumer
+anything. ``extend`` renews the lease (a worker's heartbeat keeps a running
+job reserved); ``ack`` then takes it for good (appends the Take); ``release``,
+or the lease running out, or a restart of the node, puts it back. A consumer
 that dies between receiving a tuple and making it safe elsewhere (a claim in
 the Lens) therefore loses nothing: the tuple comes back.
 
@@ -256,6 +257,30 @@ class Forum(AsyncResource):
         if found:
             await self._commit_takes(found, rescue=False)
         return acked
+
+    async def extend(self, entry_id: EntryId, lease: float) -> bool:
+        """Keep the reserved tuple ``entry_id`` out of reach for ``lease``
+        seconds from now; ``False`` if it is not reserved (its lease ran out,
+        it was acked or released, or the node restarted)."""
+        return (await self.extend_many([entry_id], lease))[0]
+
+    async def extend_many(self, entry_ids: Sequence[EntryId], lease: float) -> list[bool]:
+        """:meth:`extend` for many at once (a worker's heartbeat); one flag per
+        id, in order. Nothing is appended: a reservation lives in memory only."""
+        self._check_open()
+        if not lease > 0:
+            raise ValueError("lease must be > 0 seconds")
+        loop = asyncio.get_running_loop()
+        extended = []
+        for entry_id in entry_ids:
+            reservation = self._reservations.get(entry_id)
+            if reservation is not None:
+                arrival, item, expiry = reservation
+                expiry.cancel()
+                renewed = loop.call_later(lease, self._expire, entry_id)
+                self._reservations[entry_id] = (arrival, item, renewed)
+            extended.append(reservation is not None)
+        return extended
 
     async def release(self, entry_id: EntryId) -> bool:
         """Give the reserved tuple back now; ``False`` if it is not reserved."""

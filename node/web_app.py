@@ -41,6 +41,7 @@ from node.web_handlers import (
     ack,
     ack_batch,
     count,
+    extend_reservations,
     healthz,
     list_tuples,
     read,
@@ -126,6 +127,7 @@ def build_app(
     router.add_post("/v1/reserve/batch", reserve_batch)
     router.add_post("/v1/ack", ack)
     router.add_post("/v1/ack/batch", ack_batch)
+    router.add_post("/v1/reserve/extend", extend_reservations)
     router.add_post("/v1/release", release)
     router.add_get("/v1/read", read)
     router.add_get("/v1/count", count)

@@ -273,11 +273,37 @@ async def parse_batch_write(
 
 async def parse_ids(request: web.Request, max_batch: int) -> list[EntryId]:
     """The entry ids of a batch ack: ``{"ids": ["origin:seq", ...]}``."""
+    return _ids(await _ids_document(request, max_batch, ("ids",)), max_batch)
+
+
+async def parse_extend(
+    request: web.Request, max_batch: int, max_lease: float
+) -> tuple[list[EntryId], float]:
+    """The ids and the new lease of a reservation extend:
+    ``{"ids": ["origin:seq", ...], "lease": seconds}``."""
+    document = await _ids_document(request, max_batch, ("ids", "lease"))
+    ids = _ids(document, max_batch)
+    if "lease" not in document:
+        raise bad_request("missing_field", "lease (seconds) is required")
+    lease = document["lease"]
+    if isinstance(lease, bool) or not isinstance(lease, int | float):
+        raise bad_request("invalid_field", "lease must be a number of seconds")
+    if not 0 < lease <= max_lease:  # NaN fails this too
+        raise bad_request("invalid_field", f"lease must be > 0 and <= {max_lease:g} s")
+    return ids, float(lease)
+
+
+async def _ids_document(
+    request: web.Request, max_batch: int, allowed: tuple[str, ...]
+) -> dict[str, Any]:
     kind = body_kind(request)
     if kind == "raw":
         raise ApiProblem(415, "unsupported_media_type", f"ids are {MSGPACK} or {JSON}")
     # An id is at most an origin (128) and a seq (20 digits) with a colon.
-    document = _object(_decode_document(await read_body(request, max_batch * 160), kind), ("ids",))
+    return _object(_decode_document(await read_body(request, max_batch * 160), kind), allowed)
+
+
+def _ids(document: dict[str, Any], max_batch: int) -> list[EntryId]:
     values = document.get("ids")
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise bad_request("invalid_field", "ids must be a list of entry ids (origin:seq)")

@@ -24,6 +24,7 @@ from node.web_bodies import (
     ids_document,
     negotiate,
     parse_batch_write,
+    parse_extend,
     parse_ids,
     parse_write,
     respond,
@@ -124,6 +125,16 @@ async def ack_batch(request: web.Request) -> web.Response:
     return respond({"acked": await request.app[FORUM].ack_many(ids)}, media)
 
 
+async def extend_reservations(request: web.Request) -> web.Response:
+    """``POST /v1/reserve/extend`` with ``{"ids": [...], "lease": s}``: renew
+    many reservations to ``lease`` seconds from now (a worker's heartbeat);
+    ``extended`` false for an id that is no longer reserved."""
+    Query(request, ())
+    media = negotiate(request, (JSON, MSGPACK), JSON)
+    ids, lease = await parse_extend(request, request.app[CONFIG].max_batch, MAX_LEASE)
+    return respond({"extended": await request.app[FORUM].extend_many(ids, lease)}, media)
+
+
 async def ack(request: web.Request) -> web.Response:
     """``POST /v1/ack?id=``: take a reserved tuple for good; ``acked`` false if gone."""
     entry_id = Query(request, ("id",)).entry_id("id")
@@ -207,7 +218,7 @@ async def status(request: web.Request) -> web.Response:
 
 #: The handlers that read a request body; any other route refuses one (a body
 #: sent to a take is a client mistake, and the take must not happen anyway).
-BODY_HANDLERS = frozenset({write_tuple, write_batch, ack_batch})
+BODY_HANDLERS = frozenset({write_tuple, write_batch, ack_batch, extend_reservations})
 
 
 def node_status(app: web.Application) -> NodeStatus:

@@ -242,6 +242,22 @@ def _client_paths(max_batch: int) -> dict[str, Any]:
                 },
             },
         },
+        "/v1/reserve/extend": {
+            "post": {
+                "summary": "Renew many reservations to lease seconds from now (a heartbeat)",
+                "requestBody": {
+                    "required": True,
+                    "content": _json_and_msgpack({"$ref": "#/components/schemas/Extend"}),
+                },
+                "responses": {
+                    **_ok(
+                        "One flag per id: false if it was no longer reserved.",
+                        _object({"extended": {"type": "array", "items": {"type": "boolean"}}}),
+                    ),
+                    "406": _ERROR,
+                },
+            },
+        },
         "/v1/release": {
             "post": {
                 "summary": "Give a reserved tuple back now",
@@ -430,6 +446,15 @@ def _components() -> dict[str, Any]:
                 "type": "object",
                 "properties": {"ids": {"type": "array", "items": {"type": "string"}}},
                 "required": ["ids"],
+                "additionalProperties": False,
+            },
+            "Extend": {
+                "type": "object",
+                "properties": {
+                    "ids": {"type": "array", "items": {"type": "string"}},
+                    "lease": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+                },
+                "required": ["ids", "lease"],
                 "additionalProperties": False,
             },
             "Status": _status_schema(),

@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from tests.chaos.harness import LEASE, Run, run_scenario
 
@@ -141,8 +142,24 @@ async def test_kill_9_and_restart_nodes_and_workers(tmp_path: Path) -> None:
     await run_scenario(tmp_path, fault)
 
 
+async def test_lens_redis_flushed_mid_run(tmp_path: Path) -> None:
+    """Redis forgets the Lens's state (``FLUSHDB`` of its database, as a
+    restart without persistence would) twice while jobs run. The workers see
+    ``LensStateLost``, pause for a lease, and go on; every job running or
+    completed-but-not-acked is still on its node, so none is lost. Reruns
+    are allowed (the done markers are gone); duplicate effects are not."""
+
+    async def fault(run: Run) -> None:
+        async with Redis.from_url(run.cluster.redis_url) as lens_db:
+            for _ in range(2):
+                await run.sleep(1.5, 2.5)
+                await lens_db.flushdb()
+
+    await run_scenario(tmp_path, fault)
+
+
 def test_scenarios_are_all_here() -> None:
-    """The eight faults of the chaos issue each have a scenario."""
+    """The eight faults of the chaos issue, and Redis forgetting, each have a scenario."""
     names = [n for n in globals() if n.startswith("test_") and n != "test_scenarios_are_all_here"]
-    assert len(names) == 8
+    assert len(names) == 9
     assert all(asyncio.iscoroutinefunction(globals()[n]) for n in names)

@@ -53,9 +53,12 @@ async def fail(job: Job) -> None:
 
 @contextlib.asynccontextmanager
 async def stop_before_first_write() -> AsyncIterator[Handler]:
-    """The fenced Redis example, except that a job named ``job/k`` on its first
-    attempt SIGSTOPs the worker between ``verify()`` and the write: a stall
-    (a GC pause, a VM freeze) at the worst moment. The test sends SIGCONT."""
+    """The fenced Redis example, except that the first run of a job named
+    ``job/k`` SIGSTOPs the worker between ``verify()`` and the write: a stall
+    (a GC pause, a VM freeze) at the worst moment. The test sends SIGCONT.
+    Once per process, not per attempt: a job whose holder was lost comes
+    back from the node's reservation at the same attempt."""
+    stalled = False
     async with (
         Redis.from_url(os.environ["FORUM_EXAMPLE_REDIS_URL"]) as client,
         FencedRedisStore.from_url(os.environ["FORUM_EXAMPLE_REDIS_URL"]) as store,
@@ -64,7 +67,9 @@ async def stop_before_first_write() -> AsyncIterator[Handler]:
         async def handle(job: Job) -> None:
             await client.rpush(STARTED, f"{job.key} {job.token}")
             await job.verify()
-            if job.payload == b"job/k" and job.attempt == 1:
+            nonlocal stalled
+            if job.payload == b"job/k" and not stalled:
+                stalled = True
                 os.kill(os.getpid(), signal.SIGSTOP)
             await store.put(job.key, job.token, job.payload)
 

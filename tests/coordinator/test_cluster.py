@@ -80,7 +80,10 @@ async def test_double_take_across_a_partition_is_caught_by_the_lens(
     t2  worker A drains the jobs on a; worker B drains the same jobs on b
     t3  for each job one claim wins; the other meets AlreadyClaimed or
         AlreadyDone: the handler runs once per job
-    t4  heal: the nodes converge with no live job, each counting the double takes
+    t4  heal: the nodes converge with no live or reserved job. A node counts
+        a double take where both sides appended a Take; fewer than before, as
+        a copy met by AlreadyClaimed is kept reserved, not acked, and the
+        winner's Take, when it arrives, removes it without a conflict
     """
     nodes, links = await proxied_cluster(forum_nodes, toxiproxy, "ab")
     async with AsyncExitStack() as stack:
@@ -101,21 +104,23 @@ async def test_double_take_across_a_partition_is_caught_by_the_lens(
             await eventually(lambda: on_a.stats().running + on_b.stats().running == 0)
             await eventually(lambda: on_a.stats().done + on_b.stats().done == 50)
         stats = on_a.stats(), on_b.stats()
-        assert sum(s.taken for s in stats) == 100  # every job taken on both sides
-        assert sum(s.double_takes for s in stats) == 50  # ... and caught once each
+        # Every job taken on both sides, and every take that did not run caught
+        # (a copy left reserved under a live claim is met again once done).
+        assert sum(s.double_takes for s in stats) >= 50
+        assert sum(s.taken for s in stats) == 50 + sum(s.double_takes for s in stats)
         applied = await fenced.applied()
         assert sorted(key for key, _ in applied) == sorted(str(i) for i in ids)
 
+        await eventually(lambda: _converged(a, b), timeout=60, what="the nodes converged")
         for client in (a, b):
-            await eventually(
-                lambda cl=client: _double_takes(cl, 50), timeout=60, what="double takes counted"
-            )
-            assert await client.count(JOBS) == 0
+            assert (await client.status()).double_takes <= 50
 
 
 async def _count(client: ForumClient, n: int) -> bool:
     return await client.count(JOBS) == n
 
 
-async def _double_takes(client: ForumClient, n: int) -> bool:
-    return (await client.status()).double_takes == n
+async def _converged(a: ForumClient, b: ForumClient) -> bool:
+    """No job live or reserved on either node."""
+    one, two = await a.status(), await b.status()
+    return one.live == two.live == 0 and one.reserved == two.reserved == 0

@@ -70,3 +70,23 @@ def test_dead_letters_keep_the_key_and_revive_from_attempt_one() -> None:
     assert Envelope.open(letter.revived()) == Envelope(b"job/1", key="a:1", attempt=1)
     with pytest.raises(ValueError):
         DeadLetter.parse(Tuple(EntryId("n", 9), b"job/1"))
+
+
+def test_a_retrys_not_before_travels_in_the_trailer() -> None:
+    envelope = Envelope(b"job/x", key="k").next_attempt("boom", not_before=1_800_000_000.5)
+    again = Envelope.open(envelope.seal())
+    assert again == envelope and again.attempt == 2
+    assert again.due_in(1_800_000_000.0) == 0.5 and again.due_in(1_900_000_000.0) == 0.0
+
+
+def test_a_trailer_without_not_before_is_the_old_format() -> None:
+    """Old and new workers read each other's tuples: no not_before, no new field."""
+    sealed = Envelope(b"job/x", key="k", attempt=2, error="e").seal()
+    assert b"not_before" not in sealed
+    assert Envelope.open(sealed).not_before is None
+    assert Envelope(b"p").due_in(0.0) == 0.0
+
+
+def test_not_before_must_be_a_finite_time() -> None:
+    with pytest.raises(ValueError, match="not_before"):
+        Envelope(b"p", not_before=float("nan"))

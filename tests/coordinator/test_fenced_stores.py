@@ -173,8 +173,9 @@ async def test_sigstopped_worker_stores_no_effect_with_its_expired_claim(
     """t0: worker A (lease 1 s) runs job k: verify() passes; A is SIGSTOPped
     before its write. t1: A's claim expires in Redis; nobody else holds k.
     t2: SIGCONT: A's write, with the expired claim's token, reaches the store
-    -> refused. t3: A's reaper re-offers k; A runs it again with a newer token
-    -> stored. The effect is stored once, by the newer holder."""
+    -> refused. t3: k's reservation ran out on the node meanwhile; A runs it
+    again with a newer token -> stored. The effect is stored once, by the
+    newer holder."""
     env = {"FORUM_EXAMPLE_REDIS_URL": redis_url}
     args = [
         "--node", forum_node.url, "--redis-url", redis_url, "--prefix", "job/",

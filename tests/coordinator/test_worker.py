@@ -203,18 +203,21 @@ async def test_drain_timeout_hands_unfinished_jobs_back(forum: Forum, lens: Lens
     assert w.stats().handed_back == 1
     back = await forum.take_entry(JOBS)
     assert back is not None
-    # Back unchanged: same bytes, same key, and the attempt was not counted.
-    assert Envelope.open(back.payload) == Envelope(b"job/long", key=str(job_id), attempt=1)
+    # Back unchanged: its reservation released, the same tuple is live again
+    # (same id, same bytes, the attempt not counted), and its claim released.
+    assert back.id == job_id
+    assert Envelope.open(back.payload) == Envelope(b"job/long", attempt=1)
     assert await lens.due() == []
     await (await lens.claim(str(job_id), owner="next", lease=5)).complete()
 
 
-async def test_a_dead_workers_job_is_reoffered_and_run_once_elsewhere(
+async def test_a_dead_workers_job_comes_back_and_runs_once_elsewhere(
     forum: Forum, lens: Lens, tmp_path: Path
 ) -> None:
     """t0: worker A charges job k, then dies before completing. t1: A's lease
-    expires; B's reaper writes k back. t2: B charges k again with the same
-    idempotency key: the ledger applies it once."""
+    expires, and with it k's reservation on the node: k is live again (the
+    Lens kept no copy: nothing to re-offer). t2: B charges k again with the
+    same idempotency key: the ledger applies it once."""
     charged = asyncio.Event()
     async with Ledger(tmp_path / "ledger.db") as ledger:
         charge = idempotent_handler(ledger)
@@ -235,7 +238,8 @@ async def test_a_dead_workers_job_is_reoffered_and_run_once_elsewhere(
         b = worker(forum, lens, charge)
         async with running(b):
             await eventually(lambda: b.stats().done == 1, what="re-offered job done")
-        assert b.stats().reoffered == 1
+        assert b.stats().reoffered == 0
+        assert await forum.count(JOBS) == 0 and forum.stats().reserved == 0
         assert await ledger.charges() == {str(job_id): b"job/charge 10"}
         assert await ledger.requests() == 2
 

@@ -61,6 +61,7 @@ ROUTES = [
     ("POST", "/v1/reserve/batch"),
     ("POST", "/v1/ack"),
     ("POST", "/v1/ack/batch"),
+    ("POST", "/v1/reserve/extend"),
     ("POST", "/v1/release"),
     ("GET", "/v1/read"),
     ("GET", "/v1/count"),
@@ -206,7 +207,12 @@ def requests(draw: st.DrawFn) -> Request:
     return Request(method, path, tuple(query), body, tuple(headers.items()), chunked)
 
 
-BODY_ROUTES = {("POST", "/v1/tuples"), ("POST", "/v1/tuples/batch"), ("POST", "/v1/ack/batch")}
+BODY_ROUTES = {
+    ("POST", "/v1/tuples"),
+    ("POST", "/v1/tuples/batch"),
+    ("POST", "/v1/ack/batch"),
+    ("POST", "/v1/reserve/extend"),
+}
 NUMBERS = {"wait": SECONDS, "lease": SECONDS, "limit": INTEGER, "cursor": INTEGER}
 
 

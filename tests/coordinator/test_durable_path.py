@@ -1,0 +1,158 @@
+"""The durable path: the node keeps every job reserved until its claim is
+completed, so a Redis that forgets (or a worker that dies) costs re-runs,
+never a job.
+
+In-process Forums and a real Redis; the SIGKILL test runs real processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator import Backoff, Job, Lens, Worker
+from examples.handlers.fenced_redis import FencedRedisStore
+from node import Forum, Pattern
+from node.client import ForumClient
+from tests.coordinator.harness import WorkerProcess, eventually, running, worker_processes
+from tests.coordinator.test_worker_process import started, worker_args
+from tests.fixtures.nodes import NodeProcess
+from tests.fixtures.redis_server import RedisServer
+
+JOBS = Pattern(b"job/")
+_FAST = {"take_wait": 0.2, "reaper_interval": 0.05, "lens_loss_pause": 0.5}
+
+
+class _Gate:
+    """A handler that records each start and each effect; jobs wait until
+    the gate opens before their effect."""
+
+    def __init__(self) -> None:
+        self.starts: list[tuple[bytes, int, float]] = []
+        self.effects: list[bytes] = []
+        self.open = asyncio.Event()
+
+    async def handler(self, job: Job) -> None:
+        self.starts.append((job.payload, job.attempt, time.monotonic()))
+        await self.open.wait()
+        await job.verify()
+        self.effects.append(job.payload)
+
+
+async def test_a_running_job_stays_reserved_on_the_node_through_a_flushall(
+    forum: Forum, lens: Lens, redis_server: RedisServer
+) -> None:
+    """t0: the worker claims job/x and runs its handler. t1: FLUSHALL: the
+    claim is gone. The node still holds job/x reserved (before this change
+    it had been acked at the claim, and its only copy was in Redis).
+    t2: the worker sees the loss, releases the reservation; after the
+    pause job/x runs again and is done; the space ends empty."""
+    gate = _Gate()
+    work = Worker(forum, lens, JOBS, gate.handler, lease=1.0, **_FAST)  # type: ignore[arg-type]
+    async with running(work):
+        await forum.write(b"job/x")
+        await eventually(lambda: work.stats().running == 1, what="the handler running")
+        assert forum.stats().reserved == 1, "the job must stay reserved on the node"
+        redis_server.flushall()
+        assert forum.stats().reserved == 1
+        await eventually(lambda: work.stats().lens_state_losses == 1, what="the loss seen")
+        gate.open.set()
+        await eventually(lambda: gate.effects == [b"job/x"], what="job/x done")
+        await eventually(lambda: forum.stats().reserved == 0, what="acked after complete")
+    assert await forum.count(JOBS) == 0
+    assert work.stats().rescued == 1
+    assert [payload for payload, _, _ in gate.starts] == [b"job/x", b"job/x"]
+
+
+async def test_the_heartbeat_keeps_a_long_job_reserved(forum: Forum, lens: Lens) -> None:
+    """A handler that runs for 3 leases: its reservation is extended with
+    its claim, so a second worker on the same node is never offered the
+    job (before, it would reserve it once the reservation ran out and meet
+    AlreadyClaimed)."""
+    gate = _Gate()
+    one = Worker(forum, lens, JOBS, gate.handler, lease=0.6, **_FAST)  # type: ignore[arg-type]
+    other = _Gate()
+    two = Worker(forum, lens, JOBS, other.handler, lease=0.6, **_FAST)  # type: ignore[arg-type]
+    async with running(one):
+        await forum.write(b"job/long")
+        await eventually(lambda: one.stats().running == 1, what="the handler running")
+        async with running(two):
+            await asyncio.sleep(3 * 0.6)
+            assert forum.stats().reserved == 1
+            gate.open.set()
+            await eventually(lambda: gate.effects == [b"job/long"], what="done")
+            await eventually(lambda: forum.stats().reserved == 0, what="acked")
+    assert two.stats().taken == 0 and two.stats().double_takes == 0
+    assert other.starts == []
+
+
+async def test_a_retry_waits_in_the_space_until_it_is_due(forum: Forum, lens: Lens) -> None:
+    """Attempt 1 fails: attempt 2 is written into the space with its
+    not_before (the failed reservation acked only then), and is deferred on
+    the node, not run, until the backoff is over."""
+    starts: list[tuple[int, float]] = []
+
+    async def fail_once(job: Job) -> None:
+        starts.append((job.attempt, time.monotonic()))
+        if job.attempt == 1:
+            raise RuntimeError("first attempt fails")
+
+    backoff = Backoff(base=1.0, cap=1.0, jitter=0.0)
+    work = Worker(forum, lens, JOBS, fail_once, lease=2.0, backoff=backoff, **_FAST)  # type: ignore[arg-type]
+    async with running(work):
+        await forum.write(b"job/r")
+        await eventually(lambda: work.stats().retried == 1, what="attempt 1 failed")
+        # One copy in the space: attempt 2, live or deferred (reserved), never none.
+        assert await forum.count(JOBS) + forum.stats().reserved == 1
+        await eventually(lambda: len(starts) == 2, what="attempt 2")
+        await eventually(lambda: forum.stats().reserved == 0, what="acked")
+    (first, t1), (second, t2) = starts
+    assert (first, second) == (1, 2)
+    assert t2 - t1 >= 0.9, "attempt 2 ran before its backoff was over"
+    assert work.stats().deferred >= 1
+    assert await forum.count(JOBS) == 0
+
+
+@pytest.mark.slow
+async def test_a_worker_sigkilled_mid_handler_with_the_lens_flushed_loses_nothing(
+    forum_node: NodeProcess,
+    redis_url: str,
+    redis_server: RedisServer,
+    fenced: FencedRedisStore,
+    tmp_path: Path,
+) -> None:
+    """t0: worker A claims job k (lease 1 s) and hangs in its handler.
+    t1: A is SIGKILLed. t2: FLUSHALL: A's claim is gone (before this change,
+    with it the job's only copy: its Take was appended at the claim). t3: A's
+    reservation runs out on the node: k is live again. t4: B runs k."""
+    env = {"FORUM_EXAMPLE_REDIS_URL": redis_url}
+    async with ForumClient(forum_node.url) as space, worker_processes(tmp_path) as workers:
+        job_id = await space.write(b"job/durable")
+        a_args = worker_args(forum_node, redis_url, "hang_after_start", "--lease", "1")
+        a = WorkerProcess("a", tmp_path, a_args, env)
+        workers.append(a)
+        await a.start()
+        await eventually(lambda: _started(redis_url, 1), what="A's handler started")
+        assert await a.signal(signal.SIGKILL) == -signal.SIGKILL
+        redis_server.flushall()
+
+        b_args = worker_args(forum_node, redis_url, "slow_fenced", "--lease", "1")
+        b = WorkerProcess("b", tmp_path, b_args, env)
+        workers.append(b)
+        await b.start()
+        await eventually(lambda: _result(fenced, str(job_id)), timeout=20, what="B's result")
+        assert await b.signal(signal.SIGTERM) == 0, b.log_text()
+        assert await space.count(JOBS) == 0
+        assert (await space.status()).reserved == 0
+
+
+async def _started(redis_url: str, n: int) -> bool:
+    return len(await started(redis_url)) >= n
+
+
+async def _result(store: FencedRedisStore, key: str) -> bool:
+    return await store.get(key) is not None
