@@ -49,6 +49,7 @@ from coordinator.worker import (
 from node import Pattern
 from node.cli_args import (
     COUNT,
+    COUNT_OR_ZERO,
     NODE_URL,
     NONEMPTY,
     PORT,
@@ -152,6 +153,21 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="NS",
         default=DEFAULT_NAMESPACE,
         help=f"prefix of the Lens's Redis keys (default {DEFAULT_NAMESPACE})",
+    )
+    add(
+        "--wait-replicas",
+        metavar="N",
+        type=COUNT_OR_ZERO,
+        default=0,
+        help="every claim and completion waits until N replicas of its Redis have it "
+        "(WAIT; fewer within --wait-timeout fails closed; default 0: the primary alone)",
+    )
+    add(
+        "--wait-timeout",
+        metavar="SECONDS",
+        type=SECONDS,
+        default=0.5,
+        help="how long --wait-replicas waits (default 0.5; below the Lens's 2 s timeout)",
     )
     add(
         "--prefix",
@@ -261,9 +277,14 @@ async def run_worker(args: argparse.Namespace) -> int:
     # Importing the user's modules reads files: not on the event loop.
     handler_source, key = await asyncio.to_thread(_load_user_code, args)
     try:
-        lens = Lens.from_url(args.redis_url, namespace=args.namespace)
+        lens = Lens.from_url(
+            args.redis_url,
+            namespace=args.namespace,
+            wait_replicas=args.wait_replicas,
+            wait_timeout=args.wait_timeout,
+        )
     except ValueError as exc:
-        raise UsageError(f"--redis-url or --namespace: {exc}") from None
+        raise UsageError(f"--redis-url, --namespace or --wait-*: {exc}") from None
     async with contextlib.AsyncExitStack() as stack:
         space = await stack.enter_async_context(
             ForumClient(args.node, args.token, timeout=args.take_wait + 30)

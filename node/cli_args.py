@@ -63,13 +63,13 @@ def _seconds(text: str, *, positive: bool) -> float:
     return value
 
 
-def _count(text: str) -> int:
+def _whole(text: str, *, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise ValueError(f"must be at least 1, not {text}")
+    if value < least:
+        raise ValueError(f"must be at least {least}, not {text}")
     return value
 
 
@@ -89,11 +89,12 @@ def _nonempty(text: str) -> str:
     return text
 
 
-#: ``type=`` values: a node's base URL, seconds (> 0 or >= 0), a count >= 1,
-#: a TCP port (0 = any free port), a non-empty string.
+#: ``type=`` values: a node's base URL, seconds (> 0 or >= 0), a count >= 1
+#: (or >= 0), a TCP port (0 = any free port), a non-empty string.
 NODE_URL = checked(node_url, "URL")
 SECONDS = checked(lambda text: _seconds(text, positive=True), "seconds")
 SECONDS_OR_ZERO = checked(lambda text: _seconds(text, positive=False), "seconds")
-COUNT = checked(_count, "count")
+COUNT = checked(lambda text: _whole(text, least=1), "count")
+COUNT_OR_ZERO = checked(lambda text: _whole(text, least=0), "count")
 PORT = checked(_port, "port")
 NONEMPTY = checked(_nonempty, "text")

@@ -45,6 +45,20 @@ def worker(*more: str, node: str | None = None, redis: str = "redis://127.0.0.1:
         (["--prefix", "job/", "--handler", HANDLER, "--log-level", "LOUD"], ["--log-level"]),
         (["--prefix", "job/", "--handler", HANDLER, "--app-dir", "/nonexistent"], ["--app-dir"]),
         (["--prefix", "job/", "--handler", HANDLER, "--namespace", ""], ["--namespace", "empty"]),
+        (["--prefix", "job/", "--handler", HANDLER, "--wait-replicas", "-1"], ["at least 0"]),
+        (
+            [
+                "--prefix",
+                "job/",
+                "--handler",
+                HANDLER,
+                "--wait-replicas",
+                "1",
+                "--wait-timeout",
+                "5",
+            ],
+            ["wait_timeout must be shorter than timeout"],
+        ),
     ],
     ids=lambda v: v[1] if isinstance(v, list) and v and v[0] == "--prefix" else None,
 )
