@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from node.config import NodeConfig
 from node.forum import Forum
 from node.web_longpoll import LongPolls
+from node.web_model import Limits
 
 #: Returns one JSON-able dict per peer (url, state, lag, ...), for ``/v1/status``.
 PeersProvider = Callable[[], list[dict[str, Any]]]
@@ -28,6 +29,8 @@ Extension = Callable[[web.Application], None]
 
 FORUM = web.AppKey("forum", Forum)
 CONFIG = web.AppKey("config", NodeConfig)
+#: The bounds the node enforces and its OpenAPI document advertises (from CONFIG).
+LIMITS = web.AppKey("limits", Limits)
 #: One registry per app, so two nodes in one process (tests) keep their metrics apart.
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 PEERS = web.AppKey[PeersProvider]("peers")
