@@ -112,7 +112,9 @@ def _schemas(limits: Limits) -> dict[str, Any]:
         one_of = getattr(model, "one_of", ())
         if one_of:  # exactly one of them (decode checks it, as missing_field)
             schemas[model.__name__] |= {"minProperties": 1, "maxProperties": 1}
-    # The bounds that depend on the node (node.web_bodies checks the same).
+    # The bounds that depend on the node (node.web_bodies checks the same). A
+    # batch's length is only described: past it the answer is a 413, which is
+    # not a refusal of invalid data to a schema checker (it is to a client).
     schemas[ExtendBody.__name__]["properties"]["lease"]["maximum"] = limits.max_lease
     for model, fields in (
         (Ids, ("ids",)),
@@ -120,13 +122,10 @@ def _schemas(limits: Limits) -> dict[str, Any]:
         (BatchWriteBody, ("payloads", "payloads_b64")),
     ):
         for field in fields:
-            _array(schemas[model.__name__]["properties"][field])["maxItems"] = limits.max_batch
+            schemas[model.__name__]["properties"][field]["description"] = (
+                f"At most max_batch ({limits.max_batch}) items; more is a 413."
+            )
     return schemas
-
-
-def _array(schema: dict[str, Any]) -> dict[str, Any]:
-    """The array branch of a schema (an ``X | Unset`` field is the array itself)."""
-    return next((s for s in schema.get("anyOf", ()) if s.get("type") == "array"), schema)
 
 
 def _parameter(parameter: Parameter, limits: Limits) -> dict[str, Any]:
@@ -156,6 +155,20 @@ def _content(operation: Operation) -> dict[str, Any]:
     return {media: {"schema": by_media[media]} for media in operation.answer.media}
 
 
+def _errors(path: str, *, body: bool, bearer: bool, negotiates: bool) -> dict[str, Any]:
+    """The refusals a route may answer with, as the middlewares and handlers give them."""
+    errors = [*_ALWAYS]
+    if negotiates:
+        errors.append("406")
+    if body:
+        errors += _WITH_BODY
+    if path != "/healthz":
+        errors.append(_UNAVAILABLE)
+    if bearer:
+        errors.append("401")
+    return {status: _ERROR for status in sorted(errors)}
+
+
 def _operation(operation: Operation, limits: Limits, bearer: bool) -> dict[str, Any]:
     answer = operation.answer
     success: dict[str, Any] = {"description": answer.description, "content": _content(operation)}
@@ -167,16 +180,12 @@ def _operation(operation: Operation, limits: Limits, bearer: bool) -> dict[str, 
     responses: dict[str, Any] = {str(answer.status): success}
     if operation.none:
         responses["204"] = {"description": "Nothing matched (within the wait)."}
-    errors = [*_ALWAYS]
-    if operation.path not in _FIXED_MEDIA:
-        errors.append("406")
-    if operation.body is not None:
-        errors += _WITH_BODY
-    if operation.path != "/healthz":
-        errors.append(_UNAVAILABLE)
-    if bearer:
-        errors.append("401")
-    responses |= {status: _ERROR for status in sorted(errors)}
+    responses |= _errors(
+        operation.path,
+        body=operation.body is not None,
+        bearer=bearer,
+        negotiates=operation.path not in _FIXED_MEDIA,
+    )
     described: dict[str, Any] = {
         "summary": operation.summary,
         "security": [{"bearer": []}] if bearer else [],
@@ -215,8 +224,10 @@ def _cluster_operation(summary: str, message: str | None) -> dict[str, Any]:
                 "description": "The answer message, signed when there is a secret.",
                 "content": {MSGPACK: {"schema": {"type": "object"}}},
             },
+            # The signature's (401), a push for another cluster (409).
             "401": _ERROR,
             "409": _ERROR,
+            **_errors("", body=message is not None, bearer=False, negotiates=False),
         },
     }
     if message is not None:
