@@ -40,7 +40,7 @@ import msgpack
 from aiohttp import web
 from multidict import MultiMapping
 
-from node.entries import EntryId, Tuple
+from node.entries import EntryId, Reserved, Tuple
 from node.space import Pattern
 
 RAW = "application/octet-stream"
@@ -51,6 +51,8 @@ TEXT = "text/plain"
 MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
 #: The response header that carries a raw payload's entry id.
 ENTRY_ID_HEADER = "Forum-Entry-Id"
+#: How many times a reserved tuple has been handed out (``Reserved.deliveries``).
+DELIVERIES_HEADER = "Forum-Deliveries"
 
 BodyKind = Literal["raw", "json", "msgpack"]
 #: A JSON or msgpack body may spell a payload longer than the payload itself.
@@ -434,22 +436,28 @@ def respond(document: Mapping[str, Any], media: str, status: int = 200) -> web.R
 
 
 def tuple_document(item: Tuple, media: str) -> dict[str, Any]:
-    """One tuple: ``{"id", "payload"}``; in JSON a payload that is not UTF-8 is
-    ``payload_b64`` instead."""
+    """One tuple: ``{"id", "payload"}``, and ``deliveries`` for a reserved one;
+    in JSON a payload that is not UTF-8 is ``payload_b64`` instead."""
+    document: dict[str, Any] = {"id": str(item.id)}
     if media == MSGPACK:
-        return {"id": str(item.id), "payload": item.payload}
-    try:
-        return {"id": str(item.id), "payload": item.payload.decode()}
-    except UnicodeDecodeError:
-        return {"id": str(item.id), "payload_b64": base64.b64encode(item.payload).decode()}
+        document["payload"] = item.payload
+    else:
+        try:
+            document["payload"] = item.payload.decode()
+        except UnicodeDecodeError:
+            document["payload_b64"] = base64.b64encode(item.payload).decode()
+    if isinstance(item, Reserved):
+        document["deliveries"] = item.deliveries
+    return document
 
 
 def respond_tuple(item: Tuple, media: str) -> web.Response:
     """A single tuple: raw bytes with the id in a header, or a document."""
     if media == RAW:
-        return web.Response(
-            body=item.payload, headers={ENTRY_ID_HEADER: str(item.id)}, content_type=RAW
-        )
+        headers = {ENTRY_ID_HEADER: str(item.id)}
+        if isinstance(item, Reserved):
+            headers[DELIVERIES_HEADER] = str(item.deliveries)
+        return web.Response(body=item.payload, headers=headers, content_type=RAW)
     return respond(tuple_document(item, media), media)
 
 

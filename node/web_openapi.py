@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from node.config import NodeConfig
-from node.web_bodies import ENTRY_ID_HEADER, JSON, MSGPACK, RAW, TEXT, Query
+from node.web_bodies import DELIVERIES_HEADER, ENTRY_ID_HEADER, JSON, MSGPACK, RAW, TEXT, Query
 from node.web_keys import CONFIG
 from node.web_status import NodeStatus
 
@@ -94,7 +94,11 @@ def _single_tuple(description: str) -> dict[str, Any]:
                 ENTRY_ID_HEADER: {
                     "description": "The tuple's entry id (raw answers).",
                     "schema": {"type": "string"},
-                }
+                },
+                DELIVERIES_HEADER: {
+                    "description": "Reservations only (raw answers): the delivery count.",
+                    "schema": {"type": "integer", "minimum": 1},
+                },
             },
             "content": {
                 RAW: {"schema": {"type": "string", "format": "binary"}},
@@ -419,6 +423,12 @@ def _components() -> dict[str, Any]:
                     "id": {"type": "string", "description": "origin:seq"},
                     "payload": {"description": "text (JSON) or bytes (msgpack)"},
                     "payload_b64": {"type": "string", "description": "JSON only, when not UTF-8"},
+                    "deliveries": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "Reservations only: 1 the first time, n when n-1 "
+                        "earlier leases of this tuple on this node ran out",
+                    },
                 },
                 "required": ["id"],
             },
