@@ -442,11 +442,13 @@ class Lens(AsyncResource):
     def _granted(
         self, key: str, owner: str, lease: float, started: float, reply: Any
     ) -> Claim | AlreadyClaimed | AlreadyDone:
-        code, value = reply
+        code, value = reply[0], reply[1]
         if code == _DONE:
             return AlreadyDone(key, int(value))
         if code == _HELD:
-            return AlreadyClaimed(key, value.decode() or None)
+            # PTTL is -1 for a claim key without an expiry (never written so).
+            remaining = int(reply[2]) / 1000 if int(reply[2]) >= 0 else None
+            return AlreadyClaimed(key, value.decode() or None, remaining)
         token = int(value)
         self._highest_token = max(self._highest_token, token)
         return Claim(self, key=key, owner=owner, token=token, lease=lease, deadline=started + lease)
