@@ -377,8 +377,12 @@ class Lens(AsyncResource):
         await close(self._redis)
 
     async def ping(self) -> None:
-        """Return when Redis answers; :class:`LensUnavailable` otherwise."""
+        """Return when Redis answers and can hold this Lens's keys;
+        :class:`LensUnavailable` if it does not answer, :class:`LensError` if
+        it cannot serve this configuration (``wait_aof`` on a Redis older than
+        7.2, a namespace in an older schema)."""
         await self._call(self._redis.ping())
+        await self._check_schema()
 
     async def claim(
         self, key: str, owner: str, lease: float, *, reoffer: bytes | None = None
