@@ -17,6 +17,13 @@ candidate gets a quiet or a busy stretch to itself):
    Each is reported as a ratio to ``single``. Every sample uses keys of its
    own instead of a flush, so the Lens's epoch markers stay put.
 
+   And ``WAITAOF`` (Redis 7.2+; here Valkey 8.0, as Debian 12's Redis is 7.0),
+   ``--waitaof-ops`` pairs per sample, against one valkey-server alone:
+
+   * ``waitaof_local``: ``wait_aof=True``, no replica: ``WAITAOF 1 0``;
+   * ``waitaof_replica``: a Valkey primary + replica, ``wait_replicas=1,
+     wait_aof=True``: ``WAITAOF 1 1``, the replica's AOF fsynced too.
+
 2. **End-to-end no-op jobs/s** (in-process Forum node with ``fsync=always`` +
    Lens on the single Redis + Worker; concurrency 1 and 8): bench/worker_bench.py's
    ``forum_run`` of this tree (durable until complete: the node's reservation
@@ -85,6 +92,36 @@ print(json.dumps(asyncio.run(worker_bench.forum_run(url, jobs, concurrency))))
 
 
 @contextlib.contextmanager
+def aof_topologies(directory: Path) -> Iterator[dict[str, dict[str, Any]]]:
+    """Valkey alone, and a Valkey primary + replica, each ``appendfsync always``."""
+    alone = RedisServer(directory / "valkey", server="valkey-server")
+    primary = RedisServer(directory / "vprimary", server="valkey-server")
+    replica = RedisServer(
+        directory / "vreplica",
+        extra=("--replicaof", "127.0.0.1", str(primary.port)),
+        server="valkey-server",
+    )
+    try:
+        for server in (alone, primary, replica):
+            server.start()
+        deadline = time.monotonic() + LINK_DEADLINE
+        while not _link_up(replica):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the replica did not connect to its primary in time")
+            time.sleep(0.05)
+        # A replica reports its fsyncs about once a second: a batch may wait that long.
+        slow = {"wait_timeout": 1.8, "timeout": 3.0}
+        yield {
+            "valkey": {"url": alone.url},
+            "waitaof_local": {"url": alone.url, "wait_aof": True},
+            "waitaof_replica": {"url": primary.url, "wait_replicas": 1, "wait_aof": True, **slow},
+        }
+    finally:
+        for server in (replica, primary, alone):
+            server.stop()
+
+
+@contextlib.contextmanager
 def topologies(directory: Path) -> Iterator[dict[str, dict[str, Any]]]:
     """Start the three topologies; yield each one's Lens options (URL and more)."""
     single = RedisServer(directory / "single")
@@ -119,7 +156,7 @@ def topologies(directory: Path) -> Iterator[dict[str, dict[str, Any]]]:
 
 
 async def lens_rates(
-    options: dict[str, dict[str, Any]], ops: int, rounds: int
+    options: dict[str, dict[str, Any]], ops: int, rounds: int, baseline: str = "single"
 ) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     async with contextlib.AsyncExitStack() as stack:
@@ -139,9 +176,9 @@ async def lens_rates(
             }
             row["samples"] = samples  # each round's figure: how noisy the machine was
             for name in lenses:
-                if name != "single":
-                    row[f"{name}_vs_single"] = row[name] / row["single"]
-                    row[f"{name}_vs_single_paired"] = paired(samples[name], samples["single"])
+                if name != baseline:
+                    row[f"{name}_vs_{baseline}"] = row[name] / row[baseline]
+                    row[f"{name}_vs_{baseline}_paired"] = paired(samples[name], samples[baseline])
             results[f"callers_{callers}"] = row
     return results
 
@@ -214,6 +251,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "lens_ops": args.lens_ops,
+        "waitaof_ops": args.waitaof_ops,
         "jobs": args.jobs,
         "rounds": args.rounds,
         "compare_with": str(args.compare_with) if args.compare_with else None,
@@ -226,6 +264,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         topologies(Path(directory)) as options,
     ):
         report["lens"] = await lens_rates(options, args.lens_ops, args.rounds)
+        with aof_topologies(Path(directory)) as aof_options:
+            report["waitaof"] = await lens_rates(
+                aof_options, args.waitaof_ops, args.rounds, baseline="valkey"
+            )
         report["end_to_end"] = await end_to_end(
             options["single"]["url"], trees, args.jobs, args.rounds
         )
@@ -249,6 +291,17 @@ def print_table(report: dict[str, Any]) -> None:
             f"{row['wait_replica_vs_single_paired']:>5.2f}x  {row['cluster']:>7.0f}  "
             f"{row['cluster_vs_single']:>5.2f}x  "
             f"{row['cluster_vs_single_paired']:>5.2f}x"
+        )
+    print(
+        f"\nWAITAOF on Valkey 8.0 ({report['waitaof_ops']} pairs per sample), pairs/s, "
+        f"median of {report['rounds']} alternated rounds"
+    )
+    print(f"{'callers':>7}  {'valkey':>7}  {'1 0':>7}  {'ratio':>6}  {'1 1':>7}  {'ratio':>6}")
+    for name, row in report["waitaof"].items():
+        print(
+            f"{name.split('_')[1]:>7}  {row['valkey']:>7.0f}  {row['waitaof_local']:>7.0f}  "
+            f"{row['waitaof_local_vs_valkey_paired']:>5.2f}x  {row['waitaof_replica']:>7.1f}  "
+            f"{row['waitaof_replica_vs_valkey_paired']:>5.3f}x"
         )
     print()
     print(
@@ -280,6 +333,9 @@ def print_table(report: dict[str, Any]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lens-ops", type=int, default=2000, help="pairs per Lens sample")
+    parser.add_argument(
+        "--waitaof-ops", type=int, default=24, help="pairs per WAITAOF sample (~1 s a batch)"
+    )
     parser.add_argument("--jobs", type=int, default=1000, help="jobs per end-to-end run")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per figure (median)")
     parser.add_argument(

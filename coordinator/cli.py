@@ -170,6 +170,13 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="how long --wait-replicas waits (default 0.5; below the Lens's 2 s timeout)",
     )
     add(
+        "--wait-aof",
+        action="store_true",
+        help="wait with WAITAOF instead of WAIT (Redis 7.2+ or Valkey): each claim and "
+        "completion fsynced to the primary's AOF and to --wait-replicas replicas' AOFs; "
+        "replicas report fsyncs about once a second, so give --wait-timeout 1.5",
+    )
+    add(
         "--prefix",
         metavar="PREFIX",
         type=NONEMPTY,
@@ -282,6 +289,7 @@ async def run_worker(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             wait_replicas=args.wait_replicas,
             wait_timeout=args.wait_timeout,
+            wait_aof=args.wait_aof,
         )
     except ValueError as exc:
         raise UsageError(f"--redis-url, --namespace or --wait-*: {exc}") from None

@@ -33,14 +33,18 @@ class LensError(Exception):
 class AlreadyClaimed(LensError):
     """Another holder's claim on ``key`` is live.
 
-    ``owner`` names the holder when the Lens knows it (``None`` otherwise).
+    ``owner`` names the holder when the Lens knows it (``None`` otherwise);
+    ``remaining`` is how many seconds its lease had left when the Lens
+    answered (``None`` when unknown): the earliest the claim can lapse, unless
+    its holder extends it.
     """
 
-    def __init__(self, key: str, owner: str | None) -> None:
+    def __init__(self, key: str, owner: str | None, remaining: float | None = None) -> None:
         holder = f" by {owner}" if owner else ""
         super().__init__(f"{key!r} is claimed{holder}")
         self.key = key
         self.owner = owner
+        self.remaining = remaining
 
 
 class AlreadyDone(LensError):

@@ -377,8 +377,12 @@ class Lens(AsyncResource):
         await close(self._redis)
 
     async def ping(self) -> None:
-        """Return when Redis answers; :class:`LensUnavailable` otherwise."""
+        """Return when Redis answers and can hold this Lens's keys;
+        :class:`LensUnavailable` if it does not answer, :class:`LensError` if
+        it cannot serve this configuration (``wait_aof`` on a Redis older than
+        7.2, a namespace in an older schema)."""
         await self._call(self._redis.ping())
+        await self._check_schema()
 
     async def claim(
         self, key: str, owner: str, lease: float, *, reoffer: bytes | None = None
@@ -442,11 +446,13 @@ class Lens(AsyncResource):
     def _granted(
         self, key: str, owner: str, lease: float, started: float, reply: Any
     ) -> Claim | AlreadyClaimed | AlreadyDone:
-        code, value = reply
+        code, value = reply[0], reply[1]
         if code == _DONE:
             return AlreadyDone(key, int(value))
         if code == _HELD:
-            return AlreadyClaimed(key, value.decode() or None)
+            # PTTL is -1 for a claim key without an expiry (never written so).
+            remaining = int(reply[2]) / 1000 if int(reply[2]) >= 0 else None
+            return AlreadyClaimed(key, value.decode() or None, remaining)
         token = int(value)
         self._highest_token = max(self._highest_token, token)
         return Claim(self, key=key, owner=owner, token=token, lease=lease, deadline=started + lease)

@@ -108,7 +108,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 from coordinator.authority import ClaimAuthority, HeldClaim
 from coordinator.completions import Completions
@@ -117,7 +117,9 @@ from coordinator.envelope import Envelope
 from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, Job, KeyFunction
 from coordinator.reaper import Reaper
-from node import EntryId, ForumError, Pattern, ReservingSpace, Tuple, TupleSpace
+from node import EntryId, ForumError, Pattern, Reserved, ReservingSpace, Tuple, TupleSpace
+
+_T = TypeVar("_T", bound=Tuple)
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +147,7 @@ class BatchReserver(Protocol):
     """A space that reserves, extends and acks many tuples in one step each
     (``Forum``, ``ForumClient``)."""
 
-    async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Tuple]: ...
+    async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Reserved]: ...
 
     async def extend_many(self, entry_ids: Sequence[EntryId], lease: float) -> list[bool]: ...
 
@@ -392,7 +394,7 @@ class Worker:
             return []
         return items
 
-    async def _unless_stopped(self, wait: Awaitable[Tuple | None]) -> Tuple | None:
+    async def _unless_stopped(self, wait: Awaitable[_T | None]) -> _T | None:
         """``wait`` (one blocking take or reserve), or ``None`` once the worker stops."""
         if self._stopping.is_set():
             return None
@@ -409,7 +411,7 @@ class Worker:
 
     async def _take(self, most: int) -> list[Tuple]:
         if self._reserving is not None:
-            return await self._reserve(self._reserving, most)
+            return list(await self._reserve(self._reserving, most))
         if self._batches is not None and most > 1:
             items = await self._batches.take_many(self._pattern, most)
             if items:
@@ -419,9 +421,9 @@ class Worker:
         )
         return [] if item is None else [item]
 
-    async def _reserve(self, space: ReservingSpace, most: int) -> list[Tuple]:
+    async def _reserve(self, space: ReservingSpace, most: int) -> list[Reserved]:
         """Up to ``most`` reservations without waiting, or one after a wait."""
-        items: list[Tuple] = []
+        items: list[Reserved] = []
         if self._batch_reserver is not None:
             items = await self._batch_reserver.reserve_many(self._pattern, self.lease, most)
         while self._batch_reserver is None and len(items) < most:

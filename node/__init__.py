@@ -2,7 +2,7 @@
 
 from node.client import ForumClient
 from node.config import NodeConfig
-from node.entries import Entry, EntryId, Take, Tuple, Write
+from node.entries import Entry, EntryId, Reserved, Take, Tuple, Write
 from node.errors import ForumError, SerializationError, StrandError
 from node.forum import Forum, ForumStats, ListPage
 from node.space import Pattern, ReservingSpace, TupleSpace
@@ -19,6 +19,7 @@ __all__ = [
     "ListPage",
     "NodeConfig",
     "Pattern",
+    "Reserved",
     "ReservingSpace",
     "SerializationError",
     "Strand",

@@ -32,7 +32,7 @@ import aiohttp
 import msgpack
 from multidict import CIMultiDictProxy
 
-from node.entries import EntryId, Tuple
+from node.entries import EntryId, Reserved, Tuple
 from node.errors import (
     NodeRejected,
     NodeTimeout,
@@ -45,7 +45,7 @@ from node.forum import ListPage
 from node.resource import AsyncResource
 from node.space import Pattern
 from node.web_bodies import prefix_query
-from node.web_model import ENTRY_ID_HEADER, MSGPACK, RAW, TEXT
+from node.web_model import DELIVERIES_HEADER, ENTRY_ID_HEADER, MSGPACK, RAW, TEXT
 from node.web_status import NodeStatus
 
 #: A long poll is answered by the node up to this much after its wait ends.
@@ -173,23 +173,25 @@ class ForumClient(AsyncResource):
 
     async def reserve(
         self, pattern: Pattern, lease: float, timeout: float | None = None
-    ) -> Tuple | None:
+    ) -> Reserved | None:
         """Reserve the oldest live match for ``lease`` s (see ``Forum.reserve``):
         unlike a take, a reservation whose answer is lost, or whose holder dies,
         runs out and the tuple is live again."""
-        return await self._single(
+        found = await self._single(
             "POST", "/v1/reserve", pattern, timeout, {"lease": _seconds(lease)}
         )
+        return None if found is None else _as_reserved(found)
 
     async def reserve_many(
         self, pattern: Pattern, lease: float, limit: int, timeout: float | None = None
-    ) -> builtins.list[Tuple]:
+    ) -> builtins.list[Reserved]:
         """Reserve up to ``limit`` matches in one request. With ``timeout``,
         waits that long for the first when there are none."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
         params = {**prefix_query(pattern), "limit": str(limit), "lease": _seconds(lease)}
-        return await self._batch_of_tuples("/v1/reserve/batch", params, timeout)
+        found = await self._batch_of_tuples("/v1/reserve/batch", params, timeout)
+        return [_as_reserved(item) for item in found]
 
     async def ack(self, entry_id: EntryId) -> bool:
         """Take a reserved tuple for good; ``False`` if it is no longer there."""
@@ -321,7 +323,12 @@ class ForumClient(AsyncResource):
                 entry_id = response.headers.get(ENTRY_ID_HEADER)
                 if entry_id is None:
                     raise SerializationError(f"{self.url}: no {ENTRY_ID_HEADER} in the answer")
-                return Tuple(self._entry_id(entry_id), response.body)
+                deliveries = response.headers.get(DELIVERIES_HEADER)
+                if deliveries is None:
+                    return Tuple(self._entry_id(entry_id), response.body)
+                return Reserved(
+                    self._entry_id(entry_id), response.body, self._deliveries(deliveries)
+                )
             if wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
                 return None
 
@@ -398,7 +405,22 @@ class ForumClient(AsyncResource):
     def _tuple(self, document: Any) -> Tuple:
         if not isinstance(document, dict) or not isinstance(document.get("payload"), bytes):
             raise SerializationError(f"{self.url}: not a tuple: {document!r:.200}")
-        return Tuple(self._entry_id(document.get("id")), document["payload"])
+        entry_id = self._entry_id(document.get("id"))
+        if "deliveries" not in document:
+            return Tuple(entry_id, document["payload"])
+        return Reserved(entry_id, document["payload"], self._deliveries(document["deliveries"]))
+
+    def _deliveries(self, value: object) -> int:
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SerializationError(f"{self.url}: deliveries is not a count: {value!r:.50}")
+        return value
+
+
+def _as_reserved(item: Tuple) -> Reserved:
+    """A reserved tuple; from a node older than the delivery count, the first."""
+    return item if isinstance(item, Reserved) else Reserved(item.id, item.payload)
 
 
 def _seconds(value: float) -> str:

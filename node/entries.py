@@ -88,3 +88,14 @@ class Tuple:
 
     id: EntryId
     payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved(Tuple):
+    """A tuple handed out on a lease (``reserve``). ``deliveries`` is 1 the
+    first time; ``n`` when ``n - 1`` earlier leases of it on this node ran out
+    with neither ``ack`` nor ``release`` (a holder that died, or a job that
+    crashes whoever runs it). A release does not count. The count lives in the
+    node's memory: a restart of the node starts it again at 1."""
+
+    deliveries: int = 1

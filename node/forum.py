@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from node.codec import RawEntry
-from node.entries import Entry, EntryId, Take, Tuple, Write
+from node.entries import Entry, EntryId, Reserved, Take, Tuple, Write
 from node.errors import ForumError
 from node.index import LiveIndex
 from node.resource import AsyncResource
@@ -110,7 +110,11 @@ class Forum(AsyncResource):
         self.remote_delay = remote_delay
         self._surfacing: dict[EntryId, tuple[Tuple, asyncio.TimerHandle]] = {}
         # Reserved tuples: out of the index until acked, released or expired.
-        self._reservations: dict[EntryId, tuple[int, Tuple, asyncio.TimerHandle]] = {}
+        self._reservations: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
+        #: Live tuples whose leases ran out, by how many times: a job that
+        #: kills every worker that runs it shows here (``Reserved.deliveries``).
+        #: An entry goes when its tuple is taken (here or elsewhere).
+        self._lapses: dict[EntryId, int] = {}
         self._index = LiveIndex()
         self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
         self._taking: set[EntryId] = set()  # tuples whose Take is being appended
@@ -206,10 +210,11 @@ class Forum(AsyncResource):
 
     async def reserve(
         self, pattern: Pattern, lease: float, timeout: float | None = None
-    ) -> Tuple | None:
+    ) -> Reserved | None:
         """Take the oldest match out of reach for ``lease`` seconds, without a
         Take in the log; ``ack`` makes it a take, ``release`` gives it back.
-        ``timeout`` waits for a match as in :meth:`take`."""
+        ``timeout`` waits for a match as in :meth:`take`. The tuple comes with
+        how many times it has been handed out (:class:`Reserved`)."""
         self._check_open()
         if not lease > 0:
             raise ValueError("lease must be > 0 seconds")
@@ -217,15 +222,16 @@ class Forum(AsyncResource):
         if found is None:
             return None
         arrival, item = found
+        handed = Reserved(item.id, item.payload, self._lapses.get(item.id, 0) + 1)
         expiry = asyncio.get_running_loop().call_later(lease, self._expire, item.id)
-        self._reservations[item.id] = (arrival, item, expiry)
-        return item
+        self._reservations[item.id] = (arrival, handed, expiry)
+        return handed
 
-    async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Tuple]:
+    async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Reserved]:
         """Reserve up to ``limit`` oldest matches for ``lease`` seconds; never waits."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        reserved: list[Tuple] = []
+        reserved: list[Reserved] = []
         while len(reserved) < limit and (item := await self.reserve(pattern, lease)) is not None:
             reserved.append(item)
         return reserved
@@ -245,9 +251,9 @@ class Forum(AsyncResource):
         for entry_id in entry_ids:
             reservation = self._reservations.pop(entry_id, None)
             if reservation is not None:
-                arrival, item, expiry = reservation
+                arrival, handed, expiry = reservation
                 expiry.cancel()
-                found.append((arrival, item))
+                found.append((arrival, Tuple(handed.id, handed.payload)))
             elif (removed := self._index.remove_id(entry_id)) is not None:
                 found.append(removed)
             else:
@@ -287,19 +293,24 @@ class Forum(AsyncResource):
         reservation = self._reservations.pop(entry_id, None)
         if reservation is None:
             return False
-        arrival, item, expiry = reservation
+        arrival, handed, expiry = reservation
         expiry.cancel()
-        self._index.restore(arrival, item)
-        self._offer(arrival, item)
+        self._restore(arrival, handed)
         return True
 
     def _expire(self, entry_id: EntryId) -> None:
         reservation = self._reservations.pop(entry_id, None)
         if reservation is not None:
-            arrival, item, _ = reservation
+            arrival, handed, _ = reservation
             log.info("reservation of %s expired: it is live again", entry_id)
-            self._index.restore(arrival, item)
-            self._offer(arrival, item)
+            self._lapses[entry_id] = handed.deliveries
+            self._restore(arrival, handed)
+
+    def _restore(self, arrival: int, handed: Reserved) -> None:
+        """A reserved tuple live again, as the plain tuple it was."""
+        item = Tuple(handed.id, handed.payload)
+        self._index.restore(arrival, item)
+        self._offer(arrival, item)
 
     async def take_many(self, pattern: Pattern, limit: int) -> list[Tuple]:
         """Take up to ``limit`` oldest matches in one append; never waits.
@@ -430,6 +441,7 @@ class Forum(AsyncResource):
         self._add_live(item)
 
     def _apply_take(self, take: Take) -> None:
+        self._lapses.pop(take.target, None)
         if self._index.remove_id(take.target) is not None:
             return
         surfacing = self._surfacing.pop(take.target, None)
@@ -581,6 +593,7 @@ class Forum(AsyncResource):
         for _, item in found:
             self._taking.discard(item.id)
             self._killed_while_taking.discard(item.id)
+            self._lapses.pop(item.id, None)
 
     def _notify(self, entries: Sequence[Entry]) -> None:
         for listener in self._listeners:
@@ -609,6 +622,7 @@ class Forum(AsyncResource):
         for _, _, expiry in self._reservations.values():
             expiry.cancel()  # never taken in the log: live again after a restart
         self._reservations.clear()
+        self._lapses.clear()
         # Settling takes may write tuples back, so they finish before the Forum closes.
         while self._settling:
             await asyncio.gather(*self._settling, return_exceptions=True)

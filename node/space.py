@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from node.entries import EntryId, Tuple
+from node.entries import EntryId, Reserved, Tuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class ReservingSpace(Protocol):
 
     async def reserve(
         self, pattern: Pattern, lease: float, timeout: float | None = None
-    ) -> Tuple | None: ...
+    ) -> Reserved | None: ...
 
     async def ack(self, entry_id: EntryId) -> bool: ...
 

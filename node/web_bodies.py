@@ -50,9 +50,10 @@ import msgspec
 from aiohttp import web
 from multidict import MultiMapping
 
-from node.entries import EntryId, Tuple
+from node.entries import EntryId, Reserved, Tuple
 from node.space import Pattern
 from node.web_model import (
+    DELIVERIES_HEADER,
     ENTRY_ID_HEADER,
     GRAMMAR,
     JSON,
@@ -69,6 +70,7 @@ from node.web_model import (
     Operation,
     Parameter,
     Payload,
+    ReservedBody,
     TupleBody,
     WriteBody,
 )
@@ -515,18 +517,30 @@ def respond(
 
 def tuple_body(item: Tuple, media: str) -> TupleBody:
     """One tuple; in JSON a payload that is not UTF-8 is ``payload_b64`` instead."""
+    return TupleBody(str(item.id), **_payload_fields(item, media))
+
+
+def reserved_body(item: Reserved, media: str) -> ReservedBody:
+    """One reserved tuple: a tuple and its delivery count."""
+    return ReservedBody(str(item.id), **_payload_fields(item, media), deliveries=item.deliveries)
+
+
+def _payload_fields(item: Tuple, media: str) -> dict[str, Any]:
     if media == MSGPACK:
-        return TupleBody(str(item.id), payload=item.payload)
+        return {"payload": item.payload}
     try:
-        return TupleBody(str(item.id), payload=item.payload.decode())
+        return {"payload": item.payload.decode()}
     except UnicodeDecodeError:
-        return TupleBody(str(item.id), payload_b64=base64.b64encode(item.payload).decode())
+        return {"payload_b64": base64.b64encode(item.payload).decode()}
 
 
 def respond_tuple(item: Tuple, media: str) -> web.Response:
-    """A single tuple: raw bytes with the id in a header, or a document."""
+    """A single tuple: raw bytes with the id (and a reservation's delivery
+    count) in headers, or a document."""
     if media == RAW:
-        return web.Response(
-            body=item.payload, headers={ENTRY_ID_HEADER: str(item.id)}, content_type=RAW
-        )
-    return respond(tuple_body(item, media), media)
+        headers = {ENTRY_ID_HEADER: str(item.id)}
+        if isinstance(item, Reserved):
+            headers[DELIVERIES_HEADER] = str(item.deliveries)
+        return web.Response(body=item.payload, headers=headers, content_type=RAW)
+    document = reserved_body(item, media) if isinstance(item, Reserved) else tuple_body(item, media)
+    return respond(document, media)

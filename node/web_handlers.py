@@ -26,6 +26,7 @@ from node.web_bodies import (
     parse_extend,
     parse_ids,
     parse_write,
+    reserved_body,
     respond,
     respond_tuple,
     tuple_body,
@@ -65,6 +66,7 @@ from node.web_model import (
     Page,
     Ready,
     Released,
+    ReservedTuples,
     Tuples,
     Written,
 )
@@ -144,7 +146,7 @@ async def reserve_batch(request: web.Request) -> web.Response:
             reserved = [first]
             if limit > 1:
                 reserved += await forum.reserve_many(pattern, lease, limit - 1)
-    return respond(Tuples([tuple_body(t, media) for t in reserved]), media)
+    return respond(ReservedTuples([reserved_body(t, media) for t in reserved]), media)
 
 
 async def ack_batch(request: web.Request) -> web.Response:

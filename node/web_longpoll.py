@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from node.entries import Tuple
+from node.entries import Reserved, Tuple
 from node.forum import Forum
 from node.resource import AsyncResource
 from node.space import Pattern
 from node.web_bodies import ApiProblem
+
+_T = TypeVar("_T", bound=Tuple)
 
 
 class LongPolls(AsyncResource):
@@ -76,7 +79,7 @@ class LongPolls(AsyncResource):
             return await self._forum.take_entry(pattern)
         return await self._bounded(lambda: self._forum.take_entry(pattern, timeout=wait))
 
-    async def reserve(self, pattern: Pattern, lease: float, wait: float) -> Tuple | None:
+    async def reserve(self, pattern: Pattern, lease: float, wait: float) -> Reserved | None:
         """Reserve the oldest match for ``lease`` s, waiting up to ``wait`` s for one."""
         if not wait or self._draining:
             return await self._forum.reserve(pattern, lease)
@@ -88,7 +91,7 @@ class LongPolls(AsyncResource):
             return await self._forum.read_entry(pattern)
         return await self._bounded(lambda: self._read_waiting(pattern, wait))
 
-    async def _bounded(self, waiting: Callable[[], Awaitable[Tuple | None]]) -> Tuple | None:
+    async def _bounded(self, waiting: Callable[[], Awaitable[_T | None]]) -> _T | None:
         if len(self._timeouts) >= self._max_waiters:
             raise ApiProblem(
                 503,

@@ -37,6 +37,8 @@ TEXT = "text/plain"
 MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
 #: The response header that carries a raw payload's entry id.
 ENTRY_ID_HEADER = "Forum-Entry-Id"
+#: The response header that carries a raw reservation's delivery count (``Reserved.deliveries``).
+DELIVERIES_HEADER = "Forum-Deliveries"
 
 #: The longest reservation, in seconds.
 MAX_LEASE = 3600.0
@@ -126,8 +128,25 @@ class TupleBody(msgspec.Struct, frozen=True):
     payload_b64: Annotated[str, Meta(description="JSON only, when not UTF-8")] | UnsetType = UNSET
 
 
+class ReservedBody(TupleBody, frozen=True, kw_only=True):
+    """One reserved tuple, with its delivery count."""
+
+    deliveries: Annotated[
+        int,
+        Meta(
+            ge=1,
+            description="1 the first time, n when n-1 earlier leases of this tuple on this "
+            "node ran out",
+        ),
+    ]
+
+
 class Tuples(msgspec.Struct, frozen=True):
     tuples: list[TupleBody]
+
+
+class ReservedTuples(msgspec.Struct, frozen=True):
+    tuples: list[ReservedBody]
 
 
 class Page(msgspec.Struct, frozen=True):
@@ -325,12 +344,12 @@ TAKE_BATCH = Operation(
 RESERVE = Operation(
     "POST", "/v1/reserve", "Reserve the oldest live match for lease s (then ack or release)",
     Answer(200, "The tuple, reserved: out of reach until acked, released or its lease ends.",
-           TupleBody, _SINGLE, (ENTRY_ID_HEADER,)),
+           ReservedBody, _SINGLE, (ENTRY_ID_HEADER, DELIVERIES_HEADER)),
     (*PATTERN, WAIT, LEASE), none=True,
 )  # fmt: skip
 RESERVE_BATCH = Operation(
     "POST", "/v1/reserve/batch", "Reserve up to limit matches for lease seconds",
-    Answer(200, "The tuples reserved (possibly none).", Tuples),
+    Answer(200, "The tuples reserved (possibly none).", ReservedTuples),
     (*PATTERN, WAIT, LEASE, BATCH_LIMIT),
 )  # fmt: skip
 ACK = Operation(

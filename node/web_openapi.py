@@ -27,6 +27,7 @@ from node.web_auth import CLUSTER_PREFIX, bearer_secret
 from node.web_bodies import Query
 from node.web_keys import CONFIG, SELF_AUTHENTICATED
 from node.web_model import (
+    DELIVERIES_HEADER,
     ENTRY_ID_HEADER,
     GRAMMAR,
     JSON,
@@ -58,7 +59,16 @@ _WITH_BODY = ("408", "413")
 _UNAVAILABLE = "503"
 #: The cluster routes (replication/routes.py), described when the app serves them.
 _CLUSTER = f"{CLUSTER_PREFIX}replication/"
-_HEADERS = {ENTRY_ID_HEADER: "The tuple's entry id (raw answers)."}
+_HEADERS: dict[str, dict[str, Any]] = {
+    ENTRY_ID_HEADER: {
+        "description": "The tuple's entry id (raw answers).",
+        "schema": {"type": "string"},
+    },
+    DELIVERIES_HEADER: {
+        "description": "The reservation's delivery count (raw answers).",
+        "schema": {"type": "integer", "minimum": 1},
+    },
+}
 #: Component names where the Python name is not the API's.
 _NAMES = {NodeStatus.__name__: "Status"}
 #: The operations whose handler negotiates Accept (a 406 is possible).
@@ -173,10 +183,7 @@ def _operation(operation: Operation, limits: Limits, bearer: bool) -> dict[str, 
     answer = operation.answer
     success: dict[str, Any] = {"description": answer.description, "content": _content(operation)}
     if answer.headers:
-        success["headers"] = {
-            name: {"description": _HEADERS[name], "schema": {"type": "string"}}
-            for name in answer.headers
-        }
+        success["headers"] = {name: _HEADERS[name] for name in answer.headers}
     responses: dict[str, Any] = {str(answer.status): success}
     if operation.none:
         responses["204"] = {"description": "Nothing matched (within the wait)."}

@@ -17,7 +17,8 @@
 -- Returns  {1, token}        claimed; token is strictly greater than any issued
 --                             before in the shard, so than any for this key
 --          {2, done_token}   already done: the key was completed with done_token
---          {3, owner}        already claimed by owner ("" when unknown)
+--          {3, owner, pttl}  already claimed by owner ("" when unknown), whose
+--                             lease has pttl milliseconds left (PTTL of KEYS[1])
 --
 -- The token is max(last + 1, Redis TIME in microseconds): one more than the
 -- last issued while Redis remembers it, and never below the clock when it
@@ -38,7 +39,7 @@ if done then
   return {2, done}
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {3, redis.call('HGET', KEYS[4], 'owner') or ''}
+  return {3, redis.call('HGET', KEYS[4], 'owner') or '', redis.call('PTTL', KEYS[1])}
 end
 local last = tonumber(redis.call('GET', KEYS[3]) or '0')
 local token = string.format('%d', math.max(last + 1, now_us()))

@@ -151,6 +151,14 @@ async def test_redis_database_out_of_range(forum_node: NodeProcess, redis_url: s
     assert_usage_error(result, "--redis-url", "/99", "DB index is out of range")
 
 
+async def test_wait_aof_on_a_redis_without_waitaof(forum_node: NodeProcess, redis_url: str) -> None:
+    """Debian 12's Redis 7.0 has no WAITAOF: one line at start, not a worker
+    whose every claim fails."""
+    result = await run_forum(*worker("--prefix", "job/", "--handler", HANDLER, "--wait-aof",
+                                     node=forum_node.url, redis=redis_url))  # fmt: skip
+    assert_usage_error(result, "--redis-url", "wait_aof needs Redis 7.2 or newer")
+
+
 @pytest.fixture
 def busy_port() -> Iterator[int]:
     with socket.socket() as holder:

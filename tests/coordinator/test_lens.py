@@ -21,6 +21,8 @@ async def test_claim_conflict_release_complete_done(lens: Lens) -> None:
     with pytest.raises(AlreadyClaimed) as conflict:
         await lens.claim("o:1", owner="worker-b", lease=30)
     assert conflict.value.owner == "worker-a"
+    # The holder's lease left, as Redis counts it: at most 30 s, and not long gone.
+    assert conflict.value.remaining is not None and 25 < conflict.value.remaining <= 30
 
     await a.release()
     b = await lens.claim("o:1", owner="worker-b", lease=30)

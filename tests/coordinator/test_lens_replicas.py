@@ -91,15 +91,62 @@ async def test_a_failover_to_the_replica_reuses_no_token_and_forgets_no_completi
 
 
 async def test_wait_aof_is_refused_on_a_redis_older_than_7_2(redis_url: str) -> None:
-    """The redis-server here is 7.0: WAITAOF is not there, so wait_aof must
-    say so rather than fail every batch with an unknown command."""
+    """Debian 12's redis-server is 7.0, without WAITAOF: wait_aof says so
+    rather than fail every batch with an unknown command."""
     with redis.Redis.from_url(redis_url) as r:
         version = r.info("server")["redis_version"]
-    if tuple(int(p) for p in version.split(".")[:2]) >= (7, 2):
-        pytest.skip(f"Redis {version} has WAITAOF")
+    assert tuple(int(p) for p in version.split(".")[:2]) < (7, 2), (
+        f"redis-server {version} has WAITAOF: this test needs the 7.0 of Debian 12"
+    )
     async with Lens.from_url(redis_url, wait_aof=True) as lens:
         with pytest.raises(LensError, match=f"needs Redis 7.2 or newer.*runs {version}"):
             await lens.claim("k:1", owner="w", lease=60)
+
+
+async def test_with_wait_aof_a_claim_returns_once_both_aofs_hold_it(
+    valkey_replicated: tuple[RedisServer, RedisServer],
+) -> None:
+    """WAITAOF 1 1: each batch returns once the primary's AOF and the replica's
+    are fsynced; the replica then holds every claim and completion. (A replica
+    reports its fsyncs in its once-a-second ack, so a batch can wait up to a
+    second: the wait here is 1.8 s; docs/operations.md.)"""
+    primary, replica = valkey_replicated
+    async with Lens.from_url(
+        primary.url, wait_replicas=1, wait_aof=True, wait_timeout=1.8, timeout=3.0
+    ) as lens:
+        claims = await lens.claim_many([(f"a:{i}", b"job") for i in range(20)], "w", 60)
+        held = [claim for claim in claims if not isinstance(claim, LensError)]
+        assert len(held) == 20
+        with redis.Redis(port=replica.port) as r:
+            assert all(r.get(lens.keys.claim(f"a:{i}")) is not None for i in range(20))
+        assert await lens.complete_many(held) == [None] * 20
+        with redis.Redis(port=replica.port) as r:
+            assert all(int(r.get(lens.keys.done(c.key))) == c.token for c in held)
+        with redis.Redis(port=primary.port) as r:
+            # Nothing was left unfsynced: the AOF's fsynced offset caught up.
+            info = r.info("persistence")
+            assert info["aof_enabled"] == 1 and info["aof_last_write_status"] == "ok"
+
+
+async def test_with_wait_aof_a_replica_that_does_not_fsync_fails_closed(
+    valkey_replicated: tuple[RedisServer, RedisServer],
+) -> None:
+    """The replica hangs: WAITAOF counts no replica's fsync within the wait,
+    so the claim is LensUnavailable (the caller holds nothing), and the Lens
+    works again once the replica is back."""
+    primary, replica = valkey_replicated
+    async with Lens.from_url(
+        primary.url, wait_replicas=1, wait_aof=True, wait_timeout=1.8, timeout=3.0
+    ) as lens:
+        await lens.claim("warm", owner="w", lease=60)
+        replica.pause()
+        try:
+            with pytest.raises(LensUnavailable, match="too few copies"):
+                await lens.claim("k:1", owner="w", lease=60)
+        finally:
+            replica.resume()
+        claim = await lens.claim("k:2", owner="w", lease=60)
+        assert await lens.complete_many([claim]) == [None]
 
 
 def test_wait_timeout_must_be_shorter_than_the_reply_timeout() -> None:

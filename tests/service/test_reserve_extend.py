@@ -66,3 +66,31 @@ async def test_extend_answers_json_and_msgpack(forum_node: NodeProcess) -> None:
         async with http.post(url, data=body, headers=headers) as response:
             assert response.status == 200
             assert msgpack.unpackb(await response.read()) == {"extended": [False]}
+
+
+async def test_deliveries_travel_in_every_representation(forum_node: NodeProcess) -> None:
+    """The delivery count of a reservation: ``Forum-Deliveries`` on a raw
+    answer, ``deliveries`` in a JSON or msgpack document; ForumClient reads
+    both into ``Reserved``."""
+    async with ForumClient(forum_node.url) as client, aiohttp.ClientSession() as http:
+        await client.write(b"dlv/a")
+        first = await client.reserve(Pattern(b"dlv/"), lease=0.05)
+        assert first is not None and first.deliveries == 1
+        await asyncio.sleep(0.2)  # the lease runs out
+        second = await client.reserve(Pattern(b"dlv/"), lease=0.05)
+        assert second is not None and (second.id, second.deliveries) == (first.id, 2)
+        await asyncio.sleep(0.2)
+        [third] = await client.reserve_many(Pattern(b"dlv/"), lease=0.05, limit=5)
+        assert third.deliveries == 3
+        await asyncio.sleep(0.2)
+        url = f"{forum_node.url}/v1/reserve/batch?prefix=dlv/&lease=0.05"
+        async with http.post(url, headers={"Accept": "application/json"}) as response:
+            assert await response.json() == {
+                "tuples": [{"id": str(first.id), "payload": "dlv/a", "deliveries": 4}]
+            }
+        await asyncio.sleep(0.2)
+        url = f"{forum_node.url}/v1/reserve?prefix=dlv/&lease=30"
+        async with http.post(url) as response:
+            assert response.headers["Forum-Deliveries"] == "5"
+            assert await response.read() == b"dlv/a"
+        assert await client.ack(first.id)
