@@ -41,7 +41,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl
 
@@ -61,7 +61,6 @@ from node.web_model import (
     MSGPACK_ALIASES,
     RAW,
     TEXT,
-    Base64Payload,
     BatchWriteBody,
     Body,
     ExtendBody,
@@ -203,75 +202,59 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 # -- decoding bodies into their Structs -------------------------------------------------
 
-
-def _payload_hook(kind: BodyKind) -> Callable[[type, Any], Any]:
-    """msgspec's ``dec_hook``: the payload types of :mod:`node.web_model` from
-    what the body spells (its message says where: msgspec adds ``at $.field``)."""
-    expected = "bytes or text" if kind == "msgpack" else "text (or use payload_b64)"
-
-    def decode(kind_of: type, value: Any) -> Any:
-        if kind_of is Payload:
-            if isinstance(value, str):
-                try:
-                    return Payload(value.encode())
-                except UnicodeEncodeError as exc:  # JSON may spell a lone surrogate: "\\ud800"
-                    raise ValueError(f"a payload is not valid Unicode: {exc}") from exc
-            if isinstance(value, bytes) and kind == "msgpack":
-                return Payload(value)
-            raise TypeError(f"a payload must be {expected}, not {type(value).__name__}")
-        if kind_of is Base64Payload:
-            if not isinstance(value, str):
-                raise TypeError(f"a base64 payload must be text, not {type(value).__name__}")
-            try:
-                return Base64Payload(base64.b64decode(value, validate=True))
-            except (binascii.Error, ValueError) as exc:
-                raise ValueError(f"not valid base64: {exc}") from exc
-        raise NotImplementedError(kind_of)  # a type node.web_model does not declare
-
-    return decode
+#: How each representation spells a payload on the fast path (native to msgspec).
+_SPELLING: dict[BodyKind, type] = {"json": str, "msgpack": bytes}
+#: And when the fast path fails: msgpack may spell a payload as text too.
+_SPELLING_AGAIN: dict[BodyKind, type] = {"json": str, "msgpack": Payload}
+_DECODERS: dict[tuple[type[Body], BodyKind], Any] = {}
+#: The msgpack headers of a map of 16 keys or more (map16, map32); a fixmap holds 15.
+_BIG_MAPS = (b"\xde", b"\xdf")
 
 
-_HOOKS: dict[BodyKind, Callable[[type, Any], Any]] = {
-    "json": _payload_hook("json"),
-    "msgpack": _payload_hook("msgpack"),
-}
-_Decoder = msgspec.json.Decoder[Any] | msgspec.msgpack.Decoder[Any]
-_DECODERS: dict[tuple[type[Body], BodyKind], _Decoder] = {}
+def _spelt(model: type[B], spelling: type) -> type[B]:
+    """``model`` with its payloads spelt as ``spelling`` (if it has payloads)."""
+    if not getattr(model, "__parameters__", ()):
+        return model
+    spelt: type[B] = model[spelling]  # type: ignore[index]
+    return spelt
 
 
-def _decoder(model: type[Body], kind: BodyKind) -> _Decoder:
+def _decoder(model: type[Body], kind: BodyKind) -> Any:
     decoder = _DECODERS.get((model, kind))
     if decoder is None:
         make = msgspec.json.Decoder if kind == "json" else msgspec.msgpack.Decoder
-        decoder = _DECODERS[model, kind] = make(model, dec_hook=_HOOKS[kind])
+        decoder = _DECODERS[model, kind] = make(_spelt(model, _SPELLING[kind]))
     return decoder
+
+
+def _payload_hook(kind_of: type, value: Any) -> Any:
+    """msgspec's ``dec_hook`` for a msgpack :class:`Payload`: bin or text (msgspec
+    adds where it failed, ``at $.payloads[2]``)."""
+    if kind_of is Payload and isinstance(value, str | bytes):
+        return Payload(value.encode() if isinstance(value, str) else value)
+    raise TypeError(f"a payload must be bytes or text, not {type(value).__name__}")
 
 
 def decode(body: bytes, model: type[B], kind: BodyKind) -> B:
     """``body`` as a ``model``, or the :class:`ApiProblem` that says what is wrong."""
+    if kind == "msgpack" and body[:1] in _BIG_MAPS:
+        # msgspec would take a map of repeated keys (the last wins); the API
+        # refuses any map bigger than a body can be, as msgpack reads it.
+        return _diagnose(body, model, kind)
     try:
         decoded: B = _decoder(model, kind).decode(body)
-    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+    except msgspec.DecodeError:  # ValidationError is a DecodeError
         return _diagnose(body, model, kind)
     _one_of(model, (name for name in model.one_of if getattr(decoded, name) is not msgspec.UNSET))
     return decoded
 
 
-def chosen(document: Body) -> Any:
-    """The value of the one field of ``one_of`` that ``document`` gives
-    (:func:`decode` made sure there is exactly one)."""
-    return next(
-        value
-        for value in (getattr(document, name) for name in document.one_of)
-        if value is not msgspec.UNSET
-    )
-
-
 def _diagnose(body: bytes, model: type[B], kind: BodyKind) -> B:
     """Decode a body that failed again, step by step, and raise the first
-    problem found in the order of the module docstring. (A document that
-    passes every step is the ``model`` after all: JSON's ``NaN`` is not JSON
-    to msgspec, yet a number out of range to the API.)"""
+    problem found in the order of the module docstring. A document that
+    passes every step is the ``model`` after all: a msgpack payload spelt as
+    text; JSON's ``NaN``, which is not JSON to msgspec, yet a number out of
+    range to the API."""
     document = _document(body, kind)
     if not isinstance(document, dict):
         raise bad_request("invalid_body", "the body must be an object (a map)")
@@ -280,14 +263,15 @@ def _diagnose(body: bytes, model: type[B], kind: BodyKind) -> B:
     unknown = sorted(k for k in document if k not in model.__struct_fields__)
     if unknown:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(unknown)}")
-    missing = [
-        f.name for f in msgspec.structs.fields(model) if f.required and f.name not in document
-    ]
+    fields = msgspec.structs.fields(model)
+    missing = [f.name for f in fields if f.required and f.name not in document]
     if missing:
         raise bad_request("missing_field", f"{', '.join(missing)} is required")
     _one_of(model, (name for name in model.one_of if name in document))
     try:
-        return msgspec.convert(document, model, dec_hook=_HOOKS[kind])
+        return msgspec.convert(
+            document, _spelt(model, _SPELLING_AGAIN[kind]), dec_hook=_payload_hook
+        )
     except msgspec.ValidationError as exc:
         raise bad_request("invalid_field", str(exc)) from exc
 
@@ -319,7 +303,32 @@ def _one_of(model: type[Body], present: Iterable[str]) -> None:
         raise bad_request("missing_field", f"give exactly one of {a!r} or {b!r}")
 
 
-def _check_size(payload: bytes, limit: int) -> bytes:
+def _chosen(document: WriteBody[Any] | BatchWriteBody[Any]) -> tuple[str, Any]:
+    """The field of ``one_of`` that ``document`` gives, and its value
+    (:func:`decode` made sure there is exactly one)."""
+    return next(
+        (name, getattr(document, name))
+        for name in document.one_of
+        if getattr(document, name) is not msgspec.UNSET
+    )
+
+
+def _payload(field: str, spelt: str | bytes, limit: int) -> bytes:
+    """One payload as bytes: base64 decoded, text encoded; never empty, at most ``limit``."""
+    if field.endswith("_b64"):
+        try:
+            payload = base64.b64decode(spelt, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise bad_request("invalid_field", f"{field} is not valid base64: {exc}") from exc
+    elif isinstance(spelt, str):
+        try:
+            payload = spelt.encode()
+        except UnicodeEncodeError as exc:  # JSON may spell a lone surrogate: "\ud800"
+            raise bad_request("invalid_field", f"{field} is not valid Unicode: {exc}") from exc
+    else:
+        # bytes(): a Payload (msgspec's, on the slow path) is not encoded
+        # back when the tuple is handed out; plain bytes are not copied.
+        payload = spelt if type(spelt) is bytes else bytes(spelt)
     if not payload:
         raise bad_request("empty_payload", "a tuple must not be empty (was a file missing?)")
     if len(payload) > limit:
@@ -340,22 +349,20 @@ async def parse_write(request: web.Request, limits: Limits) -> bytes:
     """The one payload of a write: the raw body, or a :class:`WriteBody`."""
     kind = body_kind(request)
     if kind == "raw":
-        return _check_size(await read_body(request, limits.max_payload), limits.max_payload)
+        return _payload("body", await read_body(request, limits.max_payload), limits.max_payload)
     body = await read_body(request, limits.max_payload * _ENCODING_ALLOWANCE + _ENVELOPE_BYTES)
-    payload: bytes = chosen(decode(body, WriteBody, kind))
-    return _check_size(bytes(payload), limits.max_payload)
+    field, spelt = _chosen(decode(body, WriteBody, kind))
+    return _payload(field, spelt, limits.max_payload)
 
 
 async def parse_batch_write(request: web.Request, limits: Limits) -> list[bytes]:
     """The payloads of a batch write: a :class:`BatchWriteBody`."""
     kind = _document_kind(request, "a batch's tuples")
     document = decode(await read_body(request, limits.max_batch_bytes), BatchWriteBody, kind)
-    payloads: list[bytes] = chosen(document)
-    if len(payloads) > limits.max_batch:
-        raise too_large(f"a batch holds at most {limits.max_batch} tuples, not {len(payloads)}")
-    # bytes(): msgspec makes the Payload subclass, which it would not encode
-    # back when the tuple is handed out (a copy: ~1 ms for 10,000 payloads).
-    return [_check_size(bytes(p), limits.max_payload) for p in payloads]
+    field, spelt = _chosen(document)
+    if len(spelt) > limits.max_batch:
+        raise too_large(f"a batch holds at most {limits.max_batch} tuples, not {len(spelt)}")
+    return [_payload(field, p, limits.max_payload) for p in spelt]
 
 
 async def parse_ids(request: web.Request, limits: Limits) -> list[EntryId]:

@@ -22,7 +22,7 @@ in its document.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -68,14 +68,26 @@ class Limits:
 # -- bodies ------------------------------------------------------------------------
 
 
+#: How a body spells a payload. The Structs of a write are generic in it:
+#: ``WriteBody[str]`` is JSON's (text), ``WriteBody[bytes]`` msgpack's (bin),
+#: both decoded by msgspec natively, in C (a batch of 10,000 in ~2 ms).
+P = TypeVar("P")
+
+
 class Payload(bytes):
-    """A payload as a body spells it: UTF-8 text, or (msgpack only) bin."""
+    """A payload msgpack spells as bin or as text: the spelling of a msgpack
+    body that has a text payload (rare: read again, one payload at a time),
+    and of the OpenAPI schema (text; bytes too in msgpack)."""
 
 
-class Base64Payload(bytes):
-    """A payload spelt as standard base64 text, for any bytes in JSON."""
-
-
+#: A payload in standard base64 (JSON's way to send bytes that are not UTF-8).
+Base64Text = Annotated[
+    str,
+    Meta(
+        description="A payload in standard base64; never empty.",
+        extra_json_schema={"minLength": 1, "contentEncoding": "base64"},
+    ),
+]
 #: An entry id in its text form; parsed by :meth:`node.entries.EntryId.parse`.
 EntryIdText = Annotated[str, Meta(description="An entry id, origin:seq.")]
 
@@ -87,20 +99,20 @@ class Body(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     one_of: ClassVar[tuple[str, ...]] = ()
 
 
-class WriteBody(Body, frozen=True):
+class WriteBody(Body, Generic[P], frozen=True):
     """Exactly one of payload (text; bytes too in msgpack) or payload_b64; never empty."""
 
     one_of: ClassVar[tuple[str, ...]] = ("payload", "payload_b64")
-    payload: Payload | UnsetType = UNSET
-    payload_b64: Base64Payload | UnsetType = UNSET
+    payload: P | UnsetType = UNSET
+    payload_b64: Base64Text | UnsetType = UNSET
 
 
-class BatchWriteBody(Body, frozen=True):
+class BatchWriteBody(Body, Generic[P], frozen=True):
     """Exactly one of payloads or payloads_b64."""
 
     one_of: ClassVar[tuple[str, ...]] = ("payloads", "payloads_b64")
-    payloads: list[Payload] | UnsetType = UNSET
-    payloads_b64: list[Base64Payload] | UnsetType = UNSET
+    payloads: list[P] | UnsetType = UNSET
+    payloads_b64: list[Base64Text] | UnsetType = UNSET
 
 
 class Ids(Body, frozen=True):

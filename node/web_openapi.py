@@ -37,7 +37,6 @@ from node.web_model import (
     SPEC,
     STATUS,
     TEXT,
-    Base64Payload,
     BatchWriteBody,
     ExtendBody,
     Ids,
@@ -84,21 +83,19 @@ def _model(operation: Operation) -> type[Any] | None:
 
 
 def _schema_hook(kind: type[Any]) -> dict[str, Any]:
-    """The payload types of the bodies, as the JSON Schema of their text."""
+    """A payload, as the JSON Schema of its text."""
     if kind is Payload:
         return {
             "type": "string",
             "minLength": 1,
             "description": "A payload: text (JSON; bytes too in msgpack); never empty.",
         }
-    if kind is Base64Payload:
-        return {
-            "type": "string",
-            "minLength": 1,
-            "contentEncoding": "base64",
-            "description": "A payload in standard base64; never empty.",
-        }
     raise NotImplementedError(kind)
+
+
+def _described(model: type[Any]) -> Any:
+    """``model`` as the document describes it: payloads spelt as :class:`Payload`."""
+    return model[Payload] if getattr(model, "__parameters__", ()) else model
 
 
 def _schemas(limits: Limits) -> dict[str, Any]:
@@ -110,12 +107,16 @@ def _schemas(limits: Limits) -> dict[str, Any]:
         if model is not None
     }
     _, schemas = msgspec.json.schema_components(
-        sorted({*models, Problem}, key=lambda m: m.__name__),
+        [_described(m) for m in sorted({*models, Problem}, key=lambda m: m.__name__)],
         schema_hook=_schema_hook,
         ref_template="#/components/schemas/{name}",
     )
     for python, api in _NAMES.items():
         schemas[api] = schemas.pop(python)
+    for model in models:
+        if getattr(model, "__parameters__", ()):  # msgspec names WriteBody[Payload] so
+            schema = schemas[model.__name__] = schemas.pop(f"{model.__name__}_{Payload.__name__}_")
+            schema["title"] = model.__name__
     # Every field of the status is sent, defaults included.
     schemas["Status"]["required"] = list(schemas["Status"]["properties"])
     for model in models:
