@@ -11,14 +11,17 @@ msgpack    ``application/msgpack``       for programs: payloads as bin
 =========  ===========================  =====================================
 
 The bodies, parameters and limits are declared in :mod:`node.web_model`;
-this module holds requests to them. Everything a request carries is checked
+this module holds each request to them. Everything a request carries is checked
 before anything is changed, so a rejected request changes nothing. A
 rejection is an :class:`ApiProblem`: an HTTP error whose body is
 ``{"error": code, "message": text}``.
 
-A body is decoded in one pass by msgspec, straight into its Struct (the hot
-path: a valid batch in msgpack). Only a body that fails is decoded again, in
-steps, to say what is wrong with it in the API's error codes::
+A body is decoded in one pass by msgspec, straight into its Struct with its
+payloads spelt natively (text in JSON, bin in msgpack): the hot path, a
+valid batch in msgpack. Only a body that fails (or a msgpack map with a
+map16/map32 header) is decoded again, in steps, as the stdlib's json and
+msgpack's unpacker read it, to say what is wrong in the API's error codes
+(a msgpack payload spelt as text passes them all)::
 
     malformed_json, malformed_msgpack   not JSON / msgpack: the syntax, nesting
                                         deeper than the decoder's stack, and in
@@ -29,6 +32,7 @@ steps, to say what is wrong with it in the API's error codes::
     unknown_field, missing_field        the Struct's fields; exactly one of a
                                         pair (``Body.one_of``)
     invalid_field                       a value of the wrong type or range
+    empty_payload, payload_too_large    (then) a payload, a batch
 
 A payload is never empty: an empty write is almost always a mistake (curl
 sends ``Content-Length: 0`` when its ``@file`` is missing), and an empty tuple
@@ -243,7 +247,7 @@ def decode(body: bytes, model: type[B], kind: BodyKind) -> B:
         return _diagnose(body, model, kind)
     try:
         decoded: B = _decoder(model, kind).decode(body)
-    except msgspec.DecodeError:  # ValidationError is a DecodeError
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         return _diagnose(body, model, kind)
     _one_of(model, (name for name in model.one_of if getattr(decoded, name) is not msgspec.UNSET))
     return decoded

@@ -70,7 +70,7 @@ class Limits:
 
 #: How a body spells a payload. The Structs of a write are generic in it:
 #: ``WriteBody[str]`` is JSON's (text), ``WriteBody[bytes]`` msgpack's (bin),
-#: both decoded by msgspec natively, in C (a batch of 10,000 in ~2 ms).
+#: both decoded by msgspec natively, in C (a batch of 10,000 in ~0.5 ms).
 P = TypeVar("P")
 
 
