@@ -45,6 +45,7 @@ from node.web_model import (
     Parameter,
     Payload,
     Problem,
+    WriteBody,
 )
 from node.web_status import NodeStatus
 
@@ -124,8 +125,13 @@ def _schemas(limits: Limits) -> dict[str, Any]:
         if one_of:  # exactly one of them (decode checks it, as missing_field)
             schemas[model.__name__] |= {"minProperties": 1, "maxProperties": 1}
     # The bounds that depend on the node (node.web_bodies checks the same). A
-    # batch's length is only described: past it the answer is a 413, which is
-    # not a refusal of invalid data to a schema checker (it is to a client).
+    # batch's length and a payload's size are only described: past them the
+    # answer is a 413, which is not a refusal of invalid data to a schema
+    # checker (it is to a client).
+    for model in (WriteBody, BatchWriteBody):
+        schemas[model.__name__]["description"] += (
+            f" A payload is at most max_payload ({limits.max_payload}) bytes; more is a 413."
+        )
     schemas[ExtendBody.__name__]["properties"]["lease"]["maximum"] = limits.max_lease
     for model, fields in (
         (Ids, ("ids",)),

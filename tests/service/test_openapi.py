@@ -79,7 +79,9 @@ async def test_the_status_schema_is_the_status_a_node_answers(forum_nodes: Forum
 async def test_a_node_advertises_the_limits_it_enforces(forum_nodes: ForumNodes) -> None:
     """A node started with other limits says those in its document, and the
     numbers it says are the ones it holds requests to."""
-    node = await forum_nodes.start("limited", "--max-batch", "7", "--max-wait", "2.5")
+    node = await forum_nodes.start(
+        "limited", "--max-batch", "7", "--max-wait", "2.5", "--max-payload", "2048"
+    )
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{node.url}/v1/openapi.json") as response:
             document = await response.json()
@@ -87,6 +89,7 @@ async def test_a_node_advertises_the_limits_it_enforces(forum_nodes: ForumNodes)
         for model, field in (("Ids", "ids"), ("ExtendBody", "ids"), ("BatchWriteBody", "payloads")):
             assert "max_batch (7)" in schemas[model]["properties"][field]["description"]
         assert schemas["ExtendBody"]["properties"]["lease"]["maximum"] == 3600
+        assert "max_payload (2048)" in schemas["WriteBody"]["description"]
         parameters = {
             p["name"]: p["description"]
             for p in document["paths"]["/v1/take/batch"]["post"]["parameters"]
@@ -99,6 +102,9 @@ async def test_a_node_advertises_the_limits_it_enforces(forum_nodes: ForumNodes)
         ids = {"ids": [f"limited-x:{i}" for i in range(1, 9)]}
         async with http.post(f"{node.url}/v1/ack/batch", json=ids) as response:
             assert response.status == 413
+        for size, status in ((2048, 201), (2049, 413)):
+            async with http.post(f"{node.url}/v1/tuples", data=b"j" * size) as response:
+                assert response.status == status, await response.text()
 
 
 async def test_security_is_declared_exactly_where_the_token_is_asked(
