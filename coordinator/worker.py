@@ -617,8 +617,8 @@ class Worker:
         * done: complete the claim, then ack the reservation (batched);
         * failed: release the claim, write the next attempt (due after the
           backoff) or the dead letter into the space, *then* ack; should the
-          write fail, the reservation is left to run out and the same attempt
-          comes back;
+          write fail, the reservation is left to run out and the job comes
+          back, its lapse counted as the failed attempt;
         * abandoned in the drain, or its claim forgotten by Redis: release the
           claim (if still held) and the reservation: live again at once;
         * its claim lost to another holder: touch nothing. The reservation runs
