@@ -23,6 +23,7 @@ from pathlib import Path
 from deploy.cluster import Cluster, ClusterConfig
 from deploy.demo import WORK_MS_ENV
 from deploy.workload import run_demo
+from forum.cli_args import UsageError
 
 
 def add_cluster(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def add_cluster(parser: argparse.ArgumentParser) -> None:
         "Start a local cluster: nodes wired as peers, a Redis for the Lens, "
         "optional Toxiproxy links and workers. Ctrl-C stops everything."
     )
-    actions = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser(
         "up",
         help="start the cluster and show a live status line until Ctrl-C",
@@ -60,16 +61,21 @@ def add_cluster(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace, **extra: object) -> ClusterConfig:
-    return dataclasses.replace(
-        ClusterConfig(),
-        nodes=args.nodes,
-        workers=args.workers,
-        redis=args.redis,
-        chaos=args.chaos,
-        root=args.root,
-        concurrency=args.concurrency,
-        **extra,  # type: ignore[arg-type]
-    )
+    """The cluster the options ask for; a :class:`UsageError` before anything
+    starts when ``ClusterConfig`` refuses them."""
+    try:
+        return dataclasses.replace(
+            ClusterConfig(),
+            nodes=args.nodes,
+            workers=args.workers,
+            redis=args.redis,
+            chaos=args.chaos,
+            root=args.root,
+            concurrency=args.concurrency,
+            **extra,  # type: ignore[arg-type]
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 async def _up(args: argparse.Namespace) -> int:
