@@ -193,3 +193,22 @@ async def test_serve_imports_neither_redis_nor_the_worker_runtime(forum_nodes: F
     assert {
         m for m in imported if m.partition(".")[0] in {"redis", "coordinator", "deploy"}
     } == set()
+
+
+async def test_only_the_picked_command_module_is_imported() -> None:
+    """argparse picks the command; only then is its module imported and its
+    options added, so a client command loads no worker, cluster or replication."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c",
+        "import sys; from forum.cli import build_parser;"
+        "args = build_parser().parse_args(['count', 'job-', '--node', 'http://h:1']);"
+        "print(args.prefix, args.node, sorted(m for m in sys.modules"
+        " if m.partition('.')[0] in ('forum', 'redis', 'coordinator', 'replication', 'deploy')))",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await process.communicate()
+    assert out.decode().split(" ", 2) == [
+        "job-",
+        "http://h:1",
+        "['forum', 'forum.cli', 'forum.cli_args', 'forum.cli_client']\n",
+    ]
