@@ -57,7 +57,8 @@ from node import Pattern
 from node.client import ForumClient
 from node.errors import ClientError, Unauthorized
 
-log = logging.getLogger(__name__)
+# The name its log lines had when this was coordinator/cli.py: log filters keep working.
+log = logging.getLogger("coordinator.cli")
 
 _DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 #: How often the progress line is redrawn on a terminal, and printed to a log.
