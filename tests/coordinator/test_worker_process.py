@@ -178,7 +178,7 @@ async def _count(space: ForumClient, pattern: Pattern, n: int) -> bool:
 async def forum_cli(*args: str) -> tuple[int, str, str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("FORUM_")}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "node.cli", *args,
+        sys.executable, "-m", "forum", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env=environment, cwd=REPO,
     )  # fmt: skip

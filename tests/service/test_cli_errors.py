@@ -64,3 +64,22 @@ def test_unknown_command_and_missing_argument_are_one_line(
 ) -> None:
     assert_usage_error(run_main(["tkae", "job-"], capsys), "tkae")
     assert_usage_error(run_main(["take"], capsys), "PREFIX")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cluster", "up", "--nodes", "0"], "nodes must be 1 to 26"),
+        (["cluster", "up", "--nodes", "27"], "nodes must be 1 to 26"),
+        (["cluster", "demo", "--workers", "-1"], "workers must be >= 0"),
+        (["cluster", "up", "--redis", "localhost:6379"], "redis must be 'auto' or a redis:// URL"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_a_bad_cluster_setting_is_one_line_and_starts_nothing(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "cluster"
+    result = run_main([*argv, "--root", str(root)], capsys)
+    assert_usage_error(result, f"forum {' '.join(argv[:2])}: {message}")
+    assert not root.exists()
