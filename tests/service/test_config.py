@@ -245,3 +245,24 @@ def test_a_value_built_in_code_is_held_to_the_same_rules() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             NodeConfig(**values)  # type: ignore[arg-type]
+
+
+def test_the_error_examples_in_the_operations_guide_are_what_the_loader_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replication.config import ReplicationConfig  # noqa: PLC0415
+    from tests.deploy.artifacts import OPERATIONS  # noqa: PLC0415
+
+    monkeypatch.chdir(tmp_path)
+    Path("node.toml").write_text("max_wiat = 5\n")
+    attempts = [
+        lambda: NodeConfig.load(None, {"FORUM_MAX_WAIT": "soon"}),
+        lambda: NodeConfig.load(None, {}, {"max_payload": "12parsecs"}),
+        lambda: NodeConfig.load("node.toml", {}),
+        lambda: ReplicationConfig.from_env({"FORUM_REPL_DEAD_AFTER": "5s"}),
+    ]
+    guide = OPERATIONS.read_text()
+    for attempt in attempts:
+        with pytest.raises(ValueError) as raised:
+            attempt()
+        assert f"- `forum serve: {raised.value}`" in guide
