@@ -256,7 +256,7 @@ class NodeConfig:
 
     def merged(self, values: Mapping[str, Any], source: str) -> NodeConfig:
         """A copy with ``values`` (from ``source``) applied; text is parsed to each key's type."""
-        return build(NodeConfig, [Layer.named(values, source)], base=self)
+        return build(type(self), [Layer.named(values, source)], base=self)
 
 
 def _env_layer(env: Mapping[str, str]) -> Layer:
