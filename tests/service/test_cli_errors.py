@@ -59,6 +59,32 @@ async def test_misspelt_replication_variable_stops_serve_before_the_data_dir(
     assert not data.exists()
 
 
+#: A bad setting from each source (tests/service/test_config.py has the
+#: rest), and what the one line must name.
+BAD_SETTINGS = {
+    "env-misspelt": ([], {"FORUM_TOKNE": "s3cret"}, "", ("FORUM_TOKNE", "FORUM_TOKEN")),
+    "env-replication-unit": (
+        [], {"FORUM_REPL_QUEUE_BYTES": "64XiB"}, "", ("FORUM_REPL_QUEUE_BYTES", "unit"),
+    ),
+    "flag-unit": (["--max-payload", "12parsecs"], {}, "", ("--max-payload", "unit")),
+    "file-unknown-key": ([], {}, "max_wiat = 5\n", ("node.toml", "'max_wiat'", "max_wait")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_SETTINGS)
+async def test_a_bad_setting_stops_serve_with_one_line_naming_it(case: str, tmp_path: Path) -> None:
+    args, env, toml, names = BAD_SETTINGS[case]
+    config = tmp_path / "node.toml"
+    config.write_text(toml)
+    data = tmp_path / "data"
+    result = await run_forum(
+        "serve", "--config", str(config), "--data-dir", str(data), "--listen", "127.0.0.1:0",
+        *args, env=env,
+    )  # fmt: skip
+    assert_usage_error(result, "forum serve: ", *names)
+    assert not data.exists()
+
+
 def test_unknown_command_and_missing_argument_are_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
