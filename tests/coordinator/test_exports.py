@@ -19,6 +19,8 @@ EXPORTED = [
     "LensStateLost",
     "LensUnavailable",
     "Reaper",
+    "TakeOnly",
+    "WorkSpace",
     "Worker",
     "WorkerStats",
 ]

@@ -14,6 +14,7 @@ EXPORTED = [
     "ListPage",
     "NodeConfig",
     "Pattern",
+    "Reserved",
     "ReservingSpace",
     "SerializationError",
     "Strand",
