@@ -54,8 +54,9 @@ class ReplicationConfig:
     connect_timeout: float = 1.0
     request_timeout: float = 10.0
     #: Attempts per call (1 = no retry), and the jittered exponential backoff
-    #: between them: the n-th wait is uniform in [c/2, c] where
-    #: c = min(backoff_max, backoff_base * 2**n).
+    #: between them (:class:`node.backoff.Backoff`, equal jitter): the wait
+    #: after the n-th failure is uniform in [c/2, c] where
+    #: c = min(backoff_max, backoff_base * 2**(n-1)).
     attempts: int = 3
     backoff_base: float = 0.05
     backoff_max: float = 1.0

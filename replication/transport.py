@@ -28,9 +28,9 @@ from typing import Protocol, Self
 
 import aiohttp
 
+from node.backoff import Backoff
 from node.resource import AsyncResource
 from replication.auth import ANYONE, ClusterAuth
-from replication.backoff import Backoff
 from replication.config import ReplicationConfig
 from replication.errors import (
     BadMessage,
@@ -100,7 +100,7 @@ class HttpTransport(AsyncResource):
                 attempt += 1
                 if not exc.retriable or attempt >= self._attempts:
                     raise
-            await asyncio.sleep(self._backoff.delay(attempt - 1))
+            await asyncio.sleep(self._backoff.delay(attempt))
 
     async def _attempt(self, peer: str, method: str, path: str, body: bytes, to: str) -> bytes:
         if self._session is None:

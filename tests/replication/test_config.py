@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from replication.backoff import Backoff
 from replication.config import ReplicationConfig
 
 
@@ -32,10 +31,3 @@ def test_environment_overrides_defaults() -> None:
 def test_bad_settings_are_refused(env: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="FORUM_REPL_"):
         ReplicationConfig.from_env(env)
-
-
-def test_backoff_grows_jittered_and_capped() -> None:
-    backoff = Backoff(0.1, 1.0)
-    for attempt, ceiling in [(0, 0.1), (1, 0.2), (2, 0.4), (3, 0.8), (4, 1.0), (100, 1.0)]:
-        for _ in range(50):
-            assert ceiling / 2 <= backoff.delay(attempt) <= ceiling
