@@ -23,12 +23,12 @@ change state here after the answer came back.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Protocol, Self
 
 import aiohttp
 
 from node.backoff import Backoff
+from node.errors import error_body
 from node.resource import AsyncResource
 from replication.auth import ANYONE, ClusterAuth
 from replication.config import ReplicationConfig
@@ -136,20 +136,9 @@ class HttpTransport(AsyncResource):
 
 
 def _rejection(peer: str, status: int, body: bytes) -> PeerRejected:
-    message = _error_message(body)
+    _, message = error_body(status, body)
     if status == 401:
         return Unauthenticated(peer, message)
     if status == 409:
         return PeerIsSelf(peer, message)
     return PeerRejected(peer, status, message)
-
-
-def _error_message(body: bytes) -> str:
-    """The ``message`` of the node's JSON error body, or the start of whatever came."""
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return body[:200].decode("utf-8", "replace")
-    if isinstance(document, dict) and isinstance(document.get("message"), str):
-        return str(document["message"])
-    return body[:200].decode("utf-8", "replace")
