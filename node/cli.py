@@ -28,6 +28,7 @@ from node.errors import ClientError, DataDirLocked, ForumError
 from node.serve import configure_logging, serve
 from node.space import Pattern
 from node.web_keys import Extension
+from node.web_status import PeerStatus
 
 EXIT_OK = 0
 EXIT_NO_MATCH = 1
@@ -249,13 +250,10 @@ async def _status(args: argparse.Namespace) -> int:
     ]
     print(_table(rows))
     if status.peers:
-        columns = sorted({key for peer in status.peers for key in peer})
+        columns = sorted(field.name for field in dataclasses.fields(PeerStatus))
         print()
-        print(
-            _table(
-                [tuple(columns), *(tuple(str(p.get(c, "")) for c in columns) for p in status.peers)]
-            )
-        )
+        cells = [tuple(str(getattr(peer, c)) for c in columns) for peer in status.peers]
+        print(_table([tuple(columns), *cells]))
     return EXIT_OK
 
 

@@ -24,17 +24,18 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Self
 
 from node.entries import Entry
 from node.forum import Forum, Provenance
 from node.resource import AsyncResource
+from node.web_status import PeerStatus
 from replication.antientropy import Fetching, Syncer, fill_page
 from replication.config import ReplicationConfig
 from replication.errors import BadMessage
 from replication.membership import Membership, Peer, PeerState
 from replication.messages import Member, MemberList, PullPage, PullRequest, Push, PushAck
-from replication.metrics import PeerGauges, ReplicationMetrics
+from replication.metrics import ReplicationMetrics
 from replication.push import Outbox, Pusher
 from replication.transport import PeerTransport
 from replication.vector import VersionVector
@@ -294,22 +295,8 @@ class Replicator(AsyncResource):
 
     # -- status and metrics -------------------------------------------------------------
 
-    def status(self) -> list[dict[str, Any]]:
-        """Per peer: url, origin, state, last contact, entries behind, queued (``forum status``)."""
-        rows = self.membership.snapshot(VersionVector.of(self.forum.strand))
-        for row in rows:
-            link = self._links.get(row["url"])
-            row["queued"] = 0 if link is None else len(link.outbox)
-        return rows
-
-    def gauges(self) -> list[PeerGauges]:
-        return [
-            PeerGauges(
-                url=row["url"],
-                state=row["state"],
-                behind=row["behind"],
-                last_contact_age=row["last_contact_age"],
-                queued=row["queued"],
-            )
-            for row in self.status()
-        ]
+    def status(self) -> list[PeerStatus]:
+        """Per peer: url, origin, state, last contact, entries behind, queued
+        (``forum status``, and the per-peer gauges)."""
+        queued = {url: len(link.outbox) for url, link in self._links.items()}
+        return self.membership.snapshot(VersionVector.of(self.forum.strand), queued)
