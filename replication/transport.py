@@ -18,6 +18,10 @@ Every attempt has a connect timeout and a total timeout; retriable failures
 are retried with jittered exponential backoff. A call is cancellable at any
 point (shutdown): nothing is left half-done on our side, since calls only
 change state here after the answer came back.
+
+All of that but the carrying of bytes is :class:`SignedTransport`'s, shared by
+:class:`HttpTransport` and :class:`~replication.memory.MemoryTransport` (peers
+in one process, for tests), so the two cannot answer differently.
 """
 
 from __future__ import annotations
