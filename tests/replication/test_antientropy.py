@@ -1,9 +1,10 @@
 """Anti-entropy and membership between running replicators in one process.
 
 Over :class:`MemoryTransport` these run in milliseconds; the membership test
-runs over real loopback HTTP too (the transports answer alike: see
-``test_transport_contract.py``). The same behaviours between real ``forum
-serve`` processes are in ``test_cluster.py`` (slow).
+runs over real loopback HTTP too (real routes, real sockets; the transports
+answer alike: see ``test_transport_contract.py``). It was a slow test of
+``forum serve`` processes in ``test_cluster.py``, whose other tests still
+check the processes' wiring (``--peer``, the extension, status, metrics).
 """
 
 from __future__ import annotations

@@ -144,30 +144,6 @@ async def test_a_wiped_node_rejoins_under_a_new_origin_and_catches_up(
     await eventually(lambda: _count(b, len(expected) + 1), what="c's new write on b")
 
 
-async def test_a_new_node_with_one_seed_learns_the_others_and_catches_up(
-    forum_nodes: ForumNodes, clients: Clients
-) -> None:
-    nodes = mesh(forum_nodes, "abc")
-    await forum_nodes.start_all()
-    a, b, c = (clients(n) for n in nodes)
-    await a.write_many([b"job-a-%d" % i for i in range(30)])
-    await b.take_many(JOBS, limit=3)
-
-    d_node = forum_nodes.make("d", "--peer", nodes[0].url, env=FAST)
-    await d_node.start()
-    d = clients(d_node)
-    await eventually(lambda: _all_alive(d, 3), what="d knows a, b and c")
-    for node in (b, c):
-        await eventually(lambda n=node: _all_alive(n, 3), what=f"{node} learned d")
-    expected = await live_set(a)
-    await eventually(lambda: _live_is(d, expected), what="d caught up")
-
-    await d.write(b"job-from-d")
-    assert await converged([a, b, c, d]) == expected | {
-        (str(t.id), t.payload) for t in [await d.read_entry(Pattern(b"job-from-d"))] if t
-    }
-
-
 async def test_a_node_whose_peers_are_down_serves_and_stops_cleanly(
     forum_nodes: ForumNodes, clients: Clients
 ) -> None:
