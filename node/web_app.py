@@ -25,7 +25,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -52,6 +51,7 @@ from node.web_longpoll import LongPolls
 from node.web_metrics import NodeMetrics
 from node.web_model import METRICS, SPEC, Limits
 from node.web_openapi import openapi_handler
+from node.web_status import PeerStatus
 
 #: cluster_key and CLUSTER_PREFIX are node.web_auth's, here too for the
 #: extensions that import them from the app (replication signs with the key).
@@ -123,7 +123,7 @@ def build_app(
     return app
 
 
-def _no_peers() -> list[dict[str, Any]]:
+def _no_peers() -> list[PeerStatus]:
     return []
 
 

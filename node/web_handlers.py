@@ -244,25 +244,14 @@ async def status(request: web.Request) -> web.Response:
 
 
 def node_status(app: web.Application) -> NodeStatus:
-    forum = app[FORUM]
-    stats = forum.stats()
-    return NodeStatus(
+    forum, config = app[FORUM], app[CONFIG]
+    return NodeStatus.of(
+        forum.stats(),
         node_id=forum.strand.config.node_name,
-        origin=stats.origin,
-        advertise=app[CONFIG].advertise_url(),
+        advertise=config.advertise_url(),
         version=VERSION,
         uptime_seconds=round(time.monotonic() - app[STARTED], 3),
-        entries=stats.entries,
-        live=stats.live,
-        strand_bytes=stats.strand_bytes,
-        segments=stats.segments,
-        waiting_takers=stats.waiting_takers,
-        reserved=stats.reserved,
         long_polls=app[LONG_POLLS].waiting,
-        writes=stats.writes,
-        takes=stats.takes,
-        double_takes=stats.double_takes,
-        tails_cut=stats.tails_cut,
         fsync=forum.strand.config.fsync,
         peers=tuple(app[PEERS]()),
     )
