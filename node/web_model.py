@@ -317,6 +317,8 @@ class Operation:
     raw_body: bool = False
     #: Nothing matched (within the wait).
     none: bool = False
+    #: Its handler answers as ``Accept`` asks (else in its one type, whatever is asked).
+    negotiates: bool = True
 
     @property
     def offers(self) -> tuple[str, ...]:
@@ -397,18 +399,19 @@ STATUS = Operation(
 )  # fmt: skip
 SPEC = Operation(
     "GET", "/v1/openapi.json", "This document", Answer(200, "OpenAPI 3.1", media=(JSON,)),
+    negotiates=False,
 )  # fmt: skip
 HEALTHZ = Operation(
     "GET", "/healthz", "The process is up (no token needed)",
-    Answer(200, "Up.", Health, (JSON,)),
+    Answer(200, "Up.", Health, (JSON,)), negotiates=False,
 )  # fmt: skip
 READYZ = Operation(
     "GET", "/readyz", "The Strand is open and the node is not shutting down (no token needed)",
-    Answer(200, "Ready.", Ready, (JSON,)),
+    Answer(200, "Ready.", Ready, (JSON,)), negotiates=False,
 )  # fmt: skip
 METRICS = Operation(
     "GET", "/metrics", "Prometheus metrics in the text format (behind the token when one is set)",
-    Answer(200, "Prometheus text format.", media=(TEXT,)),
+    Answer(200, "Prometheus text format.", media=(TEXT,)), negotiates=False,
 )  # fmt: skip
 
 #: Every operation of the node itself (replication adds the cluster routes).

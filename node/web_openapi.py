@@ -71,8 +71,6 @@ _HEADERS: dict[str, dict[str, Any]] = {
 }
 #: Component names where the Python name is not the API's.
 _NAMES = {NodeStatus.__name__: "Status"}
-#: The operations whose handler negotiates Accept (a 406 is possible).
-_FIXED_MEDIA = frozenset({"/v1/openapi.json", "/healthz", "/readyz", "/metrics"})
 
 
 def _ref(model: type[Any]) -> dict[str, str]:
@@ -198,7 +196,7 @@ def _operation(operation: Operation, limits: Limits, bearer: bool) -> dict[str, 
         operation.path,
         body=operation.body is not None,
         bearer=bearer,
-        negotiates=operation.path not in _FIXED_MEDIA,
+        negotiates=operation.negotiates,
     )
     described: dict[str, Any] = {
         "summary": operation.summary,
