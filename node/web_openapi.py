@@ -25,7 +25,7 @@ from aiohttp import web
 from node.config import NodeConfig
 from node.web_auth import CLUSTER_PREFIX, bearer_secret
 from node.web_bodies import Query
-from node.web_keys import CONFIG, SELF_AUTHENTICATED
+from node.web_keys import CONFIG, LIMITS, SELF_AUTHENTICATED
 from node.web_model import (
     DELIVERIES_HEADER,
     ENTRY_ID_HEADER,
@@ -313,7 +313,7 @@ def openapi_document(app: web.Application) -> dict[str, Any]:
 
 async def openapi_handler(request: web.Request) -> web.Response:
     """``GET /v1/openapi.json``."""
-    Query(request, SPEC, Limits.of(request.app[CONFIG]))
+    Query(request, SPEC, request.app[LIMITS])
     return web.json_response(openapi_document(request.app))
 
 
