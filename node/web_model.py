@@ -28,6 +28,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from node.config import NodeConfig
+from node.web_status import NodeStatus
 
 RAW = "application/octet-stream"
 JSON = "application/json"
@@ -392,10 +393,11 @@ COUNT = Operation(
     "GET", "/v1/count", "Count live tuples by prefix",
     Answer(200, "The count.", Count, (JSON, MSGPACK, TEXT)), PATTERN,
 )  # fmt: skip
-#: The status document is :class:`node.web_status.NodeStatus`, which the
-#: client parses too; its schema is made from that dataclass.
+#: The status document is the :class:`~node.web_status.NodeStatus` dataclass,
+#: which the client parses too (msgspec makes a schema of a dataclass as well).
 STATUS = Operation(
-    "GET", "/v1/status", "The node's identity, contents and peers", Answer(200, "Status."),
+    "GET", "/v1/status", "The node's identity, contents and peers",
+    Answer(200, "Status.", NodeStatus),
 )  # fmt: skip
 SPEC = Operation(
     "GET", "/v1/openapi.json", "This document", Answer(200, "OpenAPI 3.1", media=(JSON,)),

@@ -35,7 +35,6 @@ from node.web_model import (
     OPERATIONS,
     RAW,
     SPEC,
-    STATUS,
     TEXT,
     BatchWriteBody,
     ExtendBody,
@@ -77,10 +76,6 @@ def _ref(model: type[Any]) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{_NAMES.get(model.__name__, model.__name__)}"}
 
 
-def _model(operation: Operation) -> type[Any] | None:
-    return NodeStatus if operation is STATUS else operation.answer.model
-
-
 def _schema_hook(kind: type[Any]) -> dict[str, Any]:
     """A payload, as the JSON Schema of its text."""
     if kind is Payload:
@@ -102,7 +97,7 @@ def _schemas(limits: Limits) -> dict[str, Any]:
     models = {
         model
         for operation in OPERATIONS
-        for model in (_model(operation), operation.body)
+        for model in (operation.answer.model, operation.body)
         if model is not None
     }
     _, schemas = msgspec.json.schema_components(
@@ -159,7 +154,7 @@ def _parameter(parameter: Parameter, limits: Limits) -> dict[str, Any]:
 
 
 def _content(operation: Operation) -> dict[str, Any]:
-    model = _model(operation)
+    model = operation.answer.model
     document = _ref(model) if model is not None else {}
     by_media = {
         RAW: {"type": "string", "format": "binary"},
