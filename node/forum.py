@@ -33,7 +33,7 @@ import functools
 import logging
 import zlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from node.codec import RawEntry
@@ -42,7 +42,7 @@ from node.errors import ForumError
 from node.index import LiveIndex
 from node.resource import AsyncResource
 from node.space import Pattern
-from node.strand import Strand
+from node.strand import CompactionReport, Strand
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ LiveListener = Callable[[Tuple], None]
 #: How long a tuple written on another node waits before it can be taken here
 #: (times 1 to 4, by a hash of its id and this node's origin). See ``apply``.
 REMOTE_DELAY = 0.01
+#: Live ids turned into keys per step of a compaction, between two turns of the loop.
+_LIVE_SLICE = 10_000
 _REMOTE_SLOTS = 4
 #: Tuples out of the index while their Take is made durable, with their arrivals.
 #: (An alias also because ``Forum.list`` hides the builtin inside the class.)
@@ -328,6 +330,38 @@ class Forum(AsyncResource):
         if not found:
             return []
         return await self._commit_takes(found)
+
+    async def compact(
+        self, horizon: Mapping[str, int] | None = None, *, seal: bool = False
+    ) -> CompactionReport:
+        """Drop from the Strand what every member holds and nobody needs: the
+        Writes at or below ``horizon`` that Takes at or below it killed, and
+        those Takes (see :mod:`node.compaction`). ``horizon`` is the per-origin
+        minimum of every member's vector (replication computes it); ``None``
+        means this node is the whole cluster: its own vector. ``seal`` seals
+        the current segment first, so that it can be compacted too."""
+        self._check_open()
+        stable = self.strand.vector() if horizon is None else horizon
+        return await self.strand.compact(stable, self._live_keys, seal=seal)
+
+    async def _live_keys(self) -> set[tuple[str, int]]:
+        """Every tuple not dead: live, reserved, surfacing, or being taken.
+        Built a slice at a time, so a large backlog does not stall the loop
+        (a tuple dead when looked at stays dead, so no snapshot is needed)."""
+        ids: list[EntryId] = [
+            *self._index.ids(),
+            *self._reservations,
+            *self._surfacing,
+            *self._taking,
+        ]
+        keys: set[tuple[str, int]] = set()
+        for start in range(0, len(ids), _LIVE_SLICE):
+            keys.update((i.origin, i.seq) for i in ids[start : start + _LIVE_SLICE])
+            await asyncio.sleep(0)
+        # Whatever turned live meanwhile (a write, an entry applied) is above
+        # the horizon or was live before: only what was taken meanwhile is
+        # kept longer than it had to be, until the next pass.
+        return keys
 
     async def count(self, pattern: Pattern) -> int:
         """How many live tuples match."""
