@@ -101,7 +101,7 @@ async def forum_node(data: Path, fsync: str) -> AsyncIterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
-        sys.executable, "-m", "node.cli", "serve", "--listen", f"127.0.0.1:{port}",
+        sys.executable, "-m", "forum", "serve", "--listen", f"127.0.0.1:{port}",
         "--data-dir", str(data), "--fsync", fsync, "--node-id", "bench", "--log-level", "WARNING",
     ]  # fmt: skip
     async with process(*command), ForumClient(url) as probe:

@@ -13,6 +13,7 @@ from coordinator.errors import (
 from coordinator.job import Backoff, Handler, Job
 from coordinator.lens import Claim, Lens, LensConfig
 from coordinator.reaper import Reaper
+from coordinator.spaces import TakeOnly, WorkSpace
 from coordinator.worker import Worker, WorkerStats
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
     "LensStateLost",
     "LensUnavailable",
     "Reaper",
+    "TakeOnly",
+    "WorkSpace",
     "Worker",
     "WorkerStats",
 ]

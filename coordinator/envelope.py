@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -108,6 +109,20 @@ class Envelope:
 
     def with_key(self, key: str) -> Envelope:
         return replace(self, key=key)
+
+    def keyed(self, key: Callable[[bytes], str] | None, entry_id: str) -> Envelope:
+        """This delivery with its claim key: the one it carries, else
+        ``key(payload)`` when a key function is given, else ``entry_id`` (the
+        text of the tuple's id, for a first delivery). Raises what ``key``
+        raises, or ``ValueError`` for a key that is not a non-empty string."""
+        if self.key is not None:
+            return self
+        return self.with_key(key(self.payload) if key is not None else entry_id)
+
+    def at_attempt(self, attempt: int) -> Envelope:
+        """This delivery counted as attempt ``attempt`` (deliveries whose
+        workers died count too: coordinator.worker)."""
+        return replace(self, attempt=attempt)
 
 
 def _decode(raw: bytes) -> dict[str, Any] | None:

@@ -5,10 +5,12 @@
     worker = Worker(space, lens, Pattern(b"job/"), handler, concurrency=8, lease=30)
     await worker.run()          # until worker.stop() (the CLI calls it on SIGTERM)
 
-The durable path (a space with reservations: ``Forum``, ``ForumClient``). The
-node keeps a copy of every job until the job is completed, so Redis losing
-everything (a FLUSHALL, a restart without persistence) costs re-runs, never a
-job. For each job:
+The space is a :class:`coordinator.spaces.WorkSpace` (``Forum``,
+``ForumClient``): the node keeps a copy of every job until the job is
+completed, so Redis losing everything (a FLUSHALL, a restart without
+persistence) costs re-runs, never a job. (A plain take-only space is wrapped
+in :class:`coordinator.spaces.TakeOnly`, which gives that up: see there.)
+For each job:
 
 1. **reserve** tuples matching the pattern, as many as there are free
    handler slots; when none is live, one blocking reserve with a timeout, so
@@ -16,8 +18,8 @@ job. For each job:
    takes the tuple out of reach for the lease without taking it for good:
    if this worker dies, or the answer is lost, the tuple comes back. A retry
    whose backoff is not over (``not_before`` in its trailer,
-   :mod:`coordinator.envelope`) is not claimed: its reservation is extended
-   to its due time and the worker forgets it; it comes back then.
+   :mod:`coordinator.envelope`) is not claimed: it is parked, reserved until
+   it is due, then released (:class:`coordinator.holding.Parked`).
 2. **claim** each one's key in the Lens, all in one round trip: the key that
    travels in the tuple's trailer, else ``key(payload)`` when given, else the
    tuple's entry id. The claim carries no re-offer bytes: the reservation is
@@ -42,16 +44,16 @@ At every moment a durable copy exists on a node::
 
 A worker killed anywhere in t0..t4 lets e1's reservation run out: e1 comes
 back, and its claim key dedups it (``AlreadyDone`` after t3: acked away;
-``AlreadyClaimed`` while a live holder still runs it: kept reserved for a
-third of a lease, then offered again). Redis forgetting anywhere in t1..t3 leaves e1 on
-the node: the job comes back and runs again (a re-run, not a loss).
+``AlreadyClaimed`` while a live holder still runs it: parked for what is
+left of that holder's lease, then offered again). Redis forgetting anywhere
+in t1..t3 leaves e1 on the node: the job comes back and runs again (a
+re-run, not a loss).
 
 Outcomes other than success:
 
 * ``AlreadyDone`` at the claim: a copy of a finished job, acked away.
-  ``AlreadyClaimed``: a copy of a job another holder runs now, kept reserved
-  for a third of a lease and then offered again (see above). Both are
-  counted as ``double_takes`` and the handler does not run.
+  ``AlreadyClaimed``: a copy of a job another holder runs now, parked (see
+  above). Both are counted as ``double_takes`` and the handler does not run.
 * The handler raised: the claim is released, then the next attempt (the
   attempt count and error in the trailer, ``not_before`` after a jittered
   exponential backoff) is written into the space, *then* the failed
@@ -59,6 +61,16 @@ Outcomes other than success:
   retry (a worker dying between the write and the ack leaves both; the claim
   key lets one of them run at a time). After ``max_attempts`` the written
   bytes are a dead letter under ``dead_prefix``.
+* The job killed its worker (or the worker died while running it): the node
+  counts the leases of a tuple that ran out unsettled
+  (``Reserved.deliveries``), and the worker counts each as an attempt: a
+  delivery is attempt ``envelope.attempt + deliveries - 1``. One past
+  ``max_attempts`` is not run: once claimed (so not a copy of a job done or
+  running elsewhere), it is buried as a dead letter with the error
+  :data:`LOST_WORKER` (write the dead letter, then ack). So a job that
+  crashes every worker that runs it ends in ``dead/`` after ``max_attempts``
+  deliveries, not in a crash loop. The count lives in the node's memory: a
+  node restart starts it again.
 * The Lens is unreachable at the claim: fail closed. No handler runs; the
   reservations are released, so the tuples are live again in their places
   under their own ids, and the worker waits for Redis.
@@ -71,25 +83,14 @@ Outcomes other than success:
   every holder from before the loss, on any worker, has stopped before a job
   can be claimed again. Completed jobs whose acks had not landed come back
   and run again: the done markers are gone.
-* ``stop()``: stop taking at once (a blocking take still waiting is
-  abandoned; reservations not yet claimed are released), let running
-  handlers finish for ``drain_timeout`` seconds, then cancel the rest and
-  release their claims and reservations.
+* ``stop()``: stop taking at once (a blocking reserve still waiting is
+  abandoned; reservations not yet claimed, and parked ones, are released),
+  let running handlers finish for ``drain_timeout`` seconds, then cancel the
+  rest and release their claims and reservations.
 
-A job whose worker dies comes back from the node at the *same* attempt (the
-node does not count deliveries), so ``max_attempts`` bounds the attempts that
-fail with an exception, not the workers a job kills.
-
-The take-only path (a space without reservations) is the one before: take →
-claim with the re-offer bytes (the next attempt, or the dead letter) → handler
-→ complete. After the take the Lens's in-flight record is the job's only copy:
-a worker that dies is re-offered by a reaper (every worker runs one) when its
-claim expires; a failed attempt is handed back to the Lens with its backoff
-delay, and the reaper writes it into the space when due; on a Lens outage at
-the claim the jobs are written back with their keys; on a state loss this
-worker writes back the jobs it was running, but a job in flight on a dead
-worker is lost with Redis's state. Retries written with ``not_before`` by a
-durable worker are run at once on this path.
+Every worker also runs a reaper (:mod:`coordinator.reaper`): this runtime
+leaves no in-flight records in the Lens, but workers of earlier versions
+did, and the reaper writes theirs back.
 
 A job that comes back more than one way is one claim key, so its effect
 still happens once while the Lens remembers (see docs/coordination.md).
@@ -105,28 +106,27 @@ import random
 import socket
 import time
 import uuid
-from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar, runtime_checkable
+from typing import Literal, TypeVar
 
 from coordinator.authority import ClaimAuthority, HeldClaim
 from coordinator.completions import Completions
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from coordinator.envelope import Envelope
 from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
+from coordinator.holding import Parked, Slots
 from coordinator.job import Backoff, Handler, Job, KeyFunction
 from coordinator.reaper import Reaper
-from node import EntryId, ForumError, Pattern, Reserved, ReservingSpace, Tuple, TupleSpace
-
-_T = TypeVar("_T", bound=Tuple)
+from coordinator.spaces import TakeOnly, WorkSpace
+from node import EntryId, ForumError, Pattern, Reserved, TupleSpace
 
 log = logging.getLogger(__name__)
 
-#: The error the next attempt (or the dead letter) carries when the worker
-#: that ran a job died.
+#: The error a dead letter carries when the job's workers died running it.
 LOST_WORKER = "the worker was lost: its lease expired"
-#: How long a worker waits between tries when Redis or the space is down.
+#: How long a worker waits between tries when Redis or the space is down:
+#: doubling from the first to the second (see _outage_waits).
 _OUTAGE_BACKOFF = (0.05, 2.0)
 
 #: The defaults of :class:`Worker`, which ``forum worker``'s flags share.
@@ -134,31 +134,18 @@ DEFAULT_CONCURRENCY = 1
 DEFAULT_LEASE = 30.0
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_DRAIN_TIMEOUT = 30.0
-#: How long one blocking take waits on an idle space before the worker asks
-#: again. A stop does not wait for it: the outstanding take is abandoned.
+#: How long one blocking reserve waits on an idle space before the worker
+#: asks again. A stop does not wait for it: the outstanding reserve is abandoned.
 DEFAULT_TAKE_WAIT = 2.0
-#: The longest a retry that is not due yet is kept reserved in one go (the
-#: node's longest lease); one due later is deferred again when it comes back.
-_LONGEST_DEFER = 3600.0
+#: The node's longest lease. A parked reservation is held this long at most,
+#: less the time its release is given to land (_PARK_SLACK); a retry due
+#: later is parked again when it comes back.
+_LONGEST_LEASE = 3600.0
+_PARK_SLACK = 60.0
+#: The shortest a copy of a job that another holder runs is parked.
+_MIN_HOLD = 0.1
 
-
-@runtime_checkable
-class BatchReserver(Protocol):
-    """A space that reserves, extends and acks many tuples in one step each
-    (``Forum``, ``ForumClient``)."""
-
-    async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Reserved]: ...
-
-    async def extend_many(self, entry_ids: Sequence[EntryId], lease: float) -> list[bool]: ...
-
-    async def ack_many(self, entry_ids: Sequence[EntryId]) -> list[bool]: ...
-
-
-@runtime_checkable
-class BatchTaker(Protocol):
-    """A space that takes many tuples in one step (``Forum``, ``ForumClient``)."""
-
-    async def take_many(self, pattern: Pattern, limit: int) -> list[Tuple]: ...
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +163,7 @@ class WorkerStats:
     reoffered: int = 0
     #: Retries reserved before they were due, put off on the node until then.
     deferred: int = 0
-    #: Jobs whose claims Redis forgot while they ran, written back by this worker.
+    #: Jobs whose claims Redis forgot while they ran, put back by this worker.
     rescued: int = 0
     #: Times Redis was found to have lost the Lens's state (each loss once).
     lens_state_losses: int = 0
@@ -184,6 +171,34 @@ class WorkerStats:
     #: False while Redis is unreachable, or in the pause after a state loss:
     #: either way the worker claims nothing.
     lens_reachable: bool = True
+
+
+@dataclass(slots=True)
+class _Counts:
+    """The counters of :class:`WorkerStats`, as the worker adds to them."""
+
+    taken: int = 0
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    double_takes: int = 0
+    claims_lost: int = 0
+    lens_unavailable: int = 0
+    handed_back: int = 0
+    reoffered: int = 0
+    deferred: int = 0
+    rescued: int = 0
+    lens_state_losses: int = 0
+
+    def frozen(self, *, running: int, lens_reachable: bool) -> WorkerStats:
+        return WorkerStats(
+            taken=self.taken, done=self.done, retried=self.retried, dead=self.dead,
+            double_takes=self.double_takes, claims_lost=self.claims_lost,
+            lens_unavailable=self.lens_unavailable, handed_back=self.handed_back,
+            reoffered=self.reoffered, deferred=self.deferred, rescued=self.rescued,
+            lens_state_losses=self.lens_state_losses,
+            running=running, lens_reachable=lens_reachable,
+        )  # fmt: skip
 
 
 _Interrupted = Literal["lost", "abandoned"]
@@ -203,41 +218,36 @@ class _Running:
     interrupted: _Interrupted | None = None
 
 
-class _Slots:
-    """Free handler slots. The fetcher takes all that are free at once, so
-    one take and one claim round trip serve as many jobs as can run."""
+@dataclass(frozen=True, slots=True)
+class _Offer:
+    """A reserved tuple, its envelope (with its claim key), counted as the
+    attempt it is (see "The job killed its worker" in the module docstring)."""
 
-    def __init__(self, n: int) -> None:
-        self._free = n
-        self._wake = asyncio.Event()
-        self._closed = False
+    item: Reserved
+    key: str
+    envelope: Envelope
 
-    async def acquire_all(self) -> int:
-        """Wait for at least one free slot and take every free one; 0 once closed."""
-        while self._free == 0 and not self._closed:
-            self._wake.clear()
-            await self._wake.wait()
-        if self._closed:
-            return 0
-        n, self._free = self._free, 0
-        return n
 
-    def release(self, n: int = 1) -> None:
-        if n:
-            self._free += n
-            self._wake.set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._wake.set()
+def _outage_waits() -> Iterator[float]:
+    """The waits between tries while Redis or the space is down: doubling
+    from ``_OUTAGE_BACKOFF[0]`` up to ``_OUTAGE_BACKOFF[1]``. Every outage
+    loop of the worker takes its waits from here."""
+    delay, cap = _OUTAGE_BACKOFF
+    while True:
+        yield delay
+        delay = min(delay * 2, cap)
 
 
 class Worker:
-    """Runs ``handler`` on jobs taken from ``space`` under claims from ``lens``."""
+    """Runs ``handler`` on jobs reserved from ``space`` under claims from ``lens``.
+
+    ``space`` is a :class:`WorkSpace`; a plain take-only ``TupleSpace`` is
+    wrapped in :class:`TakeOnly` (a crash then loses the jobs it held).
+    """
 
     def __init__(
         self,
-        space: TupleSpace,
+        space: WorkSpace | TupleSpace,
         lens: ClaimAuthority,
         pattern: Pattern,
         handler: Handler,
@@ -264,10 +274,10 @@ class Worker:
         if dead_prefix.startswith(pattern.prefix):
             # The worker would take its own dead letters and run them forever.
             raise ValueError(f"dead prefix {dead_prefix!r} matches the job pattern")
-        self._space = space
-        self._batches = space if isinstance(space, BatchTaker) else None
-        self._reserving = space if isinstance(space, ReservingSpace) else None
-        self._batch_reserver = space if isinstance(space, BatchReserver) else None
+        if not isinstance(space, WorkSpace):
+            log.warning("the space cannot reserve: a worker that dies loses the jobs it holds")
+            space = TakeOnly(space, key)
+        self._space: WorkSpace = space
         self._lens = lens
         self._pattern = pattern
         self._handler = handler
@@ -283,17 +293,11 @@ class Worker:
         self.lens_loss_pause = lease if lens_loss_pause is None else lens_loss_pause
         self._take_wait = take_wait
         self._rng = random.Random(seed)
-        self._counts: Counter[str] = Counter()
-        self._reaper = Reaper(
-            space, lens, interval=reaper_interval, on_reoffer=lambda: self._count("reoffered")
-        )
-        #: The durable path (see the module docstring): a job stays reserved on
-        #: the node until its claim is completed; the Lens keeps no copy.
-        self._durable = self._reserving is not None
-        self._completions = Completions(
-            lens, self._count, limit=4 * concurrency, ack=self._ack_completed
-        )
-        self._slots = _Slots(concurrency)
+        self._counts = _Counts()
+        self._reaper = Reaper(space, lens, interval=reaper_interval, on_reoffer=self._reoffered)
+        self._completions = Completions(lens, self._completed, limit=4 * concurrency, ack=self._ack)
+        self._slots = Slots(concurrency)
+        self._parked = Parked()
         self._stopping = asyncio.Event()
         self._started = False
         self._lens_ok = True
@@ -302,15 +306,15 @@ class Worker:
         #: time.monotonic() before which no job is claimed (after a state loss).
         self._claim_after = 0.0
         self._jobs: set[asyncio.Task[None]] = set()
+        #: The running handlers: each is its own task, cancelled to stop it.
         self._running: dict[asyncio.Task[None], _Running] = {}
         self._drain_expired = False
         self._stop_deadline: float | None = None
 
     def stats(self) -> WorkerStats:
-        return WorkerStats(
+        return self._counts.frozen(
             running=len(self._running),
             lens_reachable=self._lens_ok and not self._loss_pause_left(),
-            **self._counts,
         )
 
     def stop(self) -> None:
@@ -336,23 +340,25 @@ class Worker:
             completer = tasks.create_task(self._completions.run(), name="completions")
             heartbeat_stop = asyncio.Event()
             tasks.create_task(self._heartbeat(heartbeat_stop), name="heartbeat")
+            tasks.create_task(self._unpark(), name="parked")
             await self._fetch(tasks)
+            self._parked.close()  # nothing parks after the fetcher: release them all now
             await self._drain()
             heartbeat_stop.set()
             self._completions.close()
             await completer
-            # One last pass, so jobs handed back in the drain are in the space
-            # before this worker is gone (any other worker's reaper would do it too).
+            # One last pass, so records of older workers that fell due are in
+            # the space before this worker is gone (any other reaper would do it too).
             try:
                 await self._reaper.run_once()
             except (LensError, ForumError, OSError) as exc:
                 log.warning("drain: final reaper pass failed (%s); other reapers will do it", exc)
             reaper_stop.set()
 
-    # -- taking and claiming ------------------------------------------------------------
+    # -- reserving and claiming ---------------------------------------------------------
 
     async def _fetch(self, tasks: asyncio.TaskGroup) -> None:
-        """Take and claim jobs for free slots until the worker stops."""
+        """Reserve and claim jobs for free slots until the worker stops."""
         while free := await self._slots.acquire_all():
             self._note_state_loss()
             if paused := self._loss_pause_left():
@@ -364,38 +370,42 @@ class Worker:
                 await self._wait_for_lens()
                 continue
             try:
-                items = await self._take_unless_stopped(free)
+                items = await self._reserve(free)
             except (ForumError, OSError) as exc:
                 self._slots.release(free)
-                log.warning("take failed (%s); retrying", exc)
+                log.warning("reserve failed (%s); retrying", exc)
                 await self._pause(_OUTAGE_BACKOFF[1])
                 continue
             self._slots.release(free - len(items))
             if items:
-                self._count("taken", len(items))
+                self._counts.taken += len(items)
                 await self._claim(items, tasks)
 
-    async def _take_unless_stopped(self, most: int) -> list[Tuple]:
-        """:meth:`_take`, but a stopping worker starts no job: its blocking wait
-        is abandoned the moment :meth:`stop` is called, and reservations that
-        arrive anyway (the answer crossed the stop) are released, live again
-        at once rather than after a lease::
+    async def _reserve(self, most: int) -> list[Reserved]:
+        """Up to ``most`` reservations without waiting, or one after a wait.
 
-            t0  the take waits on the node (up to take_wait)
+        A stopping worker starts no job: its blocking wait is abandoned the
+        moment :meth:`stop` is called, and reservations that arrive anyway
+        (the answer crossed the stop) are released, live again at once rather
+        than after a lease::
+
+            t0  the reserve waits on the node (up to take_wait)
             t1  SIGTERM: stop() -> the wait is cancelled; the node, seeing its
                 client gone, hands nothing over (or puts back what it had)
             t2  a job is written: it stays in the space for the other workers
-
-        Tuples taken outright are this worker's only copy: they run in the drain.
         """
-        items = await self._take(most)
-        if self._stopping.is_set() and self._reserving is not None and items:
-            await self._settle_reservations([item.id for item in items], ack=False)
+        items = await self._space.reserve_many(self._pattern, self.lease, most)
+        if not items:
+            wait = self._space.reserve(self._pattern, self.lease, timeout=self._take_wait)
+            item = await self._unless_stopped(wait)
+            items = [] if item is None else [item]
+        if self._stopping.is_set() and items:
+            await self._release([item.id for item in items])
             return []
         return items
 
     async def _unless_stopped(self, wait: Awaitable[_T | None]) -> _T | None:
-        """``wait`` (one blocking take or reserve), or ``None`` once the worker stops."""
+        """``wait`` (one blocking reserve), or ``None`` once the worker stops."""
         if self._stopping.is_set():
             return None
         waiting = asyncio.ensure_future(wait)
@@ -409,262 +419,191 @@ class Worker:
             await asyncio.wait((waiting, stopping))
         return None if waiting.cancelled() else waiting.result()
 
-    async def _take(self, most: int) -> list[Tuple]:
-        if self._reserving is not None:
-            return list(await self._reserve(self._reserving, most))
-        if self._batches is not None and most > 1:
-            items = await self._batches.take_many(self._pattern, most)
-            if items:
-                return items
-        item = await self._unless_stopped(
-            self._space.take_entry(self._pattern, timeout=self._take_wait)
+    async def _ack(self, ids: Sequence[EntryId]) -> None:
+        """Take reserved tuples for good. Best effort: one not acked runs out
+        on the node and comes back, and the Lens turns the copy away (its
+        claim key is done, or held)."""
+        if not ids:
+            return
+        try:
+            await self._space.ack_many(ids)
+        except (ForumError, OSError) as exc:
+            log.warning("could not ack %d reservations (%s): they will come back "
+                        "and be turned away", len(ids), exc)  # fmt: skip
+
+    async def _release(self, ids: Sequence[EntryId]) -> None:
+        """Give reserved tuples back now, live again in their places. Best
+        effort: one not released runs out on the node and comes back."""
+        results = await asyncio.gather(
+            *(self._space.release(i) for i in ids), return_exceptions=True
         )
-        return [] if item is None else [item]
-
-    async def _reserve(self, space: ReservingSpace, most: int) -> list[Reserved]:
-        """Up to ``most`` reservations without waiting, or one after a wait."""
-        items: list[Reserved] = []
-        if self._batch_reserver is not None:
-            items = await self._batch_reserver.reserve_many(self._pattern, self.lease, most)
-        while self._batch_reserver is None and len(items) < most:
-            try:
-                item = await space.reserve(self._pattern, self.lease)
-            except (ForumError, OSError):
-                if not items:
-                    raise
-                break  # work on what we have; the space is retried next round
-            if item is None:
-                break
-            items.append(item)
-        if not items:
-            item = await self._unless_stopped(
-                space.reserve(self._pattern, self.lease, timeout=self._take_wait)
-            )
-            if item is not None:
-                items.append(item)
-        return items
-
-    async def _settle_reservations(self, ids: list[EntryId], *, ack: bool) -> None:
-        """Ack (take for good) or release reserved tuples. Best effort: one
-        that is not settled runs out on the node and comes back, and the Lens
-        turns the copy away (its claim key is held or done)."""
-        if self._reserving is None or not ids:
-            return
-        if ack and self._batch_reserver is not None:
-            try:
-                await self._batch_reserver.ack_many(ids)
-            except (ForumError, OSError) as exc:
-                log.warning("could not ack %d reservations (%s): they will come back "
-                            "and be turned away", len(ids), exc)  # fmt: skip
-            return
-        settle = self._reserving.ack if ack else self._reserving.release
-        results = await asyncio.gather(*(settle(i) for i in ids), return_exceptions=True)
         for entry_id, result in zip(ids, results, strict=True):
             if isinstance(result, BaseException):
-                log.warning("could not %s %s (%s): it will come back and be turned away",
-                            "ack" if ack else "release", entry_id, result)  # fmt: skip
+                log.warning("could not release %s (%s): it comes back when its lease "
+                            "runs out", entry_id, result)  # fmt: skip
 
-    async def _claim(self, items: list[Tuple], tasks: asyncio.TaskGroup) -> None:
-        keyed: list[tuple[Tuple, str, Envelope]] = []
-        buried: list[EntryId] = []
-        for item in items:
-            found = await self._keyed(item)
-            if found is None:
-                self._slots.release()
-                buried.append(item.id)
-            else:
-                keyed.append((item, *found))
-        await self._settle_reservations(buried, ack=True)
-        keyed = await self._defer_not_due(keyed)
-        if not keyed:
+    async def _claim(self, items: list[Reserved], tasks: asyncio.TaskGroup) -> None:
+        """Claim the reserved ``items`` in one round trip and start a job for
+        each one granted; settle the rest (see the module docstring)."""
+        offers = await self._offers(items)
+        offers = await self._defer_not_due(offers)
+        if not offers:
             return
-        # On the durable path the node's reservation is the copy to fall back
-        # on, so the Lens is given none; on the take-only path it keeps one.
-        requests = [
-            (key, None if self._durable else self._after_failure(e, LOST_WORKER))
-            for _, key, e in keyed
-        ]
         if self._note_state_loss():
             # A loss another call found while these were reserved: pause first.
-            await self._put_back(keyed)
+            await self._put_back(offers)
             return
         generation = self._generation
         try:
-            outcomes = await self._lens.claim_many(requests, self.owner, self.lease)
+            outcomes = await self._lens.claim_many(
+                [(offer.key, None) for offer in offers], self.owner, self.lease
+            )
         except LensError as exc:
             # Fail closed, lose nothing: no handler without a claim; the jobs go
-            # back (with their keys: a claim may have been granted unseen).
-            self._count("lens_unavailable", len(keyed))
+            # back into the space, each under its own id (and so its key).
+            self._counts.lens_unavailable += len(offers)
             self._lens_ok = False
-            log.warning("Lens unavailable (%s): %d jobs go back into the space", exc, len(keyed))
+            log.warning("Lens unavailable (%s): %d jobs go back into the space", exc, len(offers))
             self._note_state_loss()
-            await self._put_back(keyed)
+            await self._put_back(offers)
             if not isinstance(exc, LensUnavailable):
                 # Redis answers pings but refuses the script: do not spin on it.
                 await self._pause(_OUTAGE_BACKOFF[1])
             return
-        await self._settle_reservations(self._to_ack(keyed, outcomes), ack=True)
-        if self._durable:
-            # A copy of a job another holder runs: kept out of reach for a beat,
-            # then offered again (done by then, or its holder dead and its claim
-            # run out). Not released (it would come straight back), not acked.
-            held = [i.id for (i, _, _), o in zip(keyed, outcomes, strict=True) if _held(o)]
-            beat = self.lease / 3
-            await self._extend_reservations(held, beat, within=beat)
-        for (item, _, envelope), outcome in zip(keyed, outcomes, strict=True):
+        # A copy of a finished job: taken away. A copy of a job another holder
+        # runs: parked until that holder's lease can first end (done by then,
+        # or its holder dead), then offered again. Not released (it would come
+        # straight back), not acked, and not left to run out (see Parked).
+        pairs = list(zip(offers, outcomes, strict=True))
+        await self._ack([o.item.id for o, c in pairs if isinstance(c, AlreadyDone)])
+        await self._park([(o.item.id, self._held_for(c)) for o, c in pairs
+                          if isinstance(c, AlreadyClaimed)])  # fmt: skip
+        for offer, outcome in zip(offers, outcomes, strict=True):
             if isinstance(outcome, LensError):
-                self._count("double_takes")
-                log.warning("double take of %s caught, not run: %s", item.id, outcome)
+                self._counts.double_takes += 1
+                log.warning("double take of %s caught, not run: %s", offer.item.id, outcome)
                 self._slots.release()
                 continue
-            job = Job(envelope.payload, item.id, outcome.key, envelope.attempt, outcome)
-            run = self._run_job(job, envelope, generation)
+            job = Job(offer.envelope.payload, offer.item.id, offer.key, offer.envelope.attempt,
+                      outcome)  # fmt: skip
+            # Past max_attempts only by deliveries whose workers died: not run again.
+            lost = offer.item.deliveries > 1 and job.attempt > self.max_attempts
+            run = self._run_job(job, offer.envelope, generation, lost=lost)
             task = tasks.create_task(run, name=f"job {job.key}")
             self._jobs.add(task)
             task.add_done_callback(self._jobs.discard)
 
-    def _to_ack(
-        self, keyed: list[tuple[Tuple, str, Envelope]], outcomes: Sequence[HeldClaim | LensError]
-    ) -> list[EntryId]:
-        """The reservations to take for good once their claims are asked for.
+    def _held_for(self, held: AlreadyClaimed) -> float:
+        """How long to park a copy of a job that ``held``'s holder runs: what
+        its lease had left (a third of ours when the Lens did not say), and
+        never so little that the copy spins between the node and the Lens."""
+        remaining = self.lease / 3 if held.remaining is None else held.remaining
+        return max(remaining, _MIN_HOLD)
 
-        Take-only path: all of them, the Lens holds what is needed to re-offer
-        the claimed ones. Durable path: only the copies of jobs already done
-        (``AlreadyDone``); a claimed job stays reserved until it is completed,
-        and a copy met by ``AlreadyClaimed`` (its holder still runs it) is
-        neither acked nor released: it comes back a beat later, to be turned
-        away as done, or run if its holder died meanwhile.
-        """
-        if not self._durable:
-            return [item.id for item, _, _ in keyed]
-        return [
-            item.id
-            for (item, _, _), outcome in zip(keyed, outcomes, strict=True)
-            if isinstance(outcome, AlreadyDone)
-        ]
+    async def _offers(self, items: list[Reserved]) -> list[_Offer]:
+        """Each tuple with its claim key and its attempt; one whose key
+        function failed is parked as a dead letter (there is no claim without
+        a key, so no worker could ever run it), and its reservation acked."""
+        offers: list[_Offer] = []
+        unkeyable: list[EntryId] = []
+        for item in items:
+            opened = Envelope.open(item.payload)
+            try:
+                envelope = opened.keyed(self._key, str(item.id))
+            except Exception:
+                log.exception("the key function failed on %s: parking it as a dead letter", item.id)
+                self._slots.release()
+                if await self._write_back(bury(opened, self.dead_prefix)):
+                    self._counts.dead += 1
+                    unkeyable.append(item.id)
+                continue
+            attempt = envelope.attempt + item.deliveries - 1
+            offers.append(_Offer(item, str(envelope.key), envelope.at_attempt(attempt)))
+        await self._ack(unkeyable)
+        return offers
 
-    async def _defer_not_due(
-        self, keyed: list[tuple[Tuple, str, Envelope]]
-    ) -> list[tuple[Tuple, str, Envelope]]:
-        """The jobs that may run now. A retry reserved before its backoff is
-        over (``not_before`` in its trailer) stays reserved on the node until
-        it is due: the worker extends its reservation to then and forgets it,
-        so the retry waits in the space, durably, without being polled."""
-        if not self._durable or self._reserving is None:
-            return keyed
+    async def _defer_not_due(self, offers: list[_Offer]) -> list[_Offer]:
+        """The offers that may run now. A retry reserved before its backoff is
+        over (``not_before`` in its trailer) is parked until it is due: it
+        waits in the space, durably, without being polled or claimed."""
         now = time.time()
-        due = [entry for entry in keyed if entry[2].due_in(now) == 0]
-        later = [
-            (item.id, min(e.due_in(now), _LONGEST_DEFER))
-            for item, _, e in keyed
-            if e.due_in(now) > 0
-        ]
+        later = [(o.item.id, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)]
         if later:
-            self._count("deferred", len(later))
+            self._counts.deferred += len(later)
             self._slots.release(len(later))
-            extend = self._reserving.extend
-            results = await asyncio.gather(
-                *(extend(i, d) for i, d in later), return_exceptions=True
-            )
-            for (entry_id, _), result in zip(later, results, strict=True):
-                if isinstance(result, BaseException):
-                    # Its reservation runs out and it comes back sooner: deferred again.
-                    log.warning("could not defer %s (%s)", entry_id, result)
-        return due
+            await self._park(later)
+        return [offer for offer in offers if not offer.envelope.due_in(now)]
 
-    async def _put_back(self, keyed: list[tuple[Tuple, str, Envelope]]) -> None:
-        """Put unclaimed jobs back into the space: release their reservations
-        (live again in their places), or write them back with their keys."""
-        if self._reserving is not None:
-            await self._settle_reservations([item.id for item, _, _ in keyed], ack=False)
-            self._slots.release(len(keyed))
+    async def _park(self, holds: list[tuple[EntryId, float]]) -> None:
+        """Keep each reservation for its hold (in seconds), then release it
+        (:class:`Parked`). Its lease is extended to last past the hold, so the
+        release comes first; should the extension fail, the reservation may
+        run out before (and come back sooner: parked again)."""
+        if not holds:
             return
-        for _, _, envelope in keyed:
-            await self._write_back(envelope.seal())
-            self._slots.release()
+        holds = [(entry_id, min(hold, _LONGEST_LEASE - _PARK_SLACK)) for entry_id, hold in holds]
+        lease = max(hold for _, hold in holds) + min(self.lease, _PARK_SLACK)
+        await self._extend_reservations([entry_id for entry_id, _ in holds], lease, self.lease / 3)
+        for entry_id, hold in holds:
+            self._parked.add(entry_id, hold)
 
-    async def _keyed(self, item: Tuple) -> tuple[str, Envelope] | None:
-        """The tuple's claim key, and its envelope carrying it; ``None`` if the
-        key function failed (the job is then parked as a dead letter)."""
-        envelope = Envelope.open(item.payload)
-        if envelope.key is not None:
-            return envelope.key, envelope
-        try:
-            key = self._key(envelope.payload) if self._key else str(item.id)
-            return key, envelope.with_key(key)
-        except Exception:
-            # Without a key there is no claim, so no worker can ever run it.
-            log.exception("the key function failed on %s: parking it as a dead letter", item.id)
-            await self._write_back(bury(envelope, self.dead_prefix))
-            self._count("dead")
-            return None
+    async def _unpark(self) -> None:
+        """Release parked reservations as they fall due, and every one left
+        once the fetcher stopped."""
+        while due := await self._parked.due():
+            await self._release(due)
+
+    async def _put_back(self, offers: list[_Offer]) -> None:
+        """Release unclaimed jobs' reservations: live again in their places."""
+        await self._release([offer.item.id for offer in offers])
+        self._slots.release(len(offers))
 
     # -- running a claimed job ----------------------------------------------------------
 
-    async def _run_job(self, job: Job, envelope: Envelope, generation: int) -> None:
+    async def _run_job(self, job: Job, envelope: Envelope, generation: int, *, lost: bool) -> None:
         try:
-            await self._run_claimed(job, envelope, generation)
+            if lost:
+                made = job.attempt - 1
+                log.warning("%s: its worker was lost on attempt %d of %d: burying it",
+                            job.key, made, self.max_attempts)  # fmt: skip
+                await self._settle_failure(job, envelope.at_attempt(made), LOST_WORKER)
+                return
+            interrupted, error = await self._run_handler(job, generation)
+            self._note_state_loss()
+            await self._settle(job, envelope, interrupted, error, generation < self._generation)
         finally:
             self._slots.release()
 
-    async def _run_claimed(self, job: Job, envelope: Envelope, generation: int) -> None:
-        # The handler runs in this task: the heartbeat cancels this task to stop
-        # it, marking why first, and this task then carries on (uncancelled).
-        me = asyncio.current_task()
-        if me is None:
-            raise RuntimeError("a job runs in a task")
-        state = self._running[me] = _Running(job.claim, generation, job.entry_id)
-        error: Exception | None = None
+    async def _run_handler(
+        self, job: Job, generation: int
+    ) -> tuple[_Interrupted | None, Exception | None]:
+        """Run the handler in a task of its own, which the heartbeat, the
+        state loss or the drain cancel to stop it (marking why first); why it
+        was stopped, if it was, and what it raised, if it did."""
+        if generation < self._generation:
+            # Claimed before a loss the worker saw while this job waited to
+            # start: the claim is gone, so the handler must not run.
+            return None, ClaimLost(job.key, job.token, "Redis lost the Lens's state")
+        handler = asyncio.create_task(self._handler(job), name=f"handler {job.key}")
+        state = self._running[handler] = _Running(job.claim, generation, job.entry_id)
         try:
-            if generation < self._generation:
-                # Claimed before a loss the worker saw while this task waited to
-                # start: the claim is gone, so the handler must not run.
-                raise ClaimLost(job.key, job.token, "Redis lost the Lens's state")
-            await self._handler(job)
-        except asyncio.CancelledError:
-            if state.interrupted is None:
-                raise  # not the heartbeat's or the drain's: the worker itself is cancelled
-        except Exception as exc:
-            error = exc
+            await asyncio.wait((handler,))
         finally:
-            del self._running[me]
-            if state.interrupted is not None:
-                me.uncancel()
-        self._note_state_loss()
-        forgotten = generation < self._generation
-        if self._durable:
-            await self._settle_durably(job, envelope, state.interrupted, error, forgotten)
-            return
-        claim = job.claim
-        if state.interrupted == "abandoned":
-            if await self._hand_back(claim, envelope.seal(), forgotten=forgotten):
-                self._count("handed_back")
-            return
-        if forgotten and (state.interrupted == "lost" or isinstance(error, LensError)):
-            # Redis forgot the claim and its in-flight record: this worker holds
-            # the job's only copy. The same attempt again: the job did not fail.
-            await self._hand_back(claim, envelope.seal(), forgotten=True)
-            return
-        if state.interrupted == "lost":
-            self._count("claims_lost")
-            log.warning("claim on %s lost while its handler ran; handler cancelled", job.key)
-            return
-        if error is None:
-            await self._completions.submit(claim)
-            return
-        if isinstance(error, ClaimLost):
-            self._count("claims_lost")
-            log.warning("%s: the handler found its claim lost: %s", job.key, error)
-            return
-        text = f"{type(error).__name__}: {error}"
-        log.info("%s attempt %d failed: %s", job.key, job.attempt, text)
-        last = job.attempt >= self.max_attempts
-        delay = 0.0 if last else self.backoff.delay(job.attempt, self._rng)
-        payload = self._after_failure(envelope, text)
-        if await self._hand_back(claim, payload, delay, forgotten=forgotten):
-            self._count("dead" if last else "retried")
+            del self._running[handler]
+            if not handler.done():  # this task is cancelled: the worker itself is
+                handler.cancel()
+                await asyncio.wait((handler,))
+        if handler.cancelled():
+            if state.interrupted is None:
+                # The handler let a CancelledError of its own out: a failure.
+                return None, RuntimeError("the handler was cancelled")
+            return state.interrupted, None
+        error = handler.exception()
+        if error is not None and not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt, SystemExit: not the job's failure
+        return state.interrupted, error
 
-    async def _settle_durably(
+    async def _settle(
         self,
         job: Job,
         envelope: Envelope,
@@ -672,52 +611,60 @@ class Worker:
         error: Exception | None,
         forgotten: bool,
     ) -> None:
-        """The end of a job on the durable path, where the node's reservation
-        (``job.entry_id``) holds the job until this settles it:
+        """The end of a job, where the node's reservation (``job.entry_id``)
+        holds the job until this settles it:
 
         * done: complete the claim, then ack the reservation (batched);
         * failed: release the claim, write the next attempt (due after the
           backoff) or the dead letter into the space, *then* ack; should the
-          write fail, the reservation is left to run out and the same attempt
-          comes back;
+          write fail, the reservation is left to run out and the job comes
+          back, its lapse counted as the failed attempt;
         * abandoned in the drain, or its claim forgotten by Redis: release the
           claim (if still held) and the reservation: live again at once;
         * its claim lost to another holder: touch nothing. The reservation runs
           out (or the new holder, who reserved the same tuple, settles it).
         """
-        claim = job.claim
         if interrupted == "abandoned" or (
             forgotten and (interrupted == "lost" or isinstance(error, LensError))
         ):
-            await self._settle(claim, claim.release)  # a forgotten one is ClaimLost: fine
-            await self._settle_reservations([job.entry_id], ack=False)
-            self._count("rescued" if forgotten else "handed_back")
+            await self._release_claim(job.claim)  # a forgotten one is ClaimLost: fine
+            await self._release([job.entry_id])
             if forgotten:
+                self._counts.rescued += 1
                 log.warning("%s: Redis forgot its claim; its reservation is released", job.key)
+            else:
+                self._counts.handed_back += 1
             return
         if interrupted == "lost" or isinstance(error, ClaimLost):
-            self._count("claims_lost")
+            self._counts.claims_lost += 1
             log.warning(
                 "claim on %s lost while its handler ran (%s)", job.key, error or "cancelled"
             )
             return
         if error is None:
-            await self._completions.submit(claim, job.entry_id)
+            await self._completions.submit(job.claim, job.entry_id)
             return
-        text = f"{type(error).__name__}: {error}"
-        log.info("%s attempt %d failed: %s", job.key, job.attempt, text)
-        last = job.attempt >= self.max_attempts
-        delay = 0.0 if last else self.backoff.delay(job.attempt, self._rng)
-        payload = self._after_failure(envelope, text, time.time() + delay if delay else None)
-        # Released first, so the next attempt, once due, finds the key free.
-        await self._settle(claim, claim.release)
-        if await self._write_back(payload):
-            await self._settle_reservations([job.entry_id], ack=True)
-            self._count("dead" if last else "retried")
+        await self._settle_failure(job, envelope, f"{type(error).__name__}: {error}")
 
-    async def _ack_completed(self, entry_ids: list[EntryId]) -> None:
-        """Take the reservations of completed jobs for good (:class:`Completions`)."""
-        await self._settle_reservations(entry_ids, ack=True)
+    async def _settle_failure(self, job: Job, envelope: Envelope, error: str) -> None:
+        """Attempt ``envelope.attempt`` failed with ``error``: release the
+        claim, write the next attempt (or after the last, the dead letter),
+        then ack the failed reservation."""
+        log.info("%s attempt %d failed: %s", job.key, envelope.attempt, error)
+        last = envelope.attempt >= self.max_attempts
+        if last:
+            payload = bury(envelope.failed(error), self.dead_prefix)
+        else:
+            delay = self.backoff.delay(envelope.attempt, self._rng)
+            payload = envelope.next_attempt(error, time.time() + delay if delay else None).seal()
+        # Released first, so the next attempt, once due, finds the key free.
+        await self._release_claim(job.claim)
+        if await self._write_back(payload):
+            await self._ack([job.entry_id])
+            if last:
+                self._counts.dead += 1
+            else:
+                self._counts.retried += 1
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
         """Each third of a lease, extend every running job's claim in one round
@@ -737,7 +684,7 @@ class Worker:
             ids = [state.entry_id for _, state in running]
             await asyncio.gather(
                 self._beat(running, interval),
-                self._extend_reservations(ids, self.lease, within=interval),
+                self._extend_reservations(ids, self.lease, interval),
             )
 
     async def _beat(
@@ -750,32 +697,26 @@ class Worker:
             self._lens_ok = False
             if self._note_state_loss():
                 return  # every claim sent was from before the loss: all interrupted
-            for task, state in running:
+            for handler, state in running:
                 if state.claim.remaining() <= interval:
                     log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
-                    self._interrupt(task, "lost")
+                    self._interrupt(handler, "lost")
             return
-        for (task, _), lost in zip(running, outcomes, strict=True):
+        for (handler, _), lost in zip(running, outcomes, strict=True):
             if lost is not None:
-                self._interrupt(task, "lost")
+                self._interrupt(handler, "lost")
 
-    async def _extend_reservations(
-        self, ids: list[EntryId], lease: float, *, within: float
-    ) -> None:
+    async def _extend_reservations(self, ids: list[EntryId], lease: float, within: float) -> None:
         """Renew reservations to ``lease`` seconds from now, in one call that
         may take up to ``within`` seconds (the next beat tries again). Best
         effort: a reservation that ran out (or a node that restarted) puts the
-        tuple back; its copy meets the live claim and waits, or, once this job
-        is completed, is turned away as done."""
-        if not self._durable or self._reserving is None or not ids:
+        tuple back; its copy meets the live claim and is parked, or, once
+        this job is completed, is turned away as done."""
+        if not ids:
             return
         try:
             async with asyncio.timeout(within):
-                if self._batch_reserver is not None:
-                    extended = await self._batch_reserver.extend_many(ids, lease)
-                else:
-                    extend = self._reserving.extend
-                    extended = list(await asyncio.gather(*(extend(i, lease) for i in ids)))
+                extended = await self._space.extend_many(ids, lease)
         except (ForumError, OSError, TimeoutError) as exc:
             log.warning("could not extend %d reservations (%s)", len(ids), exc)
             return
@@ -783,48 +724,11 @@ class Worker:
         if gone:
             log.warning("reservations no longer held on the node: %s", ", ".join(gone))
 
-    def _interrupt(self, task: asyncio.Task[None], why: _Interrupted) -> None:
-        """Cancel ``task``'s handler, if it still runs, saying ``why``."""
-        state = self._running.get(task)
-        if state is not None and state.interrupted is None:
+    def _interrupt(self, handler: asyncio.Task[None], why: _Interrupted) -> None:
+        """Cancel a running handler's task, if it still runs, saying ``why``."""
+        state = self._running.get(handler)
+        if state is not None and state.interrupted is None and handler.cancel():
             state.interrupted = why
-            task.cancel()
-
-    def _after_failure(
-        self, envelope: Envelope, error: str, not_before: float | None = None
-    ) -> bytes:
-        """The bytes that go back into the space if this attempt fails with
-        ``error``: the next attempt (to run no earlier than ``not_before``),
-        or after the last one a dead letter."""
-        if envelope.attempt >= self.max_attempts:
-            return bury(envelope.failed(error), self.dead_prefix)
-        return envelope.next_attempt(error, not_before).seal()
-
-    async def _hand_back(
-        self, claim: HeldClaim, payload: bytes, delay: float = 0.0, *, forgotten: bool = False
-    ) -> bool:
-        """Hand the claim back with ``payload`` to re-offer after ``delay``; when
-        that is now, write it back at once rather than at the reaper's next pass.
-
-        A ``forgotten`` claim is one from before a state loss: when the Lens no
-        longer has it, Redis forgot its in-flight record too, so the worker
-        writes ``payload`` into the space itself (now: the delay was in the
-        lost record). Should the claim still be held after all (granted just
-        after the loss), the hand-back succeeds and nothing is written twice.
-        """
-        if not await self._settle(claim, lambda: claim.hand_back(payload, delay)):
-            if not forgotten:
-                return False
-            log.warning("%s: Redis forgot its claim; writing the job back", claim.key)
-            await self._write_back(payload)
-            self._count("rescued")
-            return True
-        if delay == 0:
-            try:
-                await self._reaper.reoffer(claim.key)
-            except (LensError, ForumError, OSError) as exc:
-                log.warning("%s handed back; a reaper will write it back (%s)", claim.key, exc)
-        return True
 
     async def _drain(self) -> None:
         """Let running jobs finish for ``drain_timeout``; then cancel their handlers."""
@@ -834,22 +738,22 @@ class Worker:
         if late:
             self._drain_expired = True
             log.warning("drain: cancelling %d handlers past the drain timeout", len(late))
-            for task in list(self._running):
-                self._interrupt(task, "abandoned")
+            for handler in list(self._running):
+                self._interrupt(handler, "abandoned")
             await asyncio.wait(late)
 
     # -- outages ------------------------------------------------------------------------
 
-    async def _settle(self, claim: HeldClaim, action: Callable[[], Awaitable[None]]) -> bool:
-        """Run a claim's final step, retrying while Redis is unreachable and the
-        lease lasts. ``False`` if it could not be done: the claim is then gone
-        or will expire, and its in-flight record re-offers the job."""
-        delay = _OUTAGE_BACKOFF[0]
+    async def _release_claim(self, claim: HeldClaim) -> bool:
+        """Release a claim, retrying while Redis is unreachable and the lease
+        lasts. ``False`` if it could not be done: the claim is then gone or
+        will expire by itself."""
+        waits = _outage_waits()
         while True:
             try:
-                await action()
+                await claim.release()
             except ClaimLost as exc:
-                self._count("claims_lost")
+                self._counts.claims_lost += 1
                 log.warning("%s: %s", claim.key, exc)
                 return False
             except LensError as exc:
@@ -857,8 +761,7 @@ class Worker:
                 if claim.remaining() <= 0:
                     log.warning("%s: Redis unreachable past the lease (%s)", claim.key, exc)
                     return False
-                await asyncio.sleep(min(delay, claim.remaining()))
-                delay = min(delay * 2, _OUTAGE_BACKOFF[1])
+                await asyncio.sleep(min(next(waits), claim.remaining()))
             else:
                 return True
 
@@ -869,8 +772,8 @@ class Worker:
 
         Once per loss: one error line for the operator and the
         ``lens_state_losses`` count; the handlers running under claims from
-        before the loss are cancelled (the claims are gone) and their jobs
-        written back (:meth:`_hand_back`); and no job is claimed for
+        before the loss are cancelled (the claims are gone) and their
+        reservations released (:meth:`_settle`); and no job is claimed for
         ``lens_loss_pause`` seconds.
 
         Why pause, when the Lens works again at once: after a loss two holders
@@ -880,13 +783,13 @@ class Worker:
         third of a lease, or its own clock ends its lease. So a worker that
         waits one lease (the default) after it saw the loss claims nothing
         that a holder from before may still be running, and the operator sees
-        the alarm before new work flows. Completions, hand-backs and the
-        reaper go on meanwhile: they only finish or re-offer.
+        the alarm before new work flows. Completions and the reaper go on
+        meanwhile: they only finish or re-offer.
         """
         losses = self._lens.state_losses
         if losses <= self._generation:
             return False
-        self._count("lens_state_losses", losses - self._generation)
+        self._counts.lens_state_losses += losses - self._generation
         self._generation = losses
         self._claim_after = time.monotonic() + self.lens_loss_pause
         forgotten = [task for task, state in self._running.items() if state.generation < losses]
@@ -894,11 +797,10 @@ class Worker:
             "worker %s: Redis LOST THE LENS'S STATE (flushed, or restarted without "
             "persistence): every claim, done marker and in-flight record from before is gone. "
             "Cancelling %d running handlers and putting their jobs back; claiming nothing "
-            "for %.1fs. Completed jobs may run again%s. Operator: fix Redis persistence "
+            "for %.1fs. Completed jobs may run again. Operator: fix Redis persistence "
             "(appendonly yes, appendfsync always) and follow docs/coordination.md, "
             "'A Redis that forgets'",
             self.owner, len(forgotten), self.lens_loss_pause,
-            "" if self._durable else ", and jobs only in flight on other (dead) workers are lost",
         )  # fmt: skip
         for task in forgotten:
             self._interrupt(task, "lost")
@@ -910,13 +812,12 @@ class Worker:
         return max(0.0, self._claim_after - time.monotonic())
 
     async def _wait_for_lens(self) -> None:
-        delay = _OUTAGE_BACKOFF[0]
+        waits = _outage_waits()
         while not self._lens_ok and not self._stopping.is_set():
             try:
                 await self._lens.ping()
             except LensError:
-                await self._pause(delay)
-                delay = min(delay * 2, _OUTAGE_BACKOFF[1])
+                await self._pause(next(waits))
             else:
                 log.info("the Lens is reachable again")
                 self._lens_ok = True
@@ -924,7 +825,7 @@ class Worker:
     async def _write_back(self, data: bytes) -> bool:
         """Write a job into the space, retrying while the space is unreachable
         (until the drain is over); ``False`` if it could not be written."""
-        delay = _OUTAGE_BACKOFF[0]
+        waits = _outage_waits()
         while True:
             try:
                 await self._space.write(data)
@@ -933,8 +834,7 @@ class Worker:
                     log.error("could not write a job back (%s): %r", exc, data)
                     return False
                 log.warning("could not write a job back (%s); retrying", exc)
-                await self._pause(delay)
-                delay = min(delay * 2, _OUTAGE_BACKOFF[1])
+                await self._pause(next(waits))
             else:
                 return True
 
@@ -943,10 +843,14 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
-    def _count(self, outcome: str, n: int = 1) -> None:
-        self._counts[outcome] += n
+    # -- counting what others report ----------------------------------------------------
 
+    def _completed(self, outcome: str) -> None:
+        """:class:`Completions` reports each claim: ``"done"`` or ``"claims_lost"``."""
+        if outcome == "done":
+            self._counts.done += 1
+        else:
+            self._counts.claims_lost += 1
 
-def _held(outcome: HeldClaim | LensError) -> bool:
-    """Whether a claim was refused because another holder's claim is live."""
-    return isinstance(outcome, AlreadyClaimed)
+    def _reoffered(self) -> None:
+        self._counts.reoffered += 1

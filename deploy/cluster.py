@@ -1,37 +1,25 @@
-"""``forum cluster``: a local cluster of real processes, and the demo run on it.
+"""A local cluster of real processes: the launcher behind ``forum cluster``.
 
-``forum cluster up --nodes 3 [--redis auto|URL] [--workers N] [--chaos]``
-starts the nodes (wired to each other as peers), a Redis for the Lens when
-none is given (``redis-server`` with AOF), optionally a Toxiproxy with one
-proxy per directed node-to-node link and per worker-to-Redis link, and
-``--workers`` workers per node; prints where everything is and a status line
-until Ctrl-C, then stops it all (workers first, so they hand jobs back).
-
-``forum cluster demo`` does the same, writes ``--jobs`` jobs spread over the
-nodes, waits until every job's effect is applied, and prints the history
-checker's verdict: nothing lost, nothing unexpected, no effect twice.
+:class:`Cluster` starts the nodes (wired to each other as peers), a Redis for
+the Lens when none is given (``redis-server`` with AOF), optionally a
+Toxiproxy with one proxy per directed node-to-node link and per
+worker-to-Redis link, and ``workers`` workers per node (each one a
+:mod:`deploy.processes` service); it stops them all in the reverse order,
+workers first, so they hand their jobs back. The chaos tests run on it too.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
-import dataclasses
-import signal
 import string
-import sys
 import tempfile
-import time
-from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
 import aiohttp
 
-from deploy.demo import SINK_URL_ENV, WORK_MS_ENV
-from deploy.history import History, Verdict
+from deploy.demo import SINK_URL_ENV
 from deploy.processes import (
     NodeService,
     RedisService,
@@ -39,7 +27,6 @@ from deploy.processes import (
     WorkerService,
     free_port,
 )
-from deploy.sink import EffectSink
 from deploy.toxiproxy import Proxy, Toxiproxy, link_name
 from node import Pattern
 from node.client import ForumClient
@@ -241,160 +228,3 @@ class Cluster(AsyncResource):
             except ClientError:
                 counts.append(None)
         return counts
-
-
-# -- the demo ------------------------------------------------------------------
-
-
-async def write_jobs(cluster: Cluster, names: Sequence[str], history: History) -> None:
-    """Write the jobs in batches, round-robin over the nodes, recording what was
-    acknowledged (a batch that failed may still have landed: not acknowledged)."""
-    clients = [ForumClient(node.url, timeout=10) for node in cluster.nodes]
-    try:
-        for i in range(0, len(names), 100):
-            batch = names[i : i + 100]
-            client = clients[(i // 100) % len(clients)]
-            try:
-                await client.write_many([cluster.cfg.prefix.encode() + n.encode() for n in batch])
-                acknowledged = True
-            except ClientError:
-                acknowledged = False
-            for name in batch:
-                history.wrote(cluster.cfg.prefix + name, acknowledged)
-    finally:
-        for client in clients:
-            await client.aclose()
-
-
-async def collect(cluster: Cluster, history: History) -> None:
-    """Read the effects and deliveries recorded by the sink into ``history``."""
-    async with EffectSink.from_url(cluster.sink_url) as sink:
-        history.effects = await sink.effects()
-        history.reruns = await sink.reruns()
-        history.deliveries = await sink.deliveries()
-
-
-async def wait_until_done(
-    cluster: Cluster, history: History, deadline: float, progress: bool = True
-) -> None:
-    """Until every acknowledged job has its effect, or ``deadline`` seconds pass."""
-    loop = asyncio.get_running_loop()
-    until = loop.time() + deadline
-    started = time.perf_counter()
-    async with EffectSink.from_url(cluster.sink_url) as sink:
-        while True:
-            effects = await sink.effects()
-            done = sum(1 for job in history.acknowledged if effects.get(job))
-            if progress:
-                rate = done / max(time.perf_counter() - started, 1e-9)
-                print(f"\rdone {done}/{len(history.acknowledged)}  {rate:8.0f} jobs/s ",
-                      end="", file=sys.stderr, flush=True)  # fmt: skip
-            if done >= len(history.acknowledged) or loop.time() > until:
-                break
-            await asyncio.sleep(0.2)
-    if progress:
-        print(file=sys.stderr)
-
-
-async def run_demo(cfg: ClusterConfig, jobs: int, deadline: float) -> Verdict:
-    history = History()
-    async with Cluster(cfg) as cluster:
-        print(cluster.describe(), flush=True)
-        started = time.perf_counter()
-        names = [f"{i:06d}" for i in range(jobs)]
-        await write_jobs(cluster, names, history)
-        await wait_until_done(cluster, history, deadline)
-        elapsed = time.perf_counter() - started
-        await collect(cluster, history)
-        print(await cluster.status_line(), flush=True)
-        counts = await cluster.live_counts(cfg.prefix.encode())
-        print(f"{len(history.acknowledged)} jobs through {cfg.nodes} nodes and "
-              f"{len(cluster.workers)} workers in {elapsed:.1f} s; "
-              f"live {cfg.prefix!r} left per node: {counts}", flush=True)  # fmt: skip
-    verdict = history.check()
-    print(verdict.explain(), flush=True)
-    return verdict
-
-
-# -- the command ---------------------------------------------------------------
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``forum cluster up`` and ``forum cluster demo`` to the ``forum`` parser."""
-    parser = commands.add_parser(
-        "cluster",
-        help="run a local cluster of real processes (nodes, Redis, workers)",
-        description="Start a local cluster: nodes wired as peers, a Redis for the Lens, "
-        "optional Toxiproxy links and workers. Ctrl-C stops everything.",
-    )
-    actions = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
-    up = actions.add_parser(
-        "up",
-        help="start the cluster and show a live status line until Ctrl-C",
-        epilog="example:\n  forum cluster up --nodes 3 --workers 1",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    demo = actions.add_parser(
-        "demo",
-        help="start a cluster, put jobs through it, and check the history",
-        epilog="example:\n  forum cluster demo --jobs 2000",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    for sub, workers in ((up, 0), (demo, 1)):
-        add = sub.add_argument
-        add("--nodes", type=int, default=3, help="how many nodes (default 3)")
-        add("--workers", type=int, default=workers, help=f"workers per node (default {workers})")
-        add("--redis", default="auto", help="'auto' starts a redis-server; or a redis:// URL")
-        add("--chaos", action="store_true", help="route links through Toxiproxy")
-        add("--root", type=Path, help="where data and logs go (default: a temporary dir)")
-        add("--concurrency", type=int, default=8, help="handlers per worker (default 8)")
-    up.set_defaults(func=_up)
-    demo.add_argument("--jobs", type=int, default=2000, help="jobs to write (default 2000)")
-    demo.add_argument("--deadline", type=float, default=120, help="seconds to wait (default 120)")
-    demo.add_argument("--work-ms", type=float, default=5, help="each job's work (default 5 ms)")
-    demo.set_defaults(func=_demo)
-
-
-def _config(args: argparse.Namespace, **extra: object) -> ClusterConfig:
-    return dataclasses.replace(
-        ClusterConfig(),
-        nodes=args.nodes,
-        workers=args.workers,
-        redis=args.redis,
-        chaos=args.chaos,
-        root=args.root,
-        concurrency=args.concurrency,
-        **extra,  # type: ignore[arg-type]
-    )
-
-
-async def _up(args: argparse.Namespace) -> int:
-    async with _until_signalled() as stopping, Cluster(_config(args)) as cluster:
-        print(cluster.describe(), flush=True)
-        while not stopping.is_set():
-            print(f"\r{await cluster.status_line()}", end="", file=sys.stderr, flush=True)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1):
-                    await stopping.wait()
-        print("\nstopping", file=sys.stderr)
-    return 0
-
-
-async def _demo(args: argparse.Namespace) -> int:
-    cfg = _config(args, worker_env={WORK_MS_ENV: str(args.work_ms)})
-    verdict = await run_demo(cfg, args.jobs, args.deadline)
-    return 0 if verdict.valid else 1
-
-
-@contextlib.asynccontextmanager
-async def _until_signalled() -> AsyncIterator[asyncio.Event]:
-    """An event set on SIGINT or SIGTERM, for the length of the block."""
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stopping.set)
-    try:
-        yield stopping
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)

@@ -198,7 +198,7 @@ class NodeService(Service):
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "node.cli", "serve",
+            sys.executable, "-m", "forum", "serve",
             "--listen", f"127.0.0.1:{self.port}",
             "--data-dir", str(self.data_dir),
             "--node-id", self.name,
@@ -217,7 +217,7 @@ class WorkerService(Service):
         self.args = list(args)
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "node.cli", "worker", "--metrics-port", str(self.port),
+        return [sys.executable, "-m", "forum", "worker", "--metrics-port", str(self.port),
                 *self.args]  # fmt: skip
 
     async def ready(self) -> bool:

@@ -53,7 +53,7 @@ from bisect import bisect_left, insort
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from node import compaction, segment
 from node.codec import RawEntry, decode_entry, decode_raw, encode_entry
@@ -63,6 +63,9 @@ from node.resource import AsyncResource
 
 log = logging.getLogger(__name__)
 
+#: When appends reach the disk: the Strand owns durability, so the one
+#: definition lives here and NodeConfig imports it. docs/operations.md
+#: says what each can lose.
 FsyncPolicy = Literal["always", "interval", "never"]
 ORIGIN_FILE = "ORIGIN"
 #: Held (flock, exclusive) by the open Strand; it holds the holder's pid.
@@ -104,7 +107,7 @@ class StrandConfig:
     node_name: str = field(default_factory=_default_node_name)
 
     def __post_init__(self) -> None:
-        if self.fsync not in ("always", "interval", "never"):
+        if self.fsync not in get_args(FsyncPolicy):
             raise ValueError(f"fsync must be always, interval or never, not {self.fsync!r}")
         if not self.fsync_interval > 0:
             raise ValueError("fsync_interval must be positive")

@@ -32,11 +32,12 @@ from pathlib import Path
 
 import aiohttp
 
-from deploy.cluster import Cluster, ClusterConfig, collect
+from deploy.cluster import Cluster, ClusterConfig
 from deploy.demo import WORK_MS_ENV
 from deploy.history import History, Verdict
 from deploy.processes import NodeService
 from deploy.toxiproxy import Toxiproxy
+from deploy.workload import collect
 from node import Pattern
 from node.client import ForumClient
 from node.errors import ClientError

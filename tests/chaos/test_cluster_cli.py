@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def _forum(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "node.cli", *args,
+        sys.executable, "-m", "forum", *args,
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
 

@@ -1,6 +1,6 @@
-"""The coordinator tests' fixtures: in-process Forums, a Lens and the examples'
-fenced result store. Redis, nodes and Toxiproxy come from ``tests.fixtures``
-(registered in ``tests/conftest.py``)."""
+"""The coordinator tests' fixtures: in-process Forums, a Lens, the in-memory
+claim authority and the examples' fenced result store. Redis, nodes and
+Toxiproxy come from ``tests.fixtures`` (registered in ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from coordinator import Lens
+from coordinator.memory import MemoryAuthority
 from examples.handlers.fenced_redis import FencedRedisStore
 from node import Forum, Strand, StrandConfig
 
-__all__ = ["ForumFactory", "fenced", "forum", "lens", "make_forum"]
+__all__ = ["ForumFactory", "authority", "fenced", "forum", "lens", "make_forum"]
 
 ForumFactory = Callable[[str], Awaitable[Forum]]
 
@@ -45,6 +46,13 @@ async def forum(make_forum: ForumFactory) -> Forum:
 async def lens(redis_url: str) -> AsyncIterator[Lens]:
     async with Lens.from_url(redis_url) as lens:
         yield lens
+
+
+@pytest.fixture
+def authority() -> MemoryAuthority:
+    """The in-memory ClaimAuthority, for worker logic that needs no Redis
+    (its contract with the Lens: test_authority_contract.py)."""
+    return MemoryAuthority()
 
 
 @pytest.fixture

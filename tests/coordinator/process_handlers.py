@@ -30,6 +30,19 @@ async def hang_after_start() -> AsyncIterator[Handler]:
 
 
 @contextlib.asynccontextmanager
+async def kill_own_worker() -> AsyncIterator[Handler]:
+    """Records that it started (``<key> <token> <attempt>``), then SIGKILLs
+    its own worker process: a job that crashes whoever runs it."""
+    async with Redis.from_url(os.environ["FORUM_EXAMPLE_REDIS_URL"]) as client:
+
+        async def handle(job: Job) -> None:
+            await client.rpush(STARTED, f"{job.key} {job.token} {job.attempt}")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        yield handle
+
+
+@contextlib.asynccontextmanager
 async def slow_fenced() -> AsyncIterator[Handler]:
     """The fenced Redis example, after a pause of ``$FORUM_TEST_DELAY`` seconds."""
     delay = float(os.environ.get("FORUM_TEST_DELAY", "0"))

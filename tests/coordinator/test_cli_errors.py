@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -220,3 +221,19 @@ async def test_metrics_port_0_is_any_free_port_and_says_which(
         async with asyncio.timeout(30):
             await process.communicate()
     assert process.returncode == 0
+
+
+@pytest.mark.parametrize("command", [["worker", "--help"], ["dead", "list"]], ids=" ".join)
+async def test_without_redis_the_worker_commands_say_so_in_one_line(command: list[str]) -> None:
+    """A node-only install (no redis package) runs ``forum serve``; ``worker``
+    and ``dead`` then say they are not available, exit 2, no traceback."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c",
+        "import sys; sys.modules['redis'] = None;"  # `import redis` now fails, as if not installed
+        f"from forum.cli import main; sys.exit(main({command!r}))",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await process.communicate()
+    line = assert_usage_error((process.returncode, out.decode(), err.decode()))
+    assert line.startswith(f"forum {command[0]}: not available here: "), line
+    assert "redis" in line

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Backoff, Job, Lens, Worker
+from coordinator import Backoff, DeadLetter, Job, Lens, Worker
+from coordinator.worker import LOST_WORKER
 from examples.handlers.fenced_redis import FencedRedisStore
 from node import Forum, Pattern
 from node.client import ForumClient
@@ -117,6 +118,34 @@ async def test_a_retry_waits_in_the_space_until_it_is_due(forum: Forum, lens: Le
     assert await forum.count(JOBS) == 0
 
 
+async def test_a_copy_of_a_held_job_is_offered_again_when_the_holders_lease_can_end(
+    forum: Forum, lens: Lens
+) -> None:
+    """t0: another holder claims job k's key for 0.8 s (and never extends).
+    t1: the worker (lease 30 s) reserves k and meets AlreadyClaimed, with
+    0.8 s left on the holder's lease: k is parked that long, then released.
+    t2 (~t0 + 0.8 s): k is reserved again, claimed, run, as attempt 1: a
+    parked copy is released, not left to run out (a lapse would count as a
+    delivery whose worker died). Before, k was held for a third of the
+    worker's lease (10 s) and then left to run out."""
+    ran: list[tuple[int, float]] = []
+
+    async def handler(job: Job) -> None:
+        ran.append((job.attempt, time.monotonic()))
+
+    job_id = await forum.write(b"job/k")
+    await lens.claim(str(job_id), owner="another", lease=0.8)
+    t0 = time.monotonic()
+    work = Worker(forum, lens, JOBS, handler, lease=30.0, **_FAST)  # type: ignore[arg-type]
+    async with running(work):
+        await eventually(lambda: work.stats().done == 1, timeout=4, what="k run")
+    [(attempt, started)] = ran
+    assert attempt == 1
+    assert started - t0 >= 0.7, "k was claimed while another holder's lease lasted"
+    assert work.stats().double_takes >= 1
+    assert await forum.count(JOBS) == 0 and forum.stats().reserved == 0
+
+
 @pytest.mark.slow
 async def test_a_worker_sigkilled_mid_handler_with_the_lens_flushed_loses_nothing(
     forum_node: NodeProcess,
@@ -156,3 +185,43 @@ async def _started(redis_url: str, n: int) -> bool:
 
 async def _result(store: FencedRedisStore, key: str) -> bool:
     return await store.get(key) is not None
+
+
+@pytest.mark.slow
+async def test_a_job_that_kills_its_worker_every_time_ends_as_a_dead_letter(
+    forum_node: NodeProcess, redis_url: str, tmp_path: Path
+) -> None:
+    """A handler that SIGKILLs its own worker process. Each time, the
+    worker's lease runs out on the node, which counts the delivery; a new
+    worker process is started. Attempts 1..3 run (3 processes die); the 4th
+    delivery is past --max-attempts 3 and is buried as a dead letter without
+    running (before, it came back at attempt 1 for ever)."""
+    env = {"FORUM_EXAMPLE_REDIS_URL": redis_url}
+    args = worker_args(
+        forum_node, redis_url, "kill_own_worker", "--lease", "1", "--max-attempts", "3"
+    )
+    async with ForumClient(forum_node.url) as space, worker_processes(tmp_path) as workers:
+        job_id = await space.write(b"job/crash")
+        worker = WorkerProcess("w", tmp_path, args, env)
+        workers.append(worker)
+
+        async def buried_or_restarted() -> bool:
+            if await space.count(Pattern(b"dead/")):
+                return True
+            if not worker.running:
+                await worker.start()  # the supervisor's restart
+            return False
+
+        await eventually(buried_or_restarted, timeout=60, what="the dead letter")
+        assert await worker.signal(signal.SIGTERM) == 0, worker.log_text()
+        assert worker.starts == 4
+        rows = [row.split() for row in await started(redis_url)]
+        assert [(key, attempt) for key, _, attempt in rows] == [
+            (str(job_id), "1"), (str(job_id), "2"), (str(job_id), "3")
+        ]  # fmt: skip
+        [item] = (await space.list(Pattern(b"dead/"))).tuples
+        letter = DeadLetter.parse(item)
+        assert letter.payload == b"job/crash" and letter.envelope.key == str(job_id)
+        assert (letter.envelope.attempt, letter.envelope.error) == (3, LOST_WORKER)
+        assert await space.count(JOBS) == 0
+        assert (await space.status()).reserved == 0

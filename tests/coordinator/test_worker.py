@@ -12,9 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Backoff, ClaimLost, DeadLetter, Job, Lens, LensUnavailable, Worker
+from coordinator import (
+    Backoff,
+    ClaimAuthority,
+    ClaimLost,
+    DeadLetter,
+    Job,
+    Lens,
+    LensUnavailable,
+    Worker,
+)
 from coordinator.deadletter import requeue
 from coordinator.envelope import Envelope
+from coordinator.memory import MemoryAuthority
 from examples.handlers.fenced_redis import FencedRedisStore, fenced_handler
 from examples.handlers.fenced_sqlite import FencedSqliteStore
 from examples.handlers.fenced_sqlite import fenced_handler as sqlite_handler
@@ -28,7 +38,7 @@ JOBS = Pattern(b"job/")
 FAST = {"take_wait": 0.2, "reaper_interval": 0.05, "backoff": Backoff(base=0.02, cap=0.1)}
 
 
-def worker(space: Forum, lens: Lens, handler, **options) -> Worker:  # type: ignore[no-untyped-def]
+def worker(space: Forum, lens: ClaimAuthority, handler, **options) -> Worker:  # type: ignore[no-untyped-def]
     return Worker(space, lens, JOBS, handler, **{"lease": 2.0, **FAST, **options})
 
 
@@ -76,7 +86,7 @@ async def test_double_take_across_nodes_is_caught(
 
 
 async def test_failures_are_retried_with_their_attempt_count_then_dead_lettered(
-    forum: Forum, lens: Lens
+    forum: Forum, authority: MemoryAuthority
 ) -> None:
     seen: list[tuple[str, int, bytes]] = []
 
@@ -86,7 +96,7 @@ async def test_failures_are_retried_with_their_attempt_count_then_dead_lettered(
             raise RuntimeError(f"boom {job.attempt}")
 
     good, bad = await forum.write_many([b"job/flaky", b"job/poison"])
-    w = worker(forum, lens, flaky, max_attempts=3)
+    w = worker(forum, authority, flaky, max_attempts=3)
     async with running(w):
         await eventually(lambda: w.stats().done == 1 and w.stats().dead == 1)
     # The handler saw the producer's bytes and the same key on every attempt.
@@ -102,7 +112,9 @@ async def test_failures_are_retried_with_their_attempt_count_then_dead_lettered(
     assert await forum.count(JOBS) == 0
 
 
-async def test_a_requeued_dead_letter_runs_again_under_its_key(forum: Forum, lens: Lens) -> None:
+async def test_a_requeued_dead_letter_runs_again_under_its_key(
+    forum: Forum, authority: MemoryAuthority
+) -> None:
     healthy = asyncio.Event()
     ran: list[Job] = []
 
@@ -112,7 +124,7 @@ async def test_a_requeued_dead_letter_runs_again_under_its_key(forum: Forum, len
         ran.append(job)
 
     original = await forum.write(b"job/x")
-    w = worker(forum, lens, handler, max_attempts=2)
+    w = worker(forum, authority, handler, max_attempts=2)
     async with running(w):
         await eventually(lambda: w.stats().dead == 1)
         [dead] = forum.list(Pattern(b"dead/")).tuples
@@ -148,7 +160,9 @@ async def test_lost_claim_cancels_the_handler(forum: Forum, lens: Lens, redis_ur
     assert w.stats().claims_lost == 1 and w.stats().done == 0
 
 
-async def test_handler_verify_refuses_a_stale_holder(forum: Forum, lens: Lens) -> None:
+async def test_handler_verify_refuses_a_stale_holder(
+    forum: Forum, authority: MemoryAuthority
+) -> None:
     outcomes: list[str] = []
 
     async def slow_then_verify(job: Job) -> None:
@@ -160,7 +174,7 @@ async def test_handler_verify_refuses_a_stale_holder(forum: Forum, lens: Lens) -
             raise
 
     await forum.write(b"job/late")
-    w = worker(forum, lens, slow_then_verify)
+    w = worker(forum, authority, slow_then_verify)
     async with running(w):
         await eventually(lambda: w.stats().claims_lost == 1)
     assert outcomes == ["refused"]
@@ -304,26 +318,28 @@ async def _live(forum: Forum, n: int) -> bool:
     return await forum.count(JOBS) == n
 
 
-async def test_idempotency_key_from_the_payload(forum: Forum, lens: Lens) -> None:
+async def test_idempotency_key_from_the_payload(forum: Forum, authority: MemoryAuthority) -> None:
     ran: list[Job] = []
 
     async def handler(job: Job) -> None:
         ran.append(job)
 
     await forum.write_many([b"job/order-1 first", b"job/order-1 again", b"job/order-2"])
-    w = worker(forum, lens, handler, key=lambda payload: payload.split()[0].decode())
+    w = worker(forum, authority, handler, key=lambda payload: payload.split()[0].decode())
     async with running(w):
         await eventually(lambda: w.stats().taken == 3 and w.stats().running == 0)
     assert sorted(j.key for j in ran) == ["job/order-1", "job/order-2"]
     assert w.stats().double_takes == 1
 
 
-async def test_a_failing_key_function_parks_the_job(forum: Forum, lens: Lens) -> None:
+async def test_a_failing_key_function_parks_the_job(
+    forum: Forum, authority: MemoryAuthority
+) -> None:
     async def handler(job: Job) -> None:
         raise AssertionError("must not run")
 
     await forum.write(b"job/unkeyable")
-    w = worker(forum, lens, handler, key=lambda payload: payload.decode("ascii")[99])
+    w = worker(forum, authority, handler, key=lambda payload: payload.decode("ascii")[99])
     async with running(w):
         await eventually(lambda: w.stats().dead == 1)
     [dead] = forum.list(Pattern(b"dead/")).tuples
@@ -391,13 +407,15 @@ async def test_a_space_without_batches_works_one_take_at_a_time(
     await assert_each_applied_once(fenced, {str(i) for i in ids})
 
 
-async def test_a_key_function_returning_no_key_parks_the_job(forum: Forum, lens: Lens) -> None:
+async def test_a_key_function_returning_no_key_parks_the_job(
+    forum: Forum, authority: MemoryAuthority
+) -> None:
     async def handler(job: Job) -> None:
         raise AssertionError("must not run")
 
     await forum.write_many([b"job/empty", b"job/number"])
     keys = {b"job/empty": "", b"job/number": 7}
-    w = worker(forum, lens, handler, key=keys.__getitem__)
+    w = worker(forum, authority, handler, key=keys.__getitem__)
     async with running(w):
         await eventually(lambda: w.stats().dead == 2)
     assert await forum.count(Pattern(b"dead/")) == 2

@@ -46,7 +46,7 @@ async def test_sigkilled_worker_job_completes_elsewhere_exactly_once(
     forum_node: NodeProcess, redis_url: str, fenced: FencedRedisStore, tmp_path: Path
 ) -> None:
     """t0: worker A claims job k (lease 1 s) and hangs. t1: A is SIGKILLed.
-    t2: A's lease runs out; B's reaper writes k back. t3: B runs k, once."""
+    t2: A's reservation runs out on the node: k is live again. t3: B runs k, once."""
     env = {"FORUM_EXAMPLE_REDIS_URL": redis_url}
     async with ForumClient(forum_node.url) as space, worker_processes(tmp_path) as workers:
         job_id = await space.write(b"job/resize cat.jpg")
@@ -178,7 +178,7 @@ async def _count(space: ForumClient, pattern: Pattern, n: int) -> bool:
 async def forum_cli(*args: str) -> tuple[int, str, str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("FORUM_")}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "node.cli", *args,
+        sys.executable, "-m", "forum", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env=environment, cwd=REPO,
     )  # fmt: skip

@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 import dockerfile
 import yaml
 
-from node.cli import build_parser, serve_flags
+from forum.cli import build_parser
+from forum.cli_serve import serve_flags
 from node.config import NodeConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -254,13 +255,13 @@ class Launch:
         return self.argv[0] if self.argv else ""
 
     def parse(self) -> argparse.Namespace:
-        """The argv through the real ``forum`` parser (worker commands included)."""
+        """The argv through the real ``forum`` parser, as the process would parse it."""
         if self.program != "forum":
             raise AssertionError(f"{self.where}: runs {self.program!r}, not forum")
         # The client and worker options read $FORUM_TOKEN and the like when the
         # parser is built: build it in the environment the process would have.
         with _environ(self.env):
-            parser = build_parser(coordinator=True)
+            parser = build_parser()
             try:
                 args = parser.parse_args(list(self.argv))
             except SystemExit as exc:

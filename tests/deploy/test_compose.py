@@ -125,8 +125,8 @@ def test_nodes_have_stable_distinct_ids_and_their_own_volumes(
 def test_node_environment_names_only_real_settings(
     compose: Mapping[str, Any], docker: Dockerfile
 ) -> None:
-    """``NodeConfig`` ignores a FORUM_ variable it does not know (it may be a client's),
-    so a misspelt one in a manifest would be silently lost: catch it here."""
+    """``NodeConfig`` lets the other commands' FORUM_ variables through
+    (``FORUM_NODE``, ...), which a node's manifest has no use for: catch them here."""
     keys = {f"FORUM_{name.upper()}" for name in NodeConfig.__dataclass_fields__} | {"FORUM_CONFIG"}
     for name, launch in launches(compose, docker).items():
         if name not in NODES:

@@ -21,7 +21,7 @@ from prometheus_client.exposition import generate_latest
 from coordinator.metrics import worker_registry
 from coordinator.worker import WorkerStats
 from deploy.history import Verdict
-from node.cli import build_parser
+from forum.cli import build_parser
 from node.config import NodeConfig
 from replication.config import ReplicationConfig
 from replication.messages import PUSH_PATH
@@ -65,7 +65,7 @@ def forum_commands(text: str) -> list[list[str]]:
 def test_every_forum_command_in_the_docs_parses() -> None:
     commands = [c for path in DOCS for c in forum_commands(path.read_text())]
     assert len(commands) >= 8
-    parser = build_parser(coordinator=True)
+    parser = build_parser(eager=True)
     known = every_option(parser)
     for argv in commands:
         # A synopsis: [optional] parts, alternatives, PLACEHOLDERS.

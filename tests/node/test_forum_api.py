@@ -133,24 +133,6 @@ async def test_forum_satisfies_the_tuple_space_protocol(forum: Forum) -> None:
     assert isinstance(forum, node.TupleSpace)
 
 
-def test_public_names_are_exactly_the_exported_ones() -> None:
-    assert node.__all__ == sorted(node.__all__)
-    for name in [
-        "Strand",
-        "StrandConfig",
-        "Forum",
-        "Pattern",
-        "EntryId",
-        "Tuple",
-        "ForumError",
-        "StrandError",
-        "SerializationError",
-    ]:
-        assert name in node.__all__
-    for name in node.__all__:
-        assert hasattr(node, name)
-
-
 async def test_concurrent_writes_all_land_in_order_of_acknowledgement(forum: Forum) -> None:
     """200 writers at once: every write lands, and the acknowledgements come
     in seq order (a write is acknowledged only after every earlier seq is

@@ -34,6 +34,43 @@ def test_bad_settings_are_refused(env: dict[str, str]) -> None:
         ReplicationConfig.from_env(env)
 
 
+def test_a_misspelt_variable_is_named_with_a_suggestion() -> None:
+    with pytest.raises(ValueError) as raised:
+        ReplicationConfig.from_env({"FORUM_REPL_ANTI_ENTROPY_INTERVL": "0.5"})
+    assert str(raised.value) == (
+        "FORUM_REPL_ANTI_ENTROPY_INTERVL: unknown config key 'anti_entropy_intervl' "
+        "(did you mean FORUM_REPL_ANTI_ENTROPY_INTERVAL?)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("MAX_BATCH", "1.5", "max_batch must be a positive integer, not '1.5'"),
+        ("DEAD_AFTER", "soon", "dead_after must be a finite number of seconds >= 0, not 'soon'"),
+        (
+            "QUEUE_BYTES",
+            "64XiB",
+            "queue_bytes must be a positive integer of bytes, "
+            "optionally with a unit: KiB, MiB or GiB, not '64XiB'",
+        ),
+        ("BACKOFF_MAX", "0.01", "backoff_max must be at least backoff_base"),
+    ],
+    ids=["int", "seconds", "unit", "together"],
+)
+def test_a_bad_value_is_one_line_naming_the_variable(name: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        ReplicationConfig.from_env({f"FORUM_REPL_{name}": value})
+    assert str(raised.value) == f"FORUM_REPL_{name}: {message}"
+
+
+def test_sizes_take_units_as_the_node_s_do() -> None:
+    config = ReplicationConfig.from_env(
+        {"FORUM_REPL_QUEUE_BYTES": "16MiB", "FORUM_REPL_PAGE_BYTES": "512KiB"}
+    )
+    assert (config.queue_bytes, config.page_bytes) == (16 << 20, 512 << 10)
+
+
 def test_backoff_grows_jittered_and_capped() -> None:
     backoff = Backoff(0.1, 1.0)
     for attempt, ceiling in [(0, 0.1), (1, 0.2), (2, 0.4), (3, 0.8), (4, 1.0), (100, 1.0)]:

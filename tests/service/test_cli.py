@@ -12,7 +12,7 @@ import pytest
 from node.client import ForumClient
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually, free_port
 
-FORUM = [sys.executable, "-m", "node.cli"]
+FORUM = [sys.executable, "-m", "forum"]
 
 
 async def forum(
@@ -174,13 +174,41 @@ async def test_serve_log_format_json(forum_nodes: ForumNodes) -> None:
     assert any('"message": "node jsonlog' in ln for ln in lines)
 
 
-async def test_serve_does_not_import_redis() -> None:
-    """The node runs without the worker runtime: only `worker` and `dead` load it."""
+async def test_serve_imports_neither_redis_nor_the_worker_runtime(forum_nodes: ForumNodes) -> None:
+    """A node runs without the worker runtime installed: a real ``forum serve``,
+    started, asked for its status and stopped, never imports redis,
+    ``coordinator`` or ``deploy`` (``PYTHONPROFILEIMPORTTIME`` makes Python
+    log every module it imports, whenever it does)."""
+    node = await forum_nodes.start("imports", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    async with ForumClient(node.url) as client:
+        await client.status()
+    assert await node.stop() == 0
+    imported = {
+        line.rpartition("|")[2].strip()
+        for line in node.log_text(tail=10**7).splitlines()
+        if line.startswith("import time:")
+    }
+    # (The log has what `import` statements load: what they pull in, too.)
+    assert {"node.serve", "replication.extension"} <= imported
+    assert {
+        m for m in imported if m.partition(".")[0] in {"redis", "coordinator", "deploy"}
+    } == set()
+
+
+async def test_only_the_picked_command_module_is_imported() -> None:
+    """argparse picks the command; only then is its module imported and its
+    options added, so a client command loads no worker, cluster or replication."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-c",
-        "import sys; from node.cli import build_parser; build_parser().parse_args(['serve']);"
-        "print(sorted(m for m in ('redis', 'coordinator') if m in sys.modules))",
+        "import sys; from forum.cli import build_parser;"
+        "args = build_parser().parse_args(['count', 'job-', '--node', 'http://h:1']);"
+        "print(args.prefix, args.node, sorted(m for m in sys.modules"
+        " if m.partition('.')[0] in ('forum', 'redis', 'coordinator', 'replication', 'deploy')))",
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, _ = await process.communicate()
-    assert out.strip() == b"[]"
+    assert out.decode().split(" ", 2) == [
+        "job-",
+        "http://h:1",
+        "['forum', 'forum.cli', 'forum.cli_args', 'forum.cli_client']\n",
+    ]

@@ -59,8 +59,53 @@ async def test_misspelt_replication_variable_stops_serve_before_the_data_dir(
     assert not data.exists()
 
 
+#: A bad setting from each source (tests/service/test_config.py has the
+#: rest), and what the one line must name.
+BAD_SETTINGS = {
+    "env-misspelt": ([], {"FORUM_TOKNE": "s3cret"}, "", ("FORUM_TOKNE", "FORUM_TOKEN")),
+    "env-replication-unit": (
+        [], {"FORUM_REPL_QUEUE_BYTES": "64XiB"}, "", ("FORUM_REPL_QUEUE_BYTES", "unit"),
+    ),
+    "flag-unit": (["--max-payload", "12parsecs"], {}, "", ("--max-payload", "unit")),
+    "file-unknown-key": ([], {}, "max_wiat = 5\n", ("node.toml", "'max_wiat'", "max_wait")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_SETTINGS)
+async def test_a_bad_setting_stops_serve_with_one_line_naming_it(case: str, tmp_path: Path) -> None:
+    args, env, toml, names = BAD_SETTINGS[case]
+    config = tmp_path / "node.toml"
+    config.write_text(toml)
+    data = tmp_path / "data"
+    result = await run_forum(
+        "serve", "--config", str(config), "--data-dir", str(data), "--listen", "127.0.0.1:0",
+        *args, env=env,
+    )  # fmt: skip
+    assert_usage_error(result, "forum serve: ", *names)
+    assert not data.exists()
+
+
 def test_unknown_command_and_missing_argument_are_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert_usage_error(run_main(["tkae", "job-"], capsys), "tkae")
     assert_usage_error(run_main(["take"], capsys), "PREFIX")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cluster", "up", "--nodes", "0"], "nodes must be 1 to 26"),
+        (["cluster", "up", "--nodes", "27"], "nodes must be 1 to 26"),
+        (["cluster", "demo", "--workers", "-1"], "workers must be >= 0"),
+        (["cluster", "up", "--redis", "localhost:6379"], "redis must be 'auto' or a redis:// URL"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_a_bad_cluster_setting_is_one_line_and_starts_nothing(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "cluster"
+    result = run_main([*argv, "--root", str(root)], capsys)
+    assert_usage_error(result, f"forum {' '.join(argv[:2])}: {message}")
+    assert not root.exists()

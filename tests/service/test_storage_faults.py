@@ -112,7 +112,7 @@ async def test_a_second_node_on_a_held_data_directory_exits_2_and_the_first_lose
         written = [await client.write(b"before/%d" % i) for i in range(3)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("FORUM_")}
         second = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "node.cli", "serve",
+            sys.executable, "-m", "forum", "serve",
             "--listen", f"127.0.0.1:{free_port()}", "--data-dir", str(first.data_dir),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         )  # fmt: skip
@@ -140,7 +140,7 @@ async def test_serve_refuses_a_bad_fsync_interval_with_one_line(tmp_path: Path) 
     env = {k: v for k, v in os.environ.items() if not k.startswith("FORUM_")}
     for value in ("0", "-2", "soon"):
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "node.cli", "serve", "--fsync", "interval",
+            sys.executable, "-m", "forum", "serve", "--fsync", "interval",
             "--fsync-interval", value, "--data-dir", str(tmp_path / "data"),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         )  # fmt: skip

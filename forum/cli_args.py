@@ -1,4 +1,8 @@
-"""Argument checks shared by every ``forum`` subcommand, and the one usage error.
+"""What every ``forum`` subcommand shares: exit codes, argument checks, the one usage error.
+
+Exit codes: 0 done; 1 nothing matched (``take``, ``read``) or not everything
+asked for was there (``dead requeue``); 2 bad usage or configuration; 3 the
+node could not be reached or refused the request.
 
 A bad value is reported in one of two ways, both one line on stderr and exit
 code 2 (:data:`EXIT_USAGE`), never a traceback:
@@ -15,14 +19,19 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
 from node.client import node_url
+from node.config import DEFAULT_LISTEN
 
 T = TypeVar("T")
 
+EXIT_OK = 0
+EXIT_NO_MATCH = 1
 EXIT_USAGE = 2
+EXIT_NODE = 3
 
 
 class UsageError(Exception):
@@ -98,3 +107,23 @@ COUNT = checked(lambda text: _whole(text, least=1), "count")
 COUNT_OR_ZERO = checked(lambda text: _whole(text, least=0), "count")
 PORT = checked(_port, "port")
 NONEMPTY = checked(_nonempty, "text")
+
+DEFAULT_NODE = f"http://{DEFAULT_LISTEN}"
+
+
+def node_options(parser: argparse.ArgumentParser) -> None:
+    """``--node`` and ``--token``: which node a command talks to, for every
+    command but ``serve`` and ``cluster``."""
+    parser.add_argument(
+        "--node",
+        metavar="URL",
+        type=NODE_URL,
+        default=os.environ.get("FORUM_NODE", DEFAULT_NODE),
+        help=f"the node's URL (default $FORUM_NODE or {DEFAULT_NODE})",
+    )
+    parser.add_argument(
+        "--token",
+        metavar="SECRET",
+        default=os.environ.get("FORUM_TOKEN"),
+        help="the node's token (default $FORUM_TOKEN)",
+    )

@@ -1,7 +1,4 @@
-"""The ``forum worker`` and ``forum dead`` commands.
-
-``node.cli`` (the composition root) calls :func:`register` to add them to the
-``forum`` parser; each parsed command's ``func`` is an ``async def (args) -> int``.
+"""``forum worker``: take jobs from a node, claim them in the Lens, run a handler.
 
 ``--handler module:name`` names either an ``async def handler(job)``, or a
 function of no arguments returning an async context manager that yields one
@@ -20,7 +17,6 @@ import asyncio
 import contextlib
 import importlib
 import inspect
-import json
 import logging
 import os
 import signal
@@ -30,7 +26,6 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from coordinator.deadletter import DEFAULT_DEAD_PREFIX, DeadLetter, dead_letters, requeue
 from coordinator.errors import LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, KeyFunction
 from coordinator.keys import DEFAULT_NAMESPACE
@@ -46,11 +41,10 @@ from coordinator.worker import (
     Worker,
     WorkerStats,
 )
-from node import Pattern
-from node.cli_args import (
+from forum.cli_args import (
     COUNT,
     COUNT_OR_ZERO,
-    NODE_URL,
+    EXIT_OK,
     NONEMPTY,
     PORT,
     SECONDS,
@@ -58,51 +52,17 @@ from node.cli_args import (
     UsageError,
     checked,
 )
+from forum.cli_dead import dead_letter_options
+from node import Pattern
 from node.client import ForumClient
 from node.errors import ClientError, Unauthorized
 
-EXIT_OK = 0
+# The name its log lines had when this was coordinator/cli.py: log filters keep working.
+log = logging.getLogger("coordinator.cli")
 
-log = logging.getLogger(__name__)
-
-_DEFAULT_NODE = "http://127.0.0.1:7070"
 _DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 #: How often the progress line is redrawn on a terminal, and printed to a log.
 _PROGRESS_TTY, _PROGRESS_LOG = 1.0, 10.0
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``worker`` and ``dead`` to the ``forum`` command's subparsers."""
-    _add_worker(commands)
-    _add_dead(commands)
-
-
-# -- shared options ----------------------------------------------------------------
-
-
-def _node_options(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
-    add = parser.add_argument
-    add(
-        "--node",
-        metavar="URL",
-        type=NODE_URL,
-        default=env("FORUM_NODE", _DEFAULT_NODE),
-        help=f"the node's URL (default $FORUM_NODE or {_DEFAULT_NODE})",
-    )
-    add(
-        "--token",
-        metavar="SECRET",
-        default=env("FORUM_TOKEN"),
-        help="the node's token (default $FORUM_TOKEN)",
-    )
-    add(
-        "--dead-prefix",
-        metavar="PREFIX",
-        type=NONEMPTY,
-        default=DEFAULT_DEAD_PREFIX.decode(),
-        help=f"where dead letters are parked (default {DEFAULT_DEAD_PREFIX.decode()})",
-    )
 
 
 def _directory(text: str) -> str:
@@ -121,23 +81,24 @@ REDIS_URL = checked(_redis_url, "URL")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-# -- forum worker ------------------------------------------------------------------
+# -- the options -------------------------------------------------------------------
 
 
-def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "worker",
-        help="run workers that take jobs from a node and claim them in Redis",
-        description="Take jobs matching --prefix from a node, claim each in the Lens "
+def add_worker(parser: argparse.ArgumentParser) -> None:
+    """The options of ``forum worker``."""
+    parser.description = (
+        "Take jobs matching --prefix from a node, claim each in the Lens "
         "(Redis), run --handler on it, and complete it. Failed jobs are retried with "
         "backoff, then parked under --dead-prefix. SIGTERM or SIGINT drains: no new "
-        "takes, running handlers get --drain-timeout seconds, the rest are handed back.",
-        epilog="example:\n  forum worker --node http://127.0.0.1:7070 "
-        "--redis-url redis://127.0.0.1:6379/0 \\\n    --prefix job/ "
-        "--handler examples.handlers.fenced_redis:open_handler --concurrency 8",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "takes, running handlers get --drain-timeout seconds, the rest are handed back."
     )
-    _node_options(parser)
+    parser.epilog = (
+        "example:\n  forum worker --node http://127.0.0.1:7070 "
+        "--redis-url redis://127.0.0.1:6379/0 \\\n    --prefix job/ "
+        "--handler examples.handlers.fenced_redis:open_handler --concurrency 8"
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    dead_letter_options(parser)
     add = parser.add_argument
     add(
         "--redis-url",
@@ -267,6 +228,9 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="DEBUG, INFO (default), WARNING, ERROR",
     )
     parser.set_defaults(func=run_worker)
+
+
+# -- running it ----------------------------------------------------------------------
 
 
 async def run_worker(args: argparse.Namespace) -> int:
@@ -484,79 +448,3 @@ async def _progress(worker: Worker, done: asyncio.Event) -> None:
         print(f"\r\x1b[K{line}" if tty else line, end="" if tty else "\n", file=sys.stderr)
     if tty:
         print(file=sys.stderr)
-
-
-# -- forum dead ----------------------------------------------------------------------
-
-
-def _add_dead(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "dead",
-        help="list or requeue dead-lettered jobs",
-        description="Jobs that failed --max-attempts times are parked under the dead "
-        "prefix with their last error. 'list' shows them; 'requeue' puts them back to "
-        "work (prefix removed, attempts from 1, same claim key).",
-        epilog="example:\n  forum dead list\n  forum dead requeue --all\n"
-        "  forum dead requeue a-1f3c:17 a-1f3c:18",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = actions.add_parser("list", help="show dead letters, oldest first")
-    _node_options(listing)
-    listing.add_argument("--json", action="store_true", help="one JSON object per line")
-    listing.set_defaults(func=list_dead)
-    again = actions.add_parser("requeue", help="put dead letters back to work")
-    _node_options(again)
-    again.add_argument("ids", metavar="ID", nargs="*", help="entry ids of the dead letters")
-    again.add_argument("--all", action="store_true", help="requeue every dead letter")
-    again.set_defaults(func=requeue_dead)
-
-
-async def list_dead(args: argparse.Namespace) -> int:
-    """``forum dead list``."""
-    async with ForumClient(args.node, args.token) as space:
-        async for letter in dead_letters(space, os.fsencode(args.dead_prefix)):
-            print(_describe(letter, as_json=args.json))
-    return EXIT_OK
-
-
-def _describe(letter: DeadLetter, *, as_json: bool) -> str:
-    envelope = letter.envelope
-    if as_json:
-        return json.dumps(
-            {
-                "id": str(letter.id),
-                "key": envelope.key,
-                "attempts": envelope.attempt,
-                "error": envelope.error,
-                "payload": envelope.payload.decode(errors="backslashreplace"),
-            }
-        )
-    payload = envelope.payload[:60].decode(errors="backslashreplace")
-    return (
-        f"{letter.id}  key={envelope.key}  attempts={envelope.attempt}  "
-        f"error={envelope.error!r}  payload={payload!r}"
-    )
-
-
-async def requeue_dead(args: argparse.Namespace) -> int:
-    """``forum dead requeue (--all | ID...)``."""
-    if bool(args.all) == bool(args.ids):
-        raise UsageError("give entry ids, or --all")
-    wanted = set(args.ids)
-    requeued = 0
-    async with ForumClient(args.node, args.token) as space:
-        # Collected first: requeueing while paging would move the cursor's ground.
-        letters = [
-            letter
-            async for letter in dead_letters(space, os.fsencode(args.dead_prefix))
-            if args.all or str(letter.id) in wanted
-        ]
-        for letter in letters:
-            if await requeue(space, letter) is not None:
-                requeued += 1
-                wanted.discard(str(letter.id))
-    for missing in sorted(wanted):
-        print(f"forum dead requeue: no dead letter {missing}", file=sys.stderr)
-    print(f"requeued {requeued}")
-    return EXIT_OK if not wanted else 1

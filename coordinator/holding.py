@@ -1,0 +1,94 @@
+"""What a worker holds besides running handlers: its free handler slots
+(:class:`Slots`), and the reservations it keeps out of reach on purpose until
+a time (:class:`Parked`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+
+from node import EntryId
+
+
+class Slots:
+    """Free handler slots. The fetcher takes all that are free at once, so
+    one reserve and one claim round trip serve as many jobs as can run."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._wake = asyncio.Event()
+        self._closed = False
+
+    async def acquire_all(self) -> int:
+        """Wait for at least one free slot and take every free one; 0 once closed."""
+        while self._free == 0 and not self._closed:
+            self._wake.clear()
+            await self._wake.wait()
+        if self._closed:
+            return 0
+        n, self._free = self._free, 0
+        return n
+
+    def release(self, n: int = 1) -> None:
+        if n:
+            self._free += n
+            self._wake.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+
+class Parked:
+    """Reservations held until a time, then to be released: a retry whose
+    backoff is not over, a copy of a job that another holder runs.
+
+    Why released by the worker rather than left to run out on the node: a
+    lease that runs out counts as a delivery whose worker died
+    (``Reserved.deliveries``), and those count as attempts; a release does
+    not. (A worker that dies with reservations parked lets them run out, and
+    each counts one delivery: the price of a crash.)
+
+    Times are ``loop.time()``. :meth:`due` waits for the next one; after
+    :meth:`close` it returns every one left, then nothing.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, EntryId]] = []
+        self._order = 0  # ties broken by arrival, never by comparing ids
+        self._wake = asyncio.Event()
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, entry_id: EntryId, hold: float) -> None:
+        """Release ``entry_id`` in ``hold`` seconds."""
+        at = asyncio.get_running_loop().time() + hold
+        heapq.heappush(self._heap, (at, self._order, entry_id))
+        self._order += 1
+        self._wake.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    async def due(self) -> list[EntryId]:
+        """Wait until some are due and return them (every one left once
+        closed; ``[]`` when closed and none is left)."""
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            if self._heap and self._heap[0][0] <= loop.time():
+                return self._pop_until(loop.time())
+            self._wake.clear()
+            timeout = self._heap[0][0] - loop.time() if self._heap else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+        return self._pop_until(float("inf"))
+
+    def _pop_until(self, now: float) -> list[EntryId]:
+        due = []
+        while self._heap and self._heap[0][0] <= now:
+            due.append(heapq.heappop(self._heap)[2])
+        return due

@@ -1,0 +1,93 @@
+"""The demo workload: ``forum cluster demo`` and the chaos tests put it through a
+:class:`~deploy.cluster.Cluster`.
+
+Jobs named ``000000``, ``000001``, ... are written in batches round-robin over
+the nodes; every worker runs :mod:`deploy.demo`'s handler on them, which
+records each delivery and applies each effect in the
+:class:`~deploy.sink.EffectSink`; once every acknowledged job has its effect
+(or a deadline passed), the history checker judges the run: nothing lost,
+nothing unexpected, no effect twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+
+from deploy.cluster import Cluster, ClusterConfig
+from deploy.history import History, Verdict
+from deploy.sink import EffectSink
+from node.client import ForumClient
+from node.errors import ClientError
+
+
+async def write_jobs(cluster: Cluster, names: Sequence[str], history: History) -> None:
+    """Write the jobs in batches, round-robin over the nodes, recording what was
+    acknowledged (a batch that failed may still have landed: not acknowledged)."""
+    clients = [ForumClient(node.url, timeout=10) for node in cluster.nodes]
+    try:
+        for i in range(0, len(names), 100):
+            batch = names[i : i + 100]
+            client = clients[(i // 100) % len(clients)]
+            try:
+                await client.write_many([cluster.cfg.prefix.encode() + n.encode() for n in batch])
+                acknowledged = True
+            except ClientError:
+                acknowledged = False
+            for name in batch:
+                history.wrote(cluster.cfg.prefix + name, acknowledged)
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+async def collect(cluster: Cluster, history: History) -> None:
+    """Read the effects and deliveries recorded by the sink into ``history``."""
+    async with EffectSink.from_url(cluster.sink_url) as sink:
+        history.effects = await sink.effects()
+        history.reruns = await sink.reruns()
+        history.deliveries = await sink.deliveries()
+
+
+async def wait_until_done(
+    cluster: Cluster, history: History, deadline: float, progress: bool = True
+) -> None:
+    """Until every acknowledged job has its effect, or ``deadline`` seconds pass."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + deadline
+    started = time.perf_counter()
+    async with EffectSink.from_url(cluster.sink_url) as sink:
+        while True:
+            effects = await sink.effects()
+            done = sum(1 for job in history.acknowledged if effects.get(job))
+            if progress:
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                print(f"\rdone {done}/{len(history.acknowledged)}  {rate:8.0f} jobs/s ",
+                      end="", file=sys.stderr, flush=True)  # fmt: skip
+            if done >= len(history.acknowledged) or loop.time() > until:
+                break
+            await asyncio.sleep(0.2)
+    if progress:
+        print(file=sys.stderr)
+
+
+async def run_demo(cfg: ClusterConfig, jobs: int, deadline: float) -> Verdict:
+    history = History()
+    async with Cluster(cfg) as cluster:
+        print(cluster.describe(), flush=True)
+        started = time.perf_counter()
+        names = [f"{i:06d}" for i in range(jobs)]
+        await write_jobs(cluster, names, history)
+        await wait_until_done(cluster, history, deadline)
+        elapsed = time.perf_counter() - started
+        await collect(cluster, history)
+        print(await cluster.status_line(), flush=True)
+        counts = await cluster.live_counts(cfg.prefix.encode())
+        print(f"{len(history.acknowledged)} jobs through {cfg.nodes} nodes and "
+              f"{len(cluster.workers)} workers in {elapsed:.1f} s; "
+              f"live {cfg.prefix!r} left per node: {counts}", flush=True)  # fmt: skip
+    verdict = history.check()
+    print(verdict.explain(), flush=True)
+    return verdict

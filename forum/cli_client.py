@@ -1,0 +1,162 @@
+"""``forum write``, ``take``, ``read``, ``count`` and ``status``: a node's API
+from the shell, through :class:`~node.client.ForumClient`.
+
+``take`` and ``read`` write the tuple's bytes as they are to stdout (a
+newline after them only on a terminal) and exit 1 when nothing matched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+from forum.cli_args import EXIT_NO_MATCH, EXIT_OK, SECONDS_OR_ZERO, node_options
+from node.client import ForumClient
+from node.space import Pattern
+
+Command = Callable[[argparse.Namespace], Awaitable[int]]
+
+
+def _client_options(parser: argparse.ArgumentParser, example: str, func: Command) -> None:
+    """What every client command has: its example, ``--node`` and ``--token``."""
+    parser.epilog = f"example:\n  {example}"
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    node_options(parser)
+    parser.set_defaults(func=func)
+
+
+def _prefix(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prefix", metavar="PREFIX", help="a byte prefix ('' matches all)")
+
+
+def _wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        type=SECONDS_OR_ZERO,
+        default=None,
+        help="wait up to this long for a match (default: answer at once)",
+    )
+
+
+# -- the commands' options ---------------------------------------------------------
+
+
+def add_write(parser: argparse.ArgumentParser) -> None:
+    example = "forum write 'job-42 resize photo.jpg'\n  cat job.bin | forum write -"
+    _client_options(parser, example, _write)
+    parser.add_argument("payload", metavar="PAYLOAD", help="the tuple's bytes, or - for stdin")
+
+
+def add_take(parser: argparse.ArgumentParser) -> None:
+    _client_options(parser, "forum take job- --wait 30", _take_or_read)
+    _prefix(parser)
+    _wait(parser)
+
+
+def add_read(parser: argparse.ArgumentParser) -> None:
+    _client_options(parser, "forum read job-", _take_or_read)
+    _prefix(parser)
+    _wait(parser)
+
+
+def add_count(parser: argparse.ArgumentParser) -> None:
+    _client_options(parser, "forum count job-", _count)
+    _prefix(parser)
+
+
+def add_status(parser: argparse.ArgumentParser) -> None:
+    _client_options(parser, "forum status --node http://10.0.0.5:7070", _status)
+
+
+# -- running them ------------------------------------------------------------------
+
+
+def _pattern(args: argparse.Namespace) -> Pattern:
+    return Pattern(os.fsencode(args.prefix))
+
+
+async def _write(args: argparse.Namespace) -> int:
+    if args.payload == "-":
+        payload = await asyncio.to_thread(sys.stdin.buffer.read)
+    else:
+        payload = os.fsencode(args.payload)
+    async with ForumClient(args.node, args.token) as space:
+        print(await space.write(payload))
+    return EXIT_OK
+
+
+async def _take_or_read(args: argparse.Namespace) -> int:
+    async with ForumClient(args.node, args.token) as space:
+        if args.command == "take":
+            found = await space.take_entry(_pattern(args), timeout=args.wait)
+        else:
+            found = await space.read_entry(_pattern(args), timeout=args.wait)
+    if found is None:
+        return EXIT_NO_MATCH
+    out = sys.stdout.buffer
+    out.write(found.payload)
+    if out.isatty():
+        out.write(b"\n")
+    out.flush()
+    return EXIT_OK
+
+
+async def _count(args: argparse.Namespace) -> int:
+    async with ForumClient(args.node, args.token) as space:
+        print(await space.count(_pattern(args)))
+    return EXIT_OK
+
+
+async def _status(args: argparse.Namespace) -> int:
+    async with ForumClient(args.node, args.token) as space:
+        status = await space.status()
+    rows = [
+        ("node", status.node_id),
+        ("origin", status.origin),
+        ("url", status.advertise),
+        ("version", status.version),
+        ("uptime", f"{status.uptime_seconds:.0f} s"),
+        ("live tuples", str(status.live)),
+        ("entries", str(status.entries)),
+        ("strand", f"{_size(status.strand_bytes)} in {status.segments} segment(s)"),
+        ("fsync", status.fsync),
+        ("writes / takes", f"{status.writes} / {status.takes}"),
+        ("double takes", str(status.double_takes)),
+        ("waiting", f"{status.waiting_takers} takers, {status.long_polls} long polls"),
+        ("reserved", f"{status.reserved} tuples"),
+        ("torn tails cut", str(status.tails_cut)),
+        ("peers", str(len(status.peers)) if status.peers else "none"),
+    ]
+    print(_table(rows))
+    if status.peers:
+        columns = sorted({key for peer in status.peers for key in peer})
+        print()
+        print(
+            _table(
+                [tuple(columns), *(tuple(str(p.get(c, "")) for c in columns) for p in status.peers)]
+            )
+        )
+    return EXIT_OK
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.1f} {unit}"
