@@ -344,6 +344,49 @@ class Forum(AsyncResource):
         stable = self.strand.vector() if horizon is None else horizon
         return await self.strand.compact(stable, self._live_keys, seal=seal)
 
+    async def apply_dead(self, origin: str, ranges: Sequence[tuple[int, int]]) -> int:
+        """A peer dropped these seqs of ``origin`` (``(first, last)`` ranges,
+        from an anti-entropy page): they were dead everywhere it heard of.
+        Whatever of them is live here (this node was cut off, or forgotten)
+        is taken, durably, so it does not come back; the rest is noted dead,
+        so it is never taken in again. Returns how many live tuples died."""
+        self._check_open()
+        candidates = self._in_ranges(origin, ranges)
+        for entry_id in [i for i in candidates if i in self._surfacing]:
+            item, handle = self._surfacing.pop(entry_id)
+            handle.cancel()
+            self._add_live(item)  # then taken below, as any live one
+        found: OutOfIndex = []
+        for entry_id in candidates:
+            reservation = self._reservations.pop(entry_id, None)
+            if reservation is not None:
+                arrival, handed, expiry = reservation
+                expiry.cancel()
+                self._double_takes += 1  # handed out here, taken for good elsewhere
+                found.append((arrival, Tuple(handed.id, handed.payload)))
+            elif (removed := self._index.remove_id(entry_id)) is not None:
+                found.append(removed)
+        if found:
+            await self._commit_takes(found, rescue=False)
+        await self.strand.mark_dead(origin, ranges)
+        return len(found)
+
+    def _in_ranges(self, origin: str, ranges: Sequence[tuple[int, int]]) -> list[EntryId]:
+        """The ids in ``ranges`` of ``origin`` that may be live here: each seq
+        of short ranges, else each live id that falls in one (whichever is
+        fewer to look at)."""
+        seqs = sum(last - first + 1 for first, last in ranges)
+        if seqs <= len(self._index) + len(self._reservations) + len(self._surfacing):
+            return [
+                EntryId(origin, seq) for first, last in ranges for seq in range(first, last + 1)
+            ]
+        return [
+            entry_id
+            for entry_id in (*self._index.ids(), *self._reservations, *self._surfacing)
+            if entry_id.origin == origin
+            and any(first <= entry_id.seq <= last for first, last in ranges)
+        ]
+
     async def _live_keys(self) -> set[tuple[str, int]]:
         """Every tuple not dead: live, reserved, surfacing, or being taken.
         Built a slice at a time, so a large backlog does not stall the loop
@@ -497,6 +540,8 @@ class Forum(AsyncResource):
 
     def _kill_absent(self, take: Take) -> None:
         """A Take whose target is not live: taken before, or not seen yet."""
+        if take.target in self.strand and self.strand.position(take.target) is None:
+            return  # dropped by compaction: dead long ago, nothing to wait for
         if take.target in self._pending_kills or self._is_double_take(take):
             self._double_takes += 1
             log.info("double take of %s (again by %s)", take.target, take.id)

@@ -265,6 +265,22 @@ class _OriginLog:
             self.count -= 1
         self.positions[i] = _DEAD
 
+    def mark_dead(self, first: int, last: int) -> None:
+        """Seqs ``first`` to ``last`` that were never seen here are dead: a
+        peer dropped them (held once, gone for good). Held ones stay."""
+        first = max(first, self.base + 1)
+        if last < first:
+            return
+        positions = self.positions
+        end = last - self.base
+        if end > len(positions):
+            positions.extend([_ABSENT] * (end - len(positions)))
+        for i in range(first - self.base - 1, end):
+            if positions[i] == _ABSENT:
+                positions[i] = _DEAD
+        if first <= self.contiguous + 1:
+            self._extend_contiguous()
+
     def raise_base(self, floor: int) -> None:
         """Seqs up to ``floor`` (at most ``contiguous``) are now all held or
         dead: keep only the survivors' positions among them."""
@@ -404,6 +420,7 @@ class Strand(AsyncResource):
         self._replayed: list[RawEntry] | None = []
         self._gate = _Gate()
         self._compacting = asyncio.Lock()
+        self._swaps: set[asyncio.Future[compaction.Rewritten]] = set()
         self._roll_request: asyncio.Future[None] | None = None
         self._compactions = 0
         self._bytes_reclaimed = 0
@@ -591,6 +608,8 @@ class Strand(AsyncResource):
         or before. With ``seal``, the current segment is sealed first, so its
         entries can go too. One pass at a time; see :mod:`node.compaction`."""
         async with self._compacting:
+            if self._closed:
+                raise StrandError("the Strand is closed")
             started = time.perf_counter()
             if seal:
                 await self._seal()
@@ -630,6 +649,25 @@ class Strand(AsyncResource):
                 seconds=time.perf_counter() - started,
             )
 
+    async def mark_dead(self, origin: str, ranges: Sequence[tuple[int, int]]) -> None:
+        """Seqs of ``origin`` in ``ranges`` (``(first, last)``) that a peer
+        dropped: those never seen here are dead from now on, here and after
+        a restart (the floor is raised over them durably), so they are never
+        taken in again. Entries held here are left to the caller."""
+        origin_log = self._logs.get(origin)
+        if origin_log is None:
+            origin_log = self._logs[origin] = _OriginLog()
+        for first, last in ranges:
+            origin_log.mark_dead(first, last)
+        if origin_log.contiguous > origin_log.base:
+            async with self._compacting:
+                floors = self._floors({origin: origin_log.contiguous})
+                try:
+                    await asyncio.to_thread(compaction.write_floors, self._dir, floors)
+                except OSError as exc:
+                    raise StrandError(f"cannot record dropped entries: {exc}") from exc
+                origin_log.raise_base(floors[origin])
+
     def _floors(self, raised: Mapping[str, int]) -> dict[str, int]:
         """Every origin's floor, with ``raised`` in."""
         floors = {o: log.base for o, log in self._logs.items() if log.base}
@@ -651,6 +689,8 @@ class Strand(AsyncResource):
             writes_in.setdefault(found.writes[write], set()).add(write)
         rewritten = removed = dropped = 0
         for number in sorted(found.sizes):
+            if self._closed:
+                break  # what is done holds; the rest waits for the next pass
             drop = set(writes_in.get(number, ()))
             gone |= drop
             for take, target in takes_in.get(number, ()):
@@ -671,7 +711,17 @@ class Strand(AsyncResource):
 
     async def _rewrite(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
         """Swap segment ``number`` for a copy without ``drop``, and move the
-        survivors' positions, with no read of the segment under way."""
+        survivors' positions, with no read of the segment under way.
+
+        Once the new file may be renamed in, the positions must follow it
+        whatever happens to the caller: the swap runs to its end in a task of
+        its own (``close()`` waits for it)."""
+        swap = asyncio.ensure_future(self._swap(number, drop))
+        self._swaps.add(swap)
+        swap.add_done_callback(self._swaps.discard)
+        return await asyncio.shield(swap)
+
+    async def _swap(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
         async with self._gate.swapping():
             result = await asyncio.to_thread(compaction.rewrite, self._dir, number, drop)
             base = number << _OFFSET_BITS
@@ -1034,6 +1084,9 @@ class Strand(AsyncResource):
         self._closed = True
         self._wake.set()
         try:
+            # A compaction stops at its next segment; a swap under way ends first.
+            while self._swaps:
+                await asyncio.wait(list(self._swaps))
             if self._writer is not None:
                 await asyncio.wait([self._writer])  # never raises, nor cancels it
             if self._syncer is not None:

@@ -173,3 +173,27 @@ async def test_a_damaged_horizon_file_stops_the_open(cfg: StrandConfig) -> None:
     path.write_bytes(path.read_bytes()[:-1] + b"\0")
     with pytest.raises(Exception, match="HORIZON"):
         await Strand.open(cfg.with_segment_bytes(8192))
+
+
+async def test_a_range_a_peer_dropped_kills_the_live_copy_here_for_good(
+    cfg: StrandConfig,
+) -> None:
+    """This node was cut off while the others took and compacted p:1..3 and
+    q:1; it still holds p:1 and p:2 live. The range a peer reports dead kills
+    them (with Takes of its own, durable), and p:3 (never seen here) can
+    never be taken in later, nor after a restart."""
+    forum = await _open(cfg)
+    await forum.apply([Write(EntryId("p", 1), b"a"), Write(EntryId("p", 2), b"b")])
+    assert await forum.count(ALL) == 2
+    assert await forum.apply_dead("p", [(1, 3)]) == 2
+    assert await forum.count(ALL) == 0 and forum.strand.vector()["p"] == 3
+    assert await forum.apply([Write(EntryId("p", 3), b"c")]) == []
+    await forum.close()
+    forum = await _open(cfg)
+    assert await forum.count(ALL) == 0 and forum.strand.vector()["p"] == 3
+    assert await forum.apply([Write(EntryId("p", 3), b"c"), Write(EntryId("p", 2), b"b")]) == []
+    assert await forum.count(ALL) == 0
+    # A Take of something dropped waits for nothing: no pending kill is kept.
+    assert await forum.apply([Take(EntryId("q", 1), EntryId("p", 3))])
+    assert not forum._pending_kills
+    await forum.close()
