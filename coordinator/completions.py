@@ -28,10 +28,12 @@ from collections.abc import Awaitable, Callable
 from coordinator.authority import ClaimAuthority, HeldClaim
 from coordinator.errors import LensError
 from node import EntryId
+from node.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
-_RETRY = (0.05, 1.0)
+#: Between tries of a batch while Redis is unreachable: 0.05 s doubling to 1 s.
+_RETRY = Backoff(base=0.05, cap=1.0, jitter=0.0)
 
 
 class Completions:
@@ -90,7 +92,7 @@ class Completions:
                     self._room.release()
 
     async def _complete(self, batch: list[HeldClaim]) -> None:
-        delay = _RETRY[0]
+        delays = _RETRY.delays()
         while batch:
             try:
                 outcomes = await self._lens.complete_many(batch)
@@ -100,8 +102,7 @@ class Completions:
                     log.warning("%s: not completed: Redis unreachable (%s)", claim.key, exc)
                 batch = [claim for claim in batch if claim.remaining() > 0]
                 if batch:
-                    await asyncio.sleep(min(delay, *(c.remaining() for c in batch)))
-                    delay = min(delay * 2, _RETRY[1])
+                    await asyncio.sleep(min(next(delays), *(c.remaining() for c in batch)))
                 continue
             for claim, lost in zip(batch, outcomes, strict=True):
                 if lost is None:

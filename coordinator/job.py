@@ -1,15 +1,21 @@
 """What a handler is given (:class:`Job`), what it is (:data:`Handler`), and
-how long a failed job waits before its next attempt (:class:`Backoff`)."""
+how long a failed job waits before its next attempt (:class:`Backoff`: the
+one policy of :mod:`node.backoff`; after attempt ``n`` failed the next waits
+``min(cap, base * 2**(n-1))``, less up to ``jitter`` of it at random, so
+retries of jobs that failed together spread out)."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.authority import HeldClaim
 from node import EntryId
+from node.backoff import Backoff
+
+# Backoff is a job's retry options (coordinator.Backoff), so it is exported here.
+__all__ = ["Backoff", "Handler", "Job", "KeyFunction"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,22 +48,3 @@ class Job:
 Handler = Callable[[Job], Coroutine[Any, Any, None]]
 #: ``key(payload) -> str``: an idempotency key taken from a job's payload.
 KeyFunction = Callable[[bytes], str]
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Delay before attempt ``n + 1`` after attempt ``n`` failed:
-    ``min(cap, base * 2**(n-1))``, minus up to ``jitter`` of it at random
-    (so retries of jobs that failed together spread out)."""
-
-    base: float = 1.0
-    cap: float = 300.0
-    jitter: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.base < 0 or self.cap < self.base or not 0 <= self.jitter <= 1:
-            raise ValueError("need 0 <= base <= cap and 0 <= jitter <= 1")
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        full = min(self.cap, self.base * 2.0 ** min(attempt - 1, 64))
-        return full * (1 - self.jitter * rng.random())

@@ -126,8 +126,8 @@ log = logging.getLogger(__name__)
 #: The error a dead letter carries when the job's workers died running it.
 LOST_WORKER = "the worker was lost: its lease expired"
 #: How long a worker waits between tries when Redis or the space is down:
-#: doubling from the first to the second (see _outage_waits).
-_OUTAGE_BACKOFF = (0.05, 2.0)
+#: doubling from 0.05 s up to 2 s, without jitter (see _outage_waits).
+_OUTAGE_BACKOFF = Backoff(base=0.05, cap=2.0, jitter=0.0)
 
 #: The defaults of :class:`Worker`, which ``forum worker``'s flags share.
 DEFAULT_CONCURRENCY = 1
@@ -229,13 +229,10 @@ class _Offer:
 
 
 def _outage_waits() -> Iterator[float]:
-    """The waits between tries while Redis or the space is down: doubling
-    from ``_OUTAGE_BACKOFF[0]`` up to ``_OUTAGE_BACKOFF[1]``. Every outage
-    loop of the worker takes its waits from here."""
-    delay, cap = _OUTAGE_BACKOFF
-    while True:
-        yield delay
-        delay = min(delay * 2, cap)
+    """The waits between tries while Redis or the space is down (one run of
+    :data:`_OUTAGE_BACKOFF`). Every outage loop of the worker takes its waits
+    from here."""
+    return _OUTAGE_BACKOFF.delays()
 
 
 class Worker:
@@ -374,7 +371,7 @@ class Worker:
             except (ForumError, OSError) as exc:
                 self._slots.release(free)
                 log.warning("reserve failed (%s); retrying", exc)
-                await self._pause(_OUTAGE_BACKOFF[1])
+                await self._pause(_OUTAGE_BACKOFF.cap)
                 continue
             self._slots.release(free - len(items))
             if items:
@@ -468,7 +465,7 @@ class Worker:
             await self._put_back(offers)
             if not isinstance(exc, LensUnavailable):
                 # Redis answers pings but refuses the script: do not spin on it.
-                await self._pause(_OUTAGE_BACKOFF[1])
+                await self._pause(_OUTAGE_BACKOFF.cap)
             return
         # A copy of a finished job: taken away. A copy of a job another holder
         # runs: parked until that holder's lease can first end (done by then,

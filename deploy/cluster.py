@@ -209,7 +209,7 @@ class Cluster(AsyncResource):
             try:
                 async with ForumClient(node.url, timeout=2) as client:
                     s = await client.status()
-                alive = sum(p.get("state") == "alive" for p in s.peers)
+                alive = sum(p.state == "alive" for p in s.peers)
                 parts.append(
                     f"{node.name}: live={s.live} writes={s.writes} takes={s.takes} "
                     f"double={s.double_takes} peers={alive}/{len(s.peers)}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from forum.cli_args import EXIT_NO_MATCH, EXIT_OK, SECONDS_OR_ZERO, node_options
 from node.client import ForumClient
 from node.space import Pattern
+from node.web_status import PeerStatus
 
 Command = Callable[[argparse.Namespace], Awaitable[int]]
 
@@ -133,13 +135,10 @@ async def _status(args: argparse.Namespace) -> int:
     ]
     print(_table(rows))
     if status.peers:
-        columns = sorted({key for peer in status.peers for key in peer})
+        columns = sorted(field.name for field in dataclasses.fields(PeerStatus))
         print()
-        print(
-            _table(
-                [tuple(columns), *(tuple(str(p.get(c, "")) for c in columns) for p in status.peers)]
-            )
-        )
+        cells = [tuple(str(getattr(peer, c)) for c in columns) for peer in status.peers]
+        print(_table([tuple(columns), *cells]))
     return EXIT_OK
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 from urllib.parse import urlsplit
@@ -40,6 +39,7 @@ from node.errors import (
     PayloadTooLarge,
     SerializationError,
     Unauthorized,
+    error_body,
 )
 from node.forum import ListPage
 from node.resource import AsyncResource
@@ -379,11 +379,7 @@ class ForumClient(AsyncResource):
         return _Response(response.status, response.headers, body)
 
     def _rejected(self, status: int, body: bytes) -> NodeRejected:
-        try:
-            document = json.loads(body)
-            code, message = str(document["error"]), str(document["message"])
-        except (ValueError, TypeError, KeyError):
-            code, message = f"http_{status}", body[:200].decode(errors="replace")
+        code, message = error_body(status, body)
         kind = {401: Unauthorized, 413: PayloadTooLarge}.get(status, NodeRejected)
         return kind(self.url, status, code, message)
 

@@ -16,9 +16,38 @@
             └── PayloadTooLarge     413: body over the node's limit
 
 ``retriable`` tells a caller whether doing the same thing again may succeed.
+:class:`ClientError` is also the base of replication's ``PeerError`` (a call
+from one node to another), so both clients share it, :func:`retriable_status`
+and :func:`error_body`: one rule for what is worth retrying, one reading of
+the node's error answers.
 """
 
 from __future__ import annotations
+
+import json
+
+
+def retriable_status(status: int) -> bool:
+    """Whether an error status is worth the same request again: 5xx (the node
+    is failing, or shutting down) and 429 (too busy now); never another 4xx."""
+    return status >= 500 or status == 429
+
+
+def error_body(status: int, body: bytes) -> tuple[str, str]:
+    """The ``(error, message)`` of a node's JSON error answer; for anything else
+    (a proxy's page, a cut body), ``http_<status>`` and the start of the body."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        document = None
+    start = body[:200].decode("utf-8", "replace")
+    if not isinstance(document, dict):
+        return f"http_{status}", start
+    code, message = document.get("error"), document.get("message")
+    return (
+        code if isinstance(code, str) else f"http_{status}",
+        message if isinstance(message, str) else start,
+    )
 
 
 class ForumError(Exception):
@@ -70,7 +99,10 @@ class SerializationError(ForumError):
 
 
 class ClientError(ForumError):
-    """A request to a remote node failed. ``node`` names the node's URL."""
+    """A request to a remote node failed. ``node`` names the node's URL.
+
+    ``retriable`` is ``True`` for no answer (:class:`NodeUnavailable`) and for
+    the statuses :func:`retriable_status` names."""
 
     def __init__(self, node: str, message: str) -> None:
         super().__init__(f"{node}: {message}")
@@ -94,7 +126,7 @@ class NodeRejected(ClientError):
         super().__init__(node, f"HTTP {status} {code}: {message}")
         self.status = status
         self.code = code
-        self.retriable = status >= 500
+        self.retriable = retriable_status(status)
 
 
 class Unauthorized(NodeRejected):

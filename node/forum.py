@@ -22,7 +22,10 @@ the Lens) therefore loses nothing: the tuple comes back.
 Entries from other nodes come in through :meth:`Forum.apply`: stored in the
 Strand first, then applied, idempotently and in any order (a Take that
 arrives before its Write kills the Write when it comes). Every entry made
-durable here, local or applied, is handed to the listeners (replication).
+durable here, local or applied, is handed to the listeners (replication),
+with the :class:`Provenance` its applier gave (``LOCAL`` for entries made
+here): who holds them already is an argument, not ambient state, so a
+listener that sends entries on can see whom not to send them back to.
 """
 
 from __future__ import annotations
@@ -46,7 +49,24 @@ from node.strand import CompactionReport, Strand
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[Sequence[Entry]], None]
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where entries given to :meth:`Forum.apply` came from, as the caller says;
+    the Forum passes it to the listeners untouched.
+
+    ``held_by``: the origins of the nodes that hold the entries already (or get
+    them without our help), which a listener sending entries on skips;
+    ``None``: every node does, so they go to nobody.
+    """
+
+    held_by: frozenset[str] | None = frozenset()
+
+
+#: Entries made here (or applied with no word on where they came from): held nowhere else.
+LOCAL = Provenance()
+#: ``listener(entries, provenance)``, called with entries once they are durable here.
+Listener = Callable[[Sequence[Entry], Provenance], None]
 #: Called with each tuple as it becomes live (written here, surfaced after
 #: the remote delay, put back): what a waiting reader wants to hear about.
 LiveListener = Callable[[Tuple], None]
@@ -181,7 +201,7 @@ class Forum(AsyncResource):
         for entry in writes:
             self._add_live(Tuple(entry.id, entry.payload))
         self._writes += len(writes)
-        self._notify(writes)
+        self._notify(writes, LOCAL)
 
     async def read(self, pattern: Pattern) -> bytes | None:
         """The payload of the oldest live match, left live; ``None`` if none."""
@@ -442,7 +462,9 @@ class Forum(AsyncResource):
     # -- the seam for replication ---------------------------------------------
 
     def add_listener(self, listener: Listener) -> None:
-        """Call ``listener(entries)`` with every entry once it is durable here."""
+        """Call ``listener(entries, provenance)`` with every entry once it is
+        durable here: ``LOCAL`` for entries made here, else what was given to
+        :meth:`apply`."""
         self._listeners.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:
@@ -456,9 +478,12 @@ class Forum(AsyncResource):
     def remove_live_listener(self, listener: LiveListener) -> None:
         self._live_listeners.remove(listener)
 
-    async def apply(self, entries: Sequence[Entry]) -> builtins.list[Entry]:
+    async def apply(
+        self, entries: Sequence[Entry], provenance: Provenance = LOCAL
+    ) -> builtins.list[Entry]:
         """Store and apply entries from elsewhere. Entries already held (or
         being stored by a concurrent call) are skipped; returns the new ones.
+        The listeners get the new ones with ``provenance``.
 
         A remote Write is durable here at once, but becomes live only after
         ``remote_delay`` times 1 to 4 (a hash of its id and our origin picks
@@ -482,12 +507,15 @@ class Forum(AsyncResource):
         if not new:
             return []
         durable = self.strand.submit_remote(new)
-        durable.add_done_callback(functools.partial(self._on_remote_durable, new))
+        durable.add_done_callback(functools.partial(self._on_remote_durable, new, provenance))
         await asyncio.shield(durable)
         return new
 
     def _on_remote_durable(
-        self, new: Sequence[Entry], durable: asyncio.Future[builtins.list[Entry]]
+        self,
+        new: Sequence[Entry],
+        provenance: Provenance,
+        durable: asyncio.Future[builtins.list[Entry]],
     ) -> None:
         # A done callback: entries in the Strand are applied to the index even
         # if the peer's request was cancelled meanwhile (else they would stay
@@ -503,7 +531,7 @@ class Forum(AsyncResource):
                     self._surface_later(Tuple(entry.id, entry.payload))
             else:
                 self._apply_take(entry)
-        self._notify(new)
+        self._notify(new, provenance)
 
     def _surface_later(self, item: Tuple) -> None:
         delay = remote_delay_of(item.id, self.strand.origin, self.remote_delay)
@@ -634,7 +662,7 @@ class Forum(AsyncResource):
             raise
         self._done_taking(found)
         self._takes += len(takes)
-        self._notify(takes)
+        self._notify(takes, LOCAL)
         return [item for _, item in found]
 
     async def _settle(
@@ -649,7 +677,7 @@ class Forum(AsyncResource):
             return
         self._done_taking(found)
         self._takes += len(takes)
-        self._notify(takes)
+        self._notify(takes, LOCAL)
         if not rescue:
             return
         payloads = [item.payload for _, item in found]
@@ -674,10 +702,10 @@ class Forum(AsyncResource):
             self._killed_while_taking.discard(item.id)
             self._lapses.pop(item.id, None)
 
-    def _notify(self, entries: Sequence[Entry]) -> None:
+    def _notify(self, entries: Sequence[Entry], provenance: Provenance) -> None:
         for listener in self._listeners:
             try:
-                listener(entries)
+                listener(entries, provenance)
             except Exception:
                 log.exception("a Forum listener failed")
 

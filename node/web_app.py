@@ -26,7 +26,6 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -68,6 +67,7 @@ from node.web_keys import (
 from node.web_longpoll import LongPolls
 from node.web_metrics import NodeMetrics
 from node.web_openapi import openapi_handler
+from node.web_status import PeerStatus
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def build_app(
     return app
 
 
-def _no_peers() -> list[dict[str, Any]]:
+def _no_peers() -> list[PeerStatus]:
     return []
 
 

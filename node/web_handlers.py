@@ -223,24 +223,13 @@ BODY_HANDLERS = frozenset({write_tuple, write_batch, ack_batch, extend_reservati
 
 def node_status(app: web.Application) -> NodeStatus:
     forum, config = app[FORUM], app[CONFIG]
-    stats = forum.stats()
-    return NodeStatus(
+    return NodeStatus.of(
+        forum.stats(),
         node_id=forum.strand.config.node_name,
-        origin=stats.origin,
         advertise=config.advertise_url(),
         version=VERSION,
         uptime_seconds=round(time.monotonic() - app[STARTED], 3),
-        entries=stats.entries,
-        live=stats.live,
-        strand_bytes=stats.strand_bytes,
-        segments=stats.segments,
-        waiting_takers=stats.waiting_takers,
-        reserved=stats.reserved,
         long_polls=app[LONG_POLLS].waiting,
-        writes=stats.writes,
-        takes=stats.takes,
-        double_takes=stats.double_takes,
-        tails_cut=stats.tails_cut,
         fsync=forum.strand.config.fsync,
         peers=tuple(app[PEERS]()),
     )

@@ -5,14 +5,13 @@ metrics in the app's own registry, and fill the ``peers`` section of status::
 
     def replication(app: web.Application) -> None:
         forum = app[FORUM]
-        app[PEERS] = membership.snapshot          # () -> list[dict[str, Any]]
+        app[PEERS] = replicator.status            # () -> list[PeerStatus]
         Counter("forum_pushes", "...", registry=app[METRICS_REGISTRY])
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -20,9 +19,10 @@ from prometheus_client import CollectorRegistry
 from node.config import NodeConfig
 from node.forum import Forum
 from node.web_longpoll import LongPolls
+from node.web_status import PeerStatus
 
-#: Returns one JSON-able dict per peer (url, state, lag, ...), for ``/v1/status``.
-PeersProvider = Callable[[], list[dict[str, Any]]]
+#: Returns one row per peer (url, state, lag, ...), for ``/v1/status``.
+PeersProvider = Callable[[], Sequence[PeerStatus]]
 #: Adds routes, startup/cleanup handlers or metrics to the node's app before it starts.
 Extension = Callable[[web.Application], None]
 

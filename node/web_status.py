@@ -1,11 +1,50 @@
 """The status document of a node (``GET /v1/status``), built by the server and
-parsed by the client."""
+parsed by the client.
+
+Its figures have one source each: those of the tuple space are the Forum's
+own (:class:`~node.forum.ForumStats`, taken by name in :meth:`NodeStatus.of`,
+not copied field by field), and each peer is one :class:`PeerStatus` row,
+filled by replication and read back by the client (and ``forum status``)
+typed, not as a mapping re-read by key.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from node.forum import ForumStats
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStatus:
+    """One peer of a node, as its status shows it (replication fills these)."""
+
+    #: The URL the node dials (a seed as configured, or the URL the peer advertised).
+    url: str
+    #: The URL the peer advertises itself.
+    advertised: str | None
+    #: The peer's origin, once it answered.
+    origin: str | None
+    #: Whether the peer is configured (``--peer``), not learned.
+    seed: bool
+    #: ``alive``, ``suspect`` or ``dead``.
+    state: str
+    #: Wall-clock time of the last good call, and seconds since then.
+    last_contact: float | None
+    last_contact_age: float | None
+    #: Failed calls in a row, and the last one's error.
+    failures: int
+    last_error: str | None
+    #: Entries held here that the peer lacks, as of its last vector.
+    behind: int | None
+    #: Entries waiting in its push queue.
+    queued: int
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> PeerStatus:
+        return cls(**_known(cls, document))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,19 +73,54 @@ class NodeStatus:
     double_takes: int
     tails_cut: int
     fsync: str
-    #: One mapping per peer, filled by replication (empty without it).
-    peers: tuple[Mapping[str, Any], ...] = ()
+    #: One row per peer, filled by replication (empty without it).
+    peers: tuple[PeerStatus, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        stats: ForumStats,
+        *,
+        node_id: str,
+        advertise: str,
+        version: str,
+        uptime_seconds: float,
+        long_polls: int,
+        fsync: str,
+        peers: tuple[PeerStatus, ...],
+    ) -> NodeStatus:
+        """The status of a node whose Forum reports ``stats``: every figure of
+        ``stats`` is taken as it is; the rest is the node's."""
+        figures = {name: getattr(stats, name) for name in _FORUM_FIGURES}
+        return cls(
+            **figures,
+            node_id=node_id,
+            advertise=advertise,
+            version=version,
+            uptime_seconds=uptime_seconds,
+            long_polls=long_polls,
+            fsync=fsync,
+            peers=peers,
+        )
 
     def to_document(self) -> dict[str, Any]:
         document = asdict(self)
-        document["peers"] = [dict(p) for p in self.peers]
+        document["peers"] = [asdict(p) for p in self.peers]
         return document
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> NodeStatus:
         """Parse a status document; fields this client does not know are ignored
         (a newer node may say more), missing ones are a ``KeyError``."""
-        names = {f.name for f in fields(cls)}
-        values = {k: v for k, v in document.items() if k in names}
-        values["peers"] = tuple(values.get("peers", ()))
+        values = _known(cls, document)
+        values["peers"] = tuple(PeerStatus.from_document(p) for p in values.get("peers", ()))
         return cls(**values)
+
+
+#: Every figure of the Forum's stats is in the status, under its own name.
+_FORUM_FIGURES = tuple(f.name for f in fields(ForumStats))
+
+
+def _known(kind: type[Any], document: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(kind)}
+    return {k: v for k, v in document.items() if k in names}

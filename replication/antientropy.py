@@ -26,10 +26,10 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 
+from node.backoff import Backoff
 from node.entries import Entry
 from node.strand import Strand
 from replication.auth import ANYONE
-from replication.backoff import Backoff
 from replication.config import ReplicationConfig
 from replication.errors import BadMessage, BadSignature, PeerError
 from replication.membership import Membership, Peer
@@ -168,7 +168,7 @@ class Syncer:
                 self._metrics.round(self._peer.url, ok=False)
                 report_failure(self._membership, self._peer, exc)
                 failures += 1
-                due = loop.time() + self._backoff.delay(failures)
+                due = loop.time() + self._backoff.delay(failures, self._rng)
                 log.debug("anti-entropy with %s failed: %s", self._peer.url, exc)
             else:
                 failures = 0

@@ -65,8 +65,9 @@ class ReplicationConfig:
     connect_timeout: PositiveSeconds = 1.0
     request_timeout: PositiveSeconds = 10.0
     #: Attempts per call (1 = no retry), and the jittered exponential backoff
-    #: between them: the n-th wait is uniform in [c/2, c] where
-    #: c = min(backoff_max, backoff_base * 2**n).
+    #: between them (:class:`node.backoff.Backoff`, equal jitter): the wait
+    #: after the n-th failure is uniform in [c/2, c] where
+    #: c = min(backoff_max, backoff_base * 2**(n-1)).
     attempts: PositiveInt = 3
     backoff_base: Seconds = 0.05
     backoff_max: Seconds = 1.0

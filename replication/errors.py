@@ -3,9 +3,11 @@
 ::
 
     ReplicationError                anything replication raises on purpose
-    ├── PeerError                   a call to one peer failed (``peer`` names its URL)
-    │   ├── PeerUnavailable         no answer: refused, reset, DNS (retriable)
-    │   │   └── PeerTimeout         no answer in time (also a TimeoutError)
+    ├── PeerError                   a call to one peer failed (``peer`` names its URL;
+    │   │                           also node's ClientError: the one client-error base)
+    │   ├── PeerUnavailable         no answer: refused, reset, DNS (retriable;
+    │   │   │                       also a NodeUnavailable)
+    │   │   └── PeerTimeout         no answer in time (also a NodeTimeout, a TimeoutError)
     │   └── PeerRejected            the peer answered with an error status
     │       ├── Unauthenticated     401: no valid proof of the cluster key for that peer
     │       └── PeerIsSelf          409: the "peer" is this very node
@@ -13,10 +15,13 @@
     └── BadMessage                  a replication body is malformed or forged
                                     (also a ValueError)
 
-``retriable`` tells a caller whether doing the same thing again may succeed.
+``retriable`` tells a caller whether doing the same thing again may succeed,
+by the rule the node's client follows too (:func:`node.errors.retriable_status`).
 """
 
 from __future__ import annotations
+
+from node.errors import ClientError, NodeTimeout, NodeUnavailable, retriable_status
 
 
 class ReplicationError(Exception):
@@ -25,31 +30,32 @@ class ReplicationError(Exception):
     retriable: bool = False
 
 
-class PeerError(ReplicationError):
-    """A call to a peer failed. ``peer`` names the peer's URL."""
+class PeerError(ReplicationError, ClientError):
+    """A call to a peer failed. ``peer`` names the peer's URL (as ``node`` does)."""
 
     def __init__(self, peer: str, message: str) -> None:
-        super().__init__(f"{peer}: {message}")
+        super().__init__(peer, message)
         self.peer = peer
 
 
-class PeerUnavailable(PeerError):
+class PeerUnavailable(PeerError, NodeUnavailable):
     """The peer could not be reached (connection refused or reset, DNS)."""
 
+    # As every NodeUnavailable; said again, since ReplicationError's False comes first.
     retriable = True
 
 
-class PeerTimeout(PeerUnavailable, TimeoutError):
+class PeerTimeout(PeerUnavailable, NodeTimeout):
     """The peer did not answer within the connect or total timeout."""
 
 
 class PeerRejected(PeerError):
-    """The peer answered with an error status; 5xx are worth retrying."""
+    """The peer answered with an error status; 5xx and 429 are worth retrying."""
 
     def __init__(self, peer: str, status: int, message: str) -> None:
         super().__init__(peer, f"HTTP {status}: {message}")
         self.status = status
-        self.retriable = status >= 500 or status == 429
+        self.retriable = retriable_status(status)
 
 
 class Unauthenticated(PeerRejected):

@@ -74,7 +74,7 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
     ):
         app[REPLICATION] = Replication(replicator, auth)
         app[PEERS] = replicator.status
-        metrics.watch_peers(replicator.gauges)
+        metrics.watch_peers(replicator.status)
         log.info(
             "replication: advertising %s, %d seed peer(s), requests signed with %s",
             me.url or "nothing (port 0 and no --advertise: peers cannot learn this node)",

@@ -37,10 +37,11 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
+from node.web_status import PeerStatus
 from replication.messages import Member
 from replication.vector import VersionVector
 
@@ -157,28 +158,31 @@ class Membership:
                 known.append(member)
         return tuple(known)
 
-    def snapshot(self, holdings: VersionVector | None = None) -> list[dict[str, Any]]:
-        """One JSON-able dict per peer, for ``forum status``; ``behind`` needs ``holdings``."""
+    def snapshot(
+        self, holdings: VersionVector | None = None, queued: Mapping[str, int] | None = None
+    ) -> list[PeerStatus]:
+        """One row per peer, by URL, for ``forum status`` and the metrics; ``behind``
+        needs ``holdings``; ``queued`` is each peer's push queue length, by URL."""
         now = self._clock()
-        rows = []
-        for peer in sorted(self._peers.values(), key=lambda p: p.url):
-            rows.append(
-                {
-                    "url": peer.url,
-                    "advertised": peer.advertised,
-                    "origin": peer.origin,
-                    "seed": peer.seed,
-                    "state": peer.state.value,
-                    "last_contact": peer.last_contact,
-                    "last_contact_age": None
-                    if peer.last_contact_mono is None
-                    else round(now - peer.last_contact_mono, 3),
-                    "failures": peer.failures,
-                    "last_error": peer.last_error,
-                    "behind": None if holdings is None else peer.vector.lacks(holdings),
-                }
+        queued = queued or {}
+        return [
+            PeerStatus(
+                url=peer.url,
+                advertised=peer.advertised,
+                origin=peer.origin,
+                seed=peer.seed,
+                state=peer.state.value,
+                last_contact=peer.last_contact,
+                last_contact_age=None
+                if peer.last_contact_mono is None
+                else round(now - peer.last_contact_mono, 3),
+                failures=peer.failures,
+                last_error=peer.last_error,
+                behind=None if holdings is None else peer.vector.lacks(holdings),
+                queued=queued.get(peer.url, 0),
             )
-        return rows
+            for peer in sorted(self._peers.values(), key=lambda p: p.url)
+        ]
 
     # -- what calls tell us ------------------------------------------------------
 

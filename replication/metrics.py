@@ -26,22 +26,12 @@ Double takes are the node's own ``forum_double_takes``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-
-@dataclass(frozen=True, slots=True)
-class PeerGauges:
-    """One peer's numbers at scrape time."""
-
-    url: str
-    state: str
-    behind: int | None
-    last_contact_age: float | None
-    queued: int
+from node.web_status import PeerStatus
 
 
 class ReplicationMetrics:
@@ -100,7 +90,7 @@ class ReplicationMetrics:
     def refused(self, reason: str) -> None:
         self._refused.labels(reason).inc()
 
-    def watch_peers(self, gauges: Callable[[], list[PeerGauges]]) -> None:
+    def watch_peers(self, gauges: Callable[[], list[PeerStatus]]) -> None:
         """Expose the per-peer gauges that ``gauges()`` reads at each scrape."""
         self._collector = _PeerCollector(gauges)
         self._registry.register(self._collector)
@@ -112,7 +102,7 @@ class ReplicationMetrics:
 
 
 class _PeerCollector(Collector):
-    def __init__(self, gauges: Callable[[], list[PeerGauges]]) -> None:
+    def __init__(self, gauges: Callable[[], list[PeerStatus]]) -> None:
         self._gauges = gauges
 
     def collect(self) -> Iterator[Metric]:

@@ -12,9 +12,10 @@ Entries flow through the Forum only::
     page from P      --> Forum.apply --listener--> (not forwarded: see antientropy)
 
 ``Forum.apply`` makes entries durable before they are visible, skips what is
-held, and calls the listener in the applying task, so a context variable
-tells the listener where the entries came from: they never go back to their
-sender, nor to the peers the sender pushed them to itself (``covered``).
+held, and hands the listener the :class:`~node.forum.Provenance` it was given:
+the origins that hold the entries already. So pushed entries never go back to
+their sender, nor to the peers the sender pushed them to itself (``covered``);
+pulled ones (held by "everyone", ``None``) go to nobody.
 """
 
 from __future__ import annotations
@@ -22,19 +23,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Self
 
 from node.entries import Entry
-from node.forum import Forum
+from node.forum import Forum, Provenance
 from node.resource import AsyncResource
+from node.web_status import PeerStatus
 from replication.antientropy import Fetching, Syncer, fill_page
 from replication.config import ReplicationConfig
 from replication.errors import BadMessage
 from replication.membership import Membership, Peer, PeerState
 from replication.messages import Member, MemberList, PullPage, PullRequest, Push, PushAck
-from replication.metrics import PeerGauges, ReplicationMetrics
+from replication.metrics import ReplicationMetrics
 from replication.push import Outbox, Pusher
 from replication.transport import PeerTransport
 from replication.vector import VersionVector
@@ -45,18 +46,8 @@ log = logging.getLogger(__name__)
 _RESTART_DELAY = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class _Source:
-    """Who must not get the entries being applied again.
-
-    ``skip``: origins not to forward to (the sender, and those it covered);
-    ``None``: forward to none (entries pulled by anti-entropy).
-    """
-
-    skip: frozenset[str] | None
-
-
-_SOURCE: ContextVar[_Source | None] = ContextVar("replication_source", default=None)
+#: Entries pulled by anti-entropy are sent on to nobody: every node pulls for itself.
+_PULLED = Provenance(held_by=None)
 
 
 @dataclass(slots=True, eq=False)
@@ -200,17 +191,14 @@ class Replicator(AsyncResource):
 
     # -- the Forum's side ----------------------------------------------------------------
 
-    def _on_entries(self, entries: Sequence[Entry]) -> None:
-        """Listener: queue new entries for the peers that need them. Never blocks."""
-        source = _SOURCE.get()
-        skip: frozenset[str] = frozenset()
-        if source is not None:
-            if source.skip is None:
-                return
-            skip = source.skip
+    def _on_entries(self, entries: Sequence[Entry], provenance: Provenance) -> None:
+        """Listener: queue new entries for the peers that lack them. Never blocks."""
+        held_by = provenance.held_by
+        if held_by is None:
+            return
         for link in self._links.values():
             peer = link.peer
-            if peer.origin is not None and peer.origin in skip:
+            if peer.origin is not None and peer.origin in held_by:
                 continue
             if peer.state is PeerState.DEAD:
                 self._metrics.dropped(peer.url, "peer_down", len(entries) + link.outbox.clear())
@@ -228,16 +216,12 @@ class Replicator(AsyncResource):
                 covered.add(link.peer.origin)
         return frozenset(covered)
 
-    async def _apply(self, entries: Sequence[Entry], skip: frozenset[str] | None) -> list[Entry]:
+    async def _apply(self, entries: Sequence[Entry], provenance: Provenance) -> list[Entry]:
         self._check(entries)
-        token = _SOURCE.set(_Source(skip))
-        try:
-            return await self.forum.apply(entries)
-        finally:
-            _SOURCE.reset(token)
+        return await self.forum.apply(entries, provenance)
 
     async def _apply_page(self, entries: Sequence[Entry]) -> list[Entry]:
-        return await self._apply(entries, skip=None)
+        return await self._apply(entries, _PULLED)
 
     def _check(self, entries: Sequence[Entry]) -> None:
         """Refuse entries no honest peer sends. ``BadMessage`` before anything is applied."""
@@ -265,7 +249,8 @@ class Replicator(AsyncResource):
     async def receive_push(self, push: Push, body_bytes: int) -> PushAck:
         """Apply a peer's push. ``BadMessage`` if it holds forged entries (nothing applied)."""
         self.membership.heard_from(push.sender)
-        new = await self._apply(push.entries, push.covered | {push.sender.origin})
+        held_by = push.covered | {push.sender.origin}
+        new = await self._apply(push.entries, Provenance(held_by))
         self._metrics.received(
             self._label(push.sender), "push", len(push.entries), len(new), body_bytes
         )
@@ -310,22 +295,8 @@ class Replicator(AsyncResource):
 
     # -- status and metrics -------------------------------------------------------------
 
-    def status(self) -> list[dict[str, Any]]:
-        """Per peer: url, origin, state, last contact, entries behind, queued (``forum status``)."""
-        rows = self.membership.snapshot(VersionVector.of(self.forum.strand))
-        for row in rows:
-            link = self._links.get(row["url"])
-            row["queued"] = 0 if link is None else len(link.outbox)
-        return rows
-
-    def gauges(self) -> list[PeerGauges]:
-        return [
-            PeerGauges(
-                url=row["url"],
-                state=row["state"],
-                behind=row["behind"],
-                last_contact_age=row["last_contact_age"],
-                queued=row["queued"],
-            )
-            for row in self.status()
-        ]
+    def status(self) -> list[PeerStatus]:
+        """Per peer: url, origin, state, last contact, entries behind, queued
+        (``forum status``, and the per-peer gauges)."""
+        queued = {url: len(link.outbox) for url, link in self._links.items()}
+        return self.membership.snapshot(VersionVector.of(self.forum.strand), queued)

@@ -19,10 +19,15 @@ Every request is checked before anything changes, like client input:
 
 Answers are msgpack, signed when there is a cluster key; errors are the node's JSON
 error bodies.
+
+:func:`serve` answers a request whatever carried it: the aiohttp routes here,
+or :class:`~replication.memory.MemoryTransport` (peers in one process, no
+sockets), so both take the same checks and give the same answers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -55,19 +60,63 @@ class Replication:
 REPLICATION = web.AppKey("replication", Replication)
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One replication request, as it came: ``headers`` hold its signature."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The msgpack body of an answer, and its (signature) headers."""
+
+    body: bytes
+    headers: Mapping[str, str]
+
+
+_Serve = Callable[[Replication, Request], Awaitable[Answer]]
+
+
 def add_routes(app: web.Application) -> None:
-    app.router.add_post(PUSH_PATH, push)
-    app.router.add_post(PULL_PATH, pull)
-    app.router.add_get(MEMBERS_PATH, members)
+    app.router.add_post(PUSH_PATH, _route)
+    app.router.add_post(PULL_PATH, _route)
+    app.router.add_get(MEMBERS_PATH, _route)
 
 
-async def push(request: web.Request) -> web.Response:
-    replication, body, signature = await _accept(request, anyone=False)
+async def _route(request: web.Request) -> web.Response:
+    asked = Request(request.method, request.path, request.headers, await request.read())
+    answer = await serve(request.app.get(REPLICATION), asked)
+    return web.Response(body=answer.body, content_type=MSGPACK, headers=answer.headers)
+
+
+async def serve(replication: Replication | None, request: Request) -> Answer:
+    """Answer ``request`` with the running ``replication`` (``None``: not running).
+    ``ApiProblem`` (the status and JSON error body) when it is refused."""
+    route = _ROUTES.get(request.path)
+    if route is None:
+        raise ApiProblem(404, "not_found", f"no replication route {request.path}")
+    method, answer = route
+    allowed = {method, "HEAD"} if method == "GET" else {method}  # as aiohttp's add_get
+    if request.method not in allowed:
+        raise ApiProblem(405, "method_not_allowed", f"{request.path} takes {method}")
+    if replication is None:
+        raise ApiProblem(
+            503, "unavailable", "replication is not running", headers={"Retry-After": "1"}
+        )
+    return await answer(replication, request)
+
+
+async def _push(replication: Replication, request: Request) -> Answer:
+    signature = _accept(replication, request, anyone=False)
     replicator = replication.replicator
     try:
-        message = decode_push(body)
+        message = decode_push(request.body)
         _not_self(replicator, message.sender)
-        ack = await replicator.receive_push(message, len(body))
+        ack = await replicator.receive_push(message, len(request.body))
     except BadMessage as exc:
         raise _refuse(replicator, 400, "bad_message", str(exc)) from None
     return _answer(
@@ -75,15 +124,15 @@ async def push(request: web.Request) -> web.Response:
     )
 
 
-async def pull(request: web.Request) -> web.Response:
-    replication, body, signature = await _accept(request, anyone=True)
+async def _pull(replication: Replication, request: Request) -> Answer:
+    signature = _accept(replication, request, anyone=True)
     replicator = replication.replicator
     try:
-        message = decode_pull(body)
+        message = decode_pull(request.body)
     except BadMessage as exc:
         raise _refuse(replicator, 400, "bad_message", str(exc)) from None
     _not_self(replicator, message.sender)
-    replicator.note_received_pull(message.sender, len(body))
+    replicator.note_received_pull(message.sender, len(request.body))
     page = await replicator.serve_pull(message)
     return _answer(
         replication,
@@ -95,40 +144,38 @@ async def pull(request: web.Request) -> web.Response:
     )
 
 
-async def members(request: web.Request) -> web.Response:
-    replication, _, signature = await _accept(request, anyone=True)
-    listing = replication.replicator.member_list()
-    body = encode(listing)
-    headers = replication.auth.sign_response(signature, body)
-    return web.Response(body=body, content_type=MSGPACK, headers=headers)
+async def _members(replication: Replication, request: Request) -> Answer:
+    signature = _accept(replication, request, anyone=True)
+    body = encode(replication.replicator.member_list())
+    return Answer(body, replication.auth.sign_response(signature, body))
 
 
-async def _accept(request: web.Request, *, anyone: bool) -> tuple[Replication, bytes, str]:
-    """The running replication, the body, and its checked signature.
+_ROUTES: dict[str, tuple[str, _Serve]] = {
+    PUSH_PATH: ("POST", _push),
+    PULL_PATH: ("POST", _pull),
+    MEMBERS_PATH: ("GET", _members),
+}
+
+
+def _accept(replication: Replication, request: Request, *, anyone: bool) -> str:
+    """The request's checked signature.
 
     ``anyone``: the request may be signed for any node (``*``), not only for
     this one: only the read-only routes allow it, since a sender learns a
     peer's origin from its first answer, and a read replayed to another node
     changes nothing there that matters.
     """
-    replication = request.app.get(REPLICATION)
-    if replication is None:
-        raise ApiProblem(
-            503, "unavailable", "replication is not running", headers={"Retry-After": "1"}
-        )
-    body = await request.read()
     try:
-        signature = replication.auth.verify_request(
+        return replication.auth.verify_request(
             request.method,
             request.path,
             request.headers,
-            body,
+            request.body,
             me=replication.replicator.me.origin,
             anyone=anyone,
         )
     except BadSignature as exc:
         raise _refuse(replication.replicator, 401, "unauthorized", str(exc)) from None
-    return replication, body, signature
 
 
 def _not_self(replicator: Replicator, sender: Member) -> None:
@@ -149,8 +196,7 @@ def _answer(
     kind: str,
     message: Message,
     entries: int,
-) -> web.Response:
+) -> Answer:
     body = encode(message)
     replication.replicator.note_sent(to, kind, entries, len(body))
-    headers = replication.auth.sign_response(signature, body)
-    return web.Response(body=body, content_type=MSGPACK, headers=headers)
+    return Answer(body, replication.auth.sign_response(signature, body))

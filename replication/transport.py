@@ -18,19 +18,24 @@ Every attempt has a connect timeout and a total timeout; retriable failures
 are retried with jittered exponential backoff. A call is cancellable at any
 point (shutdown): nothing is left half-done on our side, since calls only
 change state here after the answer came back.
+
+All of that but the carrying of bytes is :class:`SignedTransport`'s, shared by
+:class:`HttpTransport` and :class:`~replication.memory.MemoryTransport` (peers
+in one process, for tests), so the two cannot answer differently.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+from collections.abc import Mapping
 from typing import Protocol, Self
 
 import aiohttp
 
+from node.backoff import Backoff
+from node.errors import error_body
 from node.resource import AsyncResource
 from replication.auth import ANYONE, ClusterAuth
-from replication.backoff import Backoff
 from replication.config import ReplicationConfig
 from replication.errors import (
     BadMessage,
@@ -58,14 +63,60 @@ class PeerTransport(Protocol):
     ) -> bytes: ...
 
 
-class HttpTransport(AsyncResource):
-    """:class:`PeerTransport` over aiohttp. Use as ``async with HttpTransport(...) as t``."""
+class SignedTransport(AsyncResource):
+    """What every :class:`PeerTransport` here does around one exchange with a
+    peer: sign the request, turn an error status into its ``PeerRejected``,
+    check the answer's signature and size, and retry what is worth retrying.
+    A subclass carries the bytes (:meth:`_exchange`)."""
 
     def __init__(self, auth: ClusterAuth, config: ReplicationConfig) -> None:
         self._auth = auth
         self._attempts = config.attempts
         self._backoff = Backoff(config.backoff_base, config.backoff_max)
         self._max_answer = max(config.page_bytes, config.max_batch_bytes) + _ANSWER_SLACK
+
+    async def aclose(self) -> None:
+        return None
+
+    async def call(
+        self, peer: str, method: str, path: str, body: bytes = b"", *, to: str = ANYONE
+    ) -> bytes:
+        """Call ``peer`` (its base URL) at ``path``, for the node of origin ``to``,
+        retrying what is worth retrying."""
+        attempt = 0
+        while True:
+            try:
+                return await self._attempt(peer, method, path, body, to)
+            except PeerError as exc:
+                attempt += 1
+                if not exc.retriable or attempt >= self._attempts:
+                    raise
+            await asyncio.sleep(self._backoff.delay(attempt))
+
+    async def _attempt(self, peer: str, method: str, path: str, body: bytes, to: str) -> bytes:
+        signed = self._auth.sign_request(method, path, body, to)
+        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK} | signed
+        status, answer_headers, answer = await self._exchange(peer, method, path, headers, body)
+        if len(answer) > self._max_answer:
+            raise BadMessage(f"{peer}: answer over {self._max_answer} bytes")
+        if status >= 400:
+            raise _rejection(peer, status, answer)
+        self._auth.verify_response(signed, answer_headers, answer)
+        return answer
+
+    async def _exchange(
+        self, peer: str, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """Send one request; its answer's status, headers and body. ``PeerUnavailable``
+        (or ``PeerTimeout``) when no answer came."""
+        raise NotImplementedError
+
+
+class HttpTransport(SignedTransport):
+    """:class:`PeerTransport` over aiohttp. Use as ``async with HttpTransport(...) as t``."""
+
+    def __init__(self, auth: ClusterAuth, config: ReplicationConfig) -> None:
+        super().__init__(auth, config)
         self._timeout = aiohttp.ClientTimeout(
             total=config.request_timeout,
             connect=config.connect_timeout,
@@ -87,41 +138,22 @@ class HttpTransport(AsyncResource):
             session, self._session = self._session, None
             await asyncio.shield(session.close())
 
-    async def call(
-        self, peer: str, method: str, path: str, body: bytes = b"", *, to: str = ANYONE
-    ) -> bytes:
-        """Call ``peer`` (its base URL) at ``path``, for the node of origin ``to``,
-        retrying what is worth retrying."""
-        attempt = 0
-        while True:
-            try:
-                return await self._attempt(peer, method, path, body, to)
-            except PeerError as exc:
-                attempt += 1
-                if not exc.retriable or attempt >= self._attempts:
-                    raise
-            await asyncio.sleep(self._backoff.delay(attempt - 1))
-
-    async def _attempt(self, peer: str, method: str, path: str, body: bytes, to: str) -> bytes:
+    async def _exchange(
+        self, peer: str, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, Mapping[str, str], bytes]:
         if self._session is None:
             raise PeerUnavailable(peer, "the transport is closed")
-        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK}
-        signed = self._auth.sign_request(method, path, body, to)
-        headers |= signed
         url = peer.rstrip("/") + path
         try:
             async with self._session.request(method, url, data=body, headers=headers) as response:
-                answer = await self._read(peer, response)
-                if response.status >= 400:
-                    raise _rejection(peer, response.status, answer)
-                self._auth.verify_response(signed, response.headers, answer)
-                return answer
+                return response.status, response.headers, await self._read(peer, response)
         except TimeoutError as exc:  # aiohttp's timeouts are TimeoutErrors
             raise PeerTimeout(peer, f"no answer in time ({type(exc).__name__})") from exc
         except aiohttp.ClientError as exc:
             raise PeerUnavailable(peer, f"{type(exc).__name__}: {exc}") from exc
 
     async def _read(self, peer: str, response: aiohttp.ClientResponse) -> bytes:
+        """The body, refused as soon as it is known to be over the bound (not buffered)."""
         length = response.content_length
         if length is not None and length > self._max_answer:
             raise BadMessage(f"{peer}: answer of {length} bytes is over {self._max_answer}")
@@ -136,20 +168,9 @@ class HttpTransport(AsyncResource):
 
 
 def _rejection(peer: str, status: int, body: bytes) -> PeerRejected:
-    message = _error_message(body)
+    _, message = error_body(status, body)
     if status == 401:
         return Unauthenticated(peer, message)
     if status == 409:
         return PeerIsSelf(peer, message)
     return PeerRejected(peer, status, message)
-
-
-def _error_message(body: bytes) -> str:
-    """The ``message`` of the node's JSON error body, or the start of whatever came."""
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return body[:200].decode("utf-8", "replace")
-    if isinstance(document, dict) and isinstance(document.get("message"), str):
-        return str(document["message"])
-    return body[:200].decode("utf-8", "replace")

@@ -23,9 +23,10 @@ from coordinator.worker import WorkerStats
 from deploy.history import Verdict
 from forum.cli import build_parser
 from node.config import NodeConfig
+from node.web_status import PeerStatus
 from replication.config import ReplicationConfig
 from replication.messages import PUSH_PATH
-from replication.metrics import PeerGauges, ReplicationMetrics
+from replication.metrics import ReplicationMetrics
 from tests.deploy.artifacts import DEPLOY, OPERATIONS, REPO
 from tests.fixtures.nodes import ForumNodes
 
@@ -126,7 +127,8 @@ async def test_every_metric_in_the_docs_is_exposed(forum_nodes: ForumNodes) -> N
         exposed = exposed_names(await response.text())
     registry = CollectorRegistry()
     replication = ReplicationMetrics(registry)
-    replication.watch_peers(lambda: [PeerGauges("http://peer:7070", "alive", 0, 0.1, 0)])
+    peer = PeerStatus("http://peer:7070", None, "peer-1", True, "alive", 0.0, 0.1, 0, None, 0, 0)
+    replication.watch_peers(lambda: [peer])
     exposed |= exposed_names(generate_latest(registry).decode())
     exposed |= exposed_names(generate_latest(worker_registry(WorkerStats)).decode())
     named = set(re.findall(r"\bforum_[a-z_]+[a-z]\b", OPERATIONS.read_text()))

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 from node import Entry, EntryId, Forum, Pattern, Strand, StrandConfig, Take, Tuple, Write
+from node.forum import LOCAL, Provenance
 from tests.fixtures.nodes import eventually
 
 W1 = Write(EntryId("peer-a", 1), b"job/1")
@@ -62,19 +63,26 @@ async def test_remote_write_wakes_a_blocking_taker(forum: Forum) -> None:
     assert await taker == Tuple(W2.id, W2.payload)
 
 
-async def test_listeners_get_every_durable_entry_once(forum: Forum) -> None:
-    seen: list[Entry] = []
+async def test_listeners_get_every_durable_entry_once_with_its_provenance(forum: Forum) -> None:
+    seen: list[tuple[Entry, Provenance]] = []
 
-    def listener(entries: Sequence[Entry]) -> None:
-        seen.extend(entries)
+    def listener(entries: Sequence[Entry], provenance: Provenance) -> None:
+        seen.extend((entry, provenance) for entry in entries)
 
     forum.add_listener(listener)
     wid = await forum.write(b"local")
     await forum.take(Pattern(b"local"))
-    await forum.apply([W1, W1])
+    from_peer = Provenance(held_by=frozenset({"peer-a"}))
+    await forum.apply([W1, W1], from_peer)
     await forum.apply([W1])
-    assert [type(e).__name__ for e in seen] == ["Write", "Take", "Write"]
-    assert seen[0].id == wid and seen[2] == W1
+    await forum.apply([W2])
+    assert [(type(e).__name__, p) for e, p in seen] == [
+        ("Write", LOCAL),
+        ("Take", LOCAL),
+        ("Write", from_peer),
+        ("Write", LOCAL),
+    ]
+    assert seen[0][0].id == wid and seen[2][0] == W1 and seen[3][0] == W2
     forum.remove_listener(listener)
 
 

@@ -90,7 +90,7 @@ async def test_cancel_just_after_hand_over_puts_the_tuple_back(forum: Forum) -> 
     taker = asyncio.create_task(forum.take(Pattern(b"h/"), timeout=30))
     await eventually(lambda: forum.stats().waiting_takers == 1)
     # Listeners run right after the hand-over, before the waiter resumes.
-    forum.add_listener(lambda entries: taker.cancel())
+    forum.add_listener(lambda entries, provenance: taker.cancel())
     await forum.write(b"h/1")
     await asyncio.gather(taker, return_exceptions=True)
     assert taker.cancelled()

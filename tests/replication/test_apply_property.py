@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry
 
 from node import Entry, EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write
 from replication.antientropy import fill_page
+from replication.auth import ClusterAuth
 from replication.config import ReplicationConfig
-from replication.errors import PeerUnavailable
+from replication.memory import MemoryNetwork, MemoryTransport
 from replication.messages import Member, Push, decode_push, encode
 from replication.metrics import ReplicationMetrics
 from replication.replicator import Replicator
@@ -62,23 +63,17 @@ def model(entries: Sequence[Entry]) -> tuple[set[tuple[EntryId, bytes]], int]:
     return live, sum(n - 1 for n in takes.values() if n > 1)
 
 
-class NoNetwork:
-    """The transport of a replicator that has no peers: never called."""
-
-    async def call(self, peer: str, method: str, path: str, body: bytes = b"") -> bytes:
-        raise PeerUnavailable(peer, "no network in this test")
-
-
 @asynccontextmanager
 async def node(directory: Path, name: str) -> AsyncIterator[Replicator]:
-    """A Forum and the replicator that receives pushes for it (no peers, no tasks)."""
+    """A Forum and the replicator that receives pushes for it (no peers, no tasks:
+    its transport, onto an empty network, is never called)."""
     cfg = StrandConfig().with_storage(directory / name).with_node_name(name).with_fsync("never")
     async with Forum(await Strand.open(cfg), remote_delay=0) as forum:
         yield Replicator(
             forum=forum,
             me=Member(forum.strand.origin, None),
             seeds=(),
-            transport=NoNetwork(),
+            transport=MemoryTransport(MemoryNetwork(), ClusterAuth(None), ReplicationConfig()),
             metrics=ReplicationMetrics(CollectorRegistry()),
             config=ReplicationConfig(),
         )

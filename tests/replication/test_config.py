@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from replication.backoff import Backoff
 from replication.config import ReplicationConfig
 
 
@@ -69,10 +68,3 @@ def test_sizes_take_units_as_the_node_s_do() -> None:
         {"FORUM_REPL_QUEUE_BYTES": "16MiB", "FORUM_REPL_PAGE_BYTES": "512KiB"}
     )
     assert (config.queue_bytes, config.page_bytes) == (16 << 20, 512 << 10)
-
-
-def test_backoff_grows_jittered_and_capped() -> None:
-    backoff = Backoff(0.1, 1.0)
-    for attempt, ceiling in [(0, 0.1), (1, 0.2), (2, 0.4), (3, 0.8), (4, 1.0), (100, 1.0)]:
-        for _ in range(50):
-            assert ceiling / 2 <= backoff.delay(attempt) <= ceiling

@@ -78,8 +78,8 @@ async def test_a_hanging_peer_never_slows_writes_and_shutdown_does_not_wait_for_
             while sum(path.endswith("/push") for path in hits) < 2:
                 await asyncio.sleep(0.005)
             [row] = replicator.status()
-            assert row["url"] == url
-            assert row["queued"] <= config.queue_entries
+            assert row.url == url
+            assert row.queued <= config.queue_entries
             dropped = registry.get_sample_value(
                 "forum_replication_push_dropped_total", {"peer": url, "reason": "queue_full"}
             )
@@ -116,7 +116,7 @@ async def test_entries_go_to_the_peers_that_need_them_and_never_back(tmp_path: P
             replicator.membership.contacted(url, Member(f"{name}-1", url))
 
         def queued() -> dict[str, int]:
-            return {row["origin"][0]: row["queued"] for row in replicator.status()}
+            return {row.origin[0]: row.queued for row in replicator.status()}
 
         await forum.write(b"local")
         assert queued() == {"p": 1, "q": 1, "r": 1}
@@ -160,7 +160,7 @@ async def test_no_push_goes_to_a_peer_before_its_origin_is_known(
             await forum.write(b"job-1")
             await asyncio.sleep(0.1)  # room for a push that must not be sent
             assert [path.rpartition("/")[2] for path in hits] == ["pull"]
-            assert replicator.status()[0]["queued"] == 1
+            assert replicator.status()[0].queued == 1
             replicator.membership.contacted(url, Member("hanging-1", url))
             while "push" not in [path.rpartition("/")[2] for path in hits]:
                 await asyncio.sleep(0.005)

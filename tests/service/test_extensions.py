@@ -3,6 +3,7 @@ peers in status and metrics in the app's own registry."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +15,22 @@ from node import Forum
 from node.config import NodeConfig
 from node.web_app import CLUSTER_PREFIX, build_app
 from node.web_keys import CONFIG, FORUM, METRICS_REGISTRY, PEERS
+from node.web_status import PeerStatus
 from tests.fixtures.nodes import free_port
+
+PEER_B = PeerStatus(
+    url="http://peer-b:7070",
+    advertised=None,
+    origin=None,
+    seed=True,
+    state="suspect",
+    last_contact=None,
+    last_contact_age=None,
+    failures=1,
+    last_error="refused",
+    behind=None,
+    queued=0,
+)
 
 
 def replication_like(app: web.Application) -> None:
@@ -32,7 +48,7 @@ def replication_like(app: web.Application) -> None:
 
     app.router.add_post(CLUSTER_PREFIX + "push", push)
     app.cleanup_ctx.append(running)
-    app[PEERS] = lambda: [{"url": "http://peer-b:7070", "state": "up", "lag": 0}]
+    app[PEERS] = lambda: [PEER_B]
 
 
 async def test_an_extension_adds_routes_peers_and_metrics(local_forum: Forum) -> None:
@@ -53,7 +69,7 @@ async def test_an_extension_adds_routes_peers_and_metrics(local_forum: Forum) ->
             client = {"Authorization": "Bearer t"}
             async with http.get(f"{url}/v1/status", headers=client) as response:
                 peers = (await response.json())["peers"]
-            assert peers == [{"url": "http://peer-b:7070", "state": "up", "lag": 0}]
+            assert peers == [dataclasses.asdict(PEER_B)]
             async with http.get(f"{url}/metrics", headers=client) as response:
                 assert "forum_test_pushes_total 1.0" in await response.text()
     finally:
