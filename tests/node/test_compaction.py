@@ -7,9 +7,8 @@ import os
 
 import pytest
 
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write
+from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write, segment
 from node import compaction as compaction_files
-from node import segment
 
 ALL = Pattern(b"")
 
