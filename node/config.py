@@ -123,6 +123,7 @@ SegmentSize = Annotated[
     SIZE,
 ]
 DataDir = Annotated[Path, Meta(description="a path")]
+Ratio = Annotated[float, Meta(ge=0, le=1, description="a share between 0 and 1")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,12 @@ class NodeConfig:
     #: taken here, so the node it was written on usually hands it out first
     #: (see ``Forum.apply``); 0 makes it live on arrival.
     remote_delay: Seconds = REMOTE_DELAY
+    #: Seconds between two looks of the background compactor at the Strand
+    #: (docs/operations.md, "Compaction"); 0 turns background compaction off.
+    compact_interval: Seconds = 10.0
+    #: The share of the Strand's entries that must be dead (neither live nor
+    #: reserved) for a background compaction pass to run.
+    compact_dead_ratio: Ratio = 0.5
     #: On SIGTERM, how long in-flight requests get to finish, in seconds.
     shutdown_timeout: Seconds = 10.0
     #: A connection that has not sent a whole request head this many seconds
