@@ -44,7 +44,8 @@ from node.errors import (
 from node.forum import ListPage
 from node.resource import AsyncResource
 from node.space import Pattern
-from node.web_bodies import DELIVERIES_HEADER, ENTRY_ID_HEADER, MSGPACK, RAW, TEXT, prefix_query
+from node.web_bodies import prefix_query
+from node.web_model import DELIVERIES_HEADER, ENTRY_ID_HEADER, MSGPACK, RAW, TEXT
 from node.web_status import NodeStatus
 
 #: A long poll is answered by the node up to this much after its wait ends.

@@ -9,7 +9,7 @@ Middlewares, outermost first::
 
     metrics        counts and times every request, rejected ones included
     errors         turns every failure into {"error": code, "message": text}
-    authenticate   the client token on the API, the cluster key (the
+    authenticate   (node.web_auth) the client token on the API, the cluster key (the
                    cluster secret, else the token) on /v1/cluster/
                    (replication), nothing on the health probes
     bodies         refuses a Content-Encoding (415) and a body on a route
@@ -22,7 +22,6 @@ client's connection) is :mod:`node.web_server`'s.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -35,30 +34,14 @@ from node.compactor import CompactionPolicy, Compactor
 from node.config import NodeConfig
 from node.errors import ForumError, RecordTooLarge, StrandError
 from node.forum import Forum
+from node.web_auth import CLUSTER_PREFIX, authenticate, cluster_key
 from node.web_bodies import ApiProblem, BodyTimeout, bad_request
-from node.web_handlers import (
-    BODY_HANDLERS,
-    ack,
-    ack_batch,
-    count,
-    extend_reservations,
-    healthz,
-    list_tuples,
-    read,
-    readyz,
-    release,
-    reserve,
-    reserve_batch,
-    status,
-    take,
-    take_batch,
-    write_batch,
-    write_tuple,
-)
+from node.web_handlers import HANDLERS
 from node.web_keys import (
     COMPACTOR,
     CONFIG,
     FORUM,
+    LIMITS,
     LONG_POLLS,
     METRICS_REGISTRY,
     PEERS,
@@ -68,15 +51,16 @@ from node.web_keys import (
 )
 from node.web_longpoll import LongPolls
 from node.web_metrics import NodeMetrics
+from node.web_model import METRICS, SPEC, Limits
 from node.web_openapi import openapi_handler
 from node.web_status import PeerStatus
 
+#: cluster_key and CLUSTER_PREFIX are node.web_auth's, here too for the
+#: extensions that import them from the app (replication signs with the key).
+__all__ = ["CLUSTER_PREFIX", "ERROR_CODES", "build_app", "cluster_key"]
+
 log = logging.getLogger(__name__)
 
-#: Routes under this prefix are for peers: they need the cluster key (see cluster_key).
-CLUSTER_PREFIX = "/v1/cluster/"
-#: Routes open to anyone (probes must work without secrets).
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 #: Room for the framing of a batch beyond its payload bytes.
 _BODY_SLACK = 64 * 1024
 
@@ -93,6 +77,9 @@ ERROR_CODES = {
     431: "headers_too_large",
     503: "unavailable",
 }
+#: The handlers that read a request body; any other route refuses one (a body
+#: sent to a take is a client mistake, and the take must not happen anyway).
+_BODY_HANDLERS = frozenset(handler for op, handler in HANDLERS.items() if op.body is not None)
 #: The codings a request body may come in: none but HTTP/1.1's own framing.
 _CODINGS = {"Content-Encoding": ("identity", ""), "Transfer-Encoding": ("chunked",)}
 #: Headers of aiohttp's own errors worth keeping when they are rewritten as JSON.
@@ -107,12 +94,13 @@ def build_app(
     long_polls = LongPolls(forum, config.max_waiters)
     metrics = NodeMetrics(registry, forum, long_polls)
     app = web.Application(
-        middlewares=[metrics.middleware, _errors, _authenticate, _bodies],
+        middlewares=[metrics.middleware, _errors, authenticate, _bodies],
         # A backstop only: handlers read bodies with their own, tighter limits.
         client_max_size=config.max_batch_bytes + _BODY_SLACK,
     )
     app[FORUM] = forum
     app[CONFIG] = config
+    app[LIMITS] = Limits.of(config)
     app[METRICS_REGISTRY] = registry
     app[LONG_POLLS] = long_polls
     app[COMPACTOR] = Compactor(
@@ -122,25 +110,14 @@ def build_app(
     app[SELF_AUTHENTICATED] = frozenset()
     app[STARTED] = time.monotonic()
 
-    router = app.router
-    router.add_post("/v1/tuples", write_tuple)
-    router.add_get("/v1/tuples", list_tuples)
-    router.add_post("/v1/tuples/batch", write_batch)
-    router.add_post("/v1/take", take)
-    router.add_post("/v1/take/batch", take_batch)
-    router.add_post("/v1/reserve", reserve)
-    router.add_post("/v1/reserve/batch", reserve_batch)
-    router.add_post("/v1/ack", ack)
-    router.add_post("/v1/ack/batch", ack_batch)
-    router.add_post("/v1/reserve/extend", extend_reservations)
-    router.add_post("/v1/release", release)
-    router.add_get("/v1/read", read)
-    router.add_get("/v1/count", count)
-    router.add_get("/v1/status", status)
-    router.add_get("/v1/openapi.json", openapi_handler)
-    router.add_get("/healthz", healthz)
-    router.add_get("/readyz", readyz)
-    router.add_get("/metrics", metrics.handle)
+    # Every operation of node.web_model, as declared there (so the OpenAPI
+    # document, made from the same table, describes exactly what is served).
+    handlers = {**HANDLERS, SPEC: openapi_handler, METRICS: metrics.handle}
+    for operation, handler in handlers.items():
+        if operation.method == "GET":
+            app.router.add_get(operation.path, handler)  # and HEAD, as aiohttp does
+        else:
+            app.router.add_route(operation.method, operation.path, handler)
 
     app.cleanup_ctx.append(_listening)
     # on_shutdown runs after the socket closes and before in-flight requests
@@ -165,50 +142,6 @@ async def _drain(app: web.Application) -> None:
     app[LONG_POLLS].drain()
 
 
-def cluster_key(config: NodeConfig) -> str | None:
-    """The credential of the cluster routes: the cluster secret, else the token, else none.
-
-    Never nothing while a token is set (the peer routes must not be a way
-    around it), and nodes that share a token but have no secret still
-    replicate with each other. Replication signs with it (``replication.auth``).
-    """
-    return config.cluster_secret if config.cluster_secret is not None else config.token
-
-
-@web.middleware
-async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path in OPEN_PATHS:
-        return await handler(request)
-    config = request.app[CONFIG]
-    for_peers = request.path.startswith(CLUSTER_PREFIX)
-    checked_by_route: frozenset[str] = request.app[SELF_AUTHENTICATED]
-    if (
-        for_peers
-        and request.match_info.http_exception is None  # an existing route ...
-        and request.path.startswith(tuple(checked_by_route))  # ... that checks its own
-    ):
-        return await handler(request)
-    secret = cluster_key(config) if for_peers else config.token
-    if secret is not None and not _bearer_matches(request, secret):
-        peer_secret = for_peers and config.cluster_secret is not None
-        what = "the cluster secret" if peer_secret else "the node's token"
-        raise ApiProblem(
-            401,
-            "unauthorized",
-            f"missing or wrong credentials: send 'Authorization: Bearer <{what}>'",
-            headers={"WWW-Authenticate": 'Bearer realm="forum"'},
-        )
-    return await handler(request)
-
-
-def _bearer_matches(request: web.Request, secret: str) -> bool:
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    # compare_digest: the time taken must not tell how much of the secret matched.
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        given.strip().encode(), secret.encode()
-    )
-
-
 @web.middleware
 async def _bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
     # The server does not inflate bodies (node.web_server), so a compressed
@@ -223,7 +156,7 @@ async def _bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
             )
     if not request.body_exists:
         return await handler(request)
-    route_reads_body = request.match_info.handler in BODY_HANDLERS
+    route_reads_body = request.match_info.handler in _BODY_HANDLERS
     if request.match_info.http_exception is None and not (
         route_reads_body or request.path.startswith(CLUSTER_PREFIX)
     ):

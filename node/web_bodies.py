@@ -10,15 +10,29 @@ JSON       ``application/json``          for people: text payloads as
 msgpack    ``application/msgpack``       for programs: payloads as bin
 =========  ===========================  =====================================
 
-Everything a request carries is checked before anything is changed, so a
-rejected request changes nothing. A rejection is an :class:`ApiProblem`:
-an HTTP error whose body is ``{"error": code, "message": text}``.
+The bodies, parameters and limits are declared in :mod:`node.web_model`;
+this module holds each request to them. Everything a request carries is checked
+before anything is changed, so a rejected request changes nothing. A
+rejection is an :class:`ApiProblem`: an HTTP error whose body is
+``{"error": code, "message": text}``.
 
-The query grammar is narrower than Python's number parsers on purpose
-(``int`` and ``float`` take Unicode digits, ``1_0``, ``1e3`` and ``inf``)::
+A body is decoded in one pass by msgspec, straight into its Struct with its
+payloads spelt natively (text in JSON, bin in msgpack): the hot path, a
+valid batch in msgpack. Only a body that fails (or a msgpack map with a
+map16/map32 header) is decoded again, in steps, as the stdlib's json and
+msgpack's unpacker read it, to say what is wrong in the API's error codes
+(a msgpack payload spelt as text passes them all)::
 
-    integer  = 1*19 DIGIT                   ; ASCII 0-9 only
-    seconds  = 1*10 DIGIT [ "." 1*9 DIGIT ]
+    malformed_json, malformed_msgpack   not JSON / msgpack: the syntax, nesting
+                                        deeper than the decoder's stack, and in
+                                        msgpack extension types, maps of more
+                                        than 16 keys and keys that are not text
+                                        or bin
+    invalid_body                        not an object with text keys
+    unknown_field, missing_field        the Struct's fields; exactly one of a
+                                        pair (``Body.one_of``)
+    invalid_field                       a value of the wrong type or range
+    empty_payload, payload_too_large    (then) a payload, a batch
 
 A payload is never empty: an empty write is almost always a mistake (curl
 sends ``Content-Length: 0`` when its ``@file`` is missing), and an empty tuple
@@ -30,37 +44,51 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl
 
 import msgpack
+import msgspec
 from aiohttp import web
 from multidict import MultiMapping
 
 from node.entries import EntryId, Reserved, Tuple
 from node.space import Pattern
-
-RAW = "application/octet-stream"
-JSON = "application/json"
-MSGPACK = "application/msgpack"
-TEXT = "text/plain"
-#: Other names programs use for msgpack; accepted on the way in and in Accept.
-MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
-#: The response header that carries a raw payload's entry id.
-ENTRY_ID_HEADER = "Forum-Entry-Id"
-#: How many times a reserved tuple has been handed out (``Reserved.deliveries``).
-DELIVERIES_HEADER = "Forum-Deliveries"
+from node.web_model import (
+    DELIVERIES_HEADER,
+    ENTRY_ID_HEADER,
+    GRAMMAR,
+    JSON,
+    MSGPACK,
+    MSGPACK_ALIASES,
+    RAW,
+    TEXT,
+    BatchWriteBody,
+    Body,
+    ExtendBody,
+    Ids,
+    Limits,
+    Operation,
+    Parameter,
+    Payload,
+    ReservedBody,
+    TupleBody,
+    WriteBody,
+)
 
 BodyKind = Literal["raw", "json", "msgpack"]
+B = TypeVar("B", bound=Body)
 #: A JSON or msgpack body may spell a payload longer than the payload itself.
 _ENCODING_ALLOWANCE = 2
 _ENVELOPE_BYTES = 4096
+#: No body of the API has more fields; a bigger map is refused as it is read.
 _MAX_MAP = 16
-_INTEGER = re.compile(r"[0-9]{1,19}")
-_SECONDS = re.compile(r"[0-9]{1,10}(\.[0-9]{1,9})?")
+#: An id is at most an origin (128) and a seq (20 digits) with a colon.
+_ID_BYTES = 160
+_INTEGER = re.compile(GRAMMAR["integer"])
+_SECONDS = re.compile(GRAMMAR["seconds"])
 
 
 class ApiProblem(web.HTTPError):
@@ -102,12 +130,15 @@ def too_large(message: str) -> ApiProblem:
 # -- negotiation -----------------------------------------------------------------
 
 
-def negotiate(request: web.Request, offers: Sequence[str], default: str) -> str:
-    """The media type to answer in: the client's best-ranked one among ``offers``.
+def negotiate(request: web.Request, operation: Operation) -> str:
+    """The media type to answer in: the client's best-ranked one among what
+    ``operation`` answers in.
 
-    No ``Accept`` or ``*/*`` gets ``default``; nothing acceptable is a 406,
-    raised before the handler changes anything.
+    No ``Accept`` or ``*/*`` gets the first (its default); nothing acceptable
+    is a 406, raised before the handler changes anything.
     """
+    offers = operation.offers
+    default = offers[0]
     header = request.headers.get("Accept", "")
     if not header.strip():
         return default
@@ -173,7 +204,83 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _decode_document(body: bytes, kind: BodyKind) -> Any:
+# -- decoding bodies into their Structs -------------------------------------------------
+
+#: How each representation spells a payload on the fast path (native to msgspec).
+_SPELLING: dict[BodyKind, type] = {"json": str, "msgpack": bytes}
+#: And when the fast path fails: msgpack may spell a payload as text too.
+_SPELLING_AGAIN: dict[BodyKind, type] = {"json": str, "msgpack": Payload}
+_DECODERS: dict[tuple[type[Body], BodyKind], Any] = {}
+#: The msgpack headers of a map of 16 keys or more (map16, map32); a fixmap holds 15.
+_BIG_MAPS = (b"\xde", b"\xdf")
+
+
+def _spelt(model: type[B], spelling: type) -> type[B]:
+    """``model`` with its payloads spelt as ``spelling`` (if it has payloads)."""
+    if not getattr(model, "__parameters__", ()):
+        return model
+    spelt: type[B] = model[spelling]  # type: ignore[index]
+    return spelt
+
+
+def _decoder(model: type[Body], kind: BodyKind) -> Any:
+    decoder = _DECODERS.get((model, kind))
+    if decoder is None:
+        make = msgspec.json.Decoder if kind == "json" else msgspec.msgpack.Decoder
+        decoder = _DECODERS[model, kind] = make(_spelt(model, _SPELLING[kind]))
+    return decoder
+
+
+def _payload_hook(kind_of: type, value: Any) -> Any:
+    """msgspec's ``dec_hook`` for a msgpack :class:`Payload`: bin or text (msgspec
+    adds where it failed, ``at $.payloads[2]``)."""
+    if kind_of is Payload and isinstance(value, str | bytes):
+        return Payload(value.encode() if isinstance(value, str) else value)
+    raise TypeError(f"a payload must be bytes or text, not {type(value).__name__}")
+
+
+def decode(body: bytes, model: type[B], kind: BodyKind) -> B:
+    """``body`` as a ``model``, or the :class:`ApiProblem` that says what is wrong."""
+    if kind == "msgpack" and body[:1] in _BIG_MAPS:
+        # msgspec would take a map of repeated keys (the last wins); the API
+        # refuses any map bigger than a body can be, as msgpack reads it.
+        return _diagnose(body, model, kind)
+    try:
+        decoded: B = _decoder(model, kind).decode(body)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        return _diagnose(body, model, kind)
+    _one_of(model, (name for name in model.one_of if getattr(decoded, name) is not msgspec.UNSET))
+    return decoded
+
+
+def _diagnose(body: bytes, model: type[B], kind: BodyKind) -> B:
+    """Decode a body that failed again, step by step, and raise the first
+    problem found in the order of the module docstring. A document that
+    passes every step is the ``model`` after all: a msgpack payload spelt as
+    text; JSON's ``NaN``, which is not JSON to msgspec, yet a number out of
+    range to the API."""
+    document = _document(body, kind)
+    if not isinstance(document, dict):
+        raise bad_request("invalid_body", "the body must be an object (a map)")
+    if not all(isinstance(k, str) for k in document):
+        raise bad_request("invalid_body", "the body's keys must be text (msgpack str, not bin)")
+    unknown = sorted(k for k in document if k not in model.__struct_fields__)
+    if unknown:
+        raise bad_request("unknown_field", f"unknown field(s): {', '.join(unknown)}")
+    fields = msgspec.structs.fields(model)
+    missing = [f.name for f in fields if f.required and f.name not in document]
+    if missing:
+        raise bad_request("missing_field", f"{', '.join(missing)} is required")
+    _one_of(model, (name for name in model.one_of if name in document))
+    try:
+        return msgspec.convert(
+            document, _spelt(model, _SPELLING_AGAIN[kind]), dec_hook=_payload_hook
+        )
+    except msgspec.ValidationError as exc:
+        raise bad_request("invalid_field", str(exc)) from exc
+
+
+def _document(body: bytes, kind: BodyKind) -> Any:
     if kind == "json":
         try:
             return json.loads(body)
@@ -194,45 +301,38 @@ def _decode_document(body: bytes, kind: BodyKind) -> Any:
         raise bad_request("malformed_msgpack", f"the body is not msgpack: {reason}") from exc
 
 
-def _object(document: Any, allowed: Iterable[str]) -> dict[str, Any]:
-    if not isinstance(document, dict):
-        raise bad_request("invalid_body", "the body must be an object (a map)")
-    if not all(isinstance(k, str) for k in document):
-        raise bad_request("invalid_body", "the body's keys must be text (msgpack str, not bin)")
-    unknown = sorted(str(k) for k in document if k not in allowed)
-    if unknown:
-        raise bad_request("unknown_field", f"unknown field(s): {', '.join(unknown)}")
-    return document
-
-
-def _one_of(document: dict[str, Any], a: str, b: str) -> str:
-    present = [name for name in (a, b) if name in document]
-    if len(present) != 1:
+def _one_of(model: type[Body], present: Iterable[str]) -> None:
+    if model.one_of and len(list(present)) != 1:
+        a, b = model.one_of
         raise bad_request("missing_field", f"give exactly one of {a!r} or {b!r}")
-    return present[0]
 
 
-def _payload_value(value: Any, field: str, kind: BodyKind) -> bytes:
-    """One payload from a JSON string, base64 text or msgpack bin/str."""
+def _chosen(document: WriteBody[Any] | BatchWriteBody[Any]) -> tuple[str, Any]:
+    """The field of ``one_of`` that ``document`` gives, and its value
+    (:func:`decode` made sure there is exactly one)."""
+    return next(
+        (name, getattr(document, name))
+        for name in document.one_of
+        if getattr(document, name) is not msgspec.UNSET
+    )
+
+
+def _payload(field: str, spelt: str | bytes, limit: int) -> bytes:
+    """One payload as bytes: base64 decoded, text encoded; never empty, at most ``limit``."""
     if field.endswith("_b64"):
-        if not isinstance(value, str):
-            raise bad_request("invalid_field", f"{field} must be base64 text")
         try:
-            return base64.b64decode(value, validate=True)
+            payload = base64.b64decode(spelt, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise bad_request("invalid_field", f"{field} is not valid base64: {exc}") from exc
-    if isinstance(value, str):
+    elif isinstance(spelt, str):
         try:
-            return value.encode()
-        except UnicodeEncodeError as exc:  # JSON may spell a lone surrogate: "\\ud800"
+            payload = spelt.encode()
+        except UnicodeEncodeError as exc:  # JSON may spell a lone surrogate: "\ud800"
             raise bad_request("invalid_field", f"{field} is not valid Unicode: {exc}") from exc
-    if isinstance(value, bytes) and kind == "msgpack":
-        return value
-    expected = "bytes or text" if kind == "msgpack" else "text (or use payload_b64)"
-    raise bad_request("invalid_field", f"{field} must be {expected}, not {type(value).__name__}")
-
-
-def _check_size(payload: bytes, limit: int) -> bytes:
+    else:
+        # bytes(): a Payload (msgspec's, on the slow path) is not encoded
+        # back when the tuple is handed out; plain bytes are not copied.
+        payload = spelt if type(spelt) is bytes else bytes(spelt)
     if not payload:
         raise bad_request("empty_payload", "a tuple must not be empty (was a file missing?)")
     if len(payload) > limit:
@@ -240,77 +340,55 @@ def _check_size(payload: bytes, limit: int) -> bytes:
     return payload
 
 
-async def parse_write(request: web.Request, max_payload: int) -> bytes:
-    """The one payload of a write: the raw body, or ``payload``/``payload_b64``."""
-    kind = body_kind(request)
-    if kind == "raw":
-        return _check_size(await read_body(request, max_payload), max_payload)
-    body = await read_body(request, max_payload * _ENCODING_ALLOWANCE + _ENVELOPE_BYTES)
-    document = _object(_decode_document(body, kind), ("payload", "payload_b64"))
-    field = _one_of(document, "payload", "payload_b64")
-    return _check_size(_payload_value(document[field], field, kind), max_payload)
-
-
-async def parse_batch_write(
-    request: web.Request, max_payload: int, max_batch: int, max_bytes: int
-) -> list[bytes]:
-    """The payloads of a batch write: ``payloads`` (or ``payloads_b64`` in JSON)."""
+def _document_kind(request: web.Request, what: str) -> BodyKind:
     kind = body_kind(request)
     if kind == "raw":
         raise ApiProblem(
-            415, "unsupported_media_type", f"a batch is {MSGPACK} or {JSON}, not raw bytes"
+            415, "unsupported_media_type", f"{what} are {MSGPACK} or {JSON}, not raw bytes"
         )
-    document = _object(
-        _decode_document(await read_body(request, max_bytes), kind), ("payloads", "payloads_b64")
-    )
-    field = _one_of(document, "payloads", "payloads_b64")
-    values = document[field]
-    if not isinstance(values, list):
-        raise bad_request("invalid_field", f"{field} must be a list")
-    if len(values) > max_batch:
-        raise too_large(f"a batch holds at most {max_batch} tuples, not {len(values)}")
-    single = "payload_b64" if field == "payloads_b64" else "payload"
-    return [_check_size(_payload_value(v, single, kind), max_payload) for v in values]
+    return kind
 
 
-async def parse_ids(request: web.Request, max_batch: int) -> list[EntryId]:
-    """The entry ids of a batch ack: ``{"ids": ["origin:seq", ...]}``."""
-    return _ids(await _ids_document(request, max_batch, ("ids",)), max_batch)
-
-
-async def parse_extend(
-    request: web.Request, max_batch: int, max_lease: float
-) -> tuple[list[EntryId], float]:
-    """The ids and the new lease of a reservation extend:
-    ``{"ids": ["origin:seq", ...], "lease": seconds}``."""
-    document = await _ids_document(request, max_batch, ("ids", "lease"))
-    ids = _ids(document, max_batch)
-    if "lease" not in document:
-        raise bad_request("missing_field", "lease (seconds) is required")
-    lease = document["lease"]
-    if isinstance(lease, bool) or not isinstance(lease, int | float):
-        raise bad_request("invalid_field", "lease must be a number of seconds")
-    if not 0 < lease <= max_lease:  # NaN fails this too
-        raise bad_request("invalid_field", f"lease must be > 0 and <= {max_lease:g} s")
-    return ids, float(lease)
-
-
-async def _ids_document(
-    request: web.Request, max_batch: int, allowed: tuple[str, ...]
-) -> dict[str, Any]:
+async def parse_write(request: web.Request, limits: Limits) -> bytes:
+    """The one payload of a write: the raw body, or a :class:`WriteBody`."""
     kind = body_kind(request)
     if kind == "raw":
-        raise ApiProblem(415, "unsupported_media_type", f"ids are {MSGPACK} or {JSON}")
-    # An id is at most an origin (128) and a seq (20 digits) with a colon.
-    return _object(_decode_document(await read_body(request, max_batch * 160), kind), allowed)
+        return _payload("body", await read_body(request, limits.max_payload), limits.max_payload)
+    body = await read_body(request, limits.max_payload * _ENCODING_ALLOWANCE + _ENVELOPE_BYTES)
+    field, spelt = _chosen(decode(body, WriteBody, kind))
+    return _payload(field, spelt, limits.max_payload)
 
 
-def _ids(document: dict[str, Any], max_batch: int) -> list[EntryId]:
-    values = document.get("ids")
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise bad_request("invalid_field", "ids must be a list of entry ids (origin:seq)")
-    if len(values) > max_batch:
-        raise too_large(f"a batch holds at most {max_batch} ids, not {len(values)}")
+async def parse_batch_write(request: web.Request, limits: Limits) -> list[bytes]:
+    """The payloads of a batch write: a :class:`BatchWriteBody`."""
+    kind = _document_kind(request, "a batch's tuples")
+    document = decode(await read_body(request, limits.max_batch_bytes), BatchWriteBody, kind)
+    field, spelt = _chosen(document)
+    if len(spelt) > limits.max_batch:
+        raise too_large(f"a batch holds at most {limits.max_batch} tuples, not {len(spelt)}")
+    return [_payload(field, p, limits.max_payload) for p in spelt]
+
+
+async def parse_ids(request: web.Request, limits: Limits) -> list[EntryId]:
+    """The entry ids of a batch ack: :class:`Ids`."""
+    kind = _document_kind(request, "ids")
+    body = await read_body(request, limits.max_batch * _ID_BYTES)
+    return _entry_ids(decode(body, Ids, kind).ids, limits)
+
+
+async def parse_extend(request: web.Request, limits: Limits) -> tuple[list[EntryId], float]:
+    """The ids and the new lease of a reservation extend: :class:`ExtendBody`."""
+    kind = _document_kind(request, "ids")
+    document = decode(await read_body(request, limits.max_batch * _ID_BYTES), ExtendBody, kind)
+    ids = _entry_ids(document.ids, limits)
+    if document.lease > limits.max_lease:
+        raise bad_request("invalid_field", f"lease must be > 0 and <= {limits.max_lease:g} s")
+    return ids, document.lease
+
+
+def _entry_ids(values: Sequence[str], limits: Limits) -> list[EntryId]:
+    if len(values) > limits.max_batch:
+        raise too_large(f"a batch holds at most {limits.max_batch} ids, not {len(values)}")
     try:
         return [EntryId.parse(v) for v in values]
     except ValueError as exc:
@@ -321,13 +399,13 @@ def _ids(document: dict[str, Any], max_batch: int) -> list[EntryId]:
 
 
 class Query:
-    """The query parameters of one request, checked against what the route takes.
+    """The query parameters of one request, checked against what its operation takes.
 
     An unknown parameter is refused: a typo such as ``?prefx=job-`` on a take
     would otherwise take from every prefix.
     """
 
-    def __init__(self, request: web.Request, allowed: Iterable[str]) -> None:
+    def __init__(self, request: web.Request, operation: Operation, limits: Limits) -> None:
         try:
             # aiohttp decodes the query leniently (U+FFFD for bytes that are not
             # UTF-8): prefix=%FF would quietly become another prefix.
@@ -337,7 +415,8 @@ class Query:
                 "invalid_parameter", "the query string is not UTF-8 (give bytes as prefix_b64)"
             ) from None
         self._query: MultiMapping[str] = request.query
-        names = set(allowed)
+        self._limits = limits
+        names = operation.names
         unknown = sorted(k for k in self._query if k not in names)
         if unknown:
             raise bad_request(
@@ -349,13 +428,18 @@ class Query:
         if repeated:
             raise bad_request("invalid_parameter", f"given more than once: {', '.join(repeated)}")
 
-    def get(self, name: str) -> str | None:
-        value: str | None = self._query.get(name)
+    def _get(self, parameter: Parameter) -> str | None:
+        value: str | None = self._query.get(parameter.name)
+        if value is None and parameter.required:
+            raise bad_request(
+                "missing_parameter",
+                f"{parameter.name} is required: {parameter.describe(self._limits)}",
+            )
         return value
 
     def pattern(self) -> Pattern:
         """``prefix`` (UTF-8 text) or ``prefix_b64`` (any bytes); neither matches all."""
-        text, encoded = self.get("prefix"), self.get("prefix_b64")
+        text, encoded = self._query.get("prefix"), self._query.get("prefix_b64")
         if text is not None and encoded is not None:
             raise bad_request("invalid_parameter", "give prefix or prefix_b64, not both")
         if encoded is not None:
@@ -367,45 +451,44 @@ class Query:
                 raise bad_request("invalid_parameter", f"prefix_b64 is not base64: {exc}") from exc
         return Pattern((text or "").encode())
 
-    def seconds(self, name: str, maximum: float) -> float:
-        """A wait in seconds, cut to ``maximum``; absent means 0 (answer at once)."""
-        text = self.get(name)
+    def seconds(self, parameter: Parameter) -> float:
+        """Seconds in the grammar. A ``wait`` is cut to its maximum, absent means
+        0 (answer at once); a ``lease`` is refused past it."""
+        text = self._get(parameter)
         if text is None:
             return 0.0
         if not _SECONDS.fullmatch(text):
             raise bad_request(
-                "invalid_parameter", f"{name} must be seconds such as 5 or 0.25, not {text!r}"
+                "invalid_parameter",
+                f"{parameter.name} must be seconds such as 5 or 0.25, not {text!r}",
             )
-        return min(float(text), maximum)
-
-    def entry_id(self, name: str) -> EntryId:
-        """A required entry id in its text form ``origin:seq``."""
-        text = self.get(name)
-        if text is None:
-            raise bad_request("missing_parameter", f"{name} (an entry id, origin:seq) is required")
-        try:
-            return EntryId.parse(text)
-        except ValueError as exc:
-            raise bad_request("invalid_parameter", f"{name}: {exc}") from exc
-
-    def lease(self, name: str, maximum: float) -> float:
-        """A required lease in seconds, > 0 and at most ``maximum``."""
-        if self.get(name) is None:
-            raise bad_request("missing_parameter", f"{name} (seconds) is required")
-        value = self.seconds(name, math.inf)
+        value, maximum = float(text), parameter.bound(self._limits)
+        if parameter.cut:
+            return min(value, maximum)
         if not 0 < value <= maximum:
-            raise bad_request("invalid_parameter", f"{name} must be > 0 and <= {maximum:g} s")
+            raise bad_request(
+                "invalid_parameter", f"{parameter.name} must be > 0 and <= {maximum:g} s"
+            )
         return value
 
-    def integer(self, name: str, default: int, lo: int, hi: int) -> int:
-        text = self.get(name)
+    def integer(self, parameter: Parameter) -> int:
+        text = self._get(parameter)
         if text is None:
-            return default
+            return parameter.default
+        lo, hi = parameter.minimum, int(parameter.bound(self._limits))
         if not _INTEGER.fullmatch(text) or not lo <= int(text) <= hi:
             raise bad_request(
-                "invalid_parameter", f"{name} must be an integer from {lo} to {hi}, not {text!r}"
+                "invalid_parameter",
+                f"{parameter.name} must be an integer from {lo} to {hi}, not {text!r}",
             )
         return int(text)
+
+    def entry_id(self, parameter: Parameter) -> EntryId:
+        """An entry id in its text form ``origin:seq``."""
+        try:
+            return EntryId.parse(self._get(parameter) or "")
+        except ValueError as exc:
+            raise bad_request("invalid_parameter", f"{parameter.name}: {exc}") from exc
 
 
 def _padded(text: str) -> str:
@@ -423,43 +506,52 @@ def prefix_query(pattern: Pattern) -> dict[str, str]:
 # -- writing responses ---------------------------------------------------------------
 
 
-def respond(document: Mapping[str, Any], media: str, status: int = 200) -> web.Response:
-    """``document`` in JSON or msgpack (``bytes`` values must already suit the media)."""
+def respond(
+    document: msgspec.Struct | Mapping[str, Any], media: str, status: int = 200
+) -> web.Response:
+    """``document`` in JSON or msgpack, or its values as lines of text.
+
+    JSON goes through the stdlib's encoder, as it always has (``", "`` and
+    ``": "`` separators, non-ASCII escaped): clients and people read those
+    bytes. msgspec's msgpack is byte for byte what ``msgpack.packb`` wrote.
+    """
     if media == MSGPACK:
         return web.Response(
-            body=msgpack.packb(document, use_bin_type=True), status=status, content_type=MSGPACK
+            body=msgspec.msgpack.encode(document), status=status, content_type=MSGPACK
         )
+    values = msgspec.to_builtins(document, builtin_types=(bytes,))
     if media == TEXT:
-        text = "\n".join(str(v) for v in document.values())
+        text = "\n".join(str(v) for v in values.values())
         return web.Response(text=text + "\n", status=status, content_type=TEXT)
-    return web.json_response(document, status=status)
+    return web.json_response(values, status=status)
 
 
-def tuple_document(item: Tuple, media: str) -> dict[str, Any]:
-    """One tuple: ``{"id", "payload"}``, and ``deliveries`` for a reserved one;
-    in JSON a payload that is not UTF-8 is ``payload_b64`` instead."""
-    document: dict[str, Any] = {"id": str(item.id)}
+def tuple_body(item: Tuple, media: str) -> TupleBody:
+    """One tuple; in JSON a payload that is not UTF-8 is ``payload_b64`` instead."""
+    return TupleBody(str(item.id), **_payload_fields(item, media))
+
+
+def reserved_body(item: Reserved, media: str) -> ReservedBody:
+    """One reserved tuple: a tuple and its delivery count."""
+    return ReservedBody(str(item.id), **_payload_fields(item, media), deliveries=item.deliveries)
+
+
+def _payload_fields(item: Tuple, media: str) -> dict[str, Any]:
     if media == MSGPACK:
-        document["payload"] = item.payload
-    else:
-        try:
-            document["payload"] = item.payload.decode()
-        except UnicodeDecodeError:
-            document["payload_b64"] = base64.b64encode(item.payload).decode()
-    if isinstance(item, Reserved):
-        document["deliveries"] = item.deliveries
-    return document
+        return {"payload": item.payload}
+    try:
+        return {"payload": item.payload.decode()}
+    except UnicodeDecodeError:
+        return {"payload_b64": base64.b64encode(item.payload).decode()}
 
 
 def respond_tuple(item: Tuple, media: str) -> web.Response:
-    """A single tuple: raw bytes with the id in a header, or a document."""
+    """A single tuple: raw bytes with the id (and a reservation's delivery
+    count) in headers, or a document."""
     if media == RAW:
         headers = {ENTRY_ID_HEADER: str(item.id)}
         if isinstance(item, Reserved):
             headers[DELIVERIES_HEADER] = str(item.deliveries)
         return web.Response(body=item.payload, headers=headers, content_type=RAW)
-    return respond(tuple_document(item, media), media)
-
-
-def ids_document(ids: Sequence[EntryId]) -> dict[str, Any]:
-    return {"ids": [str(i) for i in ids]}
+    document = reserved_body(item, media) if isinstance(item, Reserved) else tuple_body(item, media)
+    return respond(document, media)

@@ -1,8 +1,11 @@
 """The handlers of the client API (``/v1``) and of the health probes.
 
-Each handler checks everything the request carries (query, Accept, body)
-before it touches the Forum, so a rejected request changes nothing; the
-Forum's batch operations are all or nothing, so neither does a failed one.
+Each handler is one operation of :mod:`node.web_model` (``HANDLERS`` binds
+them; the app routes by it): it takes the parameters, the body and the
+media types declared there and nothing else. It checks everything the
+request carries (query, Accept, body) before it touches the Forum, so a
+rejected request changes nothing; the Forum's batch operations are all or
+nothing, so neither does a failed one.
 """
 
 from __future__ import annotations
@@ -12,35 +15,64 @@ import time
 from importlib import metadata
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from node.errors import ForumError
 from node.web_bodies import (
-    JSON,
-    MSGPACK,
-    RAW,
-    TEXT,
     ApiProblem,
     Query,
-    ids_document,
     negotiate,
     parse_batch_write,
     parse_extend,
     parse_ids,
     parse_write,
+    reserved_body,
     respond,
     respond_tuple,
-    tuple_document,
+    tuple_body,
 )
-from node.web_keys import CONFIG, FORUM, LONG_POLLS, PEERS, STARTED
+from node.web_keys import CONFIG, FORUM, LIMITS, LONG_POLLS, PEERS, STARTED
+from node.web_model import (
+    ACK,
+    ACK_BATCH,
+    BATCH_LIMIT,
+    COUNT,
+    CURSOR,
+    ENTRY_ID,
+    EXTEND,
+    HEALTHZ,
+    JSON,
+    LEASE,
+    LIST,
+    PAGE_LIMIT,
+    READ,
+    READYZ,
+    RELEASE,
+    RESERVE,
+    RESERVE_BATCH,
+    STATUS,
+    TAKE,
+    TAKE_BATCH,
+    WAIT,
+    WRITE,
+    WRITE_BATCH,
+    Acked,
+    AckedMany,
+    Count,
+    Extended,
+    Health,
+    Ids,
+    Operation,
+    Page,
+    Ready,
+    Released,
+    ReservedTuples,
+    Tuples,
+    Written,
+)
 from node.web_status import NodeStatus
 
 log = logging.getLogger(__name__)
-
-_PATTERN = ("prefix", "prefix_b64")
-#: The most tuples one page of ``GET /v1/tuples`` holds.
-MAX_LIST_LIMIT = 1000
-#: The longest reservation, in seconds.
-MAX_LEASE = 3600.0
 
 
 def _version() -> str:
@@ -53,33 +85,34 @@ def _version() -> str:
 VERSION = _version()
 
 
+def _query(request: web.Request, operation: Operation) -> Query:
+    return Query(request, operation, request.app[LIMITS])
+
+
 async def write_tuple(request: web.Request) -> web.Response:
     """``POST /v1/tuples``: write one tuple; 201 with its id."""
-    Query(request, ())
-    media = negotiate(request, (JSON, MSGPACK, TEXT), JSON)
-    payload = await parse_write(request, request.app[CONFIG].max_payload)
+    _query(request, WRITE)
+    media = negotiate(request, WRITE)
+    payload = await parse_write(request, request.app[LIMITS])
     entry_id = await request.app[FORUM].write(payload)
-    return respond({"id": str(entry_id)}, media, status=201)
+    return respond(Written(str(entry_id)), media, status=201)
 
 
 async def write_batch(request: web.Request) -> web.Response:
     """``POST /v1/tuples/batch``: write many tuples, all or none; 201 with their ids."""
-    Query(request, ())
-    media = negotiate(request, (JSON, MSGPACK), JSON)
-    config = request.app[CONFIG]
-    payloads = await parse_batch_write(
-        request, config.max_payload, config.max_batch, config.max_batch_bytes
-    )
+    _query(request, WRITE_BATCH)
+    media = negotiate(request, WRITE_BATCH)
+    payloads = await parse_batch_write(request, request.app[LIMITS])
     ids = await request.app[FORUM].write_many(payloads) if payloads else []
-    return respond(ids_document(ids), media, status=201)
+    return respond(Ids([str(i) for i in ids]), media, status=201)
 
 
 async def take(request: web.Request) -> web.Response:
     """``POST /v1/take``: take the oldest match (waiting up to ``wait`` s); 204 if none."""
-    query = Query(request, (*_PATTERN, "wait"))
+    query = _query(request, TAKE)
     pattern = query.pattern()
-    wait = query.seconds("wait", request.app[CONFIG].max_wait)
-    media = negotiate(request, (RAW, JSON, MSGPACK), RAW)
+    wait = query.seconds(WAIT)
+    media = negotiate(request, TAKE)
     found = await request.app[LONG_POLLS].take(pattern, wait)
     return web.Response(status=204) if found is None else respond_tuple(found, media)
 
@@ -87,11 +120,11 @@ async def take(request: web.Request) -> web.Response:
 async def reserve(request: web.Request) -> web.Response:
     """``POST /v1/reserve``: like take, but the tuple is only out of reach for
     ``lease`` seconds until ``/v1/ack`` takes it or ``/v1/release`` gives it back."""
-    query = Query(request, (*_PATTERN, "wait", "lease"))
+    query = _query(request, RESERVE)
     pattern = query.pattern()
-    wait = query.seconds("wait", request.app[CONFIG].max_wait)
-    lease = query.lease("lease", MAX_LEASE)
-    media = negotiate(request, (RAW, JSON, MSGPACK), RAW)
+    wait = query.seconds(WAIT)
+    lease = query.seconds(LEASE)
+    media = negotiate(request, RESERVE)
     found = await request.app[LONG_POLLS].reserve(pattern, lease, wait)
     return web.Response(status=204) if found is None else respond_tuple(found, media)
 
@@ -99,13 +132,12 @@ async def reserve(request: web.Request) -> web.Response:
 async def reserve_batch(request: web.Request) -> web.Response:
     """``POST /v1/reserve/batch``: reserve up to ``limit`` matches for ``lease``
     seconds; with ``wait``, when none is live, wait for one, then take the rest."""
-    config = request.app[CONFIG]
-    query = Query(request, (*_PATTERN, "limit", "lease", "wait"))
+    query = _query(request, RESERVE_BATCH)
     pattern = query.pattern()
-    limit = query.integer("limit", 100, 1, config.max_batch)
-    lease = query.lease("lease", MAX_LEASE)
-    wait = query.seconds("wait", config.max_wait)
-    media = negotiate(request, (JSON, MSGPACK), JSON)
+    limit = query.integer(BATCH_LIMIT)
+    lease = query.seconds(LEASE)
+    wait = query.seconds(WAIT)
+    media = negotiate(request, RESERVE_BATCH)
     forum = request.app[FORUM]
     reserved = await forum.reserve_many(pattern, lease, limit)
     if not reserved and wait:
@@ -114,47 +146,47 @@ async def reserve_batch(request: web.Request) -> web.Response:
             reserved = [first]
             if limit > 1:
                 reserved += await forum.reserve_many(pattern, lease, limit - 1)
-    return respond({"tuples": [tuple_document(t, media) for t in reserved]}, media)
+    return respond(ReservedTuples([reserved_body(t, media) for t in reserved]), media)
 
 
 async def ack_batch(request: web.Request) -> web.Response:
     """``POST /v1/ack/batch`` with ``{"ids": [...]}``: ack many in one append."""
-    config = request.app[CONFIG]
-    ids = await parse_ids(request, config.max_batch)
-    media = negotiate(request, (JSON, MSGPACK), JSON)
-    return respond({"acked": await request.app[FORUM].ack_many(ids)}, media)
+    _query(request, ACK_BATCH)
+    ids = await parse_ids(request, request.app[LIMITS])
+    media = negotiate(request, ACK_BATCH)
+    return respond(AckedMany(await request.app[FORUM].ack_many(ids)), media)
 
 
 async def extend_reservations(request: web.Request) -> web.Response:
     """``POST /v1/reserve/extend`` with ``{"ids": [...], "lease": s}``: renew
     many reservations to ``lease`` seconds from now (a worker's heartbeat);
     ``extended`` false for an id that is no longer reserved."""
-    Query(request, ())
-    media = negotiate(request, (JSON, MSGPACK), JSON)
-    ids, lease = await parse_extend(request, request.app[CONFIG].max_batch, MAX_LEASE)
-    return respond({"extended": await request.app[FORUM].extend_many(ids, lease)}, media)
+    _query(request, EXTEND)
+    media = negotiate(request, EXTEND)
+    ids, lease = await parse_extend(request, request.app[LIMITS])
+    return respond(Extended(await request.app[FORUM].extend_many(ids, lease)), media)
 
 
 async def ack(request: web.Request) -> web.Response:
     """``POST /v1/ack?id=``: take a reserved tuple for good; ``acked`` false if gone."""
-    entry_id = Query(request, ("id",)).entry_id("id")
-    media = negotiate(request, (JSON, MSGPACK), JSON)
-    return respond({"acked": await request.app[FORUM].ack(entry_id)}, media)
+    entry_id = _query(request, ACK).entry_id(ENTRY_ID)
+    media = negotiate(request, ACK)
+    return respond(Acked(await request.app[FORUM].ack(entry_id)), media)
 
 
 async def release(request: web.Request) -> web.Response:
     """``POST /v1/release?id=``: give a reserved tuple back at once."""
-    entry_id = Query(request, ("id",)).entry_id("id")
-    media = negotiate(request, (JSON, MSGPACK), JSON)
-    return respond({"released": await request.app[FORUM].release(entry_id)}, media)
+    entry_id = _query(request, RELEASE).entry_id(ENTRY_ID)
+    media = negotiate(request, RELEASE)
+    return respond(Released(await request.app[FORUM].release(entry_id)), media)
 
 
 async def read(request: web.Request) -> web.Response:
     """``GET /v1/read``: the oldest match, left live (waiting up to ``wait`` s); 204 if none."""
-    query = Query(request, (*_PATTERN, "wait"))
+    query = _query(request, READ)
     pattern = query.pattern()
-    wait = query.seconds("wait", request.app[CONFIG].max_wait)
-    media = negotiate(request, (RAW, JSON, MSGPACK), RAW)
+    wait = query.seconds(WAIT)
+    media = negotiate(request, READ)
     found = await request.app[LONG_POLLS].read(pattern, wait)
     return web.Response(status=204) if found is None else respond_tuple(found, media)
 
@@ -166,12 +198,11 @@ async def take_batch(request: web.Request) -> web.Response:
     what else is there: a consumer gets work as soon as there is any, yet
     in batches under load.
     """
-    config = request.app[CONFIG]
-    query = Query(request, (*_PATTERN, "limit", "wait"))
+    query = _query(request, TAKE_BATCH)
     pattern = query.pattern()
-    limit = query.integer("limit", 100, 1, config.max_batch)
-    wait = query.seconds("wait", config.max_wait)
-    media = negotiate(request, (JSON, MSGPACK), JSON)
+    limit = query.integer(BATCH_LIMIT)
+    wait = query.seconds(WAIT)
+    media = negotiate(request, TAKE_BATCH)
     forum = request.app[FORUM]
     taken = await forum.take_many(pattern, limit)
     if not taken and wait:
@@ -184,41 +215,32 @@ async def take_batch(request: web.Request) -> web.Response:
                 except ForumError:
                     # The first is taken for good: answer with it rather than lose it.
                     log.exception("take batch: the rest of a batch after a wait failed")
-    return respond({"tuples": [tuple_document(t, media) for t in taken]}, media)
+    return respond(Tuples([tuple_body(t, media) for t in taken]), media)
 
 
 async def count(request: web.Request) -> web.Response:
     """``GET /v1/count``: how many live tuples match."""
-    pattern = Query(request, _PATTERN).pattern()
-    media = negotiate(request, (JSON, MSGPACK, TEXT), JSON)
-    return respond({"count": await request.app[FORUM].count(pattern)}, media)
+    pattern = _query(request, COUNT).pattern()
+    media = negotiate(request, COUNT)
+    return respond(Count(await request.app[FORUM].count(pattern)), media)
 
 
 async def list_tuples(request: web.Request) -> web.Response:
     """``GET /v1/tuples``: live matches, oldest first, a page at a time."""
-    query = Query(request, (*_PATTERN, "cursor", "limit"))
+    query = _query(request, LIST)
     pattern = query.pattern()
-    cursor = query.integer("cursor", 0, 0, 2**63 - 1)
-    limit = query.integer("limit", 100, 1, MAX_LIST_LIMIT)
-    media = negotiate(request, (JSON, MSGPACK), JSON)
+    cursor = query.integer(CURSOR)
+    limit = query.integer(PAGE_LIMIT)
+    media = negotiate(request, LIST)
     page = request.app[FORUM].list(pattern, cursor=cursor, limit=limit)
-    document = {
-        "tuples": [tuple_document(t, media) for t in page.tuples],
-        "next_cursor": page.next_cursor,
-    }
-    return respond(document, media)
+    return respond(Page([tuple_body(t, media) for t in page.tuples], page.next_cursor), media)
 
 
 async def status(request: web.Request) -> web.Response:
     """``GET /v1/status``: who this node is and what it holds."""
-    Query(request, ())
-    media = negotiate(request, (JSON, MSGPACK), JSON)
+    _query(request, STATUS)
+    media = negotiate(request, STATUS)
     return respond(node_status(request.app).to_document(), media)
-
-
-#: The handlers that read a request body; any other route refuses one (a body
-#: sent to a take is a client mistake, and the take must not happen anyway).
-BODY_HANDLERS = frozenset({write_tuple, write_batch, ack_batch, extend_reservations})
 
 
 def node_status(app: web.Application) -> NodeStatus:
@@ -236,8 +258,9 @@ def node_status(app: web.Application) -> NodeStatus:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """``GET /healthz``: the process is up and answering."""
-    return web.json_response({"status": "ok"})
+    """``GET /healthz``: the process is up and answering (in JSON, whatever the
+    probe's ``Accept``)."""
+    return respond(Health(), JSON)
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -253,4 +276,26 @@ async def readyz(request: web.Request) -> web.Response:
     problem = await request.app[FORUM].strand.health()
     if problem is not None:
         raise ApiProblem(503, "storage_unavailable", problem, headers={"Retry-After": "1"})
-    return web.json_response({"status": "ready"})
+    return respond(Ready(), JSON)
+
+
+#: The handler of each operation of the node's own (the app adds the
+#: document's and the metrics' handlers, which need more than a request).
+HANDLERS: dict[Operation, Handler] = {
+    WRITE: write_tuple,
+    LIST: list_tuples,
+    WRITE_BATCH: write_batch,
+    TAKE: take,
+    TAKE_BATCH: take_batch,
+    RESERVE: reserve,
+    RESERVE_BATCH: reserve_batch,
+    ACK: ack,
+    ACK_BATCH: ack_batch,
+    EXTEND: extend_reservations,
+    RELEASE: release,
+    READ: read,
+    COUNT: count,
+    STATUS: status,
+    HEALTHZ: healthz,
+    READYZ: readyz,
+}

@@ -20,6 +20,7 @@ from node.compactor import Compactor
 from node.config import NodeConfig
 from node.forum import Forum
 from node.web_longpoll import LongPolls
+from node.web_model import Limits
 from node.web_status import PeerStatus
 
 #: Returns one row per peer (url, state, lag, ...), for ``/v1/status``.
@@ -29,6 +30,8 @@ Extension = Callable[[web.Application], None]
 
 FORUM = web.AppKey("forum", Forum)
 CONFIG = web.AppKey("config", NodeConfig)
+#: The bounds the node enforces and its OpenAPI document advertises (from CONFIG).
+LIMITS = web.AppKey("limits", Limits)
 #: One registry per app, so two nodes in one process (tests) keep their metrics apart.
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 PEERS = web.AppKey[PeersProvider]("peers")

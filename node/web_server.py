@@ -39,7 +39,7 @@ from aiohttp.streams import StreamReader
 
 from node.config import NodeConfig
 from node.web_app import ERROR_CODES
-from node.web_bodies import JSON
+from node.web_model import JSON
 
 log = logging.getLogger(__name__)
 

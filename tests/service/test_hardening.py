@@ -351,3 +351,19 @@ async def test_parser_errors_answer_the_json_error_body(
     document = json.loads(body)
     assert set(document) == {"error", "message"} and document["message"]
     assert await live(node.url) == before
+
+
+async def test_big_msgpack_maps_are_refused_wherever_they_are(node: NodeProcess) -> None:
+    """Issue 11: msgspec decodes the bodies in one pass, and it has no map limit
+    of its own. A map of repeated keys (which it would read as one key) and a
+    big map in a field's place are still refused as msgpack reads them."""
+    repeated = b"\xde\x00\x11" + b"\xa7payload\xc4\x05job-x" * 17
+    nested = {f"k{i}": i for i in range(40)}
+    for path, body in (
+        ("/v1/tuples", repeated),
+        ("/v1/tuples", msgpack.packb({"payload": nested})),
+        ("/v1/tuples/batch", msgpack.packb({"payloads": [b"job-y", nested]})),
+        ("/v1/ack/batch", msgpack.packb({"ids": [nested]})),
+    ):
+        await refused(node, "POST", path, 400, "malformed_msgpack", data=body,
+                      headers=MSGPACK_TYPE)  # fmt: skip

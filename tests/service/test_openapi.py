@@ -71,3 +71,71 @@ async def test_the_status_schema_is_the_status_a_node_answers(forum_nodes: Forum
     assert set(status) == set(schema["properties"]) == set(schema["required"])
     assert "reserved" in status
     jsonschema.validate(status, schema)
+
+
+# -- the document cannot drift from what the node serves and enforces (issue 11) --------
+
+
+async def test_a_node_advertises_the_limits_it_enforces(forum_nodes: ForumNodes) -> None:
+    """A node started with other limits says those in its document, and the
+    numbers it says are the ones it holds requests to."""
+    node = await forum_nodes.start(
+        "limited", "--max-batch", "7", "--max-wait", "2.5", "--max-payload", "2048"
+    )
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{node.url}/v1/openapi.json") as response:
+            document = await response.json()
+        schemas = document["components"]["schemas"]
+        for model, field in (("Ids", "ids"), ("ExtendBody", "ids"), ("BatchWriteBody", "payloads")):
+            assert "max_batch (7)" in schemas[model]["properties"][field]["description"]
+        assert schemas["ExtendBody"]["properties"]["lease"]["maximum"] == 3600
+        assert "max_payload (2048)" in schemas["WriteBody"]["description"]
+        parameters = {
+            p["name"]: p["description"]
+            for p in document["paths"]["/v1/take/batch"]["post"]["parameters"]
+        }
+        assert "1 to 7;" in parameters["limit"]
+        assert "2.5 s here" in parameters["wait"]
+        for limit, status in (("7", 200), ("8", 400)):
+            async with http.post(f"{node.url}/v1/take/batch?limit={limit}") as response:
+                assert response.status == status, await response.text()
+        ids = {"ids": [f"limited-x:{i}" for i in range(1, 9)]}
+        async with http.post(f"{node.url}/v1/ack/batch", json=ids) as response:
+            assert response.status == 413
+        for size, status in ((2048, 201), (2049, 413)):
+            async with http.post(f"{node.url}/v1/tuples", data=b"j" * size) as response:
+                assert response.status == status, await response.text()
+
+
+async def test_security_is_declared_exactly_where_the_token_is_asked(
+    forum_nodes: ForumNodes,
+) -> None:
+    """Each operation of a node with a token (and replication) is asked with
+    no token and with the right one: it refuses the first and not the second
+    (401 only without) if and only if its document declares bearer security."""
+    node = await forum_nodes.start("guarded", "--cluster-secret", "peers-s3cret", token="t0ken")
+    async with aiohttp.ClientSession() as http:
+        right = {"Authorization": "Bearer t0ken"}
+        async with http.get(f"{node.url}/v1/openapi.json", headers=right) as response:
+            document = await response.json()
+        declared, enforced = {}, {}
+        for path, operations in document["paths"].items():
+            for method, operation in operations.items():
+                declared[method, path] = operation["security"] == [{"bearer": []}]
+                statuses = []
+                for headers in ({}, right):
+                    async with http.request(method, node.url + path, headers=headers) as answer:
+                        statuses.append(answer.status)
+                enforced[method, path] = statuses[0] == 401 and statuses[1] != 401
+    assert declared == enforced
+    assert not declared["get", "/healthz"] and not declared["get", "/readyz"]
+    assert declared["post", "/v1/take"] and declared["get", "/metrics"]
+    assert not declared["post", "/v1/cluster/replication/push"]  # HMAC-signed instead
+
+
+async def test_every_served_route_is_described_with_and_without_extensions(
+    local_forum: Forum,
+) -> None:
+    for config, extensions in ((NodeConfig(), []), (NodeConfig(token="t"), [extension])):
+        app = build_app(local_forum, config, extensions)
+        assert _served(app) == _described(openapi_document(app))

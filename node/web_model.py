@@ -1,0 +1,423 @@
+"""The HTTP API, declared once: bodies, query parameters, limits, headers and operations.
+
+Everything the handlers check and everything ``/v1/openapi.json`` says is made
+from the declarations here, so the two cannot drift:
+
+=============  ==============================  ==================================
+declared       checked by                      described by
+=============  ==============================  ==================================
+bodies         :mod:`node.web_bodies` decodes  ``components/schemas`` (msgspec's
+(msgspec       JSON and msgpack into them      JSON Schema of the same Structs)
+Structs)
+parameters     :class:`node.web_bodies.Query`  ``parameters`` of each operation
+limits         the handlers, per node          the numbers in both, per node
+operations     routing, ``Accept``, bodies     ``paths``
+=============  ==============================  ==================================
+
+The limits are the serving node's (:class:`Limits` from its config), so a
+node started with ``--max-batch 10`` refuses an 11-tuple batch and says 10
+in its document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from node.config import NodeConfig
+from node.web_status import NodeStatus
+
+RAW = "application/octet-stream"
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+TEXT = "text/plain"
+#: Other names programs use for msgpack; accepted on the way in and in Accept.
+MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
+#: The response header that carries a raw payload's entry id.
+ENTRY_ID_HEADER = "Forum-Entry-Id"
+#: The response header that carries a raw reservation's delivery count (``Reserved.deliveries``).
+DELIVERIES_HEADER = "Forum-Deliveries"
+
+#: The longest reservation, in seconds.
+MAX_LEASE = 3600.0
+#: The most tuples one page of ``GET /v1/tuples`` holds.
+MAX_PAGE = 1000
+#: How many tuples a batch take or a page holds when ``limit`` is not given.
+DEFAULT_LIMIT = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The bounds one node enforces and advertises."""
+
+    max_payload: int
+    max_batch: int
+    max_batch_bytes: int
+    #: A longer ``wait`` is cut to this (not refused).
+    max_wait: float
+    max_lease: float = MAX_LEASE
+    max_page: int = MAX_PAGE
+
+    @classmethod
+    def of(cls, config: NodeConfig) -> Limits:
+        return cls(config.max_payload, config.max_batch, config.max_batch_bytes, config.max_wait)
+
+
+# -- bodies ------------------------------------------------------------------------
+
+
+#: How a body spells a payload. The Structs of a write are generic in it:
+#: ``WriteBody[str]`` is JSON's (text), ``WriteBody[bytes]`` msgpack's (bin),
+#: both decoded by msgspec natively, in C (a batch of 10,000 in ~0.5 ms).
+P = TypeVar("P")
+
+
+class Payload(bytes):
+    """A payload msgpack spells as bin or as text: the spelling of a msgpack
+    body that has a text payload (rare: read again, one payload at a time),
+    and of the OpenAPI schema (text; bytes too in msgpack)."""
+
+
+#: A payload in standard base64 (JSON's way to send bytes that are not UTF-8).
+Base64Text = Annotated[
+    str,
+    Meta(
+        description="A payload in standard base64; never empty.",
+        extra_json_schema={"minLength": 1, "contentEncoding": "base64"},
+    ),
+]
+#: An entry id in its text form; parsed by :meth:`node.entries.EntryId.parse`.
+EntryIdText = Annotated[str, Meta(description="An entry id, origin:seq.")]
+
+
+class Body(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A request body. Unknown fields are refused (a typo must not be ignored)."""
+
+    #: Fields of which a body gives exactly one.
+    one_of: ClassVar[tuple[str, ...]] = ()
+
+
+class WriteBody(Body, Generic[P], frozen=True):
+    """Exactly one of payload (text; bytes too in msgpack) or payload_b64; never empty."""
+
+    one_of: ClassVar[tuple[str, ...]] = ("payload", "payload_b64")
+    payload: P | UnsetType = UNSET
+    payload_b64: Base64Text | UnsetType = UNSET
+
+
+class BatchWriteBody(Body, Generic[P], frozen=True):
+    """Exactly one of payloads or payloads_b64."""
+
+    one_of: ClassVar[tuple[str, ...]] = ("payloads", "payloads_b64")
+    payloads: list[P] | UnsetType = UNSET
+    payloads_b64: list[Base64Text] | UnsetType = UNSET
+
+
+class Ids(Body, frozen=True):
+    """Entry ids: of a batch ack, or of a batch write's answer."""
+
+    ids: list[EntryIdText]
+
+
+class ExtendBody(Body, frozen=True):
+    """The reservations to renew, and their new lease in seconds."""
+
+    ids: list[EntryIdText]
+    lease: Annotated[float, Meta(gt=0)]
+
+
+class Written(msgspec.Struct, frozen=True):
+    id: EntryIdText
+
+
+class TupleBody(msgspec.Struct, frozen=True):
+    """One tuple. In JSON a payload that is not UTF-8 is payload_b64 instead."""
+
+    id: EntryIdText
+    payload: Annotated[Any, Meta(description="text (JSON) or bytes (msgpack)")] | UnsetType = UNSET
+    payload_b64: Annotated[str, Meta(description="JSON only, when not UTF-8")] | UnsetType = UNSET
+
+
+class ReservedBody(TupleBody, frozen=True, kw_only=True):
+    """One reserved tuple, with its delivery count."""
+
+    deliveries: Annotated[
+        int,
+        Meta(
+            ge=1,
+            description="1 the first time, n when n-1 earlier leases of this tuple on this "
+            "node ran out",
+        ),
+    ]
+
+
+class Tuples(msgspec.Struct, frozen=True):
+    tuples: list[TupleBody]
+
+
+class ReservedTuples(msgspec.Struct, frozen=True):
+    tuples: list[ReservedBody]
+
+
+class Page(msgspec.Struct, frozen=True):
+    tuples: list[TupleBody]
+    #: ``None`` on the last page.
+    next_cursor: int | None
+
+
+class Acked(msgspec.Struct, frozen=True):
+    acked: bool
+
+
+class AckedMany(msgspec.Struct, frozen=True):
+    acked: list[bool]
+
+
+class Extended(msgspec.Struct, frozen=True):
+    extended: list[bool]
+
+
+class Released(msgspec.Struct, frozen=True):
+    released: bool
+
+
+class Count(msgspec.Struct, frozen=True):
+    count: int
+
+
+class Health(msgspec.Struct, frozen=True):
+    status: Literal["ok"] = "ok"
+
+
+class Ready(msgspec.Struct, frozen=True):
+    status: Literal["ready"] = "ready"
+
+
+class Problem(msgspec.Struct, frozen=True):
+    """A refusal; the request changed nothing."""
+
+    error: str
+    message: str
+
+
+# -- query parameters ----------------------------------------------------------------
+
+#: What a query value may look like. Numbers are narrower than Python's parsers
+#: on purpose (``int`` and ``float`` take Unicode digits, ``1_0``, ``1e3``, ``inf``)::
+#:
+#:     integer  = 1*19 DIGIT                   ; ASCII 0-9 only
+#:     seconds  = 1*10 DIGIT [ "." 1*9 DIGIT ]
+GRAMMAR = {
+    "integer": r"[0-9]{1,19}",
+    "seconds": r"[0-9]{1,10}(\.[0-9]{1,9})?",
+}
+Kind = Literal["text", "base64", "integer", "seconds", "entry_id"]
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """One query parameter: its name, its grammar, and the bounds it is held to."""
+
+    name: str
+    kind: Kind
+    #: For people; ``{...}`` names a field of :class:`Limits`.
+    description: str
+    required: bool = False
+    #: An integer's default when absent, and its least value.
+    default: int = 0
+    minimum: int = 0
+    #: The greatest value: a number, or the name of a field of :class:`Limits`.
+    maximum: float | str = 2**63 - 1
+    #: Seconds past ``maximum`` are cut to it (a wait), not refused (a lease).
+    cut: bool = False
+
+    def bound(self, limits: Limits) -> float:
+        """``maximum`` on the node with ``limits``."""
+        value: float = (
+            getattr(limits, self.maximum) if isinstance(self.maximum, str) else self.maximum
+        )
+        return value
+
+    def describe(self, limits: Limits) -> str:
+        return self.description.format(**{k: getattr(limits, k) for k in Limits.__slots__})
+
+
+PREFIX = Parameter("prefix", "text", "UTF-8 byte prefix; absent matches every tuple.")
+PREFIX_B64 = Parameter("prefix_b64", "base64", "The prefix as URL-safe base64, for any bytes.")
+WAIT = Parameter(
+    "wait",
+    "seconds",
+    "Seconds to wait for a match, such as 5 or 0.25 (cut to the node's max_wait, "
+    "{max_wait:g} s here); absent or 0 answers at once.",
+    maximum="max_wait",
+    cut=True,
+)
+LEASE = Parameter(
+    "lease",
+    "seconds",
+    "Seconds the tuple stays reserved: > 0 and at most {max_lease:g}.",
+    required=True,
+    maximum="max_lease",
+)
+BATCH_LIMIT = Parameter(
+    "limit",
+    "integer",
+    "Most tuples to answer with: 1 to {max_batch}; default 100.",
+    default=DEFAULT_LIMIT,
+    minimum=1,
+    maximum="max_batch",
+)
+PAGE_LIMIT = Parameter(
+    "limit",
+    "integer",
+    "Most tuples per page: 1 to {max_page}; default 100.",
+    default=DEFAULT_LIMIT,
+    minimum=1,
+    maximum="max_page",
+)
+CURSOR = Parameter("cursor", "integer", "next_cursor of the previous page; 0 (default) to start.")
+ENTRY_ID = Parameter(
+    "id",
+    "entry_id",
+    f"An entry id, origin:seq (as a raw answer's {ENTRY_ID_HEADER}).",
+    required=True,
+)
+PATTERN = (PREFIX, PREFIX_B64)
+
+
+# -- operations ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A success answer of an operation, in each media type it can come in."""
+
+    status: int
+    description: str
+    #: The document in JSON and msgpack; ``None`` for an answer without one.
+    model: type[Any] | None = None
+    #: The first is the default, when ``Accept`` allows anything.
+    media: tuple[str, ...] = (JSON, MSGPACK)
+    headers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One route of the API: what it takes, and what it answers on success."""
+
+    method: Literal["GET", "POST"]
+    path: str
+    summary: str
+    answer: Answer
+    parameters: tuple[Parameter, ...] = ()
+    #: The body, in JSON or msgpack (``raw_body``: or as raw bytes, one payload).
+    body: type[Body] | None = None
+    raw_body: bool = False
+    #: Nothing matched (within the wait).
+    none: bool = False
+    #: Its handler answers as ``Accept`` asks (else in its one type, whatever is asked).
+    negotiates: bool = True
+
+    @property
+    def offers(self) -> tuple[str, ...]:
+        """The media types it answers in (``Accept``), the default first."""
+        return self.answer.media
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The query parameters it takes: any other is refused."""
+        return frozenset(p.name for p in self.parameters)
+
+
+_SINGLE = (RAW, JSON, MSGPACK)
+
+WRITE = Operation(
+    "POST", "/v1/tuples", "Write one tuple",
+    Answer(201, "Durable; its entry id.", Written, (JSON, MSGPACK, TEXT)),
+    body=WriteBody, raw_body=True,
+)  # fmt: skip
+LIST = Operation(
+    "GET", "/v1/tuples", "List live tuples by prefix, oldest first, a page at a time",
+    Answer(200, "One page.", Page), (*PATTERN, CURSOR, PAGE_LIMIT),
+)  # fmt: skip
+WRITE_BATCH = Operation(
+    "POST", "/v1/tuples/batch", "Write many tuples: all become durable, or none",
+    Answer(201, "Their ids, in order.", Ids), body=BatchWriteBody,
+)  # fmt: skip
+TAKE = Operation(
+    "POST", "/v1/take", "Take the oldest live tuple that starts with the prefix",
+    Answer(200, "The tuple, now taken.", TupleBody, _SINGLE, (ENTRY_ID_HEADER,)),
+    (*PATTERN, WAIT), none=True,
+)  # fmt: skip
+TAKE_BATCH = Operation(
+    "POST", "/v1/take/batch", "Take up to limit tuples: all or none",
+    Answer(200, "The tuples taken (possibly none).", Tuples), (*PATTERN, WAIT, BATCH_LIMIT),
+)  # fmt: skip
+RESERVE = Operation(
+    "POST", "/v1/reserve", "Reserve the oldest live match for lease s (then ack or release)",
+    Answer(200, "The tuple, reserved: out of reach until acked, released or its lease ends.",
+           ReservedBody, _SINGLE, (ENTRY_ID_HEADER, DELIVERIES_HEADER)),
+    (*PATTERN, WAIT, LEASE), none=True,
+)  # fmt: skip
+RESERVE_BATCH = Operation(
+    "POST", "/v1/reserve/batch", "Reserve up to limit matches for lease seconds",
+    Answer(200, "The tuples reserved (possibly none).", ReservedTuples),
+    (*PATTERN, WAIT, LEASE, BATCH_LIMIT),
+)  # fmt: skip
+ACK = Operation(
+    "POST", "/v1/ack", "Take a reserved tuple for good",
+    Answer(200, "false if the tuple is no longer here", Acked), (ENTRY_ID,),
+)  # fmt: skip
+ACK_BATCH = Operation(
+    "POST", "/v1/ack/batch", "Take many reserved tuples for good, in one append",
+    Answer(200, "One flag per id: false if it was no longer here.", AckedMany), body=Ids,
+)  # fmt: skip
+EXTEND = Operation(
+    "POST", "/v1/reserve/extend", "Renew many reservations to lease seconds from now (a heartbeat)",
+    Answer(200, "One flag per id: false if it was no longer reserved.", Extended),
+    body=ExtendBody,
+)  # fmt: skip
+RELEASE = Operation(
+    "POST", "/v1/release", "Give a reserved tuple back now",
+    Answer(200, "false if it was not reserved", Released), (ENTRY_ID,),
+)  # fmt: skip
+READ = Operation(
+    "GET", "/v1/read", "Read the oldest live tuple that starts with the prefix",
+    Answer(200, "The tuple, still live.", TupleBody, _SINGLE, (ENTRY_ID_HEADER,)),
+    (*PATTERN, WAIT), none=True,
+)  # fmt: skip
+COUNT = Operation(
+    "GET", "/v1/count", "Count live tuples by prefix",
+    Answer(200, "The count.", Count, (JSON, MSGPACK, TEXT)), PATTERN,
+)  # fmt: skip
+#: The status document is the :class:`~node.web_status.NodeStatus` dataclass,
+#: which the client parses too (msgspec makes a schema of a dataclass as well).
+STATUS = Operation(
+    "GET", "/v1/status", "The node's identity, contents and peers",
+    Answer(200, "Status.", NodeStatus),
+)  # fmt: skip
+SPEC = Operation(
+    "GET", "/v1/openapi.json", "This document", Answer(200, "OpenAPI 3.1", media=(JSON,)),
+    negotiates=False,
+)  # fmt: skip
+HEALTHZ = Operation(
+    "GET", "/healthz", "The process is up (no token needed)",
+    Answer(200, "Up.", Health, (JSON,)), negotiates=False,
+)  # fmt: skip
+READYZ = Operation(
+    "GET", "/readyz", "The Strand is open and the node is not shutting down (no token needed)",
+    Answer(200, "Ready.", Ready, (JSON,)), negotiates=False,
+)  # fmt: skip
+METRICS = Operation(
+    "GET", "/metrics", "Prometheus metrics in the text format (behind the token when one is set)",
+    Answer(200, "Prometheus text format.", media=(TEXT,)), negotiates=False,
+)  # fmt: skip
+
+#: Every operation of the node itself (replication adds the cluster routes).
+OPERATIONS = (
+    WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
+    EXTEND, RELEASE, READ, COUNT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
+)  # fmt: skip
