@@ -37,7 +37,7 @@ import logging
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from node.codec import RawEntry
 from node.entries import Entry, EntryId, Reserved, Take, Tuple, Write
@@ -104,6 +104,12 @@ class ForumStats:
     takes: int
     double_takes: int
     tails_cut: int
+    #: Compaction passes run, Strand bytes they gave back, entries they dropped.
+    compactions: int = 0
+    bytes_reclaimed: int = 0
+    entries_dropped: int = 0
+    #: Per origin, the seq up to which every entry is held here (or was dropped).
+    vector: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,6 +463,10 @@ class Forum(AsyncResource):
             takes=self._takes,
             double_takes=self._double_takes,
             tails_cut=strand.tails_cut,
+            compactions=strand.compactions,
+            bytes_reclaimed=strand.bytes_reclaimed,
+            entries_dropped=strand.entries_dropped,
+            vector=self.strand.vector(),
         )
 
     # -- the seam for replication ---------------------------------------------

@@ -11,7 +11,7 @@ typed, not as a mapping re-read by key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from node.forum import ForumStats
@@ -75,6 +75,13 @@ class NodeStatus:
     fsync: str
     #: One row per peer, filled by replication (empty without it).
     peers: tuple[PeerStatus, ...] = ()
+    #: Compaction passes run, Strand bytes given back, entries dropped (0 from
+    #: a node older than compaction).
+    compactions: int = 0
+    bytes_reclaimed: int = 0
+    entries_dropped: int = 0
+    #: Per origin, the seq up to which every entry is held (or was dropped).
+    vector: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(
