@@ -193,7 +193,7 @@ async def double_takes(run: Run) -> int:
 
 
 @contextlib.asynccontextmanager
-async def chaos_cluster(root: Path) -> AsyncIterator[Run]:
+async def chaos_cluster(root: Path, node_args: tuple[str, ...] = ()) -> AsyncIterator[Run]:
     seed = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
     print(f"\nchaos seed={seed} (replay with CHAOS_SEED={seed})")
     cfg = ClusterConfig(
@@ -204,6 +204,7 @@ async def chaos_cluster(root: Path) -> AsyncIterator[Run]:
         concurrency=4,
         lease=LEASE,
         node_env=NODE_ENV,
+        node_args=node_args,
         worker_args=WORKER_ARGS,
         worker_env={WORK_MS_ENV: "20"},
     )
@@ -211,9 +212,12 @@ async def chaos_cluster(root: Path) -> AsyncIterator[Run]:
         yield Run(cluster, random.Random(seed), seed)
 
 
-async def run_scenario(root: Path, fault: Fault, *, produce_for: float = 8.0) -> Verdict:
-    """The whole run: workload and fault together, then heal, drain, judge."""
-    async with chaos_cluster(root) as run:
+async def run_scenario(
+    root: Path, fault: Fault, *, produce_for: float = 8.0, node_args: tuple[str, ...] = ()
+) -> Verdict:
+    """The whole run: workload and fault together, then heal, drain, judge
+    (``node_args`` go to every ``forum serve``)."""
+    async with chaos_cluster(root, node_args) as run:
         started = time.perf_counter()
         producers = [asyncio.create_task(produce(run, node, 0)) for node in run.cluster.nodes]
         try:
