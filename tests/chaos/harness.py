@@ -168,6 +168,18 @@ async def converged(run: Run) -> list[int]:
                 cursor = page.next_cursor
         listings.append(sorted(ids))
     assert all(listing == listings[0] for listing in listings), "live sets differ"
+    # And every node holds (or compacted away) every entry of every origin:
+    # the same vectors, once anti-entropy has had its rounds.
+    deadline = time.monotonic() + 30
+    while True:
+        vectors = []
+        for node in run.cluster.nodes:
+            async with ForumClient(node.url, timeout=10) as client:
+                vectors.append((await client.status()).vector)
+        if all(vector == vectors[0] for vector in vectors):
+            break
+        assert time.monotonic() < deadline, f"the nodes' vectors differ: {vectors}"
+        await asyncio.sleep(0.2)
     return [len(listing) for listing in listings]
 
 
