@@ -275,6 +275,7 @@ def node_status(app: web.Application) -> NodeStatus:
         long_polls=app[LONG_POLLS].waiting,
         fsync=forum.strand.config.fsync,
         peers=tuple(app[PEERS]()),
+        horizon=app[COMPACTOR].horizon(),
     )
 
 

@@ -82,6 +82,9 @@ class NodeStatus:
     entries_dropped: int = 0
     #: Per origin, the seq up to which every entry is held (or was dropped).
     vector: dict[str, int] = field(default_factory=dict)
+    #: Per origin, the seq up to which every member holds every entry: what
+    #: compaction may drop (the dead among it).
+    horizon: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -95,6 +98,7 @@ class NodeStatus:
         long_polls: int,
         fsync: str,
         peers: tuple[PeerStatus, ...],
+        horizon: dict[str, int] | None = None,
     ) -> NodeStatus:
         """The status of a node whose Forum reports ``stats``: every figure of
         ``stats`` is taken as it is; the rest is the node's."""
@@ -108,6 +112,7 @@ class NodeStatus:
             long_polls=long_polls,
             fsync=fsync,
             peers=peers,
+            horizon=horizon or {},
         )
 
     def to_document(self) -> dict[str, Any]:

@@ -43,7 +43,7 @@ JSON_BEFORE = (
 
 #: The same, from a node with compaction: four figures more, at the end.
 JSON_NOW = JSON_BEFORE[:-1] + (
-    ', "compactions": 0, "bytes_reclaimed": 0, "entries_dropped": 0, "vector": {}}'
+    ', "compactions": 0, "bytes_reclaimed": 0, "entries_dropped": 0, "vector": {}, "horizon": {}}'
 )
 
 
