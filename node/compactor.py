@@ -88,9 +88,11 @@ class Compactor(AsyncResource):
                 continue
             try:
                 await self._pass(seal=False)
-            except StrandError as exc:
+            except StrandError as exc:  # a disk fault: the Strand says which
                 log.warning("compaction: a pass failed: %s; the next is in %ss", exc,
                             self._policy.interval)  # fmt: skip
+            except Exception:  # a bug: say so, and keep the loop (appends go on)
+                log.exception("compaction: a pass failed")
 
     async def _pass(self, *, seal: bool) -> CompactionReport:
         horizon = self.horizon()
