@@ -3,6 +3,7 @@ the same backlog, and nothing dropped is ever taken in again."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -15,6 +16,8 @@ import pytest
 
 from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write, segment
 from node import compaction as compaction_files
+from node.compactor import CompactionPolicy, Compactor
+from tests.fixtures.nodes import eventually
 
 ALL = Pattern(b"")
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,3 +258,25 @@ async def test_sigkill_at_any_point_of_compaction_loses_nothing_and_revives_noth
         assert live <= tried, "a tuple appeared that was never written"
     # The log stayed the size of the backlog, not of the history.
     assert compacted < len(tried)
+
+
+async def test_the_background_compactor_runs_past_the_dead_share_and_not_twice_for_one_horizon(
+    cfg: StrandConfig,
+) -> None:
+
+    forum = await _open(cfg.with_segment_bytes(8192))
+    horizon = {forum.strand.origin: 0}
+    async with Compactor(forum, CompactionPolicy(0.02, 0.5), lambda: horizon) as compactor:
+        compactor.start()
+        await _churn(forum, 400, keep_every=100)  # 396 of 400 taken: 99% dead
+        await forum.strand._seal()  # what the churn wrote is in sealed segments now
+        await asyncio.sleep(0.2)
+        assert forum.stats().compactions >= 1  # it ran ...
+        assert forum.stats().entries_dropped == 0  # ... but nothing is stable yet
+        runs = forum.stats().compactions
+        await asyncio.sleep(0.2)
+        assert forum.stats().compactions == runs  # the same horizon: no pass again
+        horizon = forum.strand.vector()  # every member now holds everything
+        await eventually(lambda: forum.stats().entries_dropped == 2 * 396, what="a pass")
+    assert _backlog(forum) == [b"job/%06d" % i + b"x" * 200 for i in range(0, 400, 100)]
+    await forum.close()
