@@ -540,6 +540,11 @@ class Strand(AsyncResource):
         """Per origin, the highest seq held (there may be gaps below it)."""
         return {origin: o.highest for origin, o in self._logs.items()}
 
+    def floors(self) -> dict[str, int]:
+        """Per origin, the compaction floor: every seq up to it is held here
+        or was dropped (dead); origins with no floor are left out."""
+        return {origin: o.base for origin, o in self._logs.items() if o.base}
+
     def stats(self) -> StrandStats:
         return StrandStats(
             entries=self._entries,
