@@ -64,10 +64,10 @@ log = logging.getLogger(__name__)
 #: Entries read from the Strand at a time while filling a page.
 _READ_CHUNK = 512
 
-#: ``apply(entries)``: store entries pulled from a peer; returns the new ones.
-Apply = Callable[[Sequence[Entry]], Awaitable[list[Entry]]]
-#: ``apply_dead(origin, ranges)``: seqs a peer dropped by compaction (``Forum.apply_dead``).
-ApplyDead = Callable[[str, Sequence[SeqRange]], Awaitable[int]]
+#: ``apply(page)``: check a page from a peer, then store its entries and
+#: apply its dead ranges; returns the new entries. ``BadMessage`` (nothing
+#: applied) for a page no honest peer sends.
+Apply = Callable[[PullPage], Awaitable[list[Entry]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +200,6 @@ class Syncer:
         peer: Peer,
         strand: Strand,
         apply: Apply,
-        apply_dead: ApplyDead,
         me: Member,
         transport: PeerTransport,
         membership: Membership,
@@ -212,7 +211,6 @@ class Syncer:
         self._peer = peer
         self._strand = strand
         self._apply = apply
-        self._apply_dead = apply_dead
         self._me = me
         self._transport = transport
         self._membership = membership
@@ -362,9 +360,7 @@ class Syncer:
 
     async def _take(self, page: PullPage, answer_bytes: int) -> None:
         """Apply a page: its entries, then its dead ranges."""
-        new = await self._apply(page.entries) if page.entries else []
-        for origin, ranges in sorted(page.dead.items()):
-            await self._apply_dead(origin, ranges)
+        new = await self._apply(page) if page.entries or page.dead else []
         self._metrics.received(self._peer.url, "page", len(page.entries), len(new), answer_bytes)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -155,7 +155,6 @@ class Replicator(AsyncResource):
             peer=peer,
             strand=self.forum.strand,
             apply=self._apply_page,
-            apply_dead=self._apply_dead,
             me=self.me,
             transport=self._transport,
             membership=self.membership,
@@ -232,34 +231,50 @@ class Replicator(AsyncResource):
         self._check(entries)
         return await self.forum.apply(entries, provenance)
 
-    async def _apply_page(self, entries: Sequence[Entry]) -> list[Entry]:
-        return await self._apply(entries, _PULLED)
+    async def _apply_page(self, page: PullPage) -> list[Entry]:
+        """A page pulled from a peer: checked whole, then its entries stored
+        and its dead ranges applied (``Forum.apply_dead``)."""
+        self._check(page.entries, page.dead)
+        new = await self.forum.apply(page.entries, _PULLED) if page.entries else []
+        for origin, ranges in sorted(page.dead.items()):
+            await self.forum.apply_dead(origin, ranges)
+        return new
 
-    async def _apply_dead(self, origin: str, ranges: Sequence[SeqRange]) -> int:
-        """A page's dead ranges of ``origin``: checked like entries, then applied."""
-        last = max((end for _, end in ranges), default=0)
-        if origin == self.me.origin:
-            if last > self.forum.strand.highest().get(origin, 0):
-                raise BadMessage(f"forged dead range of {origin}: this node never wrote {last}")
-        else:
-            self._check_seq(origin, last, f"dead range up to {origin}:{last}")
-        return await self.forum.apply_dead(origin, ranges)
+    def _check(
+        self, entries: Sequence[Entry], dead: Mapping[str, Sequence[SeqRange]] | None = None
+    ) -> None:
+        """Refuse what no honest peer sends. ``BadMessage`` before anything is applied.
 
-    def _check(self, entries: Sequence[Entry]) -> None:
-        """Refuse entries no honest peer sends. ``BadMessage`` before anything is applied."""
+        Entries of our own origin that we never wrote, or dead ranges of it
+        past what we wrote, are forged. Past a gap, no seq may be more than
+        ``max_seq_gap`` past the highest held (each seq past a gap takes
+        room). What follows on from the gap-free prefix (as the page covers
+        it, entries and dead ranges) leaves no gap, so a dead range there may
+        span any number of seqs: a long history compacted away costs nothing.
+        """
         strand = self.forum.strand
+        highest, contiguous = strand.highest(), strand.vector()
+        covered: dict[str, list[SeqRange]] = {}
         for entry in entries:
             origin = entry.id.origin
             if origin == self.me.origin and entry.id not in strand:
                 raise BadMessage(f"forged entry {entry.id}: this node never wrote it")
-            self._check_seq(origin, entry.id.seq, f"entry {entry.id}")
-
-    def _check_seq(self, origin: str, seq: int, what: str) -> None:
-        if seq > self.forum.strand.highest().get(origin, 0) + self.config.max_seq_gap:
-            raise BadMessage(
-                f"{what} is more than {self.config.max_seq_gap} past "
-                f"the highest seq held of {origin}"
-            )
+            covered.setdefault(origin, []).append((entry.id.seq, entry.id.seq))
+        for origin, ranges in (dead or {}).items():
+            if origin == self.me.origin and ranges and ranges[-1][1] > highest.get(origin, 0):
+                raise BadMessage(f"forged dead range of {origin}: past what this node wrote")
+            covered.setdefault(origin, []).extend(ranges)
+        for origin, runs in covered.items():
+            gap_free = contiguous.get(origin, 0)
+            limit = highest.get(origin, 0) + self.config.max_seq_gap
+            for first, last in sorted(runs):
+                if first <= gap_free + 1:
+                    gap_free = max(gap_free, last)
+                elif last > limit:
+                    raise BadMessage(
+                        f"{origin}:{last} is more than {self.config.max_seq_gap} past "
+                        f"the highest seq held of {origin}"
+                    )
 
     def _label(self, sender: Member) -> str:
         """The metrics label of a sender: the URL we dial it at, if we do."""
