@@ -122,6 +122,11 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
     )
     add("--body-timeout", metavar="SECONDS", help="longest a request body may take (default 60)")
     add(
+        "--forget-after",
+        metavar="SECONDS",
+        help="a member unheard this long stops holding compaction back (default 86400)",
+    )
+    add(
         "--compact-interval",
         metavar="SECONDS",
         help="seconds between looks of the background compactor; 0 turns it off (default 10)",

@@ -271,6 +271,12 @@ class _OriginLog:
         first = max(first, self.base + 1)
         if last < first:
             return
+        if first <= self.contiguous + 1 and last >= self.highest:
+            # Everything from the first gap on: the floor moves to ``last`` and
+            # the few held above it are kept as survivors, with no slot per
+            # seq (a new node passing a long compacted history).
+            self._cover_to(last)
+            return
         positions = self.positions
         end = last - self.base
         if end > len(positions):
@@ -280,6 +286,16 @@ class _OriginLog:
                 positions[i] = _DEAD
         if first <= self.contiguous + 1:
             self._extend_contiguous()
+
+    def _cover_to(self, last: int) -> None:
+        """Every seq above ``base`` up to ``last`` is held or dead, and none above it is held."""
+        base = self.base
+        for i, position in enumerate(self.positions):
+            if position >= 0:
+                self.below[base + 1 + i] = position
+                self.below_seqs.append(base + 1 + i)
+        del self.positions[:]
+        self.base = self.contiguous = last
 
     def raise_base(self, floor: int) -> None:
         """Seqs up to ``floor`` (at most ``contiguous``) are now all held or
@@ -540,6 +556,11 @@ class Strand(AsyncResource):
         """Per origin, the highest seq held (there may be gaps below it)."""
         return {origin: o.highest for origin, o in self._logs.items()}
 
+    def floors(self) -> dict[str, int]:
+        """Per origin, the compaction floor: every seq up to it is held here
+        or was dropped (dead); origins with no floor are left out."""
+        return {origin: o.base for origin, o in self._logs.items() if o.base}
+
     def stats(self) -> StrandStats:
         return StrandStats(
             entries=self._entries,
@@ -657,9 +678,10 @@ class Strand(AsyncResource):
         origin_log = self._logs.get(origin)
         if origin_log is None:
             origin_log = self._logs[origin] = _OriginLog()
+        base = origin_log.base
         for first, last in ranges:
             origin_log.mark_dead(first, last)
-        if origin_log.contiguous > origin_log.base:
+        if origin_log.contiguous > base:
             async with self._compacting:
                 floors = self._floors({origin: origin_log.contiguous})
                 try:

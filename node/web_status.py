@@ -41,6 +41,12 @@ class PeerStatus:
     behind: int | None
     #: Entries waiting in its push queue.
     queued: int
+    #: Seqs held here that the peer does not hold, summed over origins: how far
+    #: it keeps the compaction horizon below this node's vector (every seq held
+    #: when its vector is unknown; 0 once it is forgotten).
+    holds_back: int = 0
+    #: Not heard from for ``forget_after``: it no longer holds compaction back.
+    forgotten: bool = False
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> PeerStatus:

@@ -41,9 +41,11 @@ JSON_BEFORE = (
 )
 
 
-#: The same, from a node with compaction: four figures more, at the end.
-JSON_NOW = JSON_BEFORE[:-1] + (
-    ', "compactions": 0, "bytes_reclaimed": 0, "entries_dropped": 0, "vector": {}, "horizon": {}}'
+#: The same, from a node with compaction: two figures more in each peer row,
+#: and five in the document, at their ends.
+JSON_NOW = JSON_BEFORE.removesuffix("}]}") + (
+    ', "holds_back": 0, "forgotten": false}], "compactions": 0, "bytes_reclaimed": 0, '
+    '"entries_dropped": 0, "vector": {}, "horizon": {}}'
 )
 
 
