@@ -3,7 +3,8 @@
 ::
 
     forum serve                         forum.cli_serve    a node, replication wired in
-    forum write|take|read|count|status  forum.cli_client   a node's API from the shell
+    forum write|take|read|count|status|compact
+                                        forum.cli_client   a node's API from the shell
     forum worker                        forum.cli_worker   workers (the Lens: Redis)
     forum dead list|requeue             forum.cli_dead     dead letters
     forum cluster up|demo               forum.cli_cluster  a local cluster of processes
@@ -53,6 +54,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": (
         "show a node's identity, contents and peers as a table",
         "forum.cli_client:add_status",
+    ),
+    "compact": (
+        "have a node run one compaction pass now and print what it dropped",
+        "forum.cli_client:add_compact",
     ),
     "worker": (
         "run workers that take jobs from a node and claim them in Redis",

@@ -74,6 +74,10 @@ def add_status(parser: argparse.ArgumentParser) -> None:
     _client_options(parser, "forum status --node http://10.0.0.5:7070", _status)
 
 
+def add_compact(parser: argparse.ArgumentParser) -> None:
+    _client_options(parser, "forum compact --node http://10.0.0.5:7070", _compact)
+
+
 # -- running them ------------------------------------------------------------------
 
 
@@ -131,6 +135,11 @@ async def _status(args: argparse.Namespace) -> int:
         ("waiting", f"{status.waiting_takers} takers, {status.long_polls} long polls"),
         ("reserved", f"{status.reserved} tuples"),
         ("torn tails cut", str(status.tails_cut)),
+        (
+            "compaction",
+            f"{status.compactions} passes, {_size(status.bytes_reclaimed)} reclaimed, "
+            f"{status.entries_dropped} entries dropped",
+        ),
         ("peers", str(len(status.peers)) if status.peers else "none"),
     ]
     print(_table(rows))
@@ -139,6 +148,16 @@ async def _status(args: argparse.Namespace) -> int:
         print()
         cells = [tuple(str(getattr(peer, c)) for c in columns) for peer in status.peers]
         print(_table([tuple(columns), *cells]))
+    return EXIT_OK
+
+
+async def _compact(args: argparse.Namespace) -> int:
+    async with ForumClient(args.node, args.token) as space:
+        report = await space.compact()
+    print(
+        f"dropped {report.entries_dropped} entries: {_size(report.bytes_before)} -> "
+        f"{_size(report.bytes_after)} in {report.seconds:.1f} s"
+    )
     return EXIT_OK
 
 

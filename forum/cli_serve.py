@@ -122,6 +122,21 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
     )
     add("--body-timeout", metavar="SECONDS", help="longest a request body may take (default 60)")
     add(
+        "--forget-after",
+        metavar="SECONDS",
+        help="a member unheard this long stops holding compaction back (default 86400)",
+    )
+    add(
+        "--compact-interval",
+        metavar="SECONDS",
+        help="seconds between looks of the background compactor; 0 turns it off (default 10)",
+    )
+    add(
+        "--compact-dead-ratio",
+        metavar="SHARE",
+        help="dead share of the Strand's entries that starts a compaction (default 0.5)",
+    )
+    add(
         "--max-connections",
         metavar="N",
         help="most client connections at once (default: the open-file limit less 64)",

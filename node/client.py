@@ -44,6 +44,7 @@ from node.errors import (
 from node.forum import ListPage
 from node.resource import AsyncResource
 from node.space import Pattern
+from node.strand import CompactionReport
 from node.web_bodies import prefix_query
 from node.web_model import DELIVERIES_HEADER, ENTRY_ID_HEADER, MSGPACK, RAW, TEXT
 from node.web_status import NodeStatus
@@ -288,6 +289,23 @@ class ForumClient(AsyncResource):
             return NodeStatus.from_document(document)
         except (KeyError, TypeError) as exc:
             raise SerializationError(f"{self.url}: not a status document: {exc}") from exc
+
+    async def compact(self, timeout: float = 600.0) -> CompactionReport:
+        """Have the node run one compaction pass now (``POST /v1/compact``);
+        what it did, once it is done (waits up to ``timeout`` s for that)."""
+        document = await self._msgpack("POST", "/v1/compact", wait=timeout)
+        try:
+            return CompactionReport(
+                bytes_before=int(document["bytes_before"]),
+                bytes_after=int(document["bytes_after"]),
+                entries_dropped=int(document["entries_dropped"]),
+                segments_rewritten=int(document["segments_rewritten"]),
+                segments_removed=int(document["segments_removed"]),
+                floors={str(o): int(s) for o, s in document["floors"].items()},
+                seconds=float(document["seconds"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SerializationError(f"{self.url}: not a compaction report: {exc}") from exc
 
     async def ready(self) -> bool:
         """Whether the node says it is ready (``/readyz``); ``False`` if unreachable."""

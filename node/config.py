@@ -51,6 +51,9 @@ from node.strand import MIN_SEGMENT_BYTES, FsyncPolicy, payload_limit
 LogFormat = Literal["text", "json"]
 
 DEFAULT_LISTEN = "127.0.0.1:7070"
+#: Seconds a member may go unheard before it is forgotten (one day; see
+#: ``NodeConfig.forget_after`` and docs/operations.md, "Forgetting a member").
+FORGET_AFTER = 86_400.0
 ENV_PREFIX = "FORUM_"
 #: The environment variable naming a TOML file, when ``--config`` is not given.
 ENV_CONFIG = "FORUM_CONFIG"
@@ -123,6 +126,7 @@ SegmentSize = Annotated[
     SIZE,
 ]
 DataDir = Annotated[Path, Meta(description="a path")]
+Ratio = Annotated[float, Meta(ge=0, le=1, description="a share between 0 and 1")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +171,18 @@ class NodeConfig:
     #: taken here, so the node it was written on usually hands it out first
     #: (see ``Forum.apply``); 0 makes it live on arrival.
     remote_delay: Seconds = REMOTE_DELAY
+    #: Seconds between two looks of the background compactor at the Strand
+    #: (docs/operations.md, "Compaction"); 0 turns background compaction off.
+    compact_interval: Seconds = 10.0
+    #: The share of the Strand's entries that must be dead (neither live nor
+    #: reserved) for a background compaction pass to run.
+    compact_dead_ratio: Ratio = 0.5
+    #: Seconds a cluster member may go unheard (no good call to it, no request
+    #: from it) before it is forgotten: it no longer holds compaction back, and
+    #: a learned (not ``--peer``) one leaves the peer table. A member that comes
+    #: back later is caught up from the others' pages, its stale copies killed
+    #: (docs/operations.md, "Forgetting a member").
+    forget_after: PositiveSeconds = FORGET_AFTER
     #: On SIGTERM, how long in-flight requests get to finish, in seconds.
     shutdown_timeout: Seconds = 10.0
     #: A connection that has not sent a whole request head this many seconds

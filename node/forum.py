@@ -36,8 +36,8 @@ import functools
 import logging
 import zlib
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from node.codec import RawEntry
 from node.entries import Entry, EntryId, Reserved, Take, Tuple, Write
@@ -45,7 +45,7 @@ from node.errors import ForumError
 from node.index import LiveIndex
 from node.resource import AsyncResource
 from node.space import Pattern
-from node.strand import Strand
+from node.strand import CompactionReport, Strand
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,8 @@ LiveListener = Callable[[Tuple], None]
 #: How long a tuple written on another node waits before it can be taken here
 #: (times 1 to 4, by a hash of its id and this node's origin). See ``apply``.
 REMOTE_DELAY = 0.01
+#: Live ids turned into keys per step of a compaction, between two turns of the loop.
+_LIVE_SLICE = 10_000
 _REMOTE_SLOTS = 4
 #: Tuples out of the index while their Take is made durable, with their arrivals.
 #: (An alias also because ``Forum.list`` hides the builtin inside the class.)
@@ -102,6 +104,12 @@ class ForumStats:
     takes: int
     double_takes: int
     tails_cut: int
+    #: Compaction passes run, Strand bytes they gave back, entries they dropped.
+    compactions: int = 0
+    bytes_reclaimed: int = 0
+    entries_dropped: int = 0
+    #: Per origin, the seq up to which every entry is held here (or was dropped).
+    vector: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +357,81 @@ class Forum(AsyncResource):
             return []
         return await self._commit_takes(found)
 
+    async def compact(
+        self, horizon: Mapping[str, int] | None = None, *, seal: bool = False
+    ) -> CompactionReport:
+        """Drop from the Strand what every member holds and nobody needs: the
+        Writes at or below ``horizon`` that Takes at or below it killed, and
+        those Takes (see :mod:`node.compaction`). ``horizon`` is the per-origin
+        minimum of every member's vector (replication computes it); ``None``
+        means this node is the whole cluster: its own vector. ``seal`` seals
+        the current segment first, so that it can be compacted too."""
+        self._check_open()
+        stable = self.strand.vector() if horizon is None else horizon
+        return await self.strand.compact(stable, self._live_keys, seal=seal)
+
+    async def apply_dead(self, origin: str, ranges: Sequence[tuple[int, int]]) -> int:
+        """A peer dropped these seqs of ``origin`` (``(first, last)`` ranges,
+        from an anti-entropy page): they were dead everywhere it heard of.
+        Whatever of them is live here (this node was cut off, or forgotten)
+        is taken, durably, so it does not come back; the rest is noted dead,
+        so it is never taken in again. Returns how many live tuples died."""
+        self._check_open()
+        candidates = self._in_ranges(origin, ranges)
+        for entry_id in [i for i in candidates if i in self._surfacing]:
+            item, handle = self._surfacing.pop(entry_id)
+            handle.cancel()
+            self._add_live(item)  # then taken below, as any live one
+        found: OutOfIndex = []
+        for entry_id in candidates:
+            reservation = self._reservations.pop(entry_id, None)
+            if reservation is not None:
+                arrival, handed, expiry = reservation
+                expiry.cancel()
+                self._double_takes += 1  # handed out here, taken for good elsewhere
+                found.append((arrival, Tuple(handed.id, handed.payload)))
+            elif (removed := self._index.remove_id(entry_id)) is not None:
+                found.append(removed)
+        if found:
+            await self._commit_takes(found, rescue=False)
+        await self.strand.mark_dead(origin, ranges)
+        return len(found)
+
+    def _in_ranges(self, origin: str, ranges: Sequence[tuple[int, int]]) -> list[EntryId]:
+        """The ids in ``ranges`` of ``origin`` that may be live here: each seq
+        of short ranges, else each live id that falls in one (whichever is
+        fewer to look at)."""
+        seqs = sum(last - first + 1 for first, last in ranges)
+        if seqs <= len(self._index) + len(self._reservations) + len(self._surfacing):
+            return [
+                EntryId(origin, seq) for first, last in ranges for seq in range(first, last + 1)
+            ]
+        return [
+            entry_id
+            for entry_id in (*self._index.ids(), *self._reservations, *self._surfacing)
+            if entry_id.origin == origin
+            and any(first <= entry_id.seq <= last for first, last in ranges)
+        ]
+
+    async def _live_keys(self) -> set[tuple[str, int]]:
+        """Every tuple not dead: live, reserved, surfacing, or being taken.
+        Built a slice at a time, so a large backlog does not stall the loop
+        (a tuple dead when looked at stays dead, so no snapshot is needed)."""
+        ids: list[EntryId] = [
+            *self._index.ids(),
+            *self._reservations,
+            *self._surfacing,
+            *self._taking,
+        ]
+        keys: set[tuple[str, int]] = set()
+        for start in range(0, len(ids), _LIVE_SLICE):
+            keys.update((i.origin, i.seq) for i in ids[start : start + _LIVE_SLICE])
+            await asyncio.sleep(0)
+        # Whatever turned live meanwhile (a write, an entry applied) is above
+        # the horizon or was live before: only what was taken meanwhile is
+        # kept longer than it had to be, until the next pass.
+        return keys
+
     async def count(self, pattern: Pattern) -> int:
         """How many live tuples match."""
         return self._index.count(pattern.prefix)
@@ -380,6 +463,10 @@ class Forum(AsyncResource):
             takes=self._takes,
             double_takes=self._double_takes,
             tails_cut=strand.tails_cut,
+            compactions=strand.compactions,
+            bytes_reclaimed=strand.bytes_reclaimed,
+            entries_dropped=strand.entries_dropped,
+            vector=self.strand.vector(),
         )
 
     # -- the seam for replication ---------------------------------------------
@@ -491,6 +578,8 @@ class Forum(AsyncResource):
 
     def _kill_absent(self, take: Take) -> None:
         """A Take whose target is not live: taken before, or not seen yet."""
+        if take.target in self.strand and self.strand.position(take.target) is None:
+            return  # dropped by compaction: dead long ago, nothing to wait for
         if take.target in self._pending_kills or self._is_double_take(take):
             self._double_takes += 1
             log.info("double take of %s (again by %s)", take.target, take.id)

@@ -60,6 +60,10 @@ class LiveIndex:
     def __contains__(self, entry_id: EntryId) -> bool:
         return entry_id in self._arrival_of
 
+    def ids(self) -> list[EntryId]:
+        """The ids of every live tuple (a copy: safe to iterate across awaits)."""
+        return list(self._arrival_of)
+
     # -- changing the set ------------------------------------------------------
 
     def add(self, item: Tuple) -> int:

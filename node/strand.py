@@ -49,12 +49,13 @@ import secrets
 import socket
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from bisect import bisect_left, insort
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from node import segment
+from node import compaction, segment
 from node.codec import RawEntry, decode_entry, decode_raw, encode_entry
 from node.entries import MAX_ORIGIN_LENGTH, Entry, EntryId, Take, Write, check_origin
 from node.errors import DataDirLocked, SerializationError, StrandCorrupt, StrandError
@@ -75,6 +76,7 @@ MIN_SEGMENT_BYTES = 4096
 #: A position packs (segment number, byte offset) into one int: 40 bits of offset.
 _OFFSET_BITS = 40
 _ABSENT = -1
+_DEAD = -2
 
 
 #: The most a Write's record body holds beyond its payload: the longest origin,
@@ -129,11 +131,29 @@ class StrandConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Page:
+    """A page of one origin's entries, as served to a peer.
+
+    ``entries`` are the stored entries, oldest first; ``dead`` the ranges of
+    seqs ``(first, last)`` among them that compaction dropped (held once,
+    dead for good); ``upto`` the last seq the page covers: every seq up to it
+    is in ``entries`` or in ``dead``.
+    """
+
+    entries: list[Entry]
+    dead: list[tuple[int, int]]
+    upto: int
+
+
+@dataclass(frozen=True, slots=True)
 class StrandStats:
     entries: int
     bytes: int
     segments: int
     tails_cut: int
+    compactions: int = 0
+    bytes_reclaimed: int = 0
+    entries_dropped: int = 0
 
 
 class _Batch:
@@ -155,40 +175,235 @@ class _Batch:
 
 
 class _OriginLog:
-    """Where each seq of one origin lies in the files, and how far it is contiguous."""
+    """Where each seq of one origin lies in the files, and how far it is contiguous.
 
-    __slots__ = ("contiguous", "count", "positions")
+    Seqs up to ``base`` (the compaction floor) are all held here or dead
+    (dropped by compaction): the few survivors among them are in ``below``,
+    so the memory kept is that of the survivors, not of the history. Above
+    ``base``, ``positions`` has one slot per seq: a packed position,
+    ``_ABSENT`` (never seen) or ``_DEAD`` (dropped).
+    """
 
-    def __init__(self) -> None:
-        self.positions = array("q")  # index seq-1 -> packed position, or _ABSENT
-        self.contiguous = 0
+    __slots__ = ("base", "below", "below_seqs", "contiguous", "count", "positions")
+
+    def __init__(self, base: int = 0) -> None:
+        self.base = base
+        self.below: dict[int, int] = {}
+        self.below_seqs = array("q")  # the keys of ``below``, ascending
+        self.positions = array("q")  # index seq-base-1 -> packed position, _ABSENT or _DEAD
+        self.contiguous = base
         self.count = 0
 
     def __contains__(self, seq: int) -> bool:
-        return seq <= len(self.positions) and self.positions[seq - 1] != _ABSENT
+        """Held here, or dead: either way, never to be taken in again."""
+        if seq <= self.base:
+            return True
+        i = seq - self.base - 1
+        return i < len(self.positions) and self.positions[i] != _ABSENT
 
-    def add(self, seq: int, position: int) -> None:
+    def get(self, seq: int) -> int | None:
+        """The position of a stored entry; ``None`` if never seen or dead."""
+        if seq <= self.base:
+            return self.below.get(seq)
+        i = seq - self.base - 1
+        if i >= len(self.positions):
+            return None
+        position = self.positions[i]
+        return None if position < 0 else position
+
+    def add(self, seq: int, position: int) -> bool:
+        """Note where ``seq`` lies; ``False`` (and nothing changes) if it is
+        already held or dead."""
+        if seq in self:
+            return False
         self.count += 1
         positions = self.positions
-        if seq == len(positions) + 1:  # the common case: the next seq
+        i = seq - self.base - 1
+        if i == len(positions):  # the common case: the next seq
             positions.append(position)
             if self.contiguous == seq - 1:
                 self.contiguous = seq
-            return
-        gap = seq - len(positions)
+            return True
+        gap = i - len(positions)
         if gap > 0:
-            self.positions.extend([_ABSENT] * gap)
-        self.positions[seq - 1] = position
+            positions.extend([_ABSENT] * gap)
+            positions.append(position)
+        else:
+            positions[i] = position
         if seq == self.contiguous + 1:
-            n = len(self.positions)
-            c = seq
-            while c < n and self.positions[c] != _ABSENT:
-                c += 1
-            self.contiguous = c
+            self._extend_contiguous()
+        return True
+
+    def replay(self, seq: int, position: int) -> bool:
+        """:meth:`add` for an entry read back on open: below the floor too
+        (a survivor of compaction; whatever is not on disk there is dead)."""
+        if seq > self.base:
+            return self.add(seq, position)
+        if seq in self.below:
+            return False
+        self.below[seq] = position
+        insort(self.below_seqs, seq)
+        self.count += 1
+        return True
+
+    def move(self, seq: int, position: int) -> None:
+        """A stored entry now lies at ``position`` (its segment was rewritten)."""
+        if seq <= self.base:
+            self.below[seq] = position  # it is in below_seqs already
+        else:
+            self.positions[seq - self.base - 1] = position
+
+    def drop(self, seq: int) -> None:
+        """A stored entry was dropped by compaction: dead from now on."""
+        if seq <= self.base:
+            if self.below.pop(seq, None) is not None:
+                self.count -= 1
+                del self.below_seqs[bisect_left(self.below_seqs, seq)]
+            return
+        i = seq - self.base - 1
+        if self.positions[i] >= 0:
+            self.count -= 1
+        self.positions[i] = _DEAD
+
+    def mark_dead(self, first: int, last: int) -> None:
+        """Seqs ``first`` to ``last`` that were never seen here are dead: a
+        peer dropped them (held once, gone for good). Held ones stay."""
+        first = max(first, self.base + 1)
+        if last < first:
+            return
+        if first <= self.contiguous + 1 and last >= self.highest:
+            # Everything from the first gap on: the floor moves to ``last`` and
+            # the few held above it are kept as survivors, with no slot per
+            # seq (a new node passing a long compacted history).
+            self._cover_to(last)
+            return
+        positions = self.positions
+        end = last - self.base
+        if end > len(positions):
+            positions.extend([_ABSENT] * (end - len(positions)))
+        for i in range(first - self.base - 1, end):
+            if positions[i] == _ABSENT:
+                positions[i] = _DEAD
+        if first <= self.contiguous + 1:
+            self._extend_contiguous()
+
+    def _cover_to(self, last: int) -> None:
+        """Every seq above ``base`` up to ``last`` is held or dead, and none above it is held."""
+        base = self.base
+        for i, position in enumerate(self.positions):
+            if position >= 0:
+                self.below[base + 1 + i] = position
+                self.below_seqs.append(base + 1 + i)
+        del self.positions[:]
+        self.base = self.contiguous = last
+
+    def raise_base(self, floor: int) -> None:
+        """Seqs up to ``floor`` (at most ``contiguous``) are now all held or
+        dead: keep only the survivors' positions among them."""
+        floor = min(floor, self.contiguous)
+        if floor <= self.base:
+            return
+        cut = floor - self.base
+        for i in range(cut):
+            position = self.positions[i]
+            if position >= 0:
+                self.below[self.base + 1 + i] = position
+                self.below_seqs.append(self.base + 1 + i)
+        del self.positions[:cut]
+        self.base = floor
+
+    def scan(self, after: int, limit: int) -> tuple[list[int], list[tuple[int, int]], int]:
+        """From seq ``after + 1`` on: the positions of up to ``limit`` stored
+        entries, the dead ranges ``(first, last)`` among them, and the last
+        seq covered; stops at the first seq not held."""
+        seq = after + 1
+        found: list[int] = []
+        dead: list[tuple[int, int]] = []
+        base, below_seqs = self.base, self.below_seqs
+        i = bisect_left(below_seqs, seq)
+        while seq <= base and len(found) < limit:
+            survivor = below_seqs[i] if i < len(below_seqs) else base + 1
+            if survivor > seq:  # seq .. survivor-1 were dropped
+                dead.append((seq, survivor - 1))
+                seq = survivor
+            else:
+                found.append(self.below[survivor])
+                seq += 1
+                i += 1
+        positions = self.positions
+        while len(found) < limit and seq <= base + len(positions):
+            position = positions[seq - base - 1]
+            if position == _ABSENT:
+                break
+            if position == _DEAD:
+                if dead and dead[-1][1] == seq - 1:
+                    dead[-1] = (dead[-1][0], seq)
+                else:
+                    dead.append((seq, seq))
+            else:
+                found.append(position)
+            seq += 1
+        return found, dead, seq - 1
+
+    def _extend_contiguous(self) -> None:
+        positions, base = self.positions, self.base
+        c = self.contiguous - base
+        n = len(positions)
+        while c < n and positions[c] != _ABSENT:
+            c += 1
+        self.contiguous = base + c
 
     @property
     def highest(self) -> int:
-        return len(self.positions)
+        return self.base + len(self.positions)
+
+
+class _Gate:
+    """Segment files are read in threads at positions taken on the loop; a
+    compaction renames a rewritten segment over the old one. The gate keeps
+    the two apart: a swap waits for the reads under way, new reads wait for it."""
+
+    def __init__(self) -> None:
+        self._readers = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._open = asyncio.Event()
+        self._open.set()
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        await self._open.wait()
+        self._readers += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._readers -= 1
+            if not self._readers:
+                self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def swapping(self) -> AsyncIterator[None]:
+        self._open.clear()
+        try:
+            await self._idle.wait()
+            yield
+        finally:
+            self._open.set()
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What one compaction pass did."""
+
+    bytes_before: int
+    bytes_after: int
+    entries_dropped: int
+    segments_rewritten: int
+    segments_removed: int
+    #: Per origin, the floor after the pass: every seq up to it is here or dead.
+    floors: dict[str, int]
+    seconds: float
 
 
 class Strand(AsyncResource):
@@ -219,6 +434,13 @@ class Strand(AsyncResource):
         self._dirty = False
         self._fsync_observers: list[Callable[[float], None]] = []
         self._replayed: list[RawEntry] | None = []
+        self._gate = _Gate()
+        self._compacting = asyncio.Lock()
+        self._swaps: set[asyncio.Future[compaction.Rewritten]] = set()
+        self._roll_request: asyncio.Future[None] | None = None
+        self._compactions = 0
+        self._bytes_reclaimed = 0
+        self._entries_dropped = 0
 
     # -- opening ---------------------------------------------------------------
 
@@ -256,9 +478,12 @@ class Strand(AsyncResource):
     def _replay_files(self) -> None:
         """Read every segment back into the index and open the last for appending."""
         directory = self.config.storage
+        compaction.remove_leftovers(directory)
         numbers = segment.segment_numbers(directory)
         replayed: list[RawEntry] = []
         logs = self._logs
+        for origin, floor in compaction.read_floors(directory).items():
+            logs[origin] = _OriginLog(base=floor)
         for i, number in enumerate(numbers):
             path = segment.segment_path(directory, number)
             last = i == len(numbers) - 1
@@ -273,9 +498,11 @@ class Strand(AsyncResource):
                 origin_log = logs.get(raw[0])
                 if origin_log is None:
                     origin_log = logs[raw[0]] = _OriginLog()
-                origin_log.add(raw[1], base | offset)
-                replayed.append(raw)
-            self._entries += len(scan.records)
+                # False for a second copy of an entry (should a crash ever
+                # leave one): it is replayed once.
+                if origin_log.replay(raw[1], base | offset):
+                    replayed.append(raw)
+                    self._entries += 1
             if scan.torn_bytes:
                 log.warning(
                     "strand: cut a torn tail of %d bytes from %s at offset %d",
@@ -319,9 +546,7 @@ class Strand(AsyncResource):
     def position(self, entry_id: EntryId) -> int | None:
         """Where the entry lies in the log, as a number that grows in log order."""
         origin_log = self._logs.get(entry_id.origin)
-        if origin_log is None or entry_id.seq not in origin_log:
-            return None
-        return origin_log.positions[entry_id.seq - 1]
+        return None if origin_log is None else origin_log.get(entry_id.seq)
 
     def vector(self) -> dict[str, int]:
         """Per origin, the highest seq up to which every entry is held."""
@@ -331,12 +556,20 @@ class Strand(AsyncResource):
         """Per origin, the highest seq held (there may be gaps below it)."""
         return {origin: o.highest for origin, o in self._logs.items()}
 
+    def floors(self) -> dict[str, int]:
+        """Per origin, the compaction floor: every seq up to it is held here
+        or was dropped (dead); origins with no floor are left out."""
+        return {origin: o.base for origin, o in self._logs.items() if o.base}
+
     def stats(self) -> StrandStats:
         return StrandStats(
             entries=self._entries,
             bytes=self._sealed_bytes + self._segment_size,
             segments=self._segments,
             tails_cut=self._tails_cut,
+            compactions=self._compactions,
+            bytes_reclaimed=self._bytes_reclaimed,
+            entries_dropped=self._entries_dropped,
         )
 
     def add_fsync_observer(self, callback: Callable[[float], None]) -> None:
@@ -345,23 +578,25 @@ class Strand(AsyncResource):
 
     async def read_range(self, origin: str, after_seq: int, limit: int) -> list[Entry]:
         """Entries of ``origin`` with seq > ``after_seq``, oldest first, up to
-        ``limit``, stopping at the first seq not held (so never with a gap)."""
+        ``limit``, stopping at the first seq not held; dead (compacted) seqs
+        are passed over: :meth:`read_page` says which they are."""
+        return (await self.read_page(origin, after_seq, limit)).entries
+
+    async def read_page(self, origin: str, after_seq: int, limit: int) -> Page:
+        """Like :meth:`read_range`, with the dead ranges among the entries and
+        the last seq the page covers (see :class:`Page`)."""
         origin_log = self._logs.get(origin)
         if origin_log is None or limit <= 0:
-            return []
-        positions = []
-        for seq in range(after_seq + 1, min(origin_log.highest, after_seq + limit) + 1):
-            position = origin_log.positions[seq - 1]
-            if position == _ABSENT:
-                break
-            positions.append(position)
+            return Page([], [], after_seq)
+        positions, dead, upto = origin_log.scan(after_seq, limit)
         if not positions:
-            return []
-        try:
-            bodies = await asyncio.to_thread(self._read_positions, positions)
-        except OSError as exc:
-            raise StrandError(f"cannot read entries of {origin}: {exc}") from exc
-        return [decode_entry(body) for body in bodies]
+            return Page([], dead, upto)
+        async with self._gate.reading():
+            try:
+                bodies = await asyncio.to_thread(self._read_positions, positions)
+            except OSError as exc:
+                raise StrandError(f"cannot read entries of {origin}: {exc}") from exc
+        return Page([decode_entry(body) for body in bodies], dead, upto)
 
     def _read_positions(self, positions: Sequence[int]) -> list[bytes]:
         bodies = []
@@ -378,6 +613,159 @@ class Strand(AsyncResource):
             for fd in fds.values():
                 os.close(fd)
         return bodies
+
+    # -- compaction ------------------------------------------------------------
+
+    async def compact(
+        self,
+        horizon: Mapping[str, int],
+        live: Callable[[], Awaitable[Collection[compaction.Key]]],
+        *,
+        seal: bool = False,
+    ) -> CompactionReport:
+        """Drop from the sealed segments every Write at or below ``horizon``
+        that a Take at or below it killed, and that ``live()`` (asked once the
+        segments are read) does not name; and the Takes of Writes dropped, now
+        or before. With ``seal``, the current segment is sealed first, so its
+        entries can go too. One pass at a time; see :mod:`node.compaction`."""
+        async with self._compacting:
+            if self._closed:
+                raise StrandError("the Strand is closed")
+            started = time.perf_counter()
+            if seal:
+                await self._seal()
+            bytes_before = self.stats().bytes
+            # Never above what is held here: the floor promises every seq up to it.
+            stable = {
+                origin: min(seq, self._logs[origin].contiguous)
+                for origin, seq in horizon.items()
+                if origin in self._logs and seq > 0
+            }
+            sealed = [n for n in segment.segment_numbers(self._dir) if n < self._segment]
+            try:
+                found = await asyncio.to_thread(compaction.survey, self._dir, sealed, stable)
+                alive = await live()
+                targets = {target for _, target, _ in found.takes}
+                writes = {w for w in found.writes if w in targets and w not in alive}
+                floors = {o: max(self._logs[o].base, seq) for o, seq in stable.items()}
+                if floors != {o: self._logs[o].base for o in floors}:
+                    every = self._floors(floors)
+                    await asyncio.to_thread(compaction.write_floors, self._dir, every)
+                    for origin, floor in floors.items():
+                        self._logs[origin].raise_base(floor)
+                rewritten, removed, dropped = await self._drop(found, writes)
+            except OSError as exc:
+                raise StrandError(f"compaction failed: {exc}") from exc
+            self._compactions += 1
+            bytes_after = self.stats().bytes
+            self._bytes_reclaimed += bytes_before - bytes_after
+            self._entries_dropped += dropped
+            return CompactionReport(
+                bytes_before=bytes_before,
+                bytes_after=bytes_after,
+                entries_dropped=dropped,
+                segments_rewritten=rewritten,
+                segments_removed=removed,
+                floors={o: log.base for o, log in self._logs.items() if log.base},
+                seconds=time.perf_counter() - started,
+            )
+
+    async def mark_dead(self, origin: str, ranges: Sequence[tuple[int, int]]) -> None:
+        """Seqs of ``origin`` in ``ranges`` (``(first, last)``) that a peer
+        dropped: those never seen here are dead from now on, here and after
+        a restart (the floor is raised over them durably), so they are never
+        taken in again. Entries held here are left to the caller."""
+        origin_log = self._logs.get(origin)
+        if origin_log is None:
+            origin_log = self._logs[origin] = _OriginLog()
+        base = origin_log.base
+        for first, last in ranges:
+            origin_log.mark_dead(first, last)
+        if origin_log.contiguous > base:
+            async with self._compacting:
+                floors = self._floors({origin: origin_log.contiguous})
+                try:
+                    await asyncio.to_thread(compaction.write_floors, self._dir, floors)
+                except OSError as exc:
+                    raise StrandError(f"cannot record dropped entries: {exc}") from exc
+                origin_log.raise_base(floors[origin])
+
+    def _floors(self, raised: Mapping[str, int]) -> dict[str, int]:
+        """Every origin's floor, with ``raised`` in."""
+        floors = {o: log.base for o, log in self._logs.items() if log.base}
+        floors.update(raised)
+        return floors
+
+    async def _drop(
+        self, found: compaction.Survey, writes: set[compaction.Key]
+    ) -> tuple[int, int, int]:
+        """Rewrite, oldest first, each segment with something to drop; a Take
+        goes only with or after its target. Returns segments rewritten and
+        removed, and entries dropped."""
+        gone: set[compaction.Key] = set()
+        takes_in: dict[int, list[tuple[compaction.Key, compaction.Key]]] = {}
+        for take, target, number in found.takes:
+            takes_in.setdefault(number, []).append((take, target))
+        writes_in: dict[int, set[compaction.Key]] = {}
+        for write in writes:
+            writes_in.setdefault(found.writes[write], set()).add(write)
+        rewritten = removed = dropped = 0
+        for number in sorted(found.sizes):
+            if self._closed:
+                break  # what is done holds; the rest waits for the next pass
+            drop = set(writes_in.get(number, ()))
+            gone |= drop
+            for take, target in takes_in.get(number, ()):
+                if target in gone or self._dead(target):
+                    drop.add(take)
+            if not drop:
+                continue
+            result = await self._rewrite(number, drop)
+            rewritten += 1
+            removed += result.bytes_after == 0
+            dropped += len(result.dropped)
+        return rewritten, removed, dropped
+
+    def _dead(self, key: compaction.Key) -> bool:
+        """Dropped by an earlier pass: held once, on disk no more."""
+        origin_log = self._logs.get(key[0])
+        return origin_log is not None and key[1] in origin_log and origin_log.get(key[1]) is None
+
+    async def _rewrite(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
+        """Swap segment ``number`` for a copy without ``drop``, and move the
+        survivors' positions, with no read of the segment under way.
+
+        Once the new file may be renamed in, the positions must follow it
+        whatever happens to the caller: the swap runs to its end in a task of
+        its own (``close()`` waits for it)."""
+        swap = asyncio.ensure_future(self._swap(number, drop))
+        self._swaps.add(swap)
+        swap.add_done_callback(self._swaps.discard)
+        return await asyncio.shield(swap)
+
+    async def _swap(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
+        async with self._gate.swapping():
+            result = await asyncio.to_thread(compaction.rewrite, self._dir, number, drop)
+            base = number << _OFFSET_BITS
+            for (origin, seq), offset in result.survivors:
+                self._logs[origin].move(seq, base | offset)
+            for origin, seq in result.dropped:
+                self._logs[origin].drop(seq)
+        self._entries -= len(result.dropped)
+        self._sealed_bytes -= result.bytes_before - result.bytes_after
+        if result.bytes_after == 0:
+            self._segments -= 1
+        return result
+
+    async def _seal(self) -> None:
+        """Have the writer roll to a new segment now (if the current one holds
+        any entry), so that compaction can rewrite the one it sealed."""
+        if self._segment_size <= segment.HEADER.size:
+            return
+        if self._roll_request is None:
+            self._roll_request = asyncio.get_running_loop().create_future()
+            self._wake.set()
+        await asyncio.shield(self._roll_request)
 
     # -- appending -------------------------------------------------------------
 
@@ -446,7 +834,10 @@ class Strand(AsyncResource):
                     log.exception("strand: the writer failed")
                     self._break(f"the writer failed: {exc!r}")
                     self._fail(batches, self._broken_error())
-            elif self._closed:
+            if self._roll_request is not None:
+                await self._roll_on_request(self._roll_request)
+                self._roll_request = None
+            elif not batches and self._closed:
                 return
 
     def _on_writer_done(self, writer: asyncio.Task[None]) -> None:
@@ -526,6 +917,26 @@ class Strand(AsyncResource):
         if self.config.fsync == "always":
             return await asyncio.to_thread(self._write, data, True)
         return self._write(data, False)
+
+    async def _roll_on_request(self, request: asyncio.Future[None]) -> None:
+        """Seal the current segment for a compaction, between two appends."""
+        try:
+            if self._broken is not None:
+                raise self._broken_error()
+            if self._segment_size > segment.HEADER.size:
+                self._rolling = True
+                try:
+                    await asyncio.to_thread(self._roll)
+                finally:
+                    self._rolling = False
+        except (OSError, StrandError) as exc:
+            if not request.done():
+                error = exc if isinstance(exc, StrandError) else StrandError(f"roll failed: {exc}")
+                request.set_exception(error)
+                request.exception()  # read here, should its waiter be gone
+            return
+        if not request.done():
+            request.set_result(None)
 
     def _fail(self, batches: Sequence[_Batch], error: BaseException) -> None:
         for batch in batches:
@@ -695,6 +1106,9 @@ class Strand(AsyncResource):
         self._closed = True
         self._wake.set()
         try:
+            # A compaction stops at its next segment; a swap under way ends first.
+            while self._swaps:
+                await asyncio.wait(list(self._swaps))
             if self._writer is not None:
                 await asyncio.wait([self._writer])  # never raises, nor cancels it
             if self._syncer is not None:

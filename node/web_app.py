@@ -30,6 +30,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
+from node.compactor import CompactionPolicy, Compactor
 from node.config import NodeConfig
 from node.errors import ForumError, RecordTooLarge, StrandError
 from node.forum import Forum
@@ -37,6 +38,7 @@ from node.web_auth import CLUSTER_PREFIX, authenticate, cluster_key
 from node.web_bodies import ApiProblem, BodyTimeout, bad_request
 from node.web_handlers import HANDLERS
 from node.web_keys import (
+    COMPACTOR,
     CONFIG,
     FORUM,
     LIMITS,
@@ -101,6 +103,9 @@ def build_app(
     app[LIMITS] = Limits.of(config)
     app[METRICS_REGISTRY] = registry
     app[LONG_POLLS] = long_polls
+    app[COMPACTOR] = Compactor(
+        forum, CompactionPolicy(config.compact_interval, config.compact_dead_ratio)
+    )
     app[PEERS] = _no_peers
     app[SELF_AUTHENTICATED] = frozenset()
     app[STARTED] = time.monotonic()
@@ -128,7 +133,8 @@ def _no_peers() -> list[PeerStatus]:
 
 
 async def _listening(app: web.Application) -> AsyncIterator[None]:
-    async with app[LONG_POLLS]:
+    async with app[LONG_POLLS], app[COMPACTOR] as compactor:
+        compactor.start()
         yield
 
 

@@ -31,11 +31,12 @@ from node.web_bodies import (
     respond_tuple,
     tuple_body,
 )
-from node.web_keys import CONFIG, FORUM, LIMITS, LONG_POLLS, PEERS, STARTED
+from node.web_keys import COMPACTOR, CONFIG, FORUM, LIMITS, LONG_POLLS, PEERS, STARTED
 from node.web_model import (
     ACK,
     ACK_BATCH,
     BATCH_LIMIT,
+    COMPACT,
     COUNT,
     CURSOR,
     ENTRY_ID,
@@ -58,6 +59,7 @@ from node.web_model import (
     WRITE_BATCH,
     Acked,
     AckedMany,
+    Compacted,
     Count,
     Extended,
     Health,
@@ -236,6 +238,25 @@ async def list_tuples(request: web.Request) -> web.Response:
     return respond(Page([tuple_body(t, media) for t in page.tuples], page.next_cursor), media)
 
 
+async def compact(request: web.Request) -> web.Response:
+    """``POST /v1/compact``: one compaction pass now; answers once it is done."""
+    _query(request, COMPACT)
+    media = negotiate(request, COMPACT)
+    report = await request.app[COMPACTOR].compact_now()
+    return respond(
+        Compacted(
+            bytes_before=report.bytes_before,
+            bytes_after=report.bytes_after,
+            entries_dropped=report.entries_dropped,
+            segments_rewritten=report.segments_rewritten,
+            segments_removed=report.segments_removed,
+            floors=report.floors,
+            seconds=round(report.seconds, 3),
+        ),
+        media,
+    )
+
+
 async def status(request: web.Request) -> web.Response:
     """``GET /v1/status``: who this node is and what it holds."""
     _query(request, STATUS)
@@ -254,6 +275,7 @@ def node_status(app: web.Application) -> NodeStatus:
         long_polls=app[LONG_POLLS].waiting,
         fsync=forum.strand.config.fsync,
         peers=tuple(app[PEERS]()),
+        horizon=app[COMPACTOR].horizon(),
     )
 
 
@@ -295,6 +317,7 @@ HANDLERS: dict[Operation, Handler] = {
     RELEASE: release,
     READ: read,
     COUNT: count,
+    COMPACT: compact,
     STATUS: status,
     HEALTHZ: healthz,
     READYZ: readyz,

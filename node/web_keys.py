@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from node.compactor import Compactor
 from node.config import NodeConfig
 from node.forum import Forum
 from node.web_longpoll import LongPolls
@@ -35,6 +36,8 @@ LIMITS = web.AppKey("limits", Limits)
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 PEERS = web.AppKey[PeersProvider]("peers")
 LONG_POLLS = web.AppKey("long_polls", LongPolls)
+#: The background compactor; replication sets its horizon (``Compactor.set_horizon``).
+COMPACTOR = web.AppKey("compactor", Compactor)
 #: Path prefixes of an extension's routes that check their own credentials
 #: (replication signs every request with an HMAC of the cluster secret, so the
 #: secret itself never crosses the wire): no bearer token is asked of them.

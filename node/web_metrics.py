@@ -81,6 +81,17 @@ class ForumCollector(Collector):
                 "Torn log tails cut off when the Strand opened.",
                 stats.tails_cut,
             ),
+            ("forum_compactions", "Compaction passes run.", stats.compactions),
+            (
+                "forum_compaction_bytes_reclaimed",
+                "Strand bytes compaction gave back.",
+                stats.bytes_reclaimed,
+            ),
+            (
+                "forum_compaction_entries_dropped",
+                "Entries compaction dropped from the Strand (dead everywhere).",
+                stats.entries_dropped,
+            ),
         )
         for name, documentation, value in counters:
             yield CounterMetricFamily(name, documentation, value=value)

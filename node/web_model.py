@@ -184,6 +184,19 @@ class Released(msgspec.Struct, frozen=True):
     released: bool
 
 
+class Compacted(msgspec.Struct, frozen=True):
+    """What one compaction pass did (:class:`node.strand.CompactionReport`)."""
+
+    bytes_before: int
+    bytes_after: int
+    entries_dropped: int
+    segments_rewritten: int
+    segments_removed: int
+    #: Per origin, the seq up to which every entry is held here or was dropped.
+    floors: dict[str, int]
+    seconds: float
+
+
 class Count(msgspec.Struct, frozen=True):
     count: int
 
@@ -393,6 +406,11 @@ COUNT = Operation(
     "GET", "/v1/count", "Count live tuples by prefix",
     Answer(200, "The count.", Count, (JSON, MSGPACK, TEXT)), PATTERN,
 )  # fmt: skip
+COMPACT = Operation(
+    "POST", "/v1/compact",
+    "Run one compaction pass now (the current segment sealed first); answers once it is done",
+    Answer(200, "What the pass did.", Compacted),
+)  # fmt: skip
 #: The status document is the :class:`~node.web_status.NodeStatus` dataclass,
 #: which the client parses too (msgspec makes a schema of a dataclass as well).
 STATUS = Operation(
@@ -419,5 +437,5 @@ METRICS = Operation(
 #: Every operation of the node itself (replication adds the cluster routes).
 OPERATIONS = (
     WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
-    EXTEND, RELEASE, READ, COUNT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
+    EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
 )  # fmt: skip

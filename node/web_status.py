@@ -11,7 +11,7 @@ typed, not as a mapping re-read by key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from node.forum import ForumStats
@@ -41,6 +41,12 @@ class PeerStatus:
     behind: int | None
     #: Entries waiting in its push queue.
     queued: int
+    #: Seqs held here that the peer does not hold, summed over origins: how far
+    #: it keeps the compaction horizon below this node's vector (every seq held
+    #: when its vector is unknown; 0 once it is forgotten).
+    holds_back: int = 0
+    #: Not heard from for ``forget_after``: it no longer holds compaction back.
+    forgotten: bool = False
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> PeerStatus:
@@ -75,6 +81,16 @@ class NodeStatus:
     fsync: str
     #: One row per peer, filled by replication (empty without it).
     peers: tuple[PeerStatus, ...] = ()
+    #: Compaction passes run, Strand bytes given back, entries dropped (0 from
+    #: a node older than compaction).
+    compactions: int = 0
+    bytes_reclaimed: int = 0
+    entries_dropped: int = 0
+    #: Per origin, the seq up to which every entry is held (or was dropped).
+    vector: dict[str, int] = field(default_factory=dict)
+    #: Per origin, the seq up to which every member holds every entry: what
+    #: compaction may drop (the dead among it).
+    horizon: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -88,6 +104,7 @@ class NodeStatus:
         long_polls: int,
         fsync: str,
         peers: tuple[PeerStatus, ...],
+        horizon: dict[str, int] | None = None,
     ) -> NodeStatus:
         """The status of a node whose Forum reports ``stats``: every figure of
         ``stats`` is taken as it is; the rest is the node's."""
@@ -101,6 +118,7 @@ class NodeStatus:
             long_polls=long_polls,
             fsync=fsync,
             peers=peers,
+            horizon=horizon or {},
         )
 
     def to_document(self) -> dict[str, Any]:

@@ -4,9 +4,20 @@ Scuttlebutt-style, one exchange per page::
 
     A -> B  pull {A's vector, origins A is fetching elsewhere, A's members, limits}
     B -> A  page {entries A lacks: per origin oldest first, only from B's gap-free
-                  prefix, so A ends without a new gap; B's vector; more?; B's members}
-    A       applies the page (durable before visible), learns members,
-            and asks again at once while ``more`` (large catch-ups stream in pages)
+                  prefix, so A ends without a new gap; the dead ranges among them
+                  (seqs B dropped by compaction) and B's floors; B's vector;
+                  more?; B's members}
+    A       applies the page (durable before visible), then its dead ranges
+            (A's vector passes them; a copy A holds live of one dies), learns
+            members, and asks again at once while ``more`` (large catch-ups
+            stream in pages)
+
+A page with dead ranges means A lacked seqs B dropped: A was behind B's
+floor (new, wiped, or forgotten while cut off). A may then hold live a Write
+whose Take B dropped along with it, which no page can name as a Take any
+more; so before applying that page, A *rechecks*: it pulls again, one origin
+at a time, every seq it held at or below B's floors, and the dead ranges of
+those pages kill its stale copies (a snapshot of B's survivors, in pages).
 
 Each node runs this with every peer every ``anti_entropy_interval`` seconds
 (jittered), and at once when a peer comes back, when a push to it was
@@ -24,7 +35,8 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from node.backoff import Backoff
 from node.entries import Entry
@@ -38,6 +50,7 @@ from replication.messages import (
     Member,
     PullPage,
     PullRequest,
+    SeqRange,
     decode_page,
     encode,
 )
@@ -51,42 +64,110 @@ log = logging.getLogger(__name__)
 #: Entries read from the Strand at a time while filling a page.
 _READ_CHUNK = 512
 
-#: ``apply(entries)``: store entries pulled from a peer; returns the new ones.
-Apply = Callable[[Sequence[Entry]], Awaitable[list[Entry]]]
+#: ``apply(page)``: check a page from a peer, then store its entries and
+#: apply its dead ranges; returns the new entries. ``BadMessage`` (nothing
+#: applied) for a page no honest peer sends.
+Apply = Callable[[PullPage], Awaitable[list[Entry]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Filled:
+    """What a page serves: entries oldest first per origin, the dead ranges
+    among the seqs it covers (per origin), and whether more remain."""
+
+    entries: list[Entry]
+    dead: dict[str, list[SeqRange]]
+    more: bool
+
+
+class _Filler:
+    """Fills one page from the Strand, within its bounds."""
+
+    def __init__(self, strand: Strand, limit: int, max_bytes: int) -> None:
+        self._strand = strand
+        self._limit = limit
+        self._max_bytes = max_bytes
+        self._size = 0
+        self.entries: list[Entry] = []
+        self.dead: dict[str, list[SeqRange]] = {}
+
+    async def serve(self, origin: str, start: int, end: int) -> bool:
+        """Add what is held of ``origin`` in ``start..end`` (from this node's
+        gap-free prefix: it stops at the first seq not held); ``False`` once
+        the page is full."""
+        seq = start
+        while seq <= end:
+            room = self._limit - len(self.entries)
+            if room <= 0:
+                return False
+            asked = min(room, _READ_CHUNK, end - seq + 1)
+            page = await self._strand.read_page(origin, seq - 1, asked)
+            covered = min(page.upto, end)
+            full = False
+            for entry in page.entries:
+                if entry.id.seq > end:
+                    break
+                entry_bytes = entry_size(entry)
+                if self.entries and self._size + entry_bytes > self._max_bytes:
+                    covered, full = entry.id.seq - 1, True
+                    break
+                self.entries.append(entry)
+                self._size += entry_bytes
+            self._add_dead(origin, page.dead, covered)
+            if full:
+                return False
+            if covered < seq or len(page.entries) < asked:
+                return True  # nothing more held here: the rest is not ours to serve
+            seq = covered + 1
+        return True
+
+    def _add_dead(self, origin: str, ranges: Sequence[SeqRange], upto: int) -> None:
+        mine = self.dead.setdefault(origin, [])
+        for first, last in ranges:
+            if first > upto:
+                break
+            end = min(last, upto)
+            if mine and mine[-1][1] + 1 >= first:
+                mine[-1] = (mine[-1][0], max(mine[-1][1], end))
+            else:
+                mine.append((first, end))
+        if not mine:
+            del self.dead[origin]
+
+    def done(self, more: bool) -> Filled:
+        return Filled(self.entries, self.dead, more)
 
 
 async def fill_page(
     strand: Strand, asked: VersionVector, exclude: frozenset[str], limit: int, max_bytes: int
-) -> tuple[list[Entry], bool]:
-    """The entries ``asked`` lacks, oldest first per origin, within the bounds.
+) -> Filled:
+    """The entries ``asked`` lacks, oldest first per origin, within the bounds,
+    and the dead (compacted) ranges among the seqs served.
 
     Only seqs in this node's own gap-free prefix of each origin are served, so
-    the asker never gets a gap. Returns the entries and whether more remain.
+    the asker never gets a gap: a dead seq counts as served (the asker notes
+    it dead), so its vector passes it.
     """
-    entries: list[Entry] = []
-    size = 0
+    filler = _Filler(strand, limit, max_bytes)
     for origin, held in sorted(strand.vector().items()):
         if origin in exclude:
             continue
         for start, end in asked.missing(origin, upto=held):
-            seq = start
-            while seq <= end:
-                room = limit - len(entries)
-                if room <= 0:
-                    return entries, True
-                chunk = await strand.read_range(
-                    origin, seq - 1, min(room, end - seq + 1, _READ_CHUNK)
-                )
-                if not chunk:
-                    break
-                for entry in chunk:
-                    entry_bytes = entry_size(entry)
-                    if entries and size + entry_bytes > max_bytes:
-                        return entries, True
-                    entries.append(entry)
-                    size += entry_bytes
-                seq += len(chunk)
-    return entries, False
+            if not await filler.serve(origin, start, end):
+                return filler.done(more=True)
+    return filler.done(more=False)
+
+
+async def fill_recheck(
+    strand: Strand, recheck: tuple[str, int, int], limit: int, max_bytes: int
+) -> Filled:
+    """One origin's seqs ``first..last`` again, held by the asker or not: the
+    entries held here and the ranges dropped (see :meth:`Syncer.recheck`)."""
+    origin, first, last = recheck
+    filler = _Filler(strand, limit, max_bytes)
+    held = strand.vector().get(origin, 0)
+    full = not await filler.serve(origin, first, min(last, held))
+    return filler.done(more=full)
 
 
 class Fetching:
@@ -190,31 +271,31 @@ class Syncer:
         return True
 
     async def sync(self) -> None:
-        """Pull pages until the peer has nothing more we lack."""
+        """Pull pages until the peer has nothing more we lack.
+
+        The first page of a round that holds dead ranges (the peer dropped
+        seqs we lack: we were behind its floor, forgotten or new) is applied
+        only after :meth:`recheck`, so that a crash in between leaves us still
+        lacking them, and the next round rechecks again.
+        """
         peer = self._peer
-        config = self._config
         mine = VersionVector.of(self._strand)
+        held_before = mine
+        rechecked = False
         # Claim up front what the peer is known to hold beyond us.
         self._fetching.claim(
             peer.url, {o for o in peer.vector.origins if _ahead(peer.vector, mine, o)}
         )
         try:
             while True:
-                request = PullRequest(
-                    self._me,
-                    mine,
-                    self._fetching.elsewhere(peer.url),
-                    self._membership.members(),
-                    config.page_entries,
-                    config.page_bytes,
-                )
-                body = encode(request)
-                self._metrics.sent_bytes(peer.url, "pull", len(body))
-                # For anyone: how a seed's origin (or a wiped peer's new one) is learned.
-                answer = await self._transport.call(peer.url, "POST", PULL_PATH, body, to=ANYONE)
-                page = decode_page(answer)
-                if await self._take(page, len(answer)) is None:
+                pulled = await self._pull(mine, None)
+                if pulled is None:
                     return
+                page, answer_bytes = pulled
+                if page.dead and not rechecked:
+                    await self.recheck(held_before, page.floors)
+                    rechecked = True
+                await self._take(page, answer_bytes)
                 if not page.more:
                     self._metrics.round(peer.url, ok=True)
                     return
@@ -223,15 +304,64 @@ class Syncer:
         finally:
             self._fetching.release(peer.url)
 
-    async def _take(self, page: PullPage, answer_bytes: int) -> Peer | None:
-        peer = self._membership.contacted(self._peer.url, page.sender)
-        if peer is None:
+    async def recheck(self, held: VersionVector, floors: Mapping[str, int]) -> None:
+        """Ask the peer again for every seq we held (``held``) at or below its
+        floors, one origin at a time, and apply the pages: their dead ranges
+        kill each copy we hold live of what the peer dropped (a Write taken
+        while we were cut off, whose Take was dropped with it, so that we
+        could never learn it from the Take)."""
+        for origin, floor in sorted(floors.items()):
+            runs = held.held(origin)
+            top = min(floor, runs[-1][1] if runs else 0)
+            first = 1
+            while first <= top:
+                pulled = await self._pull(VersionVector.of(self._strand), (origin, first, top))
+                if pulled is None:
+                    return
+                page, answer_bytes = pulled
+                await self._take(page, answer_bytes)
+                covered = max(
+                    (
+                        *(e.id.seq for e in page.entries if e.id.origin == origin),
+                        *(last for _, last in page.dead.get(origin, ())),
+                    ),
+                    default=first - 1,
+                )
+                if not page.more or covered < first:
+                    break
+                first = covered + 1
+
+    async def _pull(
+        self, mine: VersionVector, recheck: tuple[str, int, int] | None
+    ) -> tuple[PullPage, int] | None:
+        """One pull: the page and its size, or ``None`` if the URL turned out
+        not to be this peer."""
+        peer = self._peer
+        request = PullRequest(
+            self._me,
+            mine,
+            self._fetching.elsewhere(peer.url),
+            self._membership.members(),
+            self._config.page_entries,
+            self._config.page_bytes,
+            recheck,
+        )
+        body = encode(request)
+        self._metrics.sent_bytes(peer.url, "pull", len(body))
+        # For anyone: how a seed's origin (or a wiped peer's new one) is learned.
+        answer = await self._transport.call(peer.url, "POST", PULL_PATH, body, to=ANYONE)
+        page = decode_page(answer)
+        found = self._membership.contacted(peer.url, page.sender)
+        if found is None:
             return None
-        new = await self._apply(page.entries) if page.entries else []
-        self._metrics.received(peer.url, "page", len(page.entries), len(new), answer_bytes)
-        self._membership.acknowledged(peer, page.vector, full=True)
+        self._membership.acknowledged(found, page.vector, full=True)
         self._membership.learn(page.members)
-        return peer
+        return page, len(answer)
+
+    async def _take(self, page: PullPage, answer_bytes: int) -> None:
+        """Apply a page: its entries, then its dead ranges."""
+        new = await self._apply(page) if page.entries or page.dead else []
+        self._metrics.received(self._peer.url, "page", len(page.entries), len(new), answer_bytes)
 
 
 def _ahead(theirs: VersionVector, mine: VersionVector, origin: str) -> bool:

@@ -73,8 +73,6 @@ class ReplicationConfig:
     backoff_max: Seconds = 1.0
     #: A peer failing for this many seconds goes from suspect to dead.
     dead_after: Seconds = 5.0
-    #: A learned (not configured) peer dead this long is forgotten.
-    forget_after: Seconds = 300.0
     #: Signed requests older or newer than this many seconds are refused.
     max_clock_skew: Seconds = 60.0
     #: A pushed entry may be at most this far past the highest seq held of its

@@ -3,11 +3,15 @@
 The extension adds the routes at once and, through ``cleanup_ctx``, runs
 replication while the app runs::
 
+    install   the routes; the node's Compactor gets a horizon of nothing, so
+              nothing is compacted until replication knows the members
     startup   open the peer transport, start the replicator (a task group with
               one push and one anti-entropy task per peer), fill the status
-              "peers" provider and the per-peer gauges
-    cleanup   cancel the replicator's tasks and wait for them (in-flight calls
-              are cancelled), close the transport
+              "peers" provider and the per-peer gauges, and give the Compactor
+              the replicator's horizon (what every member holds)
+    cleanup   the Compactor's horizon is nothing again; cancel the replicator's
+              tasks and wait for them (in-flight calls are cancelled), close
+              the transport
 
 The app's own cleanup closes the Forum afterwards (it was set up first).
 Settings come from the node's config (peers, advertise, and the cluster key:
@@ -25,7 +29,14 @@ from aiohttp import web
 
 from node.config import NodeConfig
 from node.web_app import cluster_key
-from node.web_keys import CONFIG, FORUM, METRICS_REGISTRY, PEERS, SELF_AUTHENTICATED
+from node.web_keys import (
+    COMPACTOR,
+    CONFIG,
+    FORUM,
+    METRICS_REGISTRY,
+    PEERS,
+    SELF_AUTHENTICATED,
+)
 from replication.auth import ClusterAuth
 from replication.config import ReplicationConfig
 from replication.messages import ROUTE_PREFIX, Member
@@ -50,6 +61,9 @@ def configured(config: ReplicationConfig) -> Callable[[web.Application], None]:
         # Every replication request carries an HMAC of the cluster key,
         # checked by the routes: the node asks no bearer secret of them.
         app[SELF_AUTHENTICATED] = app[SELF_AUTHENTICATED] | {ROUTE_PREFIX}
+        # The node alone would compact up to its own vector; a member of a
+        # cluster must not before it knows what the others hold.
+        app[COMPACTOR].set_horizon(_nothing_stable)
         app.cleanup_ctx.append(functools.partial(_replicating, config))
 
     return install
@@ -70,10 +84,12 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
             transport=transport,
             metrics=metrics,
             config=config,
+            forget_after=node.forget_after,
         ) as replicator,
     ):
         app[REPLICATION] = Replication(replicator, auth)
         app[PEERS] = replicator.status
+        app[COMPACTOR].set_horizon(replicator.horizon)
         metrics.watch_peers(replicator.status)
         log.info(
             "replication: advertising %s, %d seed peer(s), requests signed with %s",
@@ -84,7 +100,13 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
         try:
             yield
         finally:
+            app[COMPACTOR].set_horizon(_nothing_stable)
             metrics.close()
+
+
+def _nothing_stable() -> dict[str, int]:
+    """The horizon while replication does not run: nothing may be dropped."""
+    return {}
 
 
 def _key_source(node: NodeConfig) -> str:

@@ -19,7 +19,11 @@ Rules:
   Toxiproxy links in tests);
 * a node whose data was wiped comes back under a new origin at the same URL:
   the peer's origin is updated;
-* a learned peer dead for ``forget_after`` seconds is forgotten.
+* a peer not heard from (no good call to it, no request from it) for
+  ``forget_after`` seconds is *forgotten*: it no longer holds compaction
+  back (:mod:`replication.horizon`), and a learned one is dropped from the
+  table at its next failed call (a seed stays: it is configured, and dialled
+  on; heard again, it counts again).
 
 States::
 
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from node.web_status import PeerStatus
+from replication.horizon import holds_back
 from replication.messages import Member
 from replication.vector import VersionVector
 
@@ -72,8 +77,12 @@ class Peer:
     failures: int = 0
     last_error: str | None = None
     added_mono: float = 0.0
-    #: What the peer holds, as of its last vector or acknowledgement.
+    #: Monotonic time of the last sign of life: a good call to it, or a request from it.
+    last_heard_mono: float | None = None
+    #: What the peer holds, as of its last vector or acknowledgement ...
     vector: VersionVector = field(default_factory=VersionVector)
+    #: ... heard at this monotonic time (``None``: never, so it may hold anything).
+    vector_heard_mono: float | None = None
     #: Set once ``origin`` is known: what a push to the peer must be signed for.
     identified: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -158,11 +167,27 @@ class Membership:
                 known.append(member)
         return tuple(known)
 
+    def forgotten(self, peer: Peer) -> bool:
+        """Not heard from for ``forget_after`` (counted from when it was added
+        if never): it no longer holds compaction back."""
+        last = peer.last_heard_mono if peer.last_heard_mono is not None else peer.added_mono
+        return self._clock() - last >= self._forget_after
+
+    def holdings(self) -> list[Mapping[str, int] | None]:
+        """What each member not forgotten holds without a gap, as last heard
+        (``None``: never heard), for the compaction horizon."""
+        return [
+            None if peer.vector_heard_mono is None else peer.vector.contiguous
+            for peer in self._peers.values()
+            if not self.forgotten(peer)
+        ]
+
     def snapshot(
         self, holdings: VersionVector | None = None, queued: Mapping[str, int] | None = None
     ) -> list[PeerStatus]:
-        """One row per peer, by URL, for ``forum status`` and the metrics; ``behind``
-        needs ``holdings``; ``queued`` is each peer's push queue length, by URL."""
+        """One row per peer, by URL, for ``forum status`` and the metrics;
+        ``behind`` and ``holds_back`` need ``holdings`` (this node's vector);
+        ``queued`` is each peer's push queue length, by URL."""
         now = self._clock()
         queued = queued or {}
         return [
@@ -180,9 +205,17 @@ class Membership:
                 last_error=peer.last_error,
                 behind=None if holdings is None else peer.vector.lacks(holdings),
                 queued=queued.get(peer.url, 0),
+                holds_back=self._holds_back(peer, holdings),
+                forgotten=self.forgotten(peer),
             )
             for peer in sorted(self._peers.values(), key=lambda p: p.url)
         ]
+
+    def _holds_back(self, peer: Peer, holdings: VersionVector | None) -> int:
+        if holdings is None or self.forgotten(peer):
+            return 0
+        held = None if peer.vector_heard_mono is None else peer.vector.contiguous
+        return holds_back(holdings.contiguous, held)
 
     # -- what calls tell us ------------------------------------------------------
 
@@ -201,6 +234,7 @@ class Membership:
         if peer.origin not in (None, answer_from.origin):
             log.info("peer %s has a new origin %s (was %s)", url, answer_from.origin, peer.origin)
             peer.vector = VersionVector()
+            peer.vector_heard_mono = None
         peer.origin = answer_from.origin
         peer.identified.set()
         peer.advertised = answer_from.url
@@ -224,7 +258,7 @@ class Membership:
         peer.failing_since = None
         peer.last_error = None
         peer.last_contact = self._wall_clock()
-        peer.last_contact_mono = self._clock()
+        peer.last_contact_mono = peer.last_heard_mono = self._clock()
         if returned:
             log.info("peer %s (%s) is alive", peer.url, peer.origin)
             for listener in self._listeners:
@@ -247,11 +281,9 @@ class Membership:
         elif peer.state is PeerState.SUSPECT and now - peer.failing_since >= self._dead_after:
             log.warning("peer %s is dead: failing for %.1fs", peer.url, now - peer.failing_since)
             peer.state = PeerState.DEAD
-        if not peer.seed and peer.state is PeerState.DEAD:
-            last = peer.last_contact_mono or peer.added_mono
-            if now - last >= self._forget_after:
-                log.info("forgetting peer %s: not reached for %.0fs", peer.url, now - last)
-                self._remove(peer)
+        if not peer.seed and peer.state is PeerState.DEAD and self.forgotten(peer):
+            log.info("forgetting peer %s: not heard from for %.0fs", peer.url, self._forget_after)
+            self._remove(peer)
 
     def is_self(self, url: str) -> None:
         """``url`` leads back to this node: never dial it again."""
@@ -272,6 +304,7 @@ class Membership:
         if peer is None:
             self.learn([sender])
             return None
+        peer.last_heard_mono = self._clock()
         if peer.state is not PeerState.ALIVE:
             for listener in self._listeners:
                 listener.peer_heard(peer)
@@ -297,8 +330,11 @@ class Membership:
             )
 
     def acknowledged(self, peer: Peer, holdings: VersionVector, full: bool) -> None:
-        """The peer told us what it holds: all of it (``full``), or for some origins."""
+        """The peer told us what it holds: all of it (``full``), or for some
+        origins. A full vector replaces the last one, even an older one come
+        late: the horizon may then stand lower than it could, never higher."""
         peer.vector = holdings if full else peer.vector.merge(holdings)
+        peer.vector_heard_mono = peer.last_heard_mono = self._clock()
 
     # -- internals -------------------------------------------------------------------
 

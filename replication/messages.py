@@ -12,8 +12,11 @@ push_ack   ``{v: 1, kind: "push_ack", from, applied: int, vector}``
 pull       ``{v: 1, kind: "pull", from, vector, exclude: [origin, ...],``
            ``members: [[origin, url], ...], limit: int, max_bytes: int}``
            (POST .../pull): "here is what I hold; send what I lack"
+           v2 adds ``recheck: [origin, first, last] | nil``
 page       ``{v: 1, kind: "page", from, vector, entries, more: bool, members}``
-           ``more`` says the page was cut short by ``limit``/``max_bytes``
+           ``more`` says the page was cut short by ``limit``/``max_bytes``;
+           v2 adds ``dead: {origin: [first, last, first, last, ...]}`` and
+           ``floors: {origin: seq}``
 members    ``{v: 1, kind: "members", from, members}``  (GET .../members)
 ========== ================================================================
 
@@ -21,12 +24,25 @@ members    ``{v: 1, kind: "members", from, members}``  (GET .../members)
 it has none). ``covered`` lists the origins the sender pushes the same
 entries to itself, so a receiver forwards them only to the others.
 ``exclude`` lists origins the asker is fetching from another peer right now.
+
+Version 2 (compaction, docs/replication.md "Dead ranges"): a page's ``dead``
+lists the seqs among those it covers that the sender dropped by compaction
+(held once, dead for good), so the asker's vector passes them and any copy
+of them it still holds live dies; ``floors`` are the sender's compaction
+floors. A pull's ``recheck`` asks for one origin's seqs ``first..last`` again,
+though the asker holds them: it was behind the sender's floor and may hold
+live copies the sender dropped. A message is written in the lowest version
+that carries it (v1 unless it has dead ranges or a recheck) and both are
+read, so a v1 peer keeps working with a v2 one until compaction drops
+something the v1 peer lacks; it then refuses the v2 page ("unsupported page
+version 2") and stays behind, visibly, rather than keeping a tuple
+alive that the others took.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -36,9 +52,12 @@ from node.codec import encode_entry, entry_from_fields
 from node.entries import Entry, check_origin
 from node.errors import SerializationError
 from replication.errors import BadMessage
-from replication.vector import VersionVector
+from replication.vector import MAX_ORIGINS, VersionVector
 
-VERSION = 1
+#: The versions read (2 for pulls and pages only); a message is written in
+#: the lowest version that carries it.
+VERSION = 2
+VERSIONS = (1, 2)
 #: The routes, under the node's /v1/cluster/ prefix (peers only: the cluster secret).
 ROUTE_PREFIX = "/v1/cluster/replication/"
 PUSH_PATH = "/v1/cluster/replication/push"
@@ -49,6 +68,8 @@ MAX_ENTRIES = 100_000
 MAX_MEMBERS = 1_024
 MAX_URL = 2_048
 MAX_LIMIT = 100_000
+#: Seq ranges ``(first, last)``, inclusive.
+SeqRange = tuple[int, int]
 
 T = TypeVar("T")
 
@@ -98,6 +119,8 @@ class PullRequest:
     members: tuple[Member, ...]
     limit: int
     max_bytes: int
+    #: ``(origin, first, last)``: serve these seqs again, held or not (v2).
+    recheck: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +130,10 @@ class PullPage:
     entries: tuple[Entry, ...]
     more: bool
     members: tuple[Member, ...]
+    #: Per origin, the seqs among those the page covers that compaction dropped (v2).
+    dead: Mapping[str, tuple[SeqRange, ...]] = field(default_factory=dict)
+    #: The sender's compaction floors (v2; sent with ``dead``).
+    floors: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +150,7 @@ Message = Push | PushAck | PullRequest | PullPage | MemberList
 
 def encode(message: Message) -> bytes:
     """The msgpack body of ``message``."""
-    fields: dict[str, Any] = {"v": VERSION}
+    fields: dict[str, Any] = {"v": 1}
     entries: Sequence[Entry] | None = None
     match message:
         case Push():
@@ -141,6 +168,8 @@ def encode(message: Message) -> bytes:
                 "limit": message.limit,
                 "max_bytes": message.max_bytes,
             }
+            if message.recheck is not None:
+                fields |= {"v": 2, "recheck": list(message.recheck)}
         case PullPage():
             fields |= {
                 "kind": "page",
@@ -148,6 +177,12 @@ def encode(message: Message) -> bytes:
                 "more": message.more,
                 "members": _members_wire(message.members),
             }
+            if message.dead or message.floors:
+                fields |= {
+                    "v": 2,
+                    "dead": {o: [s for r in rs for s in r] for o, rs in message.dead.items()},
+                    "floors": dict(message.floors),
+                }
             entries = message.entries
         case MemberList():
             fields |= {"kind": "members", "members": _members_wire(message.members)}
@@ -179,6 +214,8 @@ _KEYS = {
     "page": {"vector", "entries", "more", "members"},
     "members": {"members"},
 }
+#: What version 2 adds, per kind.
+_KEYS_V2 = {"pull": {"recheck"}, "page": {"dead", "floors"}}
 
 
 def decode_push(body: bytes) -> Push:
@@ -208,6 +245,7 @@ def decode_pull(body: bytes) -> PullRequest:
         _members(fields["members"]),
         _count(fields["limit"], "limit", MAX_LIMIT),
         _count(fields["max_bytes"], "max_bytes", 2**40),
+        _recheck(fields.get("recheck")),
     )
 
 
@@ -222,6 +260,8 @@ def decode_page(body: bytes) -> PullPage:
         _entries(fields["entries"]),
         more,
         _members(fields["members"]),
+        _dead(fields.get("dead", {})),
+        _floors(fields.get("floors", {})),
     )
 
 
@@ -237,11 +277,17 @@ def _fields(body: bytes, kind: str) -> dict[str, Any]:
         raise BadMessage(f"not a msgpack body: {exc}") from exc
     if not isinstance(fields, dict):
         raise BadMessage("a replication message is a msgpack map")
-    if fields.get("v") != VERSION:
-        raise BadMessage(f"unsupported message version {fields.get('v')!r} (this node: {VERSION})")
+    version = fields.get("v")
+    versions = VERSIONS if kind in _KEYS_V2 else VERSIONS[:1]
+    if version not in versions:
+        raise BadMessage(
+            f"unsupported {kind} version {version!r} (this node reads {list(versions)})"
+        )
     if fields.get("kind") != kind:
         raise BadMessage(f"expected a {kind!r} message, got {fields.get('kind')!r}")
     expected = _KEYS[kind] | {"v", "kind", "from"}
+    if version == 2:
+        expected |= _KEYS_V2.get(kind, set())
     if fields.keys() != expected:
         extra = sorted(map(str, fields.keys() - expected))
         missing = sorted(expected - fields.keys())
@@ -291,3 +337,51 @@ def _entries(value: Any) -> tuple[Entry, ...]:
         return tuple(entry_from_fields(fields) for fields in value)
     except SerializationError as exc:
         raise BadMessage(f"bad entry: {exc}") from exc
+
+
+def _recheck(value: Any) -> tuple[str, int, int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 3:
+        raise BadMessage("recheck is [origin, first, last] or nil")
+    origin = _origin(value[0], "recheck")
+    first = _count(value[1], "recheck first", 2**63)
+    last = _count(value[2], "recheck last", 2**63, minimum=first)
+    return origin, first, last
+
+
+def _dead(value: Any) -> dict[str, tuple[SeqRange, ...]]:
+    """Per origin, sorted disjoint ranges; at most ``MAX_ENTRIES`` in all."""
+    if not isinstance(value, dict) or len(value) > MAX_MEMBERS:
+        raise BadMessage(f"dead is a map of at most {MAX_MEMBERS} origins")
+    dead: dict[str, tuple[SeqRange, ...]] = {}
+    total = 0
+    for origin, flat in value.items():
+        _origin(origin, "dead")
+        if not isinstance(flat, list) or not flat or len(flat) % 2:
+            raise BadMessage(f"dead {origin}: expected [first, last, ...]")
+        total += len(flat) // 2
+        if total > MAX_ENTRIES:
+            raise BadMessage(f"dead holds more than {MAX_ENTRIES} ranges")
+        ranges: list[SeqRange] = []
+        floor = 1
+        for first, last in zip(flat[::2], flat[1::2], strict=True):
+            _count(first, f"dead {origin}", 2**63, minimum=floor)
+            _count(last, f"dead {origin}", 2**63, minimum=first)
+            ranges.append((first, last))
+            floor = last + 1
+        dead[origin] = tuple(ranges)
+    return dead
+
+
+def _floors(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict) or len(value) > MAX_ORIGINS:
+        raise BadMessage(f"floors is a map of at most {MAX_ORIGINS} origins")
+    for origin, seq in value.items():
+        _origin(origin, "floors")
+        _count(seq, f"floors {origin}", 2**63)
+    return dict(value)
+
+
+def _origin(value: Any, what: str) -> str:
+    return _checked(lambda: check_origin(value), what)

@@ -19,6 +19,11 @@ Gauges, read from the peer table at each scrape::
     forum_replication_peer_behind_entries{peer}           entries we hold that it lacks
     forum_replication_peer_last_contact_age_seconds{peer}
     forum_replication_peer_queue_entries{peer}            entries waiting in its push queue
+    forum_replication_peer_holds_back_entries{peer}       seqs held here it does not hold: how
+                                                          far it keeps the compaction horizon
+                                                          below this node's vector
+    forum_replication_peer_forgotten{peer}                1 if not heard from for forget_after
+                                                          (it no longer holds compaction back)
 
 Double takes are the node's own ``forum_double_takes``.
 """
@@ -128,11 +133,25 @@ class _PeerCollector(Collector):
             "Entries waiting in the peer's push queue.",
             labels=["peer"],
         )
+        holds_back = GaugeMetricFamily(
+            "forum_replication_peer_holds_back_entries",
+            "Seqs held here that the peer does not hold: how far it keeps the "
+            "compaction horizon below this node's vector.",
+            labels=["peer"],
+        )
+        forgotten = GaugeMetricFamily(
+            "forum_replication_peer_forgotten",
+            "1 if the peer was not heard from for forget_after: it no longer "
+            "holds compaction back.",
+            labels=["peer"],
+        )
         for peer in peers:
             up.add_metric([peer.url], 1.0 if peer.state == "alive" else 0.0)
             queued.add_metric([peer.url], peer.queued)
+            holds_back.add_metric([peer.url], peer.holds_back)
+            forgotten.add_metric([peer.url], 1.0 if peer.forgotten else 0.0)
             if peer.behind is not None:
                 behind.add_metric([peer.url], peer.behind)
             if peer.last_contact_age is not None:
                 age.add_metric([peer.url], peer.last_contact_age)
-        yield from (states, up, behind, age, queued)
+        yield from (states, up, behind, age, queued, holds_back, forgotten)

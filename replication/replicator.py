@@ -22,19 +22,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
 
+from node.config import FORGET_AFTER
 from node.entries import Entry
 from node.forum import Forum, Provenance
 from node.resource import AsyncResource
 from node.web_status import PeerStatus
-from replication.antientropy import Fetching, Syncer, fill_page
+from replication.antientropy import Fetching, Syncer, fill_page, fill_recheck
 from replication.config import ReplicationConfig
 from replication.errors import BadMessage
+from replication.horizon import horizon
 from replication.membership import Membership, Peer, PeerState
-from replication.messages import Member, MemberList, PullPage, PullRequest, Push, PushAck
+from replication.messages import (
+    Member,
+    MemberList,
+    PullPage,
+    PullRequest,
+    Push,
+    PushAck,
+    SeqRange,
+)
 from replication.metrics import ReplicationMetrics
 from replication.push import Outbox, Pusher
 from replication.transport import PeerTransport
@@ -71,6 +81,7 @@ class Replicator(AsyncResource):
         transport: PeerTransport,
         metrics: ReplicationMetrics,
         config: ReplicationConfig,
+        forget_after: float = FORGET_AFTER,
     ) -> None:
         if me.origin != forum.strand.origin:
             raise ValueError("me.origin must be the Forum's origin")
@@ -78,7 +89,7 @@ class Replicator(AsyncResource):
         self.me = me
         self.config = config
         self.membership = Membership(
-            me=me, seeds=seeds, dead_after=config.dead_after, forget_after=config.forget_after
+            me=me, seeds=seeds, dead_after=config.dead_after, forget_after=forget_after
         )
         self._transport = transport
         self._metrics = metrics
@@ -220,22 +231,50 @@ class Replicator(AsyncResource):
         self._check(entries)
         return await self.forum.apply(entries, provenance)
 
-    async def _apply_page(self, entries: Sequence[Entry]) -> list[Entry]:
-        return await self._apply(entries, _PULLED)
+    async def _apply_page(self, page: PullPage) -> list[Entry]:
+        """A page pulled from a peer: checked whole, then its entries stored
+        and its dead ranges applied (``Forum.apply_dead``)."""
+        self._check(page.entries, page.dead)
+        new = await self.forum.apply(page.entries, _PULLED) if page.entries else []
+        for origin, ranges in sorted(page.dead.items()):
+            await self.forum.apply_dead(origin, ranges)
+        return new
 
-    def _check(self, entries: Sequence[Entry]) -> None:
-        """Refuse entries no honest peer sends. ``BadMessage`` before anything is applied."""
+    def _check(
+        self, entries: Sequence[Entry], dead: Mapping[str, Sequence[SeqRange]] | None = None
+    ) -> None:
+        """Refuse what no honest peer sends. ``BadMessage`` before anything is applied.
+
+        Entries of our own origin that we never wrote, or dead ranges of it
+        past what we wrote, are forged. Past a gap, no seq may be more than
+        ``max_seq_gap`` past the highest held (each seq past a gap takes
+        room). What follows on from the gap-free prefix (as the page covers
+        it, entries and dead ranges) leaves no gap, so a dead range there may
+        span any number of seqs: a long history compacted away costs nothing.
+        """
         strand = self.forum.strand
-        highest = strand.highest()
+        highest, contiguous = strand.highest(), strand.vector()
+        covered: dict[str, list[SeqRange]] = {}
         for entry in entries:
             origin = entry.id.origin
             if origin == self.me.origin and entry.id not in strand:
                 raise BadMessage(f"forged entry {entry.id}: this node never wrote it")
-            if entry.id.seq > highest.get(origin, 0) + self.config.max_seq_gap:
-                raise BadMessage(
-                    f"entry {entry.id} is more than {self.config.max_seq_gap} past "
-                    f"the highest seq held of {origin}"
-                )
+            covered.setdefault(origin, []).append((entry.id.seq, entry.id.seq))
+        for origin, ranges in (dead or {}).items():
+            if origin == self.me.origin and ranges and ranges[-1][1] > highest.get(origin, 0):
+                raise BadMessage(f"forged dead range of {origin}: past what this node wrote")
+            covered.setdefault(origin, []).extend(ranges)
+        for origin, runs in covered.items():
+            gap_free = contiguous.get(origin, 0)
+            limit = highest.get(origin, 0) + self.config.max_seq_gap
+            for first, last in sorted(runs):
+                if first <= gap_free + 1:
+                    gap_free = max(gap_free, last)
+                elif last > limit:
+                    raise BadMessage(
+                        f"{origin}:{last} is more than {self.config.max_seq_gap} past "
+                        f"the highest seq held of {origin}"
+                    )
 
     def _label(self, sender: Member) -> str:
         """The metrics label of a sender: the URL we dial it at, if we do."""
@@ -263,20 +302,28 @@ class Replicator(AsyncResource):
         config = self.config
         self.membership.heard_from(request.sender)
         self.membership.learn(request.members)
-        entries, more = await fill_page(
-            self.forum.strand,
-            request.vector,
-            request.exclude,
-            min(request.limit, config.page_entries),
-            min(request.max_bytes, config.page_bytes),
-        )
-        mine = VersionVector.of(self.forum.strand)
+        strand = self.forum.strand
+        limit = min(request.limit, config.page_entries)
+        max_bytes = min(request.max_bytes, config.page_bytes)
+        if request.recheck is None:
+            filled = await fill_page(strand, request.vector, request.exclude, limit, max_bytes)
+        else:
+            filled = await fill_recheck(strand, request.recheck, limit, max_bytes)
+        mine = VersionVector.of(strand)
         peer = self.membership.by_origin(request.sender.origin)
         if peer is not None:
             self.membership.acknowledged(peer, request.vector, full=True)
             if mine.lacks(request.vector):
                 self._kick(peer, config.settle_delay, unless_caught_up=True)
-        return PullPage(self.me, mine, tuple(entries), more, self.membership.members())
+        return PullPage(
+            self.me,
+            mine,
+            tuple(filled.entries),
+            filled.more,
+            self.membership.members(),
+            dead={origin: tuple(ranges) for origin, ranges in filled.dead.items()},
+            floors=strand.floors() if filled.dead else {},
+        )
 
     def member_list(self) -> MemberList:
         return MemberList(self.me, self.membership.members())
@@ -295,8 +342,14 @@ class Replicator(AsyncResource):
 
     # -- status and metrics -------------------------------------------------------------
 
+    def horizon(self) -> dict[str, int]:
+        """The compaction horizon (:mod:`replication.horizon`): per origin, what
+        this node and every member it has not forgotten hold without a gap."""
+        return horizon(self.forum.strand.vector(), self.membership.holdings())
+
     def status(self) -> list[PeerStatus]:
-        """Per peer: url, origin, state, last contact, entries behind, queued
-        (``forum status``, and the per-peer gauges)."""
+        """Per peer: url, origin, state, last contact, entries behind, queued,
+        how far it holds compaction back, forgotten (``forum status``, and the
+        per-peer gauges)."""
         queued = {url: len(link.outbox) for url, link in self._links.items()}
         return self.membership.snapshot(VersionVector.of(self.forum.strand), queued)

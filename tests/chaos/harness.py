@@ -168,6 +168,18 @@ async def converged(run: Run) -> list[int]:
                 cursor = page.next_cursor
         listings.append(sorted(ids))
     assert all(listing == listings[0] for listing in listings), "live sets differ"
+    # And every node holds (or compacted away) every entry of every origin:
+    # the same vectors, once anti-entropy has had its rounds.
+    deadline = time.monotonic() + 30
+    while True:
+        vectors = []
+        for node in run.cluster.nodes:
+            async with ForumClient(node.url, timeout=10) as client:
+                vectors.append((await client.status()).vector)
+        if all(vector == vectors[0] for vector in vectors):
+            break
+        assert time.monotonic() < deadline, f"the nodes' vectors differ: {vectors}"
+        await asyncio.sleep(0.2)
     return [len(listing) for listing in listings]
 
 
@@ -193,7 +205,7 @@ async def double_takes(run: Run) -> int:
 
 
 @contextlib.asynccontextmanager
-async def chaos_cluster(root: Path) -> AsyncIterator[Run]:
+async def chaos_cluster(root: Path, node_args: tuple[str, ...] = ()) -> AsyncIterator[Run]:
     seed = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
     print(f"\nchaos seed={seed} (replay with CHAOS_SEED={seed})")
     cfg = ClusterConfig(
@@ -204,6 +216,7 @@ async def chaos_cluster(root: Path) -> AsyncIterator[Run]:
         concurrency=4,
         lease=LEASE,
         node_env=NODE_ENV,
+        node_args=node_args,
         worker_args=WORKER_ARGS,
         worker_env={WORK_MS_ENV: "20"},
     )
@@ -211,9 +224,12 @@ async def chaos_cluster(root: Path) -> AsyncIterator[Run]:
         yield Run(cluster, random.Random(seed), seed)
 
 
-async def run_scenario(root: Path, fault: Fault, *, produce_for: float = 8.0) -> Verdict:
-    """The whole run: workload and fault together, then heal, drain, judge."""
-    async with chaos_cluster(root) as run:
+async def run_scenario(
+    root: Path, fault: Fault, *, produce_for: float = 8.0, node_args: tuple[str, ...] = ()
+) -> Verdict:
+    """The whole run: workload and fault together, then heal, drain, judge
+    (``node_args`` go to every ``forum serve``)."""
+    async with chaos_cluster(root, node_args) as run:
         started = time.perf_counter()
         producers = [asyncio.create_task(produce(run, node, 0)) for node in run.cluster.nodes]
         try:

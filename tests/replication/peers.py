@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from node import Forum, Strand, StrandConfig
+from node.config import FORGET_AFTER
 from replication.auth import ClusterAuth
 from replication.config import ReplicationConfig
 from replication.memory import MemoryNetwork, MemoryTransport
@@ -53,9 +54,16 @@ class Nodes:
     """Makes nodes reachable over one kind of transport; closes them at the end."""
 
     def __init__(
-        self, kind: str, root: Path, stack: AsyncExitStack, config: ReplicationConfig = CONFIG
+        self,
+        kind: str,
+        root: Path,
+        stack: AsyncExitStack,
+        config: ReplicationConfig = CONFIG,
+        *,
+        forget_after: float = FORGET_AFTER,
     ) -> None:
         self.kind = kind
+        self.forget_after = forget_after
         self.network = MemoryNetwork()
         self._root = root
         self._stack = stack
@@ -101,6 +109,7 @@ class Nodes:
             transport=await self.transport(key, caller=url),
             metrics=ReplicationMetrics(CollectorRegistry()),
             config=self._config,
+            forget_after=self.forget_after,
         )
         await self._stack.enter_async_context(replicator)
         replication = Replication(replicator, ClusterAuth(key)) if running else None

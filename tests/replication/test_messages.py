@@ -97,3 +97,61 @@ def test_pull_limits_are_checked() -> None:
     for limit in (0, -1, True, 10**9, "10"):
         with pytest.raises(BadMessage):
             decode_pull(pack(pull | {"limit": limit}))
+
+
+def test_pages_and_pulls_of_compaction_are_version_2_and_round_trip() -> None:
+    dead = {"a-1234": ((2, 3), (5, 5))}
+    page = PullPage(ME, VECTOR, (W,), False, (ME,), dead=dead, floors={"a-1234": 9})
+    body = encode(page)
+    assert msgpack.unpackb(body, raw=False)["dead"] == {"a-1234": [2, 3, 5, 5]}
+    assert msgpack.unpackb(body, raw=False)["v"] == 2
+    assert decode_page(body) == page
+    pull = PullRequest(ME, VECTOR, frozenset(), (), 10, 99, ("a-1234", 1, 9))
+    assert msgpack.unpackb(encode(pull), raw=False)["v"] == 2
+    assert decode_pull(encode(pull)) == pull
+
+
+def test_a_version_1_page_is_read_and_one_without_dead_ranges_is_written() -> None:
+    """What an older peer sends, and what is sent while nothing was dropped."""
+    page = PullPage(ME, VECTOR, (W, T), True, (ME,))
+    fields = msgpack.unpackb(encode(page), raw=False)
+    assert fields["v"] == 1 and "dead" not in fields and "floors" not in fields
+    assert decode_page(pack(fields)) == page
+    pull = msgpack.unpackb(encode(PullRequest(ME, VECTOR, frozenset(), (), 10, 99)), raw=False)
+    assert pull["v"] == 1 and "recheck" not in pull
+
+
+def v2_page() -> dict[str, Any]:
+    page = PullPage(ME, VECTOR, (W,), False, (), dead={"a-1234": ((2, 3),)}, floors={"a-1234": 3})
+    return msgpack.unpackb(encode(page), raw=False)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m.pop("floors"),  # v2 carries both
+        lambda m: m.update(v=1),  # v1 carries neither
+        lambda m: m.update(dead={"a-1234": [3, 2]}),  # last before first
+        lambda m: m.update(dead={"a-1234": [2, 3, 3, 4]}),  # overlapping
+        lambda m: m.update(dead={"a-1234": [0, 3]}),  # seq 0
+        lambda m: m.update(dead={"a-1234": [2]}),  # half a range
+        lambda m: m.update(dead={"a-1234": []}),
+        lambda m: m.update(dead={"bad origin": [1, 2]}),
+        lambda m: m.update(dead=[1, 2]),
+        lambda m: m.update(floors={"a-1234": -1}),
+        lambda m: m.update(floors={"a-1234": "3"}),
+    ],
+)
+def test_malformed_dead_ranges_and_floors_are_refused(change: Any) -> None:
+    fields = v2_page()
+    change(fields)
+    with pytest.raises(BadMessage):
+        decode_page(pack(fields))
+
+
+@pytest.mark.parametrize("recheck", [["a-1234", 3, 2], ["a-1234", 0, 2], ["a-1234", 1], "x"])
+def test_a_malformed_recheck_is_refused(recheck: Any) -> None:
+    pull = PullRequest(ME, VECTOR, frozenset(), (), 10, 99, ("a-1234", 1, 9))
+    fields = msgpack.unpackb(encode(pull), raw=False) | {"recheck": recheck}
+    with pytest.raises(BadMessage):
+        decode_pull(pack(fields))

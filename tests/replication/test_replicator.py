@@ -14,10 +14,11 @@ from prometheus_client import CollectorRegistry
 from node import EntryId, Forum, Pattern, Strand, StrandConfig, Write
 from replication.auth import ClusterAuth
 from replication.config import ReplicationConfig
-from replication.messages import Member, Push
+from replication.messages import Member, PullPage, Push
 from replication.metrics import ReplicationMetrics
 from replication.replicator import Replicator
 from replication.transport import HttpTransport
+from replication.vector import VersionVector
 from tests.fixtures.nodes import free_port
 
 
@@ -125,7 +126,10 @@ async def test_entries_go_to_the_peers_that_need_them_and_never_back(tmp_path: P
         await replicator.receive_push(push, 0)
         assert queued() == {"p": 1, "q": 1, "r": 2}  # not back to p, not to q (p covers it)
 
-        await replicator._apply_page([Write(EntryId("q-1", 1), b"y")])
+        page = PullPage(
+            Member("q-1", urls["q"]), VersionVector(), (Write(EntryId("q-1", 1), b"y"),), False, ()
+        )
+        await replicator._apply_page(page)
         assert queued() == {"p": 1, "q": 1, "r": 2}
         assert await forum.count(Pattern(b"")) == 3
 

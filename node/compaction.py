@@ -1,0 +1,183 @@
+"""Compaction on disk: forgetting entries that every member holds and nobody needs.
+
+The rule (docs/replication.md, "Compaction"): a Write and the Take that
+killed it may be dropped once every member of the cluster holds both, that
+is once both ids are at or below the *horizon*, the per-origin minimum of
+the members' version vectors. A live Write is never dropped.
+
+What a node has dropped is written down before anything is dropped, in the
+``HORIZON`` file of its data directory: per origin, the *floor*, the seq up
+to which every entry is held here or was dropped as dead. Replay reads it
+back, so "held up to seq N" keeps meaning "every entry up to N is here or is
+dead", and an entry that was dropped is never taken in again.
+
+``HORIZON`` is a msgpack map ``{"version": 1, "floors": {origin: seq}}``
+followed by its CRC-32 (u32 BE), replaced atomically: written to
+``HORIZON.tmp``, fsynced, renamed, the directory fsynced.
+
+A segment is rewritten in the same way, under its own number so that log
+order holds: the survivors, framed as before, are written to
+``NNNNNNNN.strand.tmp``, fsynced, renamed over the segment, the directory
+fsynced; a segment with no survivors is removed. A crash leaves either the
+old file or the new one (and maybe a ``.tmp``, which the next open removes),
+so replay always finds the same live set.
+
+Order makes this crash-safe: within a pass segments are rewritten oldest
+first, and a Take is dropped only with or after its target (the target in
+the same or an earlier segment, or dropped in an earlier pass). Were a Take
+dropped first, a crash before its Write's segment was rewritten would leave
+the Write on disk without its Take: alive again.
+
+Everything here is blocking file work, run in a thread by the Strand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgpack
+
+from node import segment
+from node.codec import decode_raw
+from node.errors import StrandCorrupt
+
+HORIZON_FILE = "HORIZON"
+HORIZON_VERSION = 1
+_CRC = struct.Struct(">I")
+TMP_SUFFIX = ".tmp"
+
+#: An entry's id as plain values, as replay and compaction handle them.
+Key = tuple[str, int]
+
+
+def read_floors(directory: Path) -> dict[str, int]:
+    """The floors written by the last compaction (empty if none ran)."""
+    path = directory / HORIZON_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    body, crc = data[: -_CRC.size], data[-_CRC.size :]
+    if len(crc) != _CRC.size or zlib.crc32(body) != _CRC.unpack(crc)[0]:
+        raise StrandCorrupt(str(path), 0, "the HORIZON file does not check out")
+    try:
+        document = msgpack.unpackb(body, raw=False)
+        floors = document["floors"]
+        if document["version"] != HORIZON_VERSION or not isinstance(floors, dict):
+            raise ValueError("unknown version or layout")
+        return {str(origin): int(seq) for origin, seq in floors.items()}
+    except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+        raise StrandCorrupt(str(path), 0, f"the HORIZON file is not one: {exc}") from exc
+
+
+def write_floors(directory: Path, floors: Mapping[str, int]) -> None:
+    """Replace the HORIZON file atomically and durably."""
+    body = msgpack.packb({"version": HORIZON_VERSION, "floors": dict(floors)}, use_bin_type=True)
+    _replace(directory / HORIZON_FILE, body + _CRC.pack(zlib.crc32(body)))
+
+
+def remove_leftovers(directory: Path) -> None:
+    """Remove what a compaction that crashed left half written."""
+    for name in os.listdir(directory):
+        if name.endswith(TMP_SUFFIX) and (
+            name.startswith(HORIZON_FILE) or name.endswith(segment.SUFFIX + TMP_SUFFIX)
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+
+
+@dataclass(slots=True)
+class Survey:
+    """What the sealed segments hold at or below the horizon (one read of each)."""
+
+    #: Per segment number, its size in bytes.
+    sizes: dict[int, int] = field(default_factory=dict)
+    #: Writes at or below the horizon, by id: the segment each lies in.
+    writes: dict[Key, int] = field(default_factory=dict)
+    #: Takes at or below the horizon: (take id, target id, segment).
+    takes: list[tuple[Key, Key, int]] = field(default_factory=list)
+
+
+def survey(directory: Path, numbers: list[int], horizon: Mapping[str, int]) -> Survey:
+    """Read the sealed segments ``numbers`` and list their stable entries."""
+    found = Survey()
+    for number in numbers:
+        path = segment.segment_path(directory, number)
+        scan = segment.read_segment(path, number, last=False)
+        found.sizes[number] = scan.good_end
+        for _, body in scan.records:
+            raw = decode_raw(body)
+            if raw[1] > horizon.get(raw[0], 0):
+                continue
+            if len(raw) == 3:
+                found.writes[(raw[0], raw[1])] = number
+            else:
+                found.takes.append(((raw[0], raw[1]), (raw[2], raw[3]), number))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Rewritten:
+    """One segment after its rewrite: where each survivor lies now."""
+
+    number: int
+    bytes_before: int
+    bytes_after: int  # 0: the segment was removed
+    survivors: list[tuple[Key, int]]  # id, new offset
+    dropped: list[Key]
+
+
+def rewrite(directory: Path, number: int, drop: frozenset[Key] | set[Key]) -> Rewritten:
+    """Rewrite sealed segment ``number`` without the entries in ``drop``."""
+    path = segment.segment_path(directory, number)
+    scan = segment.read_segment(path, number, last=False)
+    chunks = [segment.header(number)]
+    offset = segment.HEADER.size
+    survivors: list[tuple[Key, int]] = []
+    dropped: list[Key] = []
+    for _, body in scan.records:
+        raw = decode_raw(body)
+        key = (raw[0], raw[1])
+        if key in drop:
+            dropped.append(key)
+            continue
+        record = segment.frame(bytes(body))
+        survivors.append((key, offset))
+        chunks.append(record)
+        offset += len(record)
+    if not dropped:
+        return Rewritten(number, scan.good_end, scan.good_end, survivors, [])
+    if survivors:
+        _replace(path, b"".join(chunks))
+        return Rewritten(number, scan.good_end, offset, survivors, dropped)
+    os.unlink(path)
+    _fsync_dir(directory)
+    return Rewritten(number, scan.good_end, 0, [], dropped)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
