@@ -98,38 +98,41 @@ def live(forum: Forum) -> set[tuple[EntryId, bytes]]:
     return {(t.id, t.payload) for t in forum.list(JOBS, limit=100_000).tuples}
 
 
+async def step(op: str, node: SimNode, nodes: list[SimNode], network: MemoryNetwork,
+               model: Model) -> None:  # fmt: skip
+    """Do ``op`` on ``node`` (or the network, or every node), and note it in ``model``."""
+    forum, replicator = node.forum, node.replicator
+    if op == "write" and forum is not None:
+        payload = b"job-%d" % (len(model.written) + 1)
+        model.written[await forum.write(payload)] = payload
+    elif op == "take" and forum is not None:
+        found = await forum.take_entry(JOBS)
+        if found is not None:
+            model.taken.add(found.id)
+    elif op == "cut":
+        network.cut(node.url)
+    elif op == "heal":
+        network.heal(node.url)
+    elif op == "restart":
+        await node.stop()
+        await node.start()
+    elif op == "compact" and forum is not None and replicator is not None:
+        await forum.compact(replicator.horizon(), seal=True)
+    elif op == "compact_all":
+        for other in nodes:
+            if other.forum is not None and other.replicator is not None:
+                await other.forum.compact(other.replicator.horizon(), seal=True)
+
+
 async def run(root: Path, ops: list[Op], pauses: list[float], forget_after: float) -> None:
     network = MemoryNetwork()
     nodes = [SimNode(name, root, network, forget_after) for name in NAMES]
     model = Model({}, set())
-    counter = 0
     try:
         for node in nodes:
             await node.start()
         for (op, i), pause in zip(ops, pauses, strict=False):
-            node = nodes[i]
-            forum, replicator = node.forum, node.replicator
-            if op == "write" and forum is not None:
-                counter += 1
-                payload = b"job-%d" % counter
-                model.written[await forum.write(payload)] = payload
-            elif op == "take" and forum is not None:
-                found = await forum.take_entry(JOBS)
-                if found is not None:
-                    model.taken.add(found.id)
-            elif op == "cut":
-                network.cut(node.url)
-            elif op == "heal":
-                network.heal(node.url)
-            elif op == "restart":
-                await node.stop()
-                await node.start()
-            elif op == "compact" and forum is not None and replicator is not None:
-                await forum.compact(replicator.horizon(), seal=True)
-            elif op == "compact_all":
-                for other in nodes:
-                    if other.forum is not None and other.replicator is not None:
-                        await other.forum.compact(other.replicator.horizon(), seal=True)
+            await step(op, nodes[i], nodes, network, model)
             await asyncio.sleep(pause)
         for node in nodes:
             network.heal(node.url)
