@@ -5,8 +5,10 @@ Every ``interval`` seconds the compactor looks at the Strand: when at least
 reserved) and the horizon has moved since the last pass (a pass under the
 same horizon would find nothing new to drop), it runs one pass of
 :meth:`node.forum.Forum.compact`. Only sealed segments are rewritten in the
-background, so the current segment (at most ``segment_bytes``) is never
-held up; ``POST /v1/compact`` seals it first.
+background, and the current segment is sealed first (so that its dead
+entries can go too) only once it holds an eighth of ``segment_bytes``: a
+pass every ``interval`` must not leave a trail of tiny segments behind.
+``POST /v1/compact`` always seals it first.
 
 The horizon comes from ``horizon()``: replication's per-origin minimum of
 the members' vectors; without replication the node's own vector (a node
@@ -29,6 +31,8 @@ from node.strand import CompactionReport
 log = logging.getLogger(__name__)
 
 Horizon = Callable[[], Mapping[str, int]]
+#: The background pass seals the current segment once it is this share full.
+_SEAL_SHARE = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +90,10 @@ class Compactor(AsyncResource):
             await asyncio.sleep(self._policy.interval)
             if self.dead_share() < self._policy.dead_ratio or self.horizon() == self._last_horizon:
                 continue
+            strand = self._forum.strand
+            seal = strand.current_segment_bytes >= strand.config.segment_bytes // _SEAL_SHARE
             try:
-                await self._pass(seal=False)
+                await self._pass(seal=seal)
             except StrandError as exc:  # a disk fault: the Strand says which
                 log.warning("compaction: a pass failed: %s; the next is in %ss", exc,
                             self._policy.interval)  # fmt: skip

@@ -572,6 +572,11 @@ class Strand(AsyncResource):
             entries_dropped=self._entries_dropped,
         )
 
+    @property
+    def current_segment_bytes(self) -> int:
+        """Bytes of the segment appends go to now (the one compaction seals first)."""
+        return self._segment_size
+
     def add_fsync_observer(self, callback: Callable[[float], None]) -> None:
         """Call ``callback(seconds)`` after every fsync (for metrics)."""
         self._fsync_observers.append(callback)

@@ -92,7 +92,10 @@ def build_app(
     """The node's app, serving ``forum`` as ``config`` says, with ``extensions`` applied."""
     registry = CollectorRegistry(auto_describe=True)
     long_polls = LongPolls(forum, config.max_waiters)
-    metrics = NodeMetrics(registry, forum, long_polls)
+    compactor = Compactor(
+        forum, CompactionPolicy(config.compact_interval, config.compact_dead_ratio)
+    )
+    metrics = NodeMetrics(registry, forum, long_polls, compactor)
     app = web.Application(
         middlewares=[metrics.middleware, _errors, authenticate, _bodies],
         # A backstop only: handlers read bodies with their own, tighter limits.
@@ -103,9 +106,7 @@ def build_app(
     app[LIMITS] = Limits.of(config)
     app[METRICS_REGISTRY] = registry
     app[LONG_POLLS] = long_polls
-    app[COMPACTOR] = Compactor(
-        forum, CompactionPolicy(config.compact_interval, config.compact_dead_ratio)
-    )
+    app[COMPACTOR] = compactor
     app[PEERS] = _no_peers
     app[SELF_AUTHENTICATED] = frozenset()
     app[STARTED] = time.monotonic()

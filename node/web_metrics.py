@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from node.compactor import Compactor
 from node.forum import Forum
 from node.web_longpoll import LongPolls
 
@@ -47,9 +48,10 @@ _FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.
 class ForumCollector(Collector):
     """The Forum's own figures, read when Prometheus scrapes."""
 
-    def __init__(self, forum: Forum, long_polls: LongPolls) -> None:
+    def __init__(self, forum: Forum, long_polls: LongPolls, compactor: Compactor) -> None:
         self._forum = forum
         self._long_polls = long_polls
+        self._compactor = compactor
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats = self._forum.stats()
@@ -95,12 +97,26 @@ class ForumCollector(Collector):
         )
         for name, documentation, value in counters:
             yield CounterMetricFamily(name, documentation, value=value)
+        horizon = GaugeMetricFamily(
+            "forum_compaction_horizon",
+            "Per origin, the seq up to which every member holds every entry.",
+            labels=["origin"],
+        )
+        for origin, seq in sorted(self._compactor.horizon().items()):
+            horizon.add_metric([origin], seq)
+        yield horizon
 
 
 class NodeMetrics:
     """The node's metrics: HTTP requests, fsync latency, and the Forum's figures."""
 
-    def __init__(self, registry: CollectorRegistry, forum: Forum, long_polls: LongPolls) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        forum: Forum,
+        long_polls: LongPolls,
+        compactor: Compactor,
+    ) -> None:
         self.registry = registry
         self.requests = Counter(
             "forum_http_requests",
@@ -123,7 +139,7 @@ class NodeMetrics:
         )
         self._counts: dict[tuple[str, str, int], Any] = {}
         self._timers: dict[tuple[str, str], Any] = {}
-        registry.register(ForumCollector(forum, long_polls))
+        registry.register(ForumCollector(forum, long_polls, compactor))
         forum.strand.add_fsync_observer(self.fsync.observe)
 
     @web.middleware
