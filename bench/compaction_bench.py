@@ -110,12 +110,15 @@ async def churn(cluster: Cluster, jobs: int, backlog: int, clients: int = 16) ->
     """Write ``jobs`` jobs and take all but ``backlog`` of them, 16 clients at once."""
     body = b"x" * (PAYLOAD - 16)
     to_take = jobs - backlog
-    written = taken = 0
+    written = 0
+    # By id: a tuple two nodes both handed out (a double take) is taken once.
+    taken_ids: set[EntryId] = set()
     rng = random.Random(7)
 
     async def one(worker: int) -> None:
-        nonlocal written, taken
-        while written < jobs or taken < to_take:
+        nonlocal written
+        while written < jobs or len(taken_ids) < to_take:
+            taken = len(taken_ids)
             client = cluster.clients[rng.randrange(3)]
             if written < jobs and written - taken < backlog + 5000:
                 n = min(100, jobs - written)
@@ -124,7 +127,7 @@ async def churn(cluster: Cluster, jobs: int, backlog: int, clients: int = 16) ->
             elif taken < to_take:
                 n = min(100, to_take - taken)
                 got = await client.take_many(JOBS, n)
-                taken += len(got)
+                taken_ids.update(t.id for t in got)
                 if not got:
                     await asyncio.sleep(0.01)  # the writes are on another node yet
             else:
@@ -163,8 +166,10 @@ async def size_and_restart(
             await plain.converged()
             plain_bytes = (await plain.clients[0].status()).strand_bytes
             plain_restart = await restart_seconds(plain.nodes[0])
-    backlog_bytes = backlog * entry_bytes()
+    # The backlog as it is at the end (live on every node, the same once converged).
+    backlog_bytes = after[0].live * entry_bytes()
     return {
+        "backlog": after[0].live,
         "backlog_bytes": backlog_bytes,
         "target_bytes": 2 * backlog_bytes + SEGMENT,
         "nodes": [
@@ -247,7 +252,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 def print_table(report: dict[str, Any]) -> None:
     size = report["size"]
     print(
-        f"{report['jobs']} jobs of {report['payload']} B, backlog {report['backlog']} "
+        f"{report['jobs']} jobs of {report['payload']} B, backlog {size['backlog']} "
         f"({size['backlog_bytes']} B of entries); target <= {size['target_bytes']} B"
     )
     print(f"{'node':>4}  {'before':>12}  {'after':>10}  {'x backlog':>9}  {'dropped':>9}")
