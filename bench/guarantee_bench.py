@@ -91,6 +91,14 @@ print(json.dumps(asyncio.run(worker_bench.forum_run(url, jobs, concurrency))))
 # -- the Redis topologies ---------------------------------------------------------------
 
 
+def wait_for_link(replica: RedisServer) -> None:
+    deadline = time.monotonic() + LINK_DEADLINE
+    while not _link_up(replica):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the replica did not connect to its primary in time")
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def aof_topologies(directory: Path) -> Iterator[dict[str, dict[str, Any]]]:
     """Valkey alone, and a Valkey primary + replica, each ``appendfsync always``."""
@@ -104,11 +112,7 @@ def aof_topologies(directory: Path) -> Iterator[dict[str, dict[str, Any]]]:
     try:
         for server in (alone, primary, replica):
             server.start()
-        deadline = time.monotonic() + LINK_DEADLINE
-        while not _link_up(replica):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the replica did not connect to its primary in time")
-            time.sleep(0.05)
+        wait_for_link(replica)
         # A replica reports its fsyncs about once a second: a batch may wait that long.
         slow = {"wait_timeout": 1.8, "timeout": 3.0}
         yield {
@@ -135,11 +139,7 @@ def topologies(directory: Path) -> Iterator[dict[str, dict[str, Any]]]:
     try:
         for server in (single, primary, replica):
             server.start()
-        deadline = time.monotonic() + LINK_DEADLINE
-        while not _link_up(replica):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the replica did not connect to its primary in time")
-            time.sleep(0.05)
+        wait_for_link(replica)
         cluster.start()
         yield {
             "single": {"url": single.url},

@@ -37,7 +37,7 @@ import contextlib
 import os
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,10 +104,10 @@ class Survey:
     takes: list[tuple[Key, Key, int]] = field(default_factory=list)
 
 
-def survey(directory: Path, numbers: list[int], horizon: Mapping[str, int]) -> Survey:
-    """Read the sealed segments ``numbers`` and list their stable entries."""
+def survey(directory: Path, sealed: Callable[[int], bool], horizon: Mapping[str, int]) -> Survey:
+    """Read the segments whose number is ``sealed`` and list their stable entries."""
     found = Survey()
-    for number in numbers:
+    for number in filter(sealed, segment.segment_numbers(directory)):
         path = segment.segment_path(directory, number)
         scan = segment.read_segment(path, number, last=False)
         found.sizes[number] = scan.good_end

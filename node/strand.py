@@ -646,9 +646,12 @@ class Strand(AsyncResource):
                 for origin, seq in horizon.items()
                 if origin in self._logs and seq > 0
             }
-            sealed = [n for n in segment.segment_numbers(self._dir) if n < self._segment]
+            current = self._segment
             try:
-                found = await asyncio.to_thread(compaction.survey, self._dir, sealed, stable)
+                # Listing the directory is I/O too: in the thread, with the reads.
+                found = await asyncio.to_thread(
+                    compaction.survey, self._dir, lambda n: n < current, stable
+                )
                 alive = await live()
                 targets = {target for _, target, _ in found.takes}
                 writes = {w for w in found.writes if w in targets and w not in alive}

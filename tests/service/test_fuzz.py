@@ -39,6 +39,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from node.web_model import OPERATIONS
 from tests.fixtures.nodes import ForumNodes, NodeProcess
 
 TOKEN = "fuzz"
@@ -51,25 +52,10 @@ PRELOAD = [b"job-1", b"job-2", b"other-1", b"\xff\x00bin"]
 
 pytestmark = pytest.mark.slow
 
+#: Every operation of the node (from the one table the router serves, so a
+#: new route is fuzzed too), the cluster routes, and routes that are not there.
 ROUTES = [
-    ("POST", "/v1/tuples"),
-    ("GET", "/v1/tuples"),
-    ("POST", "/v1/tuples/batch"),
-    ("POST", "/v1/take"),
-    ("POST", "/v1/take/batch"),
-    ("POST", "/v1/reserve"),
-    ("POST", "/v1/reserve/batch"),
-    ("POST", "/v1/ack"),
-    ("POST", "/v1/ack/batch"),
-    ("POST", "/v1/reserve/extend"),
-    ("POST", "/v1/release"),
-    ("GET", "/v1/read"),
-    ("GET", "/v1/count"),
-    ("GET", "/v1/status"),
-    ("GET", "/v1/openapi.json"),
-    ("GET", "/healthz"),
-    ("GET", "/readyz"),
-    ("GET", "/metrics"),
+    *((op.method, op.path) for op in OPERATIONS),
     ("POST", "/v1/cluster/replication/push"),
     ("POST", "/v1/cluster/replication/pull"),
     ("GET", "/v1/cluster/replication/members"),
