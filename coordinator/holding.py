@@ -5,10 +5,10 @@ a time (:class:`Parked`)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 
 from node import EntryId
+from node.cancellation import wait_event
 
 
 class Slots:
@@ -83,8 +83,7 @@ class Parked:
                 return self._pop_until(loop.time())
             self._wake.clear()
             timeout = self._heap[0][0] - loop.time() if self._heap else None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await wait_event(self._wake, timeout)
         return self._pop_until(float("inf"))
 
     def _pop_until(self, now: float) -> list[EntryId]:

@@ -84,6 +84,7 @@ from coordinator.errors import (
 )
 from coordinator.redis_url import RedisTarget, close, redacted
 from coordinator.scripts import Call, ReplicasBehind, Scripts, Wait
+from node.cancellation import keep_cancellation
 from node.resource import AsyncResource
 
 #: Redis error replies that mean "not now" rather than "never": a replica
@@ -603,8 +604,10 @@ class Lens(AsyncResource):
         return epochs
 
     async def _call(self, request: Any) -> Any:
+        # redis-py sends under asyncio.wait_for, which on Python 3.11 can lose
+        # a cancellation (node.cancellation): every Lens call keeps it.
         try:
-            return await request
+            return await keep_cancellation(request)
         except (redis_errors.RedisError, OSError) as exc:
             raise _translate(exc) from exc
 

@@ -22,13 +22,13 @@ both copies carry the same claim key, so the Lens lets only one of them run
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from coordinator.authority import ClaimAuthority
 from coordinator.errors import LensError
 from node import ForumError, TupleSpace
+from node.cancellation import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,7 @@ class Reaper:
                 failing = None
             if written == self._batch:
                 continue  # more may be due right now
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._interval)
+            await wait_event(stop, self._interval)
 
 
 def _note(failing: str | None, what: str, exc: Exception) -> str:

@@ -99,7 +99,6 @@ still happens once while the Lens remembers (see docs/coordination.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -120,6 +119,7 @@ from coordinator.job import Backoff, Handler, Job, KeyFunction
 from coordinator.reaper import Reaper
 from coordinator.spaces import TakeOnly, WorkSpace
 from node import EntryId, ForumError, Pattern, Reserved, TupleSpace
+from node.cancellation import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -670,8 +670,7 @@ class Worker:
         to outlast the next beat."""
         interval = self.lease / 3
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+            await wait_event(stop, interval)
             # A loss met by the completions, the reaper or a handler's verify().
             self._note_state_loss()
             running = list(self._running.items())
@@ -837,8 +836,7 @@ class Worker:
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake at once when the worker is told to stop."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+        await wait_event(self._stopping, seconds)
 
     # -- counting what others report ----------------------------------------------------
 

@@ -54,6 +54,7 @@ from forum.cli_args import (
 )
 from forum.cli_dead import dead_letter_options
 from node import Pattern
+from node.cancellation import wait_event
 from node.client import ForumClient
 from node.errors import ClientError, Unauthorized
 
@@ -442,8 +443,7 @@ async def _progress(worker: Worker, done: asyncio.Event) -> None:
     tty = sys.stderr.isatty()
     interval = _PROGRESS_TTY if tty else _PROGRESS_LOG
     while not done.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), interval)
+        await wait_event(done, interval)
         line = progress_line(worker.owner, worker.stats())
         print(f"\r\x1b[K{line}" if tty else line, end="" if tty else "\n", file=sys.stderr)
     if tty:

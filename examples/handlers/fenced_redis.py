@@ -46,6 +46,7 @@ from collections.abc import AsyncIterator
 from coordinator import ClaimLost, Handler, Job
 from coordinator.keys import DEFAULT_NAMESPACE, DEFAULT_SHARDS, KeySchema
 from coordinator.redis_url import RedisClient, RedisTarget, close
+from node.cancellation import keep_cancellation
 from node.resource import AsyncResource
 
 #: KEYS[1] {<lens ns>:<s>}:claim:<job key> (the Lens's claim: the live holder's token)
@@ -129,7 +130,8 @@ class FencedRedisStore(AsyncResource):
         and no higher token wrote first; :class:`StaleToken` otherwise."""
         shard = self._lens.shard(key)
         keys = [self._lens.claim(key), self._result(key), self._applied(shard)]
-        stored = await self._store(keys=keys, args=[token, value, key])
+        # keep_cancellation: redis-py on Python 3.11 can lose one (node.cancellation).
+        stored = await keep_cancellation(self._store(keys=keys, args=[token, value, key]))
         if stored == _NOT_LIVE:
             raise StaleToken(
                 key, token, f"not the live claim in {keys[0]} (expired, completed or taken over)"
@@ -139,7 +141,9 @@ class FencedRedisStore(AsyncResource):
 
     async def get(self, key: str) -> tuple[int, bytes] | None:
         """The stored ``(token, value)`` for ``key``, or ``None``."""
-        token, value = await self._client.hmget(self._result(key), ["token", "value"])
+        token, value = await keep_cancellation(
+            self._client.hmget(self._result(key), ["token", "value"])
+        )
         if token is None or not isinstance(value, bytes):
             return None
         return int(token), value
@@ -149,7 +153,7 @@ class FencedRedisStore(AsyncResource):
         shards one after another."""
         rows = []
         for shard in range(self._lens.shards):
-            rows.extend(await self._client.lrange(self._applied(shard), 0, -1))
+            rows.extend(await keep_cancellation(self._client.lrange(self._applied(shard), 0, -1)))
         texts = (row.decode() if isinstance(row, bytes) else row for row in rows)
         pairs = (text.rsplit(" ", 1) for text in texts)
         return [(key, int(token)) for key, token in pairs]

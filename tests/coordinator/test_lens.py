@@ -364,3 +364,22 @@ async def test_a_full_redis_is_unavailable_not_a_bug(private_redis: RedisServer)
         with pytest.raises(LensUnavailable) as full:
             await lens.claim("o:full", owner="worker-a", lease=30)
         assert full.value.retriable
+
+
+async def test_a_lens_call_cancelled_at_any_step_ends_cancelled(lens: Lens) -> None:
+    """A cancellation that lands in any turn of the loop of a Lens call ends
+    it. redis-py sends each command under ``asyncio.wait_for``, which on
+    Python 3.11 drops a cancellation landing as the send finishes; a worker's
+    reaper then ran on for ever after its worker was cancelled."""
+    await lens.ping()
+    lost = []
+    for _ in range(2):  # the second sweep starts from reconnected connections
+        for turns in range(60):
+            call = asyncio.create_task(lens.ping())
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            if call.cancel():  # not done yet: the call must end cancelled
+                await asyncio.wait([call], timeout=5)
+                if not call.cancelled():
+                    lost.append(turns)
+    assert lost == [], f"cancellations lost at turns {lost}"

@@ -258,6 +258,31 @@ async def test_a_dead_workers_job_comes_back_and_runs_once_elsewhere(
         assert await ledger.requests() == 2
 
 
+async def test_a_worker_cancelled_at_any_step_ends(forum: Forum, lens: Lens) -> None:
+    """Cancelled in any turn of the loop, as a TaskGroup or a shutdown cancels
+    it, a worker's run() ends: none of its loops keeps the cancellation from
+    it. (Its reaper, whose Lens calls go through redis-py, once ran on for
+    ever: the test above then hung at ``await dying``.)"""
+    await forum.write_many([f"job/{i}".encode() for i in range(20)])
+
+    async def hold(job: Job) -> None:
+        await asyncio.Event().wait()
+
+    lost = []
+    for turns in range(0, 120, 3):
+        w = worker(forum, lens, hold, concurrency=2, reaper_interval=0.001)
+        run = asyncio.create_task(w.run())
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        run.cancel()
+        await asyncio.wait([run], timeout=5)
+        if not run.cancelled():
+            lost.append(turns)
+            w.stop()  # let it end, so the next runs do not meet it
+            await asyncio.wait([run], timeout=30)
+    assert lost == [], f"a cancelled worker went on, cancelled after {lost} turns"
+
+
 async def test_redis_outage_fails_closed_and_loses_nothing(
     forum: Forum, private_redis: RedisServer, tmp_path: Path
 ) -> None:
