@@ -1,28 +1,46 @@
 """The live index: one node's live tuples, found by byte prefix, oldest first.
 
-Every live tuple gets an *arrival* number (local order, increasing). Three
-structures hold it:
+Every live tuple gets an *arrival* number (local order, increasing). It is
+held as one bytes object, its *key*, and no other object of its own::
 
-* ``_by_arrival``: arrival -> tuple, the live set itself;
-* ``_arrival_of``: entry id -> arrival, to kill a tuple named by a Take;
-* ``_sorted``: ``(payload, arrival)`` pairs in a sorted list, so the tuples
-  matching a prefix are one contiguous range, found by bisection.
+    escaped payload | 00 00 | arrival (8) | seq (8) | origin number (4)
+
+(integers big-endian; the origin's name is kept once, in a table). Escaping
+writes each 00 byte of the payload as 00 FF, so the terminator 00 00 cannot
+occur inside the escaped payload: a key starts with the escaped form of a
+prefix exactly when its payload starts with that prefix (a shorter payload
+would have to match across its terminator, and 00 00 is not the start of any
+escaped byte). Three structures refer to the keys:
+
+* ``_sorted``: the keys in a sorted list, so the tuples matching a prefix are
+  one contiguous range, found by bisection;
+* ``_by_arrival``: arrival -> key, to find a tuple named by its arrival;
+* ``_lanes``: per origin, seq -> key, to find a tuple named by its id.
+
+The two maps are :class:`_IntMap`: arrays of int keys beside lists of values,
+in blocks, so a tuple costs two 8-byte slots in each and no int object; the
+tuple handed out (:class:`~node.entries.Tuple`) is built from the key on the
+way out. About 100 bytes per live tuple beyond its payload, against some 370
+for one dict entry, tuple pair and object per structure.
 
 Finding the oldest match of a prefix then depends on how many tuples match.
 A small range (``SCAN_LIMIT`` or fewer) is scanned for its least arrival. A
 large one is served from a *prefix queue*: the arrivals matching that prefix
 in order, kept up to date on every add, built once by one pass over the range
 the first time the prefix is asked for. Queues drop dead arrivals lazily (at
-the front when they are asked, or in a sweep when dead ones pile up) and the
-least recently used are evicted past ``MAX_QUEUES``. So ``take``/``read``
-never look at a tuple that does not match, whatever the pattern.
+the front when they are asked, or rebuilt from the range when dead ones pile
+up) and the least recently used are evicted past ``MAX_QUEUES``. So
+``take``/``read`` never look at a tuple that does not match, whatever the
+pattern.
 """
 
 from __future__ import annotations
 
+import struct
+from array import array
 from bisect import bisect_left
-from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 
 from sortedcontainers import SortedList
 
@@ -32,6 +50,16 @@ from node.entries import EntryId, Tuple
 SCAN_LIMIT = 32
 #: How many prefix queues are kept (least recently used evicted).
 MAX_QUEUES = 64
+#: Entries per block of an :class:`_IntMap` (a block splits at twice this).
+_BLOCK = 1024
+
+#: What follows the escaped payload in a key: the terminator (two pad bytes,
+#: which ``struct`` writes as zeros), the arrival, the seq, the origin number.
+_TAIL = struct.Struct(">2xQQI")
+#: The arrival alone, ``_ARRIVAL_BACK`` bytes before the key's end.
+_ARRIVAL = struct.Struct(">Q")
+_ARRIVAL_BACK = _TAIL.size - 2
+_ZERO, _ESCAPED_ZERO = b"\x00", b"\x00\xff"
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -43,37 +71,186 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
+def _escape(payload: bytes) -> bytes:
+    # bytes.replace returns the object itself when there is nothing to replace.
+    return payload.replace(_ZERO, _ESCAPED_ZERO)
+
+
+def _arrival(key: bytes) -> int:
+    arrival: int = _ARRIVAL.unpack_from(key, len(key) - _ARRIVAL_BACK)[0]
+    return arrival
+
+
+class _IntMap:
+    """A map from int keys to bytes, sorted by key, in blocks of at most
+    ``2 * _BLOCK``: one array of keys and one list of values each. Keys come
+    mostly in increasing order (arrivals, an origin's seqs), so appending to
+    the last block is the fast path; any other insert or a delete moves at
+    most one block's slots."""
+
+    __slots__ = ("_blocks", "_lasts", "_len", "_typecode", "_values")
+
+    def __init__(self, typecode: str) -> None:
+        self._typecode = typecode  # "q" for arrivals, "Q" for seqs (up to 2**64 - 1)
+        self._blocks: list[array[int]] = []
+        self._values: list[list[bytes]] = []
+        self._lasts: list[int] = []  # the last key of each block
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[int]:
+        for block in self._blocks:
+            yield from block
+
+    def _find(self, key: int) -> tuple[int, int] | None:
+        """(block, slot) of ``key``, if it is here."""
+        b = bisect_left(self._lasts, key)
+        if b == len(self._lasts):
+            return None
+        block = self._blocks[b]
+        i = bisect_left(block, key)
+        return (b, i) if block[i] == key else None
+
+    def get(self, key: int) -> bytes | None:
+        found = self._find(key)
+        return None if found is None else self._values[found[0]][found[1]]
+
+    def put(self, key: int, value: bytes) -> None:
+        """Add ``key`` (``KeyError`` if it is here already: nothing changes)."""
+        lasts = self._lasts
+        if not lasts or key > lasts[-1]:
+            if lasts and len(self._blocks[-1]) < _BLOCK:
+                self._blocks[-1].append(key)
+                self._values[-1].append(value)
+                lasts[-1] = key
+            else:
+                self._blocks.append(array(self._typecode, (key,)))
+                self._values.append([value])
+                lasts.append(key)
+            self._len += 1
+            return
+        b = bisect_left(lasts, key)
+        block, values = self._blocks[b], self._values[b]
+        i = bisect_left(block, key)
+        if block[i] == key:
+            raise KeyError(key)
+        block.insert(i, key)
+        values.insert(i, value)
+        self._len += 1
+        if len(block) > 2 * _BLOCK:
+            self._blocks.insert(b + 1, block[_BLOCK:])
+            self._values.insert(b + 1, values[_BLOCK:])
+            lasts.insert(b, block[_BLOCK - 1])
+            del block[_BLOCK:], values[_BLOCK:]
+
+    def pop(self, key: int) -> bytes | None:
+        """Remove ``key``; its value, or ``None`` if it was not here."""
+        found = self._find(key)
+        if found is None:
+            return None
+        b, i = found
+        block, values = self._blocks[b], self._values[b]
+        value = values.pop(i)
+        del block[i]
+        self._len -= 1
+        if not block:
+            del self._blocks[b], self._values[b], self._lasts[b]
+            return value
+        self._lasts[b] = block[-1]
+        # Deletes spread over the map would leave many near-empty blocks: keep
+        # every two neighbours fuller than one block (and so blocks half full).
+        if b and len(self._blocks[b - 1]) + len(block) <= _BLOCK:
+            self._merge(b - 1)
+        elif b + 1 < len(self._blocks) and len(block) + len(self._blocks[b + 1]) <= _BLOCK:
+            self._merge(b)
+        return value
+
+    def _merge(self, b: int) -> None:
+        """Block ``b + 1`` joins block ``b``."""
+        self._blocks[b].extend(self._blocks[b + 1])
+        self._values[b].extend(self._values[b + 1])
+        self._lasts[b] = self._lasts[b + 1]
+        del self._blocks[b + 1], self._values[b + 1], self._lasts[b + 1]
+
+
+class _Queue:
+    """The arrivals of the tuples matching one prefix, oldest first (some
+    dead): an array whose front moves forward, so popping it is O(1)."""
+
+    __slots__ = ("_arrivals", "_head")
+
+    def __init__(self, arrivals: Iterable[int]) -> None:
+        self._arrivals = array("q", arrivals)
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._arrivals) - self._head
+
+    def __iter__(self) -> Iterator[int]:
+        arrivals = self._arrivals
+        return (arrivals[i] for i in range(self._head, len(arrivals)))
+
+    def first(self) -> int | None:
+        return self._arrivals[self._head] if self._head < len(self._arrivals) else None
+
+    def pop_first(self) -> None:
+        self._head += 1
+        if self._head > 1024 and 2 * self._head > len(self._arrivals):
+            del self._arrivals[: self._head]
+            self._head = 0
+
+    def append(self, arrival: int) -> None:
+        self._arrivals.append(arrival)
+
+    def insert(self, arrival: int) -> None:
+        """Put ``arrival`` in its place, unless it is there (still, though dead)."""
+        arrivals = self._arrivals
+        i = bisect_left(arrivals, arrival, self._head)
+        if i == len(arrivals) or arrivals[i] != arrival:
+            arrivals.insert(i, arrival)
+
+
 class LiveIndex:
     """The set of live tuples. Synchronous: callers are on one event loop."""
 
     def __init__(self) -> None:
         self._next_arrival = 1
-        self._by_arrival: dict[int, Tuple] = {}
-        self._arrival_of: dict[EntryId, int] = {}
         self._sorted = SortedList()
+        self._by_arrival = _IntMap("q")
+        # origin number -> seq -> key; the numbers index _origins.
+        self._lanes: list[_IntMap] = []
+        self._origins: list[str] = []
+        self._origin_numbers: dict[str, int] = {}
         # prefix -> arrivals of the tuples matching it, oldest first (some dead)
-        self._queues: OrderedDict[bytes, deque[int]] = OrderedDict()
+        self._queues: OrderedDict[bytes, _Queue] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._by_arrival)
 
     def __contains__(self, entry_id: EntryId) -> bool:
-        return entry_id in self._arrival_of
+        number = self._origin_numbers.get(entry_id.origin)
+        return number is not None and self._lanes[number].get(entry_id.seq) is not None
 
     def ids(self) -> list[EntryId]:
         """The ids of every live tuple (a copy: safe to iterate across awaits)."""
-        return list(self._arrival_of)
+        return [
+            EntryId(origin, seq)
+            for origin, lane in zip(self._origins, self._lanes, strict=True)
+            for seq in lane
+        ]
 
     # -- changing the set ------------------------------------------------------
 
     def add(self, item: Tuple) -> int:
         """Make ``item`` live as the newest tuple; returns its arrival."""
         arrival = self._next_arrival
-        self._next_arrival += 1
         self._insert(arrival, item)
-        for prefix, arrivals in self._queues.items():
+        self._next_arrival += 1
+        for prefix, queue in self._queues.items():
             if item.payload.startswith(prefix):
-                arrivals.append(arrival)
+                queue.append(arrival)
         return arrival
 
     def bulk_load(self, items: list[Tuple]) -> None:
@@ -81,38 +258,73 @@ class LiveIndex:
         if self._by_arrival:
             raise RuntimeError("bulk_load needs an empty index")
         first = self._next_arrival
-        self._by_arrival = dict(enumerate(items, first))
-        self._arrival_of = {item.id: arrival for arrival, item in self._by_arrival.items()}
-        self._sorted = SortedList(
-            (item.payload, arrival) for arrival, item in self._by_arrival.items()
-        )
+        keys = [self._key(arrival, item) for arrival, item in enumerate(items, first)]
+        for arrival, key in enumerate(keys, first):
+            self._by_arrival.put(arrival, key)
+        by_lane: list[list[tuple[int, bytes]]] = [[] for _ in self._lanes]
+        for item, key in zip(items, keys, strict=True):
+            by_lane[self._origin_numbers[item.id.origin]].append((item.id.seq, key))
+        for lane, pairs in zip(self._lanes, by_lane, strict=True):
+            pairs.sort(key=lambda pair: pair[0])  # a peer's seqs may have come out of order
+            for seq, key in pairs:
+                lane.put(seq, key)
+        self._sorted = SortedList(keys)
         self._next_arrival = first + len(items)
 
     def restore(self, arrival: int, item: Tuple) -> None:
         """Put back a tuple removed by a take that did not happen, in its old place."""
         self._insert(arrival, item)
-        for prefix, arrivals in self._queues.items():
+        for prefix, queue in self._queues.items():
             if item.payload.startswith(prefix):
-                i = bisect_left(arrivals, arrival)
-                if i == len(arrivals) or arrivals[i] != arrival:
-                    arrivals.insert(i, arrival)
+                queue.insert(arrival)
 
     def remove(self, arrival: int) -> Tuple:
-        item = self._by_arrival.pop(arrival)
-        del self._arrival_of[item.id]
-        self._sorted.remove((item.payload, arrival))
-        return item
+        key = self._by_arrival.pop(arrival)
+        if key is None:
+            raise KeyError(arrival)
+        _, seq, number = _TAIL.unpack_from(key, len(key) - _TAIL.size)
+        self._lanes[number].pop(seq)
+        self._sorted.remove(key)
+        return self._tuple(key)[1]
 
     def remove_id(self, entry_id: EntryId) -> tuple[int, Tuple] | None:
-        arrival = self._arrival_of.get(entry_id)
-        if arrival is None:
+        number = self._origin_numbers.get(entry_id.origin)
+        key = None if number is None else self._lanes[number].pop(entry_id.seq)
+        if key is None:
             return None
-        return arrival, self.remove(arrival)
+        arrival = _arrival(key)
+        self._by_arrival.pop(arrival)
+        self._sorted.remove(key)
+        return arrival, self._tuple(key)[1]
 
     def _insert(self, arrival: int, item: Tuple) -> None:
-        self._by_arrival[arrival] = item
-        self._arrival_of[item.id] = arrival
-        self._sorted.add((item.payload, arrival))
+        key = self._key(arrival, item)
+        # The maps refuse an id or an arrival that is live already (KeyError):
+        # the set is left as it was.
+        lane = self._lanes[self._origin_numbers[item.id.origin]]
+        lane.put(item.id.seq, key)
+        try:
+            self._by_arrival.put(arrival, key)
+        except KeyError:
+            lane.pop(item.id.seq)
+            raise
+        self._sorted.add(key)
+
+    def _key(self, arrival: int, item: Tuple) -> bytes:
+        """``item``'s key (its origin numbered on first sight)."""
+        origin = item.id.origin
+        number = self._origin_numbers.get(origin)
+        if number is None:
+            number = self._origin_numbers[origin] = len(self._origins)
+            self._origins.append(origin)
+            self._lanes.append(_IntMap("Q"))
+        return _escape(item.payload) + _TAIL.pack(arrival, item.id.seq, number)
+
+    def _tuple(self, key: bytes) -> tuple[int, Tuple]:
+        """The arrival and the tuple that ``key`` holds."""
+        arrival, seq, number = _TAIL.unpack_from(key, len(key) - _TAIL.size)
+        payload = key[: -_TAIL.size].replace(_ESCAPED_ZERO, _ZERO)
+        return arrival, Tuple(EntryId(self._origins[number], seq), payload)
 
     # -- finding ---------------------------------------------------------------
 
@@ -124,15 +336,14 @@ class LiveIndex:
         if lo >= hi:
             return None
         if hi - lo <= SCAN_LIMIT:
-            arrival = min(pair[1] for pair in self._sorted.islice(lo, hi))
-            return arrival, self._by_arrival[arrival]
-        arrivals = self._queue(prefix, lo, hi)
+            return self._tuple(min(self._sorted.islice(lo, hi), key=_arrival))
+        queue = self._queue(prefix, lo, hi)
         by_arrival = self._by_arrival
-        while arrivals:
-            item = by_arrival.get(arrivals[0])
-            if item is not None:
-                return arrivals[0], item
-            arrivals.popleft()
+        while (arrival := queue.first()) is not None:
+            key = by_arrival.get(arrival)
+            if key is not None:
+                return self._tuple(key)
+            queue.pop_first()
         return None
 
     def count(self, prefix: bytes) -> int:
@@ -143,37 +354,35 @@ class LiveIndex:
         """Live matches with arrival > ``after``, oldest first (for paged listing)."""
         lo, hi = self._range(prefix)
         if hi - lo <= SCAN_LIMIT:
-            arrivals = sorted(pair[1] for pair in self._sorted.islice(lo, hi))
+            arrivals = sorted(map(_arrival, self._sorted.islice(lo, hi)))
         else:
             arrivals = list(self._queue(prefix, lo, hi))
         start = bisect_left(arrivals, after + 1)
         for arrival in arrivals[start:]:
-            item = self._by_arrival.get(arrival)
-            if item is not None:
-                yield arrival, item
+            key = self._by_arrival.get(arrival)
+            if key is not None:
+                yield self._tuple(key)
 
     def _range(self, prefix: bytes) -> tuple[int, int]:
-        """Index range in ``_sorted`` of the pairs whose payload has ``prefix``."""
+        """Index range in ``_sorted`` of the keys whose payload has ``prefix``."""
         if not prefix:
             return 0, len(self._sorted)
-        lo = self._sorted.bisect_left((prefix,))
-        end = prefix_end(prefix)
-        hi = len(self._sorted) if end is None else self._sorted.bisect_left((end,))
+        escaped = _escape(prefix)
+        lo = self._sorted.bisect_left(escaped)
+        end = prefix_end(escaped)
+        hi = len(self._sorted) if end is None else self._sorted.bisect_left(end)
         return lo, hi
 
-    def _queue(self, prefix: bytes, lo: int, hi: int) -> deque[int]:
+    def _queue(self, prefix: bytes, lo: int, hi: int) -> _Queue:
         queue = self._queues.get(prefix)
-        if queue is None:
-            queue = deque(sorted(pair[1] for pair in self._sorted.islice(lo, hi)))
-            self._queues[prefix] = queue
-            if len(self._queues) > MAX_QUEUES:
-                self._queues.popitem(last=False)
-        else:
+        if queue is not None:
             self._queues.move_to_end(prefix)
             # Dead arrivals past the front pile up when tuples leave through
-            # other prefixes; sweep once they outnumber the live ones.
-            if len(queue) > 2 * (hi - lo) + 1024:
-                by_arrival = self._by_arrival
-                queue = deque(a for a in queue if a in by_arrival)
-                self._queues[prefix] = queue
+            # other prefixes; rebuild once they outnumber the live ones.
+            if len(queue) <= 2 * (hi - lo) + 1024:
+                return queue
+        queue = _Queue(sorted(map(_arrival, self._sorted.islice(lo, hi))))
+        self._queues[prefix] = queue
+        if len(self._queues) > MAX_QUEUES:
+            self._queues.popitem(last=False)
         return queue
