@@ -84,6 +84,28 @@ async def test_prefixes_ending_in_0xff_bytes(forum: Forum) -> None:
     assert await forum.take(Pattern(b"\xff\xff")) == b"\xff\xff"
 
 
+async def test_payloads_with_zero_bytes_match_by_prefix_across_a_restart(
+    cfg: StrandConfig,
+) -> None:
+    """The index keeps each payload escaped (00 as 00 FF, then 00 00): 00
+    bytes come back whole, and a payload shorter than a prefix never matches
+    it, whether the tuples were written or replayed (a restart's bulk load)."""
+    payloads = [b"a", b"a\x00", b"a\x00\x00", b"\x00", b"", b"a\x00\xff"]
+    async with Forum(await Strand.open(cfg)) as forum:
+        ids = await forum.write_many(payloads)
+    async with Forum(await Strand.open(cfg)) as forum:
+        assert await forum.count(Pattern(b"a\x00\x00")) == 1
+        assert await forum.count(Pattern(b"a\x00")) == 3
+        assert await forum.count(Pattern(b"\x00")) == 1
+        assert await forum.read(Pattern(b"a\x00\x00\x00")) is None
+        assert [t.payload for t in forum.list(Pattern(b"")).tuples] == payloads
+        taken = await forum.take_entry(Pattern(b"a\x00"))
+        assert taken == Tuple(ids[1], b"a\x00")
+        assert [t.payload for t in await forum.take_many(Pattern(b""), 10)] == [
+            p for p in payloads if p != b"a\x00"
+        ]
+
+
 async def test_take_many_and_write_many(forum: Forum) -> None:
     ids = await forum.write_many([b"t/%d" % i for i in range(10)])
     assert len(set(ids)) == 10
