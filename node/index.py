@@ -76,6 +76,31 @@ def _escape(payload: bytes) -> bytes:
     return payload.replace(_ZERO, _ESCAPED_ZERO)
 
 
+# Tuples are rebuilt from their keys on every take and read. Their ids were
+# checked on the way in, so they are made here without the dataclasses'
+# __init__ and __post_init__ (a third of the cost): the slots are set through
+# their descriptors, which a frozen dataclass does not guard.
+_new = object.__new__
+_set_origin = EntryId.__dict__["origin"].__set__
+_set_seq = EntryId.__dict__["seq"].__set__
+_set_id = Tuple.__dict__["id"].__set__
+_set_payload = Tuple.__dict__["payload"].__set__
+
+
+def _known_tuple(origin: str, seq: int, payload: bytes) -> Tuple:
+    entry_id = _new(EntryId)
+    _set_origin(entry_id, origin)
+    _set_seq(entry_id, seq)
+    item = _new(Tuple)
+    _set_id(item, entry_id)
+    _set_payload(item, payload)
+    return item
+
+
+def _payload(key: bytes) -> bytes:
+    return key[: -_TAIL.size].replace(_ESCAPED_ZERO, _ZERO)
+
+
 def _arrival(key: bytes) -> int:
     arrival: int = _ARRIVAL.unpack_from(key, len(key) - _ARRIVAL_BACK)[0]
     return arrival
@@ -114,8 +139,12 @@ class _IntMap:
         return (b, i) if block[i] == key else None
 
     def get(self, key: int) -> bytes | None:
-        found = self._find(key)
-        return None if found is None else self._values[found[0]][found[1]]
+        b = bisect_left(self._lasts, key)
+        if b == len(self._lasts):
+            return None
+        block = self._blocks[b]
+        i = bisect_left(block, key)
+        return self._values[b][i] if block[i] == key else None
 
     def put(self, key: int, value: bytes) -> None:
         """Add ``key`` (``KeyError`` if it is here already: nothing changes)."""
@@ -285,7 +314,7 @@ class LiveIndex:
         _, seq, number = _TAIL.unpack_from(key, len(key) - _TAIL.size)
         self._lanes[number].pop(seq)
         self._sorted.remove(key)
-        return self._tuple(key)[1]
+        return _known_tuple(self._origins[number], seq, _payload(key))
 
     def remove_id(self, entry_id: EntryId) -> tuple[int, Tuple] | None:
         number = self._origin_numbers.get(entry_id.origin)
@@ -295,7 +324,7 @@ class LiveIndex:
         arrival = _arrival(key)
         self._by_arrival.pop(arrival)
         self._sorted.remove(key)
-        return arrival, self._tuple(key)[1]
+        return arrival, _known_tuple(entry_id.origin, entry_id.seq, _payload(key))
 
     def _insert(self, arrival: int, item: Tuple) -> None:
         key = self._key(arrival, item)
@@ -323,8 +352,7 @@ class LiveIndex:
     def _tuple(self, key: bytes) -> tuple[int, Tuple]:
         """The arrival and the tuple that ``key`` holds."""
         arrival, seq, number = _TAIL.unpack_from(key, len(key) - _TAIL.size)
-        payload = key[: -_TAIL.size].replace(_ESCAPED_ZERO, _ZERO)
-        return arrival, Tuple(EntryId(self._origins[number], seq), payload)
+        return arrival, _known_tuple(self._origins[number], seq, _payload(key))
 
     # -- finding ---------------------------------------------------------------
 
