@@ -10,7 +10,8 @@ Prints a table and writes ``bench/results/node_bench.json``. In one run:
   prefix matching 1%, a prefix matching all: the index step alone (what the
   20 us target is about) and the whole ``Forum.take`` with fsync ``never``;
 * replay time of 1,000,000 entries (``Strand.open`` + ``Forum(strand)``);
-* memory per live tuple beyond its payload (tracemalloc over the index).
+* memory per live tuple beyond its payload (tracemalloc over the index; the
+  RSS of a real ``forum serve`` is ``bench/memory_bench.py``).
 
 It runs on uvloop, as ``forum serve`` does; ``--loop asyncio`` for the default loop.
 
