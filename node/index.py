@@ -42,7 +42,7 @@ import struct
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from sortedcontainers import SortedList
 
@@ -130,6 +130,17 @@ class _IntMap:
     def __iter__(self) -> Iterator[int]:
         for block in self._blocks:
             yield from block
+
+    def load(self, keys: Sequence[int], values: Sequence[bytes]) -> None:
+        """Fill an empty map with ``keys`` (ascending, distinct) and their values."""
+        if self._len:
+            raise RuntimeError("load needs an empty map")
+        for start in range(0, len(keys), _BLOCK):
+            block = array(self._typecode, keys[start : start + _BLOCK])
+            self._blocks.append(block)
+            self._values.append(list(values[start : start + _BLOCK]))
+            self._lasts.append(block[-1])
+        self._len = len(keys)
 
     def _find(self, key: int) -> tuple[int, int] | None:
         """(block, slot) of ``key``, if it is here."""
@@ -289,16 +300,26 @@ class LiveIndex:
         if self._by_arrival:
             raise RuntimeError("bulk_load needs an empty index")
         first = self._next_arrival
-        keys = [self._key(arrival, item) for arrival, item in enumerate(items, first)]
-        for arrival, key in enumerate(keys, first):
-            self._by_arrival.put(arrival, key)
-        by_lane: list[list[tuple[int, bytes]]] = [[] for _ in self._lanes]
+        for origin in {item.id.origin for item in items}:
+            self._number(origin)
+        numbers, pack = self._origin_numbers, _TAIL.pack
+        keys = [  # _key, inlined: a replay makes a key per live tuple
+            item.payload.replace(_ZERO, _ESCAPED_ZERO)
+            + pack(arrival, item.id.seq, numbers[item.id.origin])
+            for arrival, item in enumerate(items, first)
+        ]
+        self._by_arrival.load(range(first, first + len(items)), keys)
+        lanes: dict[int, tuple[list[int], list[bytes]]] = {}
         for item, key in zip(items, keys, strict=True):
-            by_lane[self._origin_numbers[item.id.origin]].append((item.id.seq, key))
-        for lane, pairs in zip(self._lanes, by_lane, strict=True):
-            pairs.sort(key=lambda pair: pair[0])  # a peer's seqs may have come out of order
-            for seq, key in pairs:
-                lane.put(seq, key)
+            seqs, lane_keys = lanes.setdefault(numbers[item.id.origin], ([], []))
+            seqs.append(item.id.seq)
+            lane_keys.append(key)
+        for number, (seqs, lane_keys) in lanes.items():
+            if seqs == sorted(seqs):
+                self._lanes[number].load(seqs, lane_keys)
+            else:  # a peer's seqs may have come out of order
+                order = sorted(range(len(seqs)), key=seqs.__getitem__)
+                self._lanes[number].load([seqs[i] for i in order], [lane_keys[i] for i in order])
         self._sorted = SortedList(keys)
         self._next_arrival = first + len(items)
 
@@ -342,14 +363,17 @@ class LiveIndex:
         self._sorted.add(key)
 
     def _key(self, arrival: int, item: Tuple) -> bytes:
-        """``item``'s key (its origin numbered on first sight)."""
-        origin = item.id.origin
+        number = self._number(item.id.origin)
+        return _escape(item.payload) + _TAIL.pack(arrival, item.id.seq, number)
+
+    def _number(self, origin: str) -> int:
+        """The origin's number (given on first sight, with its lane)."""
         number = self._origin_numbers.get(origin)
         if number is None:
             number = self._origin_numbers[origin] = len(self._origins)
             self._origins.append(origin)
             self._lanes.append(_IntMap("Q"))
-        return _escape(item.payload) + _TAIL.pack(arrival, item.id.seq, number)
+        return number
 
     def _tuple(self, key: bytes) -> tuple[int, Tuple]:
         """The arrival and the tuple that ``key`` holds."""
