@@ -226,8 +226,8 @@ class ForumQueue:
         return len(reserved)
 
     async def prefill(self, n: int) -> None:
-        for _ in range(n // BATCH):
-            await self.c.write_many([PAYLOAD] * BATCH)
+        for start in range(0, n, BATCH):
+            await self.c.write_many([PAYLOAD] * min(BATCH, n - start))
 
     async def drain(self) -> None:
         while await self.c.take_many(self.pattern, 10_000):
@@ -275,8 +275,8 @@ class RedisQueue:
         return len(items)
 
     async def prefill(self, n: int) -> None:
-        for _ in range(n // BATCH):
-            await self.r.lpush(QUEUE, *([PAYLOAD] * BATCH))
+        for start in range(0, n, BATCH):
+            await self.r.lpush(QUEUE, *([PAYLOAD] * min(BATCH, n - start)))
 
     async def drain(self) -> None:
         await self.r.delete(QUEUE, PROCESSING)
