@@ -95,19 +95,24 @@ async def rate(ops: int, callers: int, op: Callable[[int], Awaitable[None]]) -> 
 
 async def lens_rates(url: str, ops: int, rounds: int) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
+    # Every sample uses keys of its own (``sample``) instead of a flush: a
+    # flush under a live Lens is a lost state (its epoch marker is gone).
+    sample = 0
+    await flush(url)
     async with Lens.from_url(url) as lens, Redis.from_url(url) as raw:
 
         async def lens_pair(i: int) -> None:
-            claim = await lens.claim(f"bench:{i}", owner="bench", lease=30)
+            claim = await lens.claim(f"bench:{sample}:{i}", owner="bench", lease=30)
             await claim.complete()
 
         async def lens_pair_reoffer(i: int) -> None:
-            claim = await lens.claim(f"bench:{i}", owner="bench", lease=30, reoffer=b"job/x")
+            key = f"bench:{sample}:{i}"
+            claim = await lens.claim(key, owner="bench", lease=30, reoffer=b"job/x")
             await claim.complete()
 
         async def raw_pair(i: int) -> None:
             await raw.incr("raw:fence")
-            await raw.set(f"raw:claim:{i}", 1, nx=True, px=30_000)
+            await raw.set(f"raw:claim:{sample}:{i}", 1, nx=True, px=30_000)
 
         candidates = {
             "raw_set_nx_px_incr": raw_pair,
@@ -118,7 +123,7 @@ async def lens_rates(url: str, ops: int, rounds: int) -> dict[str, dict[str, flo
             samples: dict[str, list[float]] = {name: [] for name in candidates}
             for _ in range(rounds):
                 for name, op in candidates.items():
-                    await flush(url)
+                    sample += 1
                     samples[name].append(await rate(ops, callers, op))
             row = {name: statistics.median(values) for name, values in samples.items()}
             row["lens_vs_raw"] = row["lens_claim_complete"] / row["raw_set_nx_px_incr"]
