@@ -349,8 +349,9 @@ def plot(results: list[Result], fsync: str, path: Path) -> None:
         f"job = write, reserve, ack vs LPUSH, LMOVE, LREM",
         [f"{w}\n{c} client{'s' if c > 1 else ''}" for w, c in keys],
         {q: [by_key[(q, w, c)] for w, c in keys] for q in ("forum", "redis")},
-        "operations/s (batch job: tuples/s)",
+        "operations/s (batch job: tuples/s), log scale",
         {"forum": [f"{x:.2f}x" for x in ratios]},
+        log=True,
     )
 
 

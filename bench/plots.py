@@ -28,10 +28,12 @@ def grouped_bars(
     series: Mapping[str, Sequence[float]],
     ylabel: str,
     notes: Mapping[str, Sequence[str]] | None = None,
+    log: bool = False,
 ) -> None:
     """One group of bars per entry of ``groups`` (e.g. a concurrency), one bar
     per series in it (e.g. a system), each labelled with its value and, under
-    it, its note (e.g. Forum's ratio to it)."""
+    it, its note (e.g. Forum's ratio to it). ``log``: a log scale, for
+    series whose groups differ by orders of magnitude."""
     notes = notes or {}
     width = 0.8 / len(series)
     figure, axes = plt.subplots(figsize=(max(8.0, 1.1 * len(groups) * len(series)), 5.0))
@@ -44,6 +46,8 @@ def grouped_bars(
         ]
         axes.bar_label(bars, labels=labels, fontsize=7, padding=2)
     axes.set_xticks(range(len(groups)), groups)
+    if log:
+        axes.set_yscale("log")
     axes.set_ylabel(ylabel)
     axes.set_title(title, fontsize=10)
     axes.margins(y=0.18)
