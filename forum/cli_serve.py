@@ -108,7 +108,8 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
     add(
         "--remote-delay",
         metavar="SECONDS",
-        help="a peer's tuple waits 1-4x this before it can be taken here (default 0.01)",
+        help="a peer's tuple waits this times the node's turn for it before it can be "
+        "taken here (default 0.01)",
     )
     add(
         "--shutdown-timeout",

@@ -70,23 +70,32 @@ Listener = Callable[[Sequence[Entry], Provenance], None]
 #: Called with each tuple as it becomes live (written here, surfaced after
 #: the remote delay, put back): what a waiting reader wants to hear about.
 LiveListener = Callable[[Tuple], None]
-#: How long a tuple written on another node waits before it can be taken here
-#: (times 1 to 4, by a hash of its id and this node's origin). See ``apply``.
+#: How long a tuple written on another node waits per rank before it can be
+#: taken here (its wait is this times this node's :data:`Ranking` of it). See ``apply``.
 REMOTE_DELAY = 0.01
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
 _REMOTE_SLOTS = 4
+#: ``ranking(entry_id)``: this node's turn for a tuple written on a peer, as a
+#: whole number (0: at once); the tuple waits ``remote_delay`` times it. A Forum
+#: alone ranks by :func:`slot_ranking`; replication installs a rank among the
+#: live members (``replication.ranking``) with :meth:`Forum.set_ranking`.
+Ranking = Callable[[EntryId], int]
 #: Tuples out of the index while their Take is made durable, with their arrivals.
 #: (An alias also because ``Forum.list`` hides the builtin inside the class.)
 OutOfIndex = list[tuple[int, Tuple]]
 
 
-def remote_delay_of(entry_id: EntryId, origin: str, base: float) -> float:
-    """How long a tuple from a peer waits before it is live on the node whose
-    origin is ``origin``: ``base`` times 1 to 4, by a hash of both (so the
-    nodes that did not write it wake in turn, not together)."""
-    slot = zlib.crc32(f"{entry_id}/{origin}".encode()) % _REMOTE_SLOTS
-    return base * (1 + slot)
+def slot_ranking(origin: str) -> Ranking:
+    """The ranking of a node that knows no members, for the node whose origin
+    is ``origin``: 1 to 4, by a hash of the id and the origin (so the nodes
+    that did not write a tuple mostly wake in turn; with four or more of them
+    some share a slot)."""
+
+    def rank(entry_id: EntryId) -> int:
+        return 1 + zlib.crc32(f"{entry_id}/{origin}".encode()) % _REMOTE_SLOTS
+
+    return rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +129,18 @@ class ListPage:
     next_cursor: int | None
 
 
+class _Surfacing:
+    """A remote tuple waiting for its turn here: since when (loop time), and
+    the timer that makes it live (re-set when its rank changes)."""
+
+    __slots__ = ("arrived", "handle", "item")
+
+    def __init__(self, item: Tuple, arrived: float, handle: asyncio.TimerHandle) -> None:
+        self.item = item
+        self.arrived = arrived
+        self.handle = handle
+
+
 class _Waiter:
     __slots__ = ("future", "prefix")
 
@@ -136,7 +157,8 @@ class Forum(AsyncResource):
             raise ValueError("remote_delay must be >= 0")
         self.strand = strand
         self.remote_delay = remote_delay
-        self._surfacing: dict[EntryId, tuple[Tuple, asyncio.TimerHandle]] = {}
+        self._ranking = slot_ranking(strand.origin)
+        self._surfacing: dict[EntryId, _Surfacing] = {}
         # Reserved tuples: out of the index until acked, released or expired.
         self._reservations: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
         #: Live tuples whose leases ran out, by how many times: a job that
@@ -379,9 +401,9 @@ class Forum(AsyncResource):
         self._check_open()
         candidates = self._in_ranges(origin, ranges)
         for entry_id in [i for i in candidates if i in self._surfacing]:
-            item, handle = self._surfacing.pop(entry_id)
-            handle.cancel()
-            self._add_live(item)  # then taken below, as any live one
+            surfacing = self._surfacing.pop(entry_id)
+            surfacing.handle.cancel()
+            self._add_live(surfacing.item)  # then taken below, as any live one
         found: OutOfIndex = []
         for entry_id in candidates:
             reservation = self._reservations.pop(entry_id, None)
@@ -496,14 +518,19 @@ class Forum(AsyncResource):
         The listeners get the new ones with ``provenance``.
 
         A remote Write is durable here at once, but becomes live only after
-        ``remote_delay`` times 1 to 4 (a hash of its id and our origin picks
-        the slot). Why: every node has takers waiting, and without the delay
-        one write wakes a taker on every node at once, each taking the same
-        tuple (a double take for the Lens to catch, per node). The node it was
-        written on hands it out at once, and its Take usually arrives here
-        within the delay; if it was not taken there, the staggered slots make
-        it unlikely that two other nodes take it in the same instant. Under a
-        partition the tuple is live here after at most 4 delays.
+        ``remote_delay`` times this node's rank for it (the :data:`Ranking`).
+        Why: every node has takers waiting, and without the delay one write
+        wakes a taker on every node at once, each taking the same tuple (a
+        double take for the Lens to catch, per node). The node it was written
+        on hands it out at once (rank 0); the others take their turns one
+        delay apart, so a node takes a tuple only after the ones ranked before
+        it had theirs, and a Take made in a turn usually arrives here within
+        the delay. With replication the ranks are among the members it
+        considers alive, the writer first, then an order by a hash of the id
+        and the member that every node computes alike
+        (``replication.ranking``): no tuple waits on a node that is down, and
+        the wait is at most ``remote_delay`` times the live members less one.
+        A Forum alone ranks 1 to 4 by a hash (:func:`slot_ranking`).
         """
         self._check_open()
         new: builtins.list[Entry] = []
@@ -543,17 +570,39 @@ class Forum(AsyncResource):
                 self._apply_take(entry)
         self._notify(new, provenance)
 
+    def set_ranking(self, ranking: Ranking | None) -> None:
+        """Rank remote tuples with ``ranking`` from now on (``None``: the
+        default, :func:`slot_ranking`), and re-rank those waiting (:meth:`rerank`)."""
+        self._ranking = ranking or slot_ranking(self.strand.origin)
+        self.rerank()
+
+    def rerank(self) -> None:
+        """The ranking's answers changed (a member died, or came back): each
+        tuple waiting to surface whose new turn comes earlier than its timer
+        surfaces then, at once if that time has passed. None is made to wait
+        longer than it was going to: a member that comes back does not hold
+        back what was already on its way (at worst two nodes share a turn,
+        and the Lens catches the double take). Called by replication."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for entry_id, surfacing in self._surfacing.items():
+            due = surfacing.arrived + self.remote_delay * self._ranking(entry_id)
+            if due < surfacing.handle.when():
+                surfacing.handle.cancel()
+                surfacing.handle = loop.call_at(max(due, now), self._surface, entry_id)
+
     def _surface_later(self, item: Tuple) -> None:
-        delay = remote_delay_of(item.id, self.strand.origin, self.remote_delay)
-        if not delay:
+        rank = self._ranking(item.id)
+        if not rank or not self.remote_delay:
             self._add_live(item)
             return
-        handle = asyncio.get_running_loop().call_later(delay, self._surface, item.id)
-        self._surfacing[item.id] = (item, handle)
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        handle = loop.call_at(arrived + self.remote_delay * rank, self._surface, item.id)
+        self._surfacing[item.id] = _Surfacing(item, arrived, handle)
 
     def _surface(self, entry_id: EntryId) -> None:
-        item, _ = self._surfacing.pop(entry_id)
-        self._add_live(item)
+        self._add_live(self._surfacing.pop(entry_id).item)
 
     def _apply_take(self, take: Take) -> None:
         self._lapses.pop(take.target, None)
@@ -561,7 +610,7 @@ class Forum(AsyncResource):
             return
         surfacing = self._surfacing.pop(take.target, None)
         if surfacing is not None:  # taken elsewhere before it was live here
-            surfacing[1].cancel()
+            surfacing.handle.cancel()
             return
         reservation = self._reservations.pop(take.target, None)
         if reservation is not None:
@@ -733,8 +782,8 @@ class Forum(AsyncResource):
             if not waiter.future.done():
                 waiter.future.set_result(None)
         self._waiters.clear()
-        for _, handle in self._surfacing.values():
-            handle.cancel()  # they are in the Strand: live again after a restart
+        for surfacing in self._surfacing.values():
+            surfacing.handle.cancel()  # they are in the Strand: live again after a restart
         self._surfacing.clear()
         for _, _, expiry in self._reservations.values():
             expiry.cancel()  # never taken in the log: live again after a restart
