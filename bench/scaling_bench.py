@@ -1,7 +1,7 @@
 """Scaling with nodes: does adding nodes waste work? The demo workload at 3, 5, 7 nodes.
 
 Usage: ``.venv/bin/python bench/scaling_bench.py [--jobs 2000] [--rounds 1]
-[--nodes 3,5,7] [--rankings slots,members] [--work-ms 5] [--out PATH]``
+[--nodes 3,5,7] [--variants main,rank,rank+hold] [--work-ms 5] [--out PATH]``
 
 Each run is ``forum cluster demo`` (:func:`deploy.workload.run_demo`'s steps,
 on a fresh :class:`deploy.cluster.Cluster`): N nodes peered in a mesh, one
@@ -21,10 +21,18 @@ cpu ms/job     CPU time (user + system, ``/proc/<pid>/stat``) of every node and
                jobs; Redis's separately
 jobs/s         jobs over the same interval
 
-Each (nodes, ranking) pair runs once per round; the rankings alternate within
-a round, so both see the same machine. ``slots`` is main's stagger (a remote
-tuple waits 1 to 4 remote delays by a hash: ``FORUM_REPL_RANKING=slots``),
-``members`` the rank among the live members (:mod:`replication.ranking`).
+Each (nodes, variant) pair runs once per round; the variants alternate within
+a round (their order reversed every other round), so all see the same
+machine. The variants are settings of the same code:
+
+main           main's stagger: a remote tuple waits 1 to 4 remote delays by a
+               hash (``FORUM_REPL_RANKING=slots``), live at its slot
+               (``FORUM_REMOTE_HOLD=0``)
+rank           the rank among the live members (:mod:`replication.ranking`),
+               live at its turn (``FORUM_REMOTE_HOLD=0``)
+rank+hold      the defaults: the rank, and a turn no taker wanted is held
+               back (``remote_hold``, 2 s), taken only when nothing live matches
+
 Medians over rounds. Prints a table; writes bench/results/scaling_bench.json.
 
 Targets (issue 13): takes/job <= 1.02 at 3, 5 and 7 nodes; cpu ms/job flat
@@ -52,7 +60,12 @@ from deploy.workload import collect, wait_until_done, write_jobs
 from node.client import ForumClient
 
 ROOT = Path(__file__).resolve().parent.parent
-RANKINGS = ("slots", "members")
+#: The node environment of each variant (see above).
+VARIANTS = {
+    "main": {"FORUM_REPL_RANKING": "slots", "FORUM_REMOTE_HOLD": "0"},
+    "rank": {"FORUM_REPL_RANKING": "members", "FORUM_REMOTE_HOLD": "0"},
+    "rank+hold": {},
+}
 _TICK = os.sysconf("SC_CLK_TCK")
 #: After the last effect, how long the nodes may take to settle (acks land,
 #: parked copies are killed by the Takes that follow them).
@@ -62,7 +75,7 @@ _SETTLE = 30.0
 @dataclass(frozen=True, slots=True)
 class Run:
     nodes: int
-    ranking: str
+    variant: str
     jobs: int
     seconds: float
     takes: int
@@ -117,11 +130,11 @@ async def settled(cluster: Cluster) -> tuple[int, int]:
         await asyncio.sleep(0.5)
 
 
-async def run_once(nodes: int, ranking: str, jobs: int, work_ms: float) -> Run:
+async def run_once(nodes: int, variant: str, jobs: int, work_ms: float) -> Run:
     cfg = ClusterConfig(
         nodes=nodes,
         workers=1,
-        node_env={"FORUM_REPL_RANKING": ranking},
+        node_env=VARIANTS[variant],
         worker_env={WORK_MS_ENV: str(work_ms)},
     )
     history = History()
@@ -140,7 +153,7 @@ async def run_once(nodes: int, ranking: str, jobs: int, work_ms: float) -> Run:
     verdict = history.check()
     if not verdict.valid:
         print(verdict.explain(), file=sys.stderr)
-    return Run(nodes, ranking, jobs, seconds, takes, double, cpu, redis_cpu, verdict.valid)
+    return Run(nodes, variant, jobs, seconds, takes, double, cpu, redis_cpu, verdict.valid)
 
 
 def median_of(runs: list[Run]) -> dict[str, float]:
@@ -154,11 +167,11 @@ def median_of(runs: list[Run]) -> dict[str, float]:
 
 
 def report(summary: dict[str, dict[str, dict[str, float]]]) -> None:
-    print(f"{'nodes':>5} {'ranking':<8} {'takes/job':>9} {'double/job':>10} "
+    print(f"{'nodes':>5} {'variant':<10} {'takes/job':>9} {'double/job':>10} "
           f"{'cpu ms/job':>10} {'redis ms/job':>12} {'jobs/s':>7}")  # fmt: skip
-    for nodes, by_ranking in summary.items():
-        for ranking, m in by_ranking.items():
-            print(f"{nodes:>5} {ranking:<8} {m['takes_per_job']:>9.3f} "
+    for nodes, by_variant in summary.items():
+        for variant, m in by_variant.items():
+            print(f"{nodes:>5} {variant:<10} {m['takes_per_job']:>9.3f} "
                   f"{m['double_per_job']:>10.3f} {m['cpu_ms_per_job']:>10.2f} "
                   f"{m['redis_cpu_ms_per_job']:>12.2f} {m['jobs_per_s']:>7.0f}")  # fmt: skip
 
@@ -168,19 +181,19 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     runs: list[Run] = []
     for round_ in range(args.rounds):
         for nodes in args.nodes:
-            # Alternate which ranking goes first, round by round.
-            order = args.rankings if round_ % 2 == 0 else args.rankings[::-1]
-            for ranking in order:
-                run = await run_once(nodes, ranking, args.jobs, args.work_ms)
+            # Alternate which variant goes first, round by round.
+            order = args.variants if round_ % 2 == 0 else args.variants[::-1]
+            for variant in order:
+                run = await run_once(nodes, variant, args.jobs, args.work_ms)
                 runs.append(run)
-                print(f"round {round_ + 1} nodes={nodes} {ranking}: takes/job "
+                print(f"round {round_ + 1} nodes={nodes} {variant}: takes/job "
                       f"{run.takes_per_job:.3f} cpu ms/job {run.cpu_ms_per_job:.2f} "
                       f"{run.jobs_per_s:.0f} jobs/s valid={run.valid}",
                       file=sys.stderr)  # fmt: skip
     summary = {
         str(nodes): {
-            ranking: median_of([r for r in runs if r.nodes == nodes and r.ranking == ranking])
-            for ranking in args.rankings
+            variant: median_of([r for r in runs if r.nodes == nodes and r.variant == variant])
+            for variant in args.variants
         }
         for nodes in args.nodes
     }
@@ -203,11 +216,11 @@ def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",")]
 
 
-def _rankings(text: str) -> list[str]:
+def _variants(text: str) -> list[str]:
     names = text.split(",")
-    unknown = set(names) - set(RANKINGS)
+    unknown = set(names) - set(VARIANTS)
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown ranking {sorted(unknown)[0]!r}")
+        raise argparse.ArgumentTypeError(f"unknown variant {sorted(unknown)[0]!r}")
     return names
 
 
@@ -216,7 +229,7 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--nodes", type=_ints, default=[3, 5, 7], help="e.g. 3,5,7")
-    parser.add_argument("--rankings", type=_rankings, default=list(RANKINGS))
+    parser.add_argument("--variants", type=_variants, default=list(VARIANTS))
     parser.add_argument("--work-ms", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/scaling_bench.json")
     arguments = parser.parse_args()

@@ -112,6 +112,12 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
         "taken here (default 0.01)",
     )
     add(
+        "--remote-hold",
+        metavar="SECONDS",
+        help="a peer's tuple no taker here wanted at its turn is held back this long, "
+        "taken only when nothing live matches (default 2)",
+    )
+    add(
         "--shutdown-timeout",
         metavar="SECONDS",
         help="how long in-flight requests get on shutdown (default 10)",

@@ -73,6 +73,9 @@ LiveListener = Callable[[Tuple], None]
 #: How long a tuple written on another node waits per rank before it can be
 #: taken here (its wait is this times this node's :data:`Ranking` of it). See ``apply``.
 REMOTE_DELAY = 0.01
+#: How long a remote tuple whose turn came while no taker here wanted it is
+#: held back (taken here only when nothing live matches) before it is live. See ``apply``.
+REMOTE_HOLD = 2.0
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
 _REMOTE_SLOTS = 4
@@ -130,14 +133,16 @@ class ListPage:
 
 
 class _Surfacing:
-    """A remote tuple waiting for its turn here: since when (loop time), and
-    the timer that makes it live (re-set when its rank changes)."""
+    """A remote tuple waiting for its turn here, or held after it: since when
+    (loop time), its rank, and the timer that ends the wait (re-set when its
+    rank changes)."""
 
-    __slots__ = ("arrived", "handle", "item")
+    __slots__ = ("arrived", "handle", "item", "rank")
 
-    def __init__(self, item: Tuple, arrived: float, handle: asyncio.TimerHandle) -> None:
+    def __init__(self, item: Tuple, arrived: float, rank: int, handle: asyncio.TimerHandle) -> None:
         self.item = item
         self.arrived = arrived
+        self.rank = rank
         self.handle = handle
 
 
@@ -152,13 +157,23 @@ class _Waiter:
 class Forum(AsyncResource):
     """A tuple space on one node. ``Forum(strand)`` replays the Strand's entries."""
 
-    def __init__(self, strand: Strand, remote_delay: float = REMOTE_DELAY) -> None:
+    def __init__(
+        self,
+        strand: Strand,
+        remote_delay: float = REMOTE_DELAY,
+        remote_hold: float = REMOTE_HOLD,
+    ) -> None:
         if remote_delay < 0:
             raise ValueError("remote_delay must be >= 0")
+        if remote_hold < 0:
+            raise ValueError("remote_hold must be >= 0")
         self.strand = strand
         self.remote_delay = remote_delay
+        self.remote_hold = remote_hold
         self._ranking = slot_ranking(strand.origin)
+        # Remote tuples before their turn, and held after it (oldest turn first).
         self._surfacing: dict[EntryId, _Surfacing] = {}
+        self._held: dict[EntryId, _Surfacing] = {}
         # Reserved tuples: out of the index until acked, released or expired.
         self._reservations: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
         #: Live tuples whose leases ran out, by how many times: a job that
@@ -238,7 +253,10 @@ class Forum(AsyncResource):
 
     async def read_entry(self, pattern: Pattern) -> Tuple | None:
         found = self._index.oldest(pattern.prefix)
-        return None if found is None else found[1]
+        if found is not None:
+            return found[1]
+        held = self._oldest_held(pattern.prefix)
+        return None if held is None else held.item
 
     async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None:
         """Remove and return the oldest live match.
@@ -370,10 +388,9 @@ class Forum(AsyncResource):
             raise ValueError("limit must be at least 1")
         found: OutOfIndex = []
         for _ in range(limit):
-            match = self._index.oldest(pattern.prefix)
+            match = self._oldest_out(pattern.prefix)
             if match is None:
                 break
-            self._index.remove(match[0])
             found.append(match)
         if not found:
             return []
@@ -400,8 +417,8 @@ class Forum(AsyncResource):
         so it is never taken in again. Returns how many live tuples died."""
         self._check_open()
         candidates = self._in_ranges(origin, ranges)
-        for entry_id in [i for i in candidates if i in self._surfacing]:
-            surfacing = self._surfacing.pop(entry_id)
+        for entry_id in [i for i in candidates if i in self._surfacing or i in self._held]:
+            surfacing = self._surfacing.pop(entry_id, None) or self._held.pop(entry_id)
             surfacing.handle.cancel()
             self._add_live(surfacing.item)  # then taken below, as any live one
         found: OutOfIndex = []
@@ -424,25 +441,32 @@ class Forum(AsyncResource):
         of short ranges, else each live id that falls in one (whichever is
         fewer to look at)."""
         seqs = sum(last - first + 1 for first, last in ranges)
-        if seqs <= len(self._index) + len(self._reservations) + len(self._surfacing):
+        waiting = len(self._surfacing) + len(self._held)
+        if seqs <= len(self._index) + len(self._reservations) + waiting:
             return [
                 EntryId(origin, seq) for first, last in ranges for seq in range(first, last + 1)
             ]
         return [
             entry_id
-            for entry_id in (*self._index.ids(), *self._reservations, *self._surfacing)
+            for entry_id in (
+                *self._index.ids(),
+                *self._reservations,
+                *self._surfacing,
+                *self._held,
+            )
             if entry_id.origin == origin
             and any(first <= entry_id.seq <= last for first, last in ranges)
         ]
 
     async def _live_keys(self) -> set[tuple[str, int]]:
-        """Every tuple not dead: live, reserved, surfacing, or being taken.
+        """Every tuple not dead: live, reserved, surfacing, held, or being taken.
         Built a slice at a time, so a large backlog does not stall the loop
         (a tuple dead when looked at stays dead, so no snapshot is needed)."""
         ids: list[EntryId] = [
             *self._index.ids(),
             *self._reservations,
             *self._surfacing,
+            *self._held,
             *self._taking,
         ]
         keys: set[tuple[str, int]] = set()
@@ -455,8 +479,9 @@ class Forum(AsyncResource):
         return keys
 
     async def count(self, pattern: Pattern) -> int:
-        """How many live tuples match."""
-        return self._index.count(pattern.prefix)
+        """How many tuples a take here could get: live, or held (see ``apply``)."""
+        held = sum(1 for h in self._held.values() if h.item.payload.startswith(pattern.prefix))
+        return self._index.count(pattern.prefix) + held
 
     def list(self, pattern: Pattern, cursor: int = 0, limit: int = 100) -> ListPage:
         """Live matches, oldest first, a page at a time (start with cursor 0)."""
@@ -531,6 +556,16 @@ class Forum(AsyncResource):
         (``replication.ranking``): no tuple waits on a node that is down, and
         the wait is at most ``remote_delay`` times the live members less one.
         A Forum alone ranks 1 to 4 by a hash (:func:`slot_ranking`).
+
+        A turn is a chance, not a duty: if no taker here wants the tuple when
+        its turn comes, it is *held* for up to ``remote_hold`` seconds, then
+        live. A held tuple can be read, and is taken or reserved here only
+        when nothing live here matches (so under a backlog each node drains
+        its own writes, and those whose turn it was, before it competes for
+        the same oldest tuples as every other node, which would make nearly
+        every job a double take); it is counted, but listed only once live.
+        A tuple ranked 0 (this node wrote it, or the members before us are
+        down) is live at once, held by nobody.
         """
         self._check_open()
         new: builtins.list[Entry] = []
@@ -586,10 +621,17 @@ class Forum(AsyncResource):
         loop = asyncio.get_running_loop()
         now = loop.time()
         for entry_id, surfacing in self._surfacing.items():
-            due = surfacing.arrived + self.remote_delay * self._ranking(entry_id)
+            rank = self._ranking(entry_id)
+            due = surfacing.arrived + self.remote_delay * rank
             if due < surfacing.handle.when():
+                surfacing.rank = rank
                 surfacing.handle.cancel()
                 surfacing.handle = loop.call_at(max(due, now), self._surface, entry_id)
+        # A held tuple that now ranks 0 has nobody before it to wait for.
+        for entry_id in [i for i in self._held if not self._ranking(i)]:
+            held = self._held.pop(entry_id)
+            held.handle.cancel()
+            self._add_live(held.item)
 
     def _surface_later(self, item: Tuple) -> None:
         rank = self._ranking(item.id)
@@ -599,16 +641,57 @@ class Forum(AsyncResource):
         loop = asyncio.get_running_loop()
         arrived = loop.time()
         handle = loop.call_at(arrived + self.remote_delay * rank, self._surface, item.id)
-        self._surfacing[item.id] = _Surfacing(item, arrived, handle)
+        self._surfacing[item.id] = _Surfacing(item, arrived, rank, handle)
 
     def _surface(self, entry_id: EntryId) -> None:
-        self._add_live(self._surfacing.pop(entry_id).item)
+        """Its turn: live if a taker here wants it (or nobody ranks before
+        us), else held for ``remote_hold`` (readers are told it is there)."""
+        surfacing = self._surfacing.pop(entry_id)
+        item = surfacing.item
+        if not (surfacing.rank and self.remote_hold) or self._wanted(item):
+            self._add_live(item)
+            return
+        surfacing.handle = asyncio.get_running_loop().call_later(
+            self.remote_hold, self._unhold, entry_id
+        )
+        self._held[entry_id] = surfacing
+        self._tell_live(item)
+
+    def _unhold(self, entry_id: EntryId) -> None:
+        self._add_live(self._held.pop(entry_id).item)
+
+    def _wanted(self, item: Tuple) -> bool:
+        return any(
+            not waiter.future.done() and item.payload.startswith(waiter.prefix)
+            for waiter in self._waiters
+        )
+
+    def _oldest_held(self, prefix: bytes) -> _Surfacing | None:
+        """The held tuple matching ``prefix`` whose turn came first. A scan,
+        made only when nothing live matches; held tuples last ``remote_hold``."""
+        return next((h for h in self._held.values() if h.item.payload.startswith(prefix)), None)
+
+    def _oldest_out(self, prefix: bytes) -> tuple[int, Tuple] | None:
+        """The oldest live match, else the first held one, out of the index
+        (the caller takes or reserves it)."""
+        found = self._index.oldest(prefix)
+        if found is not None:
+            self._index.remove(found[0])
+            return found
+        held = self._oldest_held(prefix)
+        if held is None:
+            return None
+        del self._held[held.item.id]
+        held.handle.cancel()
+        arrival = self._index.add(held.item)  # an arrival, to be put back with if need be
+        self._index.remove(arrival)
+        return arrival, held.item
 
     def _apply_take(self, take: Take) -> None:
         self._lapses.pop(take.target, None)
         if self._index.remove_id(take.target) is not None:
             return
-        surfacing = self._surfacing.pop(take.target, None)
+        surfacing = self._surfacing.pop(take.target, None) or self._held.pop(take.target, None)
         if surfacing is not None:  # taken elsewhere before it was live here
             surfacing.handle.cancel()
             return
@@ -657,6 +740,9 @@ class Forum(AsyncResource):
                 self._index.remove(arrival)
                 waiter.future.set_result((arrival, item))
                 return
+        self._tell_live(item)
+
+    def _tell_live(self, item: Tuple) -> None:
         for listener in self._live_listeners:
             try:
                 listener(item)
@@ -666,9 +752,8 @@ class Forum(AsyncResource):
     async def _take_out(self, prefix: bytes, timeout: float | None) -> tuple[int, Tuple] | None:
         """The oldest match, out of the index (the caller takes or reserves
         it); with ``timeout``, waits that long for one to be written."""
-        found = self._index.oldest(prefix)
+        found = self._oldest_out(prefix)
         if found is not None:
-            self._index.remove(found[0])
             return found
         return await self._wait(prefix, timeout) if timeout else None
 
@@ -782,9 +867,10 @@ class Forum(AsyncResource):
             if not waiter.future.done():
                 waiter.future.set_result(None)
         self._waiters.clear()
-        for surfacing in self._surfacing.values():
+        for surfacing in (*self._surfacing.values(), *self._held.values()):
             surfacing.handle.cancel()  # they are in the Strand: live again after a restart
         self._surfacing.clear()
+        self._held.clear()
         for _, _, expiry in self._reservations.values():
             expiry.cancel()  # never taken in the log: live again after a restart
         self._reservations.clear()

@@ -1,12 +1,16 @@
-"""The Forum's seam for the turns of remote tuples: ``set_ranking`` and ``rerank``."""
+"""The turns of remote tuples in the Forum: ``set_ranking``, ``rerank``, the hold."""
 
 from __future__ import annotations
 
 import asyncio
 
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, Write
+from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write
+from tests.fixtures.nodes import eventually
 
 W1 = Write(EntryId("peer-a", 1), b"job/1")
+W2 = Write(EntryId("peer-a", 2), b"job/2")
+W3 = Write(EntryId("peer-a", 3), b"job/3")
+T1 = Take(EntryId("peer-a", 4), W1.id)
 JOBS = Pattern(b"job/")
 #: Long enough that a tuple waiting for a turn is never live within a test.
 FOREVER = 3600.0
@@ -53,3 +57,52 @@ async def test_without_a_ranking_a_remote_tuple_waits_for_its_slot(cfg: StrandCo
         forum.set_ranking(None)  # back to the slots of a node alone: 1 to 4 delays
         await forum.apply([W1])
         assert await forum.count(JOBS) == 0
+
+
+async def test_a_turn_no_taker_wanted_is_held_and_taken_after_what_is_live(
+    cfg: StrandConfig,
+) -> None:
+    """t0: W1 arrives, ranked 1; t0+d: its turn, no taker here: held (readable,
+    not live); t1: a local write; takes get the live one first, then W1."""
+    async with Forum(await Strand.open(cfg), remote_delay=0.01, remote_hold=FOREVER) as forum:
+        forum.set_ranking(lambda entry_id: 1)
+        await forum.apply([W1])
+        await eventually(lambda: forum.read_entry(JOBS), what="W1's turn")
+        assert forum.list(JOBS).tuples == []  # held, not live
+        assert await forum.count(JOBS) == 1  # but a take here could get it
+        await forum.write(b"job/local")
+        assert await forum.take(JOBS) == b"job/local"
+        assert await forum.take(JOBS) == b"job/1"  # nothing live matches: the held one
+        assert await forum.read_entry(JOBS) is None
+
+
+async def test_a_held_tuple_taken_elsewhere_is_gone_and_one_ranked_0_is_live(
+    cfg: StrandConfig,
+) -> None:
+    ranks = {W1.id: 1, W2.id: 1, W3.id: 1}
+    async with Forum(await Strand.open(cfg), remote_delay=0.01, remote_hold=FOREVER) as forum:
+        forum.set_ranking(ranks.__getitem__)
+        await forum.apply([W1, W2])
+        await eventually(lambda: _held(forum, 2), what="both turns")
+        await forum.apply([T1])  # W1 taken at its origin
+        assert [t.payload for t in await forum.take_many(JOBS, 10)] == [b"job/2"]
+        assert forum.stats().double_takes == 0
+
+        await forum.apply([W3])
+        await eventually(lambda: forum.read_entry(JOBS), what="W3's turn")
+        ranks[W3.id] = 0  # the writer went down: nobody before us
+        forum.rerank()
+        assert [t.payload for t in forum.list(JOBS).tuples] == [b"job/3"]  # live
+
+
+async def _held(forum: Forum, n: int) -> bool:
+    return len(await _readable(forum)) == n and not forum.list(JOBS).tuples
+
+
+async def _readable(forum: Forum) -> list[bytes]:
+    found = []
+    for prefix in (b"job/1", b"job/2"):
+        item = await forum.read_entry(Pattern(prefix))
+        if item is not None:
+            found.append(item.payload)
+    return found
