@@ -36,7 +36,7 @@ import functools
 import logging
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from node.codec import RawEntry
@@ -146,6 +146,57 @@ class _Surfacing:
         self.handle = handle
 
 
+class _Held:
+    """Remote tuples held after their turn (see ``Forum.apply``), by id and by
+    rank: a take here that finds nothing live gets the one it ranks best
+    (lowest rank, then first turn), so that nodes left with only held
+    tuples do not all reach for the same one."""
+
+    __slots__ = ("_by_id", "_by_rank")
+
+    def __init__(self) -> None:
+        self._by_id: dict[EntryId, _Surfacing] = {}
+        self._by_rank: dict[int, dict[EntryId, _Surfacing]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._by_id
+
+    def __iter__(self) -> Iterator[EntryId]:
+        return iter(self._by_id)
+
+    def values(self) -> builtins.list[_Surfacing]:
+        return builtins.list(self._by_id.values())
+
+    def add(self, held: _Surfacing) -> None:
+        self._by_id[held.item.id] = held
+        self._by_rank.setdefault(held.rank, {})[held.item.id] = held
+
+    def pop(self, entry_id: EntryId) -> _Surfacing | None:
+        held = self._by_id.pop(entry_id, None)
+        if held is not None:
+            bucket = self._by_rank[held.rank]
+            del bucket[entry_id]
+            if not bucket:
+                del self._by_rank[held.rank]
+        return held
+
+    def best(self, prefix: bytes) -> _Surfacing | None:
+        """The match ranked best here. A scan, made only when nothing live
+        matches; held tuples last ``remote_hold`` at most."""
+        for rank in sorted(self._by_rank):
+            for held in self._by_rank[rank].values():
+                if held.item.payload.startswith(prefix):
+                    return held
+        return None
+
+    def clear(self) -> None:
+        self._by_id.clear()
+        self._by_rank.clear()
+
+
 class _Waiter:
     __slots__ = ("future", "prefix")
 
@@ -173,7 +224,7 @@ class Forum(AsyncResource):
         self._ranking = slot_ranking(strand.origin)
         # Remote tuples before their turn, and held after it (oldest turn first).
         self._surfacing: dict[EntryId, _Surfacing] = {}
-        self._held: dict[EntryId, _Surfacing] = {}
+        self._held = _Held()
         # Reserved tuples: out of the index until acked, released or expired.
         self._reservations: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
         #: Live tuples whose leases ran out, by how many times: a job that
@@ -255,7 +306,7 @@ class Forum(AsyncResource):
         found = self._index.oldest(pattern.prefix)
         if found is not None:
             return found[1]
-        held = self._oldest_held(pattern.prefix)
+        held = self._held.best(pattern.prefix)
         return None if held is None else held.item
 
     async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None:
@@ -417,10 +468,11 @@ class Forum(AsyncResource):
         so it is never taken in again. Returns how many live tuples died."""
         self._check_open()
         candidates = self._in_ranges(origin, ranges)
-        for entry_id in [i for i in candidates if i in self._surfacing or i in self._held]:
+        for entry_id in candidates:
             surfacing = self._surfacing.pop(entry_id, None) or self._held.pop(entry_id)
-            surfacing.handle.cancel()
-            self._add_live(surfacing.item)  # then taken below, as any live one
+            if surfacing is not None:
+                surfacing.handle.cancel()
+                self._add_live(surfacing.item)  # then taken below, as any live one
         found: OutOfIndex = []
         for entry_id in candidates:
             reservation = self._reservations.pop(entry_id, None)
@@ -629,9 +681,9 @@ class Forum(AsyncResource):
                 surfacing.handle = loop.call_at(max(due, now), self._surface, entry_id)
         # A held tuple that now ranks 0 has nobody before it to wait for.
         for entry_id in [i for i in self._held if not self._ranking(i)]:
-            held = self._held.pop(entry_id)
-            held.handle.cancel()
-            self._add_live(held.item)
+            if (held := self._held.pop(entry_id)) is not None:
+                held.handle.cancel()
+                self._add_live(held.item)
 
     def _surface_later(self, item: Tuple) -> None:
         rank = self._ranking(item.id)
@@ -654,11 +706,12 @@ class Forum(AsyncResource):
         surfacing.handle = asyncio.get_running_loop().call_later(
             self.remote_hold, self._unhold, entry_id
         )
-        self._held[entry_id] = surfacing
+        self._held.add(surfacing)
         self._tell_live(item)
 
     def _unhold(self, entry_id: EntryId) -> None:
-        self._add_live(self._held.pop(entry_id).item)
+        if (held := self._held.pop(entry_id)) is not None:
+            self._add_live(held.item)
 
     def _wanted(self, item: Tuple) -> bool:
         return any(
@@ -666,22 +719,17 @@ class Forum(AsyncResource):
             for waiter in self._waiters
         )
 
-    def _oldest_held(self, prefix: bytes) -> _Surfacing | None:
-        """The held tuple matching ``prefix`` whose turn came first. A scan,
-        made only when nothing live matches; held tuples last ``remote_hold``."""
-        return next((h for h in self._held.values() if h.item.payload.startswith(prefix)), None)
-
     def _oldest_out(self, prefix: bytes) -> tuple[int, Tuple] | None:
-        """The oldest live match, else the first held one, out of the index
-        (the caller takes or reserves it)."""
+        """The oldest live match, else the held one ranked best, out of the
+        index (the caller takes or reserves it)."""
         found = self._index.oldest(prefix)
         if found is not None:
             self._index.remove(found[0])
             return found
-        held = self._oldest_held(prefix)
+        held = self._held.best(prefix)
         if held is None:
             return None
-        del self._held[held.item.id]
+        self._held.pop(held.item.id)
         held.handle.cancel()
         arrival = self._index.add(held.item)  # an arrival, to be put back with if need be
         self._index.remove(arrival)
@@ -691,7 +739,7 @@ class Forum(AsyncResource):
         self._lapses.pop(take.target, None)
         if self._index.remove_id(take.target) is not None:
             return
-        surfacing = self._surfacing.pop(take.target, None) or self._held.pop(take.target, None)
+        surfacing = self._surfacing.pop(take.target, None) or self._held.pop(take.target)
         if surfacing is not None:  # taken elsewhere before it was live here
             surfacing.handle.cancel()
             return
@@ -867,7 +915,7 @@ class Forum(AsyncResource):
             if not waiter.future.done():
                 waiter.future.set_result(None)
         self._waiters.clear()
-        for surfacing in (*self._surfacing.values(), *self._held.values()):
+        for surfacing in [*self._surfacing.values(), *self._held.values()]:
             surfacing.handle.cancel()  # they are in the Strand: live again after a restart
         self._surfacing.clear()
         self._held.clear()

@@ -106,3 +106,17 @@ async def _readable(forum: Forum) -> list[bytes]:
         if item is not None:
             found.append(item.payload)
     return found
+
+
+async def test_of_held_tuples_a_take_gets_the_one_this_node_ranks_best(cfg: StrandConfig) -> None:
+    """W1 (rank 2) is held first, W2 (rank 1) after it: a take gets W2, so
+    nodes left with only held tuples reach for different ones."""
+    ranks = {W1.id: 2, W2.id: 1}
+    async with Forum(await Strand.open(cfg), remote_delay=0.01, remote_hold=FOREVER) as forum:
+        forum.set_ranking(ranks.__getitem__)
+        await forum.apply([W1])
+        await eventually(lambda: forum.read_entry(JOBS), what="W1's turn")
+        await forum.apply([W2])
+        await eventually(lambda: _held(forum, 2), what="W2's turn")
+        assert await forum.take(JOBS) == b"job/2"
+        assert await forum.take(JOBS) == b"job/1"
