@@ -304,10 +304,7 @@ class Forum(AsyncResource):
 
     async def read_entry(self, pattern: Pattern) -> Tuple | None:
         found = self._index.oldest(pattern.prefix)
-        if found is not None:
-            return found[1]
-        held = self._held.best(pattern.prefix)
-        return None if held is None else held.item
+        return None if found is None else found[1]
 
     async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None:
         """Remove and return the oldest live match.
@@ -531,9 +528,8 @@ class Forum(AsyncResource):
         return keys
 
     async def count(self, pattern: Pattern) -> int:
-        """How many tuples a take here could get: live, or held (see ``apply``)."""
-        held = sum(1 for h in self._held.values() if h.item.payload.startswith(pattern.prefix))
-        return self._index.count(pattern.prefix) + held
+        """How many live tuples match."""
+        return self._index.count(pattern.prefix)
 
     def list(self, pattern: Pattern, cursor: int = 0, limit: int = 100) -> ListPage:
         """Live matches, oldest first, a page at a time (start with cursor 0)."""
@@ -611,13 +607,14 @@ class Forum(AsyncResource):
 
         A turn is a chance, not a duty: if no taker here wants the tuple when
         its turn comes, it is *held* for up to ``remote_hold`` seconds, then
-        live. A held tuple can be read, and is taken or reserved here only
-        when nothing live here matches (so under a backlog each node drains
+        live. A held tuple is taken or reserved here only when nothing live
+        here matches (so under a backlog each node drains
         its own writes, and those whose turn it was, before it competes for
         the same oldest tuples as every other node, which would make nearly
-        every job a double take); it is counted, but listed only once live.
-        A tuple ranked 0 (this node wrote it, or the members before us are
-        down) is live at once, held by nobody.
+        every job a double take). It is not live meanwhile: not read, counted
+        or listed, and readers hear of it when it is live. A tuple ranked 0
+        (this node wrote it, or the members before us are down) is live at
+        once, held by nobody.
         """
         self._check_open()
         new: builtins.list[Entry] = []
@@ -697,7 +694,7 @@ class Forum(AsyncResource):
 
     def _surface(self, entry_id: EntryId) -> None:
         """Its turn: live if a taker here wants it (or nobody ranks before
-        us), else held for ``remote_hold`` (readers are told it is there)."""
+        us), else held for ``remote_hold``."""
         surfacing = self._surfacing.pop(entry_id)
         item = surfacing.item
         if not (surfacing.rank and self.remote_hold) or self._wanted(item):
@@ -707,7 +704,6 @@ class Forum(AsyncResource):
             self.remote_hold, self._unhold, entry_id
         )
         self._held.add(surfacing)
-        self._tell_live(item)
 
     def _unhold(self, entry_id: EntryId) -> None:
         if (held := self._held.pop(entry_id)) is not None:
@@ -788,9 +784,6 @@ class Forum(AsyncResource):
                 self._index.remove(arrival)
                 waiter.future.set_result((arrival, item))
                 return
-        self._tell_live(item)
-
-    def _tell_live(self, item: Tuple) -> None:
         for listener in self._live_listeners:
             try:
                 listener(item)
