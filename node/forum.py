@@ -222,7 +222,7 @@ class Forum(AsyncResource):
         self.remote_delay = remote_delay
         self.remote_hold = remote_hold
         self._ranking = slot_ranking(strand.origin)
-        # Remote tuples before their turn, and held after it (oldest turn first).
+        # Remote tuples before their turn, and held after it (see ``apply``).
         self._surfacing: dict[EntryId, _Surfacing] = {}
         self._held = _Held()
         # Reserved tuples: out of the index until acked, released or expired.
@@ -608,13 +608,15 @@ class Forum(AsyncResource):
         A turn is a chance, not a duty: if no taker here wants the tuple when
         its turn comes, it is *held* for up to ``remote_hold`` seconds, then
         live. A held tuple is taken or reserved here only when nothing live
-        here matches (so under a backlog each node drains
-        its own writes, and those whose turn it was, before it competes for
-        the same oldest tuples as every other node, which would make nearly
-        every job a double take). It is not live meanwhile: not read, counted
-        or listed, and readers hear of it when it is live. A tuple ranked 0
-        (this node wrote it, or the members before us are down) is live at
-        once, held by nobody.
+        here matches, the one this node ranks best first. So under a backlog
+        each node drains its own writes, and those whose turn came while it
+        had a taker waiting, before it competes for the others': else every
+        node drains the same oldest-first queue and, since a reservation is
+        not replicated (only the ack's Take is), nearly every job is reserved
+        on every node, a double take each. A held tuple is not live
+        meanwhile: not read, counted or listed (readers hear of it when it
+        is). A tuple ranked 0 (this node wrote it, or the members before us
+        are down) is live at once, held by nobody.
         """
         self._check_open()
         new: builtins.list[Entry] = []
