@@ -429,6 +429,13 @@ READYZ = Operation(
     "GET", "/readyz", "The Strand is open and the node is not shutting down (no token needed)",
     Answer(200, "Ready.", Ready, (JSON,)), negotiates=False,
 )  # fmt: skip
+#: The WebSocket of msgpack frames for programs (node.web_stream, docs/wire.md):
+#: the same operations as the routes above, many in flight on one connection.
+STREAM = Operation(
+    "GET", "/v1/stream",
+    "Upgrade to a WebSocket of msgpack request and answer frames (docs/wire.md)",
+    Answer(101, "Switching protocols: the stream is open.", media=()), negotiates=False,
+)  # fmt: skip
 METRICS = Operation(
     "GET", "/metrics", "Prometheus metrics in the text format (behind the token when one is set)",
     Answer(200, "Prometheus text format.", media=(TEXT,)), negotiates=False,
@@ -437,5 +444,5 @@ METRICS = Operation(
 #: Every operation of the node itself (replication adds the cluster routes).
 OPERATIONS = (
     WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
-    EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
+    EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS, STREAM,
 )  # fmt: skip
