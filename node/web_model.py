@@ -441,6 +441,16 @@ METRICS = Operation(
     Answer(200, "Prometheus text format.", media=(TEXT,)), negotiates=False,
 )  # fmt: skip
 
+#: The operations of the stream (``GET /v1/stream``, node.web_stream), by the
+#: name a request gives, and the route each is over HTTP: the same checks, the
+#: same answer (its status and document), whichever way it is asked.
+STREAM_OPS = {
+    "write": WRITE, "write_many": WRITE_BATCH, "read": READ, "take": TAKE,
+    "take_many": TAKE_BATCH, "reserve": RESERVE, "reserve_many": RESERVE_BATCH, "ack": ACK,
+    "ack_many": ACK_BATCH, "extend_many": EXTEND, "release": RELEASE, "count": COUNT,
+    "list": LIST,
+}  # fmt: skip
+
 #: Every operation of the node itself (replication adds the cluster routes).
 OPERATIONS = (
     WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
