@@ -80,7 +80,9 @@ class StreamConnection:
                 raise NodeUnavailable(self.url, f"{op}: the stream dropped: {exc}") from exc
             return await answer
         except BaseException:
-            if not answer.done():
+            # Cancelled (awaiting it cancels the future too) or timed out
+            # before the answer came: the node need not go on with it.
+            if answer.cancelled() or not answer.done():
                 self._cancel(socket, request_id)
             raise
         finally:

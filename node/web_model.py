@@ -126,7 +126,9 @@ class ExtendBody(Body, frozen=True):
     """The reservations to renew, and their new lease in seconds."""
 
     ids: list[EntryIdText]
-    lease: Annotated[float, Meta(gt=0)]
+    #: > 0 as the schema says, checked by ``check_extend_lease`` (the stream's
+    #: check too, so both refuse it in the same words).
+    lease: Annotated[float, Meta(extra_json_schema={"exclusiveMinimum": 0})]
 
 
 class Written(msgspec.Struct, frozen=True):
