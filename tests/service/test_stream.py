@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -396,3 +397,21 @@ async def test_the_stream_needs_the_token_when_one_is_set(forum_nodes: ForumNode
         await client.write(b"job-1")
         assert await client.count(Pattern(b"job-")) == 1
         assert client.transport == "stream"
+
+
+# -- shutdown ----------------------------------------------------------------------------
+
+
+async def test_shutdown_answers_what_is_in_flight_then_closes_the_stream(
+    forum_node: NodeProcess,
+) -> None:
+    """t0: a take waits on a stream; t1: SIGTERM; t2: the take answers 204
+    (nothing taken), the stream closes with 1001, the node exits 0."""
+    async with raw_stream(forum_node.url) as ws:
+        await send(ws, 1, "take", prefix=b"x", wait=30.0)
+        await eventually(lambda: _waiting(forum_node), what="the take waits")
+        ending = asyncio.create_task(forum_node.end(signal.SIGTERM))
+        assert await answers(ws, 1) == [(1, 204, None)]
+        message = await asyncio.wait_for(ws.receive(), 10)
+    assert (message.type, message.data) == (aiohttp.WSMsgType.CLOSE, 1001)
+    assert await ending == 0
