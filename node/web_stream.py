@@ -319,8 +319,7 @@ class Streams:
         Query(request, STREAM, self.space.limits)
         if self.draining:
             raise ApiProblem(503, "unavailable", "the node is shutting down", {"Retry-After": "1"})
-        socket = _Socket(max_msg_size=self.max_frame, compress=False, autoping=True)
-        socket.reasons = {c: r.format(max_frame=self.max_frame) for c, r in _CLOSE_REASONS.items()}
+        socket = _Socket(self.max_frame)
         await socket.prepare(request)
         stream = _Stream(self, socket)
         self._open.add(stream)
@@ -341,12 +340,18 @@ class Streams:
                 await asyncio.gather(*(s.close_when_answered() for s in list(self._open)))
         except TimeoutError:
             log.warning("shutdown: streams still had requests in flight; they are cancelled")
+            for stream in list(self._open):
+                await stream.close()
 
 
 class _Socket(web.WebSocketResponse):
     """aiohttp's WebSocket, whose own closes (a frame too big) say why."""
 
-    reasons: dict[int, str] = {}
+    def __init__(self, max_frame: int) -> None:
+        super().__init__(max_msg_size=max_frame, compress=False, autoping=True)
+        self.reasons: dict[int, str] = {
+            c: r.format(max_frame=max_frame) for c, r in _CLOSE_REASONS.items()
+        }
 
     async def close(
         self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True
@@ -454,6 +459,10 @@ class _Stream:
 
     async def close_when_answered(self) -> None:
         await self._idle.wait()
+        await self.close()
+
+    async def close(self) -> None:
+        """Close with 1001; serving ends, and what is still in flight is cancelled."""
         await self._socket.close(code=WSCloseCode.GOING_AWAY, message=b"the node is shutting down")
 
     async def abandon(self) -> None:
