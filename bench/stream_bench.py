@@ -18,8 +18,10 @@ write       one write
 
 Over the stream the callers' requests share one WebSocket, many in flight;
 over HTTP each is a request of its own on a pool of kept-alive connections
-(one per caller). A table goes to stdout and everything to JSON
-(``bench/results/stream_bench.json``).
+(one per caller). Besides the rates, the CPU time per operation of the client
+(this process) and of the node (from /proc): on a busy machine rates swing
+with the load, CPU per operation much less. A table goes to stdout and
+everything to JSON (``bench/results/stream_bench.json``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -55,10 +58,31 @@ class Result:
     clients: int
     #: Operations per second of each round, in the order run.
     rates: list[float]
+    #: CPU microseconds per operation of each round, in this process (the
+    #: client) and in the node: what a busy machine does not skew.
+    client_cpu_us: list[float]
+    node_cpu_us: list[float]
 
     @property
     def rate(self) -> float:
         return statistics.median(self.rates)
+
+    @property
+    def cpu_us(self) -> tuple[float, float]:
+        return statistics.median(self.client_cpu_us), statistics.median(self.node_cpu_us)
+
+
+def node_cpu_seconds() -> float:
+    """CPU time of this process's children (the one ``forum serve``), from /proc."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a process that ended meanwhile
+        if int(fields[1]) == os.getpid():  # ppid; then utime and stime in ticks
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def works(client: ForumClient) -> dict[str, Callable[[], Awaitable[int]]]:
@@ -89,28 +113,35 @@ async def compare(
     results = []
     for work in ("job", "write"):
         for n in callers:
-            rates: dict[Transport, list[float]] = {t: [] for t in TRANSPORTS}
+            runs: dict[Transport, Result] = {t: Result(t, work, n, [], [], []) for t in TRANSPORTS}
             for round_ in range(repeats):
                 order = TRANSPORTS if round_ % 2 == 0 else TRANSPORTS[::-1]
                 for transport in order:
+                    client_cpu, node_cpu = time.process_time(), node_cpu_seconds()
                     done, taken = await run_for(seconds, n, works(clients[transport])[work])
-                    rates[transport].append(done / taken)
+                    run = runs[transport]
+                    run.rates.append(done / taken)
+                    run.client_cpu_us.append((time.process_time() - client_cpu) / done * 1e6)
+                    run.node_cpu_us.append((node_cpu_seconds() - node_cpu) / done * 1e6)
                     await drain(clients[transport])
-            results += [Result(t, work, n, rates[t]) for t in TRANSPORTS]
+            results += runs.values()
     return results
 
 
 def table(results: list[Result], fsync: str) -> str:
     rows = [
         f"forum serve --fsync {fsync}; ForumClient, median of each",
-        f"{'work':<6} {'callers':>7} {'stream /s':>11} {'http /s':>11} {'ratio':>7}",
+        f"{'work':<6} {'callers':>7} {'stream /s':>11} {'http /s':>11} {'ratio':>7}"
+        f"   {'CPU us/op, client + node: stream':>34} {'http':>15}",
     ]
     by_key = {(r.transport, r.work, r.clients): r for r in results}
     for work in ("job", "write"):
         for n in sorted({r.clients for r in results}):
             s, h = by_key["stream", work, n], by_key["http", work, n]
+            (sc, sn), (hc, hn) = s.cpu_us, h.cpu_us
             rows.append(
                 f"{work:<6} {n:>7} {s.rate:>11,.0f} {h.rate:>11,.0f} {s.rate / h.rate:>7.2f}"
+                f"   {sc:>22,.0f} + {sn:>9,.0f} {hc:>7,.0f} + {hn:>5,.0f}"
             )
     return "\n".join(rows)
 
@@ -144,10 +175,11 @@ async def main() -> int:
             "python": platform.python_version(),
             "platform": platform.platform(),
         },
+        "load_average_at_end": os.getloadavg(),
         "fsync": args.fsync,
         "seconds_per_measurement": args.seconds,
         "repeats": args.repeats,
-        "results": [asdict(r) | {"rate": r.rate} for r in results],
+        "results": [asdict(r) | {"rate": r.rate, "cpu_us_client_node": r.cpu_us} for r in results],
         "ratio": {
             f"{r.work}/{r.clients}": r.rate
             / next(
