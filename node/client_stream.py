@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import itertools
 from typing import Any
 
 import aiohttp
+import msgpack
 import msgspec
 
 from node.errors import NodeRejected, NodeTimeout, NodeUnavailable, Unauthorized
@@ -30,6 +32,33 @@ from node.web_stream import CANCEL, MAX_IN_FLIGHT
 
 _ANSWER = msgspec.msgpack.Decoder(tuple[int, int, Any])
 _ENCODE = msgspec.msgpack.Encoder().encode
+
+
+def _answers(data: bytes) -> list[tuple[int, int, Any]]:
+    """The answers one message holds: one, or several back to back (those the
+    node had ready at once); ``ValueError`` if they are not answers."""
+    try:
+        return [_ANSWER.decode(data)]
+    except msgspec.DecodeError:
+        pass  # trailing bytes: several (or none that decode: found below)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        unpacked = list(msgpack.Unpacker(io.BytesIO(data), raw=False))
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ValueError(f"not msgpack: {exc}") from None
+    if not all(_is_answer(a) for a in unpacked):
+        raise ValueError("not a sequence of [id, status, body]")
+    return [tuple(a) for a in unpacked]
+
+
+def _is_answer(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 3
+        and isinstance(value[0], int)
+        and isinstance(value[1], int)
+    )
 
 
 class StreamUnsupported(Exception):
@@ -142,14 +171,15 @@ class StreamConnection:
         try:
             while (message := await socket.receive()).type is aiohttp.WSMsgType.BINARY:
                 try:
-                    request_id, status, body = _ANSWER.decode(message.data)
-                except msgspec.MsgspecError as exc:
+                    answers = _answers(message.data)
+                except ValueError as exc:
                     why = f"the node's answer is not [id, status, body]: {exc}"
                     await socket.close(code=aiohttp.WSCloseCode.INVALID_TEXT, message=b"bad answer")
                     break
-                pending = self._pending.get(request_id)
-                if pending is not None and not pending[1].done():
-                    pending[1].set_result((status, body))
+                for request_id, status, body in answers:
+                    pending = self._pending.get(request_id)
+                    if pending is not None and not pending[1].done():
+                        pending[1].set_result((status, body))
             else:
                 if message.type is aiohttp.WSMsgType.CLOSE:
                     why = f"the node closed the stream ({message.data}: {message.extra})"

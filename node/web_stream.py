@@ -4,9 +4,10 @@
 WebSocket that carries binary messages, each one msgpack array (the bytes,
 each operation's arguments and answers, the close codes: docs/wire.md)::
 
-    request   [id, op, args]      uint, str, map
+    request   [id, op, args]      uint, str, map; one per message
     answer    [id, status, body]  uint, int (the HTTP status the same
-                                  operation gives), map or nil
+                                  operation gives), map or nil; one or
+                                  more per message, back to back
 
 Each request runs as a task of its own, so a take that waits holds up
 nothing behind it, and answers go out as they are ready, by id, in any
@@ -361,6 +362,14 @@ class _Socket(web.WebSocketResponse):
         return await super().close(code=code, message=message, drain=drain)
 
 
+@dataclass(slots=True)
+class _Batch:
+    """Answers to write in one message, and when they are written."""
+
+    answers: list[bytes]
+    written: asyncio.Future[None]
+
+
 class _Stream:
     """One client's stream: its requests in flight, by id."""
 
@@ -372,6 +381,9 @@ class _Stream:
         self._room.set()
         self._idle = asyncio.Event()
         self._idle.set()
+        #: The answers waiting for the next write, and the writes under way.
+        self._batch: _Batch | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
 
     @property
     def in_flight(self) -> int:
@@ -451,11 +463,32 @@ class _Stream:
             problem = problem_of(exc)
             status, body = problem.status, Problem(problem.code, problem.message)
         self._streams.requests += 1
-        if self._socket.closed:
-            return
-        # A stream that dropped meanwhile: what the answer said is what it did.
-        with contextlib.suppress(ConnectionError):
-            await self._socket.send_bytes(_ENCODE((request_id, status, body)))
+        if not self._socket.closed:
+            await self._send(_ENCODE((request_id, status, body)))
+
+    async def _send(self, answer: bytes) -> None:
+        """Send ``answer`` with the others ready in the same turn of the loop,
+        in one message (one write: a group commit's answers go out in one
+        syscall, not one each); return once it is written."""
+        batch = self._batch
+        if batch is None:
+            batch = self._batch = _Batch([], asyncio.get_running_loop().create_future())
+            flush = asyncio.get_running_loop().create_task(self._flush(batch))
+            self._flushes.add(flush)
+            flush.add_done_callback(self._flushes.discard)
+        batch.answers.append(answer)
+        # Shielded: a request cancelled now must not cancel its neighbours' write.
+        await asyncio.shield(batch.written)
+
+    async def _flush(self, batch: _Batch) -> None:
+        # Runs after the callbacks of the turn that started the batch: its answers are in.
+        self._batch = None
+        try:
+            # A stream that dropped meanwhile: what the answers said is what was done.
+            with contextlib.suppress(ConnectionError):
+                await self._socket.send_bytes(b"".join(batch.answers))
+        finally:
+            batch.written.set_result(None)
 
     async def close_when_answered(self) -> None:
         await self._idle.wait()
@@ -467,7 +500,7 @@ class _Stream:
 
     async def abandon(self) -> None:
         """The stream is gone: cancel what is in flight, and wait for it to end."""
-        tasks = list(self._tasks.values())
+        tasks = [*self._tasks.values(), *self._flushes]
         for task in tasks:
             task.cancel()
         if tasks:

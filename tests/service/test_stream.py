@@ -10,6 +10,7 @@ nothing; the token guards it.
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 import signal
 import socket
@@ -18,6 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import msgpack
 import msgspec
 import pytest
 
@@ -50,13 +52,15 @@ async def send(ws: aiohttp.ClientWebSocketResponse, request_id: int, op: str, **
 
 
 async def answers(ws: aiohttp.ClientWebSocketResponse, n: int) -> list[Frame]:
-    """The next ``n`` answers, in the order they came."""
-    got = []
-    for _ in range(n):
+    """The next ``n`` answers, in the order they came (a message holds one or
+    more, back to back)."""
+    got: list[Frame] = []
+    while len(got) < n:
         message = await asyncio.wait_for(ws.receive(), 10)
         assert message.type is aiohttp.WSMsgType.BINARY, message
-        request_id, status, body = msgspec.msgpack.decode(message.data)
-        got.append((request_id, status, body))
+        for request_id, status, body in msgpack.Unpacker(io.BytesIO(message.data), raw=False):
+            got.append((request_id, status, body))
+    assert len(got) == n
     return got
 
 
