@@ -1,8 +1,8 @@
 """The stream: the client API over one WebSocket, many requests in flight at once.
 
 ``GET /v1/stream`` (behind the token, as every client route) upgrades to a
-WebSocket that carries binary messages, each one msgpack array (the bytes,
-each operation's arguments and answers, the close codes: docs/wire.md)::
+WebSocket that carries binary messages of msgpack arrays (the bytes, each
+operation's arguments and answers, the close codes: docs/wire.md)::
 
     request   [id, op, args]      uint, str, map; one per message
     answer    [id, status, body]  uint, int (the HTTP status the same
@@ -11,7 +11,8 @@ each operation's arguments and answers, the close codes: docs/wire.md)::
 
 Each request runs as a task of its own, so a take that waits holds up
 nothing behind it, and answers go out as they are ready, by id, in any
-order. The operations are :class:`node.web_ops.Space`'s, with the checks of
+order; those ready in the same turn of the loop share one message (one
+write to the socket). The operations are :class:`node.web_ops.Space`'s, with the checks of
 :mod:`node.web_bodies`: those of the HTTP routes, so an operation answers
 the same whichever way it is asked. An operation's refusal (an id that is
 not ``origin:seq``, a lease too long) is an answer with its 4xx status and
