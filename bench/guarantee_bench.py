@@ -32,7 +32,9 @@ candidate gets a quiet or a busy stretch to itself):
    (e.g. ``c6e7856``, where the worker acked the take before the handler ran),
    each run as a child process of its own tree's Python.
 
-The other tree needs a virtualenv with the bench's imports::
+The other tree needs a virtualenv with the bench's imports (that checkout's
+own ``bench`` extra: its worker_bench imports arq; this tree's needs only
+``.venv``)::
 
     mkdir /tmp/old-forum && git archive c6e7856 | tar -x -C /tmp/old-forum
     cd /tmp/old-forum && python3 -m venv .venv && .venv/bin/pip install -q -e '.[bench]' pytest

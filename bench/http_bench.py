@@ -1,25 +1,32 @@
 """Forum over HTTP against a Redis reliable queue, side by side, in one run.
 
-Usage: ``python bench/http_bench.py [--seconds 2] [--fsync never] [--out PATH]``
+Usage: ``python bench/http_bench.py [--seconds 1.5] [--fsync always] [--out PATH]``
 
-What is measured, each for a fixed time at 1 and at 16 concurrent clients:
+What is measured, each for a fixed time at 1 and at 16 concurrent clients
+(``--clients``); the two queues take turns (``--repeats``), medians kept:
 
-==============  ======================================  ===================================
-work            Forum (ForumClient -> forum serve)       Redis (redis-py -> redis-server)
-==============  ======================================  ===================================
-write           POST /v1/tuples                          LPUSH queue
-take            POST /v1/take                            LMOVE queue processing + LREM
-job             write, then take it                      LPUSH, LMOVE, LREM
-batch job       write_many(N) + take_many(N)             pipelined LPUSH(N) + N x (LMOVE+LREM)
-==============  ======================================  ===================================
+===========  ==========================================  ===================================
+work         Forum (ForumClient -> forum serve)           Redis (redis-py -> redis-server)
+===========  ==========================================  ===================================
+write        POST /v1/tuples                              LPUSH queue
+take         reserve + ack (drains a prefilled queue)     LMOVE queue processing + LREM
+job          write, reserve, ack: the reliable job        LPUSH, LMOVE, LREM
+batch job    write_many(N), reserve_many(N), ack_many     pipelined LPUSH(N) + N x (LMOVE+LREM)
+===========  ==========================================  ===================================
 
 LMOVE + LREM is the reliable-queue pattern: a taken job sits in a
 processing list until it is acknowledged (LREM), so a crashed consumer does
-not lose it. Both servers are started here on free loopback ports and
-stopped at the end. Durability is matched: ``--fsync never`` for the node
-against Redis without persistence (its default here), ``--fsync always``
-against Redis with ``appendfsync always``. Results go to a table on stdout
-and to JSON (``bench/results/http_bench.json``).
+not lose it. Forum's counterpart is a reservation (a lease: a holder that
+dies lets it run out, and the tuple is live again) and its ack, so both
+sides give the same guarantee. ``ForumClient`` is used with its defaults.
+Both servers are started here on free loopback ports and stopped at the end.
+Durability is matched: ``--fsync always`` (the default) runs the node with
+``--fsync always`` against Redis with ``appendonly yes, appendfsync always``;
+``--fsync never`` against Redis without persistence; ``both`` runs the two.
+
+Prints a table; writes JSON (``bench/results/http_bench.json``) and a plot
+(``bench/results/http_bench.png``, ops/s of each work, Forum against Redis;
+matplotlib, from ``.venv-bench``: scripts/bench-env; ``--no-plot`` without).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import platform
@@ -47,6 +55,7 @@ from node.client import ForumClient
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 1000
+LEASE = 30.0  # s: a reservation's lease (it is acked long before)
 QUEUE, PROCESSING = "bench:queue", "bench:processing"
 
 
@@ -196,25 +205,33 @@ class ForumQueue:
         return 1
 
     async def take(self) -> int:
-        return 0 if await self.c.take(self.pattern) is None else 1
+        found = await self.c.reserve(self.pattern, LEASE)
+        if found is None:
+            return 0
+        if not await self.c.ack(found.id):
+            raise RuntimeError("a reservation ran out before its ack")
+        return 1
 
     async def job(self) -> int:
         await self.c.write(PAYLOAD)
-        if await self.c.take(self.pattern) is None:
-            raise RuntimeError("a job written was not there to take")
+        if await self.take() == 0:
+            raise RuntimeError("a job written was not there to reserve")
         return 1
 
     async def batch_job(self) -> int:
         await self.c.write_many([PAYLOAD] * BATCH)
-        return len(await self.c.take_many(self.pattern, BATCH))
+        reserved = await self.c.reserve_many(self.pattern, LEASE, BATCH)
+        if not all(await self.c.ack_many([r.id for r in reserved])):
+            raise RuntimeError("a reservation ran out before its ack")
+        return len(reserved)
 
     async def prefill(self, n: int) -> None:
-        for _ in range(n // BATCH):
-            await self.c.write_many([PAYLOAD] * BATCH)
+        for start in range(0, n, BATCH):
+            await self.c.write_many([PAYLOAD] * min(BATCH, n - start))
 
     async def drain(self) -> None:
         while await self.c.take_many(self.pattern, 10_000):
-            pass
+            pass  # (what is left is not reserved: each reservation was acked)
 
 
 class RedisQueue:
@@ -258,8 +275,8 @@ class RedisQueue:
         return len(items)
 
     async def prefill(self, n: int) -> None:
-        for _ in range(n // BATCH):
-            await self.r.lpush(QUEUE, *([PAYLOAD] * BATCH))
+        for start in range(0, n, BATCH):
+            await self.r.lpush(QUEUE, *([PAYLOAD] * min(BATCH, n - start)))
 
     async def drain(self) -> None:
         await self.r.delete(QUEUE, PROCESSING)
@@ -305,6 +322,7 @@ def table(results: list[Result], fsync: str) -> str:
     redis_durability = "appendfsync always" if fsync == "always" else "no persistence"
     rows = [
         f"durability: forum fsync={fsync} vs redis {redis_durability}",
+        "take: reserve + ack vs LMOVE + LREM; job: write, reserve, ack vs LPUSH, LMOVE, LREM",
         f"{'work':<10} {'clients':>7} {'forum /s':>12} {'redis /s':>12} {'ratio':>7}",
     ]
     by_key = {(r.system, r.work, r.clients): r for r in results}
@@ -317,18 +335,42 @@ def table(results: list[Result], fsync: str) -> str:
     return "\n".join(rows)
 
 
+def plot(results: list[Result], fsync: str, path: Path) -> None:
+    import plots  # noqa: PLC0415 (matplotlib: in .venv-bench only)
+
+    by_key = {(r.system, r.work, r.clients): r.rate for r in results}
+    keys = [(w, c) for w in WORKS for c in sorted({r.clients for r in results})]
+    ratios = [by_key[("forum", w, c)] / by_key[("redis", w, c)] for w, c in keys]
+    plots.grouped_bars(
+        path,
+        f"ForumClient -> forum serve (fsync {fsync}) vs redis-py -> Redis "
+        f"({'appendfsync always' if fsync == 'always' else 'no persistence'}), medians; "
+        f"under Forum: Forum / Redis\ntake = reserve + ack vs LMOVE + LREM; "
+        f"job = write, reserve, ack vs LPUSH, LMOVE, LREM",
+        [f"{w}\n{c} client{'s' if c > 1 else ''}" for w, c in keys],
+        {q: [by_key[(q, w, c)] for w, c in keys] for q in ("forum", "redis")},
+        "operations/s (batch job: tuples/s), log scale",
+        {"forum": [f"{x:.2f}x" for x in ratios]},
+        log=True,
+    )
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=1.5, help="per measurement")
     parser.add_argument(
-        "--fsync", choices=("never", "always", "both"), default="both",
-        help="durability to compare at (default both)",
+        "--fsync", choices=("never", "always", "both"), default="always",
+        help="durability to compare at (default always)",
     )  # fmt: skip
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--repeats", type=int, default=3, help="median of this many runs")
     parser.add_argument("--prefill", type=int, default=4000, help="tuples to take, per run")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "http_bench.json")
+    parser.add_argument("--plot", type=Path, default=ROOT / "bench" / "results" / "http_bench.png")
+    parser.add_argument("--no-plot", action="store_true", help="draw no PNG (no matplotlib)")
     args = parser.parse_args()
+    if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("matplotlib is not installed here: run from .venv-bench, or --no-plot")
     if shutil.which("redis-server") is None:
         print("redis-server is not on PATH", file=sys.stderr)
         return 2
@@ -346,7 +388,7 @@ async def main() -> int:
             async with (
                 forum_node(Path(tmp) / "forum", fsync) as forum_url,
                 redis_server(Path(tmp) / "redis", fsync) as redis_url,
-                ForumClient(forum_url, pool_size=max(args.clients)) as client,
+                ForumClient(forum_url) as client,
             ):
                 r = aioredis.from_url(redis_url, max_connections=max(args.clients) + 4)
                 try:
@@ -357,6 +399,13 @@ async def main() -> int:
                 finally:
                     await r.aclose()
         print(table(results, fsync), end="\n\n", flush=True)
+        if not args.no_plot:
+            # Each durability its own PNG when both run; the default name for "always".
+            path = args.plot
+            if args.fsync == "both" and fsync != "always":
+                path = path.with_name(f"{path.stem}_{fsync}{path.suffix}")
+            plot(results, fsync, path)
+            print(f"drew {path}")
         jobs = {(r.system, r.clients): r.rate for r in results if r.work == "job"}
         batch = max(r.rate for r in results if r.system == "forum" and r.work == "batch job")
         runs = report["runs"]
@@ -368,7 +417,7 @@ async def main() -> int:
                 "job_ratio": {
                     str(c): jobs[("forum", c)] / jobs[("redis", c)] for c in args.clients
                 },
-                "forum_batch_tuples_per_second": batch,
+                "forum_batch_reserved_and_acked_per_second": batch,
             }
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,9 @@ lag             from a write acknowledged by A (the client has the answer) to
                 fifty at max rate) writes a tuple for B and one for C, awaited by
                 blocking takes already waiting there; a take answers when its
                 tuple is live, which the node delays on purpose (node.forum's
-                ``REMOTE_DELAY`` stagger, 1-4 x 10 ms): "visible" is that,
-                "replicated" takes the known stagger out. Both also hold one HTTP
+                ``REMOTE_DELAY`` stagger: 10 ms times the node's rank among the
+                live members, 1 or 2 here, ``replication.ranking``): "visible"
+                is that, "replicated" takes the known stagger out. Both also hold one HTTP
                 answer, so they err high. At 1,000 writes/s (paced, open loop)
                 and at the writer's maximum (16 writers, closed loop).
 bytes           bytes sent between nodes per replicated entry (per entry per
@@ -56,7 +57,8 @@ from deploy.toxiproxy import Proxy, Toxiproxy
 from node import EntryId, Pattern, Write
 from node.client import ForumClient
 from node.codec import encode_entry
-from node.forum import REMOTE_DELAY, remote_delay_of
+from node.forum import REMOTE_DELAY
+from replication.ranking import rank_among
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -192,7 +194,7 @@ async def probe(cluster: Cluster, data: bytes, probes: Probes) -> None:
     visible = await asyncio.gather(*watchers)
     probes.visible.append(max(visible) - acknowledged)
     held = [
-        at - remote_delay_of(entry_id, origin, REMOTE_DELAY)
+        at - REMOTE_DELAY * rank_among(entry_id, origin, set(cluster.origins))
         for at, entry_id, origin in zip(visible, ids, cluster.origins[1:], strict=True)
     ]
     probes.replicated.append(max(held) - acknowledged)

@@ -1,24 +1,20 @@
-"""End-to-end job throughput: Forum + Lens against arq, on the same Redis, in one run.
+"""The worker runtime on an in-process node, and the Lens against raw Redis, in one run.
 
-Each job is a no-op. For each system and concurrency c (1 and 8), the bench
-enqueues N jobs from c concurrent producers, then runs one worker with c
-handler slots until all are done, and reports jobs/s over the whole
-(enqueue + run) as well as for each phase. Systems alternate for ``--rounds``
-rounds and the medians are reported (the machine may be shared):
+* **end to end**: no-op jobs through an in-process ``Forum`` (``fsync=always``:
+  durable before a write returns) + Lens + ``Worker``, with 1 and 8 slots:
+  bench/noop_jobs.py's ``forum_jobs`` (what is timed is written there). No
+  HTTP: bench/peers_bench.py runs the same function through a real
+  ``forum serve`` against SAQ, streaq, taskiq and arq.
+* **the Lens on its own**: claim+complete pairs per second, against the raw
+  Redis commands a minimal lock-with-fence needs (``INCR`` + ``SET NX PX``),
+  both sequential and with 8 concurrent callers.
 
-* **forum**: ``Forum.write`` (in-process node, ``fsync=always``: durable before
-  it returns) → ``Worker``: blocking take → Lens claim (with re-offer record)
-  → handler → complete (done marker);
-* **arq**: ``ArqRedis.enqueue_job`` → ``arq.Worker`` (burst mode,
-  ``poll_delay`` 0.01 s so it is not idling; other settings arq's defaults).
-
-It also measures the Lens on its own: claim+complete pairs per second, against
-the raw Redis commands a minimal lock-with-fence needs (``INCR`` +
-``SET NX PX``), both sequential and with 8 concurrent callers.
-
-By default a redis-server is started on a free port with the settings the Lens
-needs (``appendonly yes``, ``appendfsync always``); ``--redis-url`` uses yours
-(its database is flushed). Prints a table; writes bench/results/worker_bench.json.
+Candidates alternate for ``--rounds`` rounds and the medians are reported
+(the machine may be shared). By default a redis-server is started on a free
+port with the settings the Lens needs (``appendonly yes``, ``appendfsync
+always``); ``--redis-url`` uses yours (its database is flushed). Prints a
+table; writes bench/results/worker_bench.json. Needs only the test
+environment (``.venv``).
 
     .venv/bin/python bench/worker_bench.py [--jobs 2000] [--lens-ops 5000]
 """
@@ -40,16 +36,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from arq import create_pool
-from arq.connections import RedisSettings
-from arq.worker import Worker as ArqWorker
+from noop_jobs import concurrently, forum_jobs
 from redis.asyncio import Redis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from coordinator import Job, Lens, Worker  # noqa: E402
-from node import Forum, Pattern, Strand, StrandConfig  # noqa: E402
+from coordinator import Lens  # noqa: E402
+from node import Forum, Strand, StrandConfig  # noqa: E402
 from tests.fixtures.redis_server import RedisServer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "worker_bench.json"
@@ -81,87 +75,15 @@ async def flush(url: str) -> None:
 
 
 async def forum_run(url: str, jobs: int, concurrency: int) -> dict[str, float]:
+    """No-op jobs through an in-process node (bench/noop_jobs.py ``forum_jobs``)."""
     await flush(url)
-    pattern = Pattern(b"job/")
     with tempfile.TemporaryDirectory(prefix="worker-bench-forum-") as directory:
         config = StrandConfig().with_storage(directory).with_fsync("always")
-        async with Forum(await Strand.open(config)) as forum, Lens.from_url(url) as lens:
-
-            async def noop(job: Job) -> None:
-                return None
-
-            worker = Worker(forum, lens, pattern, noop, concurrency=concurrency, take_wait=0.05)
-            started = time.perf_counter()
-            await concurrently(jobs, concurrency, lambda i: forum.write(b"job/%d" % i))
-            enqueued = time.perf_counter()
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(worker.run())
-                await until(lambda: worker.stats().done >= jobs)
-                finished = time.perf_counter()
-                worker.stop()
-            if worker.stats().done != jobs or await forum.count(pattern):
-                raise RuntimeError(f"forum run incomplete: {worker.stats()}")
-    return timings(jobs, started, enqueued, finished)
-
-
-# -- arq --------------------------------------------------------------------------------
-
-
-async def arq_noop(ctx: dict[str, Any], i: int) -> None:
-    return None
-
-
-async def arq_run(url: str, jobs: int, concurrency: int) -> dict[str, float]:
-    await flush(url)
-    settings = RedisSettings.from_dsn(url)
-    pool = await create_pool(settings)
-    try:
-        started = time.perf_counter()
-        await concurrently(jobs, concurrency, lambda i: pool.enqueue_job("arq_noop", i))
-        enqueued = time.perf_counter()
-        worker = ArqWorker(
-            functions=[arq_noop],
-            redis_pool=pool,
-            burst=True,
-            max_jobs=concurrency,
-            poll_delay=0.01,
-            handle_signals=False,
-            log_results=False,
-        )
-        await worker.main()
-        finished = time.perf_counter()
-        if worker.jobs_complete != jobs:
-            raise RuntimeError(f"arq run incomplete: {worker.jobs_complete} of {jobs}")
-        await worker.close()
-    finally:
-        await pool.aclose()
-    return timings(jobs, started, enqueued, finished)
-
-
-def timings(jobs: int, started: float, enqueued: float, finished: float) -> dict[str, float]:
-    return {
-        "jobs": jobs,
-        "seconds": finished - started,
-        "jobs_per_s": jobs / (finished - started),
-        "enqueue_per_s": jobs / (enqueued - started),
-        "process_per_s": jobs / (finished - enqueued),
-    }
+        async with Forum(await Strand.open(config)) as forum:
+            return await forum_jobs(forum, url, jobs, concurrency)
 
 
 # -- the Lens on its own ----------------------------------------------------------------
-
-
-async def concurrently(ops: int, callers: int, op: Callable[[int], Awaitable[object]]) -> None:
-    """Call ``op(0) .. op(ops - 1)`` from ``callers`` tasks, each awaiting its own."""
-    counter = iter(range(ops))
-
-    async def caller() -> None:
-        for i in counter:
-            await op(i)
-
-    async with asyncio.TaskGroup() as tasks:
-        for _ in range(callers):
-            tasks.create_task(caller())
 
 
 async def rate(ops: int, callers: int, op: Callable[[int], Awaitable[None]]) -> float:
@@ -173,19 +95,24 @@ async def rate(ops: int, callers: int, op: Callable[[int], Awaitable[None]]) -> 
 
 async def lens_rates(url: str, ops: int, rounds: int) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
+    # Every sample uses keys of its own (``sample``) instead of a flush: a
+    # flush under a live Lens is a lost state (its epoch marker is gone).
+    sample = 0
+    await flush(url)
     async with Lens.from_url(url) as lens, Redis.from_url(url) as raw:
 
         async def lens_pair(i: int) -> None:
-            claim = await lens.claim(f"bench:{i}", owner="bench", lease=30)
+            claim = await lens.claim(f"bench:{sample}:{i}", owner="bench", lease=30)
             await claim.complete()
 
         async def lens_pair_reoffer(i: int) -> None:
-            claim = await lens.claim(f"bench:{i}", owner="bench", lease=30, reoffer=b"job/x")
+            key = f"bench:{sample}:{i}"
+            claim = await lens.claim(key, owner="bench", lease=30, reoffer=b"job/x")
             await claim.complete()
 
         async def raw_pair(i: int) -> None:
             await raw.incr("raw:fence")
-            await raw.set(f"raw:claim:{i}", 1, nx=True, px=30_000)
+            await raw.set(f"raw:claim:{sample}:{i}", 1, nx=True, px=30_000)
 
         candidates = {
             "raw_set_nx_px_incr": raw_pair,
@@ -196,7 +123,7 @@ async def lens_rates(url: str, ops: int, rounds: int) -> dict[str, dict[str, flo
             samples: dict[str, list[float]] = {name: [] for name in candidates}
             for _ in range(rounds):
                 for name, op in candidates.items():
-                    await flush(url)
+                    sample += 1
                     samples[name].append(await rate(ops, callers, op))
             row = {name: statistics.median(values) for name, values in samples.items()}
             row["lens_vs_raw"] = row["lens_claim_complete"] / row["raw_set_nx_px_incr"]
@@ -208,14 +135,6 @@ async def lens_rates(url: str, ops: int, rounds: int) -> dict[str, dict[str, flo
 
 
 # -- main -------------------------------------------------------------------------------
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the run did not finish")
-        await asyncio.sleep(0.005)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -231,16 +150,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
     async with redis_for_bench(args.redis_url) as url:
         for concurrency in CONCURRENCIES:
-            runs: dict[str, list[dict[str, float]]] = {"forum": [], "arq": []}
-            for _ in range(args.rounds):
-                runs["forum"].append(await forum_run(url, args.jobs, concurrency))
-                runs["arq"].append(await arq_run(url, args.jobs, concurrency))
-            row: dict[str, Any] = {name: medians(samples) for name, samples in runs.items()}
-            row["forum_vs_arq"] = row["forum"]["jobs_per_s"] / row["arq"]["jobs_per_s"]
-            row["forum_vs_arq_processing"] = (
-                row["forum"]["process_per_s"] / row["arq"]["process_per_s"]
-            )
-            report["end_to_end"][f"concurrency_{concurrency}"] = row
+            samples = [await forum_run(url, args.jobs, concurrency) for _ in range(args.rounds)]
+            report["end_to_end"][f"concurrency_{concurrency}"] = {"forum": medians(samples)}
         report["lens"] = await lens_rates(url, args.lens_ops, args.rounds)
     return report
 
@@ -251,19 +162,15 @@ def medians(samples: list[dict[str, float]]) -> dict[str, float]:
 
 def print_table(report: dict[str, Any]) -> None:
     print(
-        f"{report['jobs']} no-op jobs: enqueued by c producers, then run by one worker "
-        f"with c slots; jobs/s, median of {report['rounds']}"
+        f"{report['jobs']} no-op jobs through an in-process node: written by c producers, "
+        f"then run by one worker with c slots; jobs/s, median of {report['rounds']}"
     )
-    print(
-        f"{'c':>3}  {'forum':>7}  {'arq':>7}  {'ratio':>6}  |  processing only: "
-        f"{'forum':>7}  {'arq':>7}  {'ratio':>6}"
-    )
+    print(f"{'c':>3}  {'jobs/s':>7}  {'write/s':>7}  {'run/s':>7}")
     for name, row in report["end_to_end"].items():
-        forum, arq = row["forum"], row["arq"]
+        forum = row["forum"]
         print(
-            f"{name.split('_')[1]:>3}  {forum['jobs_per_s']:>7.0f}  {arq['jobs_per_s']:>7.0f}  "
-            f"{row['forum_vs_arq']:>5.2f}x  |  {'':>17}{forum['process_per_s']:>7.0f}  "
-            f"{arq['process_per_s']:>7.0f}  {row['forum_vs_arq_processing']:>5.2f}x"
+            f"{name.split('_')[1]:>3}  {forum['jobs_per_s']:>7.0f}  "
+            f"{forum['enqueue_per_s']:>7.0f}  {forum['process_per_s']:>7.0f}"
         )
     print()
     print("Lens claim+complete pairs/s vs raw INCR + SET NX PX pairs/s")

@@ -1,6 +1,6 @@
 """Forum: a replicated tuple space run as a multi-machine work queue.
 
-``import forum`` is the public face: the in-process node and its HTTP client
+``import forum`` is the public face: the in-process node and its client
 (:mod:`node`), the worker runtime and its Redis-backed Lens
 (:mod:`coordinator`), and the errors callers catch, each the same object as
 in its home package. The ``forum`` command lives here too (:mod:`forum.cli`).

@@ -108,7 +108,14 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
     add(
         "--remote-delay",
         metavar="SECONDS",
-        help="a peer's tuple waits 1-4x this before it can be taken here (default 0.01)",
+        help="a peer's tuple waits this times the node's turn for it before it can be "
+        "taken here (default 0.01)",
+    )
+    add(
+        "--remote-hold",
+        metavar="SECONDS",
+        help="a peer's tuple no taker here wanted at its turn is held back this long, "
+        "taken only when nothing live matches (default 2)",
     )
     add(
         "--shutdown-timeout",

@@ -7,8 +7,15 @@
         job = await space.take(Pattern(b"job-"), timeout=5)
 
 It satisfies :class:`node.space.TupleSpace`, so a worker written against an
-in-process ``Forum`` runs unchanged against a node. Connections are kept
-alive in a pool. Failures are ``ClientError``s naming the node:
+in-process ``Forum`` runs unchanged against a node. The tuple-space
+operations go over one stream (``GET /v1/stream``, a WebSocket of msgpack
+frames, :mod:`node.client_stream`) with many in flight at once; with
+``transport="http"`` (or against a node older than the stream) each is an
+HTTP request of its own, on a pool of kept-alive connections. Either way an
+operation is the same request to the node (:data:`node.web_model.STREAM_OPS`
+names its route) with the same answer document, read here once. Status,
+compaction and readiness are HTTP requests. Failures are ``ClientError``s
+naming the node:
 ``NodeUnavailable`` (no connection), ``NodeTimeout`` (no answer in time),
 ``NodeRejected`` and its ``Unauthorized`` and ``PayloadTooLarge`` (an error
 status, with the node's error code and message).
@@ -24,13 +31,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 import aiohttp
 import msgpack
 from multidict import CIMultiDictProxy
 
+from node.client_stream import StreamConnection, StreamUnsupported
 from node.entries import EntryId, Reserved, Tuple
 from node.errors import (
     NodeRejected,
@@ -46,7 +54,7 @@ from node.resource import AsyncResource
 from node.space import Pattern
 from node.strand import CompactionReport
 from node.web_bodies import prefix_query
-from node.web_model import DELIVERIES_HEADER, ENTRY_ID_HEADER, MSGPACK, RAW, TEXT
+from node.web_model import MSGPACK, STREAM_OPS
 from node.web_status import NodeStatus
 
 #: A long poll is answered by the node up to this much after its wait ends.
@@ -84,12 +92,16 @@ class _Response:
         self.body = body
 
 
+Transport = Literal["stream", "http"]
+
+
 class ForumClient(AsyncResource):
-    """The tuple space of the node at ``url`` (``http://host:port``), over HTTP.
+    """The tuple space of the node at ``url`` (``http://host:port``).
 
     ``timeout`` bounds each request (plus its wait, for long polls);
     ``connect_timeout`` bounds making a connection; ``pool_size`` is the most
-    connections kept open to the node.
+    HTTP connections kept open to the node; ``transport`` is ``"stream"``
+    (one WebSocket, many requests in flight) or ``"http"`` (a request each).
     """
 
     def __init__(
@@ -100,16 +112,26 @@ class ForumClient(AsyncResource):
         timeout: float = 30.0,
         connect_timeout: float = 5.0,
         pool_size: int = 100,
+        transport: Transport = "stream",
     ) -> None:
+        if transport not in ("stream", "http"):
+            raise ValueError(f"transport is 'stream' or 'http', not {transport!r}")
         self.url = node_url(url)
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._pool_size = pool_size
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
+        self._transport: Transport = transport
+        self._stream: StreamConnection | None = None
 
     def __repr__(self) -> str:
         return f"ForumClient({self.url!r})"
+
+    @property
+    def transport(self) -> Transport:
+        """How the operations go: ``"http"`` once a node turned out to have no stream."""
+        return self._transport
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -118,10 +140,15 @@ class ForumClient(AsyncResource):
         return self
 
     async def aclose(self) -> None:
-        """Close the pooled connections. Idempotent."""
+        """Close the stream and the pooled connections. Idempotent."""
+        stream, self._stream = self._stream, None
         session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        try:
+            if stream is not None:
+                await stream.aclose()
+        finally:
+            if session is not None:
+                await session.close()
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -136,24 +163,14 @@ class ForumClient(AsyncResource):
 
     async def write(self, payload: bytes) -> EntryId:
         """Write one tuple; its id once the node has made it durable."""
-        response = await self._request(
-            "POST",
-            "/v1/tuples",
-            data=payload,
-            headers={"Content-Type": RAW, "Accept": TEXT},
-        )
-        return self._entry_id(response.body.decode(errors="replace").strip())
+        document = await self._document("write", {"payload": payload})
+        return self._entry_id(document.get("id"))
 
     async def write_many(self, payloads: Sequence[bytes]) -> list[EntryId]:
         """Write many tuples in one request: all become durable, or none."""
         if not payloads:
             return []
-        document = await self._msgpack(
-            "POST",
-            "/v1/tuples/batch",
-            data=msgpack.packb({"payloads": list(payloads)}, use_bin_type=True),
-            headers={"Content-Type": MSGPACK},
-        )
+        document = await self._document("write_many", {"payloads": list(payloads)})
         return [self._entry_id(i) for i in self._list(document, "ids")]
 
     async def read(self, pattern: Pattern) -> bytes | None:
@@ -162,7 +179,7 @@ class ForumClient(AsyncResource):
 
     async def read_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """The oldest live match, left live; waits up to ``timeout`` s for one."""
-        return await self._single("GET", "/v1/read", pattern, timeout)
+        return await self._single("read", pattern, timeout)
 
     async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None:
         found = await self.take_entry(pattern, timeout)
@@ -170,7 +187,7 @@ class ForumClient(AsyncResource):
 
     async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """Take the oldest live match; waits up to ``timeout`` s for one."""
-        return await self._single("POST", "/v1/take", pattern, timeout)
+        return await self._single("take", pattern, timeout)
 
     async def reserve(
         self, pattern: Pattern, lease: float, timeout: float | None = None
@@ -178,9 +195,7 @@ class ForumClient(AsyncResource):
         """Reserve the oldest live match for ``lease`` s (see ``Forum.reserve``):
         unlike a take, a reservation whose answer is lost, or whose holder dies,
         runs out and the tuple is live again."""
-        found = await self._single(
-            "POST", "/v1/reserve", pattern, timeout, {"lease": _seconds(lease)}
-        )
+        found = await self._single("reserve", pattern, timeout, {"lease": lease})
         return None if found is None else _as_reserved(found)
 
     async def reserve_many(
@@ -190,29 +205,21 @@ class ForumClient(AsyncResource):
         waits that long for the first when there are none."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        params = {**prefix_query(pattern), "limit": str(limit), "lease": _seconds(lease)}
-        found = await self._batch_of_tuples("/v1/reserve/batch", params, timeout)
+        args = {"prefix": pattern.prefix, "limit": limit, "lease": lease}
+        found = await self._batch_of_tuples("reserve_many", args, timeout)
         return [_as_reserved(item) for item in found]
 
     async def ack(self, entry_id: EntryId) -> bool:
         """Take a reserved tuple for good; ``False`` if it is no longer there."""
-        document = await self._msgpack("POST", "/v1/ack", params={"id": str(entry_id)})
+        document = await self._document("ack", {"id": str(entry_id)})
         return document.get("acked") is True
 
     async def ack_many(self, entry_ids: Sequence[EntryId]) -> builtins.list[bool]:
         """Ack many reserved tuples in one request; one flag per id, in order."""
         if not entry_ids:
             return []
-        document = await self._msgpack(
-            "POST",
-            "/v1/ack/batch",
-            data=msgpack.packb({"ids": [str(i) for i in entry_ids]}),
-            headers={"Content-Type": MSGPACK},
-        )
-        acked = self._list(document, "acked")
-        if len(acked) != len(entry_ids) or not all(isinstance(a, bool) for a in acked):
-            raise SerializationError(f"{self.url}: acked is not one flag per id")
-        return acked
+        document = await self._document("ack_many", {"ids": [str(i) for i in entry_ids]})
+        return self._flags(document, "acked", len(entry_ids))
 
     async def extend(self, entry_id: EntryId, lease: float) -> bool:
         """Renew a reservation to ``lease`` seconds from now; ``False`` if the
@@ -223,20 +230,13 @@ class ForumClient(AsyncResource):
         """Renew many reservations in one request; one flag per id, in order."""
         if not entry_ids:
             return []
-        document = await self._msgpack(
-            "POST",
-            "/v1/reserve/extend",
-            data=msgpack.packb({"ids": [str(i) for i in entry_ids], "lease": lease}),
-            headers={"Content-Type": MSGPACK},
-        )
-        extended = self._list(document, "extended")
-        if len(extended) != len(entry_ids) or not all(isinstance(e, bool) for e in extended):
-            raise SerializationError(f"{self.url}: extended is not one flag per id")
-        return extended
+        args = {"ids": [str(i) for i in entry_ids], "lease": float(lease)}
+        document = await self._document("extend_many", args)
+        return self._flags(document, "extended", len(entry_ids))
 
     async def release(self, entry_id: EntryId) -> bool:
         """Give a reserved tuple back now; ``False`` if it was not reserved."""
-        document = await self._msgpack("POST", "/v1/release", params={"id": str(entry_id)})
+        document = await self._document("release", {"id": str(entry_id)})
         return document.get("released") is True
 
     async def take_many(
@@ -246,11 +246,11 @@ class ForumClient(AsyncResource):
         ``timeout``, waits that long for the first when there are none."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        params = {**prefix_query(pattern), "limit": str(limit)}
-        return await self._batch_of_tuples("/v1/take/batch", params, timeout)
+        args = {"prefix": pattern.prefix, "limit": limit}
+        return await self._batch_of_tuples("take_many", args, timeout)
 
     async def _batch_of_tuples(
-        self, path: str, params: dict[str, str], timeout: float | None
+        self, op: str, args: dict[str, Any], timeout: float | None
     ) -> builtins.list[Tuple]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or 0.0)
@@ -258,25 +258,22 @@ class ForumClient(AsyncResource):
             # As in _single: the node waits at most its max_wait per request.
             wait = max(0.0, deadline - loop.time())
             if wait:
-                params["wait"] = _seconds(wait)
-            document = await self._msgpack("POST", path, params=params, wait=wait)
+                args["wait"] = wait
+            document = await self._document(op, args, wait)
             found = [self._tuple(t) for t in self._list(document, "tuples")]
             if found or wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
                 return found
 
     async def count(self, pattern: Pattern) -> int:
-        response = await self._request(
-            "GET", "/v1/count", params=prefix_query(pattern), headers={"Accept": TEXT}
-        )
-        text = response.body.decode(errors="replace").strip()
-        if not text.isdigit():
-            raise SerializationError(f"{self.url}: a count is an integer, not {text!r}")
-        return int(text)
+        count = (await self._document("count", {"prefix": pattern.prefix})).get("count")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise SerializationError(f"{self.url}: a count is an integer, not {count!r:.50}")
+        return count
 
     async def list(self, pattern: Pattern, cursor: int = 0, limit: int = 100) -> ListPage:
         """Live matches, oldest first, a page at a time (start with cursor 0)."""
-        params = {**prefix_query(pattern), "cursor": str(cursor), "limit": str(limit)}
-        document = await self._msgpack("GET", "/v1/tuples", params=params)
+        args = {"prefix": pattern.prefix, "cursor": cursor, "limit": limit}
+        document = await self._document("list", args)
         tuples = [self._tuple(t) for t in self._list(document, "tuples")]
         next_cursor = document.get("next_cursor")
         if next_cursor is not None and not isinstance(next_cursor, int):
@@ -315,51 +312,114 @@ class ForumClient(AsyncResource):
             return False
         return True
 
-    # -- requests --------------------------------------------------------------
+    # -- operations ------------------------------------------------------------
 
     async def _single(
         self,
-        method: str,
-        path: str,
+        op: str,
         pattern: Pattern,
         timeout: float | None,
-        extra: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Tuple | None:
         """One tuple by prefix. A node waits at most its own ``max_wait``, so a
         longer timeout is several long polls, each for what is left of it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or 0.0)
-        params = {**prefix_query(pattern), **(extra or {})}
+        args = {"prefix": pattern.prefix, **(extra or {})}
         while True:
             wait = max(0.0, deadline - loop.time())
             if wait:
-                params["wait"] = _seconds(wait)
-            response = await self._request(
-                method, path, params=params, headers={"Accept": RAW}, wait=wait
-            )
-            if response.status == 200:
-                entry_id = response.headers.get(ENTRY_ID_HEADER)
-                if entry_id is None:
-                    raise SerializationError(f"{self.url}: no {ENTRY_ID_HEADER} in the answer")
-                deliveries = response.headers.get(DELIVERIES_HEADER)
-                if deliveries is None:
-                    return Tuple(self._entry_id(entry_id), response.body)
-                return Reserved(
-                    self._entry_id(entry_id), response.body, self._deliveries(deliveries)
-                )
+                args["wait"] = wait
+            document = await self._call(op, args, wait)
+            if document is not None:
+                return self._tuple(document)
             if wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
                 return None
+
+    async def _document(self, op: str, args: dict[str, Any], wait: float = 0.0) -> dict[str, Any]:
+        document = await self._call(op, args, wait)
+        if document is None:
+            raise SerializationError(f"{self.url}: {op} answered with no document")
+        return document
+
+    async def _call(
+        self, op: str, args: dict[str, Any], wait: float = 0.0
+    ) -> dict[str, Any] | None:
+        """The answer document of one operation (``None``: nothing matched, a
+        204); an error status raises its :class:`NodeRejected`."""
+        limit = self._timeout + (wait + _WAIT_SLACK if wait else 0.0)
+        if self._transport == "stream":
+            try:
+                status, body = await self._stream_of().call(op, args, limit)
+            except StreamUnsupported:
+                self._transport = "http"
+                return await self._call(op, args, wait)
+        else:
+            status, body = await self._over_http(op, args, wait)
+        if status >= 400:
+            code, message = _error_fields(status, body)
+            raise self._rejected(status, code, message)
+        if status == 204:
+            return None
+        if not isinstance(body, dict):
+            raise SerializationError(f"{self.url}: the answer to {op} is not a map")
+        return body
+
+    def _stream_of(self) -> StreamConnection:
+        if self._stream is None:
+            self._stream = StreamConnection(
+                self.url, self._open(), connect_timeout=self._connect_timeout
+            )
+        return self._stream
+
+    async def _over_http(self, op: str, args: Mapping[str, Any], wait: float) -> tuple[int, Any]:
+        """One operation as the request to its route: the arguments the route
+        takes in its query string there, the others in a msgpack body."""
+        route = STREAM_OPS[op]
+        params: dict[str, str] = {}
+        fields: dict[str, Any] = {}
+        for name, value in args.items():
+            if name == "prefix":
+                params |= prefix_query(Pattern(value))
+            elif name in route.names:
+                params[name] = _seconds(value) if isinstance(value, float) else str(value)
+            else:
+                fields[name] = value
+        headers = {"Accept": MSGPACK}
+        data = None
+        if fields:
+            headers["Content-Type"] = MSGPACK
+            data = msgpack.packb(fields, use_bin_type=True)
+        response = await self._request(
+            route.method,
+            route.path,
+            params=params,
+            data=data,
+            headers=headers,
+            wait=wait,
+            errors=False,
+        )
+        if response.status >= 400:
+            return response.status, error_body(response.status, response.body)
+        if response.status == 204:
+            return 204, None
+        return response.status, self._unpack(response.body)
+
+    # -- requests --------------------------------------------------------------
 
     async def _msgpack(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         headers = {"Accept": MSGPACK, **kwargs.pop("headers", {})}
         response = await self._request(method, path, headers=headers, **kwargs)
-        try:
-            document = msgpack.unpackb(response.body, raw=False)
-        except Exception as exc:  # msgpack raises several unrelated types
-            raise SerializationError(f"{self.url}: the answer is not msgpack: {exc}") from exc
+        document = self._unpack(response.body)
         if not isinstance(document, dict):
             raise SerializationError(f"{self.url}: the answer is not a map")
         return document
+
+    def _unpack(self, body: bytes) -> Any:
+        try:
+            return msgpack.unpackb(body, raw=False)
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise SerializationError(f"{self.url}: the answer is not msgpack: {exc}") from exc
 
     async def _request(
         self,
@@ -370,7 +430,10 @@ class ForumClient(AsyncResource):
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         wait: float = 0.0,
+        errors: bool = True,
     ) -> _Response:
+        """One HTTP request; an error status raises its :class:`NodeRejected`
+        unless ``errors`` is false."""
         session = self._open()
         timeout = aiohttp.ClientTimeout(
             total=self._timeout + (wait + _WAIT_SLACK if wait else 0.0),
@@ -393,12 +456,11 @@ class ForumClient(AsyncResource):
             raise NodeUnavailable(self.url, f"{what}: cannot connect: {exc.os_error}") from exc
         except aiohttp.ClientError as exc:
             raise NodeUnavailable(self.url, f"{what}: {type(exc).__name__}: {exc}") from exc
-        if response.status >= 400:
-            raise self._rejected(response.status, body)
+        if errors and response.status >= 400:
+            raise self._rejected(response.status, *error_body(response.status, body))
         return _Response(response.status, response.headers, body)
 
-    def _rejected(self, status: int, body: bytes) -> NodeRejected:
-        code, message = error_body(status, body)
+    def _rejected(self, status: int, code: str, message: str) -> NodeRejected:
         kind = {401: Unauthorized, 413: PayloadTooLarge}.get(status, NodeRejected)
         return kind(self.url, status, code, message)
 
@@ -415,6 +477,12 @@ class ForumClient(AsyncResource):
         if not isinstance(value, list):
             raise SerializationError(f"{self.url}: the answer has no list {name!r}")
         return value
+
+    def _flags(self, document: Mapping[str, Any], name: str, count: int) -> builtins.list[bool]:
+        flags = self._list(document, name)
+        if len(flags) != count or not all(isinstance(f, bool) for f in flags):
+            raise SerializationError(f"{self.url}: {name} is not one flag per id")
+        return flags
 
     def _tuple(self, document: Any) -> Tuple:
         if not isinstance(document, dict) or not isinstance(document.get("payload"), bytes):
@@ -435,6 +503,19 @@ class ForumClient(AsyncResource):
 def _as_reserved(item: Tuple) -> Reserved:
     """A reserved tuple; from a node older than the delivery count, the first."""
     return item if isinstance(item, Reserved) else Reserved(item.id, item.payload)
+
+
+def _error_fields(status: int, body: Any) -> tuple[str, str]:
+    """The ``(error, message)`` of an error answer: over HTTP already read by
+    :func:`error_body`; over the stream, its ``{"error", "message"}`` map."""
+    if isinstance(body, tuple):
+        return body
+    code = body.get("error") if isinstance(body, dict) else None
+    message = body.get("message") if isinstance(body, dict) else None
+    return (
+        code if isinstance(code, str) else f"http_{status}",
+        message if isinstance(message, str) else f"{body!r:.200}",
+    )
 
 
 def _seconds(value: float) -> str:

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from msgspec import Meta
 
 from node.entries import check_origin
-from node.forum import REMOTE_DELAY
+from node.forum import REMOTE_DELAY, REMOTE_HOLD
 from node.settings import (
     HIDDEN,
     SIZE,
@@ -167,10 +167,15 @@ class NodeConfig:
     max_wait: Seconds = 60.0
     #: The most requests waiting at once in long polls; more get 503 and Retry-After.
     max_waiters: PositiveInt = 10_000
-    #: Seconds (times 1 to 4) a tuple written on a peer waits before it can be
-    #: taken here, so the node it was written on usually hands it out first
-    #: (see ``Forum.apply``); 0 makes it live on arrival.
+    #: Seconds (times the node's turn for it, its rank) a tuple written on a
+    #: peer waits before it can be taken here, so the node it was written on
+    #: hands it out first and the others in turn (see ``Forum.apply``); 0
+    #: makes it live on arrival.
     remote_delay: Seconds = REMOTE_DELAY
+    #: Seconds a remote tuple whose turn came while no taker here wanted it is
+    #: held back (taken here only when nothing live matches) before it is
+    #: live; 0 makes it live at its turn.
+    remote_hold: Seconds = REMOTE_HOLD
     #: Seconds between two looks of the background compactor at the Strand
     #: (docs/operations.md, "Compaction"); 0 turns background compaction off.
     compact_interval: Seconds = 10.0

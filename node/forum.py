@@ -36,7 +36,7 @@ import functools
 import logging
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from node.codec import RawEntry
@@ -70,23 +70,35 @@ Listener = Callable[[Sequence[Entry], Provenance], None]
 #: Called with each tuple as it becomes live (written here, surfaced after
 #: the remote delay, put back): what a waiting reader wants to hear about.
 LiveListener = Callable[[Tuple], None]
-#: How long a tuple written on another node waits before it can be taken here
-#: (times 1 to 4, by a hash of its id and this node's origin). See ``apply``.
+#: How long a tuple written on another node waits per rank before it can be
+#: taken here (its wait is this times this node's :data:`Ranking` of it). See ``apply``.
 REMOTE_DELAY = 0.01
+#: How long a remote tuple whose turn came while no taker here wanted it is
+#: held back (taken here only when nothing live matches) before it is live. See ``apply``.
+REMOTE_HOLD = 2.0
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
 _REMOTE_SLOTS = 4
+#: ``ranking(entry_id)``: this node's turn for a tuple written on a peer, as a
+#: whole number (0: at once); the tuple waits ``remote_delay`` times it. A Forum
+#: alone ranks by :func:`slot_ranking`; replication installs a rank among the
+#: live members (``replication.ranking``) with :meth:`Forum.set_ranking`.
+Ranking = Callable[[EntryId], int]
 #: Tuples out of the index while their Take is made durable, with their arrivals.
 #: (An alias also because ``Forum.list`` hides the builtin inside the class.)
 OutOfIndex = list[tuple[int, Tuple]]
 
 
-def remote_delay_of(entry_id: EntryId, origin: str, base: float) -> float:
-    """How long a tuple from a peer waits before it is live on the node whose
-    origin is ``origin``: ``base`` times 1 to 4, by a hash of both (so the
-    nodes that did not write it wake in turn, not together)."""
-    slot = zlib.crc32(f"{entry_id}/{origin}".encode()) % _REMOTE_SLOTS
-    return base * (1 + slot)
+def slot_ranking(origin: str) -> Ranking:
+    """The ranking of a node that knows no members, for the node whose origin
+    is ``origin``: 1 to 4, by a hash of the id and the origin (so the nodes
+    that did not write a tuple mostly wake in turn; with four or more of them
+    some share a slot)."""
+
+    def rank(entry_id: EntryId) -> int:
+        return 1 + zlib.crc32(f"{entry_id}/{origin}".encode()) % _REMOTE_SLOTS
+
+    return rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +132,71 @@ class ListPage:
     next_cursor: int | None
 
 
+class _Surfacing:
+    """A remote tuple waiting for its turn here, or held after it: since when
+    (loop time), its rank, and the timer that ends the wait (re-set when its
+    rank changes)."""
+
+    __slots__ = ("arrived", "handle", "item", "rank")
+
+    def __init__(self, item: Tuple, arrived: float, rank: int, handle: asyncio.TimerHandle) -> None:
+        self.item = item
+        self.arrived = arrived
+        self.rank = rank
+        self.handle = handle
+
+
+class _Held:
+    """Remote tuples held after their turn (see ``Forum.apply``), by id and by
+    rank: a take here that finds nothing live gets the one it ranks best
+    (lowest rank, then first turn), so that nodes left with only held
+    tuples do not all reach for the same one."""
+
+    __slots__ = ("_by_id", "_by_rank")
+
+    def __init__(self) -> None:
+        self._by_id: dict[EntryId, _Surfacing] = {}
+        self._by_rank: dict[int, dict[EntryId, _Surfacing]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._by_id
+
+    def __iter__(self) -> Iterator[EntryId]:
+        return iter(self._by_id)
+
+    def values(self) -> builtins.list[_Surfacing]:
+        return builtins.list(self._by_id.values())
+
+    def add(self, held: _Surfacing) -> None:
+        self._by_id[held.item.id] = held
+        self._by_rank.setdefault(held.rank, {})[held.item.id] = held
+
+    def pop(self, entry_id: EntryId) -> _Surfacing | None:
+        held = self._by_id.pop(entry_id, None)
+        if held is not None:
+            bucket = self._by_rank[held.rank]
+            del bucket[entry_id]
+            if not bucket:
+                del self._by_rank[held.rank]
+        return held
+
+    def best(self, prefix: bytes) -> _Surfacing | None:
+        """The match ranked best here. A scan, made only when nothing live
+        matches; held tuples last ``remote_hold`` at most."""
+        for rank in sorted(self._by_rank):
+            for held in self._by_rank[rank].values():
+                if held.item.payload.startswith(prefix):
+                    return held
+        return None
+
+    def clear(self) -> None:
+        self._by_id.clear()
+        self._by_rank.clear()
+
+
 class _Waiter:
     __slots__ = ("future", "prefix")
 
@@ -131,12 +208,23 @@ class _Waiter:
 class Forum(AsyncResource):
     """A tuple space on one node. ``Forum(strand)`` replays the Strand's entries."""
 
-    def __init__(self, strand: Strand, remote_delay: float = REMOTE_DELAY) -> None:
+    def __init__(
+        self,
+        strand: Strand,
+        remote_delay: float = REMOTE_DELAY,
+        remote_hold: float = REMOTE_HOLD,
+    ) -> None:
         if remote_delay < 0:
             raise ValueError("remote_delay must be >= 0")
+        if remote_hold < 0:
+            raise ValueError("remote_hold must be >= 0")
         self.strand = strand
         self.remote_delay = remote_delay
-        self._surfacing: dict[EntryId, tuple[Tuple, asyncio.TimerHandle]] = {}
+        self.remote_hold = remote_hold
+        self._ranking = slot_ranking(strand.origin)
+        # Remote tuples before their turn, and held after it (see ``apply``).
+        self._surfacing: dict[EntryId, _Surfacing] = {}
+        self._held = _Held()
         # Reserved tuples: out of the index until acked, released or expired.
         self._reservations: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
         #: Live tuples whose leases ran out, by how many times: a job that
@@ -348,10 +436,9 @@ class Forum(AsyncResource):
             raise ValueError("limit must be at least 1")
         found: OutOfIndex = []
         for _ in range(limit):
-            match = self._index.oldest(pattern.prefix)
+            match = self._oldest_out(pattern.prefix)
             if match is None:
                 break
-            self._index.remove(match[0])
             found.append(match)
         if not found:
             return []
@@ -378,10 +465,11 @@ class Forum(AsyncResource):
         so it is never taken in again. Returns how many live tuples died."""
         self._check_open()
         candidates = self._in_ranges(origin, ranges)
-        for entry_id in [i for i in candidates if i in self._surfacing]:
-            item, handle = self._surfacing.pop(entry_id)
-            handle.cancel()
-            self._add_live(item)  # then taken below, as any live one
+        for entry_id in candidates:
+            surfacing = self._surfacing.pop(entry_id, None) or self._held.pop(entry_id)
+            if surfacing is not None:
+                surfacing.handle.cancel()
+                self._add_live(surfacing.item)  # then taken below, as any live one
         found: OutOfIndex = []
         for entry_id in candidates:
             reservation = self._reservations.pop(entry_id, None)
@@ -402,25 +490,32 @@ class Forum(AsyncResource):
         of short ranges, else each live id that falls in one (whichever is
         fewer to look at)."""
         seqs = sum(last - first + 1 for first, last in ranges)
-        if seqs <= len(self._index) + len(self._reservations) + len(self._surfacing):
+        waiting = len(self._surfacing) + len(self._held)
+        if seqs <= len(self._index) + len(self._reservations) + waiting:
             return [
                 EntryId(origin, seq) for first, last in ranges for seq in range(first, last + 1)
             ]
         return [
             entry_id
-            for entry_id in (*self._index.ids(), *self._reservations, *self._surfacing)
+            for entry_id in (
+                *self._index.ids(),
+                *self._reservations,
+                *self._surfacing,
+                *self._held,
+            )
             if entry_id.origin == origin
             and any(first <= entry_id.seq <= last for first, last in ranges)
         ]
 
     async def _live_keys(self) -> set[tuple[str, int]]:
-        """Every tuple not dead: live, reserved, surfacing, or being taken.
+        """Every tuple not dead: live, reserved, surfacing, held, or being taken.
         Built a slice at a time, so a large backlog does not stall the loop
         (a tuple dead when looked at stays dead, so no snapshot is needed)."""
         ids: list[EntryId] = [
             *self._index.ids(),
             *self._reservations,
             *self._surfacing,
+            *self._held,
             *self._taking,
         ]
         keys: set[tuple[str, int]] = set()
@@ -496,14 +591,32 @@ class Forum(AsyncResource):
         The listeners get the new ones with ``provenance``.
 
         A remote Write is durable here at once, but becomes live only after
-        ``remote_delay`` times 1 to 4 (a hash of its id and our origin picks
-        the slot). Why: every node has takers waiting, and without the delay
-        one write wakes a taker on every node at once, each taking the same
-        tuple (a double take for the Lens to catch, per node). The node it was
-        written on hands it out at once, and its Take usually arrives here
-        within the delay; if it was not taken there, the staggered slots make
-        it unlikely that two other nodes take it in the same instant. Under a
-        partition the tuple is live here after at most 4 delays.
+        ``remote_delay`` times this node's rank for it (the :data:`Ranking`).
+        Why: every node has takers waiting, and without the delay one write
+        wakes a taker on every node at once, each taking the same tuple (a
+        double take for the Lens to catch, per node). The node it was written
+        on hands it out at once (rank 0); the others take their turns one
+        delay apart, so a node takes a tuple only after the ones ranked before
+        it had theirs, and a Take made in a turn usually arrives here within
+        the delay. With replication the ranks are among the members it
+        considers alive, the writer first, then an order by a hash of the id
+        and the member that every node computes alike
+        (``replication.ranking``): no tuple waits on a node that is down, and
+        the wait is at most ``remote_delay`` times the live members less one.
+        A Forum alone ranks 1 to 4 by a hash (:func:`slot_ranking`).
+
+        A turn is a chance, not a duty: if no taker here wants the tuple when
+        its turn comes, it is *held* for up to ``remote_hold`` seconds, then
+        live. A held tuple is taken or reserved here only when nothing live
+        here matches, the one this node ranks best first. So under a backlog
+        each node drains its own writes, and those whose turn came while it
+        had a taker waiting, before it competes for the others': else every
+        node drains the same oldest-first queue and, since a reservation is
+        not replicated (only the ack's Take is), nearly every job is reserved
+        on every node, a double take each. A held tuple is not live
+        meanwhile: not read, counted or listed (readers hear of it when it
+        is). A tuple ranked 0 (this node wrote it, or the members before us
+        are down) is live at once, held by nobody.
         """
         self._check_open()
         new: builtins.list[Entry] = []
@@ -543,25 +656,90 @@ class Forum(AsyncResource):
                 self._apply_take(entry)
         self._notify(new, provenance)
 
+    def set_ranking(self, ranking: Ranking | None) -> None:
+        """Rank remote tuples with ``ranking`` from now on (``None``: the
+        default, :func:`slot_ranking`), and re-rank those waiting (:meth:`rerank`)."""
+        self._ranking = ranking or slot_ranking(self.strand.origin)
+        self.rerank()
+
+    def rerank(self) -> None:
+        """The ranking's answers changed (a member died, or came back): each
+        tuple waiting to surface whose new turn comes earlier than its timer
+        surfaces then, at once if that time has passed. None is made to wait
+        longer than it was going to: a member that comes back does not hold
+        back what was already on its way (at worst two nodes share a turn,
+        and the Lens catches the double take). Called by replication."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for entry_id, surfacing in self._surfacing.items():
+            rank = self._ranking(entry_id)
+            due = surfacing.arrived + self.remote_delay * rank
+            if due < surfacing.handle.when():
+                surfacing.rank = rank
+                surfacing.handle.cancel()
+                surfacing.handle = loop.call_at(max(due, now), self._surface, entry_id)
+        # A held tuple that now ranks 0 has nobody before it to wait for.
+        for entry_id in [i for i in self._held if not self._ranking(i)]:
+            if (held := self._held.pop(entry_id)) is not None:
+                held.handle.cancel()
+                self._add_live(held.item)
+
     def _surface_later(self, item: Tuple) -> None:
-        delay = remote_delay_of(item.id, self.strand.origin, self.remote_delay)
-        if not delay:
+        rank = self._ranking(item.id)
+        if not rank or not self.remote_delay:
             self._add_live(item)
             return
-        handle = asyncio.get_running_loop().call_later(delay, self._surface, item.id)
-        self._surfacing[item.id] = (item, handle)
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        handle = loop.call_at(arrived + self.remote_delay * rank, self._surface, item.id)
+        self._surfacing[item.id] = _Surfacing(item, arrived, rank, handle)
 
     def _surface(self, entry_id: EntryId) -> None:
-        item, _ = self._surfacing.pop(entry_id)
-        self._add_live(item)
+        """Its turn: live if a taker here wants it (or nobody ranks before
+        us), else held for ``remote_hold``."""
+        surfacing = self._surfacing.pop(entry_id)
+        item = surfacing.item
+        if not (surfacing.rank and self.remote_hold) or self._wanted(item):
+            self._add_live(item)
+            return
+        surfacing.handle = asyncio.get_running_loop().call_later(
+            self.remote_hold, self._unhold, entry_id
+        )
+        self._held.add(surfacing)
+
+    def _unhold(self, entry_id: EntryId) -> None:
+        if (held := self._held.pop(entry_id)) is not None:
+            self._add_live(held.item)
+
+    def _wanted(self, item: Tuple) -> bool:
+        return any(
+            not waiter.future.done() and item.payload.startswith(waiter.prefix)
+            for waiter in self._waiters
+        )
+
+    def _oldest_out(self, prefix: bytes) -> tuple[int, Tuple] | None:
+        """The oldest live match, else the held one ranked best, out of the
+        index (the caller takes or reserves it)."""
+        found = self._index.oldest(prefix)
+        if found is not None:
+            self._index.remove(found[0])
+            return found
+        held = self._held.best(prefix)
+        if held is None:
+            return None
+        self._held.pop(held.item.id)
+        held.handle.cancel()
+        arrival = self._index.add(held.item)  # an arrival, to be put back with if need be
+        self._index.remove(arrival)
+        return arrival, held.item
 
     def _apply_take(self, take: Take) -> None:
         self._lapses.pop(take.target, None)
         if self._index.remove_id(take.target) is not None:
             return
-        surfacing = self._surfacing.pop(take.target, None)
+        surfacing = self._surfacing.pop(take.target, None) or self._held.pop(take.target)
         if surfacing is not None:  # taken elsewhere before it was live here
-            surfacing[1].cancel()
+            surfacing.handle.cancel()
             return
         reservation = self._reservations.pop(take.target, None)
         if reservation is not None:
@@ -617,9 +795,8 @@ class Forum(AsyncResource):
     async def _take_out(self, prefix: bytes, timeout: float | None) -> tuple[int, Tuple] | None:
         """The oldest match, out of the index (the caller takes or reserves
         it); with ``timeout``, waits that long for one to be written."""
-        found = self._index.oldest(prefix)
+        found = self._oldest_out(prefix)
         if found is not None:
-            self._index.remove(found[0])
             return found
         return await self._wait(prefix, timeout) if timeout else None
 
@@ -733,9 +910,10 @@ class Forum(AsyncResource):
             if not waiter.future.done():
                 waiter.future.set_result(None)
         self._waiters.clear()
-        for _, handle in self._surfacing.values():
-            handle.cancel()  # they are in the Strand: live again after a restart
+        for surfacing in [*self._surfacing.values(), *self._held.values()]:
+            surfacing.handle.cancel()  # they are in the Strand: live again after a restart
         self._surfacing.clear()
+        self._held.clear()
         for _, _, expiry in self._reservations.values():
             expiry.cancel()  # never taken in the log: live again after a restart
         self._reservations.clear()

@@ -91,7 +91,9 @@ async def serve(
             loop.add_signal_handler(signum, _stop_on_signal, stop, signum)
             stack.callback(loop.remove_signal_handler, signum)
         strand = await stack.enter_async_context(await Strand.open(strand_config(config)))
-        forum = await stack.enter_async_context(Forum(strand, config.remote_delay))
+        forum = await stack.enter_async_context(
+            Forum(strand, config.remote_delay, config.remote_hold)
+        )
         app = build_app(forum, config, extensions)
         # Timeouts, the connection cap and JSON parser errors: node.web_server.
         runner = NodeRunner(app, config)

@@ -1,7 +1,7 @@
 """The tuple-space interface: patterns, and the Protocol every space offers.
 
 :class:`TupleSpace` is what a worker needs from a space. The in-process
-:class:`node.Forum` and the HTTP :class:`node.ForumClient` both satisfy it, so
+:class:`node.Forum` and the remote :class:`node.ForumClient` both satisfy it, so
 code written against one runs unchanged against the other.
 """
 

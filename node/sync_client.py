@@ -1,4 +1,4 @@
-"""``SyncForumClient``: the HTTP client for scripts that are not async.
+"""``SyncForumClient``: the client for scripts that are not async.
 
 ::
 
@@ -7,7 +7,8 @@
         print(space.take(Pattern(b"job-"), timeout=5))
 
 It runs a :class:`~node.client.ForumClient` on an event loop of its own (one
-loop for the client's life, so the connection pool is reused). Do not use it
+loop for the client's life, so its stream, or its HTTP connection pool with
+``transport="http"``, is reused). Do not use it
 from inside a running event loop: use ``ForumClient`` there.
 """
 

@@ -46,14 +46,18 @@ from node.web_keys import (
     METRICS_REGISTRY,
     PEERS,
     SELF_AUTHENTICATED,
+    SPACE,
     STARTED,
+    STREAMS,
     Extension,
 )
 from node.web_longpoll import LongPolls
 from node.web_metrics import NodeMetrics
-from node.web_model import METRICS, SPEC, Limits
+from node.web_model import METRICS, SPEC, STREAM, Limits
 from node.web_openapi import openapi_handler
+from node.web_ops import Space, problem_of
 from node.web_status import PeerStatus
+from node.web_stream import Streams
 
 #: cluster_key and CLUSTER_PREFIX are node.web_auth's, here too for the
 #: extensions that import them from the app (replication signs with the key).
@@ -103,7 +107,13 @@ def build_app(
     )
     app[FORUM] = forum
     app[CONFIG] = config
-    app[LIMITS] = Limits.of(config)
+    app[LIMITS] = limits = Limits.of(config)
+    app[SPACE] = space = Space(forum, long_polls, limits)
+    app[STREAMS] = streams = Streams(
+        space,
+        max_frame=config.max_batch_bytes + _BODY_SLACK,
+        shutdown_timeout=config.shutdown_timeout,
+    )
     app[METRICS_REGISTRY] = registry
     app[LONG_POLLS] = long_polls
     app[COMPACTOR] = compactor
@@ -113,7 +123,7 @@ def build_app(
 
     # Every operation of node.web_model, as declared there (so the OpenAPI
     # document, made from the same table, describes exactly what is served).
-    handlers = {**HANDLERS, SPEC: openapi_handler, METRICS: metrics.handle}
+    handlers = {**HANDLERS, SPEC: openapi_handler, METRICS: metrics.handle, STREAM: streams.handle}
     for operation, handler in handlers.items():
         if operation.method == "GET":
             app.router.add_get(operation.path, handler)  # and HEAD, as aiohttp does
@@ -141,6 +151,8 @@ async def _listening(app: web.Application) -> AsyncIterator[None]:
 
 async def _drain(app: web.Application) -> None:
     app[LONG_POLLS].drain()
+    # After the long polls: the requests in flight on a stream answer at once.
+    await app[STREAMS].drain()
 
 
 @web.middleware
@@ -195,17 +207,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise ApiProblem(
             408, "request_timeout", str(exc), headers={"Connection": "close"}
         ) from None
-    except RecordTooLarge as exc:
-        # Bad input that got past the body limits: the log refuses it whole.
-        raise ApiProblem(413, "payload_too_large", str(exc)) from None
-    except StrandError as exc:
-        log.error("storage failed on %s %s: %s", request.method, request.path, exc)
-        raise ApiProblem(
-            503, "storage_unavailable", str(exc), headers={"Retry-After": "1"}
-        ) from None
     except ForumError as exc:
-        # The Forum refuses work once it is closing (shutdown).
-        raise ApiProblem(503, "unavailable", str(exc), headers={"Retry-After": "1"}) from None
-    except Exception:
+        if isinstance(exc, StrandError) and not isinstance(exc, RecordTooLarge):
+            log.error("storage failed on %s %s: %s", request.method, request.path, exc)
+        raise problem_of(exc) from None
+    except Exception as exc:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        raise ApiProblem(500, "internal", "the node failed to answer; its log says why") from None
+        raise problem_of(exc) from None

@@ -317,8 +317,9 @@ def _chosen(document: WriteBody[Any] | BatchWriteBody[Any]) -> tuple[str, Any]:
     )
 
 
-def _payload(field: str, spelt: str | bytes, limit: int) -> bytes:
-    """One payload as bytes: base64 decoded, text encoded; never empty, at most ``limit``."""
+def check_payload(field: str, spelt: str | bytes, limit: int) -> bytes:
+    """One payload as bytes: base64 decoded, text encoded; never empty, at most
+    ``limit`` (an HTTP body's and a stream frame's, ``node.web_stream``)."""
     if field.endswith("_b64"):
         try:
             payload = base64.b64decode(spelt, validate=True)
@@ -353,40 +354,51 @@ async def parse_write(request: web.Request, limits: Limits) -> bytes:
     """The one payload of a write: the raw body, or a :class:`WriteBody`."""
     kind = body_kind(request)
     if kind == "raw":
-        return _payload("body", await read_body(request, limits.max_payload), limits.max_payload)
+        return check_payload(
+            "body", await read_body(request, limits.max_payload), limits.max_payload
+        )
     body = await read_body(request, limits.max_payload * _ENCODING_ALLOWANCE + _ENVELOPE_BYTES)
     field, spelt = _chosen(decode(body, WriteBody, kind))
-    return _payload(field, spelt, limits.max_payload)
+    return check_payload(field, spelt, limits.max_payload)
 
 
 async def parse_batch_write(request: web.Request, limits: Limits) -> list[bytes]:
     """The payloads of a batch write: a :class:`BatchWriteBody`."""
     kind = _document_kind(request, "a batch's tuples")
     document = decode(await read_body(request, limits.max_batch_bytes), BatchWriteBody, kind)
-    field, spelt = _chosen(document)
+    return check_payloads(*_chosen(document), limits)
+
+
+def check_payloads(field: str, spelt: Sequence[str | bytes], limits: Limits) -> list[bytes]:
+    """The payloads of a batch write: at most ``max_batch``, each a :func:`check_payload`."""
     if len(spelt) > limits.max_batch:
         raise too_large(f"a batch holds at most {limits.max_batch} tuples, not {len(spelt)}")
-    return [_payload(field, p, limits.max_payload) for p in spelt]
+    return [check_payload(field, p, limits.max_payload) for p in spelt]
 
 
 async def parse_ids(request: web.Request, limits: Limits) -> list[EntryId]:
     """The entry ids of a batch ack: :class:`Ids`."""
     kind = _document_kind(request, "ids")
     body = await read_body(request, limits.max_batch * _ID_BYTES)
-    return _entry_ids(decode(body, Ids, kind).ids, limits)
+    return check_ids(decode(body, Ids, kind).ids, limits)
 
 
 async def parse_extend(request: web.Request, limits: Limits) -> tuple[list[EntryId], float]:
     """The ids and the new lease of a reservation extend: :class:`ExtendBody`."""
     kind = _document_kind(request, "ids")
     document = decode(await read_body(request, limits.max_batch * _ID_BYTES), ExtendBody, kind)
-    ids = _entry_ids(document.ids, limits)
-    if document.lease > limits.max_lease:
+    return check_ids(document.ids, limits), check_extend_lease(document.lease, limits)
+
+
+def check_extend_lease(lease: float, limits: Limits) -> float:
+    """The new lease of an extend (a body field, hence ``invalid_field``)."""
+    if not 0 < lease <= limits.max_lease:
         raise bad_request("invalid_field", f"lease must be > 0 and <= {limits.max_lease:g} s")
-    return ids, document.lease
+    return lease
 
 
-def _entry_ids(values: Sequence[str], limits: Limits) -> list[EntryId]:
+def check_ids(values: Sequence[str], limits: Limits) -> list[EntryId]:
+    """The entry ids of a batch: at most ``max_batch``, each ``origin:seq``."""
     if len(values) > limits.max_batch:
         raise too_large(f"a batch holds at most {limits.max_batch} ids, not {len(values)}")
     try:
@@ -452,8 +464,7 @@ class Query:
         return Pattern((text or "").encode())
 
     def seconds(self, parameter: Parameter) -> float:
-        """Seconds in the grammar. A ``wait`` is cut to its maximum, absent means
-        0 (answer at once); a ``lease`` is refused past it."""
+        """Seconds in the grammar, held to :func:`check_seconds`; absent is 0."""
         text = self._get(parameter)
         if text is None:
             return 0.0
@@ -462,33 +473,55 @@ class Query:
                 "invalid_parameter",
                 f"{parameter.name} must be seconds such as 5 or 0.25, not {text!r}",
             )
-        value, maximum = float(text), parameter.bound(self._limits)
-        if parameter.cut:
-            return min(value, maximum)
-        if not 0 < value <= maximum:
-            raise bad_request(
-                "invalid_parameter", f"{parameter.name} must be > 0 and <= {maximum:g} s"
-            )
-        return value
+        return check_seconds(parameter, float(text), self._limits)
 
     def integer(self, parameter: Parameter) -> int:
         text = self._get(parameter)
         if text is None:
             return parameter.default
-        lo, hi = parameter.minimum, int(parameter.bound(self._limits))
-        if not _INTEGER.fullmatch(text) or not lo <= int(text) <= hi:
-            raise bad_request(
-                "invalid_parameter",
-                f"{parameter.name} must be an integer from {lo} to {hi}, not {text!r}",
-            )
-        return int(text)
+        if not _INTEGER.fullmatch(text):
+            raise bad_integer(parameter, text, self._limits)
+        return check_integer(parameter, int(text), self._limits)
 
     def entry_id(self, parameter: Parameter) -> EntryId:
         """An entry id in its text form ``origin:seq``."""
-        try:
-            return EntryId.parse(self._get(parameter) or "")
-        except ValueError as exc:
-            raise bad_request("invalid_parameter", f"{parameter.name}: {exc}") from exc
+        return check_entry_id(parameter, self._get(parameter) or "")
+
+
+# -- the checks of a parameter's value, shared by the query string and the stream --
+
+
+def check_seconds(parameter: Parameter, value: float, limits: Limits) -> float:
+    """A ``wait`` is cut to its maximum (absent or 0: answer at once); a
+    ``lease`` is refused past it."""
+    maximum = parameter.bound(limits)
+    if parameter.cut:
+        if not value >= 0:  # NaN too
+            raise bad_request("invalid_parameter", f"{parameter.name} must be >= 0 s")
+        return min(value, maximum)
+    if not 0 < value <= maximum:
+        raise bad_request("invalid_parameter", f"{parameter.name} must be > 0 and <= {maximum:g} s")
+    return value
+
+
+def check_integer(parameter: Parameter, value: int, limits: Limits) -> int:
+    if not parameter.minimum <= value <= int(parameter.bound(limits)):
+        raise bad_integer(parameter, value, limits)
+    return value
+
+
+def bad_integer(parameter: Parameter, value: object, limits: Limits) -> ApiProblem:
+    lo, hi = parameter.minimum, int(parameter.bound(limits))
+    return bad_request(
+        "invalid_parameter", f"{parameter.name} must be an integer from {lo} to {hi}, not {value!r}"
+    )
+
+
+def check_entry_id(parameter: Parameter, text: str) -> EntryId:
+    try:
+        return EntryId.parse(text)
+    except ValueError as exc:
+        raise bad_request("invalid_parameter", f"{parameter.name}: {exc}") from exc
 
 
 def _padded(text: str) -> str:

@@ -10,14 +10,12 @@ nothing, so neither does a failed one.
 
 from __future__ import annotations
 
-import logging
 import time
 from importlib import metadata
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from node.errors import ForumError
 from node.web_bodies import (
     ApiProblem,
     Query,
@@ -31,7 +29,17 @@ from node.web_bodies import (
     respond_tuple,
     tuple_body,
 )
-from node.web_keys import COMPACTOR, CONFIG, FORUM, LIMITS, LONG_POLLS, PEERS, STARTED
+from node.web_keys import (
+    COMPACTOR,
+    CONFIG,
+    FORUM,
+    LIMITS,
+    LONG_POLLS,
+    PEERS,
+    SPACE,
+    STARTED,
+    STREAMS,
+)
 from node.web_model import (
     ACK,
     ACK_BATCH,
@@ -57,24 +65,15 @@ from node.web_model import (
     WAIT,
     WRITE,
     WRITE_BATCH,
-    Acked,
-    AckedMany,
     Compacted,
-    Count,
-    Extended,
     Health,
-    Ids,
     Operation,
     Page,
     Ready,
-    Released,
     ReservedTuples,
     Tuples,
-    Written,
 )
 from node.web_status import NodeStatus
-
-log = logging.getLogger(__name__)
 
 
 def _version() -> str:
@@ -96,8 +95,7 @@ async def write_tuple(request: web.Request) -> web.Response:
     _query(request, WRITE)
     media = negotiate(request, WRITE)
     payload = await parse_write(request, request.app[LIMITS])
-    entry_id = await request.app[FORUM].write(payload)
-    return respond(Written(str(entry_id)), media, status=201)
+    return respond(await request.app[SPACE].write(payload), media, status=201)
 
 
 async def write_batch(request: web.Request) -> web.Response:
@@ -105,8 +103,7 @@ async def write_batch(request: web.Request) -> web.Response:
     _query(request, WRITE_BATCH)
     media = negotiate(request, WRITE_BATCH)
     payloads = await parse_batch_write(request, request.app[LIMITS])
-    ids = await request.app[FORUM].write_many(payloads) if payloads else []
-    return respond(Ids([str(i) for i in ids]), media, status=201)
+    return respond(await request.app[SPACE].write_many(payloads), media, status=201)
 
 
 async def take(request: web.Request) -> web.Response:
@@ -115,7 +112,7 @@ async def take(request: web.Request) -> web.Response:
     pattern = query.pattern()
     wait = query.seconds(WAIT)
     media = negotiate(request, TAKE)
-    found = await request.app[LONG_POLLS].take(pattern, wait)
+    found = await request.app[SPACE].take(pattern, wait)
     return web.Response(status=204) if found is None else respond_tuple(found, media)
 
 
@@ -127,7 +124,7 @@ async def reserve(request: web.Request) -> web.Response:
     wait = query.seconds(WAIT)
     lease = query.seconds(LEASE)
     media = negotiate(request, RESERVE)
-    found = await request.app[LONG_POLLS].reserve(pattern, lease, wait)
+    found = await request.app[SPACE].reserve(pattern, lease, wait)
     return web.Response(status=204) if found is None else respond_tuple(found, media)
 
 
@@ -140,14 +137,7 @@ async def reserve_batch(request: web.Request) -> web.Response:
     lease = query.seconds(LEASE)
     wait = query.seconds(WAIT)
     media = negotiate(request, RESERVE_BATCH)
-    forum = request.app[FORUM]
-    reserved = await forum.reserve_many(pattern, lease, limit)
-    if not reserved and wait:
-        first = await request.app[LONG_POLLS].reserve(pattern, lease, wait)
-        if first is not None:
-            reserved = [first]
-            if limit > 1:
-                reserved += await forum.reserve_many(pattern, lease, limit - 1)
+    reserved = await request.app[SPACE].reserve_many(pattern, lease, limit, wait)
     return respond(ReservedTuples([reserved_body(t, media) for t in reserved]), media)
 
 
@@ -156,7 +146,7 @@ async def ack_batch(request: web.Request) -> web.Response:
     _query(request, ACK_BATCH)
     ids = await parse_ids(request, request.app[LIMITS])
     media = negotiate(request, ACK_BATCH)
-    return respond(AckedMany(await request.app[FORUM].ack_many(ids)), media)
+    return respond(await request.app[SPACE].ack_many(ids), media)
 
 
 async def extend_reservations(request: web.Request) -> web.Response:
@@ -166,21 +156,21 @@ async def extend_reservations(request: web.Request) -> web.Response:
     _query(request, EXTEND)
     media = negotiate(request, EXTEND)
     ids, lease = await parse_extend(request, request.app[LIMITS])
-    return respond(Extended(await request.app[FORUM].extend_many(ids, lease)), media)
+    return respond(await request.app[SPACE].extend_many(ids, lease), media)
 
 
 async def ack(request: web.Request) -> web.Response:
     """``POST /v1/ack?id=``: take a reserved tuple for good; ``acked`` false if gone."""
     entry_id = _query(request, ACK).entry_id(ENTRY_ID)
     media = negotiate(request, ACK)
-    return respond(Acked(await request.app[FORUM].ack(entry_id)), media)
+    return respond(await request.app[SPACE].ack(entry_id), media)
 
 
 async def release(request: web.Request) -> web.Response:
     """``POST /v1/release?id=``: give a reserved tuple back at once."""
     entry_id = _query(request, RELEASE).entry_id(ENTRY_ID)
     media = negotiate(request, RELEASE)
-    return respond(Released(await request.app[FORUM].release(entry_id)), media)
+    return respond(await request.app[SPACE].release(entry_id), media)
 
 
 async def read(request: web.Request) -> web.Response:
@@ -189,34 +179,19 @@ async def read(request: web.Request) -> web.Response:
     pattern = query.pattern()
     wait = query.seconds(WAIT)
     media = negotiate(request, READ)
-    found = await request.app[LONG_POLLS].read(pattern, wait)
+    found = await request.app[SPACE].read(pattern, wait)
     return web.Response(status=204) if found is None else respond_tuple(found, media)
 
 
 async def take_batch(request: web.Request) -> web.Response:
-    """``POST /v1/take/batch``: take up to ``limit`` oldest matches, all or none.
-
-    With ``wait``, when nothing matches it waits for one match, then takes
-    what else is there: a consumer gets work as soon as there is any, yet
-    in batches under load.
-    """
+    """``POST /v1/take/batch``: take up to ``limit`` oldest matches, all or none
+    (``Space.take_many``)."""
     query = _query(request, TAKE_BATCH)
     pattern = query.pattern()
     limit = query.integer(BATCH_LIMIT)
     wait = query.seconds(WAIT)
     media = negotiate(request, TAKE_BATCH)
-    forum = request.app[FORUM]
-    taken = await forum.take_many(pattern, limit)
-    if not taken and wait:
-        first = await request.app[LONG_POLLS].take(pattern, wait)
-        if first is not None:
-            taken = [first]
-            if limit > 1:
-                try:
-                    taken += await forum.take_many(pattern, limit - 1)
-                except ForumError:
-                    # The first is taken for good: answer with it rather than lose it.
-                    log.exception("take batch: the rest of a batch after a wait failed")
+    taken = await request.app[SPACE].take_many(pattern, limit, wait)
     return respond(Tuples([tuple_body(t, media) for t in taken]), media)
 
 
@@ -224,7 +199,7 @@ async def count(request: web.Request) -> web.Response:
     """``GET /v1/count``: how many live tuples match."""
     pattern = _query(request, COUNT).pattern()
     media = negotiate(request, COUNT)
-    return respond(Count(await request.app[FORUM].count(pattern)), media)
+    return respond(await request.app[SPACE].count(pattern), media)
 
 
 async def list_tuples(request: web.Request) -> web.Response:
@@ -234,7 +209,7 @@ async def list_tuples(request: web.Request) -> web.Response:
     cursor = query.integer(CURSOR)
     limit = query.integer(PAGE_LIMIT)
     media = negotiate(request, LIST)
-    page = request.app[FORUM].list(pattern, cursor=cursor, limit=limit)
+    page = request.app[SPACE].list(pattern, cursor, limit)
     return respond(Page([tuple_body(t, media) for t in page.tuples], page.next_cursor), media)
 
 
@@ -276,6 +251,7 @@ def node_status(app: web.Application) -> NodeStatus:
         fsync=forum.strand.config.fsync,
         peers=tuple(app[PEERS]()),
         horizon=app[COMPACTOR].horizon(),
+        streams=app[STREAMS].figures(),
     )
 
 

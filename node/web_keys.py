@@ -21,7 +21,9 @@ from node.config import NodeConfig
 from node.forum import Forum
 from node.web_longpoll import LongPolls
 from node.web_model import Limits
+from node.web_ops import Space
 from node.web_status import PeerStatus
+from node.web_stream import Streams
 
 #: Returns one row per peer (url, state, lag, ...), for ``/v1/status``.
 PeersProvider = Callable[[], Sequence[PeerStatus]]
@@ -36,6 +38,10 @@ LIMITS = web.AppKey("limits", Limits)
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 PEERS = web.AppKey[PeersProvider]("peers")
 LONG_POLLS = web.AppKey("long_polls", LongPolls)
+#: The operations both the HTTP handlers and the stream call (node.web_ops).
+SPACE = web.AppKey("space", Space)
+#: The open streams (``GET /v1/stream``) and their figures.
+STREAMS = web.AppKey("streams", Streams)
 #: The background compactor; replication sets its horizon (``Compactor.set_horizon``).
 COMPACTOR = web.AppKey("compactor", Compactor)
 #: Path prefixes of an extension's routes that check their own credentials

@@ -126,7 +126,9 @@ class ExtendBody(Body, frozen=True):
     """The reservations to renew, and their new lease in seconds."""
 
     ids: list[EntryIdText]
-    lease: Annotated[float, Meta(gt=0)]
+    #: > 0 as the schema says, checked by ``check_extend_lease`` (the stream's
+    #: check too, so both refuse it in the same words).
+    lease: Annotated[float, Meta(extra_json_schema={"exclusiveMinimum": 0})]
 
 
 class Written(msgspec.Struct, frozen=True):
@@ -429,13 +431,30 @@ READYZ = Operation(
     "GET", "/readyz", "The Strand is open and the node is not shutting down (no token needed)",
     Answer(200, "Ready.", Ready, (JSON,)), negotiates=False,
 )  # fmt: skip
+#: The WebSocket of msgpack frames for programs (node.web_stream, docs/wire.md):
+#: the same operations as the routes above, many in flight on one connection.
+STREAM = Operation(
+    "GET", "/v1/stream",
+    "Upgrade to a WebSocket of msgpack request and answer frames (docs/wire.md)",
+    Answer(101, "Switching protocols: the stream is open.", media=()), negotiates=False,
+)  # fmt: skip
 METRICS = Operation(
     "GET", "/metrics", "Prometheus metrics in the text format (behind the token when one is set)",
     Answer(200, "Prometheus text format.", media=(TEXT,)), negotiates=False,
 )  # fmt: skip
 
+#: The operations of the stream (``GET /v1/stream``, node.web_stream), by the
+#: name a request gives, and the route each is over HTTP: the same checks, the
+#: same answer (its status and document), whichever way it is asked.
+STREAM_OPS = {
+    "write": WRITE, "write_many": WRITE_BATCH, "read": READ, "take": TAKE,
+    "take_many": TAKE_BATCH, "reserve": RESERVE, "reserve_many": RESERVE_BATCH, "ack": ACK,
+    "ack_many": ACK_BATCH, "extend_many": EXTEND, "release": RELEASE, "count": COUNT,
+    "list": LIST,
+}  # fmt: skip
+
 #: Every operation of the node itself (replication adds the cluster routes).
 OPERATIONS = (
     WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
-    EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
+    EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS, STREAM,
 )  # fmt: skip

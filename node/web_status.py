@@ -54,6 +54,23 @@ class PeerStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamFigures:
+    """The client streams of a node (``GET /v1/stream``, docs/wire.md)."""
+
+    #: Streams open now.
+    open: int = 0
+    #: Requests in flight now, over all streams.
+    in_flight: int = 0
+    #: The most requests ever in flight at once on one stream: never more than
+    #: ``max_in_flight``, however fast a client sends (the node stops reading).
+    peak_in_flight: int = 0
+    max_in_flight: int = 0
+    #: Requests answered, and streams closed for a bad frame, since start.
+    requests: int = 0
+    bad_frames: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class NodeStatus:
     """What a node says about itself."""
 
@@ -91,6 +108,14 @@ class NodeStatus:
     #: Per origin, the seq up to which every member holds every entry: what
     #: compaction may drop (the dead among it).
     horizon: dict[str, int] = field(default_factory=dict)
+    #: The client streams' :class:`StreamFigures`, each as ``streams_<name>``
+    #: (0 from a node older than the stream).
+    streams_open: int = 0
+    streams_in_flight: int = 0
+    streams_peak_in_flight: int = 0
+    streams_max_in_flight: int = 0
+    streams_requests: int = 0
+    streams_bad_frames: int = 0
 
     @classmethod
     def of(
@@ -105,6 +130,7 @@ class NodeStatus:
         fsync: str,
         peers: tuple[PeerStatus, ...],
         horizon: dict[str, int] | None = None,
+        streams: StreamFigures = StreamFigures(),
     ) -> NodeStatus:
         """The status of a node whose Forum reports ``stats``: every figure of
         ``stats`` is taken as it is; the rest is the node's."""
@@ -119,6 +145,7 @@ class NodeStatus:
             fsync=fsync,
             peers=peers,
             horizon=horizon or {},
+            **{f"streams_{f.name}": getattr(streams, f.name) for f in fields(StreamFigures)},
         )
 
     def to_document(self) -> dict[str, Any]:

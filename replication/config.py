@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from node.settings import (
     Layer,
@@ -79,6 +80,11 @@ class ReplicationConfig:
     #: origin; further ones are refused as forged (they would make the Strand
     #: reserve room for the gap). Anti-entropy never needs more than 1.
     max_seq_gap: PositiveInt = 1_000_000
+    #: How a tuple written on a peer is ranked for its turn here (its remote
+    #: delay is the node's ``remote_delay`` times the rank): ``members``, among
+    #: the members alive, the writer first (:mod:`replication.ranking`);
+    #: ``slots``, 1 to 4 by a hash, as a node alone does (kept to compare).
+    ranking: Literal["members", "slots"] = "members"
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -109,6 +109,9 @@ class MembershipListener(Protocol):
     def peer_heard(self, peer: Peer) -> None:
         """The peer called us while we thought it down: try it now."""
 
+    def peer_down(self, peer: Peer) -> None:
+        """The peer was alive and a call to it failed: it is suspect now."""
+
 
 class Membership:
     """The peer table of one node. Synchronous: used from one event loop."""
@@ -166,6 +169,15 @@ class Membership:
             if member is not None and reached and peer.state is not PeerState.DEAD:
                 known.append(member)
         return tuple(known)
+
+    def alive(self) -> frozenset[str]:
+        """The origins of the peers alive now (answering our calls): whose
+        turns count in the ranking of remote tuples (:mod:`replication.ranking`)."""
+        return frozenset(
+            peer.origin
+            for peer in self._peers.values()
+            if peer.origin is not None and peer.state is PeerState.ALIVE
+        )
 
     def forgotten(self, peer: Peer) -> bool:
         """Not heard from for ``forget_after`` (counted from when it was added
@@ -278,6 +290,8 @@ class Membership:
         if peer.state is PeerState.ALIVE:
             log.warning("peer %s is suspect: %s", peer.url, error)
             peer.state = PeerState.SUSPECT
+            for listener in self._listeners:
+                listener.peer_down(peer)
         elif peer.state is PeerState.SUSPECT and now - peer.failing_since >= self._dead_after:
             log.warning("peer %s is dead: failing for %.1fs", peer.url, now - peer.failing_since)
             peer.state = PeerState.DEAD

@@ -47,6 +47,7 @@ from replication.messages import (
 )
 from replication.metrics import ReplicationMetrics
 from replication.push import Outbox, Pusher
+from replication.ranking import MemberRanking
 from replication.transport import PeerTransport
 from replication.vector import VersionVector
 
@@ -125,6 +126,8 @@ class Replicator(AsyncResource):
 
     async def _run(self, started: asyncio.Future[None]) -> None:
         self.forum.add_listener(self._on_entries)
+        if self.config.ranking == "members":
+            self.forum.set_ranking(MemberRanking(self.me.origin, self.membership.alive))
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
@@ -134,6 +137,7 @@ class Replicator(AsyncResource):
         finally:
             self._group = None
             self.forum.remove_listener(self._on_entries)
+            self.forum.set_ranking(None)
 
     # -- the membership listener ---------------------------------------------------------
 
@@ -171,6 +175,11 @@ class Replicator(AsyncResource):
         link = self._links.pop(peer.url, None)
         if link is not None and link.task is not None:
             link.task.cancel()
+        self.forum.rerank()
+
+    def peer_down(self, peer: Peer) -> None:
+        # Tuples waiting for their turn behind it move up (replication.ranking).
+        self.forum.rerank()
 
     def peer_returned(self, peer: Peer) -> None:
         self._kick(peer, 0.0)

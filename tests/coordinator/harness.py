@@ -52,6 +52,17 @@ class WorkerProcess(WorkerService):
         assert code is not None, f"worker {self.name} never started"
         return code
 
+    async def exit_code(self, deadline: float = 30.0) -> int:
+        """Wait for an exit a signal sent before asked for, without sending
+        another (a second SIGTERM landing after the worker's loop has closed
+        would end it by the signal: -15); killed after ``deadline`` seconds."""
+        assert self.process is not None, f"worker {self.name} never started"
+        try:
+            async with asyncio.timeout(deadline):
+                return await self.process.wait()
+        except TimeoutError:
+            return await self.signal(signal.SIGKILL)
+
 
 @asynccontextmanager
 async def worker_processes(root: Path) -> AsyncIterator[list[WorkerProcess]]:

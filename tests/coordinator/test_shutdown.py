@@ -46,7 +46,7 @@ async def test_sigterm_abandons_the_waiting_take(
         worker.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.6)  # the timeline above: the write comes after the stop
         job = await space.write(b"job/late")
-        assert await worker.signal(signal.SIGTERM) == 0, worker.log_text()
+        assert await worker.exit_code() == 0, worker.log_text()
 
         assert await started(redis_url) == []
         assert await fenced.get(str(job)) is None

@@ -113,6 +113,31 @@ async def test_a_killed_node_restarted_misses_nothing(
     assert await converged([a, b, c]) == expected
 
 
+async def test_a_tuple_whose_writer_died_surfaces_without_waiting_for_it(
+    forum_nodes: ForumNodes, clients: Clients
+) -> None:
+    """t0: a writes e, pushed to b and c, where it waits for its turn (an
+    hour a turn here); t1: a is killed; b and c find it down at their next
+    call to it, and the first of them in e's turns ranks 0: e is live there
+    at once, not after the hour it would wait for a."""
+    nodes = mesh(forum_nodes, "abc", "--remote-delay", "3600")
+    await forum_nodes.start_all()
+    a, b, c = (clients(n) for n in nodes)
+    for node in (a, b, c):
+        await eventually(lambda n=node: _all_alive(n, 2), what=f"{node} reached its peers")
+    await a.write(b"job-orphan")
+    for node in (b, c):
+        await eventually(lambda n=node: _entries(n, 1), what=f"the write held on {node}")
+        assert await node.count(JOBS) == 0  # waiting for its turn
+
+    await nodes[0].kill()
+    takers = [asyncio.create_task(node.take(JOBS, timeout=30)) for node in (b, c)]
+    done, pending = await asyncio.wait(takers, return_when=asyncio.FIRST_COMPLETED)
+    for taker in pending:
+        taker.cancel()
+    assert [t.result() for t in done] == [b"job-orphan"]
+
+
 async def test_a_wiped_node_rejoins_under_a_new_origin_and_catches_up(
     forum_nodes: ForumNodes, clients: Clients
 ) -> None:
@@ -165,6 +190,10 @@ async def test_a_node_whose_peers_are_down_serves_and_stops_cleanly(
 
 async def _count(client: ForumClient, n: int) -> bool:
     return await client.count(JOBS) == n
+
+
+async def _entries(client: ForumClient, n: int) -> bool:
+    return (await client.status()).entries == n
 
 
 async def _live_is(client: ForumClient, expected: set[tuple[str, bytes]]) -> bool:

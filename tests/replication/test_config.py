@@ -26,11 +26,17 @@ def test_environment_overrides_defaults() -> None:
         {"FORUM_REPL_BATCH_DELAY": "nan"},
         {"FORUM_REPL_ANTI_ENTROPY_INTERVAL": "0"},
         {"FORUM_REPL_BACKOFF_MAX": "0.01"},
+        {"FORUM_REPL_RANKING": "random"},
     ],
 )
 def test_bad_settings_are_refused(env: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="FORUM_REPL_"):
         ReplicationConfig.from_env(env)
+
+
+def test_the_ranking_of_remote_tuples_is_members_unless_set_to_slots() -> None:
+    assert ReplicationConfig().ranking == "members"
+    assert ReplicationConfig.from_env({"FORUM_REPL_RANKING": "slots"}).ranking == "slots"
 
 
 def test_a_misspelt_variable_is_named_with_a_suggestion() -> None:

@@ -33,6 +33,9 @@ class Events:
     def peer_heard(self, peer: Peer) -> None:
         self.log.append(("heard", peer.url))
 
+    def peer_down(self, peer: Peer) -> None:
+        self.log.append(("down", peer.url))
+
 
 def table(*seeds: str, clock: Clock | None = None) -> tuple[Membership, Events]:
     membership = Membership(

@@ -21,9 +21,13 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-@pytest.fixture
-async def client(forum_node: NodeProcess) -> AsyncIterator[ForumClient]:
-    async with ForumClient(forum_node.url) as c:
+@pytest.fixture(params=["stream", "http"])
+async def client(
+    forum_node: NodeProcess, request: pytest.FixtureRequest
+) -> AsyncIterator[ForumClient]:
+    """A client of ``forum_node`` over each transport: the same contract either way."""
+    async with ForumClient(forum_node.url, transport=request.param) as c:
+        assert c.transport == request.param
         yield c
 
 

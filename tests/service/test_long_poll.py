@@ -8,9 +8,10 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 
 from node import Pattern
-from node.client import ForumClient
+from node.client import ForumClient, Transport
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 
 
@@ -77,21 +78,30 @@ async def test_wait_is_cut_to_the_nodes_maximum(forum_nodes: ForumNodes) -> None
         assert loop.time() - started < 10
 
 
+@pytest.mark.parametrize("transport", ["stream", "http"])
 async def test_client_waits_past_the_nodes_maximum_with_several_polls(
-    forum_nodes: ForumNodes,
+    forum_nodes: ForumNodes, transport: Transport
 ) -> None:
     node = await forum_nodes.start("short", "--max-wait", "0.2")
-    async with ForumClient(node.url) as client:
+    async with ForumClient(node.url, transport=transport) as client:
         waiting = asyncio.create_task(client.take(Pattern(b"late"), timeout=30))
         async with aiohttp.ClientSession() as http:
             # Two polls have ended (0.2 s each) and the client is still waiting.
-            await eventually(
-                lambda: _requests_answered(http, node.url, "204", 2), what="two empty polls"
-            )
+            answered = _requests_answered if transport == "http" else _stream_requests_answered
+            await eventually(lambda: answered(http, node.url, "204", 2), what="two empty polls")
         assert not waiting.done()
         await client.write(b"late-1")
         async with asyncio.timeout(10):
             assert await waiting == b"late-1"
+
+
+async def _stream_requests_answered(
+    http: aiohttp.ClientSession, url: str, status: str, n: int
+) -> bool:
+    """Requests answered on streams (all of them 204s here: nothing is written)."""
+    async with http.get(f"{url}/v1/status") as response:
+        answered: int = (await response.json())["streams_requests"]
+    return answered >= n
 
 
 async def _requests_answered(http: aiohttp.ClientSession, url: str, status: str, n: int) -> bool:

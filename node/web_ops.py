@@ -1,0 +1,123 @@
+"""The operations of the client API, each written once.
+
+Two front ends reach them: the HTTP handlers (:mod:`node.web_handlers`,
+one request each) and the stream (:mod:`node.web_stream`, many requests in
+flight on one WebSocket). Each front end reads its own spelling of the
+arguments (a query string and a body; a msgpack map) and holds the values
+to the same checks (``check_*`` in :mod:`node.web_bodies`) before it calls
+an operation here, so a refused request changes nothing, whichever way it
+came. What an operation answers is the document of :mod:`node.web_model`
+(the front end encodes it), and a failure is the same :class:`ApiProblem`
+(:func:`problem_of`), which both answer with its status and error body.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from node.entries import EntryId, Reserved, Tuple
+from node.errors import ForumError, RecordTooLarge, StrandError
+from node.forum import Forum, ListPage
+from node.space import Pattern
+from node.web_bodies import ApiProblem
+from node.web_longpoll import LongPolls
+from node.web_model import Acked, AckedMany, Count, Extended, Ids, Limits, Released, Written
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Space:
+    """What the operations of one node work on."""
+
+    forum: Forum
+    long_polls: LongPolls
+    limits: Limits
+
+    async def write(self, payload: bytes) -> Written:
+        return Written(str(await self.forum.write(payload)))
+
+    async def write_many(self, payloads: Sequence[bytes]) -> Ids:
+        ids = await self.forum.write_many(payloads) if payloads else []
+        return Ids([str(i) for i in ids])
+
+    async def read(self, pattern: Pattern, wait: float) -> Tuple | None:
+        return await self.long_polls.read(pattern, wait)
+
+    async def take(self, pattern: Pattern, wait: float) -> Tuple | None:
+        return await self.long_polls.take(pattern, wait)
+
+    async def reserve(self, pattern: Pattern, lease: float, wait: float) -> Reserved | None:
+        return await self.long_polls.reserve(pattern, lease, wait)
+
+    async def take_many(self, pattern: Pattern, limit: int, wait: float) -> list[Tuple]:
+        """Up to ``limit`` oldest matches, all or none. With ``wait``, when
+        nothing matches it waits for one match, then takes what else is
+        there: a consumer gets work as soon as there is any, yet in batches
+        under load."""
+        taken = await self.forum.take_many(pattern, limit)
+        if taken or not wait:
+            return taken
+        first = await self.long_polls.take(pattern, wait)
+        if first is None:
+            return []
+        taken = [first]
+        if limit > 1:
+            try:
+                taken += await self.forum.take_many(pattern, limit - 1)
+            except ForumError:
+                # The first is taken for good: answer with it rather than lose it.
+                log.exception("take batch: the rest of a batch after a wait failed")
+        return taken
+
+    async def reserve_many(
+        self, pattern: Pattern, lease: float, limit: int, wait: float
+    ) -> list[Reserved]:
+        """As :meth:`take_many`, reserving for ``lease`` seconds."""
+        reserved = await self.forum.reserve_many(pattern, lease, limit)
+        if reserved or not wait:
+            return reserved
+        first = await self.long_polls.reserve(pattern, lease, wait)
+        if first is None:
+            return []
+        reserved = [first]
+        if limit > 1:
+            reserved += await self.forum.reserve_many(pattern, lease, limit - 1)
+        return reserved
+
+    async def ack(self, entry_id: EntryId) -> Acked:
+        return Acked(await self.forum.ack(entry_id))
+
+    async def ack_many(self, entry_ids: Sequence[EntryId]) -> AckedMany:
+        return AckedMany(await self.forum.ack_many(entry_ids))
+
+    async def extend_many(self, entry_ids: Sequence[EntryId], lease: float) -> Extended:
+        return Extended(await self.forum.extend_many(entry_ids, lease))
+
+    async def release(self, entry_id: EntryId) -> Released:
+        return Released(await self.forum.release(entry_id))
+
+    async def count(self, pattern: Pattern) -> Count:
+        return Count(await self.forum.count(pattern))
+
+    def list(self, pattern: Pattern, cursor: int, limit: int) -> ListPage:
+        return self.forum.list(pattern, cursor=cursor, limit=limit)
+
+
+def problem_of(exc: Exception) -> ApiProblem:
+    """The answer to an operation that failed with ``exc``: the problem itself,
+    or what a Forum error means to a client; anything else is a 500 (logged
+    by the caller, who knows the request)."""
+    if isinstance(exc, ApiProblem):
+        return exc
+    if isinstance(exc, RecordTooLarge):
+        # Bad input that got past the body limits: the log refuses it whole.
+        return ApiProblem(413, "payload_too_large", str(exc))
+    if isinstance(exc, StrandError):
+        return ApiProblem(503, "storage_unavailable", str(exc), headers={"Retry-After": "1"})
+    if isinstance(exc, ForumError):
+        # The Forum refuses work once it is closing (shutdown).
+        return ApiProblem(503, "unavailable", str(exc), headers={"Retry-After": "1"})
+    return ApiProblem(500, "internal", "the node failed to answer; its log says why")
