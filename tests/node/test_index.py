@@ -41,7 +41,8 @@ ORIGINS = ["here", "peer-a", "peer-b"]
 
 
 class IndexModel(RuleBasedStateMachine):
-    """``live``: (arrival, tuple) in arrival order; ``out``: removed, restorable."""
+    """``live``: (arrival, tuple) in arrival order; the ``removed`` bundle: the
+    tuples taken out (by take or remove_id), which ``restore`` puts back."""
 
     removed = Bundle("removed")
     SMALL: ClassVar[dict[str, int]] = {"SCAN_LIMIT": 2, "MAX_QUEUES": 2, "_BLOCK": 4}
@@ -70,7 +71,7 @@ class IndexModel(RuleBasedStateMachine):
         return EntryId(origin, seq)
 
     @property
-    def gone(self) -> set[EntryId]:
+    def used_ids(self) -> set[EntryId]:
         """Every id used so far, live or not."""
         return {EntryId(o, s) for o, seqs in self.used.items() for s in seqs}
 
@@ -108,7 +109,7 @@ class IndexModel(RuleBasedStateMachine):
 
     @rule(target=removed, data=st.data())
     def remove_id(self, data: st.DataObject) -> object:
-        known = [item.id for _, item in self.live] + sorted(self.gone, key=str)
+        known = [item.id for _, item in self.live] + sorted(self.used_ids, key=str)
         entry_id = data.draw(st.sampled_from(known) if known else st.just(EntryId("here", 1)))
         found = next(((a, t) for a, t in self.live if t.id == entry_id), None)
         assert self.index.remove_id(entry_id) == found
@@ -148,7 +149,7 @@ class IndexModel(RuleBasedStateMachine):
         assert sorted(self.index.ids()) == sorted(t.id for _, t in self.live)
         for _, item in self.live:
             assert item.id in self.index
-        for entry_id in self.gone - {t.id for _, t in self.live}:
+        for entry_id in self.used_ids - {t.id for _, t in self.live}:
             assert entry_id not in self.index
 
 
