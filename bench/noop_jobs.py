@@ -38,7 +38,18 @@ just before or after the clock stops: one write in N):
 * ``taskiq``: ``task.kiq()`` on taskiq-redis's ``RedisStreamBroker`` (the
   acknowledging one: XREADGROUP + XACK) with ``RedisAsyncResultBackend`` →
   taskiq's ``Receiver`` with ``max_async_tasks=C``, counted by a
-  ``post_save`` middleware (the result is stored; the XACK follows);
+  ``post_save`` middleware (the result is stored; the XACK follows). The
+  Receiver is given ``max_tasks_to_execute=N`` (what ``taskiq worker
+  --max-tasks-per-child`` sets), so it stops fetching after the N-th
+  delivery, waits for its running tasks (their XACKs) and returns by itself.
+  It is not stopped through its finish event nor cancelled: either cancels
+  its pending ``anext(broker.listen())``, and on Python 3.11 redis-py 8 can
+  lose that cancellation (it sends every command under
+  ``asyncio.wait_for(..., socket_timeout)``, 5 s by default since 8.0, and
+  3.11's ``wait_for`` returns the result instead of raising when the cancel
+  comes just as the send completes, CPython gh-86296, fixed in 3.12). The
+  listen loop then goes on issuing ``XREADGROUP BLOCK 2000`` for ever, and
+  the Receiver waits on it under a shielded cancel scope: the run never ends;
 * ``arq``: ``enqueue_job`` → ``arq.Worker`` (burst mode, so it ends once the
   queue is empty) with ``max_jobs=C`` and ``poll_delay`` 0.01 s (its default
   0.5 s sleeps between polls: at one slot that is 2 jobs/s), counted by
@@ -53,10 +64,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
+import signal
 import sys
 import time
+import types
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -218,6 +232,7 @@ async def run_streaq(args: argparse.Namespace) -> dict[str, float]:
 
 
 async def run_taskiq(args: argparse.Namespace) -> dict[str, float]:
+    from redis.asyncio import Redis
     from taskiq import TaskiqMiddleware
     from taskiq.receiver import Receiver
     from taskiq_redis import RedisAsyncResultBackend, RedisStreamBroker
@@ -241,20 +256,23 @@ async def run_taskiq(args: argparse.Namespace) -> dict[str, float]:
     await broker.startup()  # the consumer group, before the first job
     try:
         await clock.enqueue(lambda i: noop.kiq())
-        receiver = Receiver(broker, max_async_tasks=args.concurrency, run_startup=False)
-        finish = asyncio.Event()
-        running = asyncio.create_task(receiver.listen(finish))
+        # It ends itself after the N-th job (never set: the finish event; see
+        # the module docstring for why it is neither set nor cancelled).
+        receiver = Receiver(
+            broker,
+            max_async_tasks=args.concurrency,
+            max_tasks_to_execute=args.jobs,
+            run_startup=False,
+        )
+        running = asyncio.create_task(receiver.listen(asyncio.Event()))
         result = await clock.until_done(lambda: done)
-        # Set, ``finish`` does not always end ``listen`` (taskiq 0.13: now and
-        # then it waits on forever), so it is cancelled, as streaq's and arq's.
-        finish.set()
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
+        await running
+        async with Redis(connection_pool=broker.connection_pool) as redis:
+            pending = await redis.xpending(broker.queue_name, broker.consumer_group_name)
     finally:
         await broker.shutdown()
-    if done != args.jobs:
-        raise RuntimeError(f"taskiq run incomplete: {done} of {args.jobs}")
+    if done != args.jobs or pending["pending"]:
+        raise RuntimeError(f"taskiq run incomplete: {done} of {args.jobs}, {pending} unacked")
     return result
 
 
@@ -302,6 +320,40 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], Awaitable[dict[str, float]]]] 
 }
 
 
+# -- a hang, shown -----------------------------------------------------------------------
+
+
+def dump_tasks() -> None:
+    """What every task and running async generator awaits, outermost first, to
+    stderr: on SIGUSR1, which bench/peers_bench.py sends a run it is about to
+    kill for overrunning. (An async generator driven by ``anext`` in a task of
+    its own shows in that task as no frames: hence the generators.)"""
+    for task in asyncio.all_tasks():
+        print(f"noop_jobs: task {task!r}", file=sys.stderr)
+        awaited(task.get_coro())
+    for obj in gc.get_objects():
+        if isinstance(obj, types.AsyncGeneratorType) and obj.ag_running:
+            print(f"noop_jobs: running {obj!r}", file=sys.stderr)
+            awaited(obj)
+    sys.stderr.flush()
+
+
+def awaited(link: Any) -> None:
+    """The chain of frames from ``link`` (a coroutine or async generator) down
+    through what each awaits."""
+    while link is not None:
+        frame = getattr(link, "cr_frame", None) or getattr(link, "ag_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            print(f"    {code.co_filename}:{frame.f_lineno} {code.co_name}", file=sys.stderr)
+        link = getattr(link, "cr_await", None) or getattr(link, "ag_await", None)
+
+
+async def run(system: str, args: argparse.Namespace) -> dict[str, float]:
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
+    return await RUNNERS[system](args)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("system", choices=sorted(RUNNERS))
@@ -315,7 +367,7 @@ def main() -> None:
     # The peers log every job at INFO; the Lens notes the fresh Redis (an epoch).
     logging.basicConfig(level=logging.ERROR)
     sys.path.insert(0, str(ROOT))
-    print(json.dumps(asyncio.run(RUNNERS[args.system](args))))
+    print(json.dumps(asyncio.run(run(args.system, args))))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,14 @@ its own (:data:`DATABASES`), flushed before each of its runs. For C in 1 and
 the machine may be shared, so none gets a quiet or busy stretch to itself)
 and the medians are reported, with Forum's ratio to each peer.
 
+Each run is a child process in a process group of its own, given
+``--run-timeout`` seconds (default 120) from its start: one that overruns is
+sent SIGUSR1 (bench/noop_jobs.py then prints its asyncio tasks' stacks to
+stderr), then its whole group is killed, and it is reported as a timeout
+(the system, slots and round, in the table and under ``timeouts`` in the
+JSON); the medians are of the runs that finished, and the benchmark goes on.
+Each run's result is printed to stderr as it finishes.
+
 The peers pin redis-py in ways that exclude each other and the tests'
 environment, so each system runs as a child process of its own virtualenv's
 Python (scripts/bench-env makes them)::
@@ -26,6 +34,7 @@ Python (scripts/bench-env makes them)::
     scripts/bench-env
     .venv-bench/bin/python bench/peers_bench.py [--jobs 2000] [--rounds 3]
         [--systems forum saq ...] [--python saq=/path/to/python] [--no-plot]
+        [--concurrency 1 8] [--run-timeout 120]
 
 Prints a table; writes bench/results/peers_bench.json and
 bench/results/peers_bench.png (jobs/s by concurrency, Forum against each peer).
@@ -40,9 +49,11 @@ import importlib.util
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +81,9 @@ PACKAGES = {
     "taskiq": ("taskiq", "taskiq-redis", "redis", "hiredis"),
     "arq": ("arq", "redis", "hiredis"),
 }
-CHILD_DEADLINE = 900.0  # s for one run, all of it (the child's own wait is 600 s)
+RUN_TIMEOUT = 120.0  # s: the default --run-timeout, for one run, all of it
+VERSIONS_TIMEOUT = 60.0  # s for a system's Python to say its versions
+DUMP_GRACE = 1.0  # s between SIGUSR1 (the child dumps its tasks) and SIGKILL
 
 #: Run in each system's Python before anything is measured: the versions it
 #: has, so a missing environment fails at once, in one line.
@@ -93,6 +106,23 @@ class BenchError(Exception):
     """A run could not be done: said in one line, no traceback."""
 
 
+class RunTimeout(BenchError):
+    """A run overran its deadline (it was killed, its whole process group)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """Which run: the system, its slots (= producers) and the round."""
+
+    system: str
+    slots: int
+    round: int
+
+    def __str__(self) -> str:
+        slots = f"{self.slots} slot{'s' if self.slots != 1 else ''}"
+        return f"{self.system}, {slots}, round {self.round}"
+
+
 def pythons(systems: list[str], overrides: list[str]) -> dict[str, str]:
     chosen = {
         name: sys.executable if name == "forum" else str(ROOT / VENVS[name] / "bin" / "python")
@@ -109,42 +139,60 @@ def pythons(systems: list[str], overrides: list[str]) -> dict[str, str]:
     return chosen
 
 
-async def child(python: str, *argv: str) -> str:
-    """Run ``python argv...``; its stdout, or a BenchError with its exit code."""
+async def child(python: str, *argv: str, deadline: float) -> str:
+    """Run ``python argv...`` in a process group of its own; its stdout, or a
+    BenchError with its exit code, or a RunTimeout once ``deadline`` s passed."""
     proc = await asyncio.create_subprocess_exec(
-        python, *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE
+        python, *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, start_new_session=True
     )
     try:
-        async with asyncio.timeout(CHILD_DEADLINE):
+        async with asyncio.timeout(deadline):
             out, _ = await proc.communicate()
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGUSR1)  # noop_jobs: its tasks' stacks to stderr
+            await asyncio.sleep(DUMP_GRACE)
+        raise RunTimeout(f"{' '.join(argv[:2])} did not finish in {deadline:g} s") from None
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        # The whole group, even after a clean exit: nothing it started outlives it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
     if proc.returncode != 0:
         raise BenchError(f"{' '.join(argv[:2])} exited with {proc.returncode} (its error above)")
     return out.decode()
 
 
 async def versions(python: str, system: str) -> dict[str, str | None]:
-    out = await child(python, "-I", "-c", VERSIONS, PACKAGES[system][0], *PACKAGES[system])
+    argv = ("-I", "-c", VERSIONS, PACKAGES[system][0], *PACKAGES[system])
+    try:
+        out = await child(python, *argv, deadline=VERSIONS_TIMEOUT)
+    except RunTimeout:
+        raise BenchError(f"{system}: {python} did not say its versions in "
+                         f"{VERSIONS_TIMEOUT:g} s") from None  # fmt: skip
     found: dict[str, str | None] = json.loads(out)
     return found
 
 
 async def one_run(
-    system: str, python: str, redis_base: str, jobs: int, concurrency: int
+    system: str, python: str, redis_base: str, args: argparse.Namespace, concurrency: int
 ) -> dict[str, float]:
+    """One timed run (bench/noop_jobs.py); a RunTimeout past ``--run-timeout``."""
     url = f"{redis_base}/{DATABASES[system]}"
     async with aioredis.from_url(url) as client:
         await client.flushdb()
-    argv = [str(NOOP_JOBS), system, "--redis-url", url, "--jobs", str(jobs)]
+    argv = [str(NOOP_JOBS), system, "--redis-url", url, "--jobs", str(args.jobs)]
     argv += ["--concurrency", str(concurrency)]
     if system != "forum":
-        return dict(json.loads(await child(python, *argv)))
+        return dict(json.loads(await child(python, *argv, deadline=args.run_timeout)))
     with tempfile.TemporaryDirectory(prefix="peers-bench-forum-") as data:
         async with forum_node(Path(data), "always") as forum_url:
-            return dict(json.loads(await child(python, *argv, "--forum-url", forum_url)))
+            argv += ["--forum-url", forum_url]
+            return dict(json.loads(await child(python, *argv, deadline=args.run_timeout)))
+
+
+def progress(line: str) -> None:
+    print(f"peers_bench: {line}", file=sys.stderr, flush=True)
 
 
 async def measure(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str, Any]:
@@ -158,32 +206,58 @@ async def measure(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str,
         "timed": "N / (first enqueue .. N-th completion); see bench/noop_jobs.py",
         "forum": "forum serve --fsync always (fresh per run) + ForumClient + Lens + Worker",
         "redis": "one redis-server, appendonly yes, appendfsync always; a database per system",
+        "run_timeout": args.run_timeout,
         "versions": {name: await versions(python, name) for name, python in chosen.items()},
         "concurrency": {},
+        "timeouts": [],
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="peers-bench-redis-") as data:
         async with redis_server(Path(data), "always") as redis_url:
             base = redis_url.rsplit("/", 1)[0]
             for concurrency in args.concurrency:
                 runs: dict[str, list[dict[str, float]]] = {name: [] for name in chosen}
-                for _ in range(args.rounds):
+                for round_ in range(1, args.rounds + 1):
                     for name, python in chosen.items():
-                        runs[name].append(await one_run(name, python, base, args.jobs, concurrency))
+                        which = Run(name, concurrency, round_)
+                        if (run := await timed_run(which, python, base, args)) is None:
+                            report["timeouts"].append(asdict(which))
+                        else:
+                            runs[name].append(run)
                 report["concurrency"][str(concurrency)] = summary(runs)
     return report
 
 
+async def timed_run(
+    which: Run, python: str, redis_base: str, args: argparse.Namespace
+) -> dict[str, float] | None:
+    """One run, its result said on stderr as it ends; None if it timed out."""
+    try:
+        run = await one_run(which.system, python, redis_base, args, which.slots)
+    except RunTimeout:
+        progress(f"{which}: timeout (killed after {args.run_timeout:g} s)")
+        return None
+    progress(f"{which}: {run['jobs_per_s']:,.0f} jobs/s ({run['seconds']:.2f} s)")
+    return run
+
+
 def summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """Per system, the medians of its finished runs (``jobs_per_s`` None if
+    none finished), and Forum's ratio to each peer where both have one."""
     row: dict[str, Any] = {
         name: {key: statistics.median(s[key] for s in samples) for key in samples[0]}
         | {"jobs_per_s_samples": [s["jobs_per_s"] for s in samples]}
+        if samples
+        else {"jobs_per_s": None, "jobs_per_s_samples": []}
         for name, samples in runs.items()
     }
     if "forum" in row:
         forum = row["forum"]["jobs_per_s"]
         row["forum_vs"] = {
-            name: forum / row[name]["jobs_per_s"] for name in runs if name != "forum"
-        }
+            name: None if forum is None or row[name]["jobs_per_s"] is None
+            else forum / row[name]["jobs_per_s"]
+            for name in runs
+            if name != "forum"
+        }  # fmt: skip
     return row
 
 
@@ -201,10 +275,20 @@ def table(report: dict[str, Any]) -> str:
         + "  " + "  ".join(f"{'/' + name:>8}" for name in peers if "forum" in systems),
     ]  # fmt: skip
     for concurrency, row in report["concurrency"].items():
-        rates = "  ".join(f"{row[name]['jobs_per_s']:>8,.0f}" for name in systems)
-        ratios = "  ".join(f"{row['forum_vs'][name]:>7.2f}x" for name in row.get("forum_vs", {}))
+        rates = "  ".join(shown(row[name]["jobs_per_s"], "{:>8,.0f}") for name in systems)
+        ratios = "  ".join(shown(ratio, "{:>7.2f}x") for ratio in row.get("forum_vs", {}).values())
         lines.append(f"{concurrency:>3}  {rates}  {ratios}")
+    if report["timeouts"]:
+        lines.append(
+            f"timed out (killed after {report['run_timeout']:g} s; the medians are of the "
+            "runs that finished): " + "; ".join(str(Run(**t)) for t in report["timeouts"])
+        )
     return "\n".join(lines)
+
+
+def shown(value: float | None, form: str) -> str:
+    """``value`` in ``form``, or "timeout" as wide: no run of it finished."""
+    return form.format(value) if value is not None else f"{'timeout':>{len(form.format(0))}}"
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -212,12 +296,17 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
     systems = list(report["versions"])
     rows = report["concurrency"]
-    series = {name: [row[name]["jobs_per_s"] for row in rows.values()] for name in systems}
+    # A system none of whose runs finished: a bar of 0, noted "timeout".
+    series = {name: [row[name]["jobs_per_s"] or 0.0 for row in rows.values()] for name in systems}
     notes = {
-        name: [f"{row['forum_vs'][name]:.2f}x" for row in rows.values()]
+        name: [
+            "timeout" if row[name]["jobs_per_s"] is None
+            else "" if name == "forum" or "forum" not in systems
+            else shown(row["forum_vs"][name], "{:.2f}x").strip()
+            for row in rows.values()
+        ]
         for name in systems
-        if name != "forum" and "forum" in systems
-    }
+    }  # fmt: skip
     plots.grouped_bars(
         path,
         f"No-op jobs end to end, {report['jobs']} jobs, median of {report['rounds']}; "
@@ -241,9 +330,14 @@ async def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "peers_bench.json")
     parser.add_argument("--plot", type=Path, default=RESULTS / "peers_bench.png")
     parser.add_argument("--no-plot", action="store_true", help="draw no PNG (no matplotlib)")
+    parser.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT, metavar="S",
+                        help=f"kill a run not done in S s; reported as a timeout, "
+                             f"the bench goes on (default {RUN_TIMEOUT:g})")  # fmt: skip
     args = parser.parse_args()
     if args.jobs < 1 or args.rounds < 1 or min(args.concurrency) < 1:
         parser.error("--jobs, --rounds and --concurrency must be at least 1")
+    if not args.run_timeout > 0:
+        parser.error("--run-timeout must be more than 0")
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         parser.error("matplotlib is not installed here: run from .venv-bench, or --no-plot")
     try:

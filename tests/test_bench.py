@@ -1,6 +1,7 @@
 """The benchmarks run end to end (tiny, Forum and Redis only: no peer's
 environment, no timing asserted): bench/peers_bench.py and bench/http_bench.py
-each leave a complete report."""
+each leave a complete report, and peers_bench kills a run that overruns its
+timeout, says so, and goes on."""
 
 from __future__ import annotations
 
@@ -37,6 +38,47 @@ def test_peers_bench_runs_forum_through_forum_serve(tmp_path: Path) -> None:
         assert row["forum"]["jobs"] == 50
         assert row["forum"]["jobs_per_s"] > 0
     assert report["versions"]["forum"]["forum"]
+
+
+#: A "saq" Python whose versions answer but whose run never ends: it, and a
+#: process it started (its pid written to the file in $1), sleep until killed.
+HANGING_PYTHON = """#!/bin/sh
+if [ "$1" = "-I" ]; then echo '{"saq": "0", "redis": null, "hiredis": null}'; exit 0; fi
+sleep 300 &
+echo $! > %s
+exec sleep 300
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_peers_bench_kills_a_run_past_its_timeout_and_goes_on(tmp_path: Path) -> None:
+    python, started = tmp_path / "python", tmp_path / "started.pid"
+    python.write_text(HANGING_PYTHON % started)
+    python.chmod(0o755)
+    out = tmp_path / "peers.json"
+    done = run("peers_bench.py", "--systems", "saq", "forum", "--python", f"saq={python}",
+               "--jobs", "20", "--rounds", "1", "--concurrency", "1", "--run-timeout", "15",
+               "--no-plot", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["timeouts"] == [{"system": "saq", "slots": 1, "round": 1}]
+    row = report["concurrency"]["1"]
+    assert row["saq"]["jobs_per_s"] is None
+    assert row["forum"]["jobs"] == 20  # the run after the one that timed out
+    assert row["forum_vs"] == {"saq": None}
+    progress = done.stderr.splitlines()
+    assert "peers_bench: saq, 1 slot, round 1: timeout (killed after 15 s)" in progress
+    assert any(line.startswith("peers_bench: forum, 1 slot, round 1: ") for line in progress)
+    assert "timeout" in done.stdout.splitlines()[2]  # the table's row for 1 slot
+    assert not alive(int(started.read_text()))  # the whole process group was killed
 
 
 def test_peers_bench_says_in_one_line_that_a_peer_has_no_environment(tmp_path: Path) -> None:
