@@ -79,6 +79,9 @@ REMOTE_HOLD = 2.0
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
 _REMOTE_SLOTS = 4
+#: Aired tuples a take looks at for the one this node ranks best, before it
+#: settles for the oldest (a bound on the scan when other prefixes abound).
+_STEAL_SCAN = 64
 #: ``ranking(entry_id)``: this node's turn for a tuple written on a peer, as a
 #: whole number (0: at once); the tuple waits ``remote_delay`` times it. A Forum
 #: alone ranks by :func:`slot_ranking`; replication installs a rank among the
@@ -133,30 +136,40 @@ class ListPage:
 
 
 class _Surfacing:
-    """A remote tuple waiting for its turn here, or held after it: since when
-    (loop time), its rank, and the timer that ends the wait (re-set when its
-    rank changes)."""
+    """A remote tuple waiting for its turn here, or in the pool after it
+    (:class:`_Pool`): since when (loop time), its rank, the timer that ends
+    the wait (re-set when its rank changes), and whether it is aired (its
+    hold ended: live, in the index)."""
 
-    __slots__ = ("arrived", "handle", "item", "rank")
+    __slots__ = ("aired", "arrived", "handle", "item", "rank")
 
     def __init__(self, item: Tuple, arrived: float, rank: int, handle: asyncio.TimerHandle) -> None:
         self.item = item
         self.arrived = arrived
         self.rank = rank
         self.handle = handle
+        self.aired = False
 
 
-class _Held:
-    """Remote tuples held after their turn (see ``Forum.apply``), by id and by
-    rank: a take here that finds nothing live gets the one it ranks best
-    (lowest rank, then first turn), so that nodes left with only held
-    tuples do not all reach for the same one."""
+class _Pool:
+    """Remote tuples whose turn came while no taker here wanted them (see
+    ``Forum.apply``), by id and, held and aired apart, by rank. *Held*: not
+    live yet, taken here only when nothing live matches. *Aired*: the hold
+    ended, so the tuple is live (read, counted, listed, in the index), but a
+    take that reaches it gets the aired match this node ranks best instead.
 
-    __slots__ = ("_by_id", "_by_rank")
+    Either way a take here gets the one it ranks best (lowest rank), the
+    newest first within a rank: the writer drains its own tuples oldest
+    first, so a node that steals from its backlog starts from the other end
+    and meets it last, and two nodes never start on the same tuple (no two
+    rank a tuple alike)."""
+
+    __slots__ = ("_aired", "_by_id", "_held")
 
     def __init__(self) -> None:
         self._by_id: dict[EntryId, _Surfacing] = {}
-        self._by_rank: dict[int, dict[EntryId, _Surfacing]] = {}
+        self._held: dict[int, dict[EntryId, _Surfacing]] = {}
+        self._aired: dict[int, dict[EntryId, _Surfacing]] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -170,31 +183,60 @@ class _Held:
     def values(self) -> builtins.list[_Surfacing]:
         return builtins.list(self._by_id.values())
 
+    def get(self, entry_id: EntryId) -> _Surfacing | None:
+        return self._by_id.get(entry_id)
+
     def add(self, held: _Surfacing) -> None:
         self._by_id[held.item.id] = held
-        self._by_rank.setdefault(held.rank, {})[held.item.id] = held
+        self._buckets(held).setdefault(held.rank, {})[held.item.id] = held
+
+    def air(self, entry_id: EntryId) -> _Surfacing | None:
+        """The hold of ``entry_id`` ended: it is aired from now on."""
+        held = self.pop(entry_id)
+        if held is not None:
+            held.aired = True
+            self.add(held)
+        return held
 
     def pop(self, entry_id: EntryId) -> _Surfacing | None:
         held = self._by_id.pop(entry_id, None)
         if held is not None:
-            bucket = self._by_rank[held.rank]
-            del bucket[entry_id]
-            if not bucket:
-                del self._by_rank[held.rank]
+            buckets = self._buckets(held)
+            del buckets[held.rank][entry_id]
+            if not buckets[held.rank]:
+                del buckets[held.rank]
         return held
 
-    def best(self, prefix: bytes) -> _Surfacing | None:
-        """The match ranked best here. A scan, made only when nothing live
-        matches; held tuples last ``remote_hold`` at most."""
-        for rank in sorted(self._by_rank):
-            for held in self._by_rank[rank].values():
-                if held.item.payload.startswith(prefix):
-                    return held
+    def best(self, prefix: bytes, *, aired: bool, limit: int | None = None) -> _Surfacing | None:
+        """The match ranked best here, the newest first within a rank: of the
+        held ones, and with ``aired`` of the aired ones too; ``None`` if none
+        is among the first ``limit`` looked at. A scan: of held tuples, which
+        are held ``remote_hold`` at most; of aired ones, bounded by ``limit``."""
+        kinds = (self._held, self._aired) if aired else (self._held,)
+        looked = 0
+        for rank in sorted({rank for buckets in kinds for rank in buckets}):
+            found: builtins.list[_Surfacing] = []
+            for buckets in kinds:
+                for pooled in reversed(buckets.get(rank, {}).values()):
+                    if pooled.item.payload.startswith(prefix):
+                        found.append(pooled)
+                        break
+                    looked += 1
+                    if limit is not None and looked >= limit:
+                        break
+            if found:
+                return max(found, key=lambda pooled: pooled.arrived)
+            if limit is not None and looked >= limit:
+                return None
         return None
 
     def clear(self) -> None:
         self._by_id.clear()
-        self._by_rank.clear()
+        self._held.clear()
+        self._aired.clear()
+
+    def _buckets(self, held: _Surfacing) -> dict[int, dict[EntryId, _Surfacing]]:
+        return self._aired if held.aired else self._held
 
 
 class _Waiter:
@@ -224,7 +266,7 @@ class Forum(AsyncResource):
         self._ranking = slot_ranking(strand.origin)
         # Remote tuples before their turn, and held after it (see ``apply``).
         self._surfacing: dict[EntryId, _Surfacing] = {}
-        self._held = _Held()
+        self._pool = _Pool()
         # Reserved tuples: out of the index until acked, released or expired.
         self._reservations: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
         #: Live tuples whose leases ran out, by how many times: a job that
@@ -370,7 +412,7 @@ class Forum(AsyncResource):
                 arrival, handed, expiry = reservation
                 expiry.cancel()
                 found.append((arrival, Tuple(handed.id, handed.payload)))
-            elif (removed := self._index.remove_id(entry_id)) is not None:
+            elif (removed := self._remove_live(entry_id)) is not None:
                 found.append(removed)
             else:
                 acked.append(False)
@@ -466,8 +508,8 @@ class Forum(AsyncResource):
         self._check_open()
         candidates = self._in_ranges(origin, ranges)
         for entry_id in candidates:
-            surfacing = self._surfacing.pop(entry_id, None) or self._held.pop(entry_id)
-            if surfacing is not None:
+            surfacing = self._surfacing.pop(entry_id, None) or self._pool.pop(entry_id)
+            if surfacing is not None and not surfacing.aired:
                 surfacing.handle.cancel()
                 self._add_live(surfacing.item)  # then taken below, as any live one
         found: OutOfIndex = []
@@ -490,7 +532,7 @@ class Forum(AsyncResource):
         of short ranges, else each live id that falls in one (whichever is
         fewer to look at)."""
         seqs = sum(last - first + 1 for first, last in ranges)
-        waiting = len(self._surfacing) + len(self._held)
+        waiting = len(self._surfacing) + len(self._pool)
         if seqs <= len(self._index) + len(self._reservations) + waiting:
             return [
                 EntryId(origin, seq) for first, last in ranges for seq in range(first, last + 1)
@@ -501,7 +543,7 @@ class Forum(AsyncResource):
                 *self._index.ids(),
                 *self._reservations,
                 *self._surfacing,
-                *self._held,
+                *self._pool,
             )
             if entry_id.origin == origin
             and any(first <= entry_id.seq <= last for first, last in ranges)
@@ -515,7 +557,7 @@ class Forum(AsyncResource):
             *self._index.ids(),
             *self._reservations,
             *self._surfacing,
-            *self._held,
+            *self._pool,
             *self._taking,
         ]
         keys: set[tuple[str, int]] = set()
@@ -678,9 +720,10 @@ class Forum(AsyncResource):
                 surfacing.rank = rank
                 surfacing.handle.cancel()
                 surfacing.handle = loop.call_at(max(due, now), self._surface, entry_id)
-        # A held tuple that now ranks 0 has nobody before it to wait for.
-        for entry_id in [i for i in self._held if not self._ranking(i)]:
-            if (held := self._held.pop(entry_id)) is not None:
+        # A pooled tuple that now ranks 0 has nobody before it to wait for:
+        # a held one is live at once, an aired one is taken in plain order.
+        for entry_id in [i for i in self._pool if not self._ranking(i)]:
+            if (held := self._pool.pop(entry_id)) is not None and not held.aired:
                 held.handle.cancel()
                 self._add_live(held.item)
 
@@ -705,11 +748,14 @@ class Forum(AsyncResource):
         surfacing.handle = asyncio.get_running_loop().call_later(
             self.remote_hold, self._unhold, entry_id
         )
-        self._held.add(surfacing)
+        self._pool.add(surfacing)
 
     def _unhold(self, entry_id: EntryId) -> None:
-        if (held := self._held.pop(entry_id)) is not None:
+        """The hold ended: live (aired), still taken in this node's order."""
+        if (held := self._pool.air(entry_id)) is not None:
             self._add_live(held.item)
+            if held.item.id not in self._index:  # handed to a waiter at once
+                self._pool.pop(entry_id)
 
     def _wanted(self, item: Tuple) -> bool:
         return any(
@@ -718,26 +764,45 @@ class Forum(AsyncResource):
         )
 
     def _oldest_out(self, prefix: bytes) -> tuple[int, Tuple] | None:
-        """The oldest live match, else the held one ranked best, out of the
-        index (the caller takes or reserves it)."""
+        """The oldest live match, out of the index (the caller takes or
+        reserves it); where that is an aired tuple, the pooled match this
+        node ranks best instead (:class:`_Pool`); and with no live match, the
+        held one ranked best."""
         found = self._index.oldest(prefix)
+        aired = None if found is None else self._pool.get(found[1].id)
+        if aired is not None:
+            best = self._pool.best(prefix, aired=True, limit=_STEAL_SCAN)
+            return self._out_of_pool(best or aired)
         if found is not None:
             self._index.remove(found[0])
             return found
-        held = self._held.best(prefix)
-        if held is None:
-            return None
-        self._held.pop(held.item.id)
-        held.handle.cancel()
-        arrival = self._index.add(held.item)  # an arrival, to be put back with if need be
+        held = self._pool.best(prefix, aired=False)
+        return None if held is None else self._out_of_pool(held)
+
+    def _out_of_pool(self, pooled: _Surfacing) -> tuple[int, Tuple]:
+        """A pooled tuple out of the pool (and of the index, if aired), with
+        an arrival to be put back with if need be."""
+        entry_id = pooled.item.id
+        self._pool.pop(entry_id)
+        if pooled.aired and (removed := self._index.remove_id(entry_id)) is not None:
+            return removed
+        pooled.handle.cancel()
+        arrival = self._index.add(pooled.item)
         self._index.remove(arrival)
-        return arrival, held.item
+        return arrival, pooled.item
+
+    def _remove_live(self, entry_id: EntryId) -> tuple[int, Tuple] | None:
+        """Out of the index by id (and out of the pool, if aired)."""
+        removed = self._index.remove_id(entry_id)
+        if removed is not None:
+            self._pool.pop(entry_id)
+        return removed
 
     def _apply_take(self, take: Take) -> None:
         self._lapses.pop(take.target, None)
-        if self._index.remove_id(take.target) is not None:
+        if self._remove_live(take.target) is not None:
             return
-        surfacing = self._surfacing.pop(take.target, None) or self._held.pop(take.target)
+        surfacing = self._surfacing.pop(take.target, None) or self._pool.pop(take.target)
         if surfacing is not None:  # taken elsewhere before it was live here
             surfacing.handle.cancel()
             return
@@ -910,10 +975,10 @@ class Forum(AsyncResource):
             if not waiter.future.done():
                 waiter.future.set_result(None)
         self._waiters.clear()
-        for surfacing in [*self._surfacing.values(), *self._held.values()]:
+        for surfacing in [*self._surfacing.values(), *self._pool.values()]:
             surfacing.handle.cancel()  # they are in the Strand: live again after a restart
         self._surfacing.clear()
-        self._held.clear()
+        self._pool.clear()
         for _, _, expiry in self._reservations.values():
             expiry.cancel()  # never taken in the log: live again after a restart
         self._reservations.clear()

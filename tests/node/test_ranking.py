@@ -98,7 +98,7 @@ def _held(forum: Forum, n: int) -> bool:
     """Whether ``n`` remote tuples are held (their turn came; not live). The
     one look at the Forum's insides here: a held tuple shows in nothing public
     until it is taken or live."""
-    return len(forum._held) == n
+    return len(forum._pool) == n
 
 
 async def test_of_held_tuples_a_take_gets_the_one_this_node_ranks_best(cfg: StrandConfig) -> None:
@@ -113,3 +113,36 @@ async def test_of_held_tuples_a_take_gets_the_one_this_node_ranks_best(cfg: Stra
         await eventually(lambda: _held(forum, 2), what="W2's turn")
         assert await forum.take(JOBS) == b"job/2"
         assert await forum.take(JOBS) == b"job/1"
+
+
+async def test_of_held_tuples_ranked_alike_a_take_gets_the_newest(cfg: StrandConfig) -> None:
+    """The writer drains its tuples oldest first, so a node that takes from
+    its backlog starts at the other end: W1 and W2 (both rank 1) are held, a
+    take gets W2."""
+    async with Forum(await Strand.open(cfg), remote_delay=0.01, remote_hold=FOREVER) as forum:
+        forum.set_ranking(lambda entry_id: 1)
+        await forum.apply([W1, W2])
+        await eventually(lambda: _held(forum, 2), what="both turns")
+        assert [t.payload for t in await forum.take_many(JOBS, 10)] == [b"job/2", b"job/1"]
+
+
+async def test_an_aired_tuple_is_live_but_taken_in_the_order_this_node_ranks(
+    cfg: StrandConfig,
+) -> None:
+    """t0: W1 (rank 2), W2, W3 (rank 1) arrive; t0+d: their turns, no taker:
+    held; t0+d+h: the holds end, all three are live (read, counted) and
+    stay in this node's order for takes: W3, then W2 (rank 1, newest first),
+    then W1. A Take from the writer removes an aired tuple from that order."""
+    ranks = {W1.id: 2, W2.id: 1, W3.id: 1}
+    async with Forum(await Strand.open(cfg), remote_delay=0.01, remote_hold=0.05) as forum:
+        forum.set_ranking(ranks.__getitem__)
+        await forum.apply([W1, W2, W3])
+
+        async def aired() -> bool:
+            return await forum.count(JOBS) == 3
+
+        await eventually(aired, what="the holds' end")
+        assert await forum.read(JOBS) == b"job/2"  # reads see the first live, as ever
+        await forum.apply([Take(EntryId("peer-a", 5), W2.id)])  # W2 taken at its writer
+        assert [t.payload for t in await forum.take_many(JOBS, 10)] == [b"job/3", b"job/1"]
+        assert forum.stats().double_takes == 0 and await forum.count(JOBS) == 0
