@@ -186,6 +186,10 @@ class _Pool:
     def get(self, entry_id: EntryId) -> _Surfacing | None:
         return self._by_id.get(entry_id)
 
+    def held(self) -> builtins.list[EntryId]:
+        """The ids of the held ones (not the aired)."""
+        return [entry_id for bucket in self._held.values() for entry_id in bucket]
+
     def add(self, held: _Surfacing) -> None:
         self._by_id[held.item.id] = held
         self._buckets(held).setdefault(held.rank, {})[held.item.id] = held
@@ -720,10 +724,11 @@ class Forum(AsyncResource):
                 surfacing.rank = rank
                 surfacing.handle.cancel()
                 surfacing.handle = loop.call_at(max(due, now), self._surface, entry_id)
-        # A pooled tuple that now ranks 0 has nobody before it to wait for:
-        # a held one is live at once, an aired one is taken in plain order.
-        for entry_id in [i for i in self._pool if not self._ranking(i)]:
-            if (held := self._pool.pop(entry_id)) is not None and not held.aired:
+        # A held tuple that now ranks 0 has nobody before it to wait for.
+        # (Aired ones are live already, their ranks only order this node's
+        # takes: they are not looked at, however many a backlog leaves.)
+        for entry_id in [i for i in self._pool.held() if not self._ranking(i)]:
+            if (held := self._pool.pop(entry_id)) is not None:
                 held.handle.cancel()
                 self._add_live(held.item)
 

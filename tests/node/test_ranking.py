@@ -146,3 +146,24 @@ async def test_an_aired_tuple_is_live_but_taken_in_the_order_this_node_ranks(
         await forum.apply([Take(EntryId("peer-a", 5), W2.id)])  # W2 taken at its writer
         assert [t.payload for t in await forum.take_many(JOBS, 10)] == [b"job/3", b"job/1"]
         assert forum.stats().double_takes == 0 and await forum.count(JOBS) == 0
+
+
+async def test_a_rerank_leaves_aired_tuples_live_and_taken(cfg: StrandConfig) -> None:
+    """W1 and W2 aired here (rank 1); W2's writer goes down (rank 0 now): both
+    stay live, and takes get them and a local write, nothing twice."""
+    ranks = {W1.id: 1, W2.id: 1}
+    async with Forum(await Strand.open(cfg), remote_delay=0.01, remote_hold=0.05) as forum:
+        forum.set_ranking(ranks.__getitem__)
+        await forum.apply([W1, W2])
+
+        async def aired() -> bool:
+            return await forum.count(JOBS) == 2
+
+        await eventually(aired, what="the holds' end")
+        ranks[W2.id] = 0
+        forum.rerank()
+        assert await forum.count(JOBS) == 2
+        await forum.write(b"job/local")
+        taken = [t.payload for t in await forum.take_many(JOBS, 10)]
+        assert sorted(taken) == [b"job/1", b"job/2", b"job/local"]
+        assert await forum.count(JOBS) == 0
