@@ -652,17 +652,18 @@ class Forum(AsyncResource):
         A Forum alone ranks 1 to 4 by a hash (:func:`slot_ranking`).
 
         A turn is a chance, not a duty: if no taker here wants the tuple when
-        its turn comes, it is *held* for up to ``remote_hold`` seconds, then
-        live. A held tuple is taken or reserved here only when nothing live
-        here matches, the one this node ranks best first. So under a backlog
-        each node drains its own writes, and those whose turn came while it
-        had a taker waiting, before it competes for the others': else every
-        node drains the same oldest-first queue and, since a reservation is
-        not replicated (only the ack's Take is), nearly every job is reserved
-        on every node, a double take each. A held tuple is not live
-        meanwhile: not read, counted or listed (readers hear of it when it
-        is). A tuple ranked 0 (this node wrote it, or the members before us
-        are down) is live at once, held by nobody.
+        its turn comes, it goes into the pool (:class:`_Pool`): *held* for
+        ``remote_hold`` seconds (not live: not read, counted or listed, and
+        taken or reserved here only when nothing live matches), then *aired*
+        (live, but still taken in the pool's order: lowest rank first, the
+        newest first within a rank). So under a backlog each node drains its
+        own writes, and those whose turn came while it had a taker waiting,
+        before it competes for the others', and it steals from the far end
+        of a backlog its writer drains oldest first: else every node drains
+        the same oldest-first queue and, since a reservation is not
+        replicated (only the ack's Take is), nearly every job is reserved on
+        every node, a double take each. A tuple ranked 0 (this node wrote it,
+        or the members before us are down) is live at once, in no pool.
         """
         self._check_open()
         new: builtins.list[Entry] = []
