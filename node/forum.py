@@ -164,12 +164,13 @@ class _Pool:
     and meets it last, and two nodes never start on the same tuple (no two
     rank a tuple alike)."""
 
-    __slots__ = ("_aired", "_by_id", "_held")
+    __slots__ = ("_aired", "_by_id", "_held", "_per_origin")
 
     def __init__(self) -> None:
         self._by_id: dict[EntryId, _Surfacing] = {}
         self._held: dict[int, dict[EntryId, _Surfacing]] = {}
         self._aired: dict[int, dict[EntryId, _Surfacing]] = {}
+        self._per_origin: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -186,6 +187,10 @@ class _Pool:
     def get(self, entry_id: EntryId) -> _Surfacing | None:
         return self._by_id.get(entry_id)
 
+    def of(self, origin: str) -> int:
+        """How many pooled tuples ``origin`` wrote."""
+        return self._per_origin.get(origin, 0)
+
     def held(self) -> builtins.list[EntryId]:
         """The ids of the held ones (not the aired)."""
         return [entry_id for bucket in self._held.values() for entry_id in bucket]
@@ -193,6 +198,8 @@ class _Pool:
     def add(self, held: _Surfacing) -> None:
         self._by_id[held.item.id] = held
         self._buckets(held).setdefault(held.rank, {})[held.item.id] = held
+        origin = held.item.id.origin
+        self._per_origin[origin] = self._per_origin.get(origin, 0) + 1
 
     def air(self, entry_id: EntryId) -> _Surfacing | None:
         """The hold of ``entry_id`` ended: it is aired from now on."""
@@ -209,20 +216,31 @@ class _Pool:
             del buckets[held.rank][entry_id]
             if not buckets[held.rank]:
                 del buckets[held.rank]
+            left = self._per_origin.pop(entry_id.origin) - 1
+            if left:
+                self._per_origin[entry_id.origin] = left
         return held
 
-    def best(self, prefix: bytes, *, aired: bool, limit: int | None = None) -> _Surfacing | None:
-        """The match ranked best here, the newest first within a rank: of the
-        held ones, and with ``aired`` of the aired ones too; ``None`` if none
-        is among the first ``limit`` looked at. A scan: of held tuples, which
-        are held ``remote_hold`` at most; of aired ones, bounded by ``limit``."""
+    def best(
+        self,
+        prefix: bytes,
+        stealable: Callable[[str], bool],
+        *,
+        aired: bool,
+        limit: int | None = None,
+    ) -> _Surfacing | None:
+        """The match ranked best here whose writer is ``stealable`` from, the
+        newest first within a rank: of the held ones, and with ``aired`` of
+        the aired ones too; ``None`` if none is among the first ``limit``
+        looked at. A scan: of held tuples, which are held ``remote_hold`` at
+        most; of aired ones, bounded by ``limit``."""
         kinds = (self._held, self._aired) if aired else (self._held,)
         looked = 0
         for rank in sorted({rank for buckets in kinds for rank in buckets}):
             found: builtins.list[_Surfacing] = []
             for buckets in kinds:
                 for pooled in reversed(buckets.get(rank, {}).values()):
-                    if pooled.item.payload.startswith(prefix):
+                    if pooled.item.payload.startswith(prefix) and stealable(pooled.item.id.origin):
                         found.append(pooled)
                         break
                     looked += 1
@@ -238,6 +256,7 @@ class _Pool:
         self._by_id.clear()
         self._held.clear()
         self._aired.clear()
+        self._per_origin.clear()
 
     def _buckets(self, held: _Surfacing) -> dict[int, dict[EntryId, _Surfacing]]:
         return self._aired if held.aired else self._held
@@ -271,6 +290,10 @@ class Forum(AsyncResource):
         # Remote tuples before their turn, and held after it (see ``apply``).
         self._surfacing: dict[EntryId, _Surfacing] = {}
         self._pool = _Pool()
+        # Per writer, when it took its own tuples lately; a retry of the
+        # waiters when tuples were left to their writers (see ``_stealable``).
+        self._pace: dict[str, deque[float]] = {}
+        self._retry: asyncio.TimerHandle | None = None
         # Reserved tuples: out of the index until acked, released or expired.
         self._reservations: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
         #: Live tuples whose leases ran out, by how many times: a job that
@@ -771,19 +794,70 @@ class Forum(AsyncResource):
 
     def _oldest_out(self, prefix: bytes) -> tuple[int, Tuple] | None:
         """The oldest live match, out of the index (the caller takes or
-        reserves it); where that is an aired tuple, the pooled match this
-        node ranks best instead (:class:`_Pool`); and with no live match, the
-        held one ranked best."""
+        reserves it), unless it is pooled (aired): then the pooled match this
+        node ranks best, of a writer that is not keeping pace with its own
+        backlog (:meth:`_stealable`); with no live match, the held one so
+        ranked. ``None`` when every match here is left to its writer for now
+        (the waiters are tried again within ``remote_hold``)."""
         found = self._index.oldest(prefix)
-        aired = None if found is None else self._pool.get(found[1].id)
-        if aired is not None:
-            best = self._pool.best(prefix, aired=True, limit=_STEAL_SCAN)
-            return self._out_of_pool(best or aired)
-        if found is not None:
+        if found is not None and found[1].id not in self._pool:
             self._index.remove(found[0])
             return found
-        held = self._pool.best(prefix, aired=False)
-        return None if held is None else self._out_of_pool(held)
+        best = self._pool.best(prefix, self._stealable, aired=found is not None, limit=_STEAL_SCAN)
+        if best is not None:
+            return self._out_of_pool(best)
+        oldest = None if found is None else self._pool.get(found[1].id)
+        if oldest is not None and self._index.count(prefix) > _STEAL_SCAN:
+            # Too many to look through for one not pooled: the oldest, as before the pool.
+            return self._out_of_pool(oldest)
+        for arrival, item in [] if found is None else self._index.iter_matching(prefix):
+            if item.id not in self._pool:
+                self._index.remove(arrival)
+                return arrival, item
+        self._retry_waiters_later()
+        return None
+
+    def _stealable(self, origin: str) -> bool:
+        """Whether to take tuples ``origin`` wrote that are pooled here: not
+        while it keeps pace with them, i.e. while it took more of its own in
+        the last ``remote_hold`` seconds than are pooled here. Those are
+        mostly in its hands already (a reservation is not replicated), and
+        the rest it reaches within about that time: a copy taken here would
+        be a double take, not help. A writer that stalls, or is down (then
+        its tuples rank 0 somewhere), is stolen from again."""
+        took = self._pace.get(origin)
+        if took is None:
+            return True
+        since = asyncio.get_running_loop().time() - self.remote_hold
+        while took and took[0] < since:
+            took.popleft()
+        if not took:
+            del self._pace[origin]
+            return True
+        return self._pool.of(origin) > len(took)
+
+    def _note_pace(self, take: Take) -> None:
+        """A writer took one of its own tuples (see :meth:`_stealable`)."""
+        if take.id.origin == take.target.origin and self.remote_hold:
+            now = asyncio.get_running_loop().time()
+            self._pace.setdefault(take.id.origin, deque()).append(now)
+
+    def _retry_waiters_later(self) -> None:
+        """Some tuples were left to their writers: try the waiters again in
+        ``remote_hold`` seconds (a writer may have stalled by then)."""
+        if self._retry is None:
+            loop = asyncio.get_running_loop()
+            self._retry = loop.call_later(self.remote_hold, self._retry_waiters)
+
+    def _retry_waiters(self) -> None:
+        self._retry = None
+        for waiter in builtins.list(self._waiters):
+            if waiter.future.done():
+                continue
+            found = self._oldest_out(waiter.prefix)
+            if found is not None:
+                self._waiters.remove(waiter)
+                waiter.future.set_result(found)
 
     def _out_of_pool(self, pooled: _Surfacing) -> tuple[int, Tuple]:
         """A pooled tuple out of the pool (and of the index, if aired), with
@@ -806,6 +880,7 @@ class Forum(AsyncResource):
 
     def _apply_take(self, take: Take) -> None:
         self._lapses.pop(take.target, None)
+        self._note_pace(take)
         if self._remove_live(take.target) is not None:
             return
         surfacing = self._surfacing.pop(take.target, None) or self._pool.pop(take.target)
@@ -985,6 +1060,8 @@ class Forum(AsyncResource):
             surfacing.handle.cancel()  # they are in the Strand: live again after a restart
         self._surfacing.clear()
         self._pool.clear()
+        if self._retry is not None:
+            self._retry.cancel()
         for _, _, expiry in self._reservations.values():
             expiry.cancel()  # never taken in the log: live again after a restart
         self._reservations.clear()

@@ -10,7 +10,7 @@ from tests.fixtures.nodes import eventually
 W1 = Write(EntryId("peer-a", 1), b"job/1")
 W2 = Write(EntryId("peer-a", 2), b"job/2")
 W3 = Write(EntryId("peer-a", 3), b"job/3")
-T1 = Take(EntryId("peer-a", 4), W1.id)
+T1 = Take(EntryId("peer-b", 1), W1.id)  # taken on another node
 JOBS = Pattern(b"job/")
 #: Long enough that a tuple waiting for a turn is never live within a test.
 FOREVER = 3600.0
@@ -83,7 +83,7 @@ async def test_a_held_tuple_taken_elsewhere_is_gone_and_one_ranked_0_is_live(
         forum.set_ranking(ranks.__getitem__)
         await forum.apply([W1, W2])
         await eventually(lambda: _held(forum, 2), what="both turns")
-        await forum.apply([T1])  # W1 taken at its origin
+        await forum.apply([T1])  # W1 taken on another node
         assert [t.payload for t in await forum.take_many(JOBS, 10)] == [b"job/2"]
         assert forum.stats().double_takes == 0
 
@@ -132,7 +132,7 @@ async def test_an_aired_tuple_is_live_but_taken_in_the_order_this_node_ranks(
     """t0: W1 (rank 2), W2, W3 (rank 1) arrive; t0+d: their turns, no taker:
     held; t0+d+h: the holds end, all three are live (read, counted) and
     stay in this node's order for takes: W3, then W2 (rank 1, newest first),
-    then W1. A Take from the writer removes an aired tuple from that order."""
+    then W1. A Take from elsewhere removes an aired tuple from that order."""
     ranks = {W1.id: 2, W2.id: 1, W3.id: 1}
     async with Forum(await Strand.open(cfg), remote_delay=0.01, remote_hold=0.05) as forum:
         forum.set_ranking(ranks.__getitem__)
@@ -143,7 +143,7 @@ async def test_an_aired_tuple_is_live_but_taken_in_the_order_this_node_ranks(
 
         await eventually(aired, what="the holds' end")
         assert await forum.read(JOBS) == b"job/2"  # reads see the first live, as ever
-        await forum.apply([Take(EntryId("peer-a", 5), W2.id)])  # W2 taken at its writer
+        await forum.apply([Take(EntryId("peer-b", 1), W2.id)])  # W2 taken on another node
         assert [t.payload for t in await forum.take_many(JOBS, 10)] == [b"job/3", b"job/1"]
         assert forum.stats().double_takes == 0 and await forum.count(JOBS) == 0
 
@@ -167,3 +167,17 @@ async def test_a_rerank_leaves_aired_tuples_live_and_taken(cfg: StrandConfig) ->
         taken = [t.payload for t in await forum.take_many(JOBS, 10)]
         assert sorted(taken) == [b"job/1", b"job/2", b"job/local"]
         assert await forum.count(JOBS) == 0
+
+
+async def test_a_writer_keeping_pace_is_left_its_tuples_until_it_stalls(cfg: StrandConfig) -> None:
+    """t0: the writer took one of its tuples (W3), and one more (W1) is
+    pooled here: it keeps pace, so a take here leaves W1 to it (a copy
+    reserved there would be a double take); t0+h: it took nothing since,
+    and a take waiting here gets W1."""
+    w3_taken = Take(EntryId("peer-a", 4), W3.id)
+    async with Forum(await Strand.open(cfg), remote_delay=0.01, remote_hold=0.2) as forum:
+        forum.set_ranking(lambda entry_id: 1)
+        await forum.apply([W1, W3, w3_taken])
+        await eventually(lambda: _held(forum, 1), what="W1's turn")
+        assert await forum.take(JOBS) is None
+        assert await forum.take(JOBS, timeout=10) == b"job/1"
