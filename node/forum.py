@@ -79,8 +79,9 @@ REMOTE_HOLD = 2.0
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
 _REMOTE_SLOTS = 4
-#: Aired tuples a take looks at for the one this node ranks best, before it
-#: settles for the oldest (a bound on the scan when other prefixes abound).
+#: Pooled tuples a take looks at for the one this node ranks best, and live
+#: matches it looks through for one not pooled, before it settles for the
+#: oldest (bounds on the scans when other prefixes, or tuples, abound).
 _STEAL_SCAN = 64
 #: ``ranking(entry_id)``: this node's turn for a tuple written on a peer, as a
 #: whole number (0: at once); the tuple waits ``remote_delay`` times it. A Forum
@@ -679,7 +680,8 @@ class Forum(AsyncResource):
         ``remote_hold`` seconds (not live: not read, counted or listed, and
         taken or reserved here only when nothing live matches), then *aired*
         (live, but still taken in the pool's order: lowest rank first, the
-        newest first within a rank). So under a backlog each node drains its
+        newest first within a rank, and not while its writer keeps pace, see
+        :meth:`_stealable`). So under a backlog each node drains its
         own writes, and those whose turn came while it had a taker waiting,
         before it competes for the others', and it steals from the far end
         of a backlog its writer drains oldest first: else every node drains
@@ -826,21 +828,25 @@ class Forum(AsyncResource):
         be a double take, not help. A writer that stalls, or is down (then
         its tuples rank 0 somewhere), is stolen from again."""
         took = self._pace.get(origin)
-        if took is None:
-            return True
+        if took is not None:
+            self._forget_pace(origin, took)
+        return took is None or not took or self._pool.of(origin) > len(took)
+
+    def _note_pace(self, take: Take) -> None:
+        """A writer took one of its own tuples (see :meth:`_stealable`)."""
+        if take.id.origin == take.target.origin and self.remote_hold:
+            took = self._pace.setdefault(take.id.origin, deque())
+            took.append(asyncio.get_running_loop().time())
+            self._forget_pace(take.id.origin, took)
+
+    def _forget_pace(self, origin: str, took: deque[float]) -> None:
+        """Drop the takes older than ``remote_hold`` (so a writer's pace
+        costs what it took in that time, at most)."""
         since = asyncio.get_running_loop().time() - self.remote_hold
         while took and took[0] < since:
             took.popleft()
         if not took:
             del self._pace[origin]
-            return True
-        return self._pool.of(origin) > len(took)
-
-    def _note_pace(self, take: Take) -> None:
-        """A writer took one of its own tuples (see :meth:`_stealable`)."""
-        if take.id.origin == take.target.origin and self.remote_hold:
-            now = asyncio.get_running_loop().time()
-            self._pace.setdefault(take.id.origin, deque()).append(now)
 
     def _retry_waiters_later(self) -> None:
         """Some tuples were left to their writers: try the waiters again in
