@@ -805,7 +805,9 @@ class Forum(AsyncResource):
         if found is not None and found[1].id not in self._pool:
             self._index.remove(found[0])
             return found
-        best = self._pool.best(prefix, self._stealable, aired=found is not None, limit=_STEAL_SCAN)
+        live = found is not None  # and pooled: aired
+        limit = _STEAL_SCAN if live else None  # held ones last remote_hold at most
+        best = self._pool.best(prefix, self._stealable, aired=live, limit=limit)
         if best is not None:
             return self._out_of_pool(best)
         oldest = None if found is None else self._pool.get(found[1].id)
@@ -816,7 +818,8 @@ class Forum(AsyncResource):
             if item.id not in self._pool:
                 self._index.remove(arrival)
                 return arrival, item
-        self._retry_waiters_later()
+        if self._pool:  # some were left to their writers, maybe
+            self._retry_waiters_later()
         return None
 
     def _stealable(self, origin: str) -> bool:
