@@ -129,11 +129,12 @@ async def test_of_held_tuples_ranked_alike_a_take_gets_the_newest(cfg: StrandCon
 async def test_an_aired_tuple_is_live_but_taken_in_the_order_this_node_ranks(
     cfg: StrandConfig,
 ) -> None:
-    """t0: W1 (rank 2), W2, W3 (rank 1) arrive; t0+d: their turns, no taker:
-    held; t0+d+h: the holds end, all three are live (read, counted) and
-    stay in this node's order for takes: W3, then W2 (rank 1, newest first),
-    then W1. A Take from elsewhere removes an aired tuple from that order."""
-    ranks = {W1.id: 2, W2.id: 1, W3.id: 1}
+    """t0: W1, W2 (rank 1) and W3 (rank 2) arrive; t0+d: their turns, no
+    taker: held; t0+d+h: the holds end, all three are live (read, counted)
+    and stay in this node's order for takes, not the oldest first: a Take
+    from elsewhere removes W3 from it, and takes get W2 (rank 1, newest
+    first), then W1."""
+    ranks = {W1.id: 1, W2.id: 1, W3.id: 2}
     async with Forum(await Strand.open(cfg), remote_delay=0.01, remote_hold=0.05) as forum:
         forum.set_ranking(ranks.__getitem__)
         await forum.apply([W1, W2, W3])
@@ -142,9 +143,9 @@ async def test_an_aired_tuple_is_live_but_taken_in_the_order_this_node_ranks(
             return await forum.count(JOBS) == 3
 
         await eventually(aired, what="the holds' end")
-        assert await forum.read(JOBS) == b"job/2"  # reads see the first live, as ever
-        await forum.apply([Take(EntryId("peer-b", 1), W2.id)])  # W2 taken on another node
-        assert [t.payload for t in await forum.take_many(JOBS, 10)] == [b"job/3", b"job/1"]
+        assert await forum.read(JOBS) == b"job/1"  # reads see the oldest live, as ever
+        await forum.apply([Take(EntryId("peer-b", 1), W3.id)])  # W3 taken on another node
+        assert [t.payload for t in await forum.take_many(JOBS, 10)] == [b"job/2", b"job/1"]
         assert forum.stats().double_takes == 0 and await forum.count(JOBS) == 0
 
 
