@@ -79,6 +79,10 @@ REMOTE_HOLD = 2.0
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
 _REMOTE_SLOTS = 4
+#: Pooled tuples a take looks at for the one this node ranks best, and live
+#: matches it looks through for one not pooled, before it settles for the
+#: oldest (bounds on the scans when other prefixes, or tuples, abound).
+_STEAL_SCAN = 64
 #: ``ranking(entry_id)``: this node's turn for a tuple written on a peer, as a
 #: whole number (0: at once); the tuple waits ``remote_delay`` times it. A Forum
 #: alone ranks by :func:`slot_ranking`; replication installs a rank among the
@@ -133,30 +137,41 @@ class ListPage:
 
 
 class _Surfacing:
-    """A remote tuple waiting for its turn here, or held after it: since when
-    (loop time), its rank, and the timer that ends the wait (re-set when its
-    rank changes)."""
+    """A remote tuple waiting for its turn here, or in the pool after it
+    (:class:`_Pool`): since when (loop time), its rank, the timer that ends
+    the wait (re-set when its rank changes), and whether it is aired (its
+    hold ended: live, in the index)."""
 
-    __slots__ = ("arrived", "handle", "item", "rank")
+    __slots__ = ("aired", "arrived", "handle", "item", "rank")
 
     def __init__(self, item: Tuple, arrived: float, rank: int, handle: asyncio.TimerHandle) -> None:
         self.item = item
         self.arrived = arrived
         self.rank = rank
         self.handle = handle
+        self.aired = False
 
 
-class _Held:
-    """Remote tuples held after their turn (see ``Forum.apply``), by id and by
-    rank: a take here that finds nothing live gets the one it ranks best
-    (lowest rank, then first turn), so that nodes left with only held
-    tuples do not all reach for the same one."""
+class _Pool:
+    """Remote tuples whose turn came while no taker here wanted them (see
+    ``Forum.apply``), by id and, held and aired apart, by rank. *Held*: not
+    live yet, taken here only when nothing live matches. *Aired*: the hold
+    ended, so the tuple is live (read, counted, listed, in the index), but a
+    take that reaches it gets the aired match this node ranks best instead.
 
-    __slots__ = ("_by_id", "_by_rank")
+    Either way a take here gets the one it ranks best (lowest rank), the
+    newest first within a rank: the writer drains its own tuples oldest
+    first, so a node that steals from its backlog starts from the other end
+    and meets it last, and two nodes never start on the same tuple (no two
+    rank a tuple alike)."""
+
+    __slots__ = ("_aired", "_by_id", "_held", "_per_origin")
 
     def __init__(self) -> None:
         self._by_id: dict[EntryId, _Surfacing] = {}
-        self._by_rank: dict[int, dict[EntryId, _Surfacing]] = {}
+        self._held: dict[int, dict[EntryId, _Surfacing]] = {}
+        self._aired: dict[int, dict[EntryId, _Surfacing]] = {}
+        self._per_origin: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -170,31 +185,82 @@ class _Held:
     def values(self) -> builtins.list[_Surfacing]:
         return builtins.list(self._by_id.values())
 
+    def get(self, entry_id: EntryId) -> _Surfacing | None:
+        return self._by_id.get(entry_id)
+
+    def of(self, origin: str) -> int:
+        """How many pooled tuples ``origin`` wrote."""
+        return self._per_origin.get(origin, 0)
+
+    def held(self) -> builtins.list[EntryId]:
+        """The ids of the held ones (not the aired)."""
+        return [entry_id for bucket in self._held.values() for entry_id in bucket]
+
     def add(self, held: _Surfacing) -> None:
         self._by_id[held.item.id] = held
-        self._by_rank.setdefault(held.rank, {})[held.item.id] = held
+        self._buckets(held).setdefault(held.rank, {})[held.item.id] = held
+        origin = held.item.id.origin
+        self._per_origin[origin] = self._per_origin.get(origin, 0) + 1
+
+    def air(self, entry_id: EntryId) -> _Surfacing | None:
+        """The hold of ``entry_id`` ended: it is aired from now on."""
+        held = self.pop(entry_id)
+        if held is not None:
+            held.aired = True
+            self.add(held)
+        return held
 
     def pop(self, entry_id: EntryId) -> _Surfacing | None:
         held = self._by_id.pop(entry_id, None)
         if held is not None:
-            bucket = self._by_rank[held.rank]
-            del bucket[entry_id]
-            if not bucket:
-                del self._by_rank[held.rank]
+            buckets = self._buckets(held)
+            del buckets[held.rank][entry_id]
+            if not buckets[held.rank]:
+                del buckets[held.rank]
+            left = self._per_origin.pop(entry_id.origin) - 1
+            if left:
+                self._per_origin[entry_id.origin] = left
         return held
 
-    def best(self, prefix: bytes) -> _Surfacing | None:
-        """The match ranked best here. A scan, made only when nothing live
-        matches; held tuples last ``remote_hold`` at most."""
-        for rank in sorted(self._by_rank):
-            for held in self._by_rank[rank].values():
-                if held.item.payload.startswith(prefix):
-                    return held
+    def best(
+        self,
+        prefix: bytes,
+        stealable: Callable[[str], bool],
+        *,
+        aired: bool,
+        limit: int | None = None,
+    ) -> _Surfacing | None:
+        """The match ranked best here whose writer is ``stealable`` from, the
+        newest first within a rank: of the held ones, and with ``aired`` of
+        the aired ones too; ``None`` if none is among the first ``limit``
+        looked at. A scan: of held tuples, which are held ``remote_hold`` at
+        most; of aired ones, bounded by ``limit``."""
+        kinds = (self._held, self._aired) if aired else (self._held,)
+        looked = 0
+        for rank in sorted({rank for buckets in kinds for rank in buckets}):
+            found: builtins.list[_Surfacing] = []
+            for buckets in kinds:
+                for pooled in reversed(buckets.get(rank, {}).values()):
+                    if pooled.item.payload.startswith(prefix) and stealable(pooled.item.id.origin):
+                        found.append(pooled)
+                        break
+                    looked += 1
+                    if limit is not None and looked >= limit:
+                        break
+            if found:
+                return max(found, key=lambda pooled: pooled.arrived)
+            if limit is not None and looked >= limit:
+                return None
         return None
 
     def clear(self) -> None:
         self._by_id.clear()
-        self._by_rank.clear()
+        self._held.clear()
+        self._aired.clear()
+        self._per_origin.clear()
+
+    def _buckets(self, held: _Surfacing) -> dict[int, dict[EntryId, _Surfacing]]:
+        return self._aired if held.aired else self._held
 
 
 class _Waiter:
@@ -224,7 +290,11 @@ class Forum(AsyncResource):
         self._ranking = slot_ranking(strand.origin)
         # Remote tuples before their turn, and held after it (see ``apply``).
         self._surfacing: dict[EntryId, _Surfacing] = {}
-        self._held = _Held()
+        self._pool = _Pool()
+        # Per writer, when it took its own tuples lately; a retry of the
+        # waiters when tuples were left to their writers (see ``_stealable``).
+        self._pace: dict[str, deque[float]] = {}
+        self._retry: asyncio.TimerHandle | None = None
         # Reserved tuples: out of the index until acked, released or expired.
         self._reservations: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
         #: Live tuples whose leases ran out, by how many times: a job that
@@ -370,7 +440,7 @@ class Forum(AsyncResource):
                 arrival, handed, expiry = reservation
                 expiry.cancel()
                 found.append((arrival, Tuple(handed.id, handed.payload)))
-            elif (removed := self._index.remove_id(entry_id)) is not None:
+            elif (removed := self._remove_live(entry_id)) is not None:
                 found.append(removed)
             else:
                 acked.append(False)
@@ -466,8 +536,8 @@ class Forum(AsyncResource):
         self._check_open()
         candidates = self._in_ranges(origin, ranges)
         for entry_id in candidates:
-            surfacing = self._surfacing.pop(entry_id, None) or self._held.pop(entry_id)
-            if surfacing is not None:
+            surfacing = self._surfacing.pop(entry_id, None) or self._pool.pop(entry_id)
+            if surfacing is not None and not surfacing.aired:
                 surfacing.handle.cancel()
                 self._add_live(surfacing.item)  # then taken below, as any live one
         found: OutOfIndex = []
@@ -490,7 +560,7 @@ class Forum(AsyncResource):
         of short ranges, else each live id that falls in one (whichever is
         fewer to look at)."""
         seqs = sum(last - first + 1 for first, last in ranges)
-        waiting = len(self._surfacing) + len(self._held)
+        waiting = len(self._surfacing) + len(self._pool)
         if seqs <= len(self._index) + len(self._reservations) + waiting:
             return [
                 EntryId(origin, seq) for first, last in ranges for seq in range(first, last + 1)
@@ -501,7 +571,7 @@ class Forum(AsyncResource):
                 *self._index.ids(),
                 *self._reservations,
                 *self._surfacing,
-                *self._held,
+                *self._pool,
             )
             if entry_id.origin == origin
             and any(first <= entry_id.seq <= last for first, last in ranges)
@@ -515,7 +585,7 @@ class Forum(AsyncResource):
             *self._index.ids(),
             *self._reservations,
             *self._surfacing,
-            *self._held,
+            *self._pool,
             *self._taking,
         ]
         keys: set[tuple[str, int]] = set()
@@ -606,17 +676,19 @@ class Forum(AsyncResource):
         A Forum alone ranks 1 to 4 by a hash (:func:`slot_ranking`).
 
         A turn is a chance, not a duty: if no taker here wants the tuple when
-        its turn comes, it is *held* for up to ``remote_hold`` seconds, then
-        live. A held tuple is taken or reserved here only when nothing live
-        here matches, the one this node ranks best first. So under a backlog
-        each node drains its own writes, and those whose turn came while it
-        had a taker waiting, before it competes for the others': else every
-        node drains the same oldest-first queue and, since a reservation is
-        not replicated (only the ack's Take is), nearly every job is reserved
-        on every node, a double take each. A held tuple is not live
-        meanwhile: not read, counted or listed (readers hear of it when it
-        is). A tuple ranked 0 (this node wrote it, or the members before us
-        are down) is live at once, held by nobody.
+        its turn comes, it goes into the pool (:class:`_Pool`): *held* for
+        ``remote_hold`` seconds (not live: not read, counted or listed, and
+        taken or reserved here only when nothing live matches), then *aired*
+        (live, but still taken in the pool's order: lowest rank first, the
+        newest first within a rank, and not while its writer keeps pace, see
+        :meth:`_stealable`). So under a backlog each node drains its
+        own writes, and those whose turn came while it had a taker waiting,
+        before it competes for the others', and it steals from the far end
+        of a backlog its writer drains oldest first: else every node drains
+        the same oldest-first queue and, since a reservation is not
+        replicated (only the ack's Take is), nearly every job is reserved on
+        every node, a double take each. A tuple ranked 0 (this node wrote it,
+        or the members before us are down) is live at once, in no pool.
         """
         self._check_open()
         new: builtins.list[Entry] = []
@@ -679,8 +751,10 @@ class Forum(AsyncResource):
                 surfacing.handle.cancel()
                 surfacing.handle = loop.call_at(max(due, now), self._surface, entry_id)
         # A held tuple that now ranks 0 has nobody before it to wait for.
-        for entry_id in [i for i in self._held if not self._ranking(i)]:
-            if (held := self._held.pop(entry_id)) is not None:
+        # (Aired ones are live already, their ranks only order this node's
+        # takes: they are not looked at, however many a backlog leaves.)
+        for entry_id in [i for i in self._pool.held() if not self._ranking(i)]:
+            if (held := self._pool.pop(entry_id)) is not None:
                 held.handle.cancel()
                 self._add_live(held.item)
 
@@ -705,11 +779,14 @@ class Forum(AsyncResource):
         surfacing.handle = asyncio.get_running_loop().call_later(
             self.remote_hold, self._unhold, entry_id
         )
-        self._held.add(surfacing)
+        self._pool.add(surfacing)
 
     def _unhold(self, entry_id: EntryId) -> None:
-        if (held := self._held.pop(entry_id)) is not None:
+        """The hold ended: live (aired), still taken in this node's order."""
+        if (held := self._pool.air(entry_id)) is not None:
             self._add_live(held.item)
+            if held.item.id not in self._index:  # handed to a waiter at once
+                self._pool.pop(entry_id)
 
     def _wanted(self, item: Tuple) -> bool:
         return any(
@@ -718,26 +795,104 @@ class Forum(AsyncResource):
         )
 
     def _oldest_out(self, prefix: bytes) -> tuple[int, Tuple] | None:
-        """The oldest live match, else the held one ranked best, out of the
-        index (the caller takes or reserves it)."""
+        """The oldest live match, out of the index (the caller takes or
+        reserves it), unless it is pooled (aired): then the pooled match this
+        node ranks best, of a writer that is not keeping pace with its own
+        backlog (:meth:`_stealable`); with no live match, the held one so
+        ranked. ``None`` when every match here is left to its writer for now
+        (the waiters are tried again within ``remote_hold``)."""
         found = self._index.oldest(prefix)
-        if found is not None:
+        if found is not None and found[1].id not in self._pool:
             self._index.remove(found[0])
             return found
-        held = self._held.best(prefix)
-        if held is None:
-            return None
-        self._held.pop(held.item.id)
-        held.handle.cancel()
-        arrival = self._index.add(held.item)  # an arrival, to be put back with if need be
+        live = found is not None  # and pooled: aired
+        limit = _STEAL_SCAN if live else None  # held ones last remote_hold at most
+        best = self._pool.best(prefix, self._stealable, aired=live, limit=limit)
+        if best is not None:
+            return self._out_of_pool(best)
+        oldest = None if found is None else self._pool.get(found[1].id)
+        if oldest is not None and self._index.count(prefix) > _STEAL_SCAN:
+            # Too many to look through for one not pooled: the oldest, as before the pool.
+            return self._out_of_pool(oldest)
+        for arrival, item in [] if found is None else self._index.iter_matching(prefix):
+            if item.id not in self._pool:
+                self._index.remove(arrival)
+                return arrival, item
+        if self._pool:  # some were left to their writers, maybe
+            self._retry_waiters_later()
+        return None
+
+    def _stealable(self, origin: str) -> bool:
+        """Whether to take tuples ``origin`` wrote that are pooled here: not
+        while it keeps pace with them, i.e. while it took more of its own in
+        the last ``remote_hold`` seconds than are pooled here. Those are
+        mostly in its hands already (a reservation is not replicated), and
+        the rest it reaches within about that time: a copy taken here would
+        be a double take, not help. A writer that stalls, or is down (then
+        its tuples rank 0 somewhere), is stolen from again."""
+        took = self._pace.get(origin)
+        if took is not None:
+            self._forget_pace(origin, took)
+        return took is None or not took or self._pool.of(origin) > len(took)
+
+    def _note_pace(self, take: Take) -> None:
+        """A writer took one of its own tuples (see :meth:`_stealable`)."""
+        if take.id.origin == take.target.origin and self.remote_hold:
+            took = self._pace.setdefault(take.id.origin, deque())
+            took.append(asyncio.get_running_loop().time())
+            self._forget_pace(take.id.origin, took)
+
+    def _forget_pace(self, origin: str, took: deque[float]) -> None:
+        """Drop the takes older than ``remote_hold`` (so a writer's pace
+        costs what it took in that time, at most)."""
+        since = asyncio.get_running_loop().time() - self.remote_hold
+        while took and took[0] < since:
+            took.popleft()
+        if not took:
+            del self._pace[origin]
+
+    def _retry_waiters_later(self) -> None:
+        """Some tuples were left to their writers: try the waiters again in
+        ``remote_hold`` seconds (a writer may have stalled by then)."""
+        if self._retry is None:
+            loop = asyncio.get_running_loop()
+            self._retry = loop.call_later(self.remote_hold, self._retry_waiters)
+
+    def _retry_waiters(self) -> None:
+        self._retry = None
+        for waiter in builtins.list(self._waiters):
+            if waiter.future.done():
+                continue
+            found = self._oldest_out(waiter.prefix)
+            if found is not None:
+                self._waiters.remove(waiter)
+                waiter.future.set_result(found)
+
+    def _out_of_pool(self, pooled: _Surfacing) -> tuple[int, Tuple]:
+        """A pooled tuple out of the pool (and of the index, if aired), with
+        an arrival to be put back with if need be."""
+        entry_id = pooled.item.id
+        self._pool.pop(entry_id)
+        if pooled.aired and (removed := self._index.remove_id(entry_id)) is not None:
+            return removed
+        pooled.handle.cancel()
+        arrival = self._index.add(pooled.item)
         self._index.remove(arrival)
-        return arrival, held.item
+        return arrival, pooled.item
+
+    def _remove_live(self, entry_id: EntryId) -> tuple[int, Tuple] | None:
+        """Out of the index by id (and out of the pool, if aired)."""
+        removed = self._index.remove_id(entry_id)
+        if removed is not None:
+            self._pool.pop(entry_id)
+        return removed
 
     def _apply_take(self, take: Take) -> None:
         self._lapses.pop(take.target, None)
-        if self._index.remove_id(take.target) is not None:
+        self._note_pace(take)
+        if self._remove_live(take.target) is not None:
             return
-        surfacing = self._surfacing.pop(take.target, None) or self._held.pop(take.target)
+        surfacing = self._surfacing.pop(take.target, None) or self._pool.pop(take.target)
         if surfacing is not None:  # taken elsewhere before it was live here
             surfacing.handle.cancel()
             return
@@ -910,10 +1065,12 @@ class Forum(AsyncResource):
             if not waiter.future.done():
                 waiter.future.set_result(None)
         self._waiters.clear()
-        for surfacing in [*self._surfacing.values(), *self._held.values()]:
+        for surfacing in [*self._surfacing.values(), *self._pool.values()]:
             surfacing.handle.cancel()  # they are in the Strand: live again after a restart
         self._surfacing.clear()
-        self._held.clear()
+        self._pool.clear()
+        if self._retry is not None:
+            self._retry.cancel()
         for _, _, expiry in self._reservations.values():
             expiry.cancel()  # never taken in the log: live again after a restart
         self._reservations.clear()

@@ -91,3 +91,12 @@ def test_the_rank_follows_the_membership_s_view_of_who_is_alive() -> None:
 
     membership.contacted("http://b:1", Member("b", "http://b:1"))
     assert ranking(entry_id) == 1
+
+
+def test_a_rank_counted_is_the_place_in_the_order_sorted() -> None:
+    """rank_among (counted, the id hashed once) agrees with turn_order (sorted)."""
+    for entry_id in ids():
+        for me in MEMBERS:
+            assert turn_order(entry_id, MEMBERS).index(me) == rank_among(
+                entry_id, me, MEMBERS - {me}
+            ), SEED
