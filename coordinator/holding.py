@@ -30,6 +30,17 @@ class Slots:
         n, self._free = self._free, 0
         return n
 
+    async def wait_free(self, timeout: float) -> bool:
+        """Whether a slot is free (or the slots closed) within ``timeout``
+        seconds; takes none."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._free == 0 and not self._closed:
+            self._wake.clear()
+            if not await wait_event(self._wake, deadline - loop.time()):
+                return self._free > 0 or self._closed
+        return True
+
     def release(self, n: int = 1) -> None:
         if n:
             self._free += n
