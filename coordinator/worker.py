@@ -37,7 +37,9 @@ For each job:
    other finished jobs, off the slot's critical path
    (:mod:`coordinator.completions`), and only then
 5. **ack** the reservations of the completed jobs (the Takes are appended),
-   in one call.
+   in one call: the next reserve ahead carries them (``ack_reserve``, one
+   request for the acks and the next batch, where the space has it), or, when
+   none is sent within ``_ACK_DELAY`` (50 ms), an ``ack_many`` of their own.
 
 At every moment a durable copy exists on a node::
 
@@ -119,10 +121,10 @@ from coordinator.completions import Completions
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from coordinator.envelope import Envelope
 from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
-from coordinator.holding import Parked, Slots
+from coordinator.holding import Acks, Parked, Slots
 from coordinator.job import Backoff, Handler, Job, KeyFunction
 from coordinator.reaper import Reaper
-from coordinator.spaces import TakeOnly, WorkSpace
+from coordinator.spaces import TakeOnly, WorkSpace, ack_then_reserve
 from node import EntryId, ForumError, Pattern, Reserved, TupleSpace
 from node.cancellation import wait_event
 
@@ -150,6 +152,9 @@ _PARK_SLACK = 60.0
 #: The longest a reservation made ahead waits for a slot before it is
 #: released (see Worker._reserve_ahead): what a busy worker may keep from others.
 _AHEAD_HOLD = 0.2
+#: The longest a completed job's ack waits for a reserve ahead to carry it
+#: (see Worker._ack_later) before it is sent on its own.
+_ACK_DELAY = 0.05
 #: The shortest a copy of a job that another holder runs is parked.
 _MIN_HOLD = 0.1
 
@@ -300,7 +305,11 @@ class Worker:
         self._rng = random.Random(seed)
         self._counts = _Counts()
         self._reaper = Reaper(space, lens, interval=reaper_interval, on_reoffer=self._reoffered)
-        self._completions = Completions(lens, self._completed, limit=4 * concurrency, ack=self._ack)
+        self._completions = Completions(
+            lens, self._completed, limit=4 * concurrency, ack=self._ack_later
+        )
+        #: Completed jobs' reservations, acked with the next reserve ahead.
+        self._acks = Acks(min(_ACK_DELAY, lease / 10))
         self._slots = Slots(concurrency)
         self._parked = Parked()
         #: Reservations made ahead of free slots, and the reserve under way.
@@ -349,12 +358,15 @@ class Worker:
             heartbeat_stop = asyncio.Event()
             tasks.create_task(self._heartbeat(heartbeat_stop), name="heartbeat")
             tasks.create_task(self._unpark(), name="parked")
+            acker = tasks.create_task(self._ack_overdue(), name="acks")
             await self._fetch(tasks)
             self._parked.close()  # nothing parks after the fetcher: release them all now
             await self._drain()
             heartbeat_stop.set()
             self._completions.close()
             await completer
+            self._acks.close()
+            await acker
             # One last pass, so records of older workers that fell due are in
             # the space before this worker is gone (any other reaper would do it too).
             try:
@@ -441,7 +453,8 @@ class Worker:
         more than was asked for; held at most :data:`_AHEAD_HOLD` for a slot."""
         most = min(most, self.concurrency - len(self._ahead))
         if self._filling is None and most > 0:
-            fill = self._space.reserve_many(self._pattern, self.lease, most)
+            acks = self._acks.take()
+            fill = ack_then_reserve(self._space, acks, self._pattern, self.lease, most)
             self._filling = tasks.create_task(fill, name="reserve ahead")
 
     async def _take_ahead(self, most: int) -> list[Reserved]:
@@ -452,7 +465,8 @@ class Worker:
             try:
                 self._ahead += await filling
             except (ForumError, OSError) as exc:
-                # Whatever the node reserved, its answer lost, comes back after its lease.
+                # Whatever the node reserved, its answer lost, comes back after
+                # its lease; a job whose ack it carried, too, and is turned away.
                 log.warning("reserve ahead failed (%s)", exc)
         taken, self._ahead = self._ahead[:most], self._ahead[most:]
         return taken
@@ -489,6 +503,17 @@ class Worker:
         except (ForumError, OSError) as exc:
             log.warning("could not ack %d reservations (%s): they will come back "
                         "and be turned away", len(ids), exc)  # fmt: skip
+
+    async def _ack_later(self, ids: list[EntryId]) -> None:
+        """Ack completed jobs' reservations with the next reserve ahead, in the
+        same request (:meth:`_reserve_ahead`); :meth:`_ack_overdue` acks those
+        that no reserve carried within ``_ACK_DELAY``. The claims are
+        completed already: this only ends the node's copies."""
+        self._acks.add(ids)
+
+    async def _ack_overdue(self) -> None:
+        while ids := await self._acks.overdue():
+            await self._ack(ids)
 
     async def _release(self, ids: Sequence[EntryId]) -> None:
         """Give reserved tuples back now, live again in their places. Best
