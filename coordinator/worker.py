@@ -425,7 +425,7 @@ class Worker:
                 client gone, hands nothing over (or puts back what it had)
             t2  a job is written: it stays in the space for the other workers
         """
-        items = await self._take_ahead(most)
+        items = await self._take_ahead(most, wait=False)
         try:
             if len(items) < most:
                 items += await self._space.reserve_many(
@@ -457,11 +457,15 @@ class Worker:
             fill = ack_then_reserve(self._space, acks, self._pattern, self.lease, most)
             self._filling = tasks.create_task(fill, name="reserve ahead")
 
-    async def _take_ahead(self, most: int) -> list[Reserved]:
-        """Up to ``most`` of the reservations made ahead (waiting for those
-        under way)."""
-        filling, self._filling = self._filling, None
-        if filling is not None:
+    async def _take_ahead(self, most: int, *, wait: bool = True) -> list[Reserved]:
+        """Up to ``most`` of the reservations made ahead, with those of the
+        reserve under way if it is done (or, with ``wait``, once it is). Not
+        waiting keeps a slow ahead (its acks' fsync, say) off the path of a
+        free slot: the slot takes a reserve of its own, and what the reserve
+        ahead brings waits for the next."""
+        filling = self._filling
+        if filling is not None and (wait or filling.done()):
+            self._filling = None
             try:
                 self._ahead += await filling
             except (ForumError, OSError) as exc:
