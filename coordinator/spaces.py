@@ -46,6 +46,34 @@ class WorkSpace(TupleSpace, Protocol):
     async def release(self, entry_id: EntryId) -> bool: ...
 
 
+@runtime_checkable
+class AckReserving(Protocol):
+    """A space that acks and reserves in one request (``ForumClient``: one
+    round trip for a worker's completed jobs and its next batch)."""
+
+    async def ack_reserve(
+        self,
+        entry_ids: Sequence[EntryId],
+        pattern: Pattern,
+        lease: float,
+        limit: int,
+        timeout: float | None = None,
+    ) -> tuple[list[bool], list[Reserved]]: ...
+
+
+async def ack_then_reserve(
+    space: WorkSpace, entry_ids: Sequence[EntryId], pattern: Pattern, lease: float, limit: int
+) -> list[Reserved]:
+    """Ack ``entry_ids``, then reserve up to ``limit`` without waiting: one
+    request where the space can (:class:`AckReserving`), else two calls (an
+    in-process ``Forum`` has no round trip to save)."""
+    if isinstance(space, AckReserving):
+        return (await space.ack_reserve(entry_ids, pattern, lease, limit))[1]
+    if entry_ids:
+        await space.ack_many(entry_ids)
+    return await space.reserve_many(pattern, lease, limit)
+
+
 class TakeOnly:
     """A :class:`WorkSpace` over a space that can only take: see the module
     docstring for the guarantee it gives up.

@@ -20,6 +20,11 @@ For each job:
    whose backoff is not over (``not_before`` in its trailer,
    :mod:`coordinator.envelope`) is not claimed: it is parked, reserved until
    it is due, then released (:class:`coordinator.holding.Parked`).
+   While the space has more than the free slots, the next batch is reserved
+   ahead, while this one is claimed and run, so a slot that frees is filled
+   with one Lens round trip instead of a node's and the Lens's in a row.
+   What is reserved ahead waits at most ``_AHEAD_HOLD`` (0.2 s) for a slot,
+   then is released for other workers; a stop releases it at once.
 2. **claim** each one's key in the Lens, all in one round trip: the key that
    travels in the tuple's trailer, else ``key(payload)`` when given, else the
    tuple's entry id. The claim carries no re-offer bytes: the reservation is
@@ -32,7 +37,9 @@ For each job:
    other finished jobs, off the slot's critical path
    (:mod:`coordinator.completions`), and only then
 5. **ack** the reservations of the completed jobs (the Takes are appended),
-   in one call.
+   in one call: the next reserve ahead carries them (``ack_reserve``, one
+   request for the acks and the next batch, where the space has it), or, when
+   none is sent within ``_ACK_DELAY`` (50 ms), an ``ack_many`` of their own.
 
 At every moment a durable copy exists on a node::
 
@@ -114,10 +121,10 @@ from coordinator.completions import Completions
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from coordinator.envelope import Envelope
 from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
-from coordinator.holding import Parked, Slots
+from coordinator.holding import Acks, Parked, Slots
 from coordinator.job import Backoff, Handler, Job, KeyFunction
 from coordinator.reaper import Reaper
-from coordinator.spaces import TakeOnly, WorkSpace
+from coordinator.spaces import TakeOnly, WorkSpace, ack_then_reserve
 from node import EntryId, ForumError, Pattern, Reserved, TupleSpace
 from node.cancellation import wait_event
 
@@ -142,6 +149,12 @@ DEFAULT_TAKE_WAIT = 2.0
 #: later is parked again when it comes back.
 _LONGEST_LEASE = 3600.0
 _PARK_SLACK = 60.0
+#: The longest a reservation made ahead waits for a slot before it is
+#: released (see Worker._reserve_ahead): what a busy worker may keep from others.
+_AHEAD_HOLD = 0.2
+#: The longest a completed job's ack waits for a reserve ahead to carry it
+#: (see Worker._ack_later) before it is sent on its own.
+_ACK_DELAY = 0.05
 #: The shortest a copy of a job that another holder runs is parked.
 _MIN_HOLD = 0.1
 
@@ -292,9 +305,16 @@ class Worker:
         self._rng = random.Random(seed)
         self._counts = _Counts()
         self._reaper = Reaper(space, lens, interval=reaper_interval, on_reoffer=self._reoffered)
-        self._completions = Completions(lens, self._completed, limit=4 * concurrency, ack=self._ack)
+        self._completions = Completions(
+            lens, self._completed, limit=4 * concurrency, ack=self._ack_later
+        )
+        #: Completed jobs' reservations, acked with the next reserve ahead.
+        self._acks = Acks(min(_ACK_DELAY, lease / 10))
         self._slots = Slots(concurrency)
         self._parked = Parked()
+        #: Reservations made ahead of free slots, and the reserve under way.
+        self._ahead: list[Reserved] = []
+        self._filling: asyncio.Task[list[Reserved]] | None = None
         self._stopping = asyncio.Event()
         self._started = False
         self._lens_ok = True
@@ -338,12 +358,15 @@ class Worker:
             heartbeat_stop = asyncio.Event()
             tasks.create_task(self._heartbeat(heartbeat_stop), name="heartbeat")
             tasks.create_task(self._unpark(), name="parked")
+            acker = tasks.create_task(self._ack_overdue(), name="acks")
             await self._fetch(tasks)
             self._parked.close()  # nothing parks after the fetcher: release them all now
             await self._drain()
             heartbeat_stop.set()
             self._completions.close()
             await completer
+            self._acks.close()
+            await acker
             # One last pass, so records of older workers that fell due are in
             # the space before this worker is gone (any other reaper would do it too).
             try:
@@ -356,18 +379,20 @@ class Worker:
 
     async def _fetch(self, tasks: asyncio.TaskGroup) -> None:
         """Reserve and claim jobs for free slots until the worker stops."""
-        while free := await self._slots.acquire_all():
+        while free := await self._free_slots():
             self._note_state_loss()
             if paused := self._loss_pause_left():
                 self._slots.release(free)
+                await self._drop_ahead()
                 await self._pause(paused)
                 continue
             if not self._lens_ok:
                 self._slots.release(free)
+                await self._drop_ahead()
                 await self._wait_for_lens()
                 continue
             try:
-                items = await self._reserve(free)
+                items = await self._reserve(free, tasks)
             except (ForumError, OSError) as exc:
                 self._slots.release(free)
                 log.warning("reserve failed (%s); retrying", exc)
@@ -377,11 +402,20 @@ class Worker:
             if items:
                 self._counts.taken += len(items)
                 await self._claim(items, tasks)
+        await self._drop_ahead()
 
-    async def _reserve(self, most: int) -> list[Reserved]:
+    async def _free_slots(self) -> int:
+        """Every free slot, once one is (0 once stopped). Reservations made
+        ahead are released if no slot frees within :data:`_AHEAD_HOLD`."""
+        if (self._ahead or self._filling) and not await self._slots.wait_free(_AHEAD_HOLD):
+            await self._drop_ahead()
+        return await self._slots.acquire_all()
+
+    async def _reserve(self, most: int, tasks: asyncio.TaskGroup) -> list[Reserved]:
         """Up to ``most`` reservations without waiting, or one after a wait.
 
-        A stopping worker starts no job: its blocking wait is abandoned the
+        Those reserved ahead come first (see :meth:`_reserve_ahead`). A
+        stopping worker starts no job: its blocking wait is abandoned the
         moment :meth:`stop` is called, and reservations that arrive anyway
         (the answer crossed the stop) are released, live again at once rather
         than after a lease::
@@ -391,7 +425,16 @@ class Worker:
                 client gone, hands nothing over (or puts back what it had)
             t2  a job is written: it stays in the space for the other workers
         """
-        items = await self._space.reserve_many(self._pattern, self.lease, most)
+        items = await self._take_ahead(most, wait=False)
+        try:
+            if len(items) < most:
+                items += await self._space.reserve_many(
+                    self._pattern, self.lease, most - len(items)
+                )
+        except BaseException:
+            self._ahead[:0] = items
+            raise
+        found_all = len(items) == most
         if not items:
             wait = self._space.reserve(self._pattern, self.lease, timeout=self._take_wait)
             item = await self._unless_stopped(wait)
@@ -399,7 +442,44 @@ class Worker:
         if self._stopping.is_set() and items:
             await self._release([item.id for item in items])
             return []
+        if found_all:
+            self._reserve_ahead(len(items), tasks)
         return items
+
+    def _reserve_ahead(self, most: int, tasks: asyncio.TaskGroup) -> None:
+        """Reserve up to ``most`` more (no more than ``concurrency`` ahead in
+        all) while this batch is claimed and run, so the next batch's claim
+        need not wait for the node's round trip. Only while the space had
+        more than was asked for; held at most :data:`_AHEAD_HOLD` for a slot."""
+        most = min(most, self.concurrency - len(self._ahead))
+        if self._filling is None and most > 0:
+            acks = self._acks.take()
+            fill = ack_then_reserve(self._space, acks, self._pattern, self.lease, most)
+            self._filling = tasks.create_task(fill, name="reserve ahead")
+
+    async def _take_ahead(self, most: int, *, wait: bool = True) -> list[Reserved]:
+        """Up to ``most`` of the reservations made ahead, with those of the
+        reserve under way if it is done (or, with ``wait``, once it is). Not
+        waiting keeps a slow ahead (its acks' fsync, say) off the path of a
+        free slot: the slot takes a reserve of its own, and what the reserve
+        ahead brings waits for the next."""
+        filling = self._filling
+        if filling is not None and (wait or filling.done()):
+            self._filling = None
+            try:
+                self._ahead += await filling
+            except (ForumError, OSError) as exc:
+                # Whatever the node reserved, its answer lost, comes back after
+                # its lease; a job whose ack it carried, too, and is turned away.
+                log.warning("reserve ahead failed (%s)", exc)
+        taken, self._ahead = self._ahead[:most], self._ahead[most:]
+        return taken
+
+    async def _drop_ahead(self) -> None:
+        """Release every reservation made ahead: live again for any worker."""
+        ahead = await self._take_ahead(self.concurrency)
+        if ahead:
+            await self._release([item.id for item in ahead])
 
     async def _unless_stopped(self, wait: Awaitable[_T | None]) -> _T | None:
         """``wait`` (one blocking reserve), or ``None`` once the worker stops."""
@@ -427,6 +507,17 @@ class Worker:
         except (ForumError, OSError) as exc:
             log.warning("could not ack %d reservations (%s): they will come back "
                         "and be turned away", len(ids), exc)  # fmt: skip
+
+    async def _ack_later(self, ids: list[EntryId]) -> None:
+        """Ack completed jobs' reservations with the next reserve ahead, in the
+        same request (:meth:`_reserve_ahead`); :meth:`_ack_overdue` acks those
+        that no reserve carried within ``_ACK_DELAY``. The claims are
+        completed already: this only ends the node's copies."""
+        self._acks.add(ids)
+
+    async def _ack_overdue(self) -> None:
+        while ids := await self._acks.overdue():
+            await self._ack(ids)
 
     async def _release(self, ids: Sequence[EntryId]) -> None:
         """Give reserved tuples back now, live again in their places. Best

@@ -221,6 +221,37 @@ class ForumClient(AsyncResource):
         document = await self._document("ack_many", {"ids": [str(i) for i in entry_ids]})
         return self._flags(document, "acked", len(entry_ids))
 
+    async def ack_reserve(
+        self,
+        entry_ids: Sequence[EntryId],
+        pattern: Pattern,
+        lease: float,
+        limit: int,
+        timeout: float | None = None,
+    ) -> tuple[builtins.list[bool], builtins.list[Reserved]]:
+        """Ack ``entry_ids`` (one flag per id, as :meth:`ack_many`), then
+        reserve up to ``limit`` matches for ``lease`` s (as :meth:`reserve_many`,
+        waiting up to ``timeout`` s for the first), in one request: a worker's
+        completed jobs and its next batch. The acks are made first, whatever
+        the reserve then finds."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout or 0.0)
+        ids = [str(i) for i in entry_ids]
+        args = {"ids": ids, "prefix": pattern.prefix, "limit": limit, "lease": float(lease)}
+        wait = timeout or 0.0
+        if wait:
+            args["wait"] = wait
+        document = await self._document("ack_reserve", args, wait)
+        acked = self._flags(document, "acked", len(ids))
+        found = [_as_reserved(self._tuple(t)) for t in self._list(document, "tuples")]
+        left = deadline - loop.time()
+        if not found and left > _MIN_WAIT:
+            # The node waited its max_wait at most: the rest of the wait, without the acks.
+            found = await self.reserve_many(pattern, lease, limit, left)
+        return acked, found
+
     async def extend(self, entry_id: EntryId, lease: float) -> bool:
         """Renew a reservation to ``lease`` seconds from now; ``False`` if the
         tuple is no longer reserved."""

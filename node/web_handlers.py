@@ -43,6 +43,7 @@ from node.web_keys import (
 from node.web_model import (
     ACK,
     ACK_BATCH,
+    ACK_RESERVE,
     BATCH_LIMIT,
     COMPACT,
     COUNT,
@@ -65,6 +66,7 @@ from node.web_model import (
     WAIT,
     WRITE,
     WRITE_BATCH,
+    AckedReserved,
     Compacted,
     Health,
     Operation,
@@ -147,6 +149,20 @@ async def ack_batch(request: web.Request) -> web.Response:
     ids = await parse_ids(request, request.app[LIMITS])
     media = negotiate(request, ACK_BATCH)
     return respond(await request.app[SPACE].ack_many(ids), media)
+
+
+async def ack_reserve(request: web.Request) -> web.Response:
+    """``POST /v1/ack/reserve`` with ``{"ids": [...]}``: ack those, then
+    reserve as ``/v1/reserve/batch`` (a worker's next batch in one request)."""
+    query = _query(request, ACK_RESERVE)
+    pattern = query.pattern()
+    limit = query.integer(BATCH_LIMIT)
+    lease = query.seconds(LEASE)
+    wait = query.seconds(WAIT)
+    media = negotiate(request, ACK_RESERVE)
+    ids = await parse_ids(request, request.app[LIMITS])
+    acked, reserved = await request.app[SPACE].ack_reserve(ids, pattern, lease, limit, wait)
+    return respond(AckedReserved(acked, [reserved_body(t, media) for t in reserved]), media)
 
 
 async def extend_reservations(request: web.Request) -> web.Response:
@@ -289,6 +305,7 @@ HANDLERS: dict[Operation, Handler] = {
     RESERVE_BATCH: reserve_batch,
     ACK: ack,
     ACK_BATCH: ack_batch,
+    ACK_RESERVE: ack_reserve,
     EXTEND: extend_reservations,
     RELEASE: release,
     READ: read,

@@ -164,6 +164,14 @@ class ReservedTuples(msgspec.Struct, frozen=True):
     tuples: list[ReservedBody]
 
 
+class AckedReserved(msgspec.Struct, frozen=True):
+    """A worker's settled batch and its next: one flag per id acked, then the
+    tuples reserved (possibly none)."""
+
+    acked: list[bool]
+    tuples: list[ReservedBody]
+
+
 class Page(msgspec.Struct, frozen=True):
     tuples: list[TupleBody]
     #: ``None`` on the last page.
@@ -390,6 +398,15 @@ ACK_BATCH = Operation(
     "POST", "/v1/ack/batch", "Take many reserved tuples for good, in one append",
     Answer(200, "One flag per id: false if it was no longer here.", AckedMany), body=Ids,
 )  # fmt: skip
+#: A worker's round trip: the acks of the jobs it completed and the reserve of
+#: its next batch in one request (the acks are made first, whatever the reserve finds).
+ACK_RESERVE = Operation(
+    "POST", "/v1/ack/reserve",
+    "Ack reserved tuples (body ids), then reserve up to limit matches for lease seconds",
+    Answer(200, "One flag per id acked (false if it was no longer here), and the tuples "
+           "reserved (possibly none).", AckedReserved),
+    (*PATTERN, WAIT, LEASE, BATCH_LIMIT), body=Ids,
+)  # fmt: skip
 EXTEND = Operation(
     "POST", "/v1/reserve/extend", "Renew many reservations to lease seconds from now (a heartbeat)",
     Answer(200, "One flag per id: false if it was no longer reserved.", Extended),
@@ -449,12 +466,13 @@ METRICS = Operation(
 STREAM_OPS = {
     "write": WRITE, "write_many": WRITE_BATCH, "read": READ, "take": TAKE,
     "take_many": TAKE_BATCH, "reserve": RESERVE, "reserve_many": RESERVE_BATCH, "ack": ACK,
-    "ack_many": ACK_BATCH, "extend_many": EXTEND, "release": RELEASE, "count": COUNT,
-    "list": LIST,
+    "ack_many": ACK_BATCH, "ack_reserve": ACK_RESERVE, "extend_many": EXTEND, "release": RELEASE,
+    "count": COUNT, "list": LIST,
 }  # fmt: skip
 
 #: Every operation of the node itself (replication adds the cluster routes).
 OPERATIONS = (
     WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
-    EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS, STREAM,
+    ACK_RESERVE, EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
+    STREAM,
 )  # fmt: skip

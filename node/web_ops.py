@@ -93,6 +93,23 @@ class Space:
     async def ack_many(self, entry_ids: Sequence[EntryId]) -> AckedMany:
         return AckedMany(await self.forum.ack_many(entry_ids))
 
+    async def ack_reserve(
+        self,
+        entry_ids: Sequence[EntryId],
+        pattern: Pattern,
+        lease: float,
+        limit: int,
+        wait: float,
+    ) -> tuple[list[bool], list[Reserved]]:
+        """:meth:`ack_many`, then :meth:`reserve_many`: a worker's completed
+        jobs and its next batch in one round trip. The acks are durable before
+        the reserve starts, so they hold whatever it finds (nothing, after its
+        wait, or a failure); a request cancelled during the acks' append (its
+        client gone) leaves each either acked or reserved still, back when its
+        lease runs out."""
+        acked = await self.forum.ack_many(entry_ids) if entry_ids else []
+        return acked, await self.reserve_many(pattern, lease, limit, wait)
+
     async def extend_many(self, entry_ids: Sequence[EntryId], lease: float) -> Extended:
         return Extended(await self.forum.extend_many(entry_ids, lease))
 

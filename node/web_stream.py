@@ -78,6 +78,7 @@ from node.web_model import (
     PAGE_LIMIT,
     STREAM,
     WAIT,
+    AckedReserved,
     Page,
     Problem,
     ReservedTuples,
@@ -134,6 +135,10 @@ class ReserveArgs(WaitArgs, frozen=True, kw_only=True):
 
 class ReserveBatchArgs(ReserveArgs, frozen=True):
     limit: int = DEFAULT_LIMIT
+
+
+class AckReserveArgs(ReserveBatchArgs, frozen=True, kw_only=True):
+    ids: list[str]
 
 
 class IdArgs(Args, frozen=True):
@@ -218,6 +223,18 @@ async def _ack_many(space: Space, a: IdsArgs) -> Answer:
     return 200, await space.ack_many(check_ids(a.ids, space.limits))
 
 
+async def _ack_reserve(space: Space, a: AckReserveArgs) -> Answer:
+    limits = space.limits
+    acked, reserved = await space.ack_reserve(
+        check_ids(a.ids, limits),
+        Pattern(a.prefix),
+        check_seconds(LEASE, a.lease, limits),
+        check_integer(BATCH_LIMIT, a.limit, limits),
+        check_seconds(WAIT, a.wait, limits),
+    )
+    return 200, AckedReserved(acked, [reserved_body(t, MSGPACK) for t in reserved])
+
+
 async def _extend_many(space: Space, a: ExtendArgs) -> Answer:
     ids = check_ids(a.ids, space.limits)
     return 200, await space.extend_many(ids, check_extend_lease(a.lease, space.limits))
@@ -264,6 +281,7 @@ OPS: dict[str, StreamOp] = {
     "reserve_many": StreamOp.of(ReserveBatchArgs, _reserve_many),
     "ack": StreamOp.of(IdArgs, _ack),
     "ack_many": StreamOp.of(IdsArgs, _ack_many),
+    "ack_reserve": StreamOp.of(AckReserveArgs, _ack_reserve),
     "extend_many": StreamOp.of(ExtendArgs, _extend_many),
     "release": StreamOp.of(IdArgs, _release),
     "count": StreamOp.of(PatternArgs, _count),

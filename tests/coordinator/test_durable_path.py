@@ -225,3 +225,46 @@ async def test_a_job_that_kills_its_worker_every_time_ends_as_a_dead_letter(
         assert (letter.envelope.attempt, letter.envelope.error) == (3, LOST_WORKER)
         assert await space.count(JOBS) == 0
         assert (await space.status()).reserved == 0
+
+
+class _CountingClient(ForumClient):
+    """A real client that notes which ids each ack went out with."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.acked_with_reserve: list[str] = []
+        self.acked_alone: list[str] = []
+
+    async def ack_reserve(self, entry_ids, pattern, lease, limit, timeout=None):  # type: ignore[no-untyped-def]
+        self.acked_with_reserve += [str(i) for i in entry_ids]
+        return await super().ack_reserve(entry_ids, pattern, lease, limit, timeout)
+
+    async def ack_many(self, entry_ids):  # type: ignore[no-untyped-def]
+        self.acked_alone += [str(i) for i in entry_ids]
+        return await super().ack_many(entry_ids)
+
+
+async def test_a_worker_on_a_node_acks_with_its_next_reserve_and_loses_nothing(
+    forum_node: NodeProcess, lens: Lens
+) -> None:
+    """Through a real ``forum serve``: completed jobs' acks ride in the
+    requests that reserve the next batch (ack_reserve), the rest go on
+    their own within the ack delay; every job runs once, is acked once,
+    and the node ends with nothing live and nothing reserved."""
+    ran: list[bytes] = []
+
+    async def handler(job: Job) -> None:
+        ran.append(job.payload)
+
+    async with _CountingClient(forum_node.url) as client:
+        ids = await client.write_many([f"job/{i}".encode() for i in range(200)])
+        work = Worker(client, lens, JOBS, handler, concurrency=4, **_FAST)  # type: ignore[arg-type]
+        async with running(work):
+            await eventually(lambda: work.stats().done == 200, what="every job done")
+        assert sorted(ran) == sorted(f"job/{i}".encode() for i in range(200))
+        acks = client.acked_with_reserve + client.acked_alone
+        assert sorted(acks) == sorted(str(i) for i in ids), "each job acked exactly once"
+        assert client.acked_with_reserve, "no ack rode with a reserve"
+        assert await client.count(JOBS) == 0 and (await client.status()).reserved == 0
+    assert work.stats().double_takes == 0
+    assert all([await lens.done_token(str(i)) for i in ids])

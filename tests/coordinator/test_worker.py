@@ -444,3 +444,53 @@ async def test_a_key_function_returning_no_key_parks_the_job(
     async with running(w):
         await eventually(lambda: w.stats().dead == 2)
     assert await forum.count(Pattern(b"dead/")) == 2
+
+
+async def test_a_busy_worker_lets_go_of_what_it_reserved_ahead(forum: Forum, lens: Lens) -> None:
+    """t0: A (1 slot) reserves job/1 and, the space having more, job/2 ahead
+    of a free slot; job/1's handler then blocks. t1: no slot frees within the
+    hold, so A releases job/2. t2: B, idle, reserves and runs it while A is
+    still busy. Reserving ahead never keeps a job from an idle worker for
+    long, and job/2 runs once, its attempt not counted."""
+    b_ran: list[bytes] = []
+    a_started, a_go = asyncio.Event(), asyncio.Event()
+
+    async def blocks(job: Job) -> None:
+        a_started.set()
+        await a_go.wait()
+
+    async def runs(job: Job) -> None:
+        b_ran.append(job.payload)
+
+    await forum.write_many([b"job/1", b"job/2"])
+    a = worker(forum, lens, blocks)
+    async with running(a):
+        await asyncio.wait_for(a_started.wait(), 5)
+        b = worker(forum, lens, runs)
+        async with running(b):
+            await eventually(lambda: b_ran == [b"job/2"], what="B ran the job A reserved ahead")
+        a_go.set()
+        await eventually(lambda: a.stats().done == 1, what="A's job done")
+    assert b.stats().double_takes == 0 and a.stats().double_takes == 0
+    assert await forum.count(JOBS) == 0 and forum.stats().reserved == 0
+
+
+async def test_a_stopped_worker_releases_what_it_reserved_ahead(forum: Forum, lens: Lens) -> None:
+    """Jobs reserved ahead of a slot and never claimed go back at the stop,
+    at once and under their own ids (not after their lease)."""
+    ids = await forum.write_many([f"job/{i}".encode() for i in range(20)])
+    started, go = asyncio.Event(), asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        started.set()
+        await go.wait()
+
+    w = worker(forum, lens, handler, concurrency=4, lease=60.0)
+    run = asyncio.create_task(w.run())
+    await asyncio.wait_for(started.wait(), 5)
+    w.stop()
+    go.set()
+    await asyncio.wait_for(run, 10)
+    left = {t.id for t in forum.list(JOBS, limit=100).tuples}
+    assert forum.stats().reserved == 0
+    assert left == set(ids[w.stats().done :]) and len(left) == 20 - w.stats().done

@@ -10,10 +10,11 @@ from dataclasses import fields
 
 from coordinator import Backoff, Job, Worker, WorkerStats
 from coordinator.envelope import Envelope
+from coordinator.holding import Acks
 from coordinator.memory import MemoryAuthority
 from coordinator.spaces import TakeOnly
 from coordinator.worker import _Counts
-from node import Forum, Pattern
+from node import EntryId, Forum, Pattern
 from tests.coordinator.harness import eventually, running
 from tests.coordinator.test_worker import PlainSpace
 
@@ -139,3 +140,19 @@ async def test_a_take_only_space_puts_a_job_back_under_its_first_key(
 
 async def _live(forum: Forum) -> bool:
     return await forum.count(JOBS) == 1
+
+
+async def test_acks_wait_for_a_reserve_to_carry_them_then_go_alone() -> None:
+    """Acks taken by a reserve are not handed out again; those left past the
+    delay are handed out all at once, the delay counted from the first; once
+    closed, what is left goes at once, then nothing."""
+    acks = Acks(delay=0.05)
+    acks.add([EntryId("a", 1), EntryId("a", 2)])
+    assert acks.take() == [EntryId("a", 1), EntryId("a", 2)] and len(acks) == 0
+    acks.add([EntryId("a", 3)])
+    acks.add([EntryId("a", 4)])
+    assert await asyncio.wait_for(acks.overdue(), 5) == [EntryId("a", 3), EntryId("a", 4)]
+    acks.add([EntryId("a", 5)])
+    acks.close()
+    assert await asyncio.wait_for(acks.overdue(), 5) == [EntryId("a", 5)]
+    assert await asyncio.wait_for(acks.overdue(), 5) == []

@@ -24,7 +24,7 @@ import msgspec
 import pytest
 
 from node import Pattern
-from node.client import ForumClient
+from node.client import ForumClient, Transport
 from node.client_stream import StreamConnection
 from node.errors import NodeUnavailable, Unauthorized
 from node.web_model import STREAM_OPS
@@ -104,6 +104,9 @@ def _cases(o: str) -> list[tuple[str, dict[str, Any]]]:
         ("reserve_many", {"prefix": b"j-", "lease": 30.0, "limit": 5}),
         ("ack", {"id": f"{o}:3"}),
         ("ack_many", {"ids": [f"{o}:3", f"{o}:4"]}),
+        ("reserve", {"prefix": b"j-", "lease": 30.0}),
+        ("ack_reserve", {"ids": [f"{o}:2", f"{o}:99"], "prefix": b"k-", "lease": 30.0}),
+        ("ack_reserve", {"ids": [], "prefix": b"k-", "lease": 30.0, "limit": 3, "wait": 0.05}),
         ("take", {"prefix": b"j-"}),
         ("take", {"prefix": b"j-", "wait": 0.05}),
         ("take_many", {"prefix": b"j-", "limit": 3, "wait": 0.05}),
@@ -118,6 +121,8 @@ def _cases(o: str) -> list[tuple[str, dict[str, Any]]]:
         ("take_many", {"prefix": b"", "limit": 10**6}),
         ("list", {"prefix": b"", "limit": 5000}),
         ("extend_many", {"ids": [f"{o}:1"], "lease": 0.0}),
+        ("ack_reserve", {"ids": ["not-an-id"], "prefix": b"", "lease": 30.0}),
+        ("ack_reserve", {"ids": [], "prefix": b"", "lease": 30.0, "limit": 0}),
         ("write", {"payload": b""}),
         ("write", {"payload": b"x" * 65}),
         ("write_many", {"payloads": [b"ok", b""]}),
@@ -250,6 +255,87 @@ async def _closed(node: NodeProcess) -> bool:
 
 async def _unreserved(node: NodeProcess) -> bool:
     return (await streams(node))["reserved"] == 0
+
+
+# -- ack_reserve: a worker's acks and its next batch in one request -----------------
+
+
+@pytest.mark.parametrize("transport", ["stream", "http"])
+async def test_ack_reserve_acks_then_reserves_and_the_acks_hold_when_nothing_is_found(
+    forum_node: NodeProcess, transport: Transport
+) -> None:
+    """The acks of one request are made whatever its reserve finds: a batch
+    (the acked tuples are not among it, being gone), or nothing after its
+    wait. An id no longer reserved is a false flag, as in ack_many."""
+    async with ForumClient(forum_node.url, transport=transport) as client:
+        ids = await client.write_many([f"{transport}-{i}".encode() for i in range(4)])
+        first = await client.reserve_many(Pattern(transport.encode()), 30, 2)
+        acked, batch = await client.ack_reserve(
+            [r.id for r in first], Pattern(transport.encode()), 30, 10
+        )
+        assert acked == [True, True]
+        assert [r.id for r in batch] == ids[2:] and {r.deliveries for r in batch} == {1}
+        acked, none = await client.ack_reserve(
+            [r.id for r in batch] + [ids[0]], Pattern(b"nothing-"), 30, 10, timeout=0.2
+        )
+        assert acked == [True, True, False] and none == []
+        assert await client.count(Pattern(transport.encode())) == 0
+        assert not await client.release(ids[3])  # acked: not reserved any more
+    assert (await streams(forum_node))["reserved"] == 0
+
+
+async def test_a_refused_ack_reserve_acks_nothing(forum_node: NodeProcess) -> None:
+    async with ForumClient(forum_node.url) as client:
+        entry_id = await client.write(b"refused-1")
+        held = await client.reserve(Pattern(b"refused-"), 30)
+        assert held is not None and held.id == entry_id
+        async with raw_stream(forum_node.url) as ws:
+            await send(ws, 1, "ack_reserve", ids=[str(entry_id), "bad"], prefix=b"", lease=30.0)
+            [(_, status, body)] = await answers(ws, 1)
+        assert status == 400 and body["error"] == "invalid_field"
+        assert await client.release(entry_id), "the good id was not acked either"
+
+
+async def test_a_stream_dropped_during_ack_reserve_leaves_each_job_acked_or_back(
+    forum_nodes: ForumNodes,
+) -> None:
+    """t0: 10 jobs reserved (lease 1 s); t1: one ack_reserve of 5 of them
+    whose reserve waits (nothing matches); t2: the stream is cut while it
+    waits; t3: a matching tuple is written, t4: the leases run out. The 5
+    acks held (the ack part is done before the wait): they never come
+    back; the other 5 come back once each; the cut reserve took nothing.
+    And a second ack_reserve cut right after it was sent leaves each of its
+    jobs either acked or back after its lease: never lost, never twice."""
+    node = await forum_nodes.start("n1", "--fsync", "always")
+    async with ForumClient(node.url) as client:
+        written = await client.write_many([f"job-{i}".encode() for i in range(20)])
+        async with raw_stream(node.url) as ws:
+            await send(ws, 1, "reserve_many", prefix=b"job-", lease=1.0, limit=10)
+            [(_, _, body)] = await answers(ws, 1)
+            first = [t["id"] for t in body["tuples"]]
+            await send(ws, 2, "ack_reserve", ids=first[:5], prefix=b"later-", lease=30.0,
+                       wait=30.0)  # fmt: skip
+            await eventually(lambda: _waiting(node), what="the reserve part waits")
+            _drop(ws)
+        async with raw_stream(node.url) as ws:
+            await send(ws, 1, "reserve_many", prefix=b"job-", lease=1.0, limit=10)
+            [(_, _, body)] = await answers(ws, 1)
+            second = [t["id"] for t in body["tuples"]]
+            await send(ws, 2, "ack_reserve", ids=second, prefix=b"job-", lease=30.0)
+            _drop(ws)
+        await eventually(lambda: _closed(node), what="the node saw the streams go")
+        await client.write(b"later-1")
+        assert await client.take(Pattern(b"later-")) == b"later-1"
+        await eventually(lambda: _unreserved(node), what="the leases run out")
+        back = []
+        while (found := await client.reserve(Pattern(b"job-"), lease=30)) is not None:
+            assert await client.ack(found.id)
+            back.append(str(found.id))
+    assert set(first) | set(second) == {str(i) for i in written}
+    assert len(back) == len(set(back)), "a job came back twice"
+    assert not set(back) & set(first[:5]), "an acked job came back"
+    assert set(first[5:]) <= set(back), "a job neither acked nor back: lost"
+    assert set(back) <= set(first[5:]) | set(second)
 
 
 async def test_a_client_fails_what_is_in_flight_when_the_stream_drops_and_reconnects(
