@@ -282,16 +282,13 @@ class Forum(AsyncResource):
         was cancelled meanwhile (a write whose answer is lost still happened).
         """
         self._check_open()
-        durable = self.strand.submit_writes(payloads)
-        durable.add_done_callback(self._on_writes_durable)
-        writes = await asyncio.shield(durable)
+        # The Strand calls _on_writes_durable itself, whatever happens to this
+        # caller: its cancellation cancels only the wait, so no shield is needed.
+        writes = await self.strand.submit_writes(payloads, self._on_writes_durable)
         return [entry.id for entry in writes]
 
-    def _on_writes_durable(self, durable: asyncio.Future[builtins.list[Write]]) -> None:
-        # A done callback: runs in log order, whether or not the caller waits.
-        if durable.cancelled() or durable.exception() is not None:
-            return
-        writes = durable.result()
+    def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
+        # Called by the Strand's writer in log order, whether or not the caller waits.
         for entry in writes:
             self._add_live(Tuple(entry.id, entry.payload))
         self._writes += len(writes)

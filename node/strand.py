@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from node import compaction, segment
-from node.codec import RawEntry, decode_entry, decode_raw, encode_entry
+from node.codec import RawEntry, decode_entry, decode_raw, encode_entries, encode_entry
 from node.entries import MAX_ORIGIN_LENGTH, Entry, EntryId, Take, Write, check_origin
 from node.errors import DataDirLocked, SerializationError, StrandCorrupt, StrandError
 from node.resource import AsyncResource
@@ -80,9 +80,10 @@ _DEAD = -2
 
 
 #: The most a Write's record body holds beyond its payload: the longest origin,
-#: the largest seq, and a 32-bit length for the payload (3 more than the 8-bit
-#: length the empty payload measured here gets).
-_WRITE_OVERHEAD = len(encode_entry(Write(EntryId("o" * MAX_ORIGIN_LENGTH, 2**64 - 1), b""))) + 3
+#: the largest seq, a 32-bit length for the payload (3 more than the 8-bit
+#: length the empty payload measured here gets), and its head in a batch.
+_LONGEST_WRITE = Write(EntryId("o" * MAX_ORIGIN_LENGTH, 2**64 - 1), b"")
+_WRITE_OVERHEAD = len(encode_entry(_LONGEST_WRITE)) + 3 + segment.ENTRY.size
 
 
 def payload_limit(segment_bytes: int) -> int:
@@ -156,10 +157,15 @@ class StrandStats:
     entries_dropped: int = 0
 
 
-class _Batch:
-    """Appends waiting for the writer: what to write and who waits for it."""
+#: Called by the writer with an append's entries once they are durable.
+Durable = Callable[[list[Entry]], None]
 
-    __slots__ = ("future", "payloads", "remote", "targets")
+
+class _Batch:
+    """Appends waiting for the writer: what to write, who waits for it, and
+    what to call once it is durable."""
+
+    __slots__ = ("future", "payloads", "remote", "targets", "then")
 
     def __init__(
         self,
@@ -167,11 +173,13 @@ class _Batch:
         payloads: Sequence[bytes] = (),
         targets: Sequence[EntryId] = (),
         remote: Sequence[Entry] = (),
+        then: Durable | None = None,
     ) -> None:
         self.future = future
         self.payloads = payloads
         self.targets = targets
         self.remote = remote
+        self.then = then
 
 
 class _OriginLog:
@@ -482,6 +490,7 @@ class Strand(AsyncResource):
         numbers = segment.segment_numbers(directory)
         replayed: list[RawEntry] = []
         logs = self._logs
+        last_version = segment.FORMAT_VERSION
         for origin, floor in compaction.read_floors(directory).items():
             logs[origin] = _OriginLog(base=floor)
         for i, number in enumerate(numbers):
@@ -516,11 +525,19 @@ class Strand(AsyncResource):
                     os.fsync(f.fileno())
             if last:
                 self._segment_size = scan.good_end
+                last_version = scan.version
             else:
                 self._sealed_bytes += scan.good_end
         self._replayed = replayed
         self._segments = len(numbers)
-        if numbers and self._segment_size >= segment.HEADER.size:
+        if numbers and last_version != segment.FORMAT_VERSION and self._segment_size:
+            # Batches go into segments of their own format: seal the old one
+            # (durably, as a roll does) and go on in the next.
+            old = segment.segment_path(directory, numbers[-1])
+            _sync_and_close(os.open(old, os.O_WRONLY), True)
+            self._sealed_bytes += self._segment_size
+            self._start_segment(numbers[-1] + 1)
+        elif numbers and self._segment_size >= segment.HEADER.size:
             self._segment = numbers[-1]
             self._fd = os.open(segment.segment_path(directory, self._segment), os.O_WRONLY)
             os.lseek(self._fd, self._segment_size, os.SEEK_SET)
@@ -605,17 +622,20 @@ class Strand(AsyncResource):
 
     def _read_positions(self, positions: Sequence[int]) -> list[bytes]:
         bodies = []
-        fds: dict[int, int] = {}
+        fds: list[int] = []
+        readers: dict[int, segment.RecordReader] = {}
         mask = (1 << _OFFSET_BITS) - 1
         try:
             for position in positions:
                 number = position >> _OFFSET_BITS
-                fd = fds.get(number)
-                if fd is None:
-                    fd = fds[number] = os.open(segment.segment_path(self._dir, number), os.O_RDONLY)
-                bodies.append(segment.read_record(fd, position & mask))
+                reader = readers.get(number)
+                if reader is None:
+                    path = segment.segment_path(self._dir, number)
+                    fds.append(fd := os.open(path, os.O_RDONLY))
+                    reader = readers[number] = segment.RecordReader(fd, str(path), number)
+                bodies.append(reader.read(position & mask))
         finally:
-            for fd in fds.values():
+            for fd in fds:
                 os.close(fd)
         return bodies
 
@@ -781,13 +801,21 @@ class Strand(AsyncResource):
         """Append one Write per payload under new local ids; all or nothing."""
         return await asyncio.shield(self.submit_writes(payloads))
 
-    def submit_writes(self, payloads: Sequence[bytes]) -> asyncio.Future[list[Write]]:
+    def submit_writes(
+        self, payloads: Sequence[bytes], then: Callable[[list[Write]], None] | None = None
+    ) -> asyncio.Future[list[Write]]:
         """Like :meth:`append_writes`, but hand back the future of the append
-        (its done callbacks run in log order, whatever happens to the caller)."""
+        (its done callbacks run in log order, whatever happens to the caller).
+
+        ``then``, if given, is called with the Writes by the writer itself once
+        they are durable, in log order, before the future is resolved, and
+        whether or not the future was cancelled meanwhile: a caller that
+        passes it can await the future directly (no shield, no callback
+        scheduled per append), and its cancellation stops nothing."""
         for payload in payloads:
-            if not isinstance(payload, bytes):
+            if type(payload) is not bytes and not isinstance(payload, bytes):
                 raise TypeError(f"a payload is bytes, not {type(payload).__name__}")
-        return self._submit(payloads=payloads)  # type: ignore[return-value]
+        return self._submit(payloads=payloads, then=then)  # type: ignore[arg-type,return-value]
 
     async def append_takes(self, targets: Sequence[EntryId]) -> list[Take]:
         """Append one Take per target under new local ids; all or nothing."""
@@ -813,9 +841,11 @@ class Strand(AsyncResource):
         payloads: Sequence[bytes] = (),
         targets: Sequence[EntryId] = (),
         remote: Sequence[Entry] = (),
+        then: Durable | None = None,
     ) -> asyncio.Future[list[Entry]]:
         """Queue an append for the writer. The future is shared with nobody, but
-        the batch it is written in is, so callers await it shielded."""
+        the batch it is written in is, so callers await it shielded (or pass
+        ``then`` and let it be cancelled)."""
         future: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
         if self._closed:
             future.set_exception(StrandError("the Strand is closed"))
@@ -824,7 +854,7 @@ class Strand(AsyncResource):
         elif not (payloads or targets or remote):
             future.set_result([])
         else:
-            self._pending.append(_Batch(future, payloads, targets, remote))
+            self._pending.append(_Batch(future, payloads, targets, remote, then))
             self._wake.set()
         return future
 
@@ -858,33 +888,34 @@ class Strand(AsyncResource):
         self._fail(pending, self._broken_error())
 
     async def _write_batches(self, batches: list[_Batch]) -> None:
+        """Write what the appenders queued as batch records (one length and
+        checksum per record, most often one record), with one write and one
+        fsync for all, then answer them in log order."""
         if self._broken is not None:
             self._fail(batches, self._broken_error())
             return
         own = self._logs.get(self.origin)
         seq = (own.highest if own else 0) + 1
-        chunks: list[bytes] = []
-        placed: list[tuple[Entry, int]] = []  # entry, offset within this write
-        size = 0
+        entries: list[Entry] = []
+        bodies: list[bytes] = []
         written: list[tuple[_Batch, list[Entry]]] = []
         for batch in batches:
-            # A batch that cannot be encoded (too large) fails alone, and gives
+            # An append that cannot be encoded (too large) fails alone, and gives
             # its seqs back, so the other callers' appends still go ahead.
             try:
-                made, records = self._encode(batch, seq)
+                made, encoded = self._encode(batch, seq)
             except Exception as exc:
                 self._fail([batch], exc if isinstance(exc, StrandError) else StrandError(str(exc)))
                 continue
             seq += len(batch.payloads) + len(batch.targets)
-            for entry, record in zip(made, records, strict=True):
-                placed.append((entry, size))
-                chunks.append(record)
-                size += len(record)
+            entries.extend(made)
+            bodies.extend(encoded)
             written.append((batch, made))
         if not written:
             return
+        data, offsets = self._records(bodies)
         try:
-            number, start, fsync_seconds = await self._append(b"".join(chunks))
+            number, start, fsync_seconds = await self._append(data)
         except OSError as exc:
             self._failing = f"append failed: {exc}"
             error = self._broken_error() if self._broken else StrandError(self._failing)
@@ -895,23 +926,61 @@ class Strand(AsyncResource):
             if fsync_seconds is not None:
                 callback(fsync_seconds)
         base = (number << _OFFSET_BITS) | start
-        for entry, offset in placed:
+        for entry, offset in zip(entries, offsets, strict=True):
             self._record(entry, base + offset)
+        self._answer(written)
+
+    def _answer(self, written: list[tuple[_Batch, list[Entry]]]) -> None:
+        """Tell each durable append's caller, in log order."""
         for batch, made in written:
+            if batch.then is not None:
+                try:
+                    batch.then(made)
+                except Exception:
+                    log.exception("strand: a durable-append callback failed")
             if not batch.future.done():
                 batch.future.set_result(made)
 
     def _encode(self, batch: _Batch, seq: int) -> tuple[list[Entry], list[bytes]]:
-        """The batch's entries, the local ones numbered from ``seq``, and their records."""
-        made: list[Entry] = []
-        for payload in batch.payloads:
-            made.append(Write(EntryId(self.origin, seq), payload))
-            seq += 1
-        for target in batch.targets:
-            made.append(Take(EntryId(self.origin, seq), target))
-            seq += 1
+        """The batch's entries, the local ones numbered from ``seq``, and their
+        encodings; ``RecordTooLarge`` if one does not fit a record."""
+        origin = self.origin
+        payloads = batch.payloads
+        made: list[Entry] = [Write(EntryId(origin, seq + i), p) for i, p in enumerate(payloads)]
+        seq += len(made)
+        made.extend(Take(EntryId(origin, seq + i), t) for i, t in enumerate(batch.targets))
         made.extend(batch.remote)
-        return made, [segment.frame(encode_entry(e), self._record_limit) for e in made]
+        encoded = encode_entries(made)
+        limit = self._record_limit - segment.ENTRY.size
+        for body in encoded:
+            if len(body) > limit:
+                segment.batch([body], self._record_limit)  # raises RecordTooLarge
+        return made, encoded
+
+    def _records(self, bodies: list[bytes]) -> tuple[bytes, list[int]]:
+        """``bodies`` as batch records (as few as fit ``max_body``), and each
+        entry's offset from the start of the first."""
+        limit = self._record_limit
+        data: list[bytes] = []
+        offsets: list[int] = []
+        size = 0
+        start = 0
+        grown = 0
+        for i, body in enumerate(bodies):
+            grows = segment.batch_size(len(body))
+            if grown + grows > limit:  # the run so far is one record
+                size += self._batch_into(bodies[start:i], size, data, offsets)
+                start, grown = i, 0
+            grown += grows
+        self._batch_into(bodies[start:], size, data, offsets)
+        return b"".join(data) if len(data) > 1 else data[0], offsets
+
+    @staticmethod
+    def _batch_into(bodies: list[bytes], at: int, data: list[bytes], offsets: list[int]) -> int:
+        record, within = segment.batch(bodies)
+        data.append(record)
+        offsets.extend(at + offset for offset in within)
+        return len(record)
 
     async def _append(self, data: bytes) -> tuple[int, int, float | None]:
         """Roll if the segment is full, then write ``data`` (blocking work in a
