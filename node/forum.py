@@ -273,7 +273,9 @@ class Forum(AsyncResource):
 
     async def write(self, payload: bytes) -> EntryId:
         """Add a tuple; returns its id once it is durable."""
-        return (await self.write_many([payload]))[0]
+        self._check_open()
+        # write_many for one, without its list of ids: the hottest call there is.
+        return (await self.strand.submit_writes((payload,), self._on_writes_durable))[0].id
 
     async def write_many(self, payloads: Sequence[bytes]) -> list[EntryId]:
         """Add many tuples in one append: all become durable, or none.

@@ -242,6 +242,17 @@ class _OriginLog:
             self._extend_contiguous()
         return True
 
+    def add_next(self, first: int, positions: list[int]) -> bool:
+        """:meth:`add` for seqs ``first``, ``first + 1``, ... when they are the
+        next ones and nothing is missing below them; ``False`` (and nothing
+        changes) otherwise."""
+        if first != self.highest + 1 or self.contiguous != self.highest:
+            return False
+        self.positions.extend(positions)
+        self.count += len(positions)
+        self.contiguous += len(positions)
+        return True
+
     def replay(self, seq: int, position: int) -> bool:
         """:meth:`add` for an entry read back on open: below the floor too
         (a survivor of compaction; whatever is not on disk there is dead)."""
@@ -895,22 +906,8 @@ class Strand(AsyncResource):
             self._fail(batches, self._broken_error())
             return
         own = self._logs.get(self.origin)
-        seq = (own.highest if own else 0) + 1
-        entries: list[Entry] = []
-        bodies: list[bytes] = []
-        written: list[tuple[_Batch, list[Entry]]] = []
-        for batch in batches:
-            # An append that cannot be encoded (too large) fails alone, and gives
-            # its seqs back, so the other callers' appends still go ahead.
-            try:
-                made, encoded = self._encode(batch, seq)
-            except Exception as exc:
-                self._fail([batch], exc if isinstance(exc, StrandError) else StrandError(str(exc)))
-                continue
-            seq += len(batch.payloads) + len(batch.targets)
-            entries.extend(made)
-            bodies.extend(encoded)
-            written.append((batch, made))
+        first = (own.highest if own else 0) + 1
+        written, entries, bodies = self._encode_all(batches, first)
         if not written:
             return
         data, offsets = self._records(bodies)
@@ -926,8 +923,7 @@ class Strand(AsyncResource):
             if fsync_seconds is not None:
                 callback(fsync_seconds)
         base = (number << _OFFSET_BITS) | start
-        for entry, offset in zip(entries, offsets, strict=True):
-            self._record(entry, base + offset)
+        self._record_all(entries, [base + offset for offset in offsets], first)
         self._answer(written)
 
     def _answer(self, written: list[tuple[_Batch, list[Entry]]]) -> None:
@@ -940,6 +936,48 @@ class Strand(AsyncResource):
                     log.exception("strand: a durable-append callback failed")
             if not batch.future.done():
                 batch.future.set_result(made)
+
+    def _encode_all(
+        self, batches: list[_Batch], seq: int
+    ) -> tuple[list[tuple[_Batch, list[Entry]]], list[Entry], list[bytes]]:
+        """The appends to write, each with its entries (the local ones
+        numbered from ``seq`` on), and every entry with its encoding."""
+        origin = self.origin
+        written: list[tuple[_Batch, list[Entry]]] = []
+        entries: list[Entry] = []
+        for batch in batches:
+            made: list[Entry] = [
+                Write(EntryId(origin, seq + i), p) for i, p in enumerate(batch.payloads)
+            ]
+            seq += len(made)
+            if batch.targets:
+                made.extend(Take(EntryId(origin, seq + i), t) for i, t in enumerate(batch.targets))
+                seq += len(batch.targets)
+            if batch.remote:
+                made.extend(batch.remote)
+            entries.extend(made)
+            written.append((batch, made))
+        try:
+            bodies = encode_entries(entries)
+            if max(map(len, bodies)) <= self._record_limit - segment.ENTRY.size:
+                return written, entries, bodies
+        except SerializationError:
+            pass  # found again below, for the append it is in
+        # An append that cannot be encoded (too large) fails alone, and gives
+        # its seqs back, so the other callers' appends still go ahead.
+        written, entries, bodies = [], [], []
+        seq -= sum(len(b.payloads) + len(b.targets) for b in batches)
+        for batch in batches:
+            try:
+                made, encoded = self._encode(batch, seq)
+            except Exception as exc:
+                self._fail([batch], exc if isinstance(exc, StrandError) else StrandError(str(exc)))
+                continue
+            seq += len(batch.payloads) + len(batch.targets)
+            entries.extend(made)
+            bodies.extend(encoded)
+            written.append((batch, made))
+        return written, entries, bodies
 
     def _encode(self, batch: _Batch, seq: int) -> tuple[list[Entry], list[bytes]]:
         """The batch's entries, the local ones numbered from ``seq``, and their
@@ -1114,6 +1152,26 @@ class Strand(AsyncResource):
         self._segment_size = segment.HEADER.size
         self._segments += 1
         return previous
+
+    def _record_all(self, entries: list[Entry], positions: list[int], first: int) -> None:
+        """Note where each entry now lies; the local ones, numbered from
+        ``first`` on, in one go."""
+        origin = self.origin
+        local = [p for e, p in zip(entries, positions, strict=True) if e.id.origin == origin]
+        own = self._logs.get(origin)
+        if own is None:
+            own = self._logs[origin] = _OriginLog()
+        if local and own.add_next(first, local):
+            self._entries += len(local)
+            if len(local) == len(entries):
+                return
+            entries_left = [
+                (e, p) for e, p in zip(entries, positions, strict=True) if e.id.origin != origin
+            ]
+        else:
+            entries_left = list(zip(entries, positions, strict=True))
+        for entry, position in entries_left:
+            self._record(entry, position)
 
     def _record(self, entry: Entry, position: int) -> None:
         origin_log = self._logs.get(entry.id.origin)
