@@ -10,8 +10,12 @@ Durability (``StrandConfig.fsync``):
 ``always`` (default)
     An append returns only after its bytes are fsynced. Appends that arrive
     while an fsync is running wait for the next one and share it (group
-    commit), so many concurrent appenders cost one fsync per batch. File
-    writes and fsyncs run in a worker thread, never on the event loop.
+    commit), so many concurrent appenders cost one fsync per batch; each
+    group commit is one batch record (``node.segment``). The writer writes
+    them to the OS meanwhile (the page cache: as the other policies do, on
+    the loop), and the next fsync starts the moment the previous one ends,
+    before its appenders are answered: the disk and the loop work at once.
+    fsyncs run in a worker thread, never on the event loop.
 ``interval``
     Appends return once written to the OS; a background task fsyncs every
     ``fsync_interval`` seconds. A power loss or kernel crash can lose that
@@ -180,6 +184,32 @@ class _Batch:
         self.targets = targets
         self.remote = remote
         self.then = then
+
+
+#: Answer at least this many appends in two halves (see ``Strand._answer``).
+_SPLIT_ANSWERS = 8
+
+
+class _Written:
+    """Appends written to the OS, waiting to be durable: the appends with
+    their entries, where each entry lies, the first local seq among them,
+    and the offset the write began at."""
+
+    __slots__ = ("appends", "entries", "first", "positions", "start")
+
+    def __init__(
+        self,
+        appends: list[tuple[_Batch, list[Entry]]],
+        entries: list[Entry],
+        positions: list[int],
+        first: int,
+        start: int,
+    ) -> None:
+        self.appends = appends
+        self.entries = entries
+        self.positions = positions
+        self.first = first
+        self.start = start
 
 
 class _OriginLog:
@@ -451,6 +481,9 @@ class Strand(AsyncResource):
         self._failing: str | None = None  # why the last append failed (it may work again)
         self._rolling = False
         self._dirty = False
+        self._unsynced: list[_Written] = []  # fsync "always": written, not yet fsynced
+        self._syncing: asyncio.Future[None] | None = None  # the fsync under way and its answers
+        self._ahead = 0  # local seqs given to appends written but not yet durable
         self._fsync_observers: list[Callable[[float], None]] = []
         self._replayed: list[RawEntry] | None = []
         self._gate = _Gate()
@@ -884,9 +917,11 @@ class Strand(AsyncResource):
                     self._break(f"the writer failed: {exc!r}")
                     self._fail(batches, self._broken_error())
             if self._roll_request is not None:
+                await self._synced()
                 await self._roll_on_request(self._roll_request)
                 self._roll_request = None
             elif not batches and self._closed:
+                await self._synced()
                 return
 
     def _on_writer_done(self, writer: asyncio.Task[None]) -> None:
@@ -906,28 +941,103 @@ class Strand(AsyncResource):
             self._fail(batches, self._broken_error())
             return
         own = self._logs.get(self.origin)
-        first = (own.highest if own else 0) + 1
+        first = (own.highest if own else 0) + 1 + self._ahead
         written, entries, bodies = self._encode_all(batches, first)
         if not written:
             return
         data, offsets = self._records(bodies)
+        local = sum(e.id.origin == self.origin for e in entries)
         try:
-            number, start, fsync_seconds = await self._append(data)
+            number, start = await self._append(data)
         except OSError as exc:
             self._failing = f"append failed: {exc}"
             error = self._broken_error() if self._broken else StrandError(self._failing)
             self._fail([batch for batch, _ in written], error)
             return
         self._failing = None
-        for callback in self._fsync_observers:
-            if fsync_seconds is not None:
-                callback(fsync_seconds)
         base = (number << _OFFSET_BITS) | start
-        self._record_all(entries, [base + offset for offset in offsets], first)
-        self._answer(written)
+        done = _Written(written, entries, [base + offset for offset in offsets], first, start)
+        if self.config.fsync == "always":
+            # Durable once an fsync that starts after this write ends: the
+            # syncer's next one. Meanwhile the writer goes on with the next.
+            self._ahead += local
+            self._unsynced.append(done)
+            if self._syncing is None:
+                self._syncing = asyncio.ensure_future(self._sync_written())
+            return
+        self._durable(done)
+
+    def _durable(self, done: _Written) -> None:
+        self._record_all(done.entries, done.positions, done.first)
+        self._answer(done.appends)
+
+    async def _sync_written(self) -> None:
+        """Fsync what the writer wrote, one fsync at a time, each covering all
+        that was written before it started, and answer it; the next fsync
+        starts before the answers go out, so the appends they wake are
+        written while it runs (the disk and the loop work at once)."""
+        loop = asyncio.get_running_loop()
+        group, self._unsynced = self._unsynced, []
+        running: asyncio.Future[float] | None = loop.run_in_executor(None, self._fdatasync)
+        try:
+            while running is not None:
+                try:
+                    seconds = await running
+                except OSError:  # broken now: what waits for it is refused
+                    # Here, not in the thread: the writer's writes are on the loop too.
+                    self._cut_back(group[0].start)
+                    self._segment_size = group[0].start
+                    failed = [a for g in group + self._unsynced for a, _ in g.appends]
+                    self._unsynced = []
+                    self._fail(failed, self._broken_error())
+                    return
+                finished, group, self._unsynced = group, self._unsynced, []
+                running = loop.run_in_executor(None, self._fdatasync) if group else None
+                for callback in self._fsync_observers:
+                    callback(seconds)
+                for done in finished:
+                    self._ahead -= sum(e.id.origin == self.origin for e in done.entries)
+                    self._durable(done)
+        finally:
+            self._syncing = None
+
+    def _fdatasync(self) -> float:
+        """fdatasync the current segment (blocking); on failure refuse every
+        append from now on (the caller cuts off what it covered)."""
+        t0 = time.perf_counter()
+        try:
+            # fdatasync: the data and the file size, not the timestamps.
+            os.fdatasync(self._fd)
+        except BaseException as exc:
+            # The kernel may have dropped the pages it could not write, and
+            # a retried fsync can succeed without them: trust nothing now.
+            self._break(f"fsync failed: {exc}")
+            raise
+        return time.perf_counter() - t0
+
+    async def _synced(self) -> None:
+        """Wait until nothing written waits for its fsync (before a roll swaps
+        the descriptor, or the Strand closes)."""
+        while self._syncing is not None:
+            await asyncio.wait([self._syncing])
 
     def _answer(self, written: list[tuple[_Batch, list[Entry]]]) -> None:
-        """Tell each durable append's caller, in log order."""
+        """Tell each durable append's caller, in log order.
+
+        Many callers are woken in two halves, the second a step later: the
+        writer then gets to write what the first half appends next while the
+        second half is still to come, so the next fsync starts without waiting
+        for all of them, and group commits settle into two that take turns,
+        one on the disk while the other's callers run."""
+        if len(written) >= _SPLIT_ANSWERS:
+            half = len(written) // 2
+            self._answer_now(written[:half])
+            # Before anything later is answered: call_soon keeps the order.
+            asyncio.get_running_loop().call_soon(self._answer_now, written[half:])
+        else:
+            self._answer_now(written)
+
+    def _answer_now(self, written: list[tuple[_Batch, list[Entry]]]) -> None:
         for batch, made in written:
             if batch.then is not None:
                 try:
@@ -1020,18 +1130,20 @@ class Strand(AsyncResource):
         offsets.extend(at + offset for offset in within)
         return len(record)
 
-    async def _append(self, data: bytes) -> tuple[int, int, float | None]:
-        """Roll if the segment is full, then write ``data`` (blocking work in a
-        thread, except the OS-only write of ``interval`` and ``never``)."""
+    async def _append(self, data: bytes) -> tuple[int, int]:
+        """Roll if the segment is full, then write ``data`` to the OS (the fsync
+        of ``always`` follows in ``_sync_written``). The roll is blocking work,
+        in a thread, once what was written before is fsynced."""
         if self._segment_size >= self.config.segment_bytes:
+            await self._synced()
+            if self._broken is not None:
+                raise OSError(self._broken)
             self._rolling = True  # the syncer keeps off the descriptor meanwhile
             try:
                 await asyncio.to_thread(self._roll)
             finally:
                 self._rolling = False
-        if self.config.fsync == "always":
-            return await asyncio.to_thread(self._write, data, True)
-        return self._write(data, False)
+        return self._write(data)
 
     async def _roll_on_request(self, request: asyncio.Future[None]) -> None:
         """Seal the current segment for a compaction, between two appends."""
@@ -1072,12 +1184,12 @@ class Strand(AsyncResource):
             f"the Strand cannot be written until reopened (restart the node): {self._broken}"
         )
 
-    def _write(self, data: bytes, sync: bool) -> tuple[int, int, float | None]:
-        """Write ``data`` at the end of the current segment (blocking).
+    def _write(self, data: bytes) -> tuple[int, int]:
+        """Write ``data`` to the OS at the end of the current segment.
 
-        Returns the segment number, the offset it was written at, and the
-        fsync time. On failure the segment is cut back to where it was, so a
-        failed append leaves no partial record behind.
+        Returns the segment number and the offset it was written at. On
+        failure the segment is cut back to where it was, so a failed append
+        leaves no partial record behind.
         """
         start = self._segment_size
         try:
@@ -1085,23 +1197,9 @@ class Strand(AsyncResource):
         except BaseException:
             self._cut_back(start)
             raise
-        fsync_seconds = None
-        if sync:
-            t0 = time.perf_counter()
-            try:
-                # fdatasync: the data and the file size, not the timestamps.
-                os.fdatasync(self._fd)
-            except BaseException as exc:
-                # The kernel may have dropped the pages it could not write, and
-                # a retried fsync can succeed without them: trust nothing now.
-                self._break(f"fsync failed: {exc}")
-                self._cut_back(start)
-                raise
-            fsync_seconds = time.perf_counter() - t0
-        else:
-            self._dirty = True
+        self._dirty = True
         self._segment_size = start + len(data)
-        return self._segment, start, fsync_seconds
+        return self._segment, start
 
     def _cut_back(self, size: int) -> None:
         """Cut a failed append off the segment (blocking)."""
