@@ -60,9 +60,15 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from node import compaction, segment
-from node.codec import RawEntry, decode_entry, decode_raw, encode_entries, encode_entry
+from node.codec import EntryEncoder, RawEntry, decode_entry, decode_raw, encode_entry
 from node.entries import MAX_ORIGIN_LENGTH, Entry, EntryId, Take, Write, check_origin
-from node.errors import DataDirLocked, SerializationError, StrandCorrupt, StrandError
+from node.errors import (
+    DataDirLocked,
+    RecordTooLarge,
+    SerializationError,
+    StrandCorrupt,
+    StrandError,
+)
 from node.resource import AsyncResource
 
 log = logging.getLogger(__name__)
@@ -192,8 +198,8 @@ _SPLIT_ANSWERS = 8
 
 class _Written:
     """Appends written to the OS, waiting to be durable: the appends with
-    their entries, where each entry lies, the first local seq among them,
-    and the offset the write began at."""
+    their entries, where each entry lies, the first seq when all of them are
+    local (else 0), and the offset the write began at."""
 
     __slots__ = ("appends", "entries", "first", "positions", "start")
 
@@ -484,6 +490,7 @@ class Strand(AsyncResource):
         self._unsynced: list[_Written] = []  # fsync "always": written, not yet fsynced
         self._syncing: asyncio.Future[None] | None = None  # the fsync under way and its answers
         self._ahead = 0  # local seqs given to appends written but not yet durable
+        self._encoder = EntryEncoder()  # used by the writer alone
         self._fsync_observers: list[Callable[[float], None]] = []
         self._replayed: list[RawEntry] | None = []
         self._gate = _Gate()
@@ -946,7 +953,7 @@ class Strand(AsyncResource):
         if not written:
             return
         data, offsets = self._records(bodies)
-        local = sum(e.id.origin == self.origin for e in entries)
+        given = sum(len(batch.payloads) + len(batch.targets) for batch, _ in written)
         try:
             number, start = await self._append(data)
         except OSError as exc:
@@ -956,11 +963,12 @@ class Strand(AsyncResource):
             return
         self._failing = None
         base = (number << _OFFSET_BITS) | start
-        done = _Written(written, entries, [base + offset for offset in offsets], first, start)
+        positions = [base + offset for offset in offsets]
+        done = _Written(written, entries, positions, first if given == len(entries) else 0, start)
         if self.config.fsync == "always":
             # Durable once an fsync that starts after this write ends: the
             # syncer's next one. Meanwhile the writer goes on with the next.
-            self._ahead += local
+            self._ahead += given
             self._unsynced.append(done)
             if self._syncing is None:
                 self._syncing = asyncio.ensure_future(self._sync_written())
@@ -979,27 +987,35 @@ class Strand(AsyncResource):
         loop = asyncio.get_running_loop()
         group, self._unsynced = self._unsynced, []
         running: asyncio.Future[float] | None = loop.run_in_executor(None, self._fdatasync)
+        finished: list[_Written] = []
         try:
             while running is not None:
                 try:
                     seconds = await running
-                except OSError:  # broken now: what waits for it is refused
+                except Exception as exc:  # broken now: what waits for it is refused
+                    self._break(f"fsync failed: {exc!r}")
                     # Here, not in the thread: the writer's writes are on the loop too.
                     self._cut_back(group[0].start)
                     self._segment_size = group[0].start
-                    failed = [a for g in group + self._unsynced for a, _ in g.appends]
-                    self._unsynced = []
-                    self._fail(failed, self._broken_error())
+                    self._fail_written(group + self._unsynced)
                     return
                 finished, group, self._unsynced = group, self._unsynced, []
                 running = loop.run_in_executor(None, self._fdatasync) if group else None
                 for callback in self._fsync_observers:
                     callback(seconds)
                 for done in finished:
-                    self._ahead -= sum(e.id.origin == self.origin for e in done.entries)
+                    self._ahead -= sum(len(b.payloads) + len(b.targets) for b, _ in done.appends)
                     self._durable(done)
+        except Exception as exc:  # a bug, not a disk fault: refuse from now on, say why
+            log.exception("strand: the syncer failed")
+            self._break(f"the syncer failed: {exc!r}")
+            self._fail_written(finished + group + self._unsynced)  # those not answered yet
         finally:
             self._syncing = None
+
+    def _fail_written(self, groups: list[_Written]) -> None:
+        self._unsynced = []
+        self._fail([batch for done in groups for batch, _ in done.appends], self._broken_error())
 
     def _fdatasync(self) -> float:
         """fdatasync the current segment (blocking); on failure refuse every
@@ -1024,12 +1040,12 @@ class Strand(AsyncResource):
     def _answer(self, written: list[tuple[_Batch, list[Entry]]]) -> None:
         """Tell each durable append's caller, in log order.
 
-        Many callers are woken in two halves, the second a step later: the
-        writer then gets to write what the first half appends next while the
-        second half is still to come, so the next fsync starts without waiting
-        for all of them, and group commits settle into two that take turns,
-        one on the disk while the other's callers run."""
-        if len(written) >= _SPLIT_ANSWERS:
+        With ``always``, many callers are woken in two halves, the second a
+        step later: the writer then gets to write what the first half appends
+        next while the second half is still to come, so the next fsync starts
+        without waiting for all of them, and group commits settle into two
+        that take turns, one on the disk while the other's callers run."""
+        if len(written) >= _SPLIT_ANSWERS and self.config.fsync == "always":
             half = len(written) // 2
             self._answer_now(written[:half])
             # Before anything later is answered: call_soon keeps the order.
@@ -1068,7 +1084,7 @@ class Strand(AsyncResource):
             entries.extend(made)
             written.append((batch, made))
         try:
-            bodies = encode_entries(entries)
+            bodies = self._encoder.encode(entries)
             if max(map(len, bodies)) <= self._record_limit - segment.ENTRY.size:
                 return written, entries, bodies
         except SerializationError:
@@ -1098,7 +1114,7 @@ class Strand(AsyncResource):
         seq += len(made)
         made.extend(Take(EntryId(origin, seq + i), t) for i, t in enumerate(batch.targets))
         made.extend(batch.remote)
-        encoded = encode_entries(made)
+        encoded = self._encoder.encode(made)
         limit = self._record_limit - segment.ENTRY.size
         for body in encoded:
             if len(body) > limit:
@@ -1109,6 +1125,8 @@ class Strand(AsyncResource):
         """``bodies`` as batch records (as few as fit ``max_body``), and each
         entry's offset from the start of the first."""
         limit = self._record_limit
+        with contextlib.suppress(RecordTooLarge):
+            return segment.batch(bodies, limit)  # the common case: one record
         data: list[bytes] = []
         offsets: list[int] = []
         size = 0
@@ -1252,23 +1270,16 @@ class Strand(AsyncResource):
         return previous
 
     def _record_all(self, entries: list[Entry], positions: list[int], first: int) -> None:
-        """Note where each entry now lies; the local ones, numbered from
-        ``first`` on, in one go."""
-        origin = self.origin
-        local = [p for e, p in zip(entries, positions, strict=True) if e.id.origin == origin]
-        own = self._logs.get(origin)
-        if own is None:
-            own = self._logs[origin] = _OriginLog()
-        if local and own.add_next(first, local):
-            self._entries += len(local)
-            if len(local) == len(entries):
+        """Note where each entry now lies: in one go when all are local,
+        numbered from ``first`` on (``first`` is 0 otherwise)."""
+        if first:
+            own = self._logs.get(self.origin)
+            if own is None:
+                own = self._logs[self.origin] = _OriginLog()
+            if own.add_next(first, positions):
+                self._entries += len(positions)
                 return
-            entries_left = [
-                (e, p) for e, p in zip(entries, positions, strict=True) if e.id.origin != origin
-            ]
-        else:
-            entries_left = list(zip(entries, positions, strict=True))
-        for entry, position in entries_left:
+        for entry, position in zip(entries, positions, strict=True):
             self._record(entry, position)
 
     def _record(self, entry: Entry, position: int) -> None:

@@ -5,6 +5,7 @@ main before batches) replay unchanged."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
@@ -132,3 +133,42 @@ async def test_an_entry_damaged_after_the_open_is_not_served(cfg: StrandConfig) 
         path.write_bytes(bytes(data))
         with pytest.raises(StrandCorrupt, match="re-read"):
             await forum.strand.read_range(forum.strand.origin, 0, 10)
+
+
+async def test_no_write_is_answered_before_an_fsync_that_began_after_it(
+    cfg: StrandConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsyncs of ``always`` are pipelined; the answers still wait for them::
+
+        t0  the writer writes group 1 to the OS; fsync 1 starts
+        t1  group 2 is written to the OS while fsync 1 runs
+        t2  fsync 1 ends; fsync 2 starts at once; group 1 is answered
+        t3  fsync 2 ends; group 2 is answered
+
+    Each answer comes after an fsync that began once the write's bytes were
+    in the file (here: the file size when the last fsync to end began)."""
+    covered = 0
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        nonlocal covered
+        size = os.fstat(fd).st_size
+        real(fd)
+        covered = max(covered, size)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    async with await _open(cfg) as forum:
+        fsyncs: list[float] = []
+        forum.strand.add_fsync_observer(fsyncs.append)
+
+        async def writer(i: int) -> None:
+            for j in range(20):
+                payload = b"d/%d/%d" % (i, j)
+                entry_id = await forum.write(payload)
+                position = forum.strand.position(entry_id)
+                assert position is not None
+                offset = position & ((1 << 40) - 1)
+                assert covered >= offset + segment.ENTRY.size + len(payload)
+
+        await asyncio.gather(*(writer(i) for i in range(64)))
+        assert len(fsyncs) < 64 * 20  # shared: group commits
