@@ -969,9 +969,11 @@ class Strand(AsyncResource):
             # Durable once an fsync that starts after this write ends: the
             # syncer's next one. Meanwhile the writer goes on with the next.
             self._ahead += given
-            self._unsynced.append(done)
-            if self._syncing is None:
-                self._syncing = asyncio.ensure_future(self._sync_written())
+            if self._syncing is None:  # the disk is idle: this fsync starts now
+                running = asyncio.get_running_loop().run_in_executor(None, self._fdatasync)
+                self._syncing = asyncio.ensure_future(self._sync_written([done], running))
+            else:
+                self._unsynced.append(done)
             return
         self._durable(done)
 
@@ -979,19 +981,19 @@ class Strand(AsyncResource):
         self._record_all(done.entries, done.positions, done.first)
         self._answer(done.appends)
 
-    async def _sync_written(self) -> None:
-        """Fsync what the writer wrote, one fsync at a time, each covering all
-        that was written before it started, and answer it; the next fsync
+    async def _sync_written(self, group: list[_Written], running: asyncio.Future[float]) -> None:
+        """Wait for the fsync ``running`` of ``group``, then fsync what the
+        writer wrote meanwhile, and so on, one fsync at a time, each covering
+        all that was written before it started, and answer each; the next fsync
         starts before the answers go out, so the appends they wake are
         written while it runs (the disk and the loop work at once)."""
         loop = asyncio.get_running_loop()
-        group, self._unsynced = self._unsynced, []
-        running: asyncio.Future[float] | None = loop.run_in_executor(None, self._fdatasync)
         finished: list[_Written] = []
+        fsync: asyncio.Future[float] | None = running
         try:
-            while running is not None:
+            while fsync is not None:
                 try:
-                    seconds = await running
+                    seconds = await fsync
                 except Exception as exc:  # broken now: what waits for it is refused
                     self._break(f"fsync failed: {exc!r}")
                     # Here, not in the thread: the writer's writes are on the loop too.
@@ -1000,7 +1002,7 @@ class Strand(AsyncResource):
                     self._fail_written(group + self._unsynced)
                     return
                 finished, group, self._unsynced = group, self._unsynced, []
-                running = loop.run_in_executor(None, self._fdatasync) if group else None
+                fsync = loop.run_in_executor(None, self._fdatasync) if group else None
                 for callback in self._fsync_observers:
                     callback(seconds)
                 for done in finished:
