@@ -16,6 +16,16 @@ Prints a table and writes ``bench/results/node_bench.json``. In one run:
 It runs on uvloop, as ``forum serve`` does; ``--loop asyncio`` for the default loop.
 
 Usage: ``python bench/node_bench.py [--live N] [--seconds S]``.
+
+``--write-path`` measures only the ceiling and the write and take rates (with
+the CPU time per operation, which a busy machine disturbs less than the
+rates), ``--rounds`` times, each round in a fresh process; with ``--against
+DIR`` (a checkout of another version, e.g. ``git -C ../main archive HEAD |
+tar -x -C /tmp/main``) every round runs that version (A) and this one (B)
+one after the other, and the table shows the medians of each side by side.
+It writes ``bench/results/node_write_path.json``::
+
+    python bench/node_bench.py --write-path --against /tmp/main --rounds 5 --seconds 2
 """
 
 from __future__ import annotations
@@ -24,6 +34,9 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -73,15 +86,15 @@ async def forum_rates(
                 n += 1
             return n
 
-        stop = time.perf_counter() + seconds
-        t0 = time.perf_counter()
-        writes = sum(await asyncio.gather(*(loop("write", stop) for _ in range(workers))))
-        write_rate = writes / (time.perf_counter() - t0)
-        stop = time.perf_counter() + seconds
-        t0 = time.perf_counter()
-        takes = sum(await asyncio.gather(*(loop("take", stop) for _ in range(workers))))
-        take_rate = takes / (time.perf_counter() - t0)
-    return {"write_per_s": write_rate, "take_per_s": take_rate}
+        out: dict[str, float] = {}
+        for op in ("write", "take"):
+            stop = time.perf_counter() + seconds
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            done = sum(await asyncio.gather(*(loop(op, stop) for _ in range(workers))))
+            out[f"{op}_per_s"] = done / (time.perf_counter() - t0)
+            # CPU of the whole process (the fsync thread too) per operation.
+            out[f"{op}_cpu_us"] = (time.process_time() - cpu0) / max(done, 1) * 1e6
+    return out
 
 
 def _percentiles(samples: list[float]) -> dict[str, float]:
@@ -168,6 +181,67 @@ def memory_per_tuple(n: int) -> float:
     return (after - before) / n
 
 
+async def write_path_round(seconds: float) -> dict[str, float]:
+    """One round of the write path: the ceiling, then each rate, flattened."""
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(dir=RESULTS.parent) as tmp:
+        base = Path(tmp)
+        out["raw_1"] = raw_append_rate(base, 1, seconds / 2)
+        out["raw_64"] = raw_append_rate(base, 64, seconds)
+        for fsync in ("always", "never"):
+            for workers in (1, 64):
+                key = f"{fsync}_c{workers}"
+                for name, value in (await forum_rates(base / key, fsync, workers, seconds)).items():
+                    out[f"{key}.{name}"] = value
+    return out
+
+
+def write_path(args: argparse.Namespace) -> None:
+    """Rounds in fresh processes, A (``--against``) and B alternated; medians."""
+    sides = {"B": None} if args.against is None else {"A": args.against, "B": None}
+    rounds: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+    for _ in range(args.rounds):
+        for side, tree in sides.items():
+            env = dict(os.environ)
+            if tree is not None:  # the other version's packages come first
+                env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
+            command = [sys.executable, __file__, "--one-round", "--seconds", str(args.seconds)]
+            command += ["--loop", args.loop]
+            done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+            rounds[side].append(json.loads(done.stdout.splitlines()[-1]))
+    medians = {
+        side: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for side, runs in rounds.items()
+    }
+    print(f"write path, {args.rounds} rounds of {args.seconds} s, medians ({args.loop})")
+    print(f"{'':<12}" + "".join(f"{side + ' ' + col:>14}" for col in _COLUMNS for side in sides))
+    print(f"{'ceiling':<12}" + "".join(f"{m['raw_64']:>14.0f}" for m in medians.values()))
+    for key in ("always_c1", "always_c64", "never_c1", "never_c64"):
+        cells = [_cell(medians[side], key, col) for col in _COLUMNS for side in sides]
+        print(f"{key:<12}" + "".join(f"{c:>14}" for c in cells))
+    RESULTS.mkdir(exist_ok=True)
+    report = {"loop": args.loop, "seconds": args.seconds, "against": str(args.against)}
+    (RESULTS / "node_write_path.json").write_text(
+        json.dumps({**report, "medians": medians, "rounds": rounds}, indent=2)
+    )
+
+
+_COLUMNS = ("write/s", "take/s", "write us", "write/ceil")
+
+
+def _cell(m: dict[str, float], key: str, column: str) -> str:
+    """One cell: the ratio is to the one-record ceiling at 1 writer, to the
+    64-record group at 64 (a rate, not a ratio, without fsync)."""
+    if column == "write/s":
+        return f"{m[key + '.write_per_s']:.0f}"
+    if column == "take/s":
+        return f"{m[key + '.take_per_s']:.0f}"
+    if column == "write us":
+        return f"{m[key + '.write_cpu_us']:.1f}"
+    ceiling = m["raw_64"] if key.endswith("64") else m["raw_1"]
+    return f"{m[key + '.write_per_s'] / ceiling:.2f}" if key.startswith("always") else "-"
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--live", type=int, default=1_000_000)
@@ -176,7 +250,17 @@ async def main() -> None:
         "--loop", choices=("uvloop", "asyncio"), default="uvloop",
         help="the event loop (forum serve runs on uvloop; default uvloop)",
     )  # fmt: skip
+    parser.add_argument("--write-path", action="store_true", help="only the write path")
+    parser.add_argument("--against", type=Path, help="with --write-path: version A's tree")
+    parser.add_argument("--rounds", type=int, default=3, help="with --write-path")
+    parser.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_round:
+        print(json.dumps(await write_path_round(args.seconds)))
+        return
+    if args.write_path:
+        write_path(args)
+        return
     results: dict[str, object] = {"loop": args.loop}
     with tempfile.TemporaryDirectory(dir=RESULTS.parent) as tmp:
         base = Path(tmp)

@@ -13,6 +13,7 @@ record read from disk can be forwarded without re-encoding.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -44,6 +45,36 @@ def encode_entry(entry: Entry) -> bytes:
     except (TypeError, ValueError, OverflowError) as exc:
         raise SerializationError(f"cannot encode {entry!r}: {exc}") from exc
     raise SerializationError(f"not an entry: {entry!r}")
+
+
+class EntryEncoder:
+    """Encodes entries as :func:`encode_entry` does, with one packer kept for
+    every call (making a msgpack packer costs more than packing an entry).
+    One per thread: a packer is not shared."""
+
+    __slots__ = ("_pack",)
+
+    def __init__(self) -> None:
+        self._pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+    def encode(self, entries: Sequence[Entry]) -> list[bytes]:
+        """``SerializationError`` if one cannot be encoded."""
+        pack = self._pack
+        out = []
+        try:
+            for entry in entries:
+                if type(entry) is Write:
+                    eid = entry.id
+                    out.append(pack([CODEC_VERSION, _WRITE, eid.origin, eid.seq, entry.payload]))
+                elif type(entry) is Take:
+                    eid, target = entry.id, entry.target
+                    fields = [CODEC_VERSION, _TAKE, eid.origin, eid.seq, target.origin, target.seq]
+                    out.append(pack(fields))
+                else:
+                    out.append(encode_entry(entry))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SerializationError(f"cannot encode {entry!r}: {exc}") from exc
+        return out
 
 
 def _pack(fields: list[Any]) -> bytes:

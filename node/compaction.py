@@ -16,7 +16,8 @@ followed by its CRC-32 (u32 BE), replaced atomically: written to
 ``HORIZON.tmp``, fsynced, renamed, the directory fsynced.
 
 A segment is rewritten in the same way, under its own number so that log
-order holds: the survivors, framed as before, are written to
+order holds: the survivors, in batches of the current format (a version 1
+segment comes out as version 2), are written to
 ``NNNNNNNN.strand.tmp``, fsynced, renamed over the segment, the directory
 fsynced; a segment with no survivors is removed. A crash leaves either the
 old file or the new one (and maybe a ``.tmp``, which the next open removes),
@@ -134,31 +135,58 @@ class Rewritten:
 
 
 def rewrite(directory: Path, number: int, drop: frozenset[Key] | set[Key]) -> Rewritten:
-    """Rewrite sealed segment ``number`` without the entries in ``drop``."""
+    """Rewrite sealed segment ``number`` without the entries in ``drop``.
+
+    The survivors are written in the current format (batches of up to
+    ``REWRITE_BATCH`` bytes), whatever the format they were read in."""
     path = segment.segment_path(directory, number)
     scan = segment.read_segment(path, number, last=False)
-    chunks = [segment.header(number)]
-    offset = segment.HEADER.size
-    survivors: list[tuple[Key, int]] = []
+    kept: list[tuple[Key, bytes]] = []
+    offsets: list[int] = []  # where each kept entry lies now
     dropped: list[Key] = []
-    for _, body in scan.records:
+    for offset, body in scan.records:
         raw = decode_raw(body)
         key = (raw[0], raw[1])
         if key in drop:
             dropped.append(key)
-            continue
-        record = segment.frame(bytes(body))
-        survivors.append((key, offset))
-        chunks.append(record)
-        offset += len(record)
+        else:
+            kept.append((key, bytes(body)))
+            offsets.append(offset)
     if not dropped:
-        return Rewritten(number, scan.good_end, scan.good_end, survivors, [])
-    if survivors:
-        _replace(path, b"".join(chunks))
-        return Rewritten(number, scan.good_end, offset, survivors, dropped)
-    os.unlink(path)
-    _fsync_dir(directory)
-    return Rewritten(number, scan.good_end, 0, [], dropped)
+        unmoved = [(key, offset) for (key, _), offset in zip(kept, offsets, strict=True)]
+        return Rewritten(number, scan.good_end, scan.good_end, unmoved, [])
+    if not kept:
+        os.unlink(path)
+        _fsync_dir(directory)
+        return Rewritten(number, scan.good_end, 0, [], dropped)
+    chunks = [segment.header(number)]
+    size = segment.HEADER.size
+    survivors: list[tuple[Key, int]] = []
+    for group in _groups(kept):
+        record, within = segment.batch([body for _, body in group])
+        survivors.extend((key, size + at) for (key, _), at in zip(group, within, strict=True))
+        chunks.append(record)
+        size += len(record)
+    _replace(path, b"".join(chunks))
+    return Rewritten(number, scan.good_end, size, survivors, dropped)
+
+
+#: The most a rewritten segment puts in one batch (far below ``segment.MAX_BODY``).
+REWRITE_BATCH = 1024 * 1024
+
+
+def _groups(kept: list[tuple[Key, bytes]]) -> list[list[tuple[Key, bytes]]]:
+    """``kept`` cut into runs that each fit one batch of ``REWRITE_BATCH``."""
+    groups: list[list[tuple[Key, bytes]]] = [[]]
+    size = 0
+    for item in kept:
+        grows = segment.batch_size(len(item[1]))
+        if groups[-1] and size + grows > REWRITE_BATCH:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += grows
+    return groups
 
 
 def _replace(path: Path, data: bytes) -> None:

@@ -343,7 +343,9 @@ class Forum(AsyncResource):
 
     async def write(self, payload: bytes) -> EntryId:
         """Add a tuple; returns its id once it is durable."""
-        return (await self.write_many([payload]))[0]
+        self._check_open()
+        # write_many for one, without its list of ids: the hottest call there is.
+        return (await self.strand.submit_writes((payload,), self._on_writes_durable))[0].id
 
     async def write_many(self, payloads: Sequence[bytes]) -> list[EntryId]:
         """Add many tuples in one append: all become durable, or none.
@@ -352,16 +354,13 @@ class Forum(AsyncResource):
         was cancelled meanwhile (a write whose answer is lost still happened).
         """
         self._check_open()
-        durable = self.strand.submit_writes(payloads)
-        durable.add_done_callback(self._on_writes_durable)
-        writes = await asyncio.shield(durable)
+        # The Strand calls _on_writes_durable itself, whatever happens to this
+        # caller: its cancellation cancels only the wait, so no shield is needed.
+        writes = await self.strand.submit_writes(payloads, self._on_writes_durable)
         return [entry.id for entry in writes]
 
-    def _on_writes_durable(self, durable: asyncio.Future[builtins.list[Write]]) -> None:
-        # A done callback: runs in log order, whether or not the caller waits.
-        if durable.cancelled() or durable.exception() is not None:
-            return
-        writes = durable.result()
+    def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
+        # Called by the Strand's writer in log order, whether or not the caller waits.
         for entry in writes:
             self._add_live(Tuple(entry.id, entry.payload))
         self._writes += len(writes)

@@ -5,22 +5,41 @@ segment number, eight decimal digits, from 1). Each file is::
 
     header, 16 bytes
         magic           8 bytes   b"FORUMSTR"
-        version         u16 BE    1
+        version         u16 BE    1 or 2 (the records below)
         reserved        u16 BE    0
         segment number  u32 BE    the number in the file name
     records, one after another, to the end of the file
         length          u32 BE    length of body, 1 .. MAX_BODY (see max_body)
         crc             u32 BE    zlib.crc32(body)
-        body            length bytes: one entry, msgpack (see node.codec)
+        body            length bytes (below)
+
+In a version 1 segment (written before batches) a record's body is one
+entry, msgpack (see node.codec). In a version 2 segment, the one written
+now, a record is a *batch*: the entries of one group commit under one
+length and one checksum, as Kafka's record batches. Its body is one or
+more entries, one after another, each::
+
+        length          u32 BE    length of entry, at least 1
+        back            u32 BE    how far this entry's length field lies after
+                                  the start of its record (8 for the first)
+        entry           length bytes, msgpack (see node.codec)
+
+and the entries fill the body exactly. An entry's *offset* is that of its
+record (version 1) or of its length field (version 2): it names one entry,
+grows in log order, and ``back`` leads from it to the record whose checksum
+covers it, so one entry can be read back and checked alone.
 
 The writer refuses a record whose body is over ``max_body(segment size)``:
 it fits a segment after the header and is never over ``MAX_BODY``, the
 limit replay applies whatever the segment size, so replay reads back every
-record that was written. Only the last segment is ever appended to; a segment is complete when the
-next one exists. A crash can leave a *torn tail* on the last segment: a
-record cut short or not yet on disk when power went. Reading stops at the
-first record that does not check out; if a good record can still be found
-after it, the damage is not a tail (it is corruption) and reading fails.
+record that was written. Only the last segment is ever appended to; a
+segment is complete when the next one exists. A crash can leave a *torn
+tail* on the last segment: a record cut short or not yet on disk when power
+went. Reading stops at the first record that does not check out; if a good
+record can still be found after it, the damage is not a tail (it is
+corruption) and reading fails. A batch is all or nothing: torn, it loses
+every entry in it, none of which was acknowledged (the fsync that
+acknowledges them covers the whole record).
 """
 
 from __future__ import annotations
@@ -28,15 +47,21 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from node.errors import RecordTooLarge, StrandCorrupt
 
 MAGIC = b"FORUMSTR"
-FORMAT_VERSION = 1
+#: The version the writer puts in new segments; ``READABLE`` are the ones read.
+FORMAT_VERSION = 2
+SINGLE_VERSION = 1
+READABLE = (SINGLE_VERSION, FORMAT_VERSION)
 HEADER = struct.Struct(">8sHHI")
 FRAME = struct.Struct(">II")
+#: An entry's head inside a batch: its length, and how far it lies after the record's start.
+ENTRY = struct.Struct(">II")
 #: One record's body may not exceed this, whatever the segment size: replay
 #: takes a larger length field for damage.
 MAX_BODY = 64 * 1024 * 1024
@@ -57,8 +82,8 @@ def segment_numbers(directory: Path) -> list[int]:
     return sorted(numbers)
 
 
-def header(number: int) -> bytes:
-    return HEADER.pack(MAGIC, FORMAT_VERSION, 0, number)
+def header(number: int, version: int = FORMAT_VERSION) -> bytes:
+    return HEADER.pack(MAGIC, version, 0, number)
 
 
 def max_body(segment_bytes: int) -> int:
@@ -68,31 +93,61 @@ def max_body(segment_bytes: int) -> int:
 
 
 def frame(body: bytes, limit: int = MAX_BODY) -> bytes:
-    """One record: length, checksum, body. ``RecordTooLarge`` if the body is
-    over ``limit`` (at most ``MAX_BODY``: replay would not read it back)."""
-    if len(body) > min(limit, MAX_BODY):
+    """One version 1 record: length, checksum, one entry. ``RecordTooLarge``
+    if the body is over ``limit`` (at most ``MAX_BODY``: replay would not
+    read it back). The writer makes batches; this stays for old segments."""
+    _check_size(len(body), limit)
+    return FRAME.pack(len(body), zlib.crc32(body)) + body
+
+
+def batch(entries: Sequence[bytes], limit: int = MAX_BODY) -> tuple[bytes, list[int]]:
+    """One version 2 record holding ``entries`` (at least one), and each
+    entry's offset from the record's start. ``RecordTooLarge`` if the body
+    would be over ``limit``."""
+    parts: list[bytes] = []
+    offsets: list[int] = []
+    at = FRAME.size
+    pack = ENTRY.pack
+    for entry in entries:
+        offsets.append(at)
+        parts.append(pack(len(entry), at))
+        parts.append(entry)
+        at += ENTRY.size + len(entry)
+    body = b"".join(parts)
+    _check_size(len(body), limit)
+    return FRAME.pack(len(body), zlib.crc32(body)) + body, offsets
+
+
+def batch_size(entry_bytes: int) -> int:
+    """What one entry of ``entry_bytes`` adds to a batch's body."""
+    return ENTRY.size + entry_bytes
+
+
+def _check_size(size: int, limit: int) -> None:
+    if size > min(limit, MAX_BODY):
         raise RecordTooLarge(
-            f"an entry of {len(body)} bytes is too large for the log "
+            f"an entry of {size} bytes is too large for the log "
             f"(at most {min(limit, MAX_BODY)} bytes per record)"
         )
-    return FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
 @dataclass(frozen=True, slots=True)
 class SegmentScan:
     """What reading one segment found.
 
-    ``records`` are ``(offset, body)`` pairs; ``good_end`` is the offset just
+    ``records`` are ``(offset, entry)`` pairs, one per entry (see the module
+    docstring for what an entry's offset is); ``good_end`` is the offset just
     past the last good record; ``torn_bytes`` is how much follows it.
     """
 
     records: list[tuple[int, memoryview]]
     good_end: int
     torn_bytes: int
+    version: int = FORMAT_VERSION
 
 
 def read_segment(path: Path, number: int, *, last: bool) -> SegmentScan:
-    """Read every record of one segment file (blocking; run it in a thread).
+    """Read every entry of one segment file (blocking; run it in a thread).
 
     A damaged tail is tolerated only in the ``last`` segment, and only when no
     good record follows the damage; anything else raises ``StrandCorrupt``.
@@ -102,32 +157,65 @@ def read_segment(path: Path, number: int, *, last: bool) -> SegmentScan:
         if last:
             return SegmentScan([], 0, len(data))
         raise StrandCorrupt(str(path), 0, "segment shorter than its header")
-    magic, version, _, found_number = HEADER.unpack_from(data, 0)
-    if magic != MAGIC:
-        raise StrandCorrupt(str(path), 0, "not a Strand segment (bad magic)")
-    if version != FORMAT_VERSION:
-        raise StrandCorrupt(str(path), 0, f"unsupported segment format version {version}")
-    if found_number != number:
-        raise StrandCorrupt(str(path), 0, f"header says segment {found_number}")
-    records, end = _scan(data, HEADER.size)
+    version = check_header(str(path), data[: HEADER.size], number)
+    frames, end = _scan(data, HEADER.size)
+    records = frames if version == SINGLE_VERSION else _entries(str(path), frames)
     if end == len(data):
-        return SegmentScan(records, end, 0)
+        return SegmentScan(records, end, 0, version)
     damage = _first_good_record_after(data, end)
     if damage is not None:
         raise StrandCorrupt(str(path), end, f"damaged record (a good one follows at {damage})")
     if not last:
         raise StrandCorrupt(str(path), end, "damaged record at the end of a complete segment")
-    return SegmentScan(records, end, len(data) - end)
+    return SegmentScan(records, end, len(data) - end, version)
 
 
-def read_record(handle_fd: int, offset: int) -> bytes:
-    """The body of the record at ``offset`` in an open segment (blocking)."""
-    head = os.pread(handle_fd, FRAME.size, offset)
-    length, crc = FRAME.unpack(head)
-    body = os.pread(handle_fd, length, offset + FRAME.size)
-    if len(body) != length or zlib.crc32(body) != crc:
-        raise StrandCorrupt(f"fd {handle_fd}", offset, "record does not check out on re-read")
-    return body
+def check_header(name: str, data: bytes | memoryview, number: int) -> int:
+    """The format version of a segment whose first bytes are ``data``."""
+    magic, version, _, found_number = HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise StrandCorrupt(name, 0, "not a Strand segment (bad magic)")
+    if version not in READABLE:
+        raise StrandCorrupt(name, 0, f"unsupported segment format version {version}")
+    if found_number != number:
+        raise StrandCorrupt(name, 0, f"header says segment {found_number}")
+    return int(version)
+
+
+class RecordReader:
+    """Reads entries back from one open segment by offset, checking the
+    record each lies in (blocking). Entries of one batch read in a row cost
+    one read of it."""
+
+    def __init__(self, fd: int, name: str, number: int) -> None:
+        self._fd = fd
+        self._name = name
+        self.version = check_header(name, os.pread(fd, HEADER.size, 0), number)
+        self._start = -1  # the batch read last: its offset and body
+        self._body = b""
+
+    def read(self, offset: int) -> bytes:
+        if self.version == SINGLE_VERSION:
+            return self._record(offset)
+        length, back = ENTRY.unpack(os.pread(self._fd, ENTRY.size, offset))
+        start = offset - back
+        if start != self._start:
+            self._body = self._record(start)
+            self._start = start
+        at = back - FRAME.size + ENTRY.size
+        if back < FRAME.size or at + length > len(self._body):
+            raise StrandCorrupt(self._name, offset, "entry does not lie in its record")
+        found_length, found_back = ENTRY.unpack_from(self._body, at - ENTRY.size)
+        if (found_length, found_back) != (length, back):
+            raise StrandCorrupt(self._name, offset, "entry does not check out on re-read")
+        return self._body[at : at + length]
+
+    def _record(self, offset: int) -> bytes:
+        length, crc = FRAME.unpack(os.pread(self._fd, FRAME.size, offset))
+        body = os.pread(self._fd, length, offset + FRAME.size)
+        if len(body) != length or zlib.crc32(body) != crc:
+            raise StrandCorrupt(self._name, offset, "record does not check out on re-read")
+        return body
 
 
 def _scan(data: memoryview, offset: int) -> tuple[list[tuple[int, memoryview]], int]:
@@ -148,6 +236,26 @@ def _scan(data: memoryview, offset: int) -> tuple[list[tuple[int, memoryview]], 
         records.append((offset, body))
         offset = end
     return records, offset
+
+
+def _entries(name: str, batches: list[tuple[int, memoryview]]) -> list[tuple[int, memoryview]]:
+    """The entries of good batch records. A batch that checks out but does
+    not hold entries end to end was written wrong: that is corruption."""
+    entries = []
+    unpack = ENTRY.unpack_from
+    for start, body in batches:
+        at = 0
+        size = len(body)
+        while at < size:
+            if at + ENTRY.size > size:
+                raise StrandCorrupt(name, start, "a batch's last entry is cut short")
+            length, back = unpack(body, at)
+            end = at + ENTRY.size + length
+            if length < 1 or end > size or back != at + FRAME.size:
+                raise StrandCorrupt(name, start, "a batch's entries do not fill it")
+            entries.append((start + back, body[at + ENTRY.size : end]))
+            at = end
+    return entries
 
 
 def _first_good_record_after(data: memoryview, offset: int) -> int | None:

@@ -10,8 +10,12 @@ Durability (``StrandConfig.fsync``):
 ``always`` (default)
     An append returns only after its bytes are fsynced. Appends that arrive
     while an fsync is running wait for the next one and share it (group
-    commit), so many concurrent appenders cost one fsync per batch. File
-    writes and fsyncs run in a worker thread, never on the event loop.
+    commit), so many concurrent appenders cost one fsync per batch; each
+    group commit is one batch record (``node.segment``). The writer writes
+    them to the OS meanwhile (the page cache: as the other policies do, on
+    the loop), and the next fsync starts the moment the previous one ends,
+    before its appenders are answered: the disk and the loop work at once.
+    fsyncs run in a worker thread, never on the event loop.
 ``interval``
     Appends return once written to the OS; a background task fsyncs every
     ``fsync_interval`` seconds. A power loss or kernel crash can lose that
@@ -56,9 +60,15 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from node import compaction, segment
-from node.codec import RawEntry, decode_entry, decode_raw, encode_entry
+from node.codec import EntryEncoder, RawEntry, decode_entry, decode_raw, encode_entry
 from node.entries import MAX_ORIGIN_LENGTH, Entry, EntryId, Take, Write, check_origin
-from node.errors import DataDirLocked, SerializationError, StrandCorrupt, StrandError
+from node.errors import (
+    DataDirLocked,
+    RecordTooLarge,
+    SerializationError,
+    StrandCorrupt,
+    StrandError,
+)
 from node.resource import AsyncResource
 
 log = logging.getLogger(__name__)
@@ -80,9 +90,10 @@ _DEAD = -2
 
 
 #: The most a Write's record body holds beyond its payload: the longest origin,
-#: the largest seq, and a 32-bit length for the payload (3 more than the 8-bit
-#: length the empty payload measured here gets).
-_WRITE_OVERHEAD = len(encode_entry(Write(EntryId("o" * MAX_ORIGIN_LENGTH, 2**64 - 1), b""))) + 3
+#: the largest seq, a 32-bit length for the payload (3 more than the 8-bit
+#: length the empty payload measured here gets), and its head in a batch.
+_LONGEST_WRITE = Write(EntryId("o" * MAX_ORIGIN_LENGTH, 2**64 - 1), b"")
+_WRITE_OVERHEAD = len(encode_entry(_LONGEST_WRITE)) + 3 + segment.ENTRY.size
 
 
 def payload_limit(segment_bytes: int) -> int:
@@ -156,10 +167,15 @@ class StrandStats:
     entries_dropped: int = 0
 
 
-class _Batch:
-    """Appends waiting for the writer: what to write and who waits for it."""
+#: Called by the writer with an append's entries once they are durable.
+Durable = Callable[[list[Entry]], None]
 
-    __slots__ = ("future", "payloads", "remote", "targets")
+
+class _Batch:
+    """Appends waiting for the writer: what to write, who waits for it, and
+    what to call once it is durable."""
+
+    __slots__ = ("future", "payloads", "remote", "targets", "then")
 
     def __init__(
         self,
@@ -167,11 +183,39 @@ class _Batch:
         payloads: Sequence[bytes] = (),
         targets: Sequence[EntryId] = (),
         remote: Sequence[Entry] = (),
+        then: Durable | None = None,
     ) -> None:
         self.future = future
         self.payloads = payloads
         self.targets = targets
         self.remote = remote
+        self.then = then
+
+
+#: Answer at least this many appends in two halves (see ``Strand._answer``).
+_SPLIT_ANSWERS = 8
+
+
+class _Written:
+    """Appends written to the OS, waiting to be durable: the appends with
+    their entries, where each entry lies, the first seq when all of them are
+    local (else 0), and the offset the write began at."""
+
+    __slots__ = ("appends", "entries", "first", "positions", "start")
+
+    def __init__(
+        self,
+        appends: list[tuple[_Batch, list[Entry]]],
+        entries: list[Entry],
+        positions: list[int],
+        first: int,
+        start: int,
+    ) -> None:
+        self.appends = appends
+        self.entries = entries
+        self.positions = positions
+        self.first = first
+        self.start = start
 
 
 class _OriginLog:
@@ -232,6 +276,17 @@ class _OriginLog:
             positions[i] = position
         if seq == self.contiguous + 1:
             self._extend_contiguous()
+        return True
+
+    def add_next(self, first: int, positions: list[int]) -> bool:
+        """:meth:`add` for seqs ``first``, ``first + 1``, ... when they are the
+        next ones and nothing is missing below them; ``False`` (and nothing
+        changes) otherwise."""
+        if first != self.highest + 1 or self.contiguous != self.highest:
+            return False
+        self.positions.extend(positions)
+        self.count += len(positions)
+        self.contiguous += len(positions)
         return True
 
     def replay(self, seq: int, position: int) -> bool:
@@ -432,6 +487,10 @@ class Strand(AsyncResource):
         self._failing: str | None = None  # why the last append failed (it may work again)
         self._rolling = False
         self._dirty = False
+        self._unsynced: list[_Written] = []  # fsync "always": written, not yet fsynced
+        self._syncing: asyncio.Future[None] | None = None  # the fsync under way and its answers
+        self._ahead = 0  # local seqs given to appends written but not yet durable
+        self._encoder = EntryEncoder()  # used by the writer alone
         self._fsync_observers: list[Callable[[float], None]] = []
         self._replayed: list[RawEntry] | None = []
         self._gate = _Gate()
@@ -482,6 +541,7 @@ class Strand(AsyncResource):
         numbers = segment.segment_numbers(directory)
         replayed: list[RawEntry] = []
         logs = self._logs
+        last_version = segment.FORMAT_VERSION
         for origin, floor in compaction.read_floors(directory).items():
             logs[origin] = _OriginLog(base=floor)
         for i, number in enumerate(numbers):
@@ -516,11 +576,19 @@ class Strand(AsyncResource):
                     os.fsync(f.fileno())
             if last:
                 self._segment_size = scan.good_end
+                last_version = scan.version
             else:
                 self._sealed_bytes += scan.good_end
         self._replayed = replayed
         self._segments = len(numbers)
-        if numbers and self._segment_size >= segment.HEADER.size:
+        if numbers and last_version != segment.FORMAT_VERSION and self._segment_size:
+            # Batches go into segments of their own format: seal the old one
+            # (durably, as a roll does) and go on in the next.
+            old = segment.segment_path(directory, numbers[-1])
+            _sync_and_close(os.open(old, os.O_WRONLY), True)
+            self._sealed_bytes += self._segment_size
+            self._start_segment(numbers[-1] + 1)
+        elif numbers and self._segment_size >= segment.HEADER.size:
             self._segment = numbers[-1]
             self._fd = os.open(segment.segment_path(directory, self._segment), os.O_WRONLY)
             os.lseek(self._fd, self._segment_size, os.SEEK_SET)
@@ -605,17 +673,20 @@ class Strand(AsyncResource):
 
     def _read_positions(self, positions: Sequence[int]) -> list[bytes]:
         bodies = []
-        fds: dict[int, int] = {}
+        fds: list[int] = []
+        readers: dict[int, segment.RecordReader] = {}
         mask = (1 << _OFFSET_BITS) - 1
         try:
             for position in positions:
                 number = position >> _OFFSET_BITS
-                fd = fds.get(number)
-                if fd is None:
-                    fd = fds[number] = os.open(segment.segment_path(self._dir, number), os.O_RDONLY)
-                bodies.append(segment.read_record(fd, position & mask))
+                reader = readers.get(number)
+                if reader is None:
+                    path = segment.segment_path(self._dir, number)
+                    fds.append(fd := os.open(path, os.O_RDONLY))
+                    reader = readers[number] = segment.RecordReader(fd, str(path), number)
+                bodies.append(reader.read(position & mask))
         finally:
-            for fd in fds.values():
+            for fd in fds:
                 os.close(fd)
         return bodies
 
@@ -781,13 +852,21 @@ class Strand(AsyncResource):
         """Append one Write per payload under new local ids; all or nothing."""
         return await asyncio.shield(self.submit_writes(payloads))
 
-    def submit_writes(self, payloads: Sequence[bytes]) -> asyncio.Future[list[Write]]:
+    def submit_writes(
+        self, payloads: Sequence[bytes], then: Callable[[list[Write]], None] | None = None
+    ) -> asyncio.Future[list[Write]]:
         """Like :meth:`append_writes`, but hand back the future of the append
-        (its done callbacks run in log order, whatever happens to the caller)."""
+        (its done callbacks run in log order, whatever happens to the caller).
+
+        ``then``, if given, is called with the Writes by the writer itself once
+        they are durable, in log order, before the future is resolved, and
+        whether or not the future was cancelled meanwhile: a caller that
+        passes it can await the future directly (no shield, no callback
+        scheduled per append), and its cancellation stops nothing."""
         for payload in payloads:
-            if not isinstance(payload, bytes):
+            if type(payload) is not bytes and not isinstance(payload, bytes):
                 raise TypeError(f"a payload is bytes, not {type(payload).__name__}")
-        return self._submit(payloads=payloads)  # type: ignore[return-value]
+        return self._submit(payloads=payloads, then=then)  # type: ignore[arg-type,return-value]
 
     async def append_takes(self, targets: Sequence[EntryId]) -> list[Take]:
         """Append one Take per target under new local ids; all or nothing."""
@@ -813,9 +892,11 @@ class Strand(AsyncResource):
         payloads: Sequence[bytes] = (),
         targets: Sequence[EntryId] = (),
         remote: Sequence[Entry] = (),
+        then: Durable | None = None,
     ) -> asyncio.Future[list[Entry]]:
         """Queue an append for the writer. The future is shared with nobody, but
-        the batch it is written in is, so callers await it shielded."""
+        the batch it is written in is, so callers await it shielded (or pass
+        ``then`` and let it be cancelled)."""
         future: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
         if self._closed:
             future.set_exception(StrandError("the Strand is closed"))
@@ -824,7 +905,7 @@ class Strand(AsyncResource):
         elif not (payloads or targets or remote):
             future.set_result([])
         else:
-            self._pending.append(_Batch(future, payloads, targets, remote))
+            self._pending.append(_Batch(future, payloads, targets, remote, then))
             self._wake.set()
         return future
 
@@ -843,9 +924,11 @@ class Strand(AsyncResource):
                     self._break(f"the writer failed: {exc!r}")
                     self._fail(batches, self._broken_error())
             if self._roll_request is not None:
+                await self._synced()
                 await self._roll_on_request(self._roll_request)
                 self._roll_request = None
             elif not batches and self._closed:
+                await self._synced()
                 return
 
     def _on_writer_done(self, writer: asyncio.Task[None]) -> None:
@@ -858,73 +941,229 @@ class Strand(AsyncResource):
         self._fail(pending, self._broken_error())
 
     async def _write_batches(self, batches: list[_Batch]) -> None:
+        """Write what the appenders queued as batch records (one length and
+        checksum per record, most often one record), with one write and one
+        fsync for all, then answer them in log order."""
         if self._broken is not None:
             self._fail(batches, self._broken_error())
             return
         own = self._logs.get(self.origin)
-        seq = (own.highest if own else 0) + 1
-        chunks: list[bytes] = []
-        placed: list[tuple[Entry, int]] = []  # entry, offset within this write
-        size = 0
-        written: list[tuple[_Batch, list[Entry]]] = []
-        for batch in batches:
-            # A batch that cannot be encoded (too large) fails alone, and gives
-            # its seqs back, so the other callers' appends still go ahead.
-            try:
-                made, records = self._encode(batch, seq)
-            except Exception as exc:
-                self._fail([batch], exc if isinstance(exc, StrandError) else StrandError(str(exc)))
-                continue
-            seq += len(batch.payloads) + len(batch.targets)
-            for entry, record in zip(made, records, strict=True):
-                placed.append((entry, size))
-                chunks.append(record)
-                size += len(record)
-            written.append((batch, made))
+        first = (own.highest if own else 0) + 1 + self._ahead
+        written, entries, bodies = self._encode_all(batches, first)
         if not written:
             return
+        data, offsets = self._records(bodies)
+        given = sum(len(batch.payloads) + len(batch.targets) for batch, _ in written)
         try:
-            number, start, fsync_seconds = await self._append(b"".join(chunks))
+            number, start = await self._append(data)
         except OSError as exc:
             self._failing = f"append failed: {exc}"
             error = self._broken_error() if self._broken else StrandError(self._failing)
             self._fail([batch for batch, _ in written], error)
             return
         self._failing = None
-        for callback in self._fsync_observers:
-            if fsync_seconds is not None:
-                callback(fsync_seconds)
         base = (number << _OFFSET_BITS) | start
-        for entry, offset in placed:
-            self._record(entry, base + offset)
+        positions = [base + offset for offset in offsets]
+        done = _Written(written, entries, positions, first if given == len(entries) else 0, start)
+        if self.config.fsync == "always":
+            # Durable once an fsync that starts after this write ends: the
+            # syncer's next one. Meanwhile the writer goes on with the next.
+            self._ahead += given
+            if self._syncing is None:  # the disk is idle: this fsync starts now
+                running = asyncio.get_running_loop().run_in_executor(None, self._fdatasync)
+                self._syncing = asyncio.ensure_future(self._sync_written([done], running))
+            else:
+                self._unsynced.append(done)
+            return
+        self._durable(done)
+
+    def _durable(self, done: _Written) -> None:
+        self._record_all(done.entries, done.positions, done.first)
+        self._answer(done.appends)
+
+    async def _sync_written(self, group: list[_Written], running: asyncio.Future[float]) -> None:
+        """Wait for the fsync ``running`` of ``group``, then fsync what the
+        writer wrote meanwhile, and so on, one fsync at a time, each covering
+        all that was written before it started, and answer each; the next fsync
+        starts before the answers go out, so the appends they wake are
+        written while it runs (the disk and the loop work at once)."""
+        loop = asyncio.get_running_loop()
+        finished: list[_Written] = []
+        fsync: asyncio.Future[float] | None = running
+        try:
+            while fsync is not None:
+                try:
+                    seconds = await fsync
+                except Exception as exc:  # broken now: what waits for it is refused
+                    self._break(f"fsync failed: {exc!r}")
+                    # Here, not in the thread: the writer's writes are on the loop too.
+                    self._cut_back(group[0].start)
+                    self._segment_size = group[0].start
+                    self._fail_written(group + self._unsynced)
+                    return
+                finished, group, self._unsynced = group, self._unsynced, []
+                fsync = loop.run_in_executor(None, self._fdatasync) if group else None
+                for callback in self._fsync_observers:
+                    callback(seconds)
+                for done in finished:
+                    self._ahead -= sum(len(b.payloads) + len(b.targets) for b, _ in done.appends)
+                    self._durable(done)
+        except Exception as exc:  # a bug, not a disk fault: refuse from now on, say why
+            log.exception("strand: the syncer failed")
+            self._break(f"the syncer failed: {exc!r}")
+            self._fail_written(finished + group + self._unsynced)  # those not answered yet
+        finally:
+            self._syncing = None
+
+    def _fail_written(self, groups: list[_Written]) -> None:
+        self._unsynced = []
+        self._fail([batch for done in groups for batch, _ in done.appends], self._broken_error())
+
+    def _fdatasync(self) -> float:
+        """fdatasync the current segment (blocking); on failure refuse every
+        append from now on (the caller cuts off what it covered)."""
+        t0 = time.perf_counter()
+        try:
+            # fdatasync: the data and the file size, not the timestamps.
+            os.fdatasync(self._fd)
+        except BaseException as exc:
+            # The kernel may have dropped the pages it could not write, and
+            # a retried fsync can succeed without them: trust nothing now.
+            self._break(f"fsync failed: {exc}")
+            raise
+        return time.perf_counter() - t0
+
+    async def _synced(self) -> None:
+        """Wait until nothing written waits for its fsync (before a roll swaps
+        the descriptor, or the Strand closes)."""
+        while self._syncing is not None:
+            await asyncio.wait([self._syncing])
+
+    def _answer(self, written: list[tuple[_Batch, list[Entry]]]) -> None:
+        """Tell each durable append's caller, in log order.
+
+        With ``always``, many callers are woken in two halves, the second a
+        step later: the writer then gets to write what the first half appends
+        next while the second half is still to come, so the next fsync starts
+        without waiting for all of them, and group commits settle into two
+        that take turns, one on the disk while the other's callers run."""
+        if len(written) >= _SPLIT_ANSWERS and self.config.fsync == "always":
+            half = len(written) // 2
+            self._answer_now(written[:half])
+            # Before anything later is answered: call_soon keeps the order.
+            asyncio.get_running_loop().call_soon(self._answer_now, written[half:])
+        else:
+            self._answer_now(written)
+
+    def _answer_now(self, written: list[tuple[_Batch, list[Entry]]]) -> None:
         for batch, made in written:
+            if batch.then is not None:
+                try:
+                    batch.then(made)
+                except Exception:
+                    log.exception("strand: a durable-append callback failed")
             if not batch.future.done():
                 batch.future.set_result(made)
 
-    def _encode(self, batch: _Batch, seq: int) -> tuple[list[Entry], list[bytes]]:
-        """The batch's entries, the local ones numbered from ``seq``, and their records."""
-        made: list[Entry] = []
-        for payload in batch.payloads:
-            made.append(Write(EntryId(self.origin, seq), payload))
-            seq += 1
-        for target in batch.targets:
-            made.append(Take(EntryId(self.origin, seq), target))
-            seq += 1
-        made.extend(batch.remote)
-        return made, [segment.frame(encode_entry(e), self._record_limit) for e in made]
+    def _encode_all(
+        self, batches: list[_Batch], seq: int
+    ) -> tuple[list[tuple[_Batch, list[Entry]]], list[Entry], list[bytes]]:
+        """The appends to write, each with its entries (the local ones
+        numbered from ``seq`` on), and every entry with its encoding."""
+        origin = self.origin
+        written: list[tuple[_Batch, list[Entry]]] = []
+        entries: list[Entry] = []
+        for batch in batches:
+            made: list[Entry] = [
+                Write(EntryId(origin, seq + i), p) for i, p in enumerate(batch.payloads)
+            ]
+            seq += len(made)
+            if batch.targets:
+                made.extend(Take(EntryId(origin, seq + i), t) for i, t in enumerate(batch.targets))
+                seq += len(batch.targets)
+            if batch.remote:
+                made.extend(batch.remote)
+            entries.extend(made)
+            written.append((batch, made))
+        try:
+            bodies = self._encoder.encode(entries)
+            if max(map(len, bodies)) <= self._record_limit - segment.ENTRY.size:
+                return written, entries, bodies
+        except SerializationError:
+            pass  # found again below, for the append it is in
+        # An append that cannot be encoded (too large) fails alone, and gives
+        # its seqs back, so the other callers' appends still go ahead.
+        written, entries, bodies = [], [], []
+        seq -= sum(len(b.payloads) + len(b.targets) for b in batches)
+        for batch in batches:
+            try:
+                made, encoded = self._encode(batch, seq)
+            except Exception as exc:
+                self._fail([batch], exc if isinstance(exc, StrandError) else StrandError(str(exc)))
+                continue
+            seq += len(batch.payloads) + len(batch.targets)
+            entries.extend(made)
+            bodies.extend(encoded)
+            written.append((batch, made))
+        return written, entries, bodies
 
-    async def _append(self, data: bytes) -> tuple[int, int, float | None]:
-        """Roll if the segment is full, then write ``data`` (blocking work in a
-        thread, except the OS-only write of ``interval`` and ``never``)."""
+    def _encode(self, batch: _Batch, seq: int) -> tuple[list[Entry], list[bytes]]:
+        """The batch's entries, the local ones numbered from ``seq``, and their
+        encodings; ``RecordTooLarge`` if one does not fit a record."""
+        origin = self.origin
+        payloads = batch.payloads
+        made: list[Entry] = [Write(EntryId(origin, seq + i), p) for i, p in enumerate(payloads)]
+        seq += len(made)
+        made.extend(Take(EntryId(origin, seq + i), t) for i, t in enumerate(batch.targets))
+        made.extend(batch.remote)
+        encoded = self._encoder.encode(made)
+        limit = self._record_limit - segment.ENTRY.size
+        for body in encoded:
+            if len(body) > limit:
+                segment.batch([body], self._record_limit)  # raises RecordTooLarge
+        return made, encoded
+
+    def _records(self, bodies: list[bytes]) -> tuple[bytes, list[int]]:
+        """``bodies`` as batch records (as few as fit ``max_body``), and each
+        entry's offset from the start of the first."""
+        limit = self._record_limit
+        with contextlib.suppress(RecordTooLarge):
+            return segment.batch(bodies, limit)  # the common case: one record
+        data: list[bytes] = []
+        offsets: list[int] = []
+        size = 0
+        start = 0
+        grown = 0
+        for i, body in enumerate(bodies):
+            grows = segment.batch_size(len(body))
+            if grown + grows > limit:  # the run so far is one record
+                size += self._batch_into(bodies[start:i], size, data, offsets)
+                start, grown = i, 0
+            grown += grows
+        self._batch_into(bodies[start:], size, data, offsets)
+        return b"".join(data) if len(data) > 1 else data[0], offsets
+
+    @staticmethod
+    def _batch_into(bodies: list[bytes], at: int, data: list[bytes], offsets: list[int]) -> int:
+        record, within = segment.batch(bodies)
+        data.append(record)
+        offsets.extend(at + offset for offset in within)
+        return len(record)
+
+    async def _append(self, data: bytes) -> tuple[int, int]:
+        """Roll if the segment is full, then write ``data`` to the OS (the fsync
+        of ``always`` follows in ``_sync_written``). The roll is blocking work,
+        in a thread, once what was written before is fsynced."""
         if self._segment_size >= self.config.segment_bytes:
+            await self._synced()
+            if self._broken is not None:
+                raise OSError(self._broken)
             self._rolling = True  # the syncer keeps off the descriptor meanwhile
             try:
                 await asyncio.to_thread(self._roll)
             finally:
                 self._rolling = False
-        if self.config.fsync == "always":
-            return await asyncio.to_thread(self._write, data, True)
-        return self._write(data, False)
+        return self._write(data)
 
     async def _roll_on_request(self, request: asyncio.Future[None]) -> None:
         """Seal the current segment for a compaction, between two appends."""
@@ -965,12 +1204,12 @@ class Strand(AsyncResource):
             f"the Strand cannot be written until reopened (restart the node): {self._broken}"
         )
 
-    def _write(self, data: bytes, sync: bool) -> tuple[int, int, float | None]:
-        """Write ``data`` at the end of the current segment (blocking).
+    def _write(self, data: bytes) -> tuple[int, int]:
+        """Write ``data`` to the OS at the end of the current segment.
 
-        Returns the segment number, the offset it was written at, and the
-        fsync time. On failure the segment is cut back to where it was, so a
-        failed append leaves no partial record behind.
+        Returns the segment number and the offset it was written at. On
+        failure the segment is cut back to where it was, so a failed append
+        leaves no partial record behind.
         """
         start = self._segment_size
         try:
@@ -978,23 +1217,9 @@ class Strand(AsyncResource):
         except BaseException:
             self._cut_back(start)
             raise
-        fsync_seconds = None
-        if sync:
-            t0 = time.perf_counter()
-            try:
-                # fdatasync: the data and the file size, not the timestamps.
-                os.fdatasync(self._fd)
-            except BaseException as exc:
-                # The kernel may have dropped the pages it could not write, and
-                # a retried fsync can succeed without them: trust nothing now.
-                self._break(f"fsync failed: {exc}")
-                self._cut_back(start)
-                raise
-            fsync_seconds = time.perf_counter() - t0
-        else:
-            self._dirty = True
+        self._dirty = True
         self._segment_size = start + len(data)
-        return self._segment, start, fsync_seconds
+        return self._segment, start
 
     def _cut_back(self, size: int) -> None:
         """Cut a failed append off the segment (blocking)."""
@@ -1045,6 +1270,19 @@ class Strand(AsyncResource):
         self._segment_size = segment.HEADER.size
         self._segments += 1
         return previous
+
+    def _record_all(self, entries: list[Entry], positions: list[int], first: int) -> None:
+        """Note where each entry now lies: in one go when all are local,
+        numbered from ``first`` on (``first`` is 0 otherwise)."""
+        if first:
+            own = self._logs.get(self.origin)
+            if own is None:
+                own = self._logs[self.origin] = _OriginLog()
+            if own.add_next(first, positions):
+                self._entries += len(positions)
+                return
+        for entry, position in zip(entries, positions, strict=True):
+            self._record(entry, position)
 
     def _record(self, entry: Entry, position: int) -> None:
         origin_log = self._logs.get(entry.id.origin)

@@ -83,7 +83,8 @@ async def test_torn_tail_is_cut_and_reported(
 
 async def test_corrupt_last_record_is_a_tail(cfg: StrandConfig) -> None:
     async with Forum(await Strand.open(cfg)) as forum:
-        await forum.write_many([b"a", b"b", b"c"])
+        for payload in (b"a", b"b", b"c"):  # one record each
+            await forum.write(payload)
     path = _segments(cfg)[-1]
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF  # flip a bit in the last record's body
@@ -95,7 +96,8 @@ async def test_corrupt_last_record_is_a_tail(cfg: StrandConfig) -> None:
 
 async def test_corruption_before_the_tail_refuses_to_open(cfg: StrandConfig) -> None:
     async with Forum(await Strand.open(cfg)) as forum:
-        await forum.write_many([b"first", b"second", b"third"])
+        for payload in (b"first", b"second", b"third"):  # one record each
+            await forum.write(payload)
     path = _segments(cfg)[-1]
     data = bytearray(path.read_bytes())
     first_body = segment.HEADER.size + segment.FRAME.size
