@@ -33,7 +33,7 @@ from importlib.resources import files
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from coordinator.keys import KeySchema
 from coordinator.redis_url import RedisClient
@@ -115,6 +115,31 @@ class Scripts:
         self._schema = schema
         self._wait = wait
 
+    async def run(self, call: Call) -> Any:
+        """Run one call; its reply, which may be an exception (a script's
+        error reply) as in :meth:`run_many`.
+
+        Without a ``WAIT`` to follow it, a single call is one plain
+        ``EVALSHA``, not a pipeline of one: redis-py's pipeline costs a task
+        (its shielded release) and more Python per call, as much again as the
+        command. ``NOSCRIPT`` loads the script and sends the call once more.
+        """
+        if self._wait is not None and call.name not in READ_ONLY:
+            (reply,) = await self.run_many([call])
+            return reply
+        script = self._bound[call.name]
+        arguments = self._arguments(call)
+        try:
+            return await self._client.execute_command("EVALSHA", script.sha, *arguments)
+        except NoScriptError:
+            await self._client.script_load(script.script)
+        except ResponseError as exc:
+            return exc
+        try:
+            return await self._client.execute_command("EVALSHA", script.sha, *arguments)
+        except ResponseError as exc:
+            return exc
+
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Run ``calls`` in one pipeline; their replies in order. A reply may
         be an exception (a script's error reply); the caller decides. Raises
@@ -125,12 +150,11 @@ class Scripts:
             # No MULTI: each script is atomic by itself, and the batch need not be.
             async with self._client.pipeline(transaction=False) as pipe:
                 for i in todo:
-                    script_keys, argv = self._arguments(calls[i])
                     sha = self._bound[calls[i].name].sha
                     # Not pipe.evalsha(): a cluster pipeline refuses that method
                     # (it cannot load a script for us), yet routes the command
                     # by its first key; NOSCRIPT is handled here.
-                    pipe.execute_command("EVALSHA", sha, len(script_keys), *script_keys, *argv)
+                    pipe.execute_command("EVALSHA", sha, *self._arguments(calls[i]))
                 waits = self._add_waits(pipe, [calls[i] for i in todo])
                 results = await pipe.execute(raise_on_error=False)
             for i, result in zip(todo, results, strict=False):
@@ -178,9 +202,10 @@ class Scripts:
                     f"{command} answered {acked}: too few copies of the Lens's writes in time"
                 )
 
-    def _arguments(self, call: Call) -> tuple[list[str], list[Any]]:
+    def _arguments(self, call: Call) -> list[Any]:
+        """``EVALSHA``'s arguments after the SHA: the number of keys, the keys, ARGV."""
         roles = KEY_ROLES[call.name]
-        script_keys = [self._schema.resolve(role, call.shard, call.key) for role in roles]
+        script_keys = self._schema.keys_for(roles, call.shard, call.key)
         if call.key is None:
-            return script_keys, list(call.args)
-        return script_keys, [call.key, *call.args]
+            return [len(roles), *script_keys, *call.args]
+        return [len(roles), *script_keys, call.key, *call.args]
