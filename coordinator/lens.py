@@ -375,6 +375,7 @@ class Lens(AsyncResource):
             self._reading.cancel()
             with contextlib.suppress(asyncio.CancelledError, LensError):
                 await self._reading
+        await self._scripts.aclose()
         await close(self._redis)
 
     async def ping(self) -> None:
