@@ -7,7 +7,17 @@
   ``forum serve`` against SAQ, streaq, taskiq and arq.
 * **the Lens on its own**: claim+complete pairs per second, against the raw
   Redis commands a minimal lock-with-fence needs (``INCR`` + ``SET NX PX``),
-  both sequential and with 8 concurrent callers.
+  both sequential and with 8 concurrent callers. Fair by construction: the
+  same Redis, the same durability, a pool of the same (unbounded) size on
+  both sides, two calls per pair on both, each awaited by its caller (the
+  Lens carries the calls that concurrent callers make in one turn of the
+  loop in one pipeline, coordinator.scripts; plain redis-py sends a command
+  per call, which is what the raw side measures).
+  The candidates take turns in ``--slices`` slices per round (a burst of
+  load from elsewhere falls on all alike). ``--baseline DIR`` adds another
+  checkout's Lens (``git -C main archive HEAD | tar -x -C DIR``) as one
+  more candidate, run by a child process in the same run; ``--lens-only``
+  skips the end-to-end half.
 
 Candidates alternate for ``--rounds`` rounds and the medians are reported
 (the machine may be shared). By default a redis-server is started on a free
@@ -16,7 +26,8 @@ always``); ``--redis-url`` uses yours (its database is flushed). Prints a
 table; writes bench/results/worker_bench.json. Needs only the test
 environment (``.venv``).
 
-    .venv/bin/python bench/worker_bench.py [--jobs 2000] [--lens-ops 5000]
+    .venv/bin/python bench/worker_bench.py [--jobs 2000] [--lens-ops 3000]
+    .venv/bin/python bench/worker_bench.py --lens-only --baseline /tmp/main
 """
 
 from __future__ import annotations
