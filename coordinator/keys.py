@@ -23,9 +23,9 @@ key                                type    holds                                
                                            key in the shard
 ``<tag>:claim:<key>``              string  the live claim's fencing token         lease (``PX``)
 ``<tag>:done:<key>``               string  the token that completed ``<key>``     ``done_ttl``
-``<tag>:job:<key>``                hash    the in-flight record: ``token``,       never; deleted by
-                                           ``owner``, ``payload`` (bytes to       complete, release
-                                           re-offer), ``grab``, ``handed``        or the reaper
+``<tag>:job:<key>``                hash    the in-flight record: ``owner``,       never; deleted by
+                                           ``payload`` (bytes to re-offer),       complete, release
+                                           ``grab``, ``handed``                   or the reaper
 ``<tag>:inflight``                 zset    member ``<key>``, score = when its     never
                                            record is due for re-offer (Redis
                                            ``TIME``, milliseconds)
@@ -99,6 +99,12 @@ SAFETY_MARGIN = 1.0
 MARGIN_FRACTION = 0.25
 
 
+#: The roles of the keys there is one of per shard, and one of per claim key
+#: (:meth:`KeySchema.keys_for`; each is also a method of that name).
+_PER_SHARD = frozenset({"epoch", "fence", "inflight"})
+_PER_KEY = frozenset({"claim", "done", "job"})
+
+
 @dataclass(frozen=True, slots=True)
 class KeySchema:
     """Builds every Redis key the Lens touches."""
@@ -134,35 +140,33 @@ class KeySchema:
         return f"{self.tag(shard)}:inflight"
 
     def claim(self, key: str) -> str:
-        return f"{self.tag(self.shard(key))}:claim:{key}"
+        return self.keys_for(("claim",), self.shard(key), key)[0]
 
     def done(self, key: str) -> str:
-        return f"{self.tag(self.shard(key))}:done:{key}"
+        return self.keys_for(("done",), self.shard(key), key)[0]
 
     def job(self, key: str) -> str:
-        return f"{self.tag(self.shard(key))}:job:{key}"
+        return self.keys_for(("job",), self.shard(key), key)[0]
 
     @property
     def legacy_epoch(self) -> str:
         """The unsharded schema's epoch marker: its presence means old keys."""
         return f"{self.namespace}:epoch"
 
-    def resolve(self, role: str, shard: int, key: str | None = None) -> str:
-        """The key playing ``role`` (a method name above) in ``shard``, for
-        claim ``key`` (which must live in ``shard``) when the role is per key."""
+    def keys_for(self, roles: tuple[str, ...], shard: int, key: str | None = None) -> list[str]:
+        """The keys playing ``roles`` (method names above) in ``shard``, in
+        order, for claim ``key`` (which must live in ``shard``) where a role
+        is per key: a script's ``KEYS``. Each is ``<tag>:<role>``, or
+        ``<tag>:<role>:<key>`` for a per-key role, as the table above says."""
         if key is not None and self.shard(key) != shard:
             raise ValueError(f"claim key {key!r} is in shard {self.shard(key)}, not {shard}")
-        match role, key:
-            case "epoch", _:
-                return self.epoch(shard)
-            case "fence", _:
-                return self.fence(shard)
-            case "inflight", _:
-                return self.inflight(shard)
-            case "claim", str():
-                return self.claim(key)
-            case "done", str():
-                return self.done(key)
-            case "job", str():
-                return self.job(key)
-        raise ValueError(f"no Lens key {role!r} for claim key {key!r}")
+        tag = self.tag(shard)
+        found = []
+        for role in roles:
+            if role in _PER_SHARD:
+                found.append(f"{tag}:{role}")
+            elif role in _PER_KEY and key is not None:
+                found.append(f"{tag}:{role}:{key}")
+            else:
+                raise ValueError(f"no Lens key {role!r} for claim key {key!r}")
+        return found

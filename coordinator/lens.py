@@ -64,7 +64,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
@@ -375,6 +375,7 @@ class Lens(AsyncResource):
             self._reading.cancel()
             with contextlib.suppress(asyncio.CancelledError, LensError):
                 await self._reading
+        await self._scripts.aclose()
         await close(self._redis)
 
     async def ping(self) -> None:
@@ -496,14 +497,20 @@ class Lens(AsyncResource):
         return Call(name, self._keys.shard(key), key, args)
 
     async def _run(self, name: str, key: str, *args: Any) -> Any:
-        (reply,) = await self._send([self._keyed(name, key, args)])
+        """Run script ``name`` about claim ``key``, with its shard's epoch: one
+        ``EVALSHA`` (the path of every single claim and completion)."""
+        shard = self._keys.shard(key)
+        epoch = (await self._known_epochs())[shard]
+        reply = await self._call(self._scripts.run(Call(name, shard, key, (*args, epoch))))
+        if isinstance(reply, Exception):
+            raise self._error(reply, shard, epoch)
         return reply
 
     async def _send(self, calls: Sequence[Call]) -> list[Any]:
-        """Run ``calls``, each with its shard's epoch; one script's error reply
-        fails the batch, as it fails a single call."""
+        """Run ``calls``, each with its shard's epoch, in one pipeline; one
+        script's error reply fails the batch, as it fails a single call."""
         epochs = await self._known_epochs()
-        checked = [replace(call, args=(*call.args, epochs[call.shard])) for call in calls]
+        checked = [Call(c.name, c.shard, c.key, (*c.args, epochs[c.shard])) for c in calls]
         replies = await self._call(self._scripts.run_many(checked))
         # Every error is looked at, so each shard's loss is noted; the first is raised.
         errors = [

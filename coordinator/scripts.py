@@ -26,6 +26,7 @@ scripts' writes reached that many replicas, or the batch fails.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -33,7 +34,8 @@ from importlib.resources import files
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from coordinator.keys import KeySchema
 from coordinator.redis_url import RedisClient
@@ -114,6 +116,100 @@ class Scripts:
         self._client = client
         self._schema = schema
         self._wait = wait
+        #: Single calls in flight, alone or in a pipeline of queued ones.
+        self._sending = 0
+        #: Single calls waiting for the next turn of the loop (see run()).
+        self._queued: list[tuple[Call, asyncio.Future[Any]]] = []
+        self._flushes: set[asyncio.Future[None]] = set()
+
+    async def run(self, call: Call) -> Any:
+        """Run one call; its reply, which may be an exception (a script's
+        error reply) as in :meth:`run_many`.
+
+        A call that finds nothing else in flight goes at once, as one plain
+        ``EVALSHA`` (not a pipeline of one: redis-py's pipeline costs a task
+        for its shielded release and more Python besides, as much again as
+        the command); ``NOSCRIPT`` loads the script and sends it once more.
+        Calls that arrive while others are in flight are coalesced: those of
+        one turn of the loop go together in one pipeline (:meth:`run_many`:
+        one round trip and one AOF fsync for all, and a fraction of the
+        client CPU of a command each), as a worker's ``claim_many`` does.
+        Each is still its own atomic script, with its own reply. A call whose
+        caller is cancelled before its pipeline left is never sent.
+        """
+        if self._sending:
+            return await self._queue(call)
+        self._sending += 1
+        try:
+            if self._wait is not None and call.name not in READ_ONLY:
+                # WAIT counts the writes of its connection: a pipeline.
+                (reply,) = await self.run_many([call])
+                return reply
+            return await self._run_alone(call)
+        finally:
+            self._sending -= 1
+
+    async def _run_alone(self, call: Call) -> Any:
+        script = self._bound[call.name]
+        arguments = self._arguments(call)
+        try:
+            return await self._client.execute_command("EVALSHA", script.sha, *arguments)
+        except NoScriptError:
+            await self._client.script_load(script.script)
+        except ResponseError as exc:
+            return exc
+        try:
+            return await self._client.execute_command("EVALSHA", script.sha, *arguments)
+        except ResponseError as exc:
+            return exc
+
+    async def _queue(self, call: Call) -> Any:
+        """Wait for ``call``'s reply from the next pipeline of queued calls."""
+        loop = asyncio.get_running_loop()
+        if not self._queued:
+            loop.call_soon(self._flush)
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queued.append((call, future))
+        # A cancelled caller cancels its future: unsent, it is left out.
+        return await future
+
+    def _flush(self) -> None:
+        """Send the queued calls whose callers still wait, in one pipeline."""
+        batch = [(call, future) for call, future in self._queued if not future.done()]
+        self._queued = []
+        if batch:
+            task = asyncio.ensure_future(self._send(batch))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
+    async def _send(self, batch: list[tuple[Call, asyncio.Future[Any]]]) -> None:
+        self._sending += 1
+        try:
+            replies = await self.run_many([call for call, _ in batch])
+        except Exception as exc:
+            self._fail(batch, exc)
+            return
+        except asyncio.CancelledError:
+            self._fail(batch, RedisConnectionError("the Lens was closed with this call in flight"))
+            raise
+        finally:
+            self._sending -= 1
+        for (_, future), reply in zip(batch, replies, strict=True):
+            if not future.done():
+                future.set_result(reply)
+
+    @staticmethod
+    def _fail(batch: list[tuple[Call, asyncio.Future[Any]]], exc: Exception) -> None:
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(exc)
+
+    async def aclose(self) -> None:
+        """End the pipelines of queued calls still in flight (their callers
+        get a connection error)."""
+        for task in list(self._flushes):
+            task.cancel()
+        await asyncio.gather(*self._flushes, return_exceptions=True)
 
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Run ``calls`` in one pipeline; their replies in order. A reply may
@@ -125,12 +221,11 @@ class Scripts:
             # No MULTI: each script is atomic by itself, and the batch need not be.
             async with self._client.pipeline(transaction=False) as pipe:
                 for i in todo:
-                    script_keys, argv = self._arguments(calls[i])
                     sha = self._bound[calls[i].name].sha
                     # Not pipe.evalsha(): a cluster pipeline refuses that method
                     # (it cannot load a script for us), yet routes the command
                     # by its first key; NOSCRIPT is handled here.
-                    pipe.execute_command("EVALSHA", sha, len(script_keys), *script_keys, *argv)
+                    pipe.execute_command("EVALSHA", sha, *self._arguments(calls[i]))
                 waits = self._add_waits(pipe, [calls[i] for i in todo])
                 results = await pipe.execute(raise_on_error=False)
             for i, result in zip(todo, results, strict=False):
@@ -178,9 +273,10 @@ class Scripts:
                     f"{command} answered {acked}: too few copies of the Lens's writes in time"
                 )
 
-    def _arguments(self, call: Call) -> tuple[list[str], list[Any]]:
+    def _arguments(self, call: Call) -> list[Any]:
+        """``EVALSHA``'s arguments after the SHA: the number of keys, the keys, ARGV."""
         roles = KEY_ROLES[call.name]
-        script_keys = [self._schema.resolve(role, call.shard, call.key) for role in roles]
+        script_keys = self._schema.keys_for(roles, call.shard, call.key)
         if call.key is None:
-            return script_keys, list(call.args)
-        return script_keys, [call.key, *call.args]
+            return [len(roles), *script_keys, *call.args]
+        return [len(roles), *script_keys, call.key, *call.args]

@@ -3,7 +3,7 @@
 -- KEYS[1]  <tag>:claim:<key>  the claim: string, the holder's token; PX = lease
 -- KEYS[2]  <tag>:done:<key>   the done marker
 -- KEYS[3]  <tag>:fence        the last fencing token issued in the shard (string)
--- KEYS[4]  <tag>:job:<key>    the in-flight record (hash)
+-- KEYS[4]  <tag>:job:<key>    the in-flight record (hash): owner, payload
 -- KEYS[5]  <tag>:inflight     zset: claim key -> when its record is due (ms)
 -- KEYS[6]  <tag>:epoch        the shard's state marker
 -- (<tag> is the key's shard's hash tag {<ns>:<shard>}: every KEY is in one slot)
@@ -28,8 +28,12 @@
 -- below 2^53 (until the year 2255) so doubles, Lua's and JSON's, hold them
 -- exactly; the string is written with %d, never tostring() (14 digits).
 --
--- A record left by an earlier holder of the key (one whose claim expired) is
--- replaced: the record always belongs to the key's latest claim.
+-- The fence is written only when the claim was granted (SET NX answered OK),
+-- so a refused claim writes nothing. A record left by an earlier holder of
+-- the key (one whose claim expired) is replaced: the record always belongs to
+-- the key's latest claim. The key is a member of KEYS[5] only while it has a
+-- record (every script that adds it keeps the record), so a key with no
+-- record before needs no ZREM.
 local lost = epoch_lost()
 if lost then
   return lost
@@ -38,19 +42,20 @@ local done = redis.call('GET', KEYS[2])
 if done then
   return {2, done}
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {3, redis.call('HGET', KEYS[4], 'owner') or '', redis.call('PTTL', KEYS[1])}
-end
 local last = tonumber(redis.call('GET', KEYS[3]) or '0')
 local token = string.format('%d', math.max(last + 1, now_us()))
+if not redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
+  return {3, redis.call('HGET', KEYS[4], 'owner') or '', redis.call('PTTL', KEYS[1])}
+end
 redis.call('SET', KEYS[3], token)
-redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2])
-redis.call('DEL', KEYS[4])
-redis.call('HSET', KEYS[4], 'token', token, 'owner', ARGV[3])
+local replaced = redis.call('DEL', KEYS[4]) == 1
 if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[4], 'payload', ARGV[5])
+  redis.call('HSET', KEYS[4], 'owner', ARGV[3], 'payload', ARGV[5])
   redis.call('ZADD', KEYS[5], now_ms() + tonumber(ARGV[2]), ARGV[1])
 else
-  redis.call('ZREM', KEYS[5], ARGV[1])
+  redis.call('HSET', KEYS[4], 'owner', ARGV[3])
+  if replaced then
+    redis.call('ZREM', KEYS[5], ARGV[1])
+  end
 end
 return {1, token}

@@ -28,6 +28,6 @@ if redis.call('GET', KEYS[1]) ~= ARGV[2] then
 end
 redis.call('DEL', KEYS[1])
 redis.call('HDEL', KEYS[2], 'grab')
-redis.call('HSET', KEYS[2], 'token', ARGV[2], 'payload', ARGV[4], 'handed', ARGV[2])
+redis.call('HSET', KEYS[2], 'payload', ARGV[4], 'handed', ARGV[2])
 redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[3]), ARGV[1])
 return 1

@@ -265,6 +265,29 @@ async def test_reoffered_job_claimed_before_reaped_keeps_its_new_record(lens: Le
         await b.complete()
 
 
+async def test_a_claim_without_reoffer_after_an_expired_one_drops_its_record(
+    lens: Lens,
+) -> None:
+    """t0: A claims with a re-offer and dies. t1: A's lease ends; its record
+    is due. t2: B claims the key with nothing to re-offer (claim.lua removes
+    the zset member only when an earlier record was there): A's job is not
+    re-offered behind B's back, and a refused claim changes nothing."""
+    await lens.claim("o:23", owner="a", lease=0.1, reoffer=b"job/23")
+    await eventually(lambda: _due_has(lens, "o:23"), what="record due")
+    b = await lens.claim("o:23", owner="b", lease=30)
+    assert await lens.due() == []
+    assert await lens.grab("o:23") is None
+    with redis.Redis.from_url(lens.config.url) as r:
+        fence = r.get(lens.keys.fence(lens.keys.shard("o:23")))
+        with pytest.raises(AlreadyClaimed) as refused:
+            await lens.claim("o:23", owner="c", lease=30)
+        assert r.get(lens.keys.fence(lens.keys.shard("o:23"))) == fence
+        assert r.hgetall(lens.keys.job("o:23")) == {b"owner": b"b"}
+    assert refused.value.owner == "b"
+    await b.complete()
+    assert await lens.due() == []
+
+
 async def test_live_and_completed_claims_are_not_reoffered(lens: Lens) -> None:
     # Leases far longer than the pauses: a loaded machine must not expire them.
     live = await lens.claim("o:23", owner="a", lease=2.0, reoffer=b"job/23")

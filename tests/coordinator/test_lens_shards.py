@@ -46,6 +46,26 @@ def test_every_key_of_a_job_shares_its_shard_hash_tag() -> None:
         KeySchema("ns", shards=0)
 
 
+def test_a_scripts_keys_are_the_named_keys_in_order() -> None:
+    """KeySchema.keys_for builds every script's KEYS: the same names as the
+    one-key methods; a claim key of another shard or an unknown role refused."""
+    schema = KeySchema("ns", shards=16)
+    key = "a:1"
+    shard = schema.shard(key)
+    roles = ("claim", "done", "fence", "job", "inflight", "epoch")
+    assert schema.keys_for(roles, shard, key) == [
+        schema.claim(key), schema.done(key), schema.fence(shard),
+        schema.job(key), schema.inflight(shard), schema.epoch(shard),
+    ]  # fmt: skip
+    assert schema.keys_for(("inflight", "epoch"), 3) == [schema.inflight(3), schema.epoch(3)]
+    with pytest.raises(ValueError, match="is in shard"):
+        schema.keys_for(("claim",), (shard + 1) % 16, key)
+    with pytest.raises(ValueError, match="no Lens key 'claim'"):
+        schema.keys_for(("claim",), shard)
+    with pytest.raises(ValueError, match="no Lens key 'nope'"):
+        schema.keys_for(("nope",), shard, key)
+
+
 async def test_a_lens_with_another_shard_count_refuses_the_namespace(redis_url: str) -> None:
     async with Lens.from_url(redis_url) as first:
         await first.claim("k:1", owner="w", lease=60)
