@@ -22,8 +22,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import uvloop
@@ -138,16 +139,37 @@ def build_parser(eager: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+#: The event loop every command runs on: ``FORUM_EVENT_LOOP`` names it.
+EVENT_LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop] | None] = {
+    # uvloop: the node answers about twice the requests per core (bench/http_bench.py).
+    "uvloop": uvloop.new_event_loop,
+    # asyncio's own: to rule uvloop out, or where it does not build.
+    "asyncio": None,
+}
+
+
+def event_loop(environ: Mapping[str, str] = os.environ) -> str:
+    """The event loop ``FORUM_EVENT_LOOP`` names (default ``uvloop``); a
+    :class:`UsageError` for another name."""
+    name = environ.get("FORUM_EVENT_LOOP", "uvloop") or "uvloop"
+    if name not in EVENT_LOOPS:
+        raise UsageError(f"FORUM_EVENT_LOOP is {' or '.join(EVENT_LOOPS)}, not {name!r:.40}")
+    return name
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        loop = event_loop()
     except Unavailable as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
+    except UsageError as exc:
+        print(f"forum: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        # uvloop: the node answers about twice the requests per core (bench/http_bench.py).
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        with asyncio.Runner(loop_factory=EVENT_LOOPS[loop]) as runner:
             code: int = runner.run(args.func(args))
     except UsageError as exc:
         # One line, whatever the message: a user's module may raise anything.

@@ -13,6 +13,10 @@ and the next one opens a new stream. A request the caller stops waiting
 for (cancelled, or timed out) is cancelled on the node too (a ``cancel``
 frame), as closing an HTTP connection cancels its request there: a waiting
 take hands nothing over.
+
+A request costs one frame each way and little else: no timer of its own
+(one timer per stream, due at the soonest deadline, fails what is late),
+no lock (a count of what is in flight; only a caller at the bound waits).
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ import asyncio
 import contextlib
 import io
 import itertools
+import math
 from typing import Any
 
 import aiohttp
 import msgpack
 import msgspec
 
+from node.eager import Suspended, start
 from node.errors import NodeRejected, NodeTimeout, NodeUnavailable, Unauthorized
 from node.web_stream import CANCEL, MAX_IN_FLIGHT
 
@@ -61,6 +67,21 @@ def _is_answer(value: Any) -> bool:
     )
 
 
+class _Pending:
+    """A request sent and not yet answered: the future its caller awaits."""
+
+    __slots__ = ("answer", "deadline", "op", "timeout")
+
+    def __init__(self, op: str, timeout: float, loop: asyncio.AbstractEventLoop) -> None:
+        self.op = op
+        self.timeout = timeout
+        self.deadline = loop.time() + timeout
+        self.answer: asyncio.Future[tuple[int, Any]] = loop.create_future()
+
+    def late(self, url: str) -> NodeTimeout:
+        return NodeTimeout(url, f"{self.op}: no answer within {self.timeout:g} s")
+
+
 class StreamUnsupported(Exception):
     """The node has no stream (404: older than it); the client uses HTTP instead."""
 
@@ -79,43 +100,99 @@ class StreamConnection:
         self.url = url
         self._session = session
         self._connect_timeout = connect_timeout
-        self._room = asyncio.Semaphore(max_in_flight)
+        self._max_in_flight = max_in_flight
+        self._loop = asyncio.get_running_loop()
+        #: Set when a request ends while callers wait for room (``_blocked``).
+        self._room = asyncio.Event()
+        self._blocked = 0
         self._opening = asyncio.Lock()
         self._ids = itertools.count(1)
         self._socket: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._pending: dict[int, tuple[str, asyncio.Future[tuple[int, Any]]]] = {}
+        self._pending: dict[int, _Pending] = {}
         self._cancels: set[asyncio.Task[None]] = set()
+        #: The one timer of the requests' deadlines, due at ``_due`` (the soonest).
+        self._expiry: asyncio.TimerHandle | None = None
+        self._due = math.inf
 
     async def call(self, op: str, args: dict[str, Any], timeout: float) -> tuple[int, Any]:
         """The node's ``(status, body)`` for one request; ``NodeTimeout`` after ``timeout`` s."""
-        try:
-            async with asyncio.timeout(timeout), self._room:
-                socket = await self._open()
-                return await self._request(socket, op, args)
-        except TimeoutError as exc:
-            raise NodeTimeout(self.url, f"{op}: no answer within {timeout:g} s") from exc
+        pending = _Pending(op, timeout, self._loop)
+        socket = self._socket
+        if socket is None or socket.closed or len(self._pending) >= self._max_in_flight:
+            try:
+                async with asyncio.timeout_at(pending.deadline):
+                    socket = await self._ready()
+            except TimeoutError as exc:
+                raise pending.late(self.url) from exc
+        return await self._request(socket, args, pending)
+
+    async def _ready(self) -> aiohttp.ClientWebSocketResponse:
+        """The open stream, once it has room for one more request."""
+        while len(self._pending) >= self._max_in_flight:
+            self._blocked += 1
+            try:
+                self._room.clear()
+                await self._room.wait()
+            finally:
+                self._blocked -= 1
+        return await self._open()
 
     async def _request(
-        self, socket: aiohttp.ClientWebSocketResponse, op: str, args: dict[str, Any]
+        self, socket: aiohttp.ClientWebSocketResponse, args: dict[str, Any], pending: _Pending
     ) -> tuple[int, Any]:
-        request_id = next(self._ids)
-        answer: asyncio.Future[tuple[int, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = (op, answer)
+        request_id, op = next(self._ids), pending.op
+        self._pending[request_id] = pending
+        if pending.deadline < self._due:
+            self._expire_at(pending.deadline)
         try:
             try:
-                await socket.send_bytes(_ENCODE((request_id, op, args)))
+                sending = start(socket.send_bytes(_ENCODE((request_id, op, args))))
+                if isinstance(sending, Suspended):
+                    # The socket's buffer is full (a node that reads slowly): the
+                    # deadline bounds the wait for room there too.
+                    async with asyncio.timeout_at(pending.deadline):
+                        await sending
             except (ConnectionError, aiohttp.ClientError) as exc:
                 raise NodeUnavailable(self.url, f"{op}: the stream dropped: {exc}") from exc
-            return await answer
-        except BaseException:
-            # Cancelled (awaiting it cancels the future too) or timed out
-            # before the answer came: the node need not go on with it.
-            if answer.cancelled() or not answer.done():
+            except TimeoutError as exc:
                 self._cancel(socket, request_id)
+                raise pending.late(self.url) from exc
+            return await pending.answer
+        except asyncio.CancelledError:
+            # The caller stopped waiting (awaiting it cancels the future too):
+            # the node need not go on with it.
+            self._cancel(socket, request_id)
             raise
         finally:
             del self._pending[request_id]
+            if self._blocked:
+                self._room.set()
+
+    def _expire_at(self, due: float) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._due = due
+        self._expiry = self._loop.call_at(due, self._expire)
+
+    def _expire(self) -> None:
+        """Fail the requests past their deadline (cancelling them on the node);
+        wait for the soonest of the others."""
+        self._expiry, self._due = None, math.inf
+        # The loop's clock may tick in milliseconds: a deadline within one is due.
+        now = self._loop.time() + 0.001
+        soonest = math.inf
+        for request_id, pending in self._pending.items():
+            if pending.answer.done():
+                continue
+            if pending.deadline <= now:
+                pending.answer.set_exception(pending.late(self.url))
+                if self._socket is not None:
+                    self._cancel(self._socket, request_id)
+            else:
+                soonest = min(soonest, pending.deadline)
+        if soonest < math.inf:
+            self._expire_at(soonest)
 
     def _cancel(self, socket: aiohttp.ClientWebSocketResponse, request_id: int) -> None:
         """Tell the node to cancel a request nobody waits for any more."""
@@ -178,8 +255,8 @@ class StreamConnection:
                     break
                 for request_id, status, body in answers:
                     pending = self._pending.get(request_id)
-                    if pending is not None and not pending[1].done():
-                        pending[1].set_result((status, body))
+                    if pending is not None and not pending.answer.done():
+                        pending.answer.set_result((status, body))
             else:
                 if message.type is aiohttp.WSMsgType.CLOSE:
                     why = f"the node closed the stream ({message.data}: {message.extra})"
@@ -188,14 +265,17 @@ class StreamConnection:
         finally:
             if not socket.closed:
                 await socket.close()
-            for op, answer in list(self._pending.values()):
-                if not answer.done():
-                    answer.set_exception(NodeUnavailable(self.url, f"{op}: {why}"))
+            for pending in list(self._pending.values()):
+                if not pending.answer.done():
+                    pending.answer.set_exception(NodeUnavailable(self.url, f"{pending.op}: {why}"))
 
     async def aclose(self) -> None:
         """Close the stream (what is in flight fails). Idempotent."""
         socket, reader = self._socket, self._reader
         self._socket = self._reader = None
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry, self._due = None, math.inf
         if socket is not None:
             await socket.close()
         if reader is not None:

@@ -59,7 +59,7 @@ ENV_PREFIX = "FORUM_"
 ENV_CONFIG = "FORUM_CONFIG"
 #: ``FORUM_*`` variables that are not node settings, so not misspellings of
 #: one: the other ``forum`` commands' (docs/operations.md lists them).
-OTHER_VARIABLES = frozenset({ENV_CONFIG, "FORUM_NODE", "FORUM_REDIS_URL"})
+OTHER_VARIABLES = frozenset({ENV_CONFIG, "FORUM_NODE", "FORUM_REDIS_URL", "FORUM_EVENT_LOOP"})
 #: Prefixes of ``FORUM_*`` names that belong to others: replication's settings
 #: (checked by ``ReplicationConfig``) and the example handlers'.
 OTHER_PREFIXES = ("FORUM_REPL_", "FORUM_EXAMPLE_")

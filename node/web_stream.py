@@ -9,12 +9,16 @@ operation's arguments and answers, the close codes: docs/wire.md)::
                                   operation gives), map or nil; one or
                                   more per message, back to back
 
-Each request runs as a task of its own, so a take that waits holds up
-nothing behind it, and answers go out as they are ready, by id, in any
-order; those ready in the same turn of the loop share one message (one
-write to the socket). The operations are :class:`node.web_ops.Space`'s, with the checks of
-:mod:`node.web_bodies`: those of the HTTP routes, so an operation answers
-the same whichever way it is asked. An operation's refusal (an id that is
+A request that may wait (a take, read or reserve with a ``wait``) runs as
+a task of its own, so it holds up nothing behind it. Any other starts at
+once, in the turn that read its frame: one that needs nothing more (a
+reserve, a read, a count) is answered then, with no task; one that waits
+for its append (a write, an ack) goes on as a task from there. Answers go
+out as they are ready, by id, in any order; those ready in the same turn of
+the loop share one message (one write to the socket). The operations are
+:class:`node.web_ops.Space`'s, with the checks of :mod:`node.web_bodies`:
+those of the HTTP routes, so an operation answers the same whichever way it
+is asked. An operation's refusal (an id that is
 not ``origin:seq``, a lease too long) is an answer with its 4xx status and
 ``{"error", "message"}`` body, and leaves the stream open.
 
@@ -53,6 +57,7 @@ from typing import Annotated, Any
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from node.eager import Suspended, start
 from node.errors import ForumError
 from node.space import Pattern
 from node.web_bodies import (
@@ -258,34 +263,55 @@ async def _list(space: Space, a: PageArgs) -> Answer:
     return 200, Page([tuple_body(t, MSGPACK) for t in page.tuples], page.next_cursor)
 
 
+def _waits(a: WaitArgs) -> bool:
+    return bool(a.wait)
+
+
+def _never(_: Args) -> bool:
+    return False
+
+
+def _always(_: Args) -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class StreamOp:
-    """One op of the stream: its arguments' decoder, and what it does with them."""
+    """One op of the stream: its arguments' decoder, what it does with them,
+    and whether a request with those arguments may wait (a long poll): such a
+    request starts in a task of its own, so its timeout is its own; any other
+    starts in the turn that read it (:meth:`_Stream._start`)."""
 
     decoder: msgspec.msgpack.Decoder[Any]
     run: Callable[[Space, Any], Awaitable[Answer]]
+    waits: Callable[[Any], bool]
 
     @classmethod
-    def of(cls, args: type[Args], run: Callable[[Space, Any], Awaitable[Answer]]) -> StreamOp:
-        return cls(msgspec.msgpack.Decoder(args), run)
+    def of(
+        cls,
+        args: type[Args],
+        run: Callable[[Space, Any], Awaitable[Answer]],
+        waits: Callable[[Any], bool] = _always,
+    ) -> StreamOp:
+        return cls(msgspec.msgpack.Decoder(args), run, waits)
 
 
 #: Every op, by the name a request gives (``cancel`` is the stream's own).
 OPS: dict[str, StreamOp] = {
-    "write": StreamOp.of(PayloadArgs, _write),
-    "write_many": StreamOp.of(PayloadsArgs, _write_many),
-    "read": StreamOp.of(WaitArgs, _read),
-    "take": StreamOp.of(WaitArgs, _take),
-    "take_many": StreamOp.of(BatchArgs, _take_many),
-    "reserve": StreamOp.of(ReserveArgs, _reserve),
-    "reserve_many": StreamOp.of(ReserveBatchArgs, _reserve_many),
-    "ack": StreamOp.of(IdArgs, _ack),
-    "ack_many": StreamOp.of(IdsArgs, _ack_many),
-    "ack_reserve": StreamOp.of(AckReserveArgs, _ack_reserve),
-    "extend_many": StreamOp.of(ExtendArgs, _extend_many),
-    "release": StreamOp.of(IdArgs, _release),
-    "count": StreamOp.of(PatternArgs, _count),
-    "list": StreamOp.of(PageArgs, _list),
+    "write": StreamOp.of(PayloadArgs, _write, _never),
+    "write_many": StreamOp.of(PayloadsArgs, _write_many, _never),
+    "read": StreamOp.of(WaitArgs, _read, _waits),
+    "take": StreamOp.of(WaitArgs, _take, _waits),
+    "take_many": StreamOp.of(BatchArgs, _take_many, _waits),
+    "reserve": StreamOp.of(ReserveArgs, _reserve, _waits),
+    "reserve_many": StreamOp.of(ReserveBatchArgs, _reserve_many, _waits),
+    "ack": StreamOp.of(IdArgs, _ack, _never),
+    "ack_many": StreamOp.of(IdsArgs, _ack_many, _never),
+    "ack_reserve": StreamOp.of(AckReserveArgs, _ack_reserve, _waits),
+    "extend_many": StreamOp.of(ExtendArgs, _extend_many, _never),
+    "release": StreamOp.of(IdArgs, _release, _never),
+    "count": StreamOp.of(PatternArgs, _count, _never),
+    "list": StreamOp.of(PageArgs, _list, _never),
 }
 CANCEL = "cancel"
 _CANCEL = msgspec.msgpack.Decoder(CancelArgs)
@@ -344,7 +370,9 @@ class Streams:
         stream = _Stream(self, socket)
         self._open.add(stream)
         try:
-            await stream.serve()
+            # A task of its own: each frame read wakes it alone, not the
+            # handler and its middlewares (cancelling the handler cancels it).
+            await asyncio.get_running_loop().create_task(stream.serve())
         finally:
             self._open.discard(stream)
             await stream.abandon()
@@ -381,40 +409,44 @@ class _Socket(web.WebSocketResponse):
         return await super().close(code=code, message=message, drain=drain)
 
 
-@dataclass(slots=True)
-class _Batch:
-    """Answers to write in one message, and when they are written."""
-
-    answers: list[bytes]
-    written: asyncio.Future[None]
-
-
 class _Stream:
-    """One client's stream: its requests in flight, by id."""
+    """One client's stream: its requests in flight, by id.
+
+    A request is in flight from the frame read until its answer is written
+    to the socket (or it is cancelled): one whose answer cannot be written
+    (the client reads none) holds its place against ``max_in_flight``.
+    """
 
     def __init__(self, streams: Streams, socket: _Socket) -> None:
         self._streams = streams
         self._socket = socket
-        self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._room = asyncio.Event()
-        self._room.set()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        #: The answers waiting for the next write, and the writes under way.
-        self._batch: _Batch | None = None
-        self._flushes: set[asyncio.Task[None]] = set()
+        self._loop = asyncio.get_running_loop()
+        #: Each request in flight: its task while it runs (``None``: it ran
+        #: at once, or its answer waits to be written).
+        self._in_flight: dict[int, asyncio.Task[None] | None] = {}
+        #: The answers waiting for the next write, and the requests they answer.
+        self._outbox: list[bytes] = []
+        self._answered: list[int] = []
+        #: A write is due or under way (answers meanwhile wait for the next).
+        self._flushing = False
+        #: A write that waits for the socket to drain.
+        self._draining: asyncio.Task[None] | None = None
+        #: Set when there is room again (serve waits at the bound), and when
+        #: nothing is in flight (shutdown waits for that).
+        self._room: asyncio.Future[None] | None = None
+        self._idle: asyncio.Future[None] | None = None
 
     @property
     def in_flight(self) -> int:
-        return len(self._tasks)
+        return len(self._in_flight)
 
     async def serve(self) -> None:
         socket, limit = self._socket, self._streams.max_in_flight
         while True:
-            if len(self._tasks) >= limit:
+            if len(self._in_flight) >= limit:
                 # Backpressure: no more reads until an answer is out.
-                self._room.clear()
-                await self._room.wait()
+                self._room = self._loop.create_future()
+                await self._room
             message = await socket.receive()
             try:
                 if message.type is WSMsgType.BINARY:
@@ -449,26 +481,27 @@ class _Stream:
         if op is None:
             raise BadFrame(WSCloseCode.UNSUPPORTED_DATA, f"unknown op {name[:40]!r}")
         args = _args(op.decoder, name, raw)
-        if request_id in self._tasks:
+        in_flight = self._in_flight
+        if request_id in in_flight:
             raise BadFrame(
                 WSCloseCode.INVALID_TEXT, f"request id {request_id} is already in flight"
             )
-        task = asyncio.get_running_loop().create_task(self._run(request_id, op, args))
-        self._tasks[request_id] = task
-        self._idle.clear()
-        task.add_done_callback(lambda _: self._finished(request_id))
-        self._streams.peak_in_flight = max(self._streams.peak_in_flight, len(self._tasks))
+        in_flight[request_id] = None
+        streams = self._streams
+        streams.peak_in_flight = max(streams.peak_in_flight, len(in_flight))
+        running = self._run(request_id, op, args)
+        if op.waits(args):
+            in_flight[request_id] = self._loop.create_task(running)
+            return
+        # Its first step now: most answer in it, and need no task.
+        outcome = start(running)
+        if isinstance(outcome, Suspended):
+            in_flight[request_id] = self._loop.create_task(outcome.finish())
 
     def _cancel(self, request_id: int) -> None:
-        task = self._tasks.get(request_id)
+        task = self._in_flight.get(request_id)
         if task is not None:
             task.cancel()
-
-    def _finished(self, request_id: int) -> None:
-        del self._tasks[request_id]
-        self._room.set()
-        if not self._tasks:
-            self._idle.set()
 
     async def _run(self, request_id: int, op: StreamOp, args: Any) -> None:
         body: msgspec.Struct | None
@@ -476,41 +509,83 @@ class _Stream:
             if self._streams.draining:
                 raise ApiProblem(503, "unavailable", "the node is shutting down")
             status, body = await op.run(self._streams.space, args)
+        except asyncio.CancelledError:
+            self._done([request_id])  # no answer: nobody waits for one
+            raise
         except Exception as exc:
             if not isinstance(exc, ApiProblem | ForumError):
                 log.exception("unhandled error on a stream request")
             problem = problem_of(exc)
             status, body = problem.status, Problem(problem.code, problem.message)
         self._streams.requests += 1
-        if not self._socket.closed:
-            await self._send(_ENCODE((request_id, status, body)))
+        self._answer(request_id, _ENCODE((request_id, status, body)))
 
-    async def _send(self, answer: bytes) -> None:
+    def _answer(self, request_id: int, answer: bytes) -> None:
         """Send ``answer`` with the others ready in the same turn of the loop,
         in one message (one write: a group commit's answers go out in one
-        syscall, not one each); return once it is written."""
-        batch = self._batch
-        if batch is None:
-            batch = self._batch = _Batch([], asyncio.get_running_loop().create_future())
-            flush = asyncio.get_running_loop().create_task(self._flush(batch))
-            self._flushes.add(flush)
-            flush.add_done_callback(self._flushes.discard)
-        batch.answers.append(answer)
-        # Shielded: a request cancelled now must not cancel its neighbours' write.
-        await asyncio.shield(batch.written)
+        syscall, not one each)."""
+        if self._socket.closed:
+            # A stream that dropped: what the answer said is what was done.
+            self._done([request_id])
+            return
+        self._in_flight[request_id] = None
+        self._outbox.append(answer)
+        self._answered.append(request_id)
+        if not self._flushing:
+            self._flushing = True
+            self._loop.call_soon(self._flush)
 
-    async def _flush(self, batch: _Batch) -> None:
-        # Runs after the callbacks of the turn that started the batch: its answers are in.
-        self._batch = None
+    def _flush(self) -> None:
+        # Runs after the callbacks of the turn that queued the first answer: its
+        # neighbours are in. The write is made now; only a socket whose buffer
+        # is full (a client that reads slowly) has it wait, in a task.
+        answers, answered = self._outbox, self._answered
+        self._outbox, self._answered = [], []
         try:
-            # A stream that dropped meanwhile: what the answers said is what was done.
+            outcome = start(
+                self._socket.send_bytes(answers[0] if len(answers) == 1 else b"".join(answers))
+            )
+        except ConnectionError:
+            outcome = None  # a stream that dropped: what the answers said is what was done
+        if isinstance(outcome, Suspended):
+            self._draining = self._loop.create_task(self._drain(outcome, answered))
+        else:
+            self._written(answered)
+
+    async def _drain(self, sending: Suspended[None], answered: list[int]) -> None:
+        try:
             with contextlib.suppress(ConnectionError):
-                await self._socket.send_bytes(b"".join(batch.answers))
+                await sending
         finally:
-            batch.written.set_result(None)
+            self._draining = None
+            self._written(answered)
+
+    def _written(self, answered: list[int]) -> None:
+        self._flushing = False
+        self._done(answered)
+        if self._outbox:  # answered while the write waited
+            self._flushing = True
+            self._loop.call_soon(self._flush)
+
+    def _done(self, request_ids: list[int]) -> None:
+        """Requests no longer in flight: room for more, maybe nothing left."""
+        in_flight = self._in_flight
+        for request_id in request_ids:
+            del in_flight[request_id]
+        room, idle = self._room, self._idle
+        if room is not None and len(in_flight) < self._streams.max_in_flight:
+            self._room = None
+            if not room.done():
+                room.set_result(None)
+        if idle is not None and not in_flight:
+            self._idle = None
+            if not idle.done():
+                idle.set_result(None)
 
     async def close_when_answered(self) -> None:
-        await self._idle.wait()
+        if self._in_flight:
+            self._idle = self._loop.create_future()
+            await self._idle
         await self.close()
 
     async def close(self) -> None:
@@ -519,7 +594,7 @@ class _Stream:
 
     async def abandon(self) -> None:
         """The stream is gone: cancel what is in flight, and wait for it to end."""
-        tasks = [*self._tasks.values(), *self._flushes]
+        tasks = [t for t in (*self._in_flight.values(), self._draining) if t is not None]
         for task in tasks:
             task.cancel()
         if tasks:

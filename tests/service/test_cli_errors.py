@@ -109,3 +109,13 @@ def test_a_bad_cluster_setting_is_one_line_and_starts_nothing(
     result = run_main([*argv, "--root", str(root)], capsys)
     assert_usage_error(result, f"forum {' '.join(argv[:2])}: {message}")
     assert not root.exists()
+
+
+async def test_an_unknown_event_loop_is_a_usage_error(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    result = await run_forum(
+        "serve", "--data-dir", str(data), "--listen", "127.0.0.1:0",
+        env={"FORUM_EVENT_LOOP": "tokio"},
+    )  # fmt: skip
+    assert_usage_error(result, "FORUM_EVENT_LOOP", "uvloop or asyncio", "'tokio'")
+    assert not data.exists()

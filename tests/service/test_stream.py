@@ -505,3 +505,18 @@ async def test_shutdown_answers_what_is_in_flight_then_closes_the_stream(
         message = await asyncio.wait_for(ws.receive(), 10)
     assert (message.type, message.data) == (aiohttp.WSMsgType.CLOSE, 1001)
     assert await ending == 0
+
+
+# -- the event loop ----------------------------------------------------------------------
+
+
+async def test_a_node_on_asyncios_own_loop_serves_the_stream(forum_nodes: ForumNodes) -> None:
+    """``FORUM_EVENT_LOOP=asyncio`` (uvloop off): the same answers, a reliable job end to end."""
+    node = await forum_nodes.start("plain", "--fsync", "never", env={"FORUM_EVENT_LOOP": "asyncio"})
+    async with ForumClient(node.url) as client:
+        written = await client.write(b"job-1")
+        found = await client.reserve(Pattern(b"job-"), lease=30)
+        assert found is not None and found.id == written
+        assert await client.ack(found.id)
+        assert await client.count(Pattern(b"job-")) == 0
+        assert client.transport == "stream"
