@@ -73,6 +73,26 @@ async def wait_until_done(
         print(file=sys.stderr)
 
 
+async def settled_counts(
+    cluster: Cluster, prefix: bytes, deadline: float = 10.0
+) -> list[int | None]:
+    """Each node's live ``prefix`` count, once the last acks have landed.
+
+    A job's effect is recorded before its completion and ack (and a worker
+    sends its acks with its next reserve, or alone within 50 ms), and each
+    ack's Take then replicates: right after the last effect a node may still
+    hold a copy. So wait, up to ``deadline`` seconds, for every node to count
+    none, and report what is left then.
+    """
+    loop = asyncio.get_running_loop()
+    until = loop.time() + deadline
+    while True:
+        counts = await cluster.live_counts(prefix)
+        if all(count == 0 for count in counts) or loop.time() > until:
+            return counts
+        await asyncio.sleep(0.1)
+
+
 async def run_demo(cfg: ClusterConfig, jobs: int, deadline: float) -> Verdict:
     history = History()
     async with Cluster(cfg) as cluster:
@@ -84,7 +104,7 @@ async def run_demo(cfg: ClusterConfig, jobs: int, deadline: float) -> Verdict:
         elapsed = time.perf_counter() - started
         await collect(cluster, history)
         print(await cluster.status_line(), flush=True)
-        counts = await cluster.live_counts(cfg.prefix.encode())
+        counts = await settled_counts(cluster, cfg.prefix.encode())
         print(f"{len(history.acknowledged)} jobs through {cfg.nodes} nodes and "
               f"{len(cluster.workers)} workers in {elapsed:.1f} s; "
               f"live {cfg.prefix!r} left per node: {counts}", flush=True)  # fmt: skip

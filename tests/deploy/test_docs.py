@@ -22,6 +22,7 @@ from coordinator.metrics import worker_registry
 from coordinator.worker import WorkerStats
 from deploy.history import Verdict
 from forum.cli import build_parser
+from node import config
 from node.config import NodeConfig
 from node.web_status import PeerStatus
 from replication.config import ReplicationConfig
@@ -32,10 +33,10 @@ from tests.fixtures.nodes import ForumNodes
 
 DOCS = (OPERATIONS, REPO / "docs" / "coordination.md", REPO / "README.md", DEPLOY / "README.md")
 #: FORUM_* variables read by something other than NodeConfig.
-OTHER_VARIABLES = {
-    "FORUM_CONFIG",  # the TOML file, read by NodeConfig.load
-    "FORUM_NODE",  # the client commands' --node
-    "FORUM_REDIS_URL",  # forum worker --redis-url
+# The variables that are not settings: the node's own (FORUM_CONFIG, the
+# client commands' --node, the worker's --redis-url, the event loop) and the
+# examples'.
+OTHER_VARIABLES = config.OTHER_VARIABLES | {
     "FORUM_EXAMPLE_REDIS_URL",  # examples/handlers/fenced_redis.py
     "FORUM_EXAMPLE_LENS_NAMESPACE",  # examples/handlers/fenced_redis.py
     "FORUM_EXAMPLE_SQLITE",  # the SQLite examples
