@@ -521,7 +521,9 @@ class ForumClient(AsyncResource):
         entry_id = self._entry_id(document.get("id"))
         if "deliveries" not in document:
             return Tuple(entry_id, document["payload"])
-        return Reserved(entry_id, document["payload"], self._deliveries(document["deliveries"]))
+        return Reserved(
+            entry_id, document["payload"], deliveries=self._deliveries(document["deliveries"])
+        )
 
     def _deliveries(self, value: object) -> int:
         if isinstance(value, str) and value.isascii() and value.isdigit():

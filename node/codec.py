@@ -5,7 +5,27 @@ One entry is a msgpack array whose first element is the codec version:
 ==========  ===============================================================
 version 1   ``[1, 0, origin: str, seq: int, payload: bin]``   a Write
             ``[1, 1, origin, seq, target_origin: str, target_seq: int]``  a Take
+            ``[1, 2, origin, seq, payload: bin, properties: map]``  a Write
+            with properties (:class:`~node.entries.Properties`)
 ==========  ===============================================================
+
+The properties map holds only the properties that differ from a plain
+write's, under one-letter keys; a reader refuses a key it does not know
+(a node that ignored one would apply the tuple wrongly):
+
+=====  ==========================  =============================================
+key    value                       property
+=====  ==========================  =============================================
+``d``  int > 0                     ``due``, ms since the Unix epoch
+``x``  int > 0                     ``expires``, ms since the Unix epoch
+``p``  int, -128 .. 127, not 0     ``priority``
+``k``  bin, 1 .. 1024 bytes        ``key``
+``w``  int > 0                     ``dedup_until``, ms since the Unix epoch
+``c``  true                        ``pause`` (a pause marker; see entries)
+=====  ==========================  =============================================
+
+A plain Write is always written as kind 0, so a log of plain writes reads
+the same as before properties existed.
 
 The same encoding is used in the Strand and on the wire between peers, so a
 record read from disk can be forwarded without re-encoding.
@@ -14,23 +34,40 @@ record read from disk can be forwarded without re-encoding.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
-from node.entries import Entry, EntryId, Take, Write, check_origin
+from node.entries import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    PLAIN,
+    Entry,
+    EntryId,
+    Properties,
+    Take,
+    Write,
+    check_origin,
+)
 from node.errors import SerializationError
 
 CODEC_VERSION = 1
 _WRITE = 0
 _TAKE = 1
+_WRITE_WITH = 2
+#: The longest dedup key.
+MAX_KEY_BYTES = 1024
 
 
 def encode_entry(entry: Entry) -> bytes:
     """Encode one entry; ``SerializationError`` if it cannot be."""
     try:
         if isinstance(entry, Write):
-            return _pack([CODEC_VERSION, _WRITE, entry.id.origin, entry.id.seq, entry.payload])
+            eid = entry.id
+            if entry.props is PLAIN or entry.props == PLAIN:
+                return _pack([CODEC_VERSION, _WRITE, eid.origin, eid.seq, entry.payload])
+            props = encode_props(entry.props)
+            return _pack([CODEC_VERSION, _WRITE_WITH, eid.origin, eid.seq, entry.payload, props])
         if isinstance(entry, Take):
             return _pack(
                 [
@@ -63,7 +100,7 @@ class EntryEncoder:
         out = []
         try:
             for entry in entries:
-                if type(entry) is Write:
+                if type(entry) is Write and entry.props is PLAIN:
                     eid = entry.id
                     out.append(pack([CODEC_VERSION, _WRITE, eid.origin, eid.seq, entry.payload]))
                 elif type(entry) is Take:
@@ -77,16 +114,70 @@ class EntryEncoder:
         return out
 
 
+def encode_props(props: Properties) -> dict[str, Any]:
+    """The properties map of a Write: only what differs from a plain write."""
+    fields: dict[str, Any] = {}
+    if props.due:
+        fields["d"] = props.due
+    if props.expires:
+        fields["x"] = props.expires
+    if props.priority:
+        fields["p"] = props.priority
+    if props.key is not None:
+        fields["k"] = props.key
+    if props.dedup_until:
+        fields["w"] = props.dedup_until
+    if props.pause:
+        fields["c"] = True
+    return fields
+
+
+def decode_props(fields: Any) -> Properties:
+    """Properties from a checked map; ``SerializationError`` for anything else."""
+    if not isinstance(fields, dict) or not fields:
+        raise SerializationError("a Write's properties are a non-empty map")
+    unknown = set(fields) - _PROPERTY_KEYS
+    if unknown:
+        raise SerializationError(f"unknown Write properties: {sorted(map(str, unknown))}")
+    due, expires, dedup_until = (fields.get(k, 0) for k in "dxw")
+    for name, value in (("due", due), ("expires", expires), ("dedup_until", dedup_until)):
+        if type(value) is not int or value < 0:
+            raise SerializationError(f"a Write's {name} is ms since the epoch, not {value!r}")
+    priority = fields.get("p", 0)
+    if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise SerializationError(f"a Write's priority is an int in -128..127, not {priority!r}")
+    key = fields.get("k")
+    if key is not None and (type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES):
+        raise SerializationError(f"a Write's key is 1 to {MAX_KEY_BYTES} bytes")
+    pause = fields.get("c", False)
+    if pause is not True and pause is not False:
+        raise SerializationError("a Write's pause flag is true or absent")
+    props = Properties(due, expires, priority, key, dedup_until, pause)
+    return PLAIN if props == PLAIN else props
+
+
+_PROPERTY_KEYS = frozenset("dxpkwc")
+
+
 def _pack(fields: list[Any]) -> bytes:
     packed: bytes = msgpack.packb(fields, use_bin_type=True)
     return packed
 
 
 #: An entry as plain values, checked but not yet made into objects: a Write
-#: is ``(origin, seq, payload)``, a Take ``(origin, seq, target_origin,
-#: target_seq)``. Replay works on these: a million EntryId objects for entries
-#: that are dead by the end of the log would be wasted.
-RawEntry = tuple[str, int, bytes] | tuple[str, int, str, int]
+#: is ``(origin, seq, payload)``, or ``(origin, seq, payload, properties)``
+#: when it has properties; a Take ``(origin, seq, target_origin,
+#: target_seq)`` (tell the two apart by :func:`is_write`). Replay works on
+#: these: a million EntryId objects for entries that are dead by the end of
+#: the log would be wasted.
+WriteRaw = tuple[str, int, bytes] | tuple[str, int, bytes, Properties]
+TakeRaw = tuple[str, int, str, int]
+RawEntry = WriteRaw | TakeRaw
+
+
+def is_write(raw: RawEntry) -> bool:
+    """Whether ``raw`` is a Write (else a Take)."""
+    return len(raw) == 3 or type(raw[2]) is bytes
 
 
 def decode_entry(data: bytes | memoryview) -> Entry:
@@ -111,7 +202,10 @@ def entry_from_fields(fields: Any) -> Entry:
 def entry_from_raw(raw: RawEntry) -> Entry:
     if len(raw) == 3:
         return Write(EntryId(raw[0], raw[1]), raw[2])
-    return Take(EntryId(raw[0], raw[1]), EntryId(raw[2], raw[3]))
+    if type(raw[2]) is bytes:
+        return Write(EntryId(raw[0], raw[1]), raw[2], raw[3])
+    take = cast(TakeRaw, raw)
+    return Take(EntryId(take[0], take[1]), EntryId(take[2], take[3]))
 
 
 def raw_from_fields(fields: Any) -> RawEntry:
@@ -127,6 +221,12 @@ def raw_from_fields(fields: Any) -> RawEntry:
         if not isinstance(payload, bytes):
             raise SerializationError("a Write's payload must be bytes")
         return (origin, seq, payload)
+    if kind == _WRITE_WITH and len(fields) == 6:
+        payload = fields[4]
+        if not isinstance(payload, bytes):
+            raise SerializationError("a Write's payload must be bytes")
+        props = decode_props(fields[5])
+        return (origin, seq, payload) if props is PLAIN else (origin, seq, payload, props)
     if kind == _TAKE and len(fields) == 6:
         target_origin, target_seq = fields[4], fields[5]
         _check_id(target_origin, target_seq)

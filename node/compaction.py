@@ -3,7 +3,9 @@
 The rule (docs/replication.md, "Compaction"): a Write and the Take that
 killed it may be dropped once every member of the cluster holds both, that
 is once both ids are at or below the *horizon*, the per-origin minimum of
-the members' version vectors. A live Write is never dropped.
+the members' version vectors. A Write whose tuple expired is dead without a
+Take, and is dropped once it is at or below the horizon. A live Write is
+never dropped.
 
 What a node has dropped is written down before anything is dropped, in the
 ``HORIZON`` file of its data directory: per origin, the *floor*, the seq up
@@ -41,11 +43,12 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import msgpack
 
 from node import segment
-from node.codec import decode_raw
+from node.codec import TakeRaw, decode_raw
 from node.errors import StrandCorrupt
 
 HORIZON_FILE = "HORIZON"
@@ -103,10 +106,16 @@ class Survey:
     writes: dict[Key, int] = field(default_factory=dict)
     #: Takes at or below the horizon: (take id, target id, segment).
     takes: list[tuple[Key, Key, int]] = field(default_factory=list)
+    #: Writes at or below the horizon whose tuples had expired when read
+    #: (dead without a Take: dropped as a taken one is).
+    expired: set[Key] = field(default_factory=set)
 
 
-def survey(directory: Path, sealed: Callable[[int], bool], horizon: Mapping[str, int]) -> Survey:
-    """Read the segments whose number is ``sealed`` and list their stable entries."""
+def survey(
+    directory: Path, sealed: Callable[[int], bool], horizon: Mapping[str, int], now_ms: int
+) -> Survey:
+    """Read the segments whose number is ``sealed`` and list their stable
+    entries (the Writes expired by ``now_ms`` apart)."""
     found = Survey()
     for number in filter(sealed, segment.segment_numbers(directory)):
         path = segment.segment_path(directory, number)
@@ -118,8 +127,14 @@ def survey(directory: Path, sealed: Callable[[int], bool], horizon: Mapping[str,
                 continue
             if len(raw) == 3:
                 found.writes[(raw[0], raw[1])] = number
+            elif type(raw[2]) is bytes:
+                found.writes[(raw[0], raw[1])] = number
+                expires = raw[3].expires
+                if expires and expires <= now_ms:
+                    found.expired.add((raw[0], raw[1]))
             else:
-                found.takes.append(((raw[0], raw[1]), (raw[2], raw[3]), number))
+                take = cast(TakeRaw, raw)
+                found.takes.append(((take[0], take[1]), (take[2], take[3]), number))
     return found
 
 

@@ -5,8 +5,13 @@ of the node that appended it (its name plus a random suffix, made once with
 its data directory), ``seq`` counts that origin's entries from 1 without gaps.
 
 A :class:`Write` adds a tuple; a :class:`Take` removes the tuple its
-``target`` names. A tuple is live on a node iff its Write is known there and
-no Take of it is.
+``target`` names. A tuple is live on a node iff its Write is known there, no
+Take of it is, it is due and it has not expired.
+
+A Write carries the tuple's :class:`Properties` (when it is due, when it
+expires, its priority, its dedup key, or that it is a pause marker): every
+node applies them alike from the Write itself, so nodes agree on them
+without any coordination.
 """
 
 from __future__ import annotations
@@ -63,12 +68,46 @@ class EntryId:
         return cls(origin, int(seq))
 
 
+#: Priorities run from ``MIN_PRIORITY`` to ``MAX_PRIORITY``; higher is served first.
+MIN_PRIORITY, MAX_PRIORITY = -128, 127
+
+
+@dataclass(frozen=True, slots=True)
+class Properties:
+    """What a Write says about its tuple beyond the payload. Times are wall
+    clock, whole milliseconds since the Unix epoch, so every node reads them
+    alike (``docs/scheduling.md`` says what clock skew does).
+
+    ``due``: the tuple is invisible (not taken, read, reserved or counted)
+    until then; 0: at once. ``expires``: the tuple is gone from then on, on
+    every node, without a Take; 0: never. ``priority``: among the matches of
+    a take, the highest is served first (oldest first within one).
+    ``key``: the write's dedup key, also the Lens's claim key of the job.
+    ``dedup_until``: until then, another write with ``key`` on the node that
+    wrote this one answers with this one's id instead of writing. ``pause``:
+    not a tuple but a marker: takes and reserves of the prefix that is its
+    payload answer nothing while it lives (a Take of it resumes the prefix).
+    """
+
+    due: int = 0
+    expires: int = 0
+    priority: int = 0
+    key: bytes | None = None
+    dedup_until: int = 0
+    pause: bool = False
+
+
+#: The properties of a plain write (the ones nearly every write has).
+PLAIN = Properties()
+
+
 @dataclass(frozen=True, slots=True)
 class Write:
     """Adds the tuple ``payload``; ``id`` names it."""
 
     id: EntryId
     payload: bytes
+    props: Properties = PLAIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +123,12 @@ Entry = Write | Take
 
 @dataclass(frozen=True, slots=True)
 class Tuple:
-    """A live tuple as handed to a consumer: its id and its bytes."""
+    """A live tuple as handed to a consumer: its id, its bytes, and its
+    Write's properties."""
 
     id: EntryId
     payload: bytes
+    props: Properties = PLAIN
 
 
 @dataclass(frozen=True, slots=True)

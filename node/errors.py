@@ -94,6 +94,18 @@ class DataDirLocked(StrandError):
         self.pid = pid
 
 
+class LimitExceeded(ForumError):
+    """A local write would put a limited prefix over its limit (see the
+    node's ``limits``). ``retry_after``: seconds after which to try again."""
+
+    def __init__(self, prefix: bytes, limit: int, retry_after: float) -> None:
+        shown = prefix.decode(errors="backslashreplace")
+        super().__init__(f"prefix {shown!r} is at its limit of {limit} tuples")
+        self.prefix = prefix
+        self.limit = limit
+        self.retry_after = retry_after
+
+
 class SerializationError(ForumError):
     """An entry (or a request body) could not be encoded or decoded."""
 

@@ -34,18 +34,21 @@ import asyncio
 import builtins
 import functools
 import logging
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
-from node.codec import RawEntry
+from node.codec import RawEntry, TakeRaw, is_write
 from node.entries import Entry, EntryId, Reserved, Take, Tuple, Write
 from node.errors import ForumError
 from node.index import LiveIndex
 from node.resource import AsyncResource
 from node.space import Pattern
 from node.strand import CompactionReport, Strand
+from node.write_options import WriteOptions
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,8 @@ Listener = Callable[[Sequence[Entry], Provenance], None]
 #: Called with each tuple as it becomes live (written here, surfaced after
 #: the remote delay, put back): what a waiting reader wants to hear about.
 LiveListener = Callable[[Tuple], None]
+#: Called with the tuples that expired here (their ttl ran out), as they do.
+ExpiryListener = Callable[[Sequence[Tuple]], None]
 #: How long a tuple written on another node waits per rank before it can be
 #: taken here (its wait is this times this node's :data:`Ranking` of it). See ``apply``.
 REMOTE_DELAY = 0.01
@@ -126,6 +131,12 @@ class ForumStats:
     entries_dropped: int = 0
     #: Per origin, the seq up to which every entry is held here (or was dropped).
     vector: dict[str, int] = field(default_factory=dict)
+    #: Tuples written but not due yet; tuples that expired here (since start).
+    delayed: int = 0
+    expired: int = 0
+    #: The prefixes paused here; per limited prefix, (tuples held here, limit).
+    paused: tuple[bytes, ...] = ()
+    limits: dict[bytes, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,12 +290,22 @@ class Forum(AsyncResource):
         strand: Strand,
         remote_delay: float = REMOTE_DELAY,
         remote_hold: float = REMOTE_HOLD,
+        limits: Mapping[bytes, int] | None = None,
     ) -> None:
         if remote_delay < 0:
             raise ValueError("remote_delay must be >= 0")
         if remote_hold < 0:
             raise ValueError("remote_hold must be >= 0")
+        for prefix, limit in (limits or {}).items():
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+                raise ValueError(f"the limit of {prefix!r} must be a whole number >= 1")
         self.strand = strand
+        # Per limited prefix, the most tuples it may hold here (local writes wait or fail).
+        self._limits: dict[bytes, int] = dict(limits or {})
+        # Paused prefixes, each with the ids of its live pause markers.
+        self._paused: dict[bytes, set[EntryId]] = {}
+        self._expiry_listeners: list[ExpiryListener] = []
+        self._expired = 0
         self.remote_delay = remote_delay
         self.remote_hold = remote_hold
         self._ranking = slot_ranking(strand.origin)
@@ -322,14 +343,14 @@ class Forum(AsyncResource):
         live: dict[tuple[str, int], bytes] = {}
         pending: set[tuple[str, int]] = set()
         for raw in entries:
-            if len(raw) == 3:
+            if is_write(raw):
                 key = (raw[0], raw[1])
                 if key in pending:
                     pending.discard(key)
                 else:
-                    live[key] = raw[2]
+                    live[key] = cast(bytes, raw[2])
             else:
-                target = (raw[2], raw[3])
+                target = cast(TakeRaw, raw)[2:]
                 if live.pop(target, None) is None:
                     take = Take(EntryId(raw[0], raw[1]), EntryId(*target))
                     if target in pending or self._is_double_take(take):
@@ -341,23 +362,98 @@ class Forum(AsyncResource):
 
     # -- the tuple-space API ---------------------------------------------------
 
-    async def write(self, payload: bytes) -> EntryId:
-        """Add a tuple; returns its id once it is durable."""
-        self._check_open()
-        # write_many for one, without its list of ids: the hottest call there is.
-        return (await self.strand.submit_writes((payload,), self._on_writes_durable))[0].id
+    async def write(
+        self,
+        payload: bytes,
+        *,
+        delay: float | None = None,
+        not_before: float | None = None,
+        ttl: float | None = None,
+        priority: int = 0,
+        key: bytes | str | None = None,
+        dedup_window: float | None = None,
+        wait: float | None = None,
+    ) -> EntryId:
+        """Add a tuple; returns its id once it is durable.
 
-    async def write_many(self, payloads: Sequence[bytes]) -> list[EntryId]:
-        """Add many tuples in one append: all become durable, or none.
+        The options (:class:`~node.write_options.WriteOptions`; ``ValueError``
+        for a bad one): ``delay`` or ``not_before``, when it is due;
+        ``ttl``, how long it lives once due; ``priority``; ``key`` and
+        ``dedup_window``, a second write with the key within the window
+        answers with the first one's id. A write that would put a limited
+        prefix over its limit raises :class:`~node.errors.LimitExceeded`, or
+        with ``wait`` waits up to so many seconds for room first."""
+        self._check_open()
+        if (
+            delay is None
+            and not_before is None
+            and ttl is None
+            and not priority
+            and key is None
+            and wait is None
+            and not self._limits
+        ):
+            # write_many for one, without its list of ids: the hottest call there is.
+            return (await self.strand.submit_writes((payload,), self._on_writes_durable))[0].id
+        options = WriteOptions(delay, not_before, ttl, priority, key, dedup_window)
+        return (await self._write_with((payload,), options, wait))[0]
+
+    async def write_many(
+        self,
+        payloads: Sequence[bytes],
+        *,
+        delay: float | None = None,
+        not_before: float | None = None,
+        ttl: float | None = None,
+        priority: int = 0,
+        key: bytes | str | None = None,
+        dedup_window: float | None = None,
+        wait: float | None = None,
+    ) -> list[EntryId]:
+        """Add many tuples in one append: all become durable, or none. The
+        options are :meth:`write`'s, for every tuple (a ``key`` only with one
+        payload).
 
         The tuples become live when the append is durable, even if the caller
         was cancelled meanwhile (a write whose answer is lost still happened).
         """
         self._check_open()
+        options = WriteOptions(delay, not_before, ttl, priority, key, dedup_window)
+        return await self._write_with(payloads, options, wait)
+
+    async def _write_with(
+        self, payloads: Sequence[bytes], options: WriteOptions, wait: float | None
+    ) -> list[EntryId]:
+        if options.key is not None and len(payloads) != 1:
+            raise ValueError("a key names one write: give it with one payload")
+        props = options.properties(time.time())
         # The Strand calls _on_writes_durable itself, whatever happens to this
         # caller: its cancellation cancels only the wait, so no shield is needed.
-        writes = await self.strand.submit_writes(payloads, self._on_writes_durable)
+        writes = await self.strand.submit_writes(payloads, self._on_writes_durable, props)
         return [entry.id for entry in writes]
+
+    # -- pausing a prefix ------------------------------------------------------
+
+    async def pause(self, prefix: bytes) -> EntryId:
+        """Pause the takes and reserves of ``prefix`` (and of every pattern
+        that starts with it) on every node: they answer nothing until
+        :meth:`resume`. Writes go on. Returns the pause marker's id."""
+        raise NotImplementedError
+
+    async def resume(self, prefix: bytes) -> int:
+        """End every pause of exactly ``prefix`` known here; returns how many."""
+        raise NotImplementedError
+
+    def paused(self) -> builtins.list[bytes]:
+        """The prefixes paused here, sorted."""
+        return sorted(self._paused)
+
+    def fill(self) -> dict[bytes, tuple[int, int]]:
+        """Per limited prefix, how many tuples it holds here and its limit."""
+        return {prefix: (self._held_count(prefix), limit) for prefix, limit in self._limits.items()}
+
+    def _held_count(self, prefix: bytes) -> int:
+        return self._index.count(prefix)
 
     def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
         # Called by the Strand's writer in log order, whether or not the caller waits.
@@ -407,7 +503,7 @@ class Forum(AsyncResource):
         if found is None:
             return None
         arrival, item = found
-        handed = Reserved(item.id, item.payload, self._lapses.get(item.id, 0) + 1)
+        handed = Reserved(item.id, item.payload, item.props, self._lapses.get(item.id, 0) + 1)
         expiry = asyncio.get_running_loop().call_later(lease, self._expire, item.id)
         self._reservations[item.id] = (arrival, handed, expiry)
         return handed
@@ -631,7 +727,14 @@ class Forum(AsyncResource):
             bytes_reclaimed=strand.bytes_reclaimed,
             entries_dropped=strand.entries_dropped,
             vector=self.strand.vector(),
+            delayed=self._delayed_count(),
+            expired=self._expired,
+            paused=tuple(self.paused()),
+            limits=self.fill(),
         )
+
+    def _delayed_count(self) -> int:
+        return 0
 
     # -- the seam for replication ---------------------------------------------
 
@@ -651,6 +754,13 @@ class Forum(AsyncResource):
 
     def remove_live_listener(self, listener: LiveListener) -> None:
         self._live_listeners.remove(listener)
+
+    def add_expiry_listener(self, listener: ExpiryListener) -> None:
+        """Call ``listener(tuples)`` with the tuples that expired here, as they do."""
+        self._expiry_listeners.append(listener)
+
+    def remove_expiry_listener(self, listener: ExpiryListener) -> None:
+        self._expiry_listeners.remove(listener)
 
     async def apply(
         self, entries: Sequence[Entry], provenance: Provenance = LOCAL

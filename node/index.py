@@ -46,7 +46,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from sortedcontainers import SortedList
 
-from node.entries import EntryId, Tuple
+from node.entries import PLAIN, EntryId, Tuple
 
 #: Ranges up to this many tuples are scanned rather than queued.
 SCAN_LIMIT = 32
@@ -87,6 +87,7 @@ _set_origin = EntryId.__dict__["origin"].__set__
 _set_seq = EntryId.__dict__["seq"].__set__
 _set_id = Tuple.__dict__["id"].__set__
 _set_payload = Tuple.__dict__["payload"].__set__
+_set_props = Tuple.__dict__["props"].__set__
 
 
 def _known_tuple(origin: str, seq: int, payload: bytes) -> Tuple:
@@ -96,6 +97,7 @@ def _known_tuple(origin: str, seq: int, payload: bytes) -> Tuple:
     item = _new(Tuple)
     _set_id(item, entry_id)
     _set_payload(item, payload)
+    _set_props(item, PLAIN)
     return item
 
 

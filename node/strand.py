@@ -60,8 +60,24 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from node import compaction, segment
-from node.codec import EntryEncoder, RawEntry, decode_entry, decode_raw, encode_entry
-from node.entries import MAX_ORIGIN_LENGTH, Entry, EntryId, Take, Write, check_origin
+from node.codec import (
+    MAX_KEY_BYTES,
+    EntryEncoder,
+    RawEntry,
+    decode_entry,
+    decode_raw,
+    encode_entry,
+)
+from node.entries import (
+    MAX_ORIGIN_LENGTH,
+    PLAIN,
+    Entry,
+    EntryId,
+    Properties,
+    Take,
+    Write,
+    check_origin,
+)
 from node.errors import (
     DataDirLocked,
     RecordTooLarge,
@@ -90,9 +106,14 @@ _DEAD = -2
 
 
 #: The most a Write's record body holds beyond its payload: the longest origin,
-#: the largest seq, a 32-bit length for the payload (3 more than the 8-bit
-#: length the empty payload measured here gets), and its head in a batch.
-_LONGEST_WRITE = Write(EntryId("o" * MAX_ORIGIN_LENGTH, 2**64 - 1), b"")
+#: the largest seq, every property at its longest, a 32-bit length for the
+#: payload (3 more than the 8-bit length the empty payload measured here
+#: gets), and its head in a batch.
+_LONGEST_WRITE = Write(
+    EntryId("o" * MAX_ORIGIN_LENGTH, 2**64 - 1),
+    b"",
+    Properties(2**64 - 1, 2**64 - 1, -128, b"k" * MAX_KEY_BYTES, 2**64 - 1, True),
+)
 _WRITE_OVERHEAD = len(encode_entry(_LONGEST_WRITE)) + 3 + segment.ENTRY.size
 
 
@@ -175,7 +196,7 @@ class _Batch:
     """Appends waiting for the writer: what to write, who waits for it, and
     what to call once it is durable."""
 
-    __slots__ = ("future", "payloads", "remote", "targets", "then")
+    __slots__ = ("future", "payloads", "props", "remote", "targets", "then")
 
     def __init__(
         self,
@@ -184,9 +205,12 @@ class _Batch:
         targets: Sequence[EntryId] = (),
         remote: Sequence[Entry] = (),
         then: Durable | None = None,
+        *,
+        props: Properties = PLAIN,
     ) -> None:
         self.future = future
         self.payloads = payloads
+        self.props = props
         self.targets = targets
         self.remote = remote
         self.then = then
@@ -720,12 +744,13 @@ class Strand(AsyncResource):
             current = self._segment
             try:
                 # Listing the directory is I/O too: in the thread, with the reads.
+                now_ms = int(time.time() * 1000)
                 found = await asyncio.to_thread(
-                    compaction.survey, self._dir, lambda n: n < current, stable
+                    compaction.survey, self._dir, lambda n: n < current, stable, now_ms
                 )
                 alive = await live()
-                targets = {target for _, target, _ in found.takes}
-                writes = {w for w in found.writes if w in targets and w not in alive}
+                dead = {target for _, target, _ in found.takes} | found.expired
+                writes = {w for w in found.writes if w in dead and w not in alive}
                 floors = {o: max(self._logs[o].base, seq) for o, seq in stable.items()}
                 if floors != {o: self._logs[o].base for o in floors}:
                     every = self._floors(floors)
@@ -853,7 +878,10 @@ class Strand(AsyncResource):
         return await asyncio.shield(self.submit_writes(payloads))
 
     def submit_writes(
-        self, payloads: Sequence[bytes], then: Callable[[list[Write]], None] | None = None
+        self,
+        payloads: Sequence[bytes],
+        then: Callable[[list[Write]], None] | None = None,
+        props: Properties = PLAIN,
     ) -> asyncio.Future[list[Write]]:
         """Like :meth:`append_writes`, but hand back the future of the append
         (its done callbacks run in log order, whatever happens to the caller).
@@ -862,11 +890,12 @@ class Strand(AsyncResource):
         they are durable, in log order, before the future is resolved, and
         whether or not the future was cancelled meanwhile: a caller that
         passes it can await the future directly (no shield, no callback
-        scheduled per append), and its cancellation stops nothing."""
+        scheduled per append), and its cancellation stops nothing. Every
+        Write gets ``props``."""
         for payload in payloads:
             if type(payload) is not bytes and not isinstance(payload, bytes):
                 raise TypeError(f"a payload is bytes, not {type(payload).__name__}")
-        return self._submit(payloads=payloads, then=then)  # type: ignore[arg-type,return-value]
+        return self._submit(payloads=payloads, then=then, props=props)  # type: ignore[arg-type,return-value]
 
     async def append_takes(self, targets: Sequence[EntryId]) -> list[Take]:
         """Append one Take per target under new local ids; all or nothing."""
@@ -893,6 +922,7 @@ class Strand(AsyncResource):
         targets: Sequence[EntryId] = (),
         remote: Sequence[Entry] = (),
         then: Durable | None = None,
+        props: Properties = PLAIN,
     ) -> asyncio.Future[list[Entry]]:
         """Queue an append for the writer. The future is shared with nobody, but
         the batch it is written in is, so callers await it shielded (or pass
@@ -905,7 +935,7 @@ class Strand(AsyncResource):
         elif not (payloads or targets or remote):
             future.set_result([])
         else:
-            self._pending.append(_Batch(future, payloads, targets, remote, then))
+            self._pending.append(_Batch(future, payloads, targets, remote, then, props=props))
             self._wake.set()
         return future
 
@@ -1074,8 +1104,9 @@ class Strand(AsyncResource):
         written: list[tuple[_Batch, list[Entry]]] = []
         entries: list[Entry] = []
         for batch in batches:
+            props = batch.props
             made: list[Entry] = [
-                Write(EntryId(origin, seq + i), p) for i, p in enumerate(batch.payloads)
+                Write(EntryId(origin, seq + i), p, props) for i, p in enumerate(batch.payloads)
             ]
             seq += len(made)
             if batch.targets:
@@ -1112,7 +1143,9 @@ class Strand(AsyncResource):
         encodings; ``RecordTooLarge`` if one does not fit a record."""
         origin = self.origin
         payloads = batch.payloads
-        made: list[Entry] = [Write(EntryId(origin, seq + i), p) for i, p in enumerate(payloads)]
+        made: list[Entry] = [
+            Write(EntryId(origin, seq + i), p, batch.props) for i, p in enumerate(payloads)
+        ]
         seq += len(made)
         made.extend(Take(EntryId(origin, seq + i), t) for i, t in enumerate(batch.targets))
         made.extend(batch.remote)
