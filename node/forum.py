@@ -98,6 +98,11 @@ Ranking = Callable[[EntryId], int]
 OutOfIndex = list[tuple[int, Tuple]]
 
 
+def prefix_text(prefix: bytes) -> str:
+    """A prefix as text for people: UTF-8, any other byte as ``\\xNN``."""
+    return prefix.decode(errors="backslashreplace")
+
+
 def slot_ranking(origin: str) -> Ranking:
     """The ranking of a node that knows no members, for the node whose origin
     is ``origin``: 1 to 4, by a hash of the id and the origin (so the nodes
@@ -134,9 +139,10 @@ class ForumStats:
     #: Tuples written but not due yet; tuples that expired here (since start).
     delayed: int = 0
     expired: int = 0
-    #: The prefixes paused here; per limited prefix, (tuples held here, limit).
-    paused: tuple[bytes, ...] = ()
-    limits: dict[bytes, tuple[int, int]] = field(default_factory=dict)
+    #: The prefixes paused here; per limited prefix, [tuples held here, its
+    #: limit]. Prefixes as text (UTF-8, other bytes as ``\\xNN``): status is JSON.
+    paused: tuple[str, ...] = ()
+    limits: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -729,8 +735,8 @@ class Forum(AsyncResource):
             vector=self.strand.vector(),
             delayed=self._delayed_count(),
             expired=self._expired,
-            paused=tuple(self.paused()),
-            limits=self.fill(),
+            paused=tuple(map(prefix_text, self.paused())),
+            limits={prefix_text(p): [held, limit] for p, (held, limit) in self.fill().items()},
         )
 
     def _delayed_count(self) -> int:

@@ -116,6 +116,12 @@ class NodeStatus:
     streams_max_in_flight: int = 0
     streams_requests: int = 0
     streams_bad_frames: int = 0
+    #: Tuples written but not due yet, and tuples expired here since start.
+    delayed: int = 0
+    expired: int = 0
+    #: The prefixes paused here, and per limited prefix [tuples held, limit].
+    paused: tuple[str, ...] = ()
+    limits: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
     def of(

@@ -90,9 +90,6 @@ class WriteOptions:
         return PLAIN if props == PLAIN else props
 
 
-PLAIN_OPTIONS = WriteOptions()
-
-
 def _check_seconds(name: str, value: float | None, *, zero: bool) -> None:
     if value is None:
         return
@@ -111,3 +108,7 @@ def _is_number(value: object) -> bool:
 def _ms(seconds: float) -> int:
     """Whole milliseconds, rounded up (a due time never comes early)."""
     return max(1, math.ceil(seconds * 1000))
+
+
+#: The options of a plain write.
+PLAIN_OPTIONS = WriteOptions()

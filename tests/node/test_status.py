@@ -41,13 +41,14 @@ JSON_BEFORE = (
 )
 
 
-#: The same, from a node with compaction and streams: two figures more in
-#: each peer row, and eleven in the document, at their ends.
+#: The same, from a node with compaction, streams and scheduling: two
+#: figures more in each peer row, and fifteen in the document, at their ends.
 JSON_NOW = JSON_BEFORE.removesuffix("}]}") + (
     ', "holds_back": 0, "forgotten": false}], "compactions": 0, "bytes_reclaimed": 0, '
     '"entries_dropped": 0, "vector": {}, "horizon": {}, "streams_open": 0, '
     '"streams_in_flight": 0, "streams_peak_in_flight": 0, "streams_max_in_flight": 0, '
-    '"streams_requests": 0, "streams_bad_frames": 0}'
+    '"streams_requests": 0, "streams_bad_frames": 0, "delayed": 0, "expired": 0, '
+    '"paused": [], "limits": {}}'
 )
 
 
