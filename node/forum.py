@@ -19,6 +19,14 @@ or the lease running out, or a restart of the node, puts it back. A consumer
 that dies between receiving a tuple and making it safe elsewhere (a claim in
 the Lens) therefore loses nothing: the tuple comes back.
 
+A Write's properties (:class:`~node.entries.Properties`, docs/scheduling.md)
+are applied here alike for local and remote Writes: a tuple not due yet
+waits in the :class:`~node.schedule.Schedule`, out of the index; one whose
+expiry comes is removed wherever it is, without a Take; its priority orders
+the index; a pause marker pauses the takes of its prefix; a dedup key opens
+a window in the :class:`~node.dedup.DedupTable`. Local writes to a limited
+prefix wait or fail while it is full (``limits``); remote ones never do.
+
 Entries from other nodes come in through :meth:`Forum.apply`: stored in the
 Strand first, then applied, idempotently and in any order (a Take that
 arrives before its Write kills the Write when it comes). Every entry made
@@ -48,7 +56,7 @@ from node.entries import PLAIN, Entry, EntryId, Properties, Reserved, Take, Tupl
 from node.errors import ForumError, LimitExceeded
 from node.index import LiveIndex
 from node.resource import AsyncResource
-from node.schedule import Schedule, now_ms
+from node.schedule import Clock, Schedule
 from node.space import Pattern
 from node.strand import CompactionReport, Strand
 from node.write_options import WriteOptions
@@ -304,6 +312,7 @@ class Forum(AsyncResource):
         remote_delay: float = REMOTE_DELAY,
         remote_hold: float = REMOTE_HOLD,
         limits: Mapping[bytes, int] | None = None,
+        clock: Clock = time.time,
     ) -> None:
         if remote_delay < 0:
             raise ValueError("remote_delay must be >= 0")
@@ -339,7 +348,9 @@ class Forum(AsyncResource):
         # The properties of every tuple not dead whose Write has any (the
         # index keeps only a tuple's priority: the rest is put back from here).
         self._props: dict[EntryId, Properties] = {}
-        self._schedule = Schedule(self._on_due, self._on_expiry)
+        # The wall clock that due times, expiries and dedup windows are read by.
+        self._clock = clock
+        self._schedule = Schedule(self._on_due, self._on_expiry, clock)
         self._dedup = DedupTable()
         # Writes with a dedup key under way: a second one waits for the first.
         self._dedup_writing: dict[bytes, asyncio.Future[EntryId]] = {}
@@ -369,7 +380,7 @@ class Forum(AsyncResource):
         live: dict[tuple[str, int], bytes] = {}
         props: dict[tuple[str, int], Properties] = {}
         pending: set[tuple[str, int]] = set()
-        now, origin = now_ms(), self.strand.origin
+        now, origin = self._schedule.now_ms(), self.strand.origin
         for raw in entries:
             if is_write(raw):
                 key = (raw[0], raw[1])
@@ -475,7 +486,7 @@ class Forum(AsyncResource):
             raise ValueError("a key names one write: give it with one payload")
         if wait is not None and not (0 <= wait <= MAX_WAIT):
             raise ValueError(f"wait must be 0 to {MAX_WAIT:.0f} seconds, not {wait!r}")
-        props = options.properties(time.time())
+        props = options.properties(self._clock())
         key = props.key if props.dedup_until else None
         if key is not None:
             return [await self._write_once(payloads[0], props, key, wait)]
@@ -489,7 +500,7 @@ class Forum(AsyncResource):
         while (writing := self._dedup_writing.get(key)) is not None:
             with contextlib.suppress(Exception):
                 return await asyncio.shield(writing)
-        found = self._dedup.get(key, now_ms())
+        found = self._dedup.get(key, self._schedule.now_ms())
         if found is not None:
             return found
         done: asyncio.Future[EntryId] = asyncio.get_running_loop().create_future()
@@ -633,7 +644,7 @@ class Forum(AsyncResource):
             for entry in writes:
                 self._add_live(Tuple(entry.id, entry.payload))
         else:
-            now = now_ms()
+            now = self._schedule.now_ms()
             for entry in writes:
                 props = entry.props
                 if props.dedup_until and props.key is not None:
@@ -719,7 +730,7 @@ class Forum(AsyncResource):
     def _expired_now(self, entry_id: EntryId) -> bool:
         """Whether ``entry_id`` has expired (it is not to be put back)."""
         props = self._props.get(entry_id)
-        return props is not None and 0 < props.expires <= now_ms()
+        return props is not None and 0 < props.expires <= self._schedule.now_ms()
 
     def _dress(self, item: Tuple) -> Tuple:
         """``item`` with its Write's properties (the index keeps only the priority)."""
@@ -1113,7 +1124,7 @@ class Forum(AsyncResource):
                 elif entry.props is PLAIN:
                     self._surface_later(Tuple(entry.id, entry.payload))
                 else:
-                    now = now or now_ms()
+                    now = now or self._schedule.now_ms()
                     placed = self._place(Tuple(entry.id, entry.payload, entry.props), now)
                     if placed is not None:
                         self._surface_later(placed)
@@ -1475,6 +1486,8 @@ class Forum(AsyncResource):
     def _check_open(self) -> None:
         if self._closed:
             raise ForumError("the Forum is closed")
+        if self._schedule.unarmed:  # replayed outside a running loop
+            self._schedule.arm()
 
     # -- closing ---------------------------------------------------------------
 

@@ -34,16 +34,18 @@ ExpiryCallback = Callable[[list[EntryId]], None]
 _LONGEST_WAIT = 60.0
 
 
-def now_ms() -> int:
-    """Wall-clock time in whole milliseconds since the Unix epoch."""
-    return int(time.time() * 1000)
+#: A wall clock: Unix seconds (``time.time``; tests give a clock of their own).
+Clock = Callable[[], float]
 
 
 class Schedule:
     """The tuples waiting for their due time, and the expiry times to watch.
     Synchronous: the Forum calls it on its event loop."""
 
-    def __init__(self, on_due: DueCallback, on_expiry: ExpiryCallback) -> None:
+    def __init__(
+        self, on_due: DueCallback, on_expiry: ExpiryCallback, clock: Clock = time.time
+    ) -> None:
+        self._clock = clock
         self._on_due = on_due
         self._on_expiry = on_expiry
         # Not due yet: in an index of their own, so that how many of them
@@ -54,6 +56,9 @@ class Schedule:
         self._order = 0  # ties broken in the order times were added
         self._due_timer: asyncio.TimerHandle | None = None
         self._expiry_timer: asyncio.TimerHandle | None = None
+        #: Times were added with no event loop running (a Forum replayed
+        #: outside one): the timers are armed by :meth:`arm` once one runs.
+        self.unarmed = False
 
     def __len__(self) -> int:
         """How many tuples are not due yet."""
@@ -90,6 +95,25 @@ class Schedule:
         if self._expiries[0][2] == entry_id:
             self._expiry_timer = self._arm(self._expiry_timer, expires, self._fire_expiries)
 
+    def now_ms(self) -> int:
+        """The clock's time in whole milliseconds since the Unix epoch."""
+        return int(self._clock() * 1000)
+
+    def run_due(self) -> None:
+        """Hand over whatever is due, and expire whatever has expired, by
+        now (the timers call this; so may a test that moves its clock)."""
+        self._fire_due()
+        self._fire_expiries()
+
+    def arm(self) -> None:
+        """Arm the timers for the earliest times (on the running loop)."""
+        self.unarmed = False
+        if self._due:
+            self._due_timer = self._arm(self._due_timer, self._due[0][0], self._fire_due)
+        if self._expiries:
+            at = self._expiries[0][0]
+            self._expiry_timer = self._arm(self._expiry_timer, at, self._fire_expiries)
+
     def close(self) -> None:
         for timer in (self._due_timer, self._expiry_timer):
             if timer is not None:
@@ -104,15 +128,21 @@ class Schedule:
 
     def _arm(
         self, timer: asyncio.TimerHandle | None, at: int, fire: Callable[[], None]
-    ) -> asyncio.TimerHandle:
+    ) -> asyncio.TimerHandle | None:
         if timer is not None:
             timer.cancel()
-        wait = min(max(0.0, at / 1000 - time.time()), _LONGEST_WAIT)
-        return asyncio.get_running_loop().call_later(wait, fire)
+        wait = min(max(0.0, at / 1000 - self._clock()), _LONGEST_WAIT)
+        try:
+            return asyncio.get_running_loop().call_later(wait, fire)
+        except RuntimeError:  # no loop yet: armed by arm()
+            self.unarmed = True
+            return None
 
     def _fire_due(self) -> None:
+        if self._due_timer is not None:
+            self._due_timer.cancel()
         self._due_timer = None
-        now = now_ms()
+        now = self.now_ms()
         due: list[Tuple] = []
         while self._due and self._due[0][0] <= now:
             _, _, entry_id = heapq.heappop(self._due)
@@ -125,8 +155,10 @@ class Schedule:
             self._on_due(due)
 
     def _fire_expiries(self) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
         self._expiry_timer = None
-        now = now_ms()
+        now = self.now_ms()
         expired: list[EntryId] = []
         while self._expiries and self._expiries[0][0] <= now:
             expired.append(heapq.heappop(self._expiries)[2])
