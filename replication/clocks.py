@@ -86,7 +86,12 @@ class ClockSamples(Protocol):
 
 class ClockWatch:
     """Per peer (by the URL we dial it at), its clock offset: the median of
-    its last :data:`SAMPLES` samples; warns when it crosses ``max_skew``."""
+    its last :data:`SAMPLES` samples; warns when it crosses ``max_skew``.
+
+    Only peers being watched (from :meth:`watch` to :meth:`forget`) are
+    sampled, so an answer that comes back after its peer left the table
+    leaves nothing behind, and says nothing.
+    """
 
     def __init__(self, max_skew: float) -> None:
         if not max_skew > 0:
@@ -95,9 +100,15 @@ class ClockWatch:
         self._samples: dict[str, deque[float]] = {}
         self._out: set[str] = set()
 
+    def watch(self, peer: str) -> None:
+        """Sample ``peer`` from now on (it joined the table)."""
+        self._samples.setdefault(peer, deque(maxlen=SAMPLES))
+
     def sample(self, peer: str, offset: float) -> None:
         """One sample of ``peer``'s offset (seconds, its clock minus ours)."""
-        samples = self._samples.setdefault(peer, deque(maxlen=SAMPLES))
+        samples = self._samples.get(peer)
+        if samples is None:
+            return
         samples.append(offset)
         median = statistics.median(samples)
         if abs(median) > self.max_skew and peer not in self._out:
@@ -129,6 +140,6 @@ class ClockWatch:
         return {peer: value for peer in self._samples if (value := self.offset(peer)) is not None}
 
     def forget(self, peer: str) -> None:
-        """``peer`` left the table: its samples go (a peer of that URL starts afresh)."""
+        """``peer`` left the table: its samples go, and later ones are ignored."""
         self._samples.pop(peer, None)
         self._out.discard(peer)

@@ -173,6 +173,7 @@ class Replicator(AsyncResource):
         )
         link = _Link(peer, outbox, pusher, syncer)
         self._links[peer.url] = link
+        self.clocks.watch(peer.url)
         if self._group is not None:
             link.task = self._group.create_task(self._run_link(link), name=f"peer {peer.url}")
 

@@ -156,6 +156,8 @@ def test_one_late_message_does_not_move_the_offset_a_step_does(
 ) -> None:
     watch = ClockWatch(max_skew=1.0)
     peer = "http://b:7070"
+    watch.sample(peer, 9.0)  # not in the table (yet): ignored
+    watch.watch(peer)
     assert watch.offset(peer) is None
     with caplog.at_level(logging.INFO, logger="replication.clocks"):
         for offset in (0.001, 0.002, -3.0, 0.001, 0.0, 0.002):  # one held up by 3 s
