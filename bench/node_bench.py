@@ -45,7 +45,9 @@ would double a default run that is long already. ``--rounds`` times (default
   ``delay=3600``. Target: ttl and priority at least 0.9x plain's rate (the
   delayed writes' ratio is shown, with no target).
 
-It prints the medians in a table, each row against its target, and writes
+It prints the medians in a table, each row against its target (with the time
+the cyclic GC took during each pattern's samples: a full collection over
+the heap of a case that keeps more objects lands in its p99), and writes
 ``bench/results/node_scheduling.json`` (``--out``)::
 
     python bench/node_bench.py --scheduling --rounds 3 --seconds 2
@@ -56,6 +58,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
 import json
 import os
 import statistics
@@ -249,31 +252,71 @@ async def latency_at_scale(
             "prefix_100pct": [b"k/"] * samples,
         }
         for name, prefixes in patterns.items():
-            reads = []
-            for prefix in prefixes:
-                t0 = time.perf_counter()
-                index.oldest(prefix)
-                reads.append(time.perf_counter() - t0)
-            index_takes = []
-            forum_takes = []
-            for prefix in prefixes:
-                t0 = time.perf_counter()
-                found = index.oldest(prefix)
-                assert found is not None
-                index.remove(found[0])
-                index_takes.append(time.perf_counter() - t0)
-                # With its priority, as the Forum puts back a take that failed.
-                index.restore(found[0], forum._dress(found[1]))
-                t0 = time.perf_counter()
-                got = await forum.take(Pattern(prefix))
-                forum_takes.append(time.perf_counter() - t0)
-                assert got is not None, name
-            out[name] = {
-                **{f"read_{k}": v for k, v in _percentiles(reads).items()},
-                **{f"index_take_{k}": v for k, v in _percentiles(index_takes).items()},
-                **{f"forum_take_{k}": v for k, v in _percentiles(forum_takes).items()},
-            }
+            pauses = GcPauses()
+            with pauses:
+                out[name] = await _sample(forum, index, name, prefixes)
+            out[name].update(pauses.figures())
     return out
+
+
+async def _sample(
+    forum: Forum, index: LiveIndex, name: str, prefixes: list[bytes]
+) -> dict[str, float]:
+    """Read, index take and ``Forum.take`` latencies, one sample per prefix."""
+    reads = []
+    for prefix in prefixes:
+        t0 = time.perf_counter()
+        index.oldest(prefix)
+        reads.append(time.perf_counter() - t0)
+    index_takes = []
+    forum_takes = []
+    for prefix in prefixes:
+        t0 = time.perf_counter()
+        found = index.oldest(prefix)
+        assert found is not None
+        index.remove(found[0])
+        index_takes.append(time.perf_counter() - t0)
+        # With its priority, as the Forum puts back a take that failed.
+        index.restore(found[0], forum._dress(found[1]))
+        t0 = time.perf_counter()
+        got = await forum.take(Pattern(prefix))
+        forum_takes.append(time.perf_counter() - t0)
+        assert got is not None, name
+    return {
+        **{f"read_{k}": v for k, v in _percentiles(reads).items()},
+        **{f"index_take_{k}": v for k, v in _percentiles(index_takes).items()},
+        **{f"forum_take_{k}": v for k, v in _percentiles(forum_takes).items()},
+    }
+
+
+class GcPauses:
+    """The cyclic GC's collections while it is entered: a pause of one lands
+    in a p99 (the more objects the heap tracks, the longer a full one)."""
+
+    def __init__(self) -> None:
+        self.full = 0
+        self.seconds = 0.0
+        self.longest = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        gc.callbacks.append(self._note)
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._note)
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._started
+        self.seconds += took
+        self.longest = max(self.longest, took)
+        self.full += info["generation"] == 2
+
+    def figures(self) -> dict[str, float]:
+        return {"gc_ms": self.seconds * 1e3, "gc_longest_ms": self.longest * 1e3,
+                "gc_full": float(self.full)}  # fmt: skip
 
 
 async def replay_time(directory: Path, entries: int) -> dict[str, float]:
@@ -461,6 +504,10 @@ def _latency_rows(plain: dict[str, float], mixed: dict[str, float]) -> list[Row]
                 **{f"{case}_{q}_us": m[f"{key}_{q}_us"]
                    for case, m in (("plain", plain), ("mixed", mixed)) for q in ("p50", "p99")},
                 "p99_ratio": ratio,
+                # The GC during the pattern's samples (all three steps), to read the p99s by.
+                **{f"{case}_{gc_key}": m[f"{pattern}.{gc_key}"]
+                   for case, m in (("plain", plain), ("mixed", mixed))
+                   for gc_key in ("gc_ms", "gc_longest_ms", "gc_full")},
                 "in_target": True,
                 "pass": ratio <= LATENCY_RATIO_MAX,
             })  # fmt: skip
@@ -501,13 +548,17 @@ def _print_scheduling(report: Row) -> None:
         f"+ {report['delayed']} delayed; {report['rounds']} rounds, medians ({report['loop']}), us"
     )
     heads = ("plain p50", "plain p99", "mixed p50", "mixed p99", "p99 ratio")
-    print(f"{'':<26}" + "".join(f"{h:>11}" for h in heads) + f"  <= {LATENCY_RATIO_MAX}")
+    print(
+        f"{'':<26}" + "".join(f"{h:>11}" for h in heads) + f"  <= {LATENCY_RATIO_MAX}"
+        "  (gc ms in the pattern's samples, plain / mixed)"
+    )
     for row in rows:
         cells = [row[f"{case}_{q}_us"] for case in LATENCY_CASES for q in ("p50", "p99")]
         print(
             f"{row['pattern'] + ' ' + str(row['step']):<26}"
             + "".join(f"{c:>11.1f}" for c in cells)
-            + f"{row['p99_ratio']:>11.2f}  {_verdict(row)}"
+            + f"{row['p99_ratio']:>11.2f}  {_verdict(row):<6}"
+            + f"  {row['plain_gc_ms']:.1f} / {row['mixed_gc_ms']:.1f}"
         )
     rows = report["writes"]
     print(

@@ -123,6 +123,7 @@ def test_node_bench_scheduling_reports_every_row_against_its_target(tmp_path: Pa
     for row in latency:
         assert row["p99_ratio"] == row["mixed_p99_us"] / row["plain_p99_us"]
         assert row["pass"] == (row["p99_ratio"] <= 1.2)
+        assert {"plain_gc_ms", "mixed_gc_ms", "plain_gc_full", "mixed_gc_full"} <= set(row)
     rates = ("always_c1", "always_c64", "never_c1", "never_c64")
     writes = report["writes"]
     assert [(r["rate"], r["variant"]) for r in writes] == [
