@@ -1,10 +1,13 @@
-"""The live index against a plain-Python model: a list of live tuples in arrival order.
+"""The live index against a plain-Python model: a list of live tuples (with
+their priorities) in arrival order.
 
 Random sequences of add / bulk load / take by prefix / read / remove by id /
-restore / count / list must give what the model gives. The index's scale
-constants are made tiny here (a range of 3 is "large", a block holds 4), so
-that short sequences go through the prefix queues, their eviction and
-rebuilds, and the blocks' splits and merges, as a million tuples would.
+restore / count / list, over a few priorities (negative ones too), must give
+what the model gives: a take or read the highest priority's oldest match, a
+list every match in arrival order. The index's scale constants are made tiny
+here (a range of 3 is "large", a block holds 4), so that short sequences go
+through the prefix queues of several classes, their eviction and rebuilds,
+and the blocks' splits and merges, as a million tuples would.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from hypothesis.stateful import (
 )
 
 from node import index as index_module
-from node.entries import EntryId, Tuple
+from node.entries import PLAIN, EntryId, Properties, Tuple
 from node.index import LiveIndex, _IntMap
 
 #: Short payloads over an alphabet with the bytes the keys' encoding is about
@@ -38,11 +41,23 @@ PREFIXES = st.one_of(
     st.sampled_from([b"", b"\xff", b"\xff\xff", b"\x00", b"\x00\x00", b"a\x00\x00\x00" * 3]),
 )
 ORIGINS = ["here", "peer-a", "peer-b"]
+#: Priorities, 0 (the plain one) most often, and both ends of the range.
+PRIORITIES = st.sampled_from([0, 0, 0, 1, -1, 127, -128])
+
+
+def tuple_of(entry_id: EntryId, payload: bytes, priority: int = 0) -> Tuple:
+    return Tuple(entry_id, payload, Properties(priority=priority) if priority else PLAIN)
+
+
+def plain(found: tuple[int, Tuple] | None) -> tuple[int, Tuple] | None:
+    """``found`` as the index hands it out: the tuple's props left to the Forum."""
+    return None if found is None else (found[0], Tuple(found[1].id, found[1].payload))
 
 
 class IndexModel(RuleBasedStateMachine):
-    """``live``: (arrival, tuple) in arrival order; the ``removed`` bundle: the
-    tuples taken out (by take or remove_id), which ``restore`` puts back."""
+    """``live``: (arrival, tuple) in arrival order, each tuple with its
+    priority in its props; the ``removed`` bundle: the tuples taken out (by
+    take or remove_id), which ``restore`` puts back."""
 
     removed = Bundle("removed")
     SMALL: ClassVar[dict[str, int]] = {"SCAN_LIMIT": 2, "MAX_QUEUES": 2, "_BLOCK": 4}
@@ -76,34 +91,44 @@ class IndexModel(RuleBasedStateMachine):
         return {EntryId(o, s) for o, seqs in self.used.items() for s in seqs}
 
     def oldest(self, prefix: bytes) -> tuple[int, Tuple] | None:
-        return next(((a, t) for a, t in self.live if t.payload.startswith(prefix)), None)
+        """The highest priority's oldest match."""
+        matches = [(a, t) for a, t in self.live if t.payload.startswith(prefix)]
+        return max(matches, key=lambda m: (m[1].props.priority, -m[0]), default=None)
 
     @initialize(
-        items=st.lists(st.tuples(PAYLOADS, st.sampled_from(ORIGINS), st.integers(0, 3)), max_size=8)
+        items=st.lists(
+            st.tuples(PAYLOADS, st.sampled_from(ORIGINS), st.integers(0, 3), PRIORITIES),
+            max_size=8,
+        )
     )
-    def load(self, items: list[tuple[bytes, str, int]]) -> None:
-        tuples = [Tuple(self.fresh(origin, skip), payload) for payload, origin, skip in items]
+    def load(self, items: list[tuple[bytes, str, int, int]]) -> None:
+        tuples = [tuple_of(self.fresh(o, skip), payload, p) for payload, o, skip, p in items]
         self.index.bulk_load(tuples)
         self.live = list(enumerate(tuples, 1))
 
-    @rule(payload=PAYLOADS, origin=st.sampled_from(ORIGINS), skip=st.integers(0, 3))
-    def add(self, payload: bytes, origin: str, skip: int) -> None:
-        item = Tuple(self.fresh(origin, skip), payload)
+    @rule(
+        payload=PAYLOADS,
+        origin=st.sampled_from(ORIGINS),
+        skip=st.integers(0, 3),
+        priority=PRIORITIES,
+    )
+    def add(self, payload: bytes, origin: str, skip: int, priority: int) -> None:
+        item = tuple_of(self.fresh(origin, skip), payload, priority)
         arrival = self.index.add(item)
         assert all(arrival > a for a, _ in self.live)
         self.live.append((arrival, item))
 
     @rule(prefix=PREFIXES)
     def read(self, prefix: bytes) -> None:
-        assert self.index.oldest(prefix) == self.oldest(prefix)
+        assert self.index.oldest(prefix) == plain(self.oldest(prefix))
 
     @rule(target=removed, prefix=PREFIXES)
     def take(self, prefix: bytes) -> object:
-        found = self.index.oldest(prefix)
-        assert found == self.oldest(prefix)
+        found = self.oldest(prefix)
+        assert self.index.oldest(prefix) == plain(found)
         if found is None:
             return multiple()
-        assert self.index.remove(found[0]) == found[1]
+        assert (found[0], self.index.remove(found[0])) == plain(found)
         self.live.remove(found)
         return found
 
@@ -112,16 +137,21 @@ class IndexModel(RuleBasedStateMachine):
         known = [item.id for _, item in self.live] + sorted(self.used_ids, key=str)
         entry_id = data.draw(st.sampled_from(known) if known else st.just(EntryId("here", 1)))
         found = next(((a, t) for a, t in self.live if t.id == entry_id), None)
-        assert self.index.remove_id(entry_id) == found
+        assert self.index.remove_id(entry_id) == plain(found)
         if found is None:
             return multiple()
         self.live.remove(found)
         return found
 
-    @rule(found=consumes(removed))
-    def restore(self, found: tuple[int, Tuple]) -> None:
-        self.index.restore(*found)
-        self.live.append(found)
+    @rule(found=consumes(removed), elsewhere=st.none() | PRIORITIES)
+    def restore(self, found: tuple[int, Tuple], elsewhere: int | None) -> None:
+        """Back in its place; ``elsewhere``: with another priority than it had
+        (the index files a tuple by the priority it is given)."""
+        arrival, item = found
+        if elsewhere is not None:
+            item = tuple_of(item.id, item.payload, elsewhere)
+        self.index.restore(arrival, item)
+        self.live.append((arrival, item))
         self.live.sort(key=lambda pair: pair[0])
 
     @precondition(lambda self: self.live)
@@ -135,7 +165,7 @@ class IndexModel(RuleBasedStateMachine):
     @rule(prefix=PREFIXES, after=st.integers(0, 40))
     def listing(self, prefix: bytes, after: int) -> None:
         expected = [(a, t) for a, t in self.live if a > after and t.payload.startswith(prefix)]
-        assert list(self.index.iter_matching(prefix, after)) == expected
+        assert list(self.index.iter_matching(prefix, after)) == [plain(m) for m in expected]
 
     @rule(prefix=PREFIXES)
     def count(self, prefix: bytes) -> None:
