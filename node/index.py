@@ -310,21 +310,6 @@ class _Class:
         hi = len(self.sorted) if end is None else self.sorted.bisect_left(end)
         return lo, hi
 
-    def oldest(self, prefix: bytes, lo: int, hi: int, by_arrival: _IntMap) -> bytes | None:
-        """The key of the oldest match in range ``lo:hi`` (not empty)."""
-        if hi - lo <= SCAN_LIMIT:
-            key: bytes = min(self.sorted.islice(lo, hi), key=_arrival)
-            return key
-        queue = self.queue(prefix, lo, hi)
-        while (arrival := queue.first()) is not None:
-            found = by_arrival.get(arrival)
-            # An arrival dead here may be live in another class (restored
-            # there): it is dead for this class's queue.
-            if found is not None and found[-1] == self.byte:
-                return found
-            queue.pop_first()
-        return None
-
     def arrivals(self, prefix: bytes, lo: int, hi: int) -> list[int]:
         """The arrivals of the matches in range ``lo:hi``, ascending (some
         dead, when they come from a queue)."""
@@ -530,8 +515,20 @@ class LiveIndex:
         for cls in self._walk:
             lo, hi = cls.range(prefix)
             if lo < hi:
-                key = cls.oldest(prefix, lo, hi, self._by_arrival)
-                return None if key is None else self._tuple(key)
+                break
+        else:
+            return None
+        if hi - lo <= SCAN_LIMIT:
+            return self._tuple(min(cls.sorted.islice(lo, hi), key=_arrival))
+        queue = cls.queue(prefix, lo, hi)
+        by_arrival, byte = self._by_arrival, cls.byte
+        while (arrival := queue.first()) is not None:
+            key = by_arrival.get(arrival)
+            # An arrival dead here may be live in another class (restored
+            # there): it is dead for this class's queue.
+            if key is not None and key[-1] == byte:
+                return self._tuple(key)
+            queue.pop_first()
         return None
 
     def count(self, prefix: bytes) -> int:
