@@ -12,12 +12,13 @@ writes each 00 byte of the payload as 00 FF, so the terminator 00 00 cannot
 occur inside the escaped payload: a key starts with the escaped form of a
 prefix exactly when its payload starts with that prefix (a shorter payload
 would have to match across its terminator, and 00 00 is not the start of any
-escaped byte). The tuples are in *priority classes*, one per priority that
-has live tuples; four structures refer to the keys:
+escaped byte). The tuples are in *priority classes* (:class:`_Class`), one
+per priority seen; four structures refer to the keys:
 
 * per class, ``_Class.sorted``: the class's keys in a sorted list, so its
   tuples matching a prefix are one contiguous range, found by bisection;
-* ``_walk``: the classes that have tuples, highest priority first;
+* ``_walk``: the classes that have tuples, highest priority first (a class
+  that empties leaves it, and drops its queues, below);
 * ``_by_arrival``: arrival -> key, to find a tuple named by its arrival;
 * ``_lanes``: per origin, seq -> key, to find a tuple named by its id.
 
@@ -37,19 +38,21 @@ payload's 00 bytes take two bytes each here.
 
 ``oldest`` walks the classes from the highest priority down and answers
 from the first with a match: it looks at no class lower than the one it
-answers from, at the cost of one bisection per higher class with tuples
-(none when every tuple has one priority: one class, as before priorities).
-Finding the oldest match of a prefix in a class then depends on how many of
-its tuples match. A small range (``SCAN_LIMIT`` or fewer) is scanned for its
-least arrival. A large one is served from the class's *prefix queue*: the
-arrivals of the class's tuples matching that prefix in order, kept up to date
-on every add, built once by one pass over the range the first time the
-prefix is asked for in that class. Queues drop dead arrivals lazily (at the
-front when they are asked, or rebuilt from the range when dead ones pile up)
-and the least recently used are evicted past ``MAX_QUEUES`` per class (so
-the queues hold at most some ``MAX_QUEUES`` arrivals per live tuple, however
-many classes). So ``take``/``read`` never look at a tuple that does not
-match, nor at a class below the answer, whatever the pattern.
+answers from, at the cost of a range lookup (two bisections) per higher
+class with tuples (none when every tuple has one priority: one class, as
+before priorities). Finding the oldest match of a prefix in a class then
+depends on how many of its tuples match. A small range (``SCAN_LIMIT`` or
+fewer) is scanned for its least arrival. A large one is served from the
+class's *prefix queue*: the arrivals of the class's tuples matching that
+prefix in order, kept up to date on every add, built once by one pass over
+the range the first time the prefix is asked for in that class. Queues drop
+dead arrivals lazily (at the front when they are asked, or rebuilt from the
+range when dead ones pile up) and the least recently used are evicted past
+``MAX_QUEUES`` per class. An arrival counts in a class's queue only while
+its key's last byte names that class: a tuple put back (``restore``) with
+another priority than it had is dead in its old class's queues. So
+``take``/``read`` never look at a tuple that does not match, nor at a class
+below the answer, whatever the pattern.
 
 ``count`` adds up the classes' ranges; ``iter_matching`` (the Forum's
 paged listing, by arrival cursor) yields the matches of every class merged
@@ -334,7 +337,8 @@ class _Class:
 
 
 class LiveIndex:
-    """The set of live tuples. Synchronous: callers are on one event loop."""
+    """The set of live tuples, by priority class. Synchronous: callers are on
+    one event loop."""
 
     def __init__(self) -> None:
         self._next_arrival = 1
@@ -532,6 +536,7 @@ class LiveIndex:
         return None
 
     def count(self, prefix: bytes) -> int:
+        """How many live tuples match, of every priority."""
         total = 0
         for cls in self._walk:
             lo, hi = cls.range(prefix)
