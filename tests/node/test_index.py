@@ -450,3 +450,18 @@ def test_a_priority_out_of_range_is_refused_and_changes_nothing(priority: int) -
     with pytest.raises(ValueError, match="priority must be -128 to 127"):
         empty.bulk_load([tuple_of(EntryId("here", 1), b"a"), bad])
     assert len(empty) == 0 and empty.count(b"") == 0 and empty.oldest(b"") is None
+
+
+def test_past_the_origins_a_key_can_number_a_new_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Origin numbers have three bytes (the fourth is the priority's): one
+    more origin is refused, and changes nothing."""
+    monkeypatch.setattr(index_module, "_MAX_ORIGINS", 2)
+    index = LiveIndex()
+    for seq, origin in enumerate(["a", "b"], 1):
+        index.add(tuple_of(EntryId(origin, seq), b"x", 1))
+    with pytest.raises(OverflowError, match="more than 2 origins"):
+        index.add(tuple_of(EntryId("c", 1), b"x", 1))
+    assert len(index) == 2 and EntryId("c", 1) not in index
+    assert index.add(tuple_of(EntryId("a", 3), b"y", -1)) == 3  # known origins still are
