@@ -451,7 +451,6 @@ class LiveIndex:
 
     def _insert(self, arrival: int, item: Tuple) -> _Class:
         """Put ``item``'s key in the maps and its class's list; its class."""
-        priority = item.props.priority
         key = self._key(arrival, item)  # ValueError if the priority is out of range
         # The maps refuse an id or an arrival that is live already (KeyError):
         # the set is left as it was.
@@ -464,7 +463,7 @@ class LiveIndex:
             raise
         cls = self._classes.get(key[-1])
         if cls is None:
-            cls = self._class(priority)
+            cls = self._class(item.props.priority)
         if not cls.sorted:
             self._enter(cls)
         cls.sorted.add(key)
