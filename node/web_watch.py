@@ -41,8 +41,10 @@ from node.web_model import EVENT_STREAM, JSON, WATCH
 LAST_EVENT_ID = "Last-Event-ID"
 KEEPALIVE = b": keepalive\n\n"
 #: Seconds the last bytes of a stream (its overflow event, its end) get to go
-#: out before the connection is dropped instead.
+#: out before the connection is closed behind them.
 _FINAL_WRITE = 1.0
+#: Seconds a stream's last bytes may wait for a client that reads nothing.
+_LINGER = 30.0
 
 
 async def watch(request: web.Request) -> web.StreamResponse:
@@ -123,15 +125,20 @@ async def _send(response: web.StreamResponse, subscription: Subscription, data: 
 
 
 async def _finish(request: web.Request, response: web.StreamResponse, final: bytes) -> None:
+    """End the stream with ``final``. A client that reads nothing gets its
+    bytes queued and the connection closed once they are out (the
+    transport's close sends what it holds first), or dropped after
+    :data:`_LINGER` s: the node holds no task for it."""
     try:
         async with asyncio.timeout(_FINAL_WRITE):
-            if final:
-                await response.write(final)
-            await response.write_eof()
-    except (TimeoutError, ConnectionError):
-        # A client that reads nothing: drop it rather than hold a task for it.
-        if request.transport is not None:
-            request.transport.abort()
+            await response.write_eof(final)
+    except TimeoutError:
+        transport = request.transport
+        if transport is not None:
+            transport.close()
+            asyncio.get_running_loop().call_later(_LINGER, transport.abort)
+    except ConnectionError:
+        pass  # the client left
 
 
 # -- the event format ----------------------------------------------------------------
