@@ -52,7 +52,9 @@ async def watch(request: web.Request) -> web.StreamResponse:
     pattern = Query(request, WATCH, request.app[LIMITS]).pattern()
     hub = request.app[WATCH_HUB]
     if hub.closed:
-        raise ApiProblem(503, "shutting_down", "the node is shutting down")
+        raise ApiProblem(
+            503, "unavailable", "the node is shutting down", headers={"Retry-After": "1"}
+        )
     try:
         subscription, missed, replay = hub.subscribe(
             pattern.prefix, request.headers.get(LAST_EVENT_ID)
