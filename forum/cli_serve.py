@@ -77,7 +77,7 @@ def _add_watch_options(parser: argparse.ArgumentParser) -> None:
     add(
         "--watch-queue",
         metavar="N",
-        help="events a watcher may fall behind before it is cut off (default 1000)",
+        help="events a watcher may fall behind before it is cut off (default 10000)",
     )
     add(
         "--watch-heartbeat",

@@ -7,7 +7,8 @@ numbered from 1 in the order the hub heard it; its id is ``<boot>-<n>``,
 where ``<boot>`` is drawn at random when the hub is made (once per run of the
 node), so an id of an earlier run is never mistaken for one of this run.
 
-The hub keeps the last ``buffer`` events (a ring) for resumption: a watcher
+The hub keeps the last ``buffer`` events (a ring, holding at most
+``buffer_bytes`` of payloads) for resumption: a watcher
 that reconnects with the id of the last event it saw gets the events after it
 from the ring, then goes on live. When it cannot (the id is older than the
 ring: ``gap``; the id is of another run of the node, or of none: ``reset``),
@@ -35,17 +36,22 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from node.entries import Entry, EntryId, Take, Tuple, Write
 from node.forum import Forum, Provenance
 
 #: How many events the ring keeps for resumption, by default.
 BUFFER = 10_000
-#: How far a watcher may fall behind before it is cut off, by default.
-QUEUE = 1_000
+#: The most payload bytes the ring holds on to (its events keep the tuples'
+#: bytes alive after they are taken): past it the oldest events go first.
+BUFFER_BYTES = 64 * 1024 * 1024
+#: How far a watcher may fall behind before it is cut off, by default: as
+#: many as one batch write makes, so that one batch never cuts a watcher off.
+QUEUE = 10_000
 #: How many written tuples' payloads the hub remembers to filter their takes.
 KNOWN = 100_000
 #: Seconds between two keep-alive comments on an idle stream, by default.
@@ -54,12 +60,12 @@ HEARTBEAT = 5.0
 _HIDDEN = object()
 
 
-@dataclass(frozen=True, slots=True)
-class HubEvent:
+class HubEvent(NamedTuple):
     """One event: ``n`` numbers it in this run of the node; ``item`` is the
     Write (``write``), the Take (``take``) or the expired tuple (``expire``).
     ``match`` is the payload a prefix is matched against; ``None`` for a take
-    of a tuple the hub does not know."""
+    of a tuple the hub does not know. (A named tuple, not a dataclass: one is
+    made per entry on the write path, and a tuple is the cheapest to make.)"""
 
     n: int
     item: Write | Take | Tuple
@@ -103,15 +109,19 @@ class Subscription:
             return True
         return event.match is not None and event.match.startswith(self.prefix)
 
-    def offer(self, event: HubEvent) -> None:
-        """Queue ``event`` if it matches; cut the watcher off if it is too far behind."""
-        if self.closed or not self.wants(event):
+    def offer(self, events: list[HubEvent]) -> None:
+        """Queue those of ``events`` that match; cut the watcher off if it
+        falls too far behind."""
+        if self.closed:
             return
-        if len(self._queue) >= self._bound:
+        wanted = events if not self.prefix else [e for e in events if self.wants(e)]
+        if not wanted:
+            return
+        if len(self._queue) + len(wanted) > self._bound:
             self.overflowed = True
             self._end()
             return
-        self._queue.append(event)
+        self._queue.extend(wanted)
         self._wake.set()
 
     def close(self) -> None:
@@ -154,16 +164,22 @@ class WatchHub:
         queue: int = QUEUE,
         known: int = KNOWN,
         heartbeat: float = HEARTBEAT,
+        buffer_bytes: int = BUFFER_BYTES,
     ) -> None:
-        if buffer < 1 or queue < 1 or known < 1 or not heartbeat > 0:
+        if min(buffer, queue, known, buffer_bytes) < 1 or not heartbeat > 0:
             raise ValueError("a watch hub needs buffer, queue, known >= 1 and heartbeat > 0")
         self._forum = forum
         self.boot = secrets.token_hex(6)
         self.queue = queue
         self.heartbeat = heartbeat
         self._known_cap = known
-        self._ring: deque[HubEvent] = deque(maxlen=buffer)
-        self._known: dict[EntryId, object] = {}
+        self._ring: deque[HubEvent] = deque()
+        self._buffer = buffer
+        self._buffer_bytes = buffer_bytes
+        self._ring_bytes = 0
+        # Insertion order, oldest first; an OrderedDict pops its first in O(1)
+        # (a dict's first key is found past every key deleted before it).
+        self._known: OrderedDict[EntryId, object] = OrderedDict()
         self._subscriptions: set[Subscription] = set()
         self._n = 0
         self._listening = False
@@ -205,33 +221,52 @@ class WatchHub:
     # -- the Forum's listeners: append and wake, never wait ----------------------
 
     def on_entries(self, entries: Sequence[Entry], provenance: Provenance) -> None:
+        # The write path runs through here for every entry: kept to a dict
+        # and a deque operation each, and one offer per watcher per batch.
+        known, events, n, size = self._known, [], self._n, 0
+        match: bytes | None
         for entry in entries:
             if isinstance(entry, Write):
-                self._remember(entry)
-                if not entry.props.pause:
-                    self._publish(entry, entry.payload)
+                if len(known) >= self._known_cap:
+                    known.popitem(last=False)  # the oldest
+                if entry.props.pause:
+                    known[entry.id] = _HIDDEN
+                    continue
+                known[entry.id] = match = entry.payload
+                size += len(match)
             else:
-                match = self._known.pop(entry.target, None)
-                if match is not _HIDDEN:
-                    self._publish(entry, match if isinstance(match, bytes) else None)
+                found = known.pop(entry.target, None)
+                if found is _HIDDEN:
+                    continue
+                match = found if isinstance(found, bytes) else None
+            n += 1
+            events.append(HubEvent(n, entry, match))
+        self._publish(n, events, size)
 
     def on_expired(self, tuples: Sequence[Tuple]) -> None:
+        events, n, size = [], self._n, 0
         for item in tuples:
             self._known.pop(item.id, None)
-            self._publish(item, item.payload)
+            n += 1
+            size += len(item.payload)
+            events.append(HubEvent(n, item, item.payload))
+        self._publish(n, events, size)
 
-    def _remember(self, write: Write) -> None:
-        if len(self._known) >= self._known_cap:
-            del self._known[next(iter(self._known))]  # the oldest (dicts keep order)
-        self._known[write.id] = _HIDDEN if write.props.pause else write.payload
-
-    def _publish(self, item: Write | Take | Tuple, match: bytes | None) -> None:
-        self._n += 1
-        event = HubEvent(self._n, item, match)
-        self._ring.append(event)
+    def _publish(self, n: int, events: list[HubEvent], size: int) -> None:
+        """Add ``events`` (``size`` bytes of payloads) to the ring and the queues.
+        A take's event holds its target's bytes too, but counts none: at most
+        as many as the writes already counted."""
+        self._n = n
+        ring = self._ring
+        ring.extend(events)
+        self._ring_bytes += size
+        while len(ring) > self._buffer or self._ring_bytes > self._buffer_bytes:
+            dropped = ring.popleft()
+            if not isinstance(dropped.item, Take):
+                self._ring_bytes -= len(dropped.item.payload)
         if self._subscriptions:
             for subscription in list(self._subscriptions):  # an offer may unsubscribe
-                subscription.offer(event)
+                subscription.offer(events)
 
     # -- watchers ----------------------------------------------------------------
 
@@ -267,8 +302,7 @@ class WatchHub:
             return Missed(
                 "gap",
                 f"the events after {last_event_id} are no longer buffered (the node keeps "
-                f"the last {self._ring.maxlen}): {oldest - 1 - n} were missed; read the space "
-                "again",
+                f"the last {self._buffer}): {oldest - 1 - n} were missed; read the space again",
             ), iter(())
         return None, itertools.islice(self._ring, n - oldest + 1, None)
 

@@ -104,3 +104,12 @@ def test_http_bench_compares_the_reliable_job(tmp_path: Path) -> None:
     assert measured == {(s, w) for s in ("forum", "redis") for w in works}
     takes = [r for r in only["results"] if r["work"] == "take"]
     assert [r["ops"] for r in takes] == [20, 20]  # each drained its prefill, reserved and acked
+
+
+def test_watch_bench_reports_each_case(tmp_path: Path) -> None:
+    out = tmp_path / "watch.json"
+    done = run("watch_bench.py", "--writes", "1000", "--rounds", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert set(report["writes_per_s"]) == {"plain", "hub", "hub+10"}
+    assert report["http_events_per_s"] > 0

@@ -129,3 +129,13 @@ async def test_closing_the_hub_ends_every_watch(forum: Forum, hub: WatchHub) -> 
     assert await watcher.next_batch(10) == []
     await forum.write(b"after")  # the hub no longer listens
     assert hub.last_id == f"{hub.boot}-0"
+
+
+async def test_the_ring_holds_at_most_buffer_bytes_of_payloads(forum: Forum) -> None:
+    async with WatchHub(forum, buffer=100, buffer_bytes=100) as hub:
+        start = hub.last_id
+        await forum.write_many([b"j" * 60, b"k" * 60])  # 120 bytes: the first goes
+        _, missed, _ = hub.subscribe(b"", start)
+        assert missed is not None and missed.kind == "gap"
+        _, missed, replay = hub.subscribe(b"", f"{hub.boot}-1")
+        assert missed is None and kinds(replay) == [("write", b"k" * 60)]
