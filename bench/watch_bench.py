@@ -20,13 +20,10 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import AsyncExitStack, aclosing
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiohttp import web
 

@@ -5,8 +5,9 @@
 connects again with the id of the last event it gave as ``Last-Event-ID``, so
 the node sends what was missed (or says it cannot: ``gap``, ``reset``). It
 gives up with :class:`~node.errors.NodeUnavailable` after ``reconnects``
-failed attempts in a row; an error status (4xx) raises at once as the
-client's other calls do. An ``overflow`` (the watcher fell too far behind and
+failed attempts in a row, or at once when the first connection fails (a
+wrong URL, a node that is down); an error status (4xx) raises at once as
+the client's other calls do. An ``overflow`` (the watcher fell too far behind and
 the node cut it off) is the last event: the iteration ends, and the caller
 decides whether to watch again from its ``event_id``.
 """
@@ -85,10 +86,11 @@ async def watch_events(
     stream = _Stream(session, url, params, rejected, connect_timeout, first_byte_timeout)
     last = last_event_id
     failures = 0
+    connected = False
     while True:
         try:
             async for event in stream.events(last):
-                failures = 0
+                failures, connected = 0, True
                 last = event.event_id or last
                 yield event
                 if event.kind == "overflow":
@@ -101,6 +103,8 @@ async def watch_events(
                 raise
             problem = str(exc)
         failures += 1
+        if not connected:  # a wrong URL or a node that is down: say so at once
+            raise NodeUnavailable(url, f"watch: {problem}")
         if failures > reconnects:
             raise NodeUnavailable(url, f"watch: {problem} ({reconnects} reconnects failed)")
         await asyncio.sleep(_BACKOFF.delay(failures))

@@ -40,6 +40,12 @@ from node.web_model import EVENT_STREAM, JSON, WATCH
 #: The request header that resumes a stream (the SSE standard's).
 LAST_EVENT_ID = "Last-Event-ID"
 KEEPALIVE = b": keepalive\n\n"
+_HEADERS = {
+    "Content-Type": EVENT_STREAM,
+    "Cache-Control": "no-cache",
+    # nginx buffers answers unless told not to: events would come late.
+    "X-Accel-Buffering": "no",
+}
 #: Seconds the last bytes of a stream (its overflow event, its end) get to go
 #: out before the connection is closed behind them.
 _FINAL_WRITE = 1.0
@@ -55,6 +61,8 @@ async def watch(request: web.Request) -> web.StreamResponse:
         raise ApiProblem(
             503, "unavailable", "the node is shutting down", headers={"Retry-After": "1"}
         )
+    if request.method == "HEAD":  # the headers alone: a stream would never end
+        return web.Response(headers=_HEADERS)
     try:
         subscription, missed, replay = hub.subscribe(
             pattern.prefix, request.headers.get(LAST_EVENT_ID)
@@ -81,14 +89,7 @@ def _opening(
 async def _stream(
     request: web.Request, hub: WatchHub, subscription: Subscription, opening: bytes
 ) -> web.StreamResponse:
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": EVENT_STREAM,
-            "Cache-Control": "no-cache",
-            # nginx buffers answers unless told not to: events would come late.
-            "X-Accel-Buffering": "no",
-        }
-    )
+    response = web.StreamResponse(headers=_HEADERS)
     await response.prepare(request)
     sending = opening
     while not subscription.closed:

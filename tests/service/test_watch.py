@@ -30,7 +30,7 @@ from node.errors import NodeRejected
 from node.web_app import build_app
 from node.web_keys import WATCH_HUB
 from node.web_server import NodeRunner
-from tests.fixtures.nodes import NodeProcess, eventually
+from tests.fixtures.nodes import NodeProcess, eventually, free_port
 
 FORUM = [sys.executable, "-m", "forum"]
 
@@ -139,6 +139,9 @@ async def test_bad_input_is_a_400(node: Node, http: aiohttp.ClientSession) -> No
         async with http.get(f"{node.url}/v1/watch", params=params, headers=headers) as response:
             assert response.status == 400
             assert (await response.json())["error"] == code
+    async with http.head(f"{node.url}/v1/watch") as response:  # answers, without a stream
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "text/event-stream"
     async with ForumClient(node.url) as client:
         with pytest.raises(NodeRejected, match="invalid_header"):
             await anext(client.watch(Pattern(b""), last_event_id="nope"))
@@ -253,3 +256,14 @@ async def test_an_expiring_tuple_shows_its_expiry_then_expires(node: Node) -> No
         write = await next_of(events, "write")
         assert write.id == written and write.expires > 0
         assert (await next_of(events, "expire", within=3)).id == written
+
+
+async def test_forum_watch_of_a_node_that_is_not_there_is_one_line_exit_3() -> None:
+    watch = await asyncio.create_subprocess_exec(
+        *FORUM, "watch", "job-", "--node", f"http://127.0.0.1:{free_port()}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(30):
+        out, err = await watch.communicate()
+    assert watch.returncode == 3 and out == b""
+    assert err.decode().startswith("forum watch: http://127.0.0.1:") and err.count(b"\n") == 1
