@@ -112,7 +112,7 @@ async def _stream(
 
 async def _send(response: web.StreamResponse, subscription: Subscription, data: bytes) -> bool:
     """Write ``data``; ``False`` if the watch ended (an overflow, the node
-    stopping) before the client took it."""
+    stopping, the client gone) before the client took it."""
     cutoff = asyncio.timeout(None)
     subscription.cutoff = cutoff
     try:
@@ -122,6 +122,8 @@ async def _send(response: web.StreamResponse, subscription: Subscription, data: 
         if cutoff.expired():
             return False
         raise
+    except ConnectionError:
+        return False  # the client left (its handler is being cancelled)
     finally:
         subscription.cutoff = None
     return True

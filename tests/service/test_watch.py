@@ -30,7 +30,7 @@ from node.errors import NodeRejected
 from node.web_app import build_app
 from node.web_keys import WATCH_HUB
 from node.web_server import NodeRunner
-from tests.fixtures.nodes import NodeProcess, eventually, free_port
+from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually, free_port
 
 FORUM = [sys.executable, "-m", "forum"]
 
@@ -267,3 +267,24 @@ async def test_forum_watch_of_a_node_that_is_not_there_is_one_line_exit_3() -> N
         out, err = await watch.communicate()
     assert watch.returncode == 3 and out == b""
     assert err.decode().startswith("forum watch: http://127.0.0.1:") and err.count(b"\n") == 1
+
+
+@pytest.mark.slow
+async def test_a_watch_sees_what_a_peer_wrote_and_took(forum_nodes: ForumNodes) -> None:
+    """Entries replicated here are events here too, with their writer's ids."""
+    a, b = forum_nodes.make("a"), forum_nodes.make("b")
+    a.args += ["--peer", b.url]
+    b.args += ["--peer", a.url]
+    await forum_nodes.start_all()
+    async with (
+        ForumClient(a.url) as on_a,
+        ForumClient(b.url) as on_b,
+        aclosing(on_b.watch(Pattern(b"job-"))) as events,
+    ):
+        await next_of(events, "ready")
+        written = await on_a.write(b"job-from-a")
+        write = await next_of(events, "write", within=20)
+        assert (write.id, write.payload) == (written, b"job-from-a")
+        await eventually(lambda: on_a.take(Pattern(b"job-")), what="a take on a")
+        take = await next_of(events, "take", within=20)
+        assert take.target == written and take.id is not None and take.id.origin == written.origin
