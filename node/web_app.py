@@ -139,11 +139,11 @@ def build_app(
         else:
             app.router.add_route(operation.method, operation.path, handler)
 
+    _add_watch(app, forum, config)  # first: its streams end at once on shutdown
     app.cleanup_ctx.append(_listening)
     # on_shutdown runs after the socket closes and before in-flight requests
     # are awaited: long polls end now instead of holding up the shutdown.
     app.on_shutdown.append(_drain)
-    _add_watch(app, forum, config)
     for extension in extensions:
         extension(app)
     return app
