@@ -288,3 +288,37 @@ async def test_a_watch_sees_what_a_peer_wrote_and_took(forum_nodes: ForumNodes) 
         await eventually(lambda: on_a.take(Pattern(b"job-")), what="a take on a")
         take = await next_of(events, "take", within=20)
         assert take.target == written and take.id is not None and take.id.origin == written.origin
+
+
+@pytest.mark.slow
+async def test_the_client_reconnects_a_silent_stream_with_its_last_event_id() -> None:
+    """A server that sends ``ready`` (a 0.1 s heartbeat) and one event, then
+    falls silent: after three heartbeats (and 5 s of slack) the client takes
+    the stream as dropped and asks again with ``Last-Event-ID`` of that event."""
+    asked: list[str | None] = []
+
+    async def silent(request: web.Request) -> web.StreamResponse:
+        asked.append(request.headers.get("Last-Event-ID"))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        n = len(asked)
+        await response.write(
+            f'id: b-{n}\nevent: ready\ndata: {{"heartbeat": 0.1, "queue": 1}}\n\n'
+            f'id: b-{n}x\nevent: expire\ndata: {{"id": "o:{n}"}}\n\n'.encode()
+        )
+        await asyncio.sleep(3600)  # silent, until the client leaves
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/watch", silent)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        async with ForumClient(url) as client, aclosing(client.watch(Pattern(b""))) as events:
+            expired = [(await next_of(events, "expire")).id for _ in range(2)]
+    finally:
+        await runner.cleanup()
+    assert [str(i) for i in expired] == ["o:1", "o:2"]
+    assert asked == [None, "b-1x"]
