@@ -3,12 +3,14 @@
 A :class:`WatchHub` (one per node) hears every entry once it is durable here
 (the Forum's listener: local entries and a peer's alike) and every tuple that
 expires here (the Forum's expiry listener). Each becomes a :class:`HubEvent`
-numbered from 1 in the order the hub heard it; its id is ``<boot>-<n>``,
+numbered from 1 in the order the hub heard it (a pause marker, not an event,
+takes a number too); its id is ``<boot>-<n>``,
 where ``<boot>`` is drawn at random when the hub is made (once per run of the
 node), so an id of an earlier run is never mistaken for one of this run.
 
-The hub keeps the last ``buffer`` events (a ring, holding at most
-``buffer_bytes`` of payloads) for resumption: a watcher
+The hub keeps the last ``buffer`` events (a ring of the batches it heard,
+holding at most ``buffer_bytes`` of payloads, and always the newest batch)
+for resumption: a watcher
 that reconnects with the id of the last event it saw gets the events after it
 from the ring, then goes on live. When it cannot (the id is older than the
 ring: ``gap``; the id is of another run of the node, or of none: ``reset``),
@@ -37,7 +39,7 @@ import asyncio
 import itertools
 import secrets
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -79,6 +81,26 @@ class HubEvent(NamedTuple):
         if isinstance(self.item, Write):
             return "write"
         return "take" if isinstance(self.item, Take) else "expire"
+
+
+class _Batch(NamedTuple):
+    """Entries the hub heard in one call, as the ring keeps them: numbered
+    from ``first``; ``matches`` has each one's payload to match (``None``: a
+    take of a tuple not known; ``_HIDDEN``: not an event, a number unused)."""
+
+    first: int
+    items: list[Write | Take | Tuple]
+    matches: list[object]
+    #: The payload bytes the batch holds (a take's counts none: its write did).
+    size: int
+
+    def events(self) -> list[HubEvent]:
+        first = self.first
+        return [
+            _new_event(HubEvent, (first + i, item, match))
+            for i, (item, match) in enumerate(zip(self.items, self.matches, strict=True))
+            if match is None or isinstance(match, bytes)
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +198,10 @@ class WatchHub:
         self.queue = queue
         self.heartbeat = heartbeat
         self._known_cap = known
-        self._ring: deque[HubEvent] = deque()
+        self._ring: deque[_Batch] = deque()
         self._buffer = buffer
         self._buffer_bytes = buffer_bytes
+        self._ring_events = 0
         self._ring_bytes = 0
         # Insertion order, oldest first.
         self._known: dict[EntryId, object] = {}
@@ -223,36 +246,29 @@ class WatchHub:
     # -- the Forum's listeners: append and wake, never wait ----------------------
 
     def on_entries(self, entries: Sequence[Entry], provenance: Provenance) -> None:
-        # The write path runs through here for every entry: kept to a dict
-        # and a deque operation each, and one offer per watcher per batch.
+        # The write path runs through here for every entry: a dict operation
+        # and a list append each; the ring takes the batch as one item, and
+        # events are made only when someone watches.
         if len(self._known) + len(entries) > self._known_cap:
             self._forget_oldest(len(entries))
-        known, events, n, size = self._known, [], self._n, 0
-        match: bytes | None
+        known, size = self._known, 0
+        matches: list[object] = []
         for entry in entries:
             if isinstance(entry, Write):
-                if entry.props.pause:
-                    known[entry.id] = _HIDDEN
-                    continue
-                known[entry.id] = match = entry.payload
-                size += len(match)
+                payload: object = _HIDDEN if entry.props.pause else entry.payload
+                known[entry.id] = payload
+                if isinstance(payload, bytes):
+                    size += len(payload)
+                matches.append(payload)
             else:
-                found = known.pop(entry.target, None)
-                if found is _HIDDEN:
-                    continue
-                match = found if isinstance(found, bytes) else None
-            n += 1
-            events.append(_new_event(HubEvent, (n, entry, match)))
-        self._publish(n, events, size)
+                matches.append(known.pop(entry.target, None))
+        self._publish(_Batch(self._n + 1, list(entries), matches, size))
 
     def on_expired(self, tuples: Sequence[Tuple]) -> None:
-        events, n, size = [], self._n, 0
         for item in tuples:
             self._known.pop(item.id, None)
-            n += 1
-            size += len(item.payload)
-            events.append(_new_event(HubEvent, (n, item, item.payload)))
-        self._publish(n, events, size)
+        size = sum(len(item.payload) for item in tuples)
+        self._publish(_Batch(self._n + 1, list(tuples), [t.payload for t in tuples], size))
 
     def _forget_oldest(self, room: int) -> None:
         # Room for ``room`` more and a tenth, by making the dict again: popping
@@ -262,19 +278,24 @@ class WatchHub:
         drop = max(len(self._known) - keep, 0)
         self._known = dict(itertools.islice(self._known.items(), drop, None))
 
-    def _publish(self, n: int, events: list[HubEvent], size: int) -> None:
-        """Add ``events`` (``size`` bytes of payloads) to the ring and the queues.
-        A take's event holds its target's bytes too, but counts none: at most
-        as many as the writes already counted."""
-        self._n = n
+    def _publish(self, batch: _Batch) -> None:
+        """Add ``batch`` to the ring (the newest batch stays, whatever its
+        size) and its events to the queues."""
+        if not batch.items:
+            return
+        self._n = batch.first + len(batch.items) - 1
         ring = self._ring
-        ring.extend(events)
-        self._ring_bytes += size
-        while len(ring) > self._buffer or self._ring_bytes > self._buffer_bytes:
+        ring.append(batch)
+        self._ring_events += len(batch.items)
+        self._ring_bytes += batch.size
+        while len(ring) > 1 and (
+            self._ring_events > self._buffer or self._ring_bytes > self._buffer_bytes
+        ):
             dropped = ring.popleft()
-            if not isinstance(dropped.item, Take):
-                self._ring_bytes -= len(dropped.item.payload)
+            self._ring_events -= len(dropped.items)
+            self._ring_bytes -= dropped.size
         if self._subscriptions:
+            events = batch.events()
             for subscription in list(self._subscriptions):  # an offer may unsubscribe
                 subscription.offer(events)
 
@@ -289,7 +310,7 @@ class WatchHub:
 
         No event is lost or repeated between the replay and the queue: both
         are made here, with no wait in between."""
-        missed, replay = self._resume(last_event_id)
+        missed, replay = self._resume(last_event_id)  # before a wait: nothing in between
         subscription = Subscription(self, prefix, self.queue, self.last_id)
         self._subscriptions.add(subscription)
         return subscription, missed, [e for e in replay if subscription.wants(e)]
@@ -297,24 +318,25 @@ class WatchHub:
     def unsubscribe(self, subscription: Subscription) -> None:
         self._subscriptions.discard(subscription)
 
-    def _resume(self, last_event_id: str | None) -> tuple[Missed | None, Iterator[HubEvent]]:
+    def _resume(self, last_event_id: str | None) -> tuple[Missed | None, list[HubEvent]]:
         if last_event_id is None:
-            return None, iter(())
+            return None, []
         boot, n = parse_event_id(last_event_id)
         if boot != self.boot or n > self._n:
             return Missed(
                 "reset",
                 f"{last_event_id} is not an id of this run of the node (it restarted, or "
                 "another node answered): events may have been missed; read the space again",
-            ), iter(())
-        oldest = self._ring[0].n if self._ring else self._n + 1
+            ), []
+        oldest = self._ring[0].first if self._ring else self._n + 1
         if n < oldest - 1:
             return Missed(
                 "gap",
                 f"the events after {last_event_id} are no longer buffered (the node keeps "
                 f"the last {self._buffer}): {oldest - 1 - n} were missed; read the space again",
-            ), iter(())
-        return None, itertools.islice(self._ring, n - oldest + 1, None)
+            ), []
+        after = (b for b in self._ring if b.first + len(b.items) - 1 > n)
+        return None, [e for batch in after for e in batch.events() if e.n > n]
 
 
 def parse_event_id(text: str) -> tuple[str, int]:
