@@ -5,6 +5,7 @@
     forum serve                         forum.cli_serve    a node, replication wired in
     forum write|take|read|count|status|compact
                                         forum.cli_client   a node's API from the shell
+    forum watch                         forum.cli_watch    a node's events, as they happen
     forum worker                        forum.cli_worker   workers (the Lens: Redis)
     forum dead list|requeue             forum.cli_dead     dead letters
     forum cluster up|demo               forum.cli_cluster  a local cluster of processes
@@ -59,6 +60,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compact": (
         "have a node run one compaction pass now and print what it dropped",
         "forum.cli_client:add_compact",
+    ),
+    "watch": (
+        "print a node's writes, takes and expiries of PREFIX as they happen, until Ctrl-C",
+        "forum.cli_watch:add_watch",
     ),
     "worker": (
         "run workers that take jobs from a node and claim them in Redis",

@@ -67,6 +67,25 @@ async def run_serve(args: argparse.Namespace) -> int:
         return EXIT_NODE
 
 
+def _add_watch_options(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "--watch-buffer",
+        metavar="N",
+        help="latest events kept for watchers that resume (default 10000)",
+    )
+    add(
+        "--watch-queue",
+        metavar="N",
+        help="events a watcher may fall behind before it is cut off (default 10000)",
+    )
+    add(
+        "--watch-heartbeat",
+        metavar="SECONDS",
+        help="seconds between keep-alive comments on an idle watch (default 5)",
+    )
+
+
 def add_serve(parser: argparse.ArgumentParser) -> None:
     """The options of ``forum serve``."""
     parser.description = (
@@ -148,6 +167,7 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="most client connections at once (default: the open-file limit less 64)",
     )
+    _add_watch_options(parser)
     add("--log-format", choices=("text", "json"), help="log lines as text or JSON")
     add("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING, ERROR")
     parser.set_defaults(func=run_serve)

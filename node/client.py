@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
@@ -39,6 +39,7 @@ import msgpack
 from multidict import CIMultiDictProxy
 
 from node.client_stream import StreamConnection, StreamUnsupported
+from node.client_watch import WatchEvent, watch_events
 from node.entries import EntryId, Reserved, Tuple
 from node.errors import (
     NodeRejected,
@@ -342,6 +343,27 @@ class ForumClient(AsyncResource):
         except (NodeUnavailable, NodeRejected):
             return False
         return True
+
+    # -- watching --------------------------------------------------------------
+
+    def watch(
+        self, pattern: Pattern, *, last_event_id: str | None = None, reconnects: int = 10
+    ) -> AsyncGenerator[WatchEvent, None]:
+        """The node's writes, takes and expiries of tuples that start with the
+        prefix, as they happen (``GET /v1/watch``; :mod:`node.client_watch`):
+        an endless async iterator, resumed after ``last_event_id`` when given.
+        A dropped connection is made again from the last event; an
+        ``overflow`` event ends it. Close it (``contextlib.aclosing``) to stop."""
+        return watch_events(
+            self._open(),
+            f"{self.url}/v1/watch",
+            prefix_query(pattern),
+            rejected=self._rejected,
+            last_event_id=last_event_id,
+            connect_timeout=self._connect_timeout,
+            first_byte_timeout=self._timeout,
+            reconnects=reconnects,
+        )
 
     # -- operations ------------------------------------------------------------
 

@@ -47,6 +47,9 @@ from node.settings import (
     read_toml,
 )
 from node.strand import MIN_SEGMENT_BYTES, FsyncPolicy, payload_limit
+from node.watch import BUFFER as WATCH_BUFFER
+from node.watch import HEARTBEAT as WATCH_HEARTBEAT
+from node.watch import QUEUE as WATCH_QUEUE
 
 LogFormat = Literal["text", "json"]
 
@@ -202,6 +205,14 @@ class NodeConfig:
     #: new connection first pushes out the oldest one that never sent a whole
     #: request head, else it is closed at once.
     max_connections: PositiveInt | None = None
+    #: How many of the latest events a node keeps for watchers that resume
+    #: (``GET /v1/watch`` with ``Last-Event-ID``); an older id is told it missed some.
+    watch_buffer: PositiveInt = WATCH_BUFFER
+    #: How many events a watcher may fall behind before its stream is cut off
+    #: with an ``overflow`` event (the node never waits for a watcher).
+    watch_queue: PositiveInt = WATCH_QUEUE
+    #: Seconds between two ``: keepalive`` comments on an idle watch stream.
+    watch_heartbeat: PositiveSeconds = WATCH_HEARTBEAT
     log_format: LogFormat = "text"
     log_level: LogLevel = "INFO"
 

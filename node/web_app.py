@@ -34,6 +34,7 @@ from node.compactor import CompactionPolicy, Compactor
 from node.config import NodeConfig
 from node.errors import ForumError, RecordTooLarge, StrandError
 from node.forum import Forum
+from node.watch import WatchHub
 from node.web_auth import CLUSTER_PREFIX, authenticate, cluster_key
 from node.web_bodies import ApiProblem, BodyTimeout, bad_request
 from node.web_handlers import HANDLERS
@@ -49,15 +50,17 @@ from node.web_keys import (
     SPACE,
     STARTED,
     STREAMS,
+    WATCH_HUB,
     Extension,
 )
 from node.web_longpoll import LongPolls
 from node.web_metrics import NodeMetrics
-from node.web_model import METRICS, SPEC, STREAM, Limits
+from node.web_model import METRICS, SPEC, STREAM, WATCH, Limits
 from node.web_openapi import openapi_handler
 from node.web_ops import Space, problem_of
 from node.web_status import PeerStatus
 from node.web_stream import Streams
+from node.web_watch import watch
 
 #: cluster_key and CLUSTER_PREFIX are node.web_auth's, here too for the
 #: extensions that import them from the app (replication signs with the key).
@@ -123,13 +126,20 @@ def build_app(
 
     # Every operation of node.web_model, as declared there (so the OpenAPI
     # document, made from the same table, describes exactly what is served).
-    handlers = {**HANDLERS, SPEC: openapi_handler, METRICS: metrics.handle, STREAM: streams.handle}
+    handlers = {
+        **HANDLERS,
+        SPEC: openapi_handler,
+        METRICS: metrics.handle,
+        STREAM: streams.handle,
+        WATCH: watch,
+    }
     for operation, handler in handlers.items():
         if operation.method == "GET":
             app.router.add_get(operation.path, handler)  # and HEAD, as aiohttp does
         else:
             app.router.add_route(operation.method, operation.path, handler)
 
+    _add_watch(app, forum, config)  # first: its streams end at once on shutdown
     app.cleanup_ctx.append(_listening)
     # on_shutdown runs after the socket closes and before in-flight requests
     # are awaited: long polls end now instead of holding up the shutdown.
@@ -137,6 +147,28 @@ def build_app(
     for extension in extensions:
         extension(app)
     return app
+
+
+def _add_watch(app: web.Application, forum: Forum, config: NodeConfig) -> None:
+    """The watch hub: it listens while the app runs, and its streams end on
+    shutdown (before in-flight requests are awaited: they never end else)."""
+    app[WATCH_HUB] = WatchHub(
+        forum,
+        buffer=config.watch_buffer,
+        queue=config.watch_queue,
+        heartbeat=config.watch_heartbeat,
+    )
+    app.cleanup_ctx.append(_watching)
+    app.on_shutdown.append(_end_watches)
+
+
+async def _watching(app: web.Application) -> AsyncIterator[None]:
+    async with app[WATCH_HUB]:
+        yield
+
+
+async def _end_watches(app: web.Application) -> None:
+    app[WATCH_HUB].close()
 
 
 def _no_peers() -> list[PeerStatus]:

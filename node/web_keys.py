@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from node.compactor import Compactor
 from node.config import NodeConfig
 from node.forum import Forum
+from node.watch import WatchHub
 from node.web_longpoll import LongPolls
 from node.web_model import Limits
 from node.web_ops import Space
@@ -50,3 +51,5 @@ COMPACTOR = web.AppKey("compactor", Compactor)
 SELF_AUTHENTICATED = web.AppKey[frozenset[str]]("self_authenticated")
 #: Monotonic time the app was built, for uptime in status.
 STARTED = web.AppKey("started", float)
+#: The node's watchers and the events they follow (``GET /v1/watch``, node.web_watch).
+WATCH_HUB = web.AppKey("watch_hub", WatchHub)

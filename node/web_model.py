@@ -34,6 +34,8 @@ RAW = "application/octet-stream"
 JSON = "application/json"
 MSGPACK = "application/msgpack"
 TEXT = "text/plain"
+#: Server-Sent Events (``GET /v1/watch``, node.web_watch).
+EVENT_STREAM = "text/event-stream"
 #: Other names programs use for msgpack; accepted on the way in and in Accept.
 MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
 #: The response header that carries a raw payload's entry id.
@@ -460,6 +462,15 @@ METRICS = Operation(
     Answer(200, "Prometheus text format.", media=(TEXT,)), negotiates=False,
 )  # fmt: skip
 
+#: Server-Sent Events of the node's writes, takes and expiries (node.web_watch;
+#: ``Last-Event-ID`` resumes, docs/http-api.md "Watch").
+WATCH = Operation(
+    "GET", "/v1/watch",
+    "Follow the node's writes, takes and expiries by prefix as Server-Sent Events",
+    Answer(200, "An endless text/event-stream (docs/http-api.md, Watch).", media=(EVENT_STREAM,)),
+    PATTERN, negotiates=False,
+)  # fmt: skip
+
 #: The operations of the stream (``GET /v1/stream``, node.web_stream), by the
 #: name a request gives, and the route each is over HTTP: the same checks, the
 #: same answer (its status and document), whichever way it is asked.
@@ -474,5 +485,5 @@ STREAM_OPS = {
 OPERATIONS = (
     WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
     ACK_RESERVE, EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
-    STREAM,
+    STREAM, WATCH,
 )  # fmt: skip

@@ -29,6 +29,7 @@ from node.web_keys import CONFIG, LIMITS, SELF_AUTHENTICATED
 from node.web_model import (
     DELIVERIES_HEADER,
     ENTRY_ID_HEADER,
+    EVENT_STREAM,
     GRAMMAR,
     JSON,
     MSGPACK,
@@ -36,6 +37,7 @@ from node.web_model import (
     RAW,
     SPEC,
     TEXT,
+    WATCH,
     BatchWriteBody,
     ExtendBody,
     Ids,
@@ -159,6 +161,7 @@ def _content(operation: Operation) -> dict[str, Any]:
     by_media = {
         RAW: {"type": "string", "format": "binary"},
         TEXT: {"type": "string"},
+        EVENT_STREAM: {"type": "string"},
         JSON: document,
         MSGPACK: document,
     }
@@ -253,6 +256,23 @@ _CLUSTER_PATHS = {
 }
 
 
+def _describe_watch(operation: dict[str, Any]) -> None:
+    """What the table does not say of ``GET /v1/watch``: its resumption header."""
+    operation["description"] = (
+        "Events `write`, `take`, `expire` (and `ready`, `gap`, `reset`, `overflow`), each "
+        "`id: <boot>-<n>`, `event: <kind>`, `data: <JSON>` and a blank line; `: keepalive` "
+        "comments while idle. See docs/http-api.md, Watch."
+    )
+    operation.setdefault("parameters", []).append(
+        {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "description": "The id of the last event seen: the stream resumes after it.",
+            "schema": {"type": "string", "pattern": r"^[0-9a-f]+-[0-9]{1,19}$"},
+        }
+    )
+
+
 def build_document(
     config: NodeConfig = NodeConfig(),  # noqa: B008 (frozen: one shared default is safe)
     *,
@@ -268,6 +288,7 @@ def build_document(
         paths.setdefault(operation.path, {})[operation.method.lower()] = _operation(
             operation, limits, bearer
         )
+    _describe_watch(paths[WATCH.path]["get"])
     if cluster:
         paths |= copy.deepcopy(_CLUSTER_PATHS)
     document: dict[str, Any] = {

@@ -149,3 +149,12 @@ def test_node_bench_scheduling_reports_every_row_against_its_target(tmp_path: Pa
         [rate, variant] for rate in rates for variant in ("ttl_priority", "delay")
     ]
     assert table[21] in ("all within the targets", "NOT all within the targets")
+
+
+def test_watch_bench_reports_each_case(tmp_path: Path) -> None:
+    out = tmp_path / "watch.json"
+    done = run("watch_bench.py", "--writes", "1000", "--rounds", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert set(report["writes_per_s"]) == {"plain", "hub", "hub+10"}
+    assert report["http_events_per_s"] > 0

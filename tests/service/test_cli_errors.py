@@ -17,6 +17,7 @@ NODE_COMMANDS = [
     ("read", "job-"),
     ("count", "job-"),
     ("status",),
+    ("watch", "job-"),
     ("dead", "list"),
     ("dead", "requeue", "--all"),
     ("worker", "--prefix", "job/", "--handler", "examples.handlers.fenced_redis:open_handler"),

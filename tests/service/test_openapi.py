@@ -139,3 +139,18 @@ async def test_every_served_route_is_described_with_and_without_extensions(
     for config, extensions in ((NodeConfig(), []), (NodeConfig(token="t"), [extension])):
         app = build_app(local_forum, config, extensions)
         assert _served(app) == _described(openapi_document(app))
+
+
+async def test_the_watch_is_described_as_an_event_stream(local_forum: Forum) -> None:
+    """``GET /v1/watch`` (issue 14): its answer is text/event-stream, its query
+    the prefix pair, and ``Last-Event-ID`` its resumption header."""
+    document = openapi_document(build_app(local_forum, NodeConfig()))
+    watch = document["paths"]["/v1/watch"]["get"]
+    assert set(watch["responses"]["200"]["content"]) == {"text/event-stream"}
+    assert {(p["name"], p["in"]) for p in watch["parameters"]} == {
+        ("prefix", "query"),
+        ("prefix_b64", "query"),
+        ("Last-Event-ID", "header"),
+    }
+    assert {"400", "503"} <= set(watch["responses"])
+    assert "Last-Event-ID" not in str(document["paths"]["/v1/read"])
