@@ -3,7 +3,7 @@
 ::
 
     forum serve                         forum.cli_serve    a node, replication wired in
-    forum write|take|read|count|status|compact
+    forum write|take|read|count|status|compact|pause|resume
                                         forum.cli_client   a node's API from the shell
     forum worker                        forum.cli_worker   workers (the Lens: Redis)
     forum dead list|requeue             forum.cli_dead     dead letters
@@ -60,6 +60,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "have a node run one compaction pass now and print what it dropped",
         "forum.cli_client:add_compact",
     ),
+    "pause": (
+        "pause the takes and reserves of PREFIX on every node (writes go on)",
+        "forum.cli_client:add_pause",
+    ),
+    "resume": ("end the pauses of PREFIX", "forum.cli_client:add_resume"),
     "worker": (
         "run workers that take jobs from a node and claim them in Redis",
         "forum.cli_worker:add_worker",

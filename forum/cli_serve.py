@@ -148,6 +148,12 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="most client connections at once (default: the open-file limit less 64)",
     )
+    add(
+        "--limits",
+        metavar="PREFIX=N,...",
+        help="the most live tuples each prefix may hold here; writes past it get 429 "
+        "(default: none)",
+    )
     add("--log-format", choices=("text", "json"), help="log lines as text or JSON")
     add("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING, ERROR")
     parser.set_defaults(func=run_serve)
