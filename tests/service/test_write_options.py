@@ -7,6 +7,7 @@ The bad values' 400s are in ``test_bad_input.py`` (one table, one node).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -19,6 +20,8 @@ from node.client import ForumClient
 from node.entries import PLAIN
 from node.errors import LimitExceeded, NodeRejected, Throttled
 from node.space import Pattern
+from node.sync_client import SyncForumClient
+from node.web_openapi import OPENAPI
 from tests.fixtures.nodes import ForumNodes, NodeProcess
 
 JSON = "application/json"
@@ -253,3 +256,55 @@ async def test_pause_needs_the_token(forum_nodes: ForumNodes) -> None:
     async with ForumClient(node.url, "t0ken") as client:
         await client.pause(b"job/")
         assert await client.paused() == [b"job/"]
+
+
+async def test_the_stream_frame_of_wire_md(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    """The write with options that docs/wire.md spells byte by byte."""
+    frame = bytes.fromhex(
+        "93 03 a5 77 72 69 74 65 84 a7 70 61 79 6c 6f 61 64 c4 05 6a 6f 62 2d 31 a3 74 74 6c"
+        " cb 40 4e 00 00 00 00 00 00 a8 70 72 69 6f 72 69 74 79 05 a3 6b 65 79 c4 05 6a 6f 62"
+        " 2d 31"
+    )
+    async with http.ws_connect(f"{forum_node.url}/v1/stream") as socket:
+        await socket.send_bytes(frame)
+        request_id, status, body = msgpack.unpackb(await socket.receive_bytes())
+        assert (request_id, status) == (3, 201) and body["id"]
+        await socket.send_bytes(msgpack.packb([4, "take", {"prefix": b"job-"}]))
+        request_id, status, body = msgpack.unpackb(await socket.receive_bytes())
+    assert (request_id, status, body["payload"]) == (4, 200, b"job-1")
+    assert (body["priority"], body["key"]) == (5, b"job-1")
+    assert body["expires"] > time.time() * 1000 + 50_000
+
+
+def test_the_document_describes_the_options_and_routes() -> None:
+    paths = OPENAPI["paths"]
+    write = paths["/v1/tuples"]["post"]
+    parameters = {p["name"]: p for p in write["parameters"]}
+    assert set(parameters) >= {"delay", "not_before", "ttl", "priority", "key", "key_b64"}
+    assert parameters["priority"]["schema"]["pattern"] == "^-?[0-9]{1,19}$"
+    assert "Retry-After" in write["responses"]["429"]["headers"]
+    assert "429" in paths["/v1/tuples/batch"]["post"]["responses"]
+    schemas = OPENAPI["components"]["schemas"]
+    assert {"ttl", "priority", "key", "key_b64", "wait"} <= set(schemas["WriteBody"]["properties"])
+    assert {"due", "expires", "priority", "key"} <= set(schemas["TupleBody"]["properties"])
+    pause = paths["/v1/prefixes/{prefix}/pause"]["post"]
+    assert pause["parameters"][0]["in"] == "path"
+    assert set(paths["/v1/prefixes/{prefix}/resume"]) == {"post"}
+    assert set(paths["/v1/prefixes"]) == {"get"}
+
+
+async def test_the_sync_client_writes_with_options_and_pauses(forum_node: NodeProcess) -> None:
+    def script() -> tuple[int, list[bytes]]:
+        with SyncForumClient(forum_node.url) as space:
+            space.write(b"sync-1", priority=2, ttl=30)
+            space.write_many([b"sync-2"], priority=1)
+            space.pause(b"sync-")
+            paused = space.paused()
+            space.resume(b"sync-")
+            found = space.read_entry(Pattern(b"sync-"))
+            assert found is not None
+            return found.props.priority, paused
+
+    assert await asyncio.to_thread(script) == (2, [b"sync-"])
