@@ -110,13 +110,19 @@ class Envelope:
     def with_key(self, key: str) -> Envelope:
         return replace(self, key=key)
 
-    def keyed(self, key: Callable[[bytes], str] | None, entry_id: str) -> Envelope:
-        """This delivery with its claim key: the one it carries, else
-        ``key(payload)`` when a key function is given, else ``entry_id`` (the
-        text of the tuple's id, for a first delivery). Raises what ``key``
-        raises, or ``ValueError`` for a key that is not a non-empty string."""
+    def keyed(
+        self, key: Callable[[bytes], str] | None, entry_id: str, written: bytes | None = None
+    ) -> Envelope:
+        """This delivery with its claim key: the one it carries, else the key
+        it was ``written`` with (``write(..., key=...)``: text, UTF-8, any
+        other byte as ``\\xNN``), else ``key(payload)`` when a key function
+        is given, else ``entry_id`` (the text of the tuple's id, for a first
+        delivery). Raises what ``key`` raises, or ``ValueError`` for a key
+        that is not a non-empty string."""
         if self.key is not None:
             return self
+        if written is not None:
+            return self.with_key(written.decode(errors="backslashreplace"))
         return self.with_key(key(self.payload) if key is not None else entry_id)
 
     def at_attempt(self, attempt: int) -> Envelope:

@@ -112,7 +112,7 @@ class TakeOnly:
         if item is None:
             return None
         self._held[item.id] = item
-        return Reserved(item.id, item.payload)
+        return Reserved(item.id, item.payload, item.props)
 
     async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Reserved]:
         """Up to ``limit`` takes, one at a time; never waits."""
@@ -139,7 +139,7 @@ class TakeOnly:
             return False
         envelope = Envelope.open(item.payload)
         try:
-            payload = envelope.keyed(self._key, str(item.id)).seal()
+            payload = envelope.keyed(self._key, str(item.id), item.props.key).seal()
         except Exception:
             # The worker parks such a job as a dead letter; its bytes go back as they were.
             payload = item.payload

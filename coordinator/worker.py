@@ -26,7 +26,8 @@ For each job:
    What is reserved ahead waits at most ``_AHEAD_HOLD`` (0.2 s) for a slot,
    then is released for other workers; a stop releases it at once.
 2. **claim** each one's key in the Lens, all in one round trip: the key that
-   travels in the tuple's trailer, else ``key(payload)`` when given, else the
+   travels in the tuple's trailer, else the key it was written with
+   (``write(..., key=...)``), else ``key(payload)`` when given, else the
    tuple's entry id. The claim carries no re-offer bytes: the reservation is
    the job's copy. Nothing is acked yet.
 3. run ``handler(job)`` while a heartbeat, each third of a lease, extends the
@@ -597,7 +598,7 @@ class Worker:
         for item in items:
             opened = Envelope.open(item.payload)
             try:
-                envelope = opened.keyed(self._key, str(item.id))
+                envelope = opened.keyed(self._key, str(item.id), item.props.key)
             except Exception:
                 log.exception("the key function failed on %s: parking it as a dead letter", item.id)
                 self._slots.release()

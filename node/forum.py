@@ -19,6 +19,14 @@ or the lease running out, or a restart of the node, puts it back. A consumer
 that dies between receiving a tuple and making it safe elsewhere (a claim in
 the Lens) therefore loses nothing: the tuple comes back.
 
+A Write's properties (:class:`~node.entries.Properties`, docs/scheduling.md)
+are applied here alike for local and remote Writes: a tuple not due yet
+waits in the :class:`~node.schedule.Schedule`, out of the index; one whose
+expiry comes is removed wherever it is, without a Take; its priority orders
+the index; a pause marker pauses the takes of its prefix; a dedup key opens
+a window in the :class:`~node.dedup.DedupTable`. Local writes to a limited
+prefix wait or fail while it is full (``limits``); remote ones never do.
+
 Entries from other nodes come in through :meth:`Forum.apply`: stored in the
 Strand first, then applied, idempotently and in any order (a Take that
 arrives before its Write kills the Write when it comes). Every entry made
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import functools
 import logging
 import time
@@ -42,10 +51,12 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from node.codec import RawEntry, TakeRaw, is_write
-from node.entries import Entry, EntryId, Reserved, Take, Tuple, Write
-from node.errors import ForumError
+from node.dedup import DedupTable
+from node.entries import PLAIN, Entry, EntryId, Properties, Reserved, Take, Tuple, Write
+from node.errors import ForumError, LimitExceeded
 from node.index import LiveIndex
 from node.resource import AsyncResource
+from node.schedule import Clock, Schedule
 from node.space import Pattern
 from node.strand import CompactionReport, Strand
 from node.write_options import WriteOptions
@@ -81,6 +92,10 @@ REMOTE_DELAY = 0.01
 #: How long a remote tuple whose turn came while no taker here wanted it is
 #: held back (taken here only when nothing live matches) before it is live. See ``apply``.
 REMOTE_HOLD = 2.0
+#: The longest a write waits for room under a limit (``wait``).
+MAX_WAIT = 60.0
+#: What a refused write is told to wait before trying again (``LimitExceeded``).
+ROOM_RETRY_AFTER = 1.0
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
 _REMOTE_SLOTS = 4
@@ -297,6 +312,7 @@ class Forum(AsyncResource):
         remote_delay: float = REMOTE_DELAY,
         remote_hold: float = REMOTE_HOLD,
         limits: Mapping[bytes, int] | None = None,
+        clock: Clock = time.time,
     ) -> None:
         if remote_delay < 0:
             raise ValueError("remote_delay must be >= 0")
@@ -329,6 +345,21 @@ class Forum(AsyncResource):
         #: An entry goes when its tuple is taken (here or elsewhere).
         self._lapses: dict[EntryId, int] = {}
         self._index = LiveIndex()
+        # The properties of every tuple not dead whose Write has any (the
+        # index keeps only a tuple's priority: the rest is put back from here).
+        self._props: dict[EntryId, Properties] = {}
+        # The wall clock that due times, expiries and dedup windows are read by.
+        self._clock = clock
+        self._schedule = Schedule(self._on_due, self._on_expiry, clock)
+        self._dedup = DedupTable()
+        # Writes with a dedup key under way: a second one waits for the first.
+        self._dedup_writing: dict[bytes, asyncio.Future[EntryId]] = {}
+        # Pause markers' ids -> the prefix each pauses.
+        self._pause_markers: dict[EntryId, bytes] = {}
+        # Writers waiting for room under a limit, woken when tuples leave.
+        self._room_waiters: builtins.list[asyncio.Future[None]] = []
+        # Local writes under way, per limited prefix (counted against its limit).
+        self._limited_writing: dict[bytes, int] = {}
         self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
         self._taking: set[EntryId] = set()  # tuples whose Take is being appended
         self._killed_while_taking: set[EntryId] = set()  # ... and killed meanwhile by a peer
@@ -347,10 +378,16 @@ class Forum(AsyncResource):
         # Plain (origin, seq) keys and one bulk load of the survivors: replay
         # is start-up time, and most entries of a long log are dead by its end.
         live: dict[tuple[str, int], bytes] = {}
+        props: dict[tuple[str, int], Properties] = {}
         pending: set[tuple[str, int]] = set()
+        now, origin = self._schedule.now_ms(), self.strand.origin
         for raw in entries:
             if is_write(raw):
                 key = (raw[0], raw[1])
+                if len(raw) == 4:
+                    props[key] = found = cast(Properties, raw[3])
+                    if found.dedup_until > now and found.key is not None and key[0] == origin:
+                        self._dedup.add(found.key, EntryId(*key), found.dedup_until)
                 if key in pending:
                     pending.discard(key)
                 else:
@@ -364,7 +401,18 @@ class Forum(AsyncResource):
                     else:
                         pending.add(target)
         self._pending_kills = {EntryId(*key) for key in pending}
-        self._index.bulk_load([Tuple(EntryId(*key), payload) for key, payload in live.items()])
+        if not props:
+            self._index.bulk_load([Tuple(EntryId(*key), p) for key, p in live.items()])
+            return
+        plain: builtins.list[Tuple] = []
+        for key, payload in live.items():
+            found = props.get(key, PLAIN)
+            item = Tuple(EntryId(*key), payload, found)
+            if found is PLAIN:
+                plain.append(item)
+            elif (placed := self._place(item, now)) is not None:
+                plain.append(placed)  # live now, in log order with the rest
+        self._index.bulk_load(plain)
 
     # -- the tuple-space API ---------------------------------------------------
 
@@ -396,6 +444,7 @@ class Forum(AsyncResource):
             and ttl is None
             and not priority
             and key is None
+            and dedup_window is None
             and wait is None
             and not self._limits
         ):
@@ -425,6 +474,9 @@ class Forum(AsyncResource):
         """
         self._check_open()
         options = WriteOptions(delay, not_before, ttl, priority, key, dedup_window)
+        if options.plain and wait is None and not self._limits:
+            writes = await self.strand.submit_writes(payloads, self._on_writes_durable)
+            return [entry.id for entry in writes]
         return await self._write_with(payloads, options, wait)
 
     async def _write_with(
@@ -432,23 +484,144 @@ class Forum(AsyncResource):
     ) -> list[EntryId]:
         if options.key is not None and len(payloads) != 1:
             raise ValueError("a key names one write: give it with one payload")
-        props = options.properties(time.time())
-        # The Strand calls _on_writes_durable itself, whatever happens to this
-        # caller: its cancellation cancels only the wait, so no shield is needed.
-        writes = await self.strand.submit_writes(payloads, self._on_writes_durable, props)
+        if wait is not None and not (0 <= wait <= MAX_WAIT):
+            raise ValueError(f"wait must be 0 to {MAX_WAIT:.0f} seconds, not {wait!r}")
+        props = options.properties(self._clock())
+        key = props.key if props.dedup_until else None
+        if key is not None:
+            return [await self._write_once(payloads[0], props, key, wait)]
+        return await self._write_limited(payloads, props, wait)
+
+    async def _write_once(
+        self, payload: bytes, props: Properties, key: bytes, wait: float | None
+    ) -> EntryId:
+        """A write with a dedup key: the id of the write with that key whose
+        window is open, if any (waiting for one under way), else this one's."""
+        while (writing := self._dedup_writing.get(key)) is not None:
+            with contextlib.suppress(Exception):
+                return await asyncio.shield(writing)
+        found = self._dedup.get(key, self._schedule.now_ms())
+        if found is not None:
+            return found
+        done: asyncio.Future[EntryId] = asyncio.get_running_loop().create_future()
+        self._dedup_writing[key] = done
+        try:
+            (entry_id,) = await self._write_limited((payload,), props, wait)
+        except BaseException as exc:
+            done.set_exception(exc if isinstance(exc, Exception) else ForumError("cancelled"))
+            done.exception()  # retrieved: nobody may be waiting
+            raise
+        finally:
+            del self._dedup_writing[key]
+        done.set_result(entry_id)
+        return entry_id
+
+    async def _write_limited(
+        self, payloads: Sequence[bytes], props: Properties, wait: float | None
+    ) -> builtins.list[EntryId]:
+        """Write, once every limited prefix the payloads fall under has room."""
+        limited = self._limited_by(payloads)
+        if limited:
+            await self._room_for(limited, wait)
+            for prefix, n in limited.items():
+                self._limited_writing[prefix] = self._limited_writing.get(prefix, 0) + n
+        try:
+            # The Strand calls _on_writes_durable itself, whatever happens to this
+            # caller: its cancellation cancels only the wait, so no shield is needed.
+            writes = await self.strand.submit_writes(payloads, self._on_writes_durable, props)
+        finally:
+            for prefix, n in limited.items():
+                self._limited_writing[prefix] -= n
         return [entry.id for entry in writes]
+
+    def _limited_by(self, payloads: Sequence[bytes]) -> dict[bytes, int]:
+        """Per limited prefix, how many of ``payloads`` fall under it."""
+        counts: dict[bytes, int] = {}
+        for prefix in self._limits:
+            n = sum(1 for payload in payloads if payload.startswith(prefix))
+            if n:
+                counts[prefix] = n
+        return counts
+
+    async def _room_for(self, limited: dict[bytes, int], wait: float | None) -> None:
+        """Return once every prefix in ``limited`` has room for its count;
+        ``LimitExceeded`` if one has none after ``wait`` seconds (none: at once)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (wait or 0.0)
+        while True:
+            full = next(
+                (p for p, n in limited.items() if self._held_count(p) + n > self._limits[p]), None
+            )
+            if full is None:
+                return
+            left = deadline - loop.time()
+            if left <= 0:
+                raise LimitExceeded(full, self._limits[full], retry_after=ROOM_RETRY_AFTER)
+            room: asyncio.Future[None] = loop.create_future()
+            self._room_waiters.append(room)
+            try:
+                await asyncio.wait_for(asyncio.shield(room), left)
+            except TimeoutError:
+                pass
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._room_waiters.remove(room)
+
+    def _free_room(self) -> None:
+        """Tuples left: writers waiting for room look again."""
+        waiters, self._room_waiters = self._room_waiters, []
+        for room in waiters:
+            if not room.done():
+                room.set_result(None)
 
     # -- pausing a prefix ------------------------------------------------------
 
     async def pause(self, prefix: bytes) -> EntryId:
         """Pause the takes and reserves of ``prefix`` (and of every pattern
         that starts with it) on every node: they answer nothing until
-        :meth:`resume`. Writes go on. Returns the pause marker's id."""
-        raise NotImplementedError
+        :meth:`resume`. Writes, reads and acks go on. The pause is a marker
+        Write, replicated as any: it reaches every node, and survives restarts.
+        Returns the marker's id."""
+        self._check_open()
+        if not isinstance(prefix, bytes):
+            raise TypeError("a prefix is bytes")
+        marker = Properties(pause=True)
+        writes = await self.strand.submit_writes((prefix,), self._on_writes_durable, marker)
+        return writes[0].id
 
     async def resume(self, prefix: bytes) -> int:
-        """End every pause of exactly ``prefix`` known here; returns how many."""
-        raise NotImplementedError
+        """End every pause of exactly ``prefix`` known here (a Take of each
+        marker, replicated); returns how many. A pause made on a node cut off
+        from this one is not known here yet, and outlives this resume: resume
+        again once it arrives (``paused`` shows it)."""
+        self._check_open()
+        markers = builtins.list(self._paused.get(prefix, ()))
+        if not markers:
+            return 0
+        takes = await asyncio.shield(self.strand.submit_takes(markers))
+        for marker in markers:
+            self._drop_pause(marker)
+        self._takes += len(takes)
+        self._notify(takes, LOCAL)
+        return len(markers)
+
+    def _add_pause(self, marker: Tuple) -> None:
+        self._pause_markers[marker.id] = marker.payload
+        self._paused.setdefault(marker.payload, set()).add(marker.id)
+
+    def _drop_pause(self, marker: EntryId) -> None:
+        prefix = self._pause_markers.pop(marker, None)
+        if prefix is None:
+            return
+        markers = self._paused[prefix]
+        markers.discard(marker)
+        if not markers:
+            del self._paused[prefix]
+            self._retry_waiters()  # takers of the prefix are served again
+
+    def _is_paused(self, prefix: bytes) -> bool:
+        """Whether takes of ``prefix`` are paused (it starts with a paused prefix)."""
+        return any(prefix.startswith(paused) for paused in self._paused)
 
     def paused(self) -> builtins.list[bytes]:
         """The prefixes paused here, sorted."""
@@ -459,14 +632,113 @@ class Forum(AsyncResource):
         return {prefix: (self._held_count(prefix), limit) for prefix, limit in self._limits.items()}
 
     def _held_count(self, prefix: bytes) -> int:
-        return self._index.count(prefix)
+        """What a limit counts: the prefix's tuples here that are live, not
+        due yet, reserved, or being written here."""
+        reserved = sum(1 for _, r, _ in self._reservations.values() if r.payload.startswith(prefix))
+        writing = self._limited_writing.get(prefix, 0)
+        return self._index.count(prefix) + self._schedule.count(prefix) + reserved + writing
 
     def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
         # Called by the Strand's writer in log order, whether or not the caller waits.
-        for entry in writes:
-            self._add_live(Tuple(entry.id, entry.payload))
+        if writes[0].props is PLAIN:  # one append's writes share their properties
+            for entry in writes:
+                self._add_live(Tuple(entry.id, entry.payload))
+        else:
+            now = self._schedule.now_ms()
+            for entry in writes:
+                props = entry.props
+                if props.dedup_until and props.key is not None:
+                    self._dedup.add(props.key, entry.id, props.dedup_until)
+                placed = self._place(Tuple(entry.id, entry.payload, props), now)
+                if placed is not None:
+                    self._add_live(placed)
+            if writes[0].props.pause:
+                self._notify(writes, LOCAL)
+                return
         self._writes += len(writes)
         self._notify(writes, LOCAL)
+
+    def _place(self, item: Tuple, now: int) -> Tuple | None:
+        """Where a tuple with properties goes: a pause marker among the
+        pauses, an expired one nowhere, one not due yet to the schedule;
+        ``item`` back if it is live now (the caller makes it so)."""
+        props = item.props
+        if props.pause:
+            self._add_pause(item)
+            return None
+        if props.expires and props.expires <= now:
+            return None  # expired before it got here: never live
+        self._props[item.id] = props
+        if props.expires:
+            self._schedule.expire_at(item.id, props.expires)
+        if props.due > now:
+            self._schedule.hold(item, props.due)
+            return None
+        return item
+
+    def _on_due(self, items: builtins.list[Tuple]) -> None:
+        """Tuples fell due: live, in due order; a peer's after its turn here."""
+        origin = self.strand.origin
+        for item in items:
+            dressed = self._dress(item)
+            if item.id.origin == origin:
+                self._add_live(dressed)
+            else:
+                self._surface_later(dressed)
+
+    def _on_expiry(self, entry_ids: builtins.list[EntryId]) -> None:
+        """Expiry times came: each tuple still alive is gone, wherever it is,
+        without a Take (every node expires it from its Write alike)."""
+        expired: builtins.list[Tuple] = []
+        for entry_id in entry_ids:
+            props = self._props.get(entry_id)
+            if props is None or entry_id in self._taking:
+                continue  # dead already, or being taken (its put-back checks)
+            item = self._remove_anywhere(entry_id)
+            self._props.pop(entry_id, None)
+            self._lapses.pop(entry_id, None)
+            if item is not None:
+                expired.append(Tuple(item.id, item.payload, props))
+        if expired:
+            self._tell_expired(expired)
+
+    def _tell_expired(self, expired: builtins.list[Tuple]) -> None:
+        self._expired += len(expired)
+        self._free_room()
+        for listener in self._expiry_listeners:
+            try:
+                listener(expired)
+            except Exception:
+                log.exception("a Forum expiry listener failed")
+
+    def _remove_anywhere(self, entry_id: EntryId) -> Tuple | None:
+        """Take a tuple out of wherever it is waiting or live (not being
+        taken: that is left to the take): the tuple, or ``None``."""
+        removed = self._remove_live(entry_id)
+        if removed is not None:
+            return removed[1]
+        waiting = self._surfacing.pop(entry_id, None) or self._pool.pop(entry_id)
+        if waiting is not None:
+            waiting.handle.cancel()
+            return waiting.item
+        reservation = self._reservations.pop(entry_id, None)
+        if reservation is not None:
+            reservation[2].cancel()
+            return reservation[1]
+        return self._schedule.drop(entry_id)
+
+    def _expired_now(self, entry_id: EntryId) -> bool:
+        """Whether ``entry_id`` has expired (it is not to be put back)."""
+        props = self._props.get(entry_id)
+        return props is not None and 0 < props.expires <= self._schedule.now_ms()
+
+    def _dress(self, item: Tuple) -> Tuple:
+        """``item`` with its Write's properties (the index keeps only the priority)."""
+        if self._props and item.props is PLAIN:
+            props = self._props.get(item.id)
+            if props is not None:
+                return Tuple(item.id, item.payload, props)
+        return item
 
     async def read(self, pattern: Pattern) -> bytes | None:
         """The payload of the oldest live match, left live; ``None`` if none."""
@@ -475,7 +747,7 @@ class Forum(AsyncResource):
 
     async def read_entry(self, pattern: Pattern) -> Tuple | None:
         found = self._index.oldest(pattern.prefix)
-        return None if found is None else found[1]
+        return None if found is None else self._dress(found[1])
 
     async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None:
         """Remove and return the oldest live match.
@@ -540,7 +812,7 @@ class Forum(AsyncResource):
             if reservation is not None:
                 arrival, handed, expiry = reservation
                 expiry.cancel()
-                found.append((arrival, Tuple(handed.id, handed.payload)))
+                found.append((arrival, Tuple(handed.id, handed.payload, handed.props)))
             elif (removed := self._remove_live(entry_id)) is not None:
                 found.append(removed)
             else:
@@ -595,7 +867,7 @@ class Forum(AsyncResource):
 
     def _restore(self, arrival: int, handed: Reserved) -> None:
         """A reserved tuple live again, as the plain tuple it was."""
-        item = Tuple(handed.id, handed.payload)
+        item = Tuple(handed.id, handed.payload, handed.props)
         self._index.restore(arrival, item)
         self._offer(arrival, item)
 
@@ -637,6 +909,9 @@ class Forum(AsyncResource):
         self._check_open()
         candidates = self._in_ranges(origin, ranges)
         for entry_id in candidates:
+            self._drop_pause(entry_id)
+            if (due_later := self._schedule.drop(entry_id)) is not None:
+                self._add_live(self._dress(due_later))  # then taken below, as any live one
             surfacing = self._surfacing.pop(entry_id, None) or self._pool.pop(entry_id)
             if surfacing is not None and not surfacing.aired:
                 surfacing.handle.cancel()
@@ -648,8 +923,8 @@ class Forum(AsyncResource):
                 arrival, handed, expiry = reservation
                 expiry.cancel()
                 self._double_takes += 1  # handed out here, taken for good elsewhere
-                found.append((arrival, Tuple(handed.id, handed.payload)))
-            elif (removed := self._index.remove_id(entry_id)) is not None:
+                found.append((arrival, Tuple(handed.id, handed.payload, handed.props)))
+            elif (removed := self._remove_live(entry_id)) is not None:
                 found.append(removed)
         if found:
             await self._commit_takes(found, rescue=False)
@@ -661,7 +936,8 @@ class Forum(AsyncResource):
         of short ranges, else each live id that falls in one (whichever is
         fewer to look at)."""
         seqs = sum(last - first + 1 for first, last in ranges)
-        waiting = len(self._surfacing) + len(self._pool)
+        waiting = len(self._surfacing) + len(self._pool) + len(self._schedule)
+        waiting += len(self._pause_markers)
         if seqs <= len(self._index) + len(self._reservations) + waiting:
             return [
                 EntryId(origin, seq) for first, last in ranges for seq in range(first, last + 1)
@@ -673,13 +949,17 @@ class Forum(AsyncResource):
                 *self._reservations,
                 *self._surfacing,
                 *self._pool,
+                *self._schedule.ids(),
+                *self._pause_markers,
             )
             if entry_id.origin == origin
             and any(first <= entry_id.seq <= last for first, last in ranges)
         ]
 
     async def _live_keys(self) -> set[tuple[str, int]]:
-        """Every tuple not dead: live, reserved, surfacing, held, or being taken.
+        """Every tuple not dead: live, reserved, surfacing, held, not due yet,
+        or being taken; and the Writes kept for what they say: pause markers
+        and the writes whose dedup window is open.
         Built a slice at a time, so a large backlog does not stall the loop
         (a tuple dead when looked at stays dead, so no snapshot is needed)."""
         ids: list[EntryId] = [
@@ -688,6 +968,9 @@ class Forum(AsyncResource):
             *self._surfacing,
             *self._pool,
             *self._taking,
+            *self._schedule.ids(),
+            *self._pause_markers,
+            *self._dedup.ids(),
         ]
         keys: set[tuple[str, int]] = set()
         for start in range(0, len(ids), _LIVE_SLICE):
@@ -711,7 +994,7 @@ class Forum(AsyncResource):
         for arrival, item in self._index.iter_matching(pattern.prefix, after=cursor):
             if len(page) == limit:
                 return ListPage(page, last)
-            page.append(item)
+            page.append(self._dress(item))
             last = arrival
         return ListPage(page, None)
 
@@ -740,7 +1023,7 @@ class Forum(AsyncResource):
         )
 
     def _delayed_count(self) -> int:
-        return 0
+        return len(self._schedule)
 
     # -- the seam for replication ---------------------------------------------
 
@@ -833,12 +1116,18 @@ class Forum(AsyncResource):
         self._applying.difference_update(entry.id for entry in new)
         if durable.cancelled() or durable.exception() is not None:
             return
+        now = None
         for entry in new:
             if isinstance(entry, Write):
                 if entry.id in self._pending_kills:
                     self._pending_kills.discard(entry.id)
-                else:
+                elif entry.props is PLAIN:
                     self._surface_later(Tuple(entry.id, entry.payload))
+                else:
+                    now = now or self._schedule.now_ms()
+                    placed = self._place(Tuple(entry.id, entry.payload, entry.props), now)
+                    if placed is not None:
+                        self._surface_later(placed)
             else:
                 self._apply_take(entry)
         self._notify(new, provenance)
@@ -916,10 +1205,12 @@ class Forum(AsyncResource):
         backlog (:meth:`_stealable`); with no live match, the held one so
         ranked. ``None`` when every match here is left to its writer for now
         (the waiters are tried again within ``remote_hold``)."""
+        if self._paused and self._is_paused(prefix):
+            return None  # resume retries the waiters
         found = self._index.oldest(prefix)
         if found is not None and found[1].id not in self._pool:
             self._index.remove(found[0])
-            return found
+            return found if not self._props else (found[0], self._dress(found[1]))
         live = found is not None  # and pooled: aired
         limit = _STEAL_SCAN if live else None  # held ones last remote_hold at most
         best = self._pool.best(prefix, self._stealable, aired=live, limit=limit)
@@ -932,7 +1223,7 @@ class Forum(AsyncResource):
         for arrival, item in [] if found is None else self._index.iter_matching(prefix):
             if item.id not in self._pool:
                 self._index.remove(arrival)
-                return arrival, item
+                return arrival, self._dress(item)
         if self._pool:  # some were left to their writers, maybe
             self._retry_waiters_later()
         return None
@@ -989,7 +1280,7 @@ class Forum(AsyncResource):
         entry_id = pooled.item.id
         self._pool.pop(entry_id)
         if pooled.aired and (removed := self._index.remove_id(entry_id)) is not None:
-            return removed
+            return removed[0], pooled.item
         pooled.handle.cancel()
         arrival = self._index.add(pooled.item)
         self._index.remove(arrival)
@@ -1000,11 +1291,21 @@ class Forum(AsyncResource):
         removed = self._index.remove_id(entry_id)
         if removed is not None:
             self._pool.pop(entry_id)
+            if self._props:
+                return removed[0], self._dress(removed[1])
         return removed
 
     def _apply_take(self, take: Take) -> None:
         self._lapses.pop(take.target, None)
         self._note_pace(take)
+        if self._room_waiters:
+            self._free_room()
+        if self._props and self._props.pop(take.target, None) is not None:
+            if self._schedule.drop(take.target) is not None:
+                return  # taken elsewhere before it was due here
+        elif take.target in self._pause_markers:
+            self._drop_pause(take.target)  # resumed elsewhere
+            return
         if self._remove_live(take.target) is not None:
             return
         surfacing = self._surfacing.pop(take.target, None) or self._pool.pop(take.target)
@@ -1052,6 +1353,8 @@ class Forum(AsyncResource):
         else tell the live listeners it is there."""
         for waiter in self._waiters:
             if not waiter.future.done() and item.payload.startswith(waiter.prefix):
+                if self._paused and self._is_paused(waiter.prefix):
+                    continue
                 self._waiters.remove(waiter)
                 self._index.remove(arrival)
                 waiter.future.set_result((arrival, item))
@@ -1137,27 +1440,41 @@ class Forum(AsyncResource):
         self._notify(takes, LOCAL)
         if not rescue:
             return
-        payloads = [item.payload for _, item in found]
-        log.warning("a take was cancelled after it was durable: writing %d back", len(payloads))
+        log.warning("a take was cancelled after it was durable: writing %d back", len(found))
+        by_props: dict[Properties, builtins.list[bytes]] = {}
+        for _, item in found:  # each written back with its Write's properties
+            by_props.setdefault(item.props, []).append(item.payload)
         try:
-            await self.write_many(payloads)
+            for props, payloads in by_props.items():
+                await self.strand.submit_writes(payloads, self._on_writes_durable, props)
         except ForumError:
-            log.exception("could not write back %d tuples of a cancelled take", len(payloads))
+            log.exception("could not write back %d tuples of a cancelled take", len(found))
 
     def _put_back(self, found: OutOfIndex) -> None:
+        expired: builtins.list[Tuple] = []
         for arrival, item in found:
             self._taking.discard(item.id)
             if item.id in self._killed_while_taking:
                 self._killed_while_taking.discard(item.id)
                 continue
+            if self._props and self._expired_now(item.id):
+                self._props.pop(item.id, None)
+                expired.append(item)  # expired while it was being taken
+                continue
             self._index.restore(arrival, item)
             self._offer(arrival, item)
+        if expired:
+            self._tell_expired(expired)
 
     def _done_taking(self, found: OutOfIndex) -> None:
         for _, item in found:
             self._taking.discard(item.id)
             self._killed_while_taking.discard(item.id)
             self._lapses.pop(item.id, None)
+            if self._props:
+                self._props.pop(item.id, None)
+        if self._room_waiters:
+            self._free_room()
 
     def _notify(self, entries: Sequence[Entry], provenance: Provenance) -> None:
         for listener in self._listeners:
@@ -1169,6 +1486,8 @@ class Forum(AsyncResource):
     def _check_open(self) -> None:
         if self._closed:
             raise ForumError("the Forum is closed")
+        if self._schedule.unarmed:  # replayed outside a running loop
+            self._schedule.arm()
 
     # -- closing ---------------------------------------------------------------
 
@@ -1184,6 +1503,8 @@ class Forum(AsyncResource):
             surfacing.handle.cancel()  # they are in the Strand: live again after a restart
         self._surfacing.clear()
         self._pool.clear()
+        self._schedule.close()  # due and expiry times are in the Strand: kept after a restart
+        self._free_room()
         if self._retry is not None:
             self._retry.cancel()
         for _, _, expiry in self._reservations.values():

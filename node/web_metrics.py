@@ -71,6 +71,8 @@ class ForumCollector(Collector):
                 stats.reserved,
             ),
             ("forum_http_long_polls", "Requests waiting in a long poll.", self._long_polls.waiting),
+            ("forum_delayed_tuples", "Tuples written but not due yet.", stats.delayed),
+            ("forum_paused_prefixes", "Prefixes whose takes are paused.", len(stats.paused)),
         )
         for name, documentation, value in gauges:
             yield GaugeMetricFamily(name, documentation, value=value)
@@ -82,6 +84,11 @@ class ForumCollector(Collector):
                 "forum_strand_tails_cut",
                 "Torn log tails cut off when the Strand opened.",
                 stats.tails_cut,
+            ),
+            (
+                "forum_expired",
+                "Tuples that expired on this node (their ttl ran out).",
+                stats.expired,
             ),
             ("forum_compactions", "Compaction passes run.", stats.compactions),
             (
@@ -105,6 +112,19 @@ class ForumCollector(Collector):
         for origin, seq in sorted(self._compactor.horizon().items()):
             horizon.add_metric([origin], seq)
         yield horizon
+        fill = GaugeMetricFamily(
+            "forum_prefix_fill",
+            "Per limited prefix, the tuples it holds here (what its limit counts).",
+            labels=["prefix"],
+        )
+        limit = GaugeMetricFamily(
+            "forum_prefix_limit", "Per limited prefix, its limit.", labels=["prefix"]
+        )
+        for prefix, (held, most) in sorted(stats.limits.items()):
+            fill.add_metric([prefix], held)
+            limit.add_metric([prefix], most)
+        yield fill
+        yield limit
 
 
 class NodeMetrics:

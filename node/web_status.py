@@ -47,6 +47,9 @@ class PeerStatus:
     holds_back: int = 0
     #: Not heard from for ``forget_after``: it no longer holds compaction back.
     forgotten: bool = False
+    #: Seconds the peer's wall clock is ahead of this node's (negative: behind),
+    #: as replication measures it; ``None`` until known (docs/replication.md "Clocks").
+    clock_offset: float | None = None
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> PeerStatus:

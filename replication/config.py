@@ -76,6 +76,10 @@ class ReplicationConfig:
     dead_after: Seconds = 5.0
     #: Signed requests older or newer than this many seconds are refused.
     max_clock_skew: Seconds = 60.0
+    #: A peer whose wall clock is further than this many seconds from ours is
+    #: warned about: delayed and expiring tuples fall due and expire that much
+    #: apart on the two nodes (:mod:`replication.clocks`).
+    warn_clock_skew: PositiveSeconds = 1.0
     #: A pushed entry may be at most this far past the highest seq held of its
     #: origin; further ones are refused as forged (they would make the Strand
     #: reserve room for the gap). Anti-entropy never needs more than 1.
@@ -91,6 +95,13 @@ class ReplicationConfig:
         if self.backoff_max < self.backoff_base:
             raise SettingError(
                 "backoff_max must be at least backoff_base", "backoff_max", "backoff_base"
+            )
+        if self.warn_clock_skew >= self.max_clock_skew:
+            # Past max_clock_skew signed requests are refused: the warning would never come.
+            raise SettingError(
+                "warn_clock_skew must be less than max_clock_skew",
+                "warn_clock_skew",
+                "max_clock_skew",
             )
 
     @classmethod

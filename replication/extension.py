@@ -38,6 +38,7 @@ from node.web_keys import (
     SELF_AUTHENTICATED,
 )
 from replication.auth import ClusterAuth
+from replication.clocks import ClockWatch
 from replication.config import ReplicationConfig
 from replication.messages import ROUTE_PREFIX, Member
 from replication.metrics import ReplicationMetrics
@@ -75,8 +76,9 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
     me = Member(forum.strand.origin, advertised_url(node))
     auth = ClusterAuth(cluster_key(node), config.max_clock_skew)
     metrics = ReplicationMetrics(app[METRICS_REGISTRY])
+    clocks = ClockWatch(config.warn_clock_skew)
     async with (
-        HttpTransport(auth, config) as transport,
+        HttpTransport(auth, config, clocks) as transport,
         Replicator(
             forum=forum,
             me=me,
@@ -85,6 +87,7 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
             metrics=metrics,
             config=config,
             forget_after=node.forget_after,
+            clocks=clocks,
         ) as replicator,
     ):
         app[REPLICATION] = Replication(replicator, auth)

@@ -195,13 +195,18 @@ class Membership:
         ]
 
     def snapshot(
-        self, holdings: VersionVector | None = None, queued: Mapping[str, int] | None = None
+        self,
+        holdings: VersionVector | None = None,
+        queued: Mapping[str, int] | None = None,
+        clock_offsets: Mapping[str, float] | None = None,
     ) -> list[PeerStatus]:
         """One row per peer, by URL, for ``forum status`` and the metrics;
         ``behind`` and ``holds_back`` need ``holdings`` (this node's vector);
-        ``queued`` is each peer's push queue length, by URL."""
+        ``queued`` is each peer's push queue length, and ``clock_offsets``
+        its clock's offset (:mod:`replication.clocks`), by URL."""
         now = self._clock()
         queued = queued or {}
+        clock_offsets = clock_offsets or {}
         return [
             PeerStatus(
                 url=peer.url,
@@ -219,6 +224,7 @@ class Membership:
                 queued=queued.get(peer.url, 0),
                 holds_back=self._holds_back(peer, holdings),
                 forgotten=self.forgotten(peer),
+                clock_offset=clock_offsets.get(peer.url),
             )
             for peer in sorted(self._peers.values(), key=lambda p: p.url)
         ]

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 
 from node.web_bodies import ApiProblem
 from replication.auth import ClusterAuth
+from replication.clocks import ClockSamples
 from replication.config import ReplicationConfig
 from replication.errors import PeerTimeout, PeerUnavailable
 from replication.routes import Replication, Request, serve
@@ -75,8 +76,9 @@ class MemoryTransport(SignedTransport):
         config: ReplicationConfig,
         *,
         caller: str | None = None,
+        clocks: ClockSamples | None = None,
     ) -> None:
-        super().__init__(auth, config)
+        super().__init__(auth, config, clocks)
         self._network = network
         self._caller = caller
         self._request_timeout = config.request_timeout

@@ -24,6 +24,8 @@ Gauges, read from the peer table at each scrape::
                                                           below this node's vector
     forum_replication_peer_forgotten{peer}                1 if not heard from for forget_after
                                                           (it no longer holds compaction back)
+    forum_replication_peer_clock_offset_seconds{peer}     its wall clock minus ours, once
+                                                          measured (replication.clocks)
 
 Double takes are the node's own ``forum_double_takes``.
 """
@@ -145,7 +147,14 @@ class _PeerCollector(Collector):
             "holds compaction back.",
             labels=["peer"],
         )
+        offset = GaugeMetricFamily(
+            "forum_replication_peer_clock_offset_seconds",
+            "Seconds the peer's wall clock is ahead of this node's (negative: behind).",
+            labels=["peer"],
+        )
         for peer in peers:
+            if peer.clock_offset is not None:
+                offset.add_metric([peer.url], peer.clock_offset)
             up.add_metric([peer.url], 1.0 if peer.state == "alive" else 0.0)
             queued.add_metric([peer.url], peer.queued)
             holds_back.add_metric([peer.url], peer.holds_back)
@@ -154,4 +163,4 @@ class _PeerCollector(Collector):
                 behind.add_metric([peer.url], peer.behind)
             if peer.last_contact_age is not None:
                 age.add_metric([peer.url], peer.last_contact_age)
-        yield from (states, up, behind, age, queued, holds_back, forgotten)
+        yield from (states, up, behind, age, queued, holds_back, forgotten, offset)

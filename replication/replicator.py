@@ -32,6 +32,7 @@ from node.forum import Forum, Provenance
 from node.resource import AsyncResource
 from node.web_status import PeerStatus
 from replication.antientropy import Fetching, Syncer, fill_page, fill_recheck
+from replication.clocks import ClockWatch
 from replication.config import ReplicationConfig
 from replication.errors import BadMessage
 from replication.horizon import horizon
@@ -83,7 +84,10 @@ class Replicator(AsyncResource):
         metrics: ReplicationMetrics,
         config: ReplicationConfig,
         forget_after: float = FORGET_AFTER,
+        clocks: ClockWatch | None = None,
     ) -> None:
+        """``clocks``: the peers' clock offsets, shared with ``transport`` if
+        it samples the answers too (else one of its own, fed by requests)."""
         if me.origin != forum.strand.origin:
             raise ValueError("me.origin must be the Forum's origin")
         self.forum = forum
@@ -92,6 +96,7 @@ class Replicator(AsyncResource):
         self.membership = Membership(
             me=me, seeds=seeds, dead_after=config.dead_after, forget_after=forget_after
         )
+        self.clocks = clocks or ClockWatch(config.warn_clock_skew)
         self._transport = transport
         self._metrics = metrics
         self._fetching = Fetching()
@@ -168,6 +173,7 @@ class Replicator(AsyncResource):
         )
         link = _Link(peer, outbox, pusher, syncer)
         self._links[peer.url] = link
+        self.clocks.watch(peer.url)
         if self._group is not None:
             link.task = self._group.create_task(self._run_link(link), name=f"peer {peer.url}")
 
@@ -175,6 +181,7 @@ class Replicator(AsyncResource):
         link = self._links.pop(peer.url, None)
         if link is not None and link.task is not None:
             link.task.cancel()
+        self.clocks.forget(peer.url)
         self.forum.rerank()
 
     def peer_down(self, peer: Peer) -> None:
@@ -349,6 +356,12 @@ class Replicator(AsyncResource):
     def note_refused(self, reason: str) -> None:
         self._metrics.refused(reason)
 
+    def note_clock(self, sender: Member, offset: float) -> None:
+        """A request showed ``sender``'s clock ``offset`` seconds from ours."""
+        peer = self.membership.by_origin(sender.origin)
+        if peer is not None:
+            self.clocks.sample(peer.url, offset)
+
     # -- status and metrics -------------------------------------------------------------
 
     def horizon(self) -> dict[str, int]:
@@ -358,7 +371,9 @@ class Replicator(AsyncResource):
 
     def status(self) -> list[PeerStatus]:
         """Per peer: url, origin, state, last contact, entries behind, queued,
-        how far it holds compaction back, forgotten (``forum status``, and the
-        per-peer gauges)."""
+        how far it holds compaction back, forgotten, clock offset (``forum
+        status``, and the per-peer gauges)."""
         queued = {url: len(link.outbox) for url, link in self._links.items()}
-        return self.membership.snapshot(VersionVector.of(self.forum.strand), queued)
+        return self.membership.snapshot(
+            VersionVector.of(self.forum.strand), queued, self.clocks.offsets()
+        )

@@ -14,11 +14,13 @@ Every request is checked before anything changes, like client input:
 * 400 for a body that is not a well-formed message, or holds forged entries
   (entries of this node's own origin that it never wrote, seqs absurdly far
   ahead) — then nothing of it is applied;
+* 400 for an ``X-Forum-Clock`` that is not a unix time (:mod:`replication.clocks`);
 * 409 when the sender is this very node (a seed URL that leads back here);
 * 503 while replication is not running (starting or shutting down).
 
-Answers are msgpack, signed when there is a cluster key; errors are the node's JSON
-error bodies.
+Answers are msgpack, signed when there is a cluster key, and carry this
+node's clock; errors are the node's JSON error bodies. A push or a pull is a
+sample of its sender's clock offset once it is accepted.
 
 :func:`serve` answers a request whatever carried it: the aiohttp routes here,
 or :class:`~replication.memory.MemoryTransport` (peers in one process, no
@@ -27,13 +29,15 @@ sockets), so both take the same checks and give the same answers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from node.web_bodies import ApiProblem
 from replication.auth import ClusterAuth
+from replication.clocks import read_stamp, stamp
 from replication.errors import BadMessage, BadSignature
 from replication.messages import (
     MEMBERS_PATH,
@@ -68,6 +72,8 @@ class Request:
     path: str
     headers: Mapping[str, str]
     body: bytes
+    #: Our clock when it came in (for the sample of the sender's clock).
+    received: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +94,9 @@ def add_routes(app: web.Application) -> None:
 
 
 async def _route(request: web.Request) -> web.Response:
-    asked = Request(request.method, request.path, request.headers, await request.read())
+    received = time.time()  # before the body: the sender stamped its clock before sending it
+    body = await request.read()
+    asked = Request(request.method, request.path, request.headers, body, received)
     answer = await serve(request.app.get(REPLICATION), asked)
     return web.Response(body=answer.body, content_type=MSGPACK, headers=answer.headers)
 
@@ -114,11 +122,13 @@ async def _push(replication: Replication, request: Request) -> Answer:
     signature = _accept(replication, request, anyone=False)
     replicator = replication.replicator
     try:
+        clock = read_stamp(request.headers)
         message = decode_push(request.body)
         _not_self(replicator, message.sender)
         ack = await replicator.receive_push(message, len(request.body))
     except BadMessage as exc:
         raise _refuse(replicator, 400, "bad_message", str(exc)) from None
+    _sample(replicator, message.sender, clock, request)
     return _answer(
         replication, signature=signature, to=message.sender, kind="push_ack", message=ack, entries=0
     )
@@ -128,12 +138,14 @@ async def _pull(replication: Replication, request: Request) -> Answer:
     signature = _accept(replication, request, anyone=True)
     replicator = replication.replicator
     try:
+        clock = read_stamp(request.headers)
         message = decode_pull(request.body)
     except BadMessage as exc:
         raise _refuse(replicator, 400, "bad_message", str(exc)) from None
     _not_self(replicator, message.sender)
     replicator.note_received_pull(message.sender, len(request.body))
     page = await replicator.serve_pull(message)
+    _sample(replicator, message.sender, clock, request)
     return _answer(
         replication,
         signature=signature,
@@ -147,7 +159,7 @@ async def _pull(replication: Replication, request: Request) -> Answer:
 async def _members(replication: Replication, request: Request) -> Answer:
     signature = _accept(replication, request, anyone=True)
     body = encode(replication.replicator.member_list())
-    return Answer(body, replication.auth.sign_response(signature, body))
+    return Answer(body, replication.auth.sign_response(signature, body) | stamp(time.time()))
 
 
 _ROUTES: dict[str, tuple[str, _Serve]] = {
@@ -178,6 +190,13 @@ def _accept(replication: Replication, request: Request, *, anyone: bool) -> str:
         raise _refuse(replication.replicator, 401, "unauthorized", str(exc)) from None
 
 
+def _sample(replicator: Replicator, sender: Member, clock: float | None, request: Request) -> None:
+    """The sender's clock offset, as its request shows it (after it was
+    served, so that a sender learned from it is in the table)."""
+    if clock is not None:
+        replicator.note_clock(sender, clock - request.received)
+
+
 def _not_self(replicator: Replicator, sender: Member) -> None:
     if sender.origin == replicator.me.origin:
         raise _refuse(replicator, 409, "self", "this request comes from this very node")
@@ -199,4 +218,4 @@ def _answer(
 ) -> Answer:
     body = encode(message)
     replication.replicator.note_sent(to, kind, entries, len(body))
-    return Answer(body, replication.auth.sign_response(signature, body))
+    return Answer(body, replication.auth.sign_response(signature, body) | stamp(time.time()))

@@ -12,7 +12,12 @@ no connection / answer in time  ``PeerTimeout`` (retried)
 409                             ``PeerIsSelf`` (the URL leads back here)
 other 4xx                       ``PeerRejected``
 unsigned or oversized answer    ``BadSignature`` / ``BadMessage``
+a clock stamp that is no time   ``BadMessage``
 =============================  ===========================================
+
+Every request carries our clock and every good answer the peer's
+(:mod:`replication.clocks`); ``clocks`` is told each answer's sample of the
+peer's clock offset.
 
 Every attempt has a connect timeout and a total timeout; retriable failures
 are retried with jittered exponential backoff. A call is cancellable at any
@@ -27,6 +32,7 @@ in one process, for tests), so the two cannot answer differently.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Protocol, Self
 
@@ -36,6 +42,7 @@ from node.backoff import Backoff
 from node.errors import error_body
 from node.resource import AsyncResource
 from replication.auth import ANYONE, ClusterAuth
+from replication.clocks import ClockSamples, read_stamp, stamp
 from replication.config import ReplicationConfig
 from replication.errors import (
     BadMessage,
@@ -69,8 +76,11 @@ class SignedTransport(AsyncResource):
     check the answer's signature and size, and retry what is worth retrying.
     A subclass carries the bytes (:meth:`_exchange`)."""
 
-    def __init__(self, auth: ClusterAuth, config: ReplicationConfig) -> None:
+    def __init__(
+        self, auth: ClusterAuth, config: ReplicationConfig, clocks: ClockSamples | None = None
+    ) -> None:
         self._auth = auth
+        self._clocks = clocks
         self._attempts = config.attempts
         self._backoff = Backoff(config.backoff_base, config.backoff_max)
         self._max_answer = max(config.page_bytes, config.max_batch_bytes) + _ANSWER_SLACK
@@ -95,13 +105,18 @@ class SignedTransport(AsyncResource):
 
     async def _attempt(self, peer: str, method: str, path: str, body: bytes, to: str) -> bytes:
         signed = self._auth.sign_request(method, path, body, to)
-        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK} | signed
+        sent = time.time()
+        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK} | signed | stamp(sent)
         status, answer_headers, answer = await self._exchange(peer, method, path, headers, body)
         if len(answer) > self._max_answer:
             raise BadMessage(f"{peer}: answer over {self._max_answer} bytes")
         if status >= 400:
             raise _rejection(peer, status, answer)
         self._auth.verify_response(signed, answer_headers, answer)
+        theirs = read_stamp(answer_headers)
+        if theirs is not None and self._clocks is not None:
+            # Their clock when they answered, against the middle of our round trip.
+            self._clocks.sample(peer, theirs - (sent + time.time()) / 2)
         return answer
 
     async def _exchange(
@@ -115,8 +130,10 @@ class SignedTransport(AsyncResource):
 class HttpTransport(SignedTransport):
     """:class:`PeerTransport` over aiohttp. Use as ``async with HttpTransport(...) as t``."""
 
-    def __init__(self, auth: ClusterAuth, config: ReplicationConfig) -> None:
-        super().__init__(auth, config)
+    def __init__(
+        self, auth: ClusterAuth, config: ReplicationConfig, clocks: ClockSamples | None = None
+    ) -> None:
+        super().__init__(auth, config, clocks)
         self._timeout = aiohttp.ClientTimeout(
             total=config.request_timeout,
             connect=config.connect_timeout,

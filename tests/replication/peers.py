@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from node import Forum, Strand, StrandConfig
 from node.config import FORGET_AFTER
 from replication.auth import ClusterAuth
+from replication.clocks import ClockSamples
 from replication.config import ReplicationConfig
 from replication.memory import MemoryNetwork, MemoryTransport
 from replication.messages import Member
@@ -77,15 +78,19 @@ class Nodes:
         return f"http://127.0.0.1:{self._ports.setdefault(name, free_port())}"
 
     async def transport(
-        self, key: str | None = SECRET, caller: str | None = None
+        self,
+        key: str | None = SECRET,
+        caller: str | None = None,
+        clocks: ClockSamples | None = None,
     ) -> SignedTransport:
-        """A transport calling with ``key`` (from the node at ``caller``, in memory)."""
+        """A transport calling with ``key`` (from the node at ``caller``, in
+        memory), telling ``clocks`` the answers' clock samples."""
         auth = ClusterAuth(key)
         if self.kind == "memory":
             return await self._stack.enter_async_context(
-                MemoryTransport(self.network, auth, self._config, caller=caller)
+                MemoryTransport(self.network, auth, self._config, caller=caller, clocks=clocks)
             )
-        return await self._stack.enter_async_context(HttpTransport(auth, self._config))
+        return await self._stack.enter_async_context(HttpTransport(auth, self._config, clocks))
 
     async def node(
         self,

@@ -27,6 +27,10 @@ def test_environment_overrides_defaults() -> None:
         {"FORUM_REPL_ANTI_ENTROPY_INTERVAL": "0"},
         {"FORUM_REPL_BACKOFF_MAX": "0.01"},
         {"FORUM_REPL_RANKING": "random"},
+        {"FORUM_REPL_WARN_CLOCK_SKEW": "0"},
+        {"FORUM_REPL_WARN_CLOCK_SKEW": "-1"},
+        {"FORUM_REPL_WARN_CLOCK_SKEW": "60"},
+        {"FORUM_REPL_MAX_CLOCK_SKEW": "0.5"},
     ],
 )
 def test_bad_settings_are_refused(env: dict[str, str]) -> None:
@@ -60,8 +64,14 @@ def test_a_misspelt_variable_is_named_with_a_suggestion() -> None:
             "optionally with a unit: KiB, MiB or GiB, not '64XiB'",
         ),
         ("BACKOFF_MAX", "0.01", "backoff_max must be at least backoff_base"),
+        (
+            "WARN_CLOCK_SKEW",
+            "0",
+            "warn_clock_skew must be a finite number of seconds > 0, not '0'",
+        ),
+        ("WARN_CLOCK_SKEW", "60", "warn_clock_skew must be less than max_clock_skew"),
     ],
-    ids=["int", "seconds", "unit", "together"],
+    ids=["int", "seconds", "unit", "together", "positive-seconds", "clock-skews"],
 )
 def test_a_bad_value_is_one_line_naming_the_variable(name: str, value: str, message: str) -> None:
     with pytest.raises(ValueError) as raised:

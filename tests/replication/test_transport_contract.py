@@ -75,6 +75,29 @@ async def test_a_pull_answers_with_what_the_asker_lacks(nodes: Nodes) -> None:
     assert page.vector.holds(written)
 
 
+class Samples:
+    """The clock samples a transport reports, by peer URL."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, list[float]] = {}
+
+    def sample(self, peer: str, offset: float) -> None:
+        self.offsets.setdefault(peer, []).append(offset)
+
+
+async def test_both_ends_of_an_exchange_sample_the_other_s_clock(nodes: Nodes) -> None:
+    a, b = await nodes.node("a"), await nodes.node("b")
+    request = PullRequest(a.me, VersionVector(), frozenset(), (), 100, 1 << 20)
+    samples = Samples()
+    transport = await nodes.transport(clocks=samples)
+    await transport.call(b.url, "POST", PULL_PATH, encode(request))
+    # One machine, one clock: what is left is each estimate's error.
+    (caller_saw,) = samples.offsets[b.url]
+    assert abs(caller_saw) < 0.5
+    callee_saw = b.replicator.clocks.offset(a.url)
+    assert callee_saw is not None and abs(callee_saw) < 0.5
+
+
 async def test_the_member_list_names_the_node(nodes: Nodes) -> None:
     b = await nodes.node("b")
     transport = await nodes.transport()

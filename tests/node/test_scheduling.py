@@ -1,0 +1,268 @@
+"""Time and flow on one node: delayed and expiring tuples, dedup at write,
+pausing a prefix, limits (docs/scheduling.md). Across nodes:
+tests/replication/test_scheduling_cluster.py."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import pytest
+
+from node import Forum, Pattern, Strand, StrandConfig, Tuple
+from node.entries import EntryId
+from node.errors import LimitExceeded
+from tests.fixtures.nodes import eventually
+
+JOBS = Pattern(b"job/")
+
+
+async def reopen(forum: Forum, cfg: StrandConfig, **kwargs: object) -> Forum:
+    await forum.close()
+    return Forum(await Strand.open(cfg), remote_delay=0, **kwargs)  # type: ignore[arg-type]
+
+
+# -- delayed tuples ------------------------------------------------------------
+
+
+async def test_a_delayed_tuple_is_invisible_until_due_then_live(forum: Forum) -> None:
+    wid = await forum.write(b"job/later", delay=0.3)
+    await forum.write(b"job/now")
+    assert await forum.count(JOBS) == 1
+    assert forum.stats().delayed == 1
+    assert await forum.take(JOBS) == b"job/now"
+    assert await forum.take(JOBS) is None and await forum.read(JOBS) is None
+    assert await forum.reserve(JOBS, lease=5) is None
+    got = await forum.take_entry(JOBS, timeout=5)  # a waiting take wakes when it falls due
+    assert got is not None and got.id == wid
+    assert got.props.due > 0 and forum.stats().delayed == 0
+
+
+async def test_delayed_tuples_become_live_in_due_order(forum: Forum) -> None:
+    now = time.time()
+    await forum.write(b"job/3", not_before=now + 0.3)
+    await forum.write(b"job/1", not_before=now + 0.1)
+    await forum.write(b"job/2", delay=0.2)
+    await eventually(lambda: forum.stats().delayed == 0, what="all three due")
+    assert [await forum.take(JOBS) for _ in range(3)] == [b"job/1", b"job/2", b"job/3"]
+
+
+async def test_a_not_before_in_the_past_is_live_at_once(forum: Forum) -> None:
+    await forum.write(b"job/1", not_before=time.time() - 10)
+    assert await forum.take(JOBS) == b"job/1"
+
+
+async def test_due_times_survive_a_restart(forum: Forum, cfg: StrandConfig) -> None:
+    await forum.write(b"job/later", delay=0.5)
+    forum = await reopen(forum, cfg)
+    try:
+        assert forum.stats().delayed == 1 and await forum.take(JOBS) is None
+        assert await forum.take(JOBS, timeout=5) == b"job/later"
+    finally:
+        await forum.close()
+
+
+# -- expiring tuples -----------------------------------------------------------
+
+
+async def test_an_expired_tuple_is_gone_without_a_take(forum: Forum) -> None:
+    seen: list[Tuple] = []
+    forum.add_expiry_listener(seen.extend)
+    wid = await forum.write(b"job/short", ttl=0.1)
+    got = await forum.read_entry(JOBS)
+    assert got is not None and got.props.expires > 0
+    await eventually(lambda: forum.stats().expired == 1, what="the ttl ran out")
+    assert await forum.take(JOBS) is None and await forum.count(JOBS) == 0
+    assert [t.id for t in seen] == [wid]
+    log = await forum.strand.read_range(forum.strand.origin, 0, 10)
+    assert len(log) == 1  # no Take was written
+
+
+async def test_a_ttl_counts_from_when_the_tuple_is_due(forum: Forum) -> None:
+    await forum.write(b"job/1", delay=0.2, ttl=30)
+    got = await forum.take_entry(JOBS, timeout=5)
+    assert got is not None
+    assert got.props.expires - got.props.due == 30_000
+
+
+async def test_a_reserved_tuple_that_expires_is_not_handed_out_again(forum: Forum) -> None:
+    wid = await forum.write(b"job/1", ttl=0.2)
+    assert await forum.reserve(JOBS, lease=0.05) is not None
+    await eventually(lambda: forum.stats().expired == 1, what="the ttl ran out")
+    assert await forum.take(JOBS) is None
+    assert forum.stats().reserved == 0 and await forum.ack(wid) is False
+
+
+async def test_expiry_survives_a_restart_and_compaction_drops_expired_writes(
+    forum: Forum, cfg: StrandConfig
+) -> None:
+    await forum.write(b"job/short", ttl=0.3)
+    await forum.write(b"job/long", ttl=3600)
+    forum = await reopen(forum, cfg)
+    try:
+        assert await forum.count(JOBS) == 2
+        await eventually(lambda: forum.stats().expired == 1, what="the short one expired")
+        assert await forum.read(JOBS) == b"job/long"
+        report = await forum.compact(seal=True)
+        assert report.entries_dropped == 1
+    finally:
+        await forum.close()
+    forum = Forum(await Strand.open(cfg), remote_delay=0)
+    try:  # gone after a restart too, and the long one is still there
+        assert await forum.count(JOBS) == 1 and forum.stats().entries == 1
+    finally:
+        await forum.close()
+
+
+# -- dedup at write --------------------------------------------------------------
+
+
+async def test_a_second_write_with_a_key_in_its_window_returns_the_first_id(forum: Forum) -> None:
+    first = await forum.write(b"job/a", key="order-7", dedup_window=60)
+    again = await forum.write(b"job/a-again", key="order-7", dedup_window=60)
+    assert again == first and await forum.count(JOBS) == 1
+    assert await forum.take(JOBS) == b"job/a"
+    # The window is about writes: taken, the key still answers with the first id.
+    assert await forum.write(b"job/a", key=b"order-7", dedup_window=60) == first
+    other = await forum.write(b"job/b", key="order-8", dedup_window=60)
+    assert other != first
+
+
+async def test_concurrent_writes_with_one_key_write_once(forum: Forum) -> None:
+    ids = await asyncio.gather(
+        *(forum.write(b"job/x", key="k", dedup_window=60) for _ in range(10))
+    )
+    assert len(set(ids)) == 1 and await forum.count(JOBS) == 1
+
+
+async def test_after_the_window_a_key_writes_again(forum: Forum) -> None:
+    first = await forum.write(b"job/a", key="k", dedup_window=0.1)
+    await asyncio.sleep(0.15)
+    assert await forum.write(b"job/a", key="k", dedup_window=0.1) != first
+
+
+async def test_a_dedup_window_survives_a_restart_and_compaction(
+    forum: Forum, cfg: StrandConfig
+) -> None:
+    first = await forum.write(b"job/a", key="k", dedup_window=60)
+    assert await forum.take(JOBS) == b"job/a"
+    await forum.compact(seal=True)
+    forum = await reopen(forum, cfg)
+    try:
+        assert await forum.write(b"job/a", key="k", dedup_window=60) == first
+        assert await forum.count(JOBS) == 0
+    finally:
+        await forum.close()
+
+
+# -- pausing a prefix ----------------------------------------------------------
+
+
+async def test_a_paused_prefix_answers_nothing_until_resumed(forum: Forum) -> None:
+    await forum.write(b"job/1")
+    await forum.pause(b"job/")
+    assert forum.paused() == [b"job/"]
+    assert await forum.take(JOBS) is None
+    assert await forum.take(Pattern(b"job/1")) is None  # a narrower pattern is paused too
+    assert await forum.reserve(JOBS, lease=5) is None
+    assert await forum.read(JOBS) == b"job/1" and await forum.count(JOBS) == 1
+    await forum.write(b"job/2")  # writes go on
+    waiting = asyncio.create_task(forum.take(JOBS, timeout=5))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    assert await forum.resume(b"job/") == 1
+    assert await waiting == b"job/1"
+    assert forum.paused() == [] and await forum.take(JOBS) == b"job/2"
+
+
+async def test_a_pause_survives_a_restart(forum: Forum, cfg: StrandConfig) -> None:
+    await forum.write(b"job/1")
+    await forum.pause(b"job/")
+    forum = await reopen(forum, cfg)
+    try:
+        assert forum.paused() == [b"job/"] and await forum.take(JOBS) is None
+        assert await forum.resume(b"job/") == 1
+        assert await forum.take(JOBS) == b"job/1"
+    finally:
+        await forum.close()
+    forum = Forum(await Strand.open(cfg), remote_delay=0)
+    try:
+        assert forum.paused() == []
+    finally:
+        await forum.close()
+
+
+# -- limits --------------------------------------------------------------------
+
+
+async def test_a_write_over_a_limit_is_refused_and_changes_nothing(cfg: StrandConfig) -> None:
+    async with Forum(await Strand.open(cfg), limits={b"job/": 2}) as forum:
+        await forum.write_many([b"job/1", b"job/2"])
+        await forum.write(b"other/1")  # another prefix is not limited
+        with pytest.raises(LimitExceeded) as refused:
+            await forum.write(b"job/3")
+        assert refused.value.limit == 2 and refused.value.retry_after > 0
+        assert await forum.count(JOBS) == 2
+        assert forum.fill() == {b"job/": (2, 2)}
+        assert forum.stats().limits == {"job/": [2, 2]}
+
+
+async def test_a_write_with_wait_gets_room_when_a_tuple_leaves(cfg: StrandConfig) -> None:
+    async with Forum(await Strand.open(cfg), limits={b"job/": 1}) as forum:
+        await forum.write(b"job/1")
+        waiting = asyncio.create_task(forum.write(b"job/2", wait=5))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        assert await forum.take(JOBS) == b"job/1"
+        assert isinstance(await waiting, EntryId)
+        assert await forum.take(JOBS) == b"job/2"
+        with pytest.raises(LimitExceeded):  # waited out
+            await forum.write_many([b"job/3", b"job/4"], wait=0.05)
+
+
+async def test_delayed_and_reserved_tuples_count_against_a_limit(cfg: StrandConfig) -> None:
+    async with Forum(await Strand.open(cfg), limits={b"job/": 2}) as forum:
+        await forum.write(b"job/1", delay=60)
+        await forum.write(b"job/2")
+        assert await forum.reserve(JOBS, lease=30) is not None
+        with pytest.raises(LimitExceeded):
+            await forum.write(b"job/3")
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True])
+async def test_a_bad_limit_is_refused(cfg: StrandConfig, limit: object) -> None:
+    strand = await Strand.open(cfg)
+    try:
+        with pytest.raises(ValueError, match="limit"):
+            Forum(strand, limits={b"job/": limit})  # type: ignore[dict-item]
+    finally:
+        await strand.close()
+
+
+# -- bad values ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"delay": -1}, "delay must be >= 0"),
+        ({"delay": math.nan}, "delay is a number"),
+        ({"ttl": math.inf}, "ttl is a number"),
+        ({"ttl": 0}, "ttl must be > 0"),
+        ({"priority": 128}, "priority must be -128 to 127"),
+        ({"priority": 1.5}, "priority is a whole number"),
+        ({"key": ""}, "key must be 1 to 1024 bytes"),
+        ({"key": b"k" * 1025}, "key must be 1 to 1024 bytes"),
+        ({"dedup_window": 5}, "dedup_window needs a key"),
+        ({"delay": 1, "not_before": 1e9}, "not both"),
+        ({"not_before": time.time() + 11 * 365 * 86400}, "ten years"),
+        ({"wait": -1}, "wait must be"),
+    ],
+)
+async def test_bad_options_are_refused_and_write_nothing(
+    forum: Forum, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        await forum.write(b"job/1", **options)  # type: ignore[arg-type]
+    assert forum.stats().entries == 0
