@@ -455,20 +455,17 @@ PLAIN_WRITE = WriteRequest()
 
 def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) -> WriteRequest:
     """The options of a write of ``count`` tuples, held to ``WriteOptions``
-    (its one-line ``ValueError`` is the 400's message) and ``wait`` to the
-    node's ``max_wait``: the checks of every front end (query, body, stream)."""
+    (its one-line ``ValueError`` is the 400's message) and ``wait`` to
+    ``Limits.max_write_wait`` (the node's ``max_wait``, at most the Forum's
+    60 s): the checks of every front end (query, body, stream)."""
     if not given:
         return PLAIN_WRITE
     values = dict(given)
     wait = values.pop("wait", None)
-    if wait is not None and not (
-        isinstance(wait, int | float)
-        and not isinstance(wait, bool)
-        and 0 <= wait <= limits.max_wait
-    ):  # NaN too
-        raise bad_request(
-            "invalid_option", f"wait must be 0 to {limits.max_wait:g} s (max_wait), not {wait!r}"
-        )
+    number = isinstance(wait, int | float) and not isinstance(wait, bool)
+    bound = limits.max_write_wait
+    if wait is not None and not (number and 0 <= wait <= bound):  # NaN too
+        raise bad_request("invalid_option", f"wait must be 0 to {bound:g} s, not {wait!r}")
     try:
         options = WriteOptions(**values)
         # A not_before further than the options allow is known only against now.

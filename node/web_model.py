@@ -30,6 +30,7 @@ from msgspec import UNSET, Meta, UnsetType
 from node.codec import MAX_KEY_BYTES
 from node.config import NodeConfig
 from node.entries import MAX_PRIORITY, MIN_PRIORITY
+from node.forum import MAX_WAIT as MAX_WRITE_WAIT
 from node.web_status import NodeStatus
 
 RAW = "application/octet-stream"
@@ -70,10 +71,18 @@ class Limits:
     max_wait: float
     max_lease: float = MAX_LEASE
     max_page: int = MAX_PAGE
+    #: The longest a write may wait for room under a limit: refused past it.
+    max_write_wait: float = MAX_WRITE_WAIT
 
     @classmethod
     def of(cls, config: NodeConfig) -> Limits:
-        return cls(config.max_payload, config.max_batch, config.max_batch_bytes, config.max_wait)
+        return cls(
+            config.max_payload,
+            config.max_batch,
+            config.max_batch_bytes,
+            config.max_wait,
+            max_write_wait=min(config.max_wait, MAX_WRITE_WAIT),
+        )
 
 
 # -- bodies ------------------------------------------------------------------------
@@ -141,7 +150,7 @@ DedupSeconds = Annotated[
 ]  # fmt: skip
 WriteWait = Annotated[
     float, Meta(description="Seconds to wait for room under a prefix's limit (else 429); "
-                "at most the node's max_wait.", extra_json_schema={"minimum": 0})
+                "at most the node's max_wait and 60.", extra_json_schema={"minimum": 0})
 ]  # fmt: skip
 
 
@@ -446,8 +455,8 @@ WRITE_WAIT = Parameter(
     "wait",
     "seconds",
     "Seconds to wait for room when a limited prefix is full (else 429): at most "
-    "max_wait ({max_wait:g} s here).",
-    maximum="max_wait",
+    "{max_write_wait:g} (the node's max_wait, and never over a minute).",
+    maximum="max_write_wait",
 )
 WRITE_OPTIONS = (DELAY, NOT_BEFORE, TTL, PRIORITY, KEY, KEY_B64, DEDUP_WINDOW, WRITE_WAIT)
 #: The prefix in the path of the pause routes: its bytes percent-encoded
