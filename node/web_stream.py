@@ -61,6 +61,7 @@ from node.eager import Suspended, start
 from node.errors import ForumError
 from node.space import Pattern
 from node.web_bodies import (
+    PLAIN_WRITE,
     ApiProblem,
     Query,
     WriteRequest,
@@ -132,6 +133,16 @@ class WriteOptionArgs(Args, frozen=True):
     wait: Any = None
 
     def asked(self, count: int, limits: Limits) -> WriteRequest:
+        if (
+            self.delay is None
+            and self.not_before is None
+            and self.ttl is None
+            and self.priority is None
+            and self.key is None
+            and self.dedup_window is None
+            and self.wait is None
+        ):
+            return PLAIN_WRITE  # the hot path: a plain write, no dict built
         given = {
             name: value
             for name in WriteOptionArgs.__struct_fields__
