@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from node.codec import MAX_KEY_BYTES
 from node.config import NodeConfig
 from node.web_auth import CLUSTER_PREFIX, bearer_secret
 from node.web_bodies import Query
@@ -130,6 +131,13 @@ def _schemas(limits: Limits) -> dict[str, Any]:
             f" A payload is at most max_payload ({limits.max_payload}) bytes; more is a 413."
         )
     schemas[ExtendBody.__name__]["properties"]["lease"]["maximum"] = limits.max_lease
+    for model in (WriteBody, BatchWriteBody):
+        # Spelt as a payload is (a Payload), but it is the write's key.
+        schemas[model.__name__]["properties"]["key"] |= {
+            "description": "The write's key (its dedup and claim key): text (JSON; bytes "
+            f"too in msgpack), 1 to {MAX_KEY_BYTES} bytes.",
+            "maxLength": MAX_KEY_BYTES,
+        }
     for model, fields in (
         (Ids, ("ids",)),
         (ExtendBody, ("ids",)),

@@ -180,7 +180,7 @@ async def test_a_full_limited_prefix_is_a_429_with_retry_after(
     forum_nodes: ForumNodes, http: aiohttp.ClientSession
 ) -> None:
     """(Needs the Forum's limits: a local write past the limit is refused.)"""
-    node = await forum_nodes.start("lim", "--limits", "job/=2")
+    node = await forum_nodes.start("lim", "--limits", "job/=2", "--max-wait", "120")
     async with ForumClient(node.url) as client:
         await client.write_many([b"job/1", b"job/2"])
     status, headers, body = await call(http, "POST", f"{node.url}/v1/tuples", data=b"job/3")
@@ -193,6 +193,9 @@ async def test_a_full_limited_prefix_is_a_429_with_retry_after(
         2,
     )
     assert "job/" in document["message"] and "2" in document["message"]
+    # A write waits at most a minute for room, whatever the node's max_wait.
+    status, _, body = await call(http, "POST", f"{node.url}/v1/tuples?wait=90", data=b"job/3")
+    assert (status, json.loads(body)["error"]) == (400, "invalid_option")
     for transport in ("stream", "http"):
         async with ForumClient(node.url, transport=transport) as client:  # type: ignore[arg-type]
             with pytest.raises(Throttled) as throttled:
