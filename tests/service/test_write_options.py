@@ -311,3 +311,16 @@ async def test_the_sync_client_writes_with_options_and_pauses(forum_node: NodePr
             return found.props.priority, paused
 
     assert await asyncio.to_thread(script) == (2, [b"sync-"])
+
+
+async def test_a_second_write_of_a_key_within_its_window_answers_the_first_id(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    url = f"{forum_node.url}/v1/tuples?key=order-7&dedup_window=300"
+    answers = [await call(http, "POST", url, data=b"charge/7") for _ in range(2)]
+    assert [status for status, _, _ in answers] == [201, 201]
+    assert answers[0][2] == answers[1][2]
+    async with ForumClient(forum_node.url) as client:
+        again = await client.write(b"charge/7", key="order-7", dedup_window=300)
+        assert str(again) == json.loads(answers[0][2])["id"]
+        assert await client.count(Pattern(b"charge/")) == 1
