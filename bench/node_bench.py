@@ -26,12 +26,40 @@ one after the other, and the table shows the medians of each side by side.
 It writes ``bench/results/node_write_path.json``::
 
     python bench/node_bench.py --write-path --against /tmp/main --rounds 5 --seconds 2
+
+``--scheduling`` is issue 14's comparison, a mode of its own rather than a
+section of the default run: it fills the index twice per round, each case in
+a fresh process (so one's heap and GC state does not bias the other), which
+would double a default run that is long already. ``--rounds`` times (default
+3), alternating the order of the cases each round, it measures
+
+* the take and read latencies above (exact, 1% prefix, 100% prefix; the index
+  step, the whole ``Forum.take``, the read) at ``--live`` live tuples twice:
+  *plain*, as above, and *mixed*: the same tuples over ten priorities (-5 to
+  4, spread so that every prefix and the exact payloads sampled hold every
+  class; written with ``write_many(..., priority=p)`` grouped per priority)
+  and one delayed tuple (``delay=3600``: never due during the run) per nine
+  live ones, on the same prefixes. Target: each p99 of mixed at most 1.2x
+  plain's. The live index is as big in both; the delayed tuples are not in it;
+* the Forum write rates above (fsync ``always`` and ``never``, 1 and 64
+  writers) with plain writes, with ``ttl=3600, priority=3``, and with
+  ``delay=3600``. Target: ttl and priority at least 0.9x plain's rate (the
+  delayed writes' ratio is shown, with no target).
+
+It prints the medians in a table, each row against its target (with the time
+the cyclic GC took during each pattern's samples: a full collection over
+the heap of a case that keeps more objects lands in its p99), and writes
+``bench/results/node_scheduling.json`` (``--out``)::
+
+    python bench/node_bench.py --scheduling --rounds 3 --seconds 2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import gc
 import json
 import os
 import statistics
@@ -40,7 +68,10 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from node import Forum, Pattern, Strand, StrandConfig, Tuple
 from node.entries import EntryId
@@ -69,25 +100,57 @@ def raw_append_rate(directory: Path, group: int, seconds: float) -> float:
     return n / seconds
 
 
+@dataclass(frozen=True, slots=True)
+class WriteVariant:
+    """The options every write of a rate measurement is given."""
+
+    name: str
+    ttl: float | None = None
+    priority: int = 0
+    delay: float | None = None
+
+    @property
+    def plain(self) -> bool:
+        return self.ttl is None and not self.priority and self.delay is None
+
+    def writer(self, forum: Forum) -> Callable[[bytes], Awaitable[EntryId]]:
+        if self.plain:  # exactly the call the plain figures have always made
+            return forum.write
+        return functools.partial(
+            forum.write, ttl=self.ttl, priority=self.priority, delay=self.delay
+        )
+
+
+PLAIN_WRITES = WriteVariant("plain")
+#: The write variants of ``--scheduling``, plain first (the others' ratio is to it).
+#: Delayed writes are never live here, so their variant measures no take.
+WRITE_VARIANTS = (
+    PLAIN_WRITES,
+    WriteVariant("ttl_priority", ttl=3600, priority=3),
+    WriteVariant("delay", delay=3600),
+)
+
+
 async def forum_rates(
-    directory: Path, fsync: str, workers: int, seconds: float
+    directory: Path, fsync: str, workers: int, seconds: float, variant: WriteVariant = PLAIN_WRITES
 ) -> dict[str, float]:
     cfg = StrandConfig().with_storage(directory).with_fsync(fsync)  # type: ignore[arg-type]
     payload = b"job/" + b"x" * 96
     async with Forum(await Strand.open(cfg)) as forum:
+        write = variant.writer(forum)
 
         async def loop(op: str, stop: float) -> int:
             n = 0
             while time.perf_counter() < stop:
                 if op == "write":
-                    await forum.write(payload)
+                    await write(payload)
                 elif await forum.take(Pattern(b"job/")) is None:
                     break
                 n += 1
             return n
 
         out: dict[str, float] = {}
-        for op in ("write", "take"):
+        for op in ("write", "take") if variant.delay is None else ("write",):
             stop = time.perf_counter() + seconds
             t0, cpu0 = time.perf_counter(), time.process_time()
             done = sum(await asyncio.gather(*(loop(op, stop) for _ in range(workers))))
@@ -95,6 +158,18 @@ async def forum_rates(
             # CPU of the whole process (the fsync thread too) per operation.
             out[f"{op}_cpu_us"] = (time.process_time() - cpu0) / max(done, 1) * 1e6
     return out
+
+
+async def rate_grid(
+    base: Path, seconds: float, variant: WriteVariant = PLAIN_WRITES
+) -> dict[str, dict[str, float]]:
+    """``forum_rates`` at fsync ``always`` and ``never``, 1 and 64 writers."""
+    rates = {}
+    for fsync in ("always", "never"):
+        for workers in (1, 64):
+            key = f"{fsync}_c{workers}"
+            rates[key] = await forum_rates(base / key, fsync, workers, seconds, variant)
+    return rates
 
 
 def _percentiles(samples: list[float]) -> dict[str, float]:
@@ -105,50 +180,146 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-async def latency_at_scale(directory: Path, live: int, samples: int) -> dict[str, dict[str, float]]:
-    """Index-level and whole-take latencies with ``live`` tuples."""
+def _latency_payload(i: int) -> bytes:
+    """Payloads b"k/%02d/%08d": prefix b"k/07/" matches 1%; the exact payload 1."""
+    return b"k/%02d/%08d" % (i % 100, i)
+
+
+#: Writes per ``write_many`` when filling the index.
+_FILL_BATCH = 10_000
+#: The mixed case's priorities (10 classes) and how long its delayed tuples wait.
+PRIORITIES = range(-5, 5)
+FAR_DELAY = 3600.0
+
+
+def delayed_for(live: int) -> int:
+    """How many delayed tuples the mixed case adds to ``live``: a tenth of all."""
+    return live // 9
+
+
+def _priority(i: int) -> int:
+    """Tuple ``i``'s priority in the mixed case: ``(i + i // 100) % 10``
+    (-5 to 4), so that every prefix of the bench (each a residue mod 100)
+    holds all ten classes, and so do any ten tuples in a row (the exact
+    payloads sampled are in a row: one per class, not the lowest few)."""
+    return PRIORITIES[(i + i // 100) % len(PRIORITIES)]
+
+
+async def _fill_plain(forum: Forum, live: int) -> None:
+    for start in range(0, live, _FILL_BATCH):
+        await forum.write_many(
+            [_latency_payload(i) for i in range(start, min(live, start + _FILL_BATCH))]
+        )
+
+
+async def _fill_mixed(forum: Forum, live: int) -> int:
+    """``live`` tuples over ten priorities, and one delayed (far in the future,
+    same prefixes, same priorities) per nine of them, in log order among
+    the rest: a tenth of all the tuples. Returns how many are delayed."""
+
+    async def write(numbers: range, delay: float | None) -> None:
+        by_priority: dict[int, list[bytes]] = {}
+        for i in numbers:
+            by_priority.setdefault(_priority(i), []).append(_latency_payload(i))
+        for priority, payloads in by_priority.items():
+            await forum.write_many(payloads, priority=priority, delay=delay)
+
+    for start in range(0, live, _FILL_BATCH):
+        end = min(live, start + _FILL_BATCH)
+        await write(range(start, end), None)
+        await write(range(live + delayed_for(start), live + delayed_for(end)), FAR_DELAY)
+    delayed = delayed_for(live)
+    live_now, delayed_now = await forum.count(Pattern(b"")), forum.stats().delayed
+    if (live_now, delayed_now) != (live, delayed):
+        raise SystemExit(
+            f"mixed fill: {live_now} live, {delayed_now} delayed (want {live}, {delayed})"
+        )
+    return delayed
+
+
+async def latency_at_scale(
+    directory: Path, live: int, samples: int, *, mixed: bool = False
+) -> dict[str, dict[str, float]]:
+    """Index-level and whole-take latencies with ``live`` tuples; ``mixed``:
+    over ten priorities, with a tenth more delayed (``_fill_mixed``)."""
     cfg = StrandConfig().with_storage(directory).with_fsync("never")
     out: dict[str, dict[str, float]] = {}
     async with Forum(await Strand.open(cfg)) as forum:
-        # Payloads b"k/%02d/%08d": prefix b"k/07/" matches 1%; the exact payload 1.
-        batch = 10_000
-        for start in range(0, live, batch):
-            await forum.write_many(
-                [b"k/%02d/%08d" % (i % 100, i) for i in range(start, min(live, start + batch))]
-            )
+        await (_fill_mixed(forum, live) if mixed else _fill_plain(forum, live))
         index: LiveIndex = forum._index  # the step the latency target is about
         # An exact payload matches one tuple: sample a different one each time.
-        exact = [b"k/%02d/%08d" % (i % 100, i) for i in range(live // 2, live // 2 + samples)]
+        exact = [_latency_payload(i) for i in range(live // 2, live // 2 + samples)]
         patterns = {
             "exact": exact,
             "prefix_1pct": [b"k/07/"] * samples,
             "prefix_100pct": [b"k/"] * samples,
         }
         for name, prefixes in patterns.items():
-            reads = []
-            for prefix in prefixes:
-                t0 = time.perf_counter()
-                index.oldest(prefix)
-                reads.append(time.perf_counter() - t0)
-            index_takes = []
-            forum_takes = []
-            for prefix in prefixes:
-                t0 = time.perf_counter()
-                found = index.oldest(prefix)
-                assert found is not None
-                index.remove(found[0])
-                index_takes.append(time.perf_counter() - t0)
-                index.restore(*found)
-                t0 = time.perf_counter()
-                got = await forum.take(Pattern(prefix))
-                forum_takes.append(time.perf_counter() - t0)
-                assert got is not None, name
-            out[name] = {
-                **{f"read_{k}": v for k, v in _percentiles(reads).items()},
-                **{f"index_take_{k}": v for k, v in _percentiles(index_takes).items()},
-                **{f"forum_take_{k}": v for k, v in _percentiles(forum_takes).items()},
-            }
+            pauses = GcPauses()
+            with pauses:
+                out[name] = await _sample(forum, index, name, prefixes)
+            out[name].update(pauses.figures())
     return out
+
+
+async def _sample(
+    forum: Forum, index: LiveIndex, name: str, prefixes: list[bytes]
+) -> dict[str, float]:
+    """Read, index take and ``Forum.take`` latencies, one sample per prefix."""
+    reads = []
+    for prefix in prefixes:
+        t0 = time.perf_counter()
+        index.oldest(prefix)
+        reads.append(time.perf_counter() - t0)
+    index_takes = []
+    forum_takes = []
+    for prefix in prefixes:
+        t0 = time.perf_counter()
+        found = index.oldest(prefix)
+        assert found is not None
+        index.remove(found[0])
+        index_takes.append(time.perf_counter() - t0)
+        # With its priority, as the Forum puts back a take that failed.
+        index.restore(found[0], forum._dress(found[1]))
+        t0 = time.perf_counter()
+        got = await forum.take(Pattern(prefix))
+        forum_takes.append(time.perf_counter() - t0)
+        assert got is not None, name
+    return {
+        **{f"read_{k}": v for k, v in _percentiles(reads).items()},
+        **{f"index_take_{k}": v for k, v in _percentiles(index_takes).items()},
+        **{f"forum_take_{k}": v for k, v in _percentiles(forum_takes).items()},
+    }
+
+
+class GcPauses:
+    """The cyclic GC's collections while it is entered: a pause of one lands
+    in a p99 (the more objects the heap tracks, the longer a full one)."""
+
+    def __init__(self) -> None:
+        self.full = 0
+        self.seconds = 0.0
+        self.longest = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        gc.callbacks.append(self._note)
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._note)
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._started
+        self.seconds += took
+        self.longest = max(self.longest, took)
+        self.full += info["generation"] == 2
+
+    def figures(self) -> dict[str, float]:
+        return {"gc_ms": self.seconds * 1e3, "gc_longest_ms": self.longest * 1e3,
+                "gc_full": float(self.full)}  # fmt: skip
 
 
 async def replay_time(directory: Path, entries: int) -> dict[str, float]:
@@ -188,12 +359,25 @@ async def write_path_round(seconds: float) -> dict[str, float]:
         base = Path(tmp)
         out["raw_1"] = raw_append_rate(base, 1, seconds / 2)
         out["raw_64"] = raw_append_rate(base, 64, seconds)
-        for fsync in ("always", "never"):
-            for workers in (1, 64):
-                key = f"{fsync}_c{workers}"
-                for name, value in (await forum_rates(base / key, fsync, workers, seconds)).items():
-                    out[f"{key}.{name}"] = value
+        out.update(_flat(await rate_grid(base, seconds)))
     return out
+
+
+def _flat(nested: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``{"a": {"b": x}}`` as ``{"a.b": x}``: one key per figure, for medians."""
+    return {f"{key}.{name}": value for key, row in nested.items() for name, value in row.items()}
+
+
+def _fresh_round(argv: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
+    """Run this script with ``argv`` in a fresh process: the flat figures it prints last."""
+    command = [sys.executable, __file__, *argv]
+    done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    figures: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
 def write_path(args: argparse.Namespace) -> None:
@@ -205,14 +389,9 @@ def write_path(args: argparse.Namespace) -> None:
             env = dict(os.environ)
             if tree is not None:  # the other version's packages come first
                 env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
-            command = [sys.executable, __file__, "--one-round", "--seconds", str(args.seconds)]
-            command += ["--loop", args.loop]
-            done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
-            rounds[side].append(json.loads(done.stdout.splitlines()[-1]))
-    medians = {
-        side: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-        for side, runs in rounds.items()
-    }
+            argv = ["--one-round", "--seconds", str(args.seconds), "--loop", args.loop]
+            rounds[side].append(_fresh_round(argv, env))
+    medians = {side: _medians(runs) for side, runs in rounds.items()}
     print(f"write path, {args.rounds} rounds of {args.seconds} s, medians ({args.loop})")
     print(f"{'':<12}" + "".join(f"{side + ' ' + col:>14}" for col in _COLUMNS for side in sides))
     print(f"{'ceiling':<12}" + "".join(f"{m['raw_64']:>14.0f}" for m in medians.values()))
@@ -242,6 +421,164 @@ def _cell(m: dict[str, float], key: str, column: str) -> str:
     return f"{m[key + '.write_per_s'] / ceiling:.2f}" if key.startswith("always") else "-"
 
 
+#: Issue 14's targets: a take's or read's p99 with ten priorities and a tenth
+#: of the tuples delayed, at most this times the plain one's; writes with a
+#: ttl and a priority, at least this times as fast as plain ones.
+LATENCY_RATIO_MAX = 1.2
+WRITE_RATIO_MIN = 0.9
+LATENCY_CASES = ("plain", "mixed")
+PATTERNS = ("exact", "prefix_1pct", "prefix_100pct")
+STEPS = ("read", "index_take", "forum_take")
+RATE_KEYS = ("always_c1", "always_c64", "never_c1", "never_c64")
+
+
+def _samples(live: int) -> int:
+    """Each sample takes one tuple: keep within the 1% prefix's share."""
+    return max(10, min(2000, live // 400))
+
+
+async def scheduling_round(kind: str, live: int, seconds: float) -> dict[str, float]:
+    """One round of ``--scheduling``, flattened: ``latency-plain`` or
+    ``latency-mixed`` (the latencies of that case), or ``writes-NAME`` (the
+    rate grid with the write variant NAME)."""
+    what, _, name = kind.partition("-")
+    with tempfile.TemporaryDirectory(dir=RESULTS.parent) as tmp:
+        if what == "latency" and name in LATENCY_CASES:
+            latencies = await latency_at_scale(
+                Path(tmp), live, _samples(live), mixed=name == "mixed"
+            )
+            return _flat(latencies)
+        variant = next((v for v in WRITE_VARIANTS if f"writes-{v.name}" == kind), None)
+        if variant is None:
+            raise SystemExit(f"node_bench: no scheduling round {kind!r}")
+        return _flat(await rate_grid(Path(tmp), seconds, variant))
+
+
+def scheduling(args: argparse.Namespace) -> None:
+    """Rounds in fresh processes: the plain and mixed latencies, then each
+    write variant, each group's order turned by one every round (so a drift
+    of a busy machine favours none); the medians against the targets."""
+    groups = (
+        [f"latency-{case}" for case in LATENCY_CASES],
+        [f"writes-{variant.name}" for variant in WRITE_VARIANTS],
+    )
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for group in groups for kind in group}
+    for r in range(args.rounds):
+        for group in groups:
+            turn = r % len(group)
+            for kind in group[turn:] + group[:turn]:
+                print(f"node_bench: round {r + 1}, {kind}", file=sys.stderr, flush=True)
+                argv = ["--scheduling-round", kind, "--live", str(args.live)]
+                argv += ["--seconds", str(args.seconds), "--loop", args.loop]
+                runs[kind].append(_fresh_round(argv))
+    medians = {kind: _medians(figures) for kind, figures in runs.items()}
+    latency = _latency_rows(medians["latency-plain"], medians["latency-mixed"])
+    writes = _write_rows(medians)
+    report = {
+        "loop": args.loop,
+        "live": args.live,
+        "delayed": delayed_for(args.live),
+        "priorities": list(PRIORITIES),
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "targets": {"latency_p99_ratio_max": LATENCY_RATIO_MAX, "write_ratio_min": WRITE_RATIO_MIN},
+        "pass": all(row["pass"] for row in latency + writes if row["in_target"]),
+        "latency": latency,
+        "writes": writes,
+        "runs": runs,
+    }
+    _print_scheduling(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+
+
+Row = dict[str, Any]
+
+
+def _latency_rows(plain: dict[str, float], mixed: dict[str, float]) -> list[Row]:
+    rows: list[Row] = []
+    for pattern in PATTERNS:
+        for step in STEPS:
+            key = f"{pattern}.{step}"
+            ratio = mixed[f"{key}_p99_us"] / plain[f"{key}_p99_us"]
+            rows.append({
+                "pattern": pattern,
+                "step": step,
+                **{f"{case}_{q}_us": m[f"{key}_{q}_us"]
+                   for case, m in (("plain", plain), ("mixed", mixed)) for q in ("p50", "p99")},
+                "p99_ratio": ratio,
+                # The GC during the pattern's samples (all three steps), to read the p99s by.
+                **{f"{case}_{gc_key}": m[f"{pattern}.{gc_key}"]
+                   for case, m in (("plain", plain), ("mixed", mixed))
+                   for gc_key in ("gc_ms", "gc_longest_ms", "gc_full")},
+                "in_target": True,
+                "pass": ratio <= LATENCY_RATIO_MAX,
+            })  # fmt: skip
+    return rows
+
+
+def _write_rows(medians: dict[str, dict[str, float]]) -> list[Row]:
+    """Per rate key and option variant, its write rate against plain writes'
+    (the issue's target names ttl and priority; delayed writes are shown too)."""
+    plain = medians[f"writes-{PLAIN_WRITES.name}"]
+    rows: list[Row] = []
+    for key in RATE_KEYS:
+        for variant in WRITE_VARIANTS[1:]:
+            m = medians[f"writes-{variant.name}"]
+            ratio = m[f"{key}.write_per_s"] / plain[f"{key}.write_per_s"]
+            rows.append({
+                "rate": key,
+                "variant": variant.name,
+                "plain_write_per_s": plain[f"{key}.write_per_s"],
+                "write_per_s": m[f"{key}.write_per_s"],
+                "ratio": ratio,
+                "plain_write_cpu_us": plain[f"{key}.write_cpu_us"],
+                "write_cpu_us": m[f"{key}.write_cpu_us"],
+                "in_target": variant.delay is None,
+                "pass": ratio >= WRITE_RATIO_MIN,
+            })  # fmt: skip
+    return rows
+
+
+def _verdict(row: Row) -> str:
+    return ("pass" if row["pass"] else "FAIL") + ("" if row["in_target"] else " (no target)")
+
+
+def _print_scheduling(report: Row) -> None:
+    rows: list[Row] = report["latency"]
+    print(
+        f"take/read at {report['live']} live tuples: plain vs {len(PRIORITIES)} priorities "
+        f"+ {report['delayed']} delayed; {report['rounds']} rounds, medians ({report['loop']}), us"
+    )
+    heads = ("plain p50", "plain p99", "mixed p50", "mixed p99", "p99 ratio")
+    print(
+        f"{'':<26}" + "".join(f"{h:>11}" for h in heads) + f"  <= {LATENCY_RATIO_MAX}"
+        "  (gc ms in the pattern's samples, plain / mixed)"
+    )
+    for row in rows:
+        cells = [row[f"{case}_{q}_us"] for case in LATENCY_CASES for q in ("p50", "p99")]
+        print(
+            f"{row['pattern'] + ' ' + str(row['step']):<26}"
+            + "".join(f"{c:>11.1f}" for c in cells)
+            + f"{row['p99_ratio']:>11.2f}  {_verdict(row):<6}"
+            + f"  {row['plain_gc_ms']:.1f} / {row['mixed_gc_ms']:.1f}"
+        )
+    rows = report["writes"]
+    print(
+        f"write rate with options vs plain, {report['rounds']} rounds of {report['seconds']} s, "
+        "medians (ttl_priority: ttl=3600 priority=3; delay: delay=3600)"
+    )
+    heads = ("plain/s", "write/s", "ratio", "plain us", "write us")
+    print(f"{'':<26}" + "".join(f"{h:>11}" for h in heads) + f"  >= {WRITE_RATIO_MIN}")
+    for row in rows:
+        print(
+            f"{row['rate'] + ' ' + str(row['variant']):<26}"
+            f"{row['plain_write_per_s']:>11.0f}{row['write_per_s']:>11.0f}{row['ratio']:>11.2f}"
+            f"{row['plain_write_cpu_us']:>11.1f}{row['write_cpu_us']:>11.1f}  {_verdict(row)}"
+        )
+    print("all within the targets" if report["pass"] else "NOT all within the targets")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--live", type=int, default=1_000_000)
@@ -252,29 +589,38 @@ async def main() -> None:
     )  # fmt: skip
     parser.add_argument("--write-path", action="store_true", help="only the write path")
     parser.add_argument("--against", type=Path, help="with --write-path: version A's tree")
-    parser.add_argument("--rounds", type=int, default=3, help="with --write-path")
+    parser.add_argument("--rounds", type=int, default=3, help="with --write-path or --scheduling")
+    parser.add_argument(
+        "--scheduling", action="store_true",
+        help="only issue 14's comparison: latency with priorities and delays, writes with options",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS / "node_scheduling.json",
+        help="with --scheduling: where the JSON goes (default bench/results/node_scheduling.json)",
+    )  # fmt: skip
     parser.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--scheduling-round", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_round:
         print(json.dumps(await write_path_round(args.seconds)))
         return
+    if args.scheduling_round:
+        print(json.dumps(await scheduling_round(args.scheduling_round, args.live, args.seconds)))
+        return
     if args.write_path:
         write_path(args)
+        return
+    if args.scheduling:
+        scheduling(args)
         return
     results: dict[str, object] = {"loop": args.loop}
     with tempfile.TemporaryDirectory(dir=RESULTS.parent) as tmp:
         base = Path(tmp)
         raw = {g: raw_append_rate(base, g, args.seconds) for g in (1, 64)}
         results["raw_append_per_s"] = raw
-        rates = {}
-        for fsync in ("always", "never"):
-            for workers in (1, 64):
-                key = f"{fsync}_c{workers}"
-                rates[key] = await forum_rates(base / key, fsync, workers, args.seconds)
+        rates = await rate_grid(base, args.seconds)
         results["forum"] = rates
-        # Each sample takes one tuple: keep within the 1% prefix's share.
-        samples = max(10, min(2000, args.live // 400))
-        results["latency"] = await latency_at_scale(base / "lat", args.live, samples)
+        results["latency"] = await latency_at_scale(base / "lat", args.live, _samples(args.live))
         results["replay"] = await replay_time(base / "replay", args.live - 1000)
     results["bytes_per_live_tuple"] = memory_per_tuple(min(args.live, 200_000))
 

@@ -100,9 +100,16 @@ class EntryEncoder:
         out = []
         try:
             for entry in entries:
-                if type(entry) is Write and entry.props is PLAIN:
-                    eid = entry.id
-                    out.append(pack([CODEC_VERSION, _WRITE, eid.origin, eid.seq, entry.payload]))
+                if type(entry) is Write:
+                    eid, props = entry.id, entry.props
+                    if props is PLAIN:
+                        out.append(
+                            pack([CODEC_VERSION, _WRITE, eid.origin, eid.seq, entry.payload])
+                        )
+                    else:
+                        fields = [CODEC_VERSION, _WRITE_WITH, eid.origin, eid.seq, entry.payload]
+                        fields.append(encode_props(props))
+                        out.append(pack(fields))
                 elif type(entry) is Take:
                     eid, target = entry.id, entry.target
                     fields = [CODEC_VERSION, _TAKE, eid.origin, eid.seq, target.origin, target.seq]

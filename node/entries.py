@@ -17,6 +17,7 @@ without any coordination.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 #: Origins are written into file names and URLs: keep them to a safe alphabet.
 _ORIGIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
@@ -72,8 +73,7 @@ class EntryId:
 MIN_PRIORITY, MAX_PRIORITY = -128, 127
 
 
-@dataclass(frozen=True, slots=True)
-class Properties:
+class Properties(NamedTuple):
     """What a Write says about its tuple beyond the payload. Times are wall
     clock, whole milliseconds since the Unix epoch, so every node reads them
     alike (``docs/scheduling.md`` says what clock skew does).
@@ -87,6 +87,9 @@ class Properties:
     wrote this one answers with this one's id instead of writing. ``pause``:
     not a tuple but a marker: takes and reserves of the prefix that is its
     payload answer nothing while it lives (a Take of it resumes the prefix).
+
+    A named tuple rather than a frozen dataclass: one is made per write with
+    properties, and a tuple is made several times faster.
     """
 
     due: int = 0

@@ -59,7 +59,7 @@ from node.resource import AsyncResource
 from node.schedule import Clock, Schedule
 from node.space import Pattern
 from node.strand import CompactionReport, Strand
-from node.write_options import WriteOptions
+from node.write_options import write_properties
 
 log = logging.getLogger(__name__)
 
@@ -430,7 +430,7 @@ class Forum(AsyncResource):
     ) -> EntryId:
         """Add a tuple; returns its id once it is durable.
 
-        The options (:class:`~node.write_options.WriteOptions`; ``ValueError``
+        The options (:func:`~node.write_options.write_properties`; ``ValueError``
         for a bad one): ``delay`` or ``not_before``, when it is due;
         ``ttl``, how long it lives once due; ``priority``; ``key`` and
         ``dedup_window``, a second write with the key within the window
@@ -450,8 +450,10 @@ class Forum(AsyncResource):
         ):
             # write_many for one, without its list of ids: the hottest call there is.
             return (await self.strand.submit_writes((payload,), self._on_writes_durable))[0].id
-        options = WriteOptions(delay, not_before, ttl, priority, key, dedup_window)
-        return (await self._write_with((payload,), options, wait))[0]
+        props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
+        if props.dedup_until or wait is not None or self._limits:
+            return (await self._write_with((payload,), props, wait))[0]
+        return (await self.strand.submit_writes((payload,), self._on_writes_durable, props))[0].id
 
     async def write_many(
         self,
@@ -473,20 +475,19 @@ class Forum(AsyncResource):
         was cancelled meanwhile (a write whose answer is lost still happened).
         """
         self._check_open()
-        options = WriteOptions(delay, not_before, ttl, priority, key, dedup_window)
-        if options.plain and wait is None and not self._limits:
+        props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
+        if props is PLAIN and wait is None and not self._limits:
             writes = await self.strand.submit_writes(payloads, self._on_writes_durable)
             return [entry.id for entry in writes]
-        return await self._write_with(payloads, options, wait)
+        if props.key is not None and len(payloads) != 1:
+            raise ValueError("a key names one write: give it with one payload")
+        return await self._write_with(payloads, props, wait)
 
     async def _write_with(
-        self, payloads: Sequence[bytes], options: WriteOptions, wait: float | None
+        self, payloads: Sequence[bytes], props: Properties, wait: float | None
     ) -> list[EntryId]:
-        if options.key is not None and len(payloads) != 1:
-            raise ValueError("a key names one write: give it with one payload")
         if wait is not None and not (0 <= wait <= MAX_WAIT):
             raise ValueError(f"wait must be 0 to {MAX_WAIT:.0f} seconds, not {wait!r}")
-        props = options.properties(self._clock())
         key = props.key if props.dedup_until else None
         if key is not None:
             return [await self._write_once(payloads[0], props, key, wait)]

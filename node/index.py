@@ -1,52 +1,76 @@
-"""The live index: one node's live tuples, found by byte prefix, oldest first.
+"""The live index: one node's live tuples, found by byte prefix, highest
+priority first, oldest first within one priority.
 
 Every live tuple gets an *arrival* number (local order, increasing). It is
 held as one bytes object, its *key*, and no other object of its own::
 
-    escaped payload | 00 00 | arrival (8) | seq (8) | origin number (4)
+    escaped payload | 00 00 | arrival (8) | seq (8) | origin number (3) | priority (1)
 
-(integers big-endian; the origin's name is kept once, in a table). Escaping
+(integers big-endian; the origin's name is kept once, in a table; the
+priority, -128 to 127, is one signed byte, two's complement). Escaping
 writes each 00 byte of the payload as 00 FF, so the terminator 00 00 cannot
 occur inside the escaped payload: a key starts with the escaped form of a
 prefix exactly when its payload starts with that prefix (a shorter payload
 would have to match across its terminator, and 00 00 is not the start of any
-escaped byte). Three structures refer to the keys:
+escaped byte). The tuples are in *priority classes* (:class:`_Class`), one
+per priority seen; four structures refer to the keys:
 
-* ``_sorted``: the keys in a sorted list, so the tuples matching a prefix are
-  one contiguous range, found by bisection;
+* per class, ``_Class.sorted``: the class's keys in a sorted list, so its
+  tuples matching a prefix are one contiguous range, found by bisection;
+* ``_walk``: the classes that have tuples, highest priority first (a class
+  that empties leaves it, and drops its queues, below);
 * ``_by_arrival``: arrival -> key, to find a tuple named by its arrival;
 * ``_lanes``: per origin, seq -> key, to find a tuple named by its id.
 
-The two maps are :class:`_IntMap`: arrays of int keys beside lists of values,
-in blocks, so a tuple costs two 8-byte slots in each and no int object; the
-tuple handed out (:class:`~node.entries.Tuple`) is built from the key on the
-way out. A ``forum serve`` grows by some 120 bytes of RSS per live tuple
+A key names its class by its last byte, so a tuple found by arrival or by id
+is taken out of its class's list without a search. The two maps are
+:class:`_IntMap`: arrays of int keys beside lists of values, in blocks, so a
+tuple costs two 8-byte slots in each and no int object; the tuple handed out
+(:class:`~node.entries.Tuple`) is built from the key on the way out, with
+``props`` :data:`~node.entries.PLAIN` (the index keeps a tuple's priority
+only; the Forum gives a tuple its Write's properties back on the way out).
+The priority shares the four bytes the origin number had before classes
+(origins are numbered up to 2**24 per process), so a key is no longer than
+it was: a ``forum serve`` grows by some 120 bytes of RSS per live tuple
 beyond its payload (``bench/memory_bench.py``), against some 365 when a
 tuple was an object, an id, a pair and two dict entries. The price: a
 payload's 00 bytes take two bytes each here.
 
-Finding the oldest match of a prefix then depends on how many tuples match.
-A small range (``SCAN_LIMIT`` or fewer) is scanned for its least arrival. A
-large one is served from a *prefix queue*: the arrivals matching that prefix
-in order, kept up to date on every add, built once by one pass over the range
-the first time the prefix is asked for. Queues drop dead arrivals lazily (at
-the front when they are asked, or rebuilt from the range when dead ones pile
-up) and the least recently used are evicted past ``MAX_QUEUES``. So
-``take``/``read`` never look at a tuple that does not match, whatever the
-pattern.
+``oldest`` walks the classes from the highest priority down and answers
+from the first with a match: it looks at no class lower than the one it
+answers from, at the cost of a range lookup (two bisections) per higher
+class with tuples (none when every tuple has one priority: one class, as
+before priorities). Finding the oldest match of a prefix in a class then
+depends on how many of its tuples match. A small range (``SCAN_LIMIT`` or
+fewer) is scanned for its least arrival. A large one is served from the
+class's *prefix queue*: the arrivals of the class's tuples matching that
+prefix in order, kept up to date on every add, built once by one pass over
+the range the first time the prefix is asked for in that class. Queues drop
+dead arrivals lazily (at the front when they are asked, or rebuilt from the
+range when dead ones pile up) and the least recently used are evicted past
+``MAX_QUEUES`` per class. An arrival counts in a class's queue only while
+its key's last byte names that class: a tuple put back (``restore``) with
+another priority than it had is dead in its old class's queues. So
+``take``/``read`` never look at a tuple that does not match, nor at a class
+below the answer, whatever the pattern.
+
+``count`` adds up the classes' ranges; ``iter_matching`` (the Forum's
+paged listing, by arrival cursor) yields the matches of every class merged
+in arrival order, not in the order takes would serve them.
 """
 
 from __future__ import annotations
 
 import struct
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from heapq import merge
 
 from sortedcontainers import SortedList
 
-from node.entries import PLAIN, EntryId, Tuple
+from node.entries import MAX_PRIORITY, MIN_PRIORITY, PLAIN, EntryId, Tuple
 
 #: Ranges up to this many tuples are scanned rather than queued.
 SCAN_LIMIT = 32
@@ -56,8 +80,11 @@ MAX_QUEUES = 64
 _BLOCK = 1024
 
 #: What follows the escaped payload in a key: the terminator (two pad bytes,
-#: which ``struct`` writes as zeros), the arrival, the seq, the origin number.
+#: which ``struct`` writes as zeros), the arrival, the seq, and the origin
+#: number with the priority's byte below it (``number << 8 | byte``).
 _TAIL = struct.Struct(">2xQQI")
+#: Origins are numbered in the three bytes above the priority's.
+_MAX_ORIGINS = 1 << 24
 #: The arrival alone, ``_ARRIVAL_BACK`` bytes before the key's end.
 _ARRIVAL = struct.Struct(">Q")
 _ARRIVAL_BACK = _TAIL.size - 2
@@ -76,6 +103,13 @@ def prefix_end(prefix: bytes) -> bytes | None:
 def _escape(payload: bytes) -> bytes:
     # bytes.replace returns the object itself when there is nothing to replace.
     return payload.replace(_ZERO, _ESCAPED_ZERO)
+
+
+def _class_byte(priority: int) -> int:
+    """The byte that names ``priority``'s class in a key (two's complement)."""
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(f"priority must be {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}")
+    return priority & 0xFF
 
 
 # Tuples are rebuilt from their keys on every take and read. Their ids were
@@ -256,19 +290,67 @@ class _Queue:
             arrivals.insert(i, arrival)
 
 
+class _Class:
+    """The live tuples of one priority: their keys, sorted, and the class's
+    prefix queues."""
+
+    __slots__ = ("byte", "priority", "queues", "sorted")
+
+    def __init__(self, priority: int) -> None:
+        self.priority = priority
+        self.byte = _class_byte(priority)  # the last byte of its keys
+        self.sorted = SortedList()
+        # prefix -> arrivals of the class's tuples matching it, oldest first (some dead)
+        self.queues: OrderedDict[bytes, _Queue] = OrderedDict()
+
+    def range(self, prefix: bytes) -> tuple[int, int]:
+        """Index range in ``sorted`` of the keys whose payload has ``prefix``."""
+        if not prefix:
+            return 0, len(self.sorted)
+        escaped = _escape(prefix)
+        lo = self.sorted.bisect_left(escaped)
+        end = prefix_end(escaped)
+        hi = len(self.sorted) if end is None else self.sorted.bisect_left(end)
+        return lo, hi
+
+    def arrivals(self, prefix: bytes, lo: int, hi: int) -> list[int]:
+        """The arrivals of the matches in range ``lo:hi``, ascending (some
+        dead, when they come from a queue)."""
+        if hi - lo <= SCAN_LIMIT:
+            return sorted(map(_arrival, self.sorted.islice(lo, hi)))
+        return list(self.queue(prefix, lo, hi))
+
+    def queue(self, prefix: bytes, lo: int, hi: int) -> _Queue:
+        queues = self.queues
+        queue = queues.get(prefix)
+        if queue is not None:
+            queues.move_to_end(prefix)
+            # Dead arrivals past the front pile up when tuples leave through
+            # other prefixes; rebuild once they outnumber the live ones.
+            if len(queue) <= 2 * (hi - lo) + 1024:
+                return queue
+        queue = _Queue(sorted(map(_arrival, self.sorted.islice(lo, hi))))
+        queues[prefix] = queue
+        if len(queues) > MAX_QUEUES:
+            queues.popitem(last=False)
+        return queue
+
+
 class LiveIndex:
-    """The set of live tuples. Synchronous: callers are on one event loop."""
+    """The set of live tuples, by priority class. Synchronous: callers are on
+    one event loop."""
 
     def __init__(self) -> None:
         self._next_arrival = 1
-        self._sorted = SortedList()
+        # class byte -> class (kept when empty, out of _walk: its list is reused)
+        self._classes: dict[int, _Class] = {}
+        # the classes with tuples, highest priority first
+        self._walk: list[_Class] = []
         self._by_arrival = _IntMap("q")
         # origin number -> seq -> key; the numbers index _origins.
         self._lanes: list[_IntMap] = []
         self._origins: list[str] = []
         self._origin_numbers: dict[str, int] = {}
-        # prefix -> arrivals of the tuples matching it, oldest first (some dead)
-        self._queues: OrderedDict[bytes, _Queue] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._by_arrival)
@@ -288,11 +370,12 @@ class LiveIndex:
     # -- changing the set ------------------------------------------------------
 
     def add(self, item: Tuple) -> int:
-        """Make ``item`` live as the newest tuple; returns its arrival."""
+        """Make ``item`` live as the newest tuple of its priority (``item.props``);
+        returns its arrival."""
         arrival = self._next_arrival
-        self._insert(arrival, item)
+        cls = self._insert(arrival, item)
         self._next_arrival += 1
-        for prefix, queue in self._queues.items():
+        for prefix, queue in cls.queues.items():
             if item.payload.startswith(prefix):
                 queue.append(arrival)
         return arrival
@@ -301,13 +384,16 @@ class LiveIndex:
         """Add many tuples at once, oldest first, into an empty index (replay)."""
         if self._by_arrival:
             raise RuntimeError("bulk_load needs an empty index")
+        priorities = {item.props.priority for item in items}
+        for priority in priorities:  # checked before anything changes
+            _class_byte(priority)
         first = self._next_arrival
         for origin in {item.id.origin for item in items}:
             self._number(origin)
         numbers, pack = self._origin_numbers, _TAIL.pack
         keys = [  # _key, inlined: a replay makes a key per live tuple
             item.payload.replace(_ZERO, _ESCAPED_ZERO)
-            + pack(arrival, item.id.seq, numbers[item.id.origin])
+            + pack(arrival, item.id.seq, numbers[item.id.origin] << 8 | item.props.priority & 0xFF)
             for arrival, item in enumerate(items, first)
         ]
         self._by_arrival.load(range(first, first + len(items)), keys)
@@ -322,13 +408,24 @@ class LiveIndex:
             else:  # a peer's seqs may have come out of order
                 order = sorted(range(len(seqs)), key=seqs.__getitem__)
                 self._lanes[number].load([seqs[i] for i in order], [lane_keys[i] for i in order])
-        self._sorted = SortedList(keys)
+        by_class: dict[int, list[bytes]]
+        if len(priorities) == 1:  # the common case: one class, no sorting out
+            by_class = {priorities.pop(): keys}
+        else:
+            by_class = {priority: [] for priority in priorities}
+            for item, key in zip(items, keys, strict=True):
+                by_class[item.props.priority].append(key)
+        for priority, class_keys in by_class.items():
+            cls = self._class(priority)
+            cls.sorted = SortedList(class_keys)
+            self._enter(cls)
         self._next_arrival = first + len(items)
 
     def restore(self, arrival: int, item: Tuple) -> None:
-        """Put back a tuple removed by a take that did not happen, in its old place."""
-        self._insert(arrival, item)
-        for prefix, queue in self._queues.items():
+        """Put back a tuple removed by a take that did not happen, in its old
+        place: its arrival, in the class of its priority (``item.props``)."""
+        cls = self._insert(arrival, item)
+        for prefix, queue in cls.queues.items():
             if item.payload.startswith(prefix):
                 queue.insert(arrival)
 
@@ -336,9 +433,10 @@ class LiveIndex:
         key = self._by_arrival.pop(arrival)
         if key is None:
             raise KeyError(arrival)
-        _, seq, number = _TAIL.unpack_from(key, len(key) - _TAIL.size)
+        _, seq, field = _TAIL.unpack_from(key, len(key) - _TAIL.size)
+        number = field >> 8
         self._lanes[number].pop(seq)
-        self._sorted.remove(key)
+        self._drop(key)
         return _known_tuple(self._origins[number], seq, _payload(key))
 
     def remove_id(self, entry_id: EntryId) -> tuple[int, Tuple] | None:
@@ -348,11 +446,12 @@ class LiveIndex:
             return None
         arrival = _arrival(key)
         self._by_arrival.pop(arrival)
-        self._sorted.remove(key)
+        self._drop(key)
         return arrival, _known_tuple(entry_id.origin, entry_id.seq, _payload(key))
 
-    def _insert(self, arrival: int, item: Tuple) -> None:
-        key = self._key(arrival, item)
+    def _insert(self, arrival: int, item: Tuple) -> _Class:
+        """Put ``item``'s key in the maps and its class's list; its class."""
+        key = self._key(arrival, item)  # ValueError if the priority is out of range
         # The maps refuse an id or an arrival that is live already (KeyError):
         # the set is left as it was.
         lane = self._lanes[self._origin_numbers[item.id.origin]]
@@ -362,16 +461,45 @@ class LiveIndex:
         except KeyError:
             lane.pop(item.id.seq)
             raise
-        self._sorted.add(key)
+        cls = self._classes.get(key[-1])
+        if cls is None:
+            cls = self._class(item.props.priority)
+        if not cls.sorted:
+            self._enter(cls)
+        cls.sorted.add(key)
+        return cls
+
+    def _drop(self, key: bytes) -> None:
+        """Take ``key`` out of its class's list (out of the maps already)."""
+        cls = self._classes[key[-1]]
+        cls.sorted.remove(key)
+        if not cls.sorted:  # out of the walk; its queues hold dead arrivals only
+            self._walk.remove(cls)
+            cls.queues.clear()
+
+    def _class(self, priority: int) -> _Class:
+        """The class of ``priority`` (made on first sight, out of the walk)."""
+        byte = _class_byte(priority)
+        cls = self._classes.get(byte)
+        if cls is None:
+            cls = self._classes[byte] = _Class(priority)
+        return cls
+
+    def _enter(self, cls: _Class) -> None:
+        """A class that was empty has tuples: into the walk, in its place."""
+        insort(self._walk, cls, key=lambda c: -c.priority)
 
     def _key(self, arrival: int, item: Tuple) -> bytes:
+        byte = _class_byte(item.props.priority)  # first: a bad one changes nothing
         number = self._number(item.id.origin)
-        return _escape(item.payload) + _TAIL.pack(arrival, item.id.seq, number)
+        return _escape(item.payload) + _TAIL.pack(arrival, item.id.seq, number << 8 | byte)
 
     def _number(self, origin: str) -> int:
         """The origin's number (given on first sight, with its lane)."""
         number = self._origin_numbers.get(origin)
         if number is None:
+            if len(self._origins) == _MAX_ORIGINS:
+                raise OverflowError(f"more than {_MAX_ORIGINS} origins in one index")
             number = self._origin_numbers[origin] = len(self._origins)
             self._origins.append(origin)
             self._lanes.append(_IntMap("Q"))
@@ -379,66 +507,55 @@ class LiveIndex:
 
     def _tuple(self, key: bytes) -> tuple[int, Tuple]:
         """The arrival and the tuple that ``key`` holds."""
-        arrival, seq, number = _TAIL.unpack_from(key, len(key) - _TAIL.size)
-        return arrival, _known_tuple(self._origins[number], seq, _payload(key))
+        arrival, seq, field = _TAIL.unpack_from(key, len(key) - _TAIL.size)
+        return arrival, _known_tuple(self._origins[field >> 8], seq, _payload(key))
 
     # -- finding ---------------------------------------------------------------
 
     def oldest(self, prefix: bytes) -> tuple[int, Tuple] | None:
-        """The oldest live tuple whose payload starts with ``prefix``."""
-        if not self._by_arrival:
-            return None
-        lo, hi = self._range(prefix)
-        if lo >= hi:
+        """The oldest live tuple whose payload starts with ``prefix``, of the
+        highest priority that has one (no lower class is looked at)."""
+        for cls in self._walk:
+            lo, hi = cls.range(prefix)
+            if lo < hi:
+                break
+        else:
             return None
         if hi - lo <= SCAN_LIMIT:
-            return self._tuple(min(self._sorted.islice(lo, hi), key=_arrival))
-        queue = self._queue(prefix, lo, hi)
-        by_arrival = self._by_arrival
+            return self._tuple(min(cls.sorted.islice(lo, hi), key=_arrival))
+        queue = cls.queue(prefix, lo, hi)
+        by_arrival, byte = self._by_arrival, cls.byte
         while (arrival := queue.first()) is not None:
             key = by_arrival.get(arrival)
-            if key is not None:
+            # An arrival dead here may be live in another class (restored
+            # there): it is dead for this class's queue.
+            if key is not None and key[-1] == byte:
                 return self._tuple(key)
             queue.pop_first()
         return None
 
     def count(self, prefix: bytes) -> int:
-        lo, hi = self._range(prefix)
-        return max(0, hi - lo)
+        """How many live tuples match, of every priority."""
+        total = 0
+        for cls in self._walk:
+            lo, hi = cls.range(prefix)
+            total += hi - lo
+        return total
 
     def iter_matching(self, prefix: bytes, after: int = 0) -> Iterator[tuple[int, Tuple]]:
-        """Live matches with arrival > ``after``, oldest first (for paged listing)."""
-        lo, hi = self._range(prefix)
-        if hi - lo <= SCAN_LIMIT:
-            arrivals = sorted(map(_arrival, self._sorted.islice(lo, hi)))
-        else:
-            arrivals = list(self._queue(prefix, lo, hi))
-        start = bisect_left(arrivals, after + 1)
-        for arrival in arrivals[start:]:
-            key = self._by_arrival.get(arrival)
+        """Live matches with arrival > ``after``, oldest first whatever their
+        priority (for paged listing by arrival: not the order takes serve)."""
+        lists = []
+        for cls in self._walk:
+            lo, hi = cls.range(prefix)
+            if lo < hi:
+                arrivals = cls.arrivals(prefix, lo, hi)
+                lists.append(arrivals[bisect_left(arrivals, after + 1) :])
+        previous = None
+        # A class's queue may hold an arrival restored into another class,
+        # where it is listed too: live once, listed once.
+        for arrival in lists[0] if len(lists) == 1 else merge(*lists):
+            key = None if arrival == previous else self._by_arrival.get(arrival)
+            previous = arrival
             if key is not None:
                 yield self._tuple(key)
-
-    def _range(self, prefix: bytes) -> tuple[int, int]:
-        """Index range in ``_sorted`` of the keys whose payload has ``prefix``."""
-        if not prefix:
-            return 0, len(self._sorted)
-        escaped = _escape(prefix)
-        lo = self._sorted.bisect_left(escaped)
-        end = prefix_end(escaped)
-        hi = len(self._sorted) if end is None else self._sorted.bisect_left(end)
-        return lo, hi
-
-    def _queue(self, prefix: bytes, lo: int, hi: int) -> _Queue:
-        queue = self._queues.get(prefix)
-        if queue is not None:
-            self._queues.move_to_end(prefix)
-            # Dead arrivals past the front pile up when tuples leave through
-            # other prefixes; rebuild once they outnumber the live ones.
-            if len(queue) <= 2 * (hi - lo) + 1024:
-                return queue
-        queue = _Queue(sorted(map(_arrival, self._sorted.islice(lo, hi))))
-        self._queues[prefix] = queue
-        if len(self._queues) > MAX_QUEUES:
-            self._queues.popitem(last=False)
-        return queue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from node.codec import MAX_KEY_BYTES
 from node.entries import MAX_PRIORITY, MIN_PRIORITY, PLAIN, Properties
@@ -39,28 +40,7 @@ class WriteOptions:
     dedup_window: float | None = None
 
     def __post_init__(self) -> None:
-        _check_seconds("delay", self.delay, zero=True)
-        _check_seconds("ttl", self.ttl, zero=False)
-        _check_seconds("dedup_window", self.dedup_window, zero=False)
-        if self.not_before is not None:
-            if not _is_number(self.not_before) or not math.isfinite(self.not_before):
-                raise ValueError(f"not_before is a Unix time in seconds, not {self.not_before!r}")
-            if self.not_before < 0:
-                raise ValueError("not_before must not be before 1970")
-            if self.delay is not None:
-                raise ValueError("give delay or not_before, not both")
-        priority = self.priority
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise ValueError(f"priority is a whole number, not {priority!r}")
-        if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-            raise ValueError(f"priority must be {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority}")
-        if self.key is not None:
-            if not isinstance(self.key, bytes | str):
-                raise ValueError(f"key is text or bytes, not {type(self.key).__name__}")
-            if not 0 < len(self.key_bytes or b"") <= MAX_KEY_BYTES:
-                raise ValueError(f"key must be 1 to {MAX_KEY_BYTES} bytes")
-        if self.dedup_window is not None and self.key is None:
-            raise ValueError("dedup_window needs a key")
+        write_properties(0.0, *self._fields())  # the checks; the time does not matter
 
     @property
     def key_bytes(self) -> bytes | None:
@@ -75,19 +55,70 @@ class WriteOptions:
     def properties(self, now: float) -> Properties:
         """The Write's properties, for a write made at ``now`` (Unix seconds).
         ``ValueError`` if ``not_before`` is further than ``MAX_SECONDS`` ahead."""
-        if self.plain:
-            return PLAIN
-        due_at = now if self.not_before is None else self.not_before
-        if self.delay is not None:
-            due_at = now + self.delay
-        elif due_at - now > MAX_SECONDS:
+        return write_properties(now, *self._fields())
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.delay, self.not_before, self.ttl, self.priority, self.key, self.dedup_window)
+
+
+def write_properties(  # noqa: C901, PLR0917 (one check per option, inline: the write path)
+    now: float,
+    delay: float | None = None,
+    not_before: float | None = None,
+    ttl: float | None = None,
+    priority: int = 0,
+    key: bytes | str | None = None,
+    dedup_window: float | None = None,
+) -> Properties:
+    """Check a write's options (``ValueError``, one line, for a bad one)
+    and return the Properties of a write made at ``now`` (Unix seconds):
+    what :class:`WriteOptions` does, without making one (``Forum.write``
+    calls this on every write with options: a check that passes costs a
+    type test and a comparison)."""
+    if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError(f"priority is a whole number, not {priority!r}")
+        raise ValueError(f"priority must be {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority}")
+    if ttl is not None and not (type(ttl) in _NUMBERS and 0 < ttl <= MAX_SECONDS):
+        _check_seconds("ttl", ttl, zero=False)
+    if delay is not None and not (type(delay) in _NUMBERS and 0 <= delay <= MAX_SECONDS):
+        _check_seconds("delay", delay, zero=True)
+    key_bytes = key.encode() if isinstance(key, str) else key
+    if key is not None and not (type(key_bytes) is bytes and 0 < len(key_bytes) <= MAX_KEY_BYTES):
+        if not isinstance(key, bytes | str):
+            raise ValueError(f"key is text or bytes, not {type(key).__name__}")
+        raise ValueError(f"key must be 1 to {MAX_KEY_BYTES} bytes")
+    if dedup_window is not None:
+        _check_seconds("dedup_window", dedup_window, zero=False)
+        if key is None:
+            raise ValueError("dedup_window needs a key")
+    due = 0
+    live_from = now
+    if not_before is not None:
+        if not _is_number(not_before) or not math.isfinite(not_before):
+            raise ValueError(f"not_before is a Unix time in seconds, not {not_before!r}")
+        if not_before < 0:
+            raise ValueError("not_before must not be before 1970")
+        if delay is not None:
+            raise ValueError("give delay or not_before, not both")
+        if now and not_before - now > MAX_SECONDS:
             raise ValueError("not_before is more than ten years ahead")
-        due = _ms(due_at) if due_at > now else 0
-        live_from = max(due_at, now)
-        expires = 0 if self.ttl is None else _ms(live_from + self.ttl)
-        dedup_until = 0 if self.dedup_window is None else _ms(now + self.dedup_window)
-        props = Properties(due, expires, self.priority, self.key_bytes, dedup_until)
-        return PLAIN if props == PLAIN else props
+        if not_before > now:
+            due, live_from = _ms(not_before), not_before
+    elif delay:
+        due, live_from = _ms(now + delay), now + delay
+    expires = _ms(live_from + ttl) if ttl is not None else 0
+    dedup_until = _ms(now + dedup_window) if dedup_window is not None else 0
+    if not (due or expires or key_bytes is not None):
+        return _BY_PRIORITY[priority]  # a plain write, or one with a priority alone
+    return Properties(due, expires, priority, key_bytes, dedup_until)
+
+
+_NUMBERS = (int, float)
+#: The properties of a write with a priority and nothing else, made once each.
+_BY_PRIORITY = {
+    p: PLAIN if p == 0 else Properties(priority=p) for p in range(MIN_PRIORITY, MAX_PRIORITY + 1)
+}
 
 
 def _check_seconds(name: str, value: float | None, *, zero: bool) -> None:

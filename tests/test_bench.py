@@ -1,7 +1,7 @@
 """The benchmarks run end to end (tiny, Forum and Redis only: no peer's
-environment, no timing asserted): bench/peers_bench.py and bench/http_bench.py
-each leave a complete report, and peers_bench kills a run that overruns its
-timeout, says so, and goes on."""
+environment, no timing asserted): bench/peers_bench.py, bench/http_bench.py
+and bench/node_bench.py --scheduling each leave a complete report, and
+peers_bench kills a run that overruns its timeout, says so, and goes on."""
 
 from __future__ import annotations
 
@@ -104,3 +104,48 @@ def test_http_bench_compares_the_reliable_job(tmp_path: Path) -> None:
     assert measured == {(s, w) for s in ("forum", "redis") for w in works}
     takes = [r for r in only["results"] if r["work"] == "take"]
     assert [r["ops"] for r in takes] == [20, 20]  # each drained its prefill, reserved and acked
+
+
+def test_node_bench_scheduling_reports_every_row_against_its_target(tmp_path: Path) -> None:
+    out = tmp_path / "scheduling.json"
+    done = run("node_bench.py", "--scheduling", "--live", "2000", "--seconds", "0.1",
+               "--rounds", "1", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert (report["live"], report["delayed"], len(report["priorities"])) == (2000, 222, 10)
+    assert report["targets"] == {"latency_p99_ratio_max": 1.2, "write_ratio_min": 0.9}
+    patterns, steps = (
+        ("exact", "prefix_1pct", "prefix_100pct"),
+        ("read", "index_take", "forum_take"),
+    )
+    latency = report["latency"]
+    assert [(r["pattern"], r["step"]) for r in latency] == [(p, s) for p in patterns for s in steps]
+    for row in latency:
+        assert row["p99_ratio"] == row["mixed_p99_us"] / row["plain_p99_us"]
+        assert row["pass"] == (row["p99_ratio"] <= 1.2)
+        assert {"plain_gc_ms", "mixed_gc_ms", "plain_gc_full", "mixed_gc_full"} <= set(row)
+    rates = ("always_c1", "always_c64", "never_c1", "never_c64")
+    writes = report["writes"]
+    assert [(r["rate"], r["variant"]) for r in writes] == [
+        (rate, variant) for rate in rates for variant in ("ttl_priority", "delay")
+    ]
+    for row in writes:
+        assert row["ratio"] == row["write_per_s"] / row["plain_write_per_s"]
+        assert row["pass"] == (row["ratio"] >= 0.9)
+        assert row["in_target"] == (row["variant"] == "ttl_priority")
+    in_target = [r["pass"] for r in latency + writes if r["in_target"]]
+    assert report["pass"] == all(in_target)
+    assert {kind: len(runs) for kind, runs in report["runs"].items()} == {
+        "latency-plain": 1, "latency-mixed": 1,
+        "writes-plain": 1, "writes-ttl_priority": 1, "writes-delay": 1,
+    }  # fmt: skip
+    table = done.stdout.splitlines()
+    assert table[0].startswith(
+        "take/read at 2000 live tuples: plain vs 10 priorities + 222 delayed"
+    )
+    assert [line.split()[:2] for line in table[2:11]] == [[p, s] for p in patterns for s in steps]
+    assert table[11].startswith("write rate with options vs plain")
+    assert [line.split()[:2] for line in table[13:21]] == [
+        [rate, variant] for rate in rates for variant in ("ttl_priority", "delay")
+    ]
+    assert table[21] in ("all within the targets", "NOT all within the targets")

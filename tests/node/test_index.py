@@ -1,14 +1,18 @@
-"""The live index against a plain-Python model: a list of live tuples in arrival order.
+"""The live index against a plain-Python model: a list of live tuples (with
+their priorities) in arrival order.
 
 Random sequences of add / bulk load / take by prefix / read / remove by id /
-restore / count / list must give what the model gives. The index's scale
-constants are made tiny here (a range of 3 is "large", a block holds 4), so
-that short sequences go through the prefix queues, their eviction and
-rebuilds, and the blocks' splits and merges, as a million tuples would.
+restore / count / list, over a few priorities (negative ones too), must give
+what the model gives: a take or read the highest priority's oldest match, a
+list every match in arrival order. The index's scale constants are made tiny
+here (a range of 2 is "large", a block holds 4), so that short sequences go
+through the prefix queues of several classes, their eviction and rebuilds,
+and the blocks' splits and merges, as a million tuples would.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
@@ -24,9 +28,10 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from sortedcontainers import SortedList
 
 from node import index as index_module
-from node.entries import EntryId, Tuple
+from node.entries import PLAIN, EntryId, Properties, Tuple
 from node.index import LiveIndex, _IntMap
 
 #: Short payloads over an alphabet with the bytes the keys' encoding is about
@@ -38,14 +43,26 @@ PREFIXES = st.one_of(
     st.sampled_from([b"", b"\xff", b"\xff\xff", b"\x00", b"\x00\x00", b"a\x00\x00\x00" * 3]),
 )
 ORIGINS = ["here", "peer-a", "peer-b"]
+#: Priorities, 0 (the plain one) most often, and both ends of the range.
+PRIORITIES = st.sampled_from([0, 0, 0, 1, -1, 127, -128])
+
+
+def tuple_of(entry_id: EntryId, payload: bytes, priority: int = 0) -> Tuple:
+    return Tuple(entry_id, payload, Properties(priority=priority) if priority else PLAIN)
+
+
+def plain(found: tuple[int, Tuple] | None) -> tuple[int, Tuple] | None:
+    """``found`` as the index hands it out: the tuple's props left to the Forum."""
+    return None if found is None else (found[0], Tuple(found[1].id, found[1].payload))
 
 
 class IndexModel(RuleBasedStateMachine):
-    """``live``: (arrival, tuple) in arrival order; the ``removed`` bundle: the
-    tuples taken out (by take or remove_id), which ``restore`` puts back."""
+    """``live``: (arrival, tuple) in arrival order, each tuple with its
+    priority in its props; the ``removed`` bundle: the tuples taken out (by
+    take or remove_id), which ``restore`` puts back."""
 
     removed = Bundle("removed")
-    SMALL: ClassVar[dict[str, int]] = {"SCAN_LIMIT": 2, "MAX_QUEUES": 2, "_BLOCK": 4}
+    SMALL: ClassVar[dict[str, int]] = {"SCAN_LIMIT": 1, "MAX_QUEUES": 2, "_BLOCK": 4}
 
     def __init__(self) -> None:
         super().__init__()
@@ -76,34 +93,44 @@ class IndexModel(RuleBasedStateMachine):
         return {EntryId(o, s) for o, seqs in self.used.items() for s in seqs}
 
     def oldest(self, prefix: bytes) -> tuple[int, Tuple] | None:
-        return next(((a, t) for a, t in self.live if t.payload.startswith(prefix)), None)
+        """The highest priority's oldest match."""
+        matches = [(a, t) for a, t in self.live if t.payload.startswith(prefix)]
+        return max(matches, key=lambda m: (m[1].props.priority, -m[0]), default=None)
 
     @initialize(
-        items=st.lists(st.tuples(PAYLOADS, st.sampled_from(ORIGINS), st.integers(0, 3)), max_size=8)
+        items=st.lists(
+            st.tuples(PAYLOADS, st.sampled_from(ORIGINS), st.integers(0, 3), PRIORITIES),
+            max_size=8,
+        )
     )
-    def load(self, items: list[tuple[bytes, str, int]]) -> None:
-        tuples = [Tuple(self.fresh(origin, skip), payload) for payload, origin, skip in items]
+    def load(self, items: list[tuple[bytes, str, int, int]]) -> None:
+        tuples = [tuple_of(self.fresh(o, skip), payload, p) for payload, o, skip, p in items]
         self.index.bulk_load(tuples)
         self.live = list(enumerate(tuples, 1))
 
-    @rule(payload=PAYLOADS, origin=st.sampled_from(ORIGINS), skip=st.integers(0, 3))
-    def add(self, payload: bytes, origin: str, skip: int) -> None:
-        item = Tuple(self.fresh(origin, skip), payload)
+    @rule(
+        payload=PAYLOADS,
+        origin=st.sampled_from(ORIGINS),
+        skip=st.integers(0, 3),
+        priority=PRIORITIES,
+    )
+    def add(self, payload: bytes, origin: str, skip: int, priority: int) -> None:
+        item = tuple_of(self.fresh(origin, skip), payload, priority)
         arrival = self.index.add(item)
         assert all(arrival > a for a, _ in self.live)
         self.live.append((arrival, item))
 
     @rule(prefix=PREFIXES)
     def read(self, prefix: bytes) -> None:
-        assert self.index.oldest(prefix) == self.oldest(prefix)
+        assert self.index.oldest(prefix) == plain(self.oldest(prefix))
 
     @rule(target=removed, prefix=PREFIXES)
     def take(self, prefix: bytes) -> object:
-        found = self.index.oldest(prefix)
-        assert found == self.oldest(prefix)
+        found = self.oldest(prefix)
+        assert self.index.oldest(prefix) == plain(found)
         if found is None:
             return multiple()
-        assert self.index.remove(found[0]) == found[1]
+        assert (found[0], self.index.remove(found[0])) == plain(found)
         self.live.remove(found)
         return found
 
@@ -112,16 +139,21 @@ class IndexModel(RuleBasedStateMachine):
         known = [item.id for _, item in self.live] + sorted(self.used_ids, key=str)
         entry_id = data.draw(st.sampled_from(known) if known else st.just(EntryId("here", 1)))
         found = next(((a, t) for a, t in self.live if t.id == entry_id), None)
-        assert self.index.remove_id(entry_id) == found
+        assert self.index.remove_id(entry_id) == plain(found)
         if found is None:
             return multiple()
         self.live.remove(found)
         return found
 
-    @rule(found=consumes(removed))
-    def restore(self, found: tuple[int, Tuple]) -> None:
-        self.index.restore(*found)
-        self.live.append(found)
+    @rule(found=consumes(removed), elsewhere=st.none() | PRIORITIES)
+    def restore(self, found: tuple[int, Tuple], elsewhere: int | None) -> None:
+        """Back in its place; ``elsewhere``: with another priority than it had
+        (the index files a tuple by the priority it is given)."""
+        arrival, item = found
+        if elsewhere is not None:
+            item = tuple_of(item.id, item.payload, elsewhere)
+        self.index.restore(arrival, item)
+        self.live.append((arrival, item))
         self.live.sort(key=lambda pair: pair[0])
 
     @precondition(lambda self: self.live)
@@ -135,7 +167,7 @@ class IndexModel(RuleBasedStateMachine):
     @rule(prefix=PREFIXES, after=st.integers(0, 40))
     def listing(self, prefix: bytes, after: int) -> None:
         expected = [(a, t) for a, t in self.live if a > after and t.payload.startswith(prefix)]
-        assert list(self.index.iter_matching(prefix, after)) == expected
+        assert list(self.index.iter_matching(prefix, after)) == [plain(m) for m in expected]
 
     @rule(prefix=PREFIXES)
     def count(self, prefix: bytes) -> None:
@@ -218,3 +250,218 @@ def test_int_map_is_a_sorted_dict(order: list[int], ops: list[tuple[str, int]]) 
         assert [int_map.get(k) for k in range(42)] == [model.get(k) for k in range(42)]
     finally:
         index_module._BLOCK = block
+
+
+# -- priorities ------------------------------------------------------------------
+
+
+def _fill(index: LiveIndex, tuples: list[tuple[bytes, int]], origin: str = "here") -> list[int]:
+    """Add (payload, priority) pairs in order; their arrivals."""
+    return [
+        index.add(tuple_of(EntryId(origin, seq), payload, priority))
+        for seq, (payload, priority) in enumerate(tuples, 1)
+    ]
+
+
+def _drain(index: LiveIndex, prefix: bytes) -> list[bytes]:
+    """Take every match as takes would, one at a time: their payloads."""
+    taken = []
+    while (found := index.oldest(prefix)) is not None:
+        assert index.remove(found[0]) == found[1]
+        taken.append(found[1].payload)
+    return taken
+
+
+@pytest.fixture(params=[32, 1], ids=["scan", "queues"])
+def scan_limit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Each test below runs with ranges scanned, and again served from the
+    prefix queues (every range of two or more is "large")."""
+    monkeypatch.setattr(index_module, "SCAN_LIMIT", request.param)
+    return int(request.param)
+
+
+def test_the_highest_priority_first_and_the_oldest_first_within_one(scan_limit: int) -> None:
+    index = LiveIndex()
+    _fill(index, [(b"j/a", 0), (b"j/b", 5), (b"j/c", 0), (b"j/d", 5), (b"j/e", 2), (b"x", 9)])
+    assert _drain(index, b"j/") == [b"j/b", b"j/d", b"j/e", b"j/a", b"j/c"]
+    assert len(index) == 1  # the one of priority 9 does not match
+
+
+def test_negative_priorities_come_after_zero_down_to_the_least(scan_limit: int) -> None:
+    index = LiveIndex()
+    _fill(index, [(b"-128", -128), (b"-1", -1), (b"0", 0), (b"127", 127), (b"-1b", -1)])
+    assert _drain(index, b"") == [b"127", b"0", b"-1", b"-1b", b"-128"]
+
+
+class _Watched(SortedList):
+    """A class's sorted list that counts the times it is looked into."""
+
+    looks = 0
+
+    def bisect_left(self, value: bytes) -> int:
+        self.looks += 1
+        return int(super().bisect_left(value))
+
+    def islice(self, start: int | None = None, stop: int | None = None) -> Iterator[bytes]:
+        self.looks += 1
+        return super().islice(start, stop)
+
+
+def test_a_take_looks_at_no_class_below_the_one_it_answers_from() -> None:
+    """Class 0 has 100 matches of ``job/``, far past ``SCAN_LIMIT``: answering
+    from it would bisect it and build its queue for ``job/``. Class 5 has one
+    match, and class 9 none: 9 is bisected (it is higher), 0 never."""
+    index = LiveIndex()
+    _fill(index, [(b"job/%03d" % i, 0) for i in range(100)])
+    _fill(index, [(b"job/high", 5), (b"other", 9)], origin="peer")
+    low = index._classes[0]
+    low.sorted = watched = _Watched(low.sorted)
+    found = index.oldest(b"job/")
+    assert found is not None
+    assert found[1].payload == b"job/high"
+    assert watched.looks == 0
+    assert b"job/" not in low.queues
+    assert index._classes[9].sorted.bisect_left(b"job/") == 0  # looked at, and no match
+    index.remove(found[0])
+    # With class 5 gone, the same take is class 0's, through its queue.
+    found = index.oldest(b"job/")
+    assert found is not None
+    assert found[1].payload == b"job/000"
+    assert watched.looks > 0
+    assert b"job/" in low.queues
+
+
+def test_restore_puts_a_tuple_back_in_its_class_and_place(scan_limit: int) -> None:
+    index = LiveIndex()
+    arrivals = _fill(index, [(b"j/a", 3), (b"j/b", 0), (b"j/c", 3), (b"j/d", 3)])
+    taken = []
+    for _ in range(2):  # j/a then j/c, both of class 3
+        found = index.oldest(b"j/")
+        assert found is not None
+        index.remove(found[0])
+        taken.append(found)
+    assert [t.payload for _, t in taken] == [b"j/a", b"j/c"]
+    # Put back (with its priority: the index hands out PLAIN props), newest first.
+    for arrival, item in reversed(taken):
+        index.restore(arrival, tuple_of(item.id, item.payload, 3))
+    assert [a for a, _ in index.iter_matching(b"j/")] == arrivals
+    assert _drain(index, b"j/") == [b"j/a", b"j/c", b"j/d", b"j/b"]
+
+
+def test_a_tuple_restored_with_another_priority_is_served_by_that_one(scan_limit: int) -> None:
+    """Class 5's queue still holds the arrival (dead there): it must not
+    answer for class 5 with a tuple that is now of class 0."""
+    index = LiveIndex()
+    _fill(index, [(b"j/a", 5), (b"j/b", 5), (b"j/c", 5), (b"j/d", 0)])
+    found = index.oldest(b"j/")
+    assert found is not None
+    index.remove(found[0])
+    index.restore(*found)  # PLAIN props: priority 0 now
+    assert _drain(index, b"j/") == [b"j/b", b"j/c", b"j/a", b"j/d"]
+
+
+def test_remove_and_remove_id_in_any_class(scan_limit: int) -> None:
+    index = LiveIndex()
+    pairs = [(b"j/%d" % i, priority) for i, priority in enumerate([7, -3, 0, 7, -3, 0])]
+    arrivals = _fill(index, pairs)
+    assert index.remove(arrivals[0]) == Tuple(EntryId("here", 1), b"j/0")
+    assert index.remove_id(EntryId("here", 2)) == (arrivals[1], Tuple(EntryId("here", 2), b"j/1"))
+    assert index.remove_id(EntryId("here", 2)) is None
+    with pytest.raises(KeyError):
+        index.remove(arrivals[0])
+    assert len(index) == 4 and index.count(b"j/") == 4
+    assert EntryId("here", 1) not in index and EntryId("here", 4) in index
+    assert index.remove_id(EntryId("here", 4)) is not None  # class 7 is empty now
+    assert index.remove(arrivals[4]) == Tuple(EntryId("here", 5), b"j/4")  # and class -3
+    assert [t.payload for _, t in index.iter_matching(b"")] == [b"j/2", b"j/5"]
+    assert _drain(index, b"j/") == [b"j/2", b"j/5"]
+    # A class emptied and filled again is served in its turn.
+    _fill(index, [(b"j/again", -3), (b"j/top", 7)], origin="peer")
+    assert _drain(index, b"") == [b"j/top", b"j/again"]
+
+
+def test_bulk_load_with_mixed_priorities(scan_limit: int) -> None:
+    index = LiveIndex()
+    pairs = [(b"j/a", 1), (b"j/b", 0), (b"k/c", 1), (b"j/d", -1), (b"j/e", 1), (b"j/f", 0)]
+    items = [tuple_of(EntryId("peer", seq), p, q) for seq, (p, q) in enumerate(pairs, 1)]
+    index.bulk_load(items)
+    assert len(index) == 6 and index.count(b"j/") == 5 and index.count(b"") == 6
+    listed = list(index.iter_matching(b"j/", after=1))  # arrival order, not take order
+    assert [(a, t.payload) for a, t in listed] == [
+        (2, b"j/b"),
+        (4, b"j/d"),
+        (5, b"j/e"),
+        (6, b"j/f"),
+    ]
+    assert index.add(tuple_of(EntryId("here", 1), b"j/g", 1)) == 7
+    assert _drain(index, b"j/") == [b"j/a", b"j/e", b"j/g", b"j/b", b"j/f", b"j/d"]
+    assert _drain(index, b"") == [b"k/c"]
+
+
+def test_prefixes_with_00_and_ff_bytes_across_classes(scan_limit: int) -> None:
+    index = LiveIndex()
+    pairs = [
+        (b"\x00", 0),
+        (b"\x00\xff", 2),
+        (b"\xff", 0),
+        (b"\xff\xff\x00", -2),
+        (b"\x00\x00", -2),
+        (b"\xff\xff", 2),
+        (b"", 2),
+    ]
+    _fill(index, pairs)
+    counts = {b"\x00": 3, b"\x00\x00": 1, b"\x00\xff": 1, b"\xff": 3, b"\xff\xff": 2, b"": 7}
+    assert {prefix: index.count(prefix) for prefix in counts} == counts
+    firsts = {
+        b"\x00": b"\x00\xff",
+        b"\x00\x00": b"\x00\x00",
+        b"\xff": b"\xff\xff",
+        b"": b"\x00\xff",
+    }
+    for prefix, payload in firsts.items():
+        found = index.oldest(prefix)
+        assert found is not None and found[1].payload == payload
+    assert [t.payload for _, t in index.iter_matching(b"\xff")] == [
+        b"\xff",
+        b"\xff\xff\x00",
+        b"\xff\xff",
+    ]
+    assert _drain(index, b"\xff") == [b"\xff\xff", b"\xff", b"\xff\xff\x00"]
+    assert _drain(index, b"\x00") == [b"\x00\xff", b"\x00", b"\x00\x00"]
+    assert _drain(index, b"") == [b""]
+
+
+def test_the_tuples_handed_out_have_plain_props() -> None:
+    index = LiveIndex()
+    arrival = index.add(tuple_of(EntryId("here", 1), b"a", 9))
+    assert index.oldest(b"") == (arrival, Tuple(EntryId("here", 1), b"a"))
+    assert next(index.iter_matching(b"a"))[1].props is PLAIN
+
+
+@pytest.mark.parametrize("priority", [128, -129, 1000])
+def test_a_priority_out_of_range_is_refused_and_changes_nothing(priority: int) -> None:
+    index = LiveIndex()
+    index.add(tuple_of(EntryId("here", 1), b"a", 1))
+    bad = tuple_of(EntryId("here", 2), b"b", priority)
+    with pytest.raises(ValueError, match="priority must be -128 to 127"):
+        index.add(bad)
+    assert len(index) == 1 and bad.id not in index and index.count(b"") == 1
+    empty = LiveIndex()
+    with pytest.raises(ValueError, match="priority must be -128 to 127"):
+        empty.bulk_load([tuple_of(EntryId("here", 1), b"a"), bad])
+    assert len(empty) == 0 and empty.count(b"") == 0 and empty.oldest(b"") is None
+
+
+def test_past_the_origins_a_key_can_number_a_new_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Origin numbers have three bytes (the fourth is the priority's): one
+    more origin is refused, and changes nothing."""
+    monkeypatch.setattr(index_module, "_MAX_ORIGINS", 2)
+    index = LiveIndex()
+    for seq, origin in enumerate(["a", "b"], 1):
+        index.add(tuple_of(EntryId(origin, seq), b"x", 1))
+    with pytest.raises(OverflowError, match="more than 2 origins"):
+        index.add(tuple_of(EntryId("c", 1), b"x", 1))
+    assert len(index) == 2 and EntryId("c", 1) not in index
+    assert index.add(tuple_of(EntryId("a", 3), b"y", -1)) == 3  # known origins still are

@@ -23,7 +23,7 @@ from node import EntryId, Forum, Pattern, Strand, StrandConfig
 
 PAYLOADS = st.sampled_from([b"a", b"ab", b"abc", b"b", b"ba"])
 PREFIXES = st.sampled_from([b"", b"a", b"ab", b"b", b"c"])
-PRIORITIES = st.sampled_from([0])
+PRIORITIES = st.sampled_from([0, 0, 1, 5, -2])
 DELAYS = st.sampled_from([None, None, 1.0, 2.5, 4.0])
 TTLS = st.sampled_from([None, None, 1.0, 3.0])
 START = 1_800_000_000.0  # the test's clock starts here (Unix seconds)
