@@ -47,7 +47,7 @@ import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, quote_from_bytes
 
@@ -83,7 +83,7 @@ from node.web_model import (
     TupleBody,
     WriteBody,
 )
-from node.write_options import PLAIN_OPTIONS, WriteOptions
+from node.write_options import write_properties
 
 BodyKind = Literal["raw", "json", "msgpack"]
 B = TypeVar("B", bound=Body)
@@ -425,54 +425,42 @@ def _option_fields(document: WriteBody[Any] | BatchWriteBody[Any]) -> dict[str, 
 
 @dataclass(frozen=True, slots=True)
 class WriteRequest:
-    """A write's options, checked, and how long it may wait for room under a
-    prefix's limit (``None``: not at all, a 429 at once)."""
+    """A write's options, checked: those given, by ``Forum.write``'s keyword
+    names, and how long it may wait for room under a prefix's limit
+    (``None``: not at all, a 429 at once)."""
 
-    options: WriteOptions = PLAIN_OPTIONS
+    options: Mapping[str, Any] = field(default_factory=dict)
     wait: float | None = None
-
-    @property
-    def plain(self) -> bool:
-        return self.options.plain and self.wait is None
 
     def arguments(self) -> dict[str, Any]:
         """The keyword arguments of ``Forum.write`` / ``write_many``."""
-        options = self.options
-        return {
-            "delay": options.delay,
-            "not_before": options.not_before,
-            "ttl": options.ttl,
-            "priority": options.priority,
-            "key": options.key_bytes,
-            "dedup_window": options.dedup_window,
-            "wait": self.wait,
-        }
+        return {**self.options, "wait": self.wait}
 
 
-#: What a plain write asks (no option given).
+#: What a plain write asks (no option given): known by identity.
 PLAIN_WRITE = WriteRequest()
 
 
 def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) -> WriteRequest:
-    """The options of a write of ``count`` tuples, held to ``WriteOptions``
-    (its one-line ``ValueError`` is the 400's message) and ``wait`` to
-    ``Limits.max_write_wait`` (the node's ``max_wait``, at most the Forum's
-    60 s): the checks of every front end (query, body, stream)."""
+    """The options of a write of ``count`` tuples, held to the Forum's own
+    checks (``write_properties``: its one-line ``ValueError`` is the 400's
+    message) and ``wait`` to ``Limits.max_write_wait`` (the node's
+    ``max_wait``, at most the Forum's 60 s): the checks of every front end
+    (query, body, stream), made before anything is written."""
     if not given:
         return PLAIN_WRITE
-    values = dict(given)
-    wait = values.pop("wait", None)
+    options = dict(given)
+    wait = options.pop("wait", None)
     number = isinstance(wait, int | float) and not isinstance(wait, bool)
     bound = limits.max_write_wait
     if wait is not None and not (number and 0 <= wait <= bound):  # NaN too
         raise bad_request("invalid_option", f"wait must be 0 to {bound:g} s, not {wait!r}")
     try:
-        options = WriteOptions(**values)
-        # A not_before further than the options allow is known only against now.
-        options.properties(time.time())
-    except (TypeError, ValueError) as exc:
+        # Against now: a not_before further than the options allow is known only so.
+        write_properties(time.time(), **options)
+    except ValueError as exc:
         raise bad_request("invalid_option", str(exc)) from None
-    if options.key is not None and count != 1:
+    if options.get("key") is not None and count != 1:
         raise bad_request("invalid_option", "a key names one write: give it with one payload")
     return WriteRequest(options, wait or None)
 
@@ -597,7 +585,7 @@ class Query:
 
     def write_options(self) -> dict[str, Any]:
         """The write options the query gives (:data:`~node.web_model.WRITE_OPTIONS`),
-        by ``WriteOptions``' names, numbers parsed by the grammar; their values
+        by ``Forum.write``'s names, numbers parsed by the grammar; their values
         are judged by :func:`check_write_options`."""
         given: dict[str, Any] = {}
         for parameter in WRITE_OPTIONS:
