@@ -3,7 +3,7 @@
 ::
 
     forum serve                         forum.cli_serve    a node, replication wired in
-    forum write|take|read|count|status|compact
+    forum write|take|read|count|status|compact|pause|resume
                                         forum.cli_client   a node's API from the shell
     forum watch                         forum.cli_watch    a node's events, as they happen
     forum worker                        forum.cli_worker   workers (the Lens: Redis)
@@ -65,6 +65,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "print a node's writes, takes and expiries of PREFIX as they happen, until Ctrl-C",
         "forum.cli_watch:add_watch",
     ),
+    "pause": (
+        "pause the takes and reserves of PREFIX on every node (writes go on)",
+        "forum.cli_client:add_pause",
+    ),
+    "resume": ("end the pauses of PREFIX", "forum.cli_client:add_resume"),
     "worker": (
         "run workers that take jobs from a node and claim them in Redis",
         "forum.cli_worker:add_worker",

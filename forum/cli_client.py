@@ -1,5 +1,6 @@
-"""``forum write``, ``take``, ``read``, ``count`` and ``status``: a node's API
-from the shell, through :class:`~node.client.ForumClient`.
+"""``forum write``, ``take``, ``read``, ``count``, ``status``, ``compact``,
+``pause`` and ``resume``: a node's API from the shell, through
+:class:`~node.client.ForumClient`.
 
 ``take`` and ``read`` write the tuple's bytes as they are to stdout (a
 newline after them only on a terminal) and exit 1 when nothing matched.
@@ -14,7 +15,14 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
-from forum.cli_args import EXIT_NO_MATCH, EXIT_OK, SECONDS_OR_ZERO, node_options
+from forum.cli_args import (
+    EXIT_NO_MATCH,
+    EXIT_OK,
+    SECONDS,
+    SECONDS_OR_ZERO,
+    UsageError,
+    node_options,
+)
 from node.client import ForumClient
 from node.space import Pattern
 from node.web_status import PeerStatus
@@ -48,9 +56,25 @@ def _wait(parser: argparse.ArgumentParser) -> None:
 
 
 def add_write(parser: argparse.ArgumentParser) -> None:
-    example = "forum write 'job-42 resize photo.jpg'\n  cat job.bin | forum write -"
+    example = (
+        "forum write 'job-42 resize photo.jpg'\n  cat job.bin | forum write -\n"
+        "  forum write job/7 --delay 60 --ttl 3600 --priority 5 --key job/7"
+    )
     _client_options(parser, example, _write)
     parser.add_argument("payload", metavar="PAYLOAD", help="the tuple's bytes, or - for stdin")
+    _write_options(parser)
+
+
+def _write_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a write (docs/scheduling.md); the node judges their values."""
+    add = parser.add_argument
+    add("--delay", metavar="SECONDS", type=SECONDS_OR_ZERO, help="due this long from now")
+    add("--not-before", metavar="UNIX_SECONDS", type=float, help="due at this time")
+    add("--ttl", metavar="SECONDS", type=SECONDS, help="gone this long after it is due")
+    add("--priority", metavar="N", type=int, default=0, help="-128 to 127, higher first")
+    add("--key", metavar="KEY", help="the write's key (its dedup and claim key)")
+    add("--dedup-window", metavar="SECONDS", type=SECONDS, help="with --key: dedup this long")
+    add("--wait", metavar="SECONDS", type=SECONDS_OR_ZERO, help="wait for room under a limit")
 
 
 def add_take(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +102,16 @@ def add_compact(parser: argparse.ArgumentParser) -> None:
     _client_options(parser, "forum compact --node http://10.0.0.5:7070", _compact)
 
 
+def add_pause(parser: argparse.ArgumentParser) -> None:
+    _client_options(parser, "forum pause job/", _pause_or_resume)
+    parser.add_argument("prefix", metavar="PREFIX", help="the byte prefix to pause (not empty)")
+
+
+def add_resume(parser: argparse.ArgumentParser) -> None:
+    _client_options(parser, "forum resume job/", _pause_or_resume)
+    parser.add_argument("prefix", metavar="PREFIX", help="the byte prefix to resume")
+
+
 # -- running them ------------------------------------------------------------------
 
 
@@ -91,7 +125,29 @@ async def _write(args: argparse.Namespace) -> int:
     else:
         payload = os.fsencode(args.payload)
     async with ForumClient(args.node, args.token) as space:
-        print(await space.write(payload))
+        written = await space.write(
+            payload,
+            delay=args.delay,
+            not_before=args.not_before,
+            ttl=args.ttl,
+            priority=args.priority,
+            key=None if args.key is None else os.fsencode(args.key),
+            dedup_window=args.dedup_window,
+            wait=args.wait,
+        )
+        print(written)
+    return EXIT_OK
+
+
+async def _pause_or_resume(args: argparse.Namespace) -> int:
+    prefix = os.fsencode(args.prefix)
+    if not prefix:
+        raise UsageError("PREFIX must not be empty")
+    async with ForumClient(args.node, args.token) as space:
+        if args.command == "pause":
+            print(f"paused {args.prefix} (marker {await space.pause(prefix)})")
+        else:
+            print(f"resumed {args.prefix} ({await space.resume(prefix)} pause(s) ended)")
     return EXIT_OK
 
 
@@ -140,6 +196,9 @@ async def _status(args: argparse.Namespace) -> int:
             f"{status.compactions} passes, {_size(status.bytes_reclaimed)} reclaimed, "
             f"{status.entries_dropped} entries dropped",
         ),
+        ("delayed / expired", f"{status.delayed} / {status.expired}"),
+        ("paused", ", ".join(status.paused) or "none"),
+        *_fill_rows(status.limits),
         ("peers", str(len(status.peers)) if status.peers else "none"),
     ]
     print(_table(rows))
@@ -149,6 +208,14 @@ async def _status(args: argparse.Namespace) -> int:
         cells = [tuple(str(getattr(peer, c)) for c in columns) for peer in status.peers]
         print(_table([tuple(columns), *cells]))
     return EXIT_OK
+
+
+def _fill_rows(limits: dict[str, list[int]]) -> list[tuple[str, str]]:
+    """One row per limited prefix: how full it is here."""
+    return [
+        (f"limit {prefix}", f"{held} / {limit} ({held / limit:.0%})")
+        for prefix, (held, limit) in sorted(limits.items())
+    ]
 
 
 async def _compact(args: argparse.Namespace) -> int:

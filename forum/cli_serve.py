@@ -168,6 +168,12 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
         help="most client connections at once (default: the open-file limit less 64)",
     )
     _add_watch_options(parser)
+    add(
+        "--limits",
+        metavar="PREFIX=N,...",
+        help="the most live tuples each prefix may hold here; writes past it get 429 "
+        "(default: none)",
+    )
     add("--log-format", choices=("text", "json"), help="log lines as text or JSON")
     add("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING, ERROR")
     parser.set_defaults(func=run_serve)

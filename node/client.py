@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import json
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal, Self
-from urllib.parse import urlsplit
+from urllib.parse import quote_from_bytes, urlsplit
 
 import aiohttp
 import msgpack
@@ -40,13 +41,14 @@ from multidict import CIMultiDictProxy
 
 from node.client_stream import StreamConnection, StreamUnsupported
 from node.client_watch import WatchEvent, watch_events
-from node.entries import EntryId, Reserved, Tuple
+from node.entries import PLAIN, EntryId, Properties, Reserved, Tuple
 from node.errors import (
     NodeRejected,
     NodeTimeout,
     NodeUnavailable,
     PayloadTooLarge,
     SerializationError,
+    Throttled,
     Unauthorized,
     error_body,
 )
@@ -54,7 +56,7 @@ from node.forum import ListPage
 from node.resource import AsyncResource
 from node.space import Pattern
 from node.strand import CompactionReport
-from node.web_bodies import prefix_query
+from node.web_bodies import bytes_query, prefix_query
 from node.web_model import MSGPACK, STREAM_OPS
 from node.web_status import NodeStatus
 
@@ -162,16 +164,62 @@ class ForumClient(AsyncResource):
 
     # -- the tuple-space interface ----------------------------------------------
 
-    async def write(self, payload: bytes) -> EntryId:
-        """Write one tuple; its id once the node has made it durable."""
-        document = await self._document("write", {"payload": payload})
+    async def write(
+        self,
+        payload: bytes,
+        *,
+        delay: float | None = None,
+        not_before: float | None = None,
+        ttl: float | None = None,
+        priority: int = 0,
+        key: bytes | str | None = None,
+        dedup_window: float | None = None,
+        wait: float | None = None,
+    ) -> EntryId:
+        """Write one tuple; its id once the node has made it durable. The
+        options are ``Forum.write``'s (docs/scheduling.md), judged by the node:
+        a bad one is a :class:`NodeRejected` 400 (``invalid_option``), a full
+        limited prefix a :class:`Throttled` (429) unless ``wait`` finds room."""
+        args = {"payload": payload}
+        args |= _write_options(
+            delay=delay,
+            not_before=not_before,
+            ttl=ttl,
+            priority=priority,
+            key=key,
+            dedup_window=dedup_window,
+            wait=wait,
+        )
+        document = await self._document("write", args, wait or 0.0)
         return self._entry_id(document.get("id"))
 
-    async def write_many(self, payloads: Sequence[bytes]) -> list[EntryId]:
-        """Write many tuples in one request: all become durable, or none."""
+    async def write_many(
+        self,
+        payloads: Sequence[bytes],
+        *,
+        delay: float | None = None,
+        not_before: float | None = None,
+        ttl: float | None = None,
+        priority: int = 0,
+        key: bytes | str | None = None,
+        dedup_window: float | None = None,
+        wait: float | None = None,
+    ) -> list[EntryId]:
+        """Write many tuples in one request: all become durable, or none;
+        the options (:meth:`write`'s) hold for each."""
         if not payloads:
             return []
-        document = await self._document("write_many", {"payloads": list(payloads)})
+        args: dict[str, Any] = {"payloads": list(payloads)}
+        args |= _write_options(
+            delay=delay,
+            not_before=not_before,
+            ttl=ttl,
+            priority=priority,
+            key=key,
+            dedup_window=dedup_window,
+            wait=wait,
+        )
+        document = await self._document("write_many", args, wait or 0.0)
         return [self._entry_id(i) for i in self._list(document, "ids")]
 
     async def read(self, pattern: Pattern) -> bytes | None:
@@ -336,6 +384,42 @@ class ForumClient(AsyncResource):
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SerializationError(f"{self.url}: not a compaction report: {exc}") from exc
 
+    # -- pausing a prefix (HTTP requests, as status is) ----------------------------
+
+    async def pause(self, prefix: bytes) -> EntryId:
+        """Pause the takes and reserves of ``prefix`` on every node (writes go
+        on); the pause marker's id."""
+        document = await self._msgpack("POST", _prefix_path(prefix, "pause"))
+        return self._entry_id(document.get("id"))
+
+    async def resume(self, prefix: bytes) -> int:
+        """End every pause of exactly ``prefix``; how many ended."""
+        document = await self._msgpack("POST", _prefix_path(prefix, "resume"))
+        resumed = document.get("resumed")
+        if not isinstance(resumed, int) or isinstance(resumed, bool):
+            raise SerializationError(f"{self.url}: resumed is not a count: {resumed!r:.50}")
+        return resumed
+
+    async def paused(self) -> builtins.list[bytes]:
+        """The prefixes paused on the node, sorted."""
+        return [prefix for prefix, paused, _ in await self.prefixes() if paused]
+
+    async def prefixes(self) -> builtins.list[tuple[bytes, bool, tuple[int, int] | None]]:
+        """Each prefix paused or limited on the node: ``(prefix, paused,
+        (held, limit) or None)``, sorted."""
+        document = await self._msgpack("GET", "/v1/prefixes")
+        try:
+            return [
+                (
+                    bytes(row["prefix"]),
+                    bool(row["paused"]),
+                    None if row.get("limit") is None else (int(row["held"]), int(row["limit"])),
+                )
+                for row in self._list(document, "prefixes")
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SerializationError(f"{self.url}: not a prefixes document: {exc}") from exc
+
     async def ready(self) -> bool:
         """Whether the node says it is ready (``/readyz``); ``False`` if unreachable."""
         try:
@@ -358,7 +442,9 @@ class ForumClient(AsyncResource):
             self._open(),
             f"{self.url}/v1/watch",
             prefix_query(pattern),
-            rejected=self._rejected,
+            rejected=lambda status, code, message: self._rejected(
+                status, {"error": code, "message": message}
+            ),
             last_event_id=last_event_id,
             connect_timeout=self._connect_timeout,
             first_byte_timeout=self._timeout,
@@ -410,8 +496,7 @@ class ForumClient(AsyncResource):
         else:
             status, body = await self._over_http(op, args, wait)
         if status >= 400:
-            code, message = _error_fields(status, body)
-            raise self._rejected(status, code, message)
+            raise self._rejected(status, body)
         if status == 204:
             return None
         if not isinstance(body, dict):
@@ -434,6 +519,8 @@ class ForumClient(AsyncResource):
         for name, value in args.items():
             if name == "prefix":
                 params |= prefix_query(Pattern(value))
+            elif name == "key" and name in route.names:
+                params |= bytes_query("key", value)
             elif name in route.names:
                 params[name] = _seconds(value) if isinstance(value, float) else str(value)
             else:
@@ -453,7 +540,7 @@ class ForumClient(AsyncResource):
             errors=False,
         )
         if response.status >= 400:
-            return response.status, error_body(response.status, response.body)
+            return response.status, _error_document(response)
         if response.status == 204:
             return 204, None
         return response.status, self._unpack(response.body)
@@ -509,11 +596,17 @@ class ForumClient(AsyncResource):
             raise NodeUnavailable(self.url, f"{what}: cannot connect: {exc.os_error}") from exc
         except aiohttp.ClientError as exc:
             raise NodeUnavailable(self.url, f"{what}: {type(exc).__name__}: {exc}") from exc
+        answer = _Response(response.status, response.headers, body)
         if errors and response.status >= 400:
-            raise self._rejected(response.status, *error_body(response.status, body))
-        return _Response(response.status, response.headers, body)
+            raise self._rejected(response.status, _error_document(answer))
+        return answer
 
-    def _rejected(self, status: int, code: str, message: str) -> NodeRejected:
+    def _rejected(self, status: int, document: Any) -> NodeRejected:
+        """The error of an error answer: its ``{"error", "message", ...}`` map
+        (over HTTP as :func:`_error_document` read it)."""
+        code, message = _error_fields(status, document)
+        if status == 429:
+            return _throttled(self.url, code, message, document)
         kind = {401: Unauthorized, 413: PayloadTooLarge}.get(status, NodeRejected)
         return kind(self.url, status, code, message)
 
@@ -541,11 +634,30 @@ class ForumClient(AsyncResource):
         if not isinstance(document, dict) or not isinstance(document.get("payload"), bytes):
             raise SerializationError(f"{self.url}: not a tuple: {document!r:.200}")
         entry_id = self._entry_id(document.get("id"))
+        # A plain tuple's answer has no more than its id, payload (and deliveries).
+        plain = len(document) == (3 if "deliveries" in document else 2)
+        props = PLAIN if plain else self._props(document)
         if "deliveries" not in document:
-            return Tuple(entry_id, document["payload"])
+            return Tuple(entry_id, document["payload"], props)
         return Reserved(
-            entry_id, document["payload"], deliveries=self._deliveries(document["deliveries"])
+            entry_id,
+            document["payload"],
+            props,
+            deliveries=self._deliveries(document["deliveries"]),
         )
+
+    def _props(self, document: Mapping[str, Any]) -> Properties:
+        """The properties an answer shows (``docs/http-api.md``): each only when set."""
+        due, expires = document.get("due", 0), document.get("expires", 0)
+        priority, key = document.get("priority", 0), document.get("key")
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in (due, expires, priority)
+        ):
+            raise SerializationError(f"{self.url}: not a tuple's properties: {document!r:.200}")
+        if key is not None and not isinstance(key, bytes):
+            raise SerializationError(f"{self.url}: a tuple's key is bytes, not {key!r:.50}")
+        props = Properties(due=due, expires=expires, priority=priority, key=key)
+        return PLAIN if props == PLAIN else props
 
     def _deliveries(self, value: object) -> int:
         if isinstance(value, str) and value.isascii() and value.isdigit():
@@ -557,14 +669,61 @@ class ForumClient(AsyncResource):
 
 def _as_reserved(item: Tuple) -> Reserved:
     """A reserved tuple; from a node older than the delivery count, the first."""
-    return item if isinstance(item, Reserved) else Reserved(item.id, item.payload)
+    return item if isinstance(item, Reserved) else Reserved(item.id, item.payload, item.props)
+
+
+def _write_options(**options: Any) -> dict[str, Any]:
+    """The options a write gives (``ForumClient.write``'s keywords), as the
+    op's arguments: only those set, so a plain write is the same request it
+    always was. The node judges them; a text key goes as its UTF-8 bytes."""
+    key = options.get("key")
+    if isinstance(key, str):
+        options["key"] = key.encode()
+    if options.get("priority") == 0:
+        del options["priority"]
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def _prefix_path(prefix: bytes, action: str) -> str:
+    """The path of a pause route: the prefix's bytes percent-encoded, ``/`` too."""
+    if not prefix:
+        raise ValueError("a prefix to pause or resume must not be empty")
+    return f"/v1/prefixes/{quote_from_bytes(prefix, safe='')}/{action}"
+
+
+def _error_document(response: _Response) -> dict[str, Any]:
+    """An HTTP error answer as the map the stream would give: the node's JSON
+    error body (else :func:`error_body`'s reading), ``Retry-After`` too."""
+    try:
+        document = json.loads(response.body)
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        code, message = error_body(response.status, response.body)
+        document = {"error": code, "message": message}
+    retry_after = response.headers.get("Retry-After", "")
+    if "retry_after" not in document and retry_after.isdigit():
+        document["retry_after"] = float(retry_after)
+    return document
+
+
+def _throttled(url: str, code: str, message: str, document: Any) -> Throttled:
+    details = document if isinstance(document, dict) else {}
+    prefix, limit = details.get("prefix"), details.get("limit")
+    retry_after = details.get("retry_after")
+    return Throttled(
+        url,
+        429,
+        code,
+        message,
+        prefix=prefix.encode() if isinstance(prefix, str) else b"",
+        limit=limit if isinstance(limit, int) and not isinstance(limit, bool) else 0,
+        retry_after=float(retry_after) if isinstance(retry_after, int | float) else 1.0,
+    )
 
 
 def _error_fields(status: int, body: Any) -> tuple[str, str]:
-    """The ``(error, message)`` of an error answer: over HTTP already read by
-    :func:`error_body`; over the stream, its ``{"error", "message"}`` map."""
-    if isinstance(body, tuple):
-        return body
+    """The ``(error, message)`` of an error answer's ``{"error", "message"}`` map."""
     code = body.get("error") if isinstance(body, dict) else None
     message = body.get("message") if isinstance(body, dict) else None
     return (

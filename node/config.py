@@ -22,7 +22,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -103,6 +103,16 @@ def _check_peers(urls: tuple[str, ...]) -> None:
         _check_url("peer", url)
 
 
+def _check_limits(limits: Mapping[str, Any]) -> None:
+    for prefix, limit in limits.items():
+        # type(): TOML's 2.0 and true are not a number of tuples.
+        if type(limit) is not int or limit < 1:
+            raise ValueError(
+                f"limits: the limit of {prefix!r} must be a whole number of tuples >= 1, "
+                f"not {limit!r}"
+            )
+
+
 Listen = Annotated[str, Meta(description="HOST:PORT"), Check(_parse_listen)]
 NodeName = Annotated[
     str, Meta(description="a name of letters, digits and -_."), Check(_check_node_id)
@@ -130,6 +140,12 @@ SegmentSize = Annotated[
 ]
 DataDir = Annotated[Path, Meta(description="a path")]
 Ratio = Annotated[float, Meta(ge=0, le=1, description="a share between 0 and 1")]
+#: Values are judged by the check, not coerced: a limit is an int as written.
+PrefixLimits = Annotated[
+    dict[str, Any],
+    Meta(description='a table of prefix = most tuples, such as {"job/" = 100000}'),
+    Check(_check_limits),
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +231,11 @@ class NodeConfig:
     watch_heartbeat: PositiveSeconds = WATCH_HEARTBEAT
     log_format: LogFormat = "text"
     log_level: LogLevel = "INFO"
+    #: Per prefix (UTF-8 text), the most live tuples it may hold on this node:
+    #: a local write past it gets 429 (or waits, with ``wait``); replicated
+    #: writes are never refused (docs/scheduling.md). ``FORUM_LIMITS`` and
+    #: ``--limits`` spell it ``job/=100000,mail/=500``.
+    limits: PrefixLimits = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -231,6 +252,11 @@ class NodeConfig:
             )
 
     # -- derived ---------------------------------------------------------------
+
+    @property
+    def prefix_limits(self) -> dict[bytes, int]:
+        """``limits`` as the Forum takes them: prefixes as bytes."""
+        return {prefix.encode(): limit for prefix, limit in self.limits.items()}
 
     @property
     def host(self) -> str:

@@ -8,12 +8,14 @@
     │   ├── RecordTooLarge          an entry too large for one record (never written)
     │   └── DataDirLocked           another Strand (process) holds the directory
     ├── SerializationError          an entry could not be encoded or decoded
+    ├── LimitExceeded               a write over a prefix's limit (retriable)
     └── ClientError                 a remote node could not do what was asked
         ├── NodeUnavailable         no answer: refused, reset, DNS (retriable)
         │   └── NodeTimeout         no answer in time (also a TimeoutError)
         └── NodeRejected            the node answered with an error status
             ├── Unauthorized        401: missing or wrong token
-            └── PayloadTooLarge     413: body over the node's limit
+            ├── PayloadTooLarge     413: body over the node's limit
+            └── Throttled           429: a limited prefix is full (also a LimitExceeded)
 
 ``retriable`` tells a caller whether doing the same thing again may succeed.
 :class:`ClientError` is also the base of replication's ``PeerError`` (a call
@@ -96,7 +98,11 @@ class DataDirLocked(StrandError):
 
 class LimitExceeded(ForumError):
     """A local write would put a limited prefix over its limit (see the
-    node's ``limits``). ``retry_after``: seconds after which to try again."""
+    node's ``limits``). ``retry_after``: seconds after which to try again.
+    A remote node's is :class:`Throttled` (a ``LimitExceeded`` too), so code
+    written against the tuple space catches one class either way."""
+
+    retriable = True
 
     def __init__(self, prefix: bytes, limit: int, retry_after: float) -> None:
         shown = prefix.decode(errors="backslashreplace")
@@ -147,3 +153,29 @@ class Unauthorized(NodeRejected):
 
 class PayloadTooLarge(NodeRejected):
     """413: the body is over the node's payload limit."""
+
+
+class Throttled(NodeRejected, LimitExceeded):
+    """429: the node refused a write over a prefix's limit (its
+    :class:`LimitExceeded`); ``prefix``, ``limit`` and ``retry_after`` (seconds)
+    as the node said them (``prefix`` b"" and ``limit`` 0 when it did not)."""
+
+    def __init__(
+        self,
+        node: str,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        prefix: bytes = b"",
+        limit: int = 0,
+        retry_after: float = 1.0,
+    ) -> None:
+        # Not NodeRejected.__init__: its cooperative super() would reach
+        # LimitExceeded's, which takes other arguments. The same attributes.
+        ForumError.__init__(self, f"{node}: HTTP {status} {code}: {message}")
+        self.node, self.status, self.code = node, status, code
+        self.retriable = retriable_status(status)
+        self.prefix = prefix
+        self.limit = limit
+        self.retry_after = retry_after

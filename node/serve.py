@@ -92,7 +92,7 @@ async def serve(
             stack.callback(loop.remove_signal_handler, signum)
         strand = await stack.enter_async_context(await Strand.open(strand_config(config)))
         forum = await stack.enter_async_context(
-            Forum(strand, config.remote_delay, config.remote_hold)
+            Forum(strand, config.remote_delay, config.remote_hold, limits=config.prefix_limits)
         )
         app = build_app(forum, config, extensions)
         # Timeouts, the connection cap and JSON parser errors: node.web_server.

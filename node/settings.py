@@ -12,6 +12,8 @@ own: a field's annotation says everything the loader needs.
   (``max_batch must be a positive integer, not '0'``). The shared ones are
   below: :data:`PositiveInt`, :data:`Seconds`, :data:`PositiveSeconds`,
   :data:`Size`.
+* Text for a tuple is comma-separated; for a dict, ``key=value`` pairs
+  comma-separated (``job/=100,mail/=5``).
 * :data:`SIZE`, for text with a unit (``"64MiB"``), parsed before msgspec sees it.
 * :data:`HIDDEN`, for a secret: a refusal does not show the value.
 * :class:`Check`, for what a bound cannot say (an http(s) URL, ``HOST:PORT``);
@@ -235,6 +237,8 @@ class _Field:
     text: bool
     #: The type is a tuple: text for it is comma-separated.
     sequence: bool
+    #: The type is a dict: text for it is comma-separated ``key=value`` pairs.
+    mapping: bool = False
 
     def coerce(self, raw: object) -> object:
         """``raw`` (a TOML value, or text) as this field's type."""
@@ -246,6 +250,8 @@ class _Field:
                     value = self.units.parse(value)
                 elif self.sequence:
                     value = [part.strip() for part in value.split(",") if part.strip()]
+                elif self.mapping:
+                    value = _pairs(value)
             value = msgspec.convert(value, self.hint, strict=False, dec_hook=_dec_hook)
         except (msgspec.ValidationError, ValueError) as exc:
             raise self.refusal(raw, exc) from None
@@ -310,7 +316,21 @@ def _read_field(name: str, hint: Any) -> _Field:
         hidden=HIDDEN in extras,
         text=base is str,
         sequence=get_origin(base) is tuple,
+        mapping=get_origin(base) is dict,
     )
+
+
+def _pairs(text: str) -> dict[str, object]:
+    """``a=1,b=2`` as ``{"a": 1, "b": 2}``: the last ``=`` of each splits it,
+    and a value of digits is a number (a key may hold ``=``, not ``,``)."""
+    pairs: dict[str, object] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.rpartition("=")
+        if not sep:
+            raise ValueError(f"{part!r} is not KEY=VALUE")
+        value = value.strip()
+        pairs[key.strip()] = int(value) if value.lstrip("-").isdigit() else value
+    return pairs
 
 
 def _dec_hook(type_: type, obj: object) -> object:

@@ -61,11 +61,64 @@ class SyncForumClient:
     def _run(self, call: Coroutine[Any, Any, T]) -> T:
         return self._runner.run(call)
 
-    def write(self, payload: bytes) -> EntryId:
-        return self._run(self._client.write(payload))
+    def write(
+        self,
+        payload: bytes,
+        *,
+        delay: float | None = None,
+        not_before: float | None = None,
+        ttl: float | None = None,
+        priority: int = 0,
+        key: bytes | str | None = None,
+        dedup_window: float | None = None,
+        wait: float | None = None,
+    ) -> EntryId:
+        return self._run(
+            self._client.write(
+                payload,
+                delay=delay,
+                not_before=not_before,
+                ttl=ttl,
+                priority=priority,
+                key=key,
+                dedup_window=dedup_window,
+                wait=wait,
+            )
+        )
 
-    def write_many(self, payloads: Sequence[bytes]) -> list[EntryId]:
-        return self._run(self._client.write_many(payloads))
+    def write_many(
+        self,
+        payloads: Sequence[bytes],
+        *,
+        delay: float | None = None,
+        not_before: float | None = None,
+        ttl: float | None = None,
+        priority: int = 0,
+        key: bytes | str | None = None,
+        dedup_window: float | None = None,
+        wait: float | None = None,
+    ) -> list[EntryId]:
+        return self._run(
+            self._client.write_many(
+                payloads,
+                delay=delay,
+                not_before=not_before,
+                ttl=ttl,
+                priority=priority,
+                key=key,
+                dedup_window=dedup_window,
+                wait=wait,
+            )
+        )
+
+    def pause(self, prefix: bytes) -> EntryId:
+        return self._run(self._client.pause(prefix))
+
+    def resume(self, prefix: bytes) -> int:
+        return self._run(self._client.resume(prefix))
+
+    def paused(self) -> list[bytes]:
+        return self._run(self._client.paused())
 
     def read(self, pattern: Pattern) -> bytes | None:
         return self._run(self._client.read(pattern))

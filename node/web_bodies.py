@@ -45,16 +45,18 @@ import base64
 import binascii
 import json
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote_from_bytes
 
 import msgpack
 import msgspec
 from aiohttp import web
 from multidict import MultiMapping
 
-from node.entries import EntryId, Reserved, Tuple
+from node.entries import PLAIN, EntryId, Reserved, Tuple
 from node.space import Pattern
 from node.web_model import (
     DELIVERIES_HEADER,
@@ -63,8 +65,11 @@ from node.web_model import (
     JSON,
     MSGPACK,
     MSGPACK_ALIASES,
+    PROPERTY_HEADERS,
     RAW,
     TEXT,
+    WRITE_OPTION_FIELDS,
+    WRITE_OPTIONS,
     BatchWriteBody,
     Body,
     ExtendBody,
@@ -73,10 +78,12 @@ from node.web_model import (
     Operation,
     Parameter,
     Payload,
+    PrefixBody,
     ReservedBody,
     TupleBody,
     WriteBody,
 )
+from node.write_options import write_properties
 
 BodyKind = Literal["raw", "json", "msgpack"]
 B = TypeVar("B", bound=Body)
@@ -88,6 +95,7 @@ _MAX_MAP = 16
 #: An id is at most an origin (128) and a seq (20 digits) with a colon.
 _ID_BYTES = 160
 _INTEGER = re.compile(GRAMMAR["integer"])
+_SIGNED = re.compile(GRAMMAR["signed"])
 _SECONDS = re.compile(GRAMMAR["seconds"])
 
 
@@ -99,12 +107,18 @@ class ApiProblem(web.HTTPError):
     """
 
     def __init__(
-        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         self.status_code = status
+        self.details = dict(details or {})
         super().__init__(
             headers=headers,
-            text=json.dumps({"error": code, "message": message}),
+            text=json.dumps({"error": code, "message": message, **self.details}),
             content_type=JSON,
         )
         self.code = code
@@ -350,23 +364,105 @@ def _document_kind(request: web.Request, what: str) -> BodyKind:
     return kind
 
 
-async def parse_write(request: web.Request, limits: Limits) -> bytes:
-    """The one payload of a write: the raw body, or a :class:`WriteBody`."""
+async def parse_write(
+    request: web.Request, query: Query, limits: Limits
+) -> tuple[bytes, WriteRequest]:
+    """The one payload of a write and its options: the raw body, or a
+    :class:`WriteBody`; the options from the query string or the body's fields."""
+    given = query.write_options()
     kind = body_kind(request)
     if kind == "raw":
-        return check_payload(
+        payload = check_payload(
             "body", await read_body(request, limits.max_payload), limits.max_payload
         )
+        return payload, check_write_options(given, 1, limits)
     body = await read_body(request, limits.max_payload * _ENCODING_ALLOWANCE + _ENVELOPE_BYTES)
-    field, spelt = _chosen(decode(body, WriteBody, kind))
-    return check_payload(field, spelt, limits.max_payload)
+    document = decode(body, WriteBody, kind)
+    payload = check_payload(*_chosen(document), limits.max_payload)
+    fields = _option_fields(document)
+    both = sorted(given.keys() & fields.keys())
+    if both:
+        raise bad_request("invalid_option", f"give {', '.join(both)} in the query or the body")
+    return payload, check_write_options(given | fields, 1, limits)
 
 
-async def parse_batch_write(request: web.Request, limits: Limits) -> list[bytes]:
-    """The payloads of a batch write: a :class:`BatchWriteBody`."""
+async def parse_batch_write(
+    request: web.Request, limits: Limits
+) -> tuple[list[bytes], WriteRequest]:
+    """The payloads of a batch write and their options: a :class:`BatchWriteBody`."""
     kind = _document_kind(request, "a batch's tuples")
     document = decode(await read_body(request, limits.max_batch_bytes), BatchWriteBody, kind)
-    return check_payloads(*_chosen(document), limits)
+    payloads = check_payloads(*_chosen(document), limits)
+    return payloads, check_write_options(_option_fields(document), len(payloads), limits)
+
+
+def _option_fields(document: WriteBody[Any] | BatchWriteBody[Any]) -> dict[str, Any]:
+    """The write options a body gives, by name, the key as bytes."""
+    given = {
+        name: value
+        for name in WRITE_OPTION_FIELDS
+        if (value := getattr(document, name)) is not msgspec.UNSET
+    }
+    if "key" in given and "key_b64" in given:
+        raise bad_request("invalid_option", "give key or key_b64, not both")
+    if "key_b64" in given:
+        try:
+            given["key"] = base64.b64decode(given.pop("key_b64"), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise bad_request("invalid_field", f"key_b64 is not valid base64: {exc}") from exc
+    elif isinstance(given.get("key"), str):
+        try:
+            given["key"] = given["key"].encode()
+        except UnicodeEncodeError as exc:  # JSON may spell a lone surrogate
+            raise bad_request("invalid_field", f"key is not valid Unicode: {exc}") from exc
+    elif "key" in given:
+        given["key"] = bytes(given["key"])  # a msgpack Payload, as bytes
+    return given
+
+
+# -- the options of a write ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRequest:
+    """A write's options, checked: those given, by ``Forum.write``'s keyword
+    names, and how long it may wait for room under a prefix's limit
+    (``None``: not at all, a 429 at once)."""
+
+    options: Mapping[str, Any] = field(default_factory=dict)
+    wait: float | None = None
+
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments of ``Forum.write`` / ``write_many``."""
+        return {**self.options, "wait": self.wait}
+
+
+#: What a plain write asks (no option given): known by identity.
+PLAIN_WRITE = WriteRequest()
+
+
+def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) -> WriteRequest:
+    """The options of a write of ``count`` tuples, held to the Forum's own
+    checks (``write_properties``: its one-line ``ValueError`` is the 400's
+    message) and ``wait`` to ``Limits.max_write_wait`` (the node's
+    ``max_wait``, at most the Forum's 60 s): the checks of every front end
+    (query, body, stream), made before anything is written."""
+    if not given:
+        return PLAIN_WRITE
+    options = dict(given)
+    wait = options.pop("wait", None)
+    number = isinstance(wait, int | float) and not isinstance(wait, bool)
+    bound = limits.max_write_wait
+    if wait is not None and not (number and 0 <= wait <= bound):  # NaN too
+        raise bad_request("invalid_option", f"wait must be 0 to {bound:g} s, not {wait!r}")
+    try:
+        # Against now: a not_before further than the options allow is known only so.
+        write_properties(time.time(), **options)
+    except ValueError as exc:
+        raise bad_request("invalid_option", str(exc)) from None
+    if options.get("key") is not None and count != 1:
+        raise bad_request("invalid_option", "a key names one write: give it with one payload")
+    return WriteRequest(options, wait or None)
 
 
 def check_payloads(field: str, spelt: Sequence[str | bytes], limits: Limits) -> list[bytes]:
@@ -487,6 +583,39 @@ class Query:
         """An entry id in its text form ``origin:seq``."""
         return check_entry_id(parameter, self._get(parameter) or "")
 
+    def write_options(self) -> dict[str, Any]:
+        """The write options the query gives (:data:`~node.web_model.WRITE_OPTIONS`),
+        by ``Forum.write``'s names, numbers parsed by the grammar; their values
+        are judged by :func:`check_write_options`."""
+        given: dict[str, Any] = {}
+        for parameter in WRITE_OPTIONS:
+            text = self._query.get(parameter.name)
+            if text is None:
+                continue
+            grammar = {"seconds": _SECONDS, "signed": _SIGNED}.get(parameter.kind)
+            if grammar is not None and not grammar.fullmatch(text):
+                shape = (
+                    "seconds such as 5 or 0.25" if parameter.kind == "seconds" else "a whole number"
+                )
+                raise bad_request(
+                    "invalid_parameter", f"{parameter.name} must be {shape}, not {text!r}"
+                )
+            if parameter.kind == "seconds":
+                given[parameter.name] = float(text)
+            elif parameter.kind == "signed":
+                given[parameter.name] = int(text)
+            else:
+                given[parameter.name] = text.encode()
+        if "key_b64" in given:
+            if "key" in given:
+                raise bad_request("invalid_parameter", "give key or key_b64, not both")
+            encoded = given.pop("key_b64").decode()
+            try:
+                given["key"] = base64.b64decode(_padded(encoded), altchars=b"-_", validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise bad_request("invalid_parameter", f"key_b64 is not base64: {exc}") from exc
+        return given
+
 
 # -- the checks of a parameter's value, shared by the query string and the stream --
 
@@ -530,10 +659,16 @@ def _padded(text: str) -> str:
 
 def prefix_query(pattern: Pattern) -> dict[str, str]:
     """The query parameters that carry ``pattern`` (text when it is UTF-8)."""
+    return bytes_query("prefix", pattern.prefix)
+
+
+def bytes_query(name: str, value: bytes) -> dict[str, str]:
+    """The query parameter that carries ``value``: ``name`` as text when it is
+    UTF-8, else ``<name>_b64`` (URL-safe base64, unpadded)."""
     try:
-        return {"prefix": pattern.prefix.decode()}
+        return {name: value.decode()}
     except UnicodeDecodeError:
-        return {"prefix_b64": base64.urlsafe_b64encode(pattern.prefix).decode().rstrip("=")}
+        return {f"{name}_b64": base64.urlsafe_b64encode(value).decode().rstrip("=")}
 
 
 # -- writing responses ---------------------------------------------------------------
@@ -570,12 +705,42 @@ def reserved_body(item: Reserved, media: str) -> ReservedBody:
 
 
 def _payload_fields(item: Tuple, media: str) -> dict[str, Any]:
+    fields = _bytes_fields("payload", item.payload, media)
+    if item.props is not PLAIN and item.props != PLAIN:
+        fields |= _property_fields(item, media)
+    return fields
+
+
+def _bytes_fields(name: str, value: bytes, media: str) -> dict[str, Any]:
+    """``value`` as the field ``name``: bytes in msgpack; in JSON text, or
+    ``<name>_b64`` (standard base64) when it is not UTF-8."""
     if media == MSGPACK:
-        return {"payload": item.payload}
+        return {name: value}
     try:
-        return {"payload": item.payload.decode()}
+        return {name: value.decode()}
     except UnicodeDecodeError:
-        return {"payload_b64": base64.b64encode(item.payload).decode()}
+        return {f"{name}_b64": base64.b64encode(value).decode()}
+
+
+def _property_fields(item: Tuple, media: str) -> dict[str, Any]:
+    """The properties a client sees, each only when set: a plain tuple's
+    answer is what it was before there were properties."""
+    props = item.props
+    fields: dict[str, Any] = {}
+    if props.due:
+        fields["due"] = props.due
+    if props.expires:
+        fields["expires"] = props.expires
+    if props.priority:
+        fields["priority"] = props.priority
+    if props.key is not None:
+        fields |= _bytes_fields("key", props.key, media)
+    return fields
+
+
+def prefix_body(prefix: bytes, media: str, **figures: Any) -> PrefixBody:
+    """A paused or limited prefix, spelt as a payload is."""
+    return PrefixBody(**_bytes_fields("prefix", prefix, media), **figures)
 
 
 def respond_tuple(item: Tuple, media: str) -> web.Response:
@@ -585,6 +750,10 @@ def respond_tuple(item: Tuple, media: str) -> web.Response:
         headers = {ENTRY_ID_HEADER: str(item.id)}
         if isinstance(item, Reserved):
             headers[DELIVERIES_HEADER] = str(item.deliveries)
+        if item.props != PLAIN:
+            for name, value in _property_fields(item, MSGPACK).items():
+                shown = quote_from_bytes(value) if isinstance(value, bytes) else str(value)
+                headers[PROPERTY_HEADERS[name]] = shown
         return web.Response(body=item.payload, headers=headers, content_type=RAW)
     document = reserved_body(item, media) if isinstance(item, Reserved) else tuple_body(item, media)
     return respond(document, media)

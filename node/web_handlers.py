@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from importlib import metadata
+from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -55,11 +56,14 @@ from node.web_model import (
     LEASE,
     LIST,
     PAGE_LIMIT,
+    PAUSE,
+    PREFIXES,
     READ,
     READYZ,
     RELEASE,
     RESERVE,
     RESERVE_BATCH,
+    RESUME,
     STATUS,
     TAKE,
     TAKE_BATCH,
@@ -93,19 +97,20 @@ def _query(request: web.Request, operation: Operation) -> Query:
 
 
 async def write_tuple(request: web.Request) -> web.Response:
-    """``POST /v1/tuples``: write one tuple; 201 with its id."""
-    _query(request, WRITE)
+    """``POST /v1/tuples``: write one tuple, with its options (query or body);
+    201 with its id."""
+    query = _query(request, WRITE)
     media = negotiate(request, WRITE)
-    payload = await parse_write(request, request.app[LIMITS])
-    return respond(await request.app[SPACE].write(payload), media, status=201)
+    payload, asked = await parse_write(request, query, request.app[LIMITS])
+    return respond(await request.app[SPACE].write(payload, asked), media, status=201)
 
 
 async def write_batch(request: web.Request) -> web.Response:
     """``POST /v1/tuples/batch``: write many tuples, all or none; 201 with their ids."""
     _query(request, WRITE_BATCH)
     media = negotiate(request, WRITE_BATCH)
-    payloads = await parse_batch_write(request, request.app[LIMITS])
-    return respond(await request.app[SPACE].write_many(payloads), media, status=201)
+    payloads, asked = await parse_batch_write(request, request.app[LIMITS])
+    return respond(await request.app[SPACE].write_many(payloads, asked), media, status=201)
 
 
 async def take(request: web.Request) -> web.Response:
@@ -229,6 +234,36 @@ async def list_tuples(request: web.Request) -> web.Response:
     return respond(Page([tuple_body(t, media) for t in page.tuples], page.next_cursor), media)
 
 
+def path_prefix(request: web.Request) -> bytes:
+    """The ``{prefix}`` of a pause route as bytes: read from the path as sent,
+    its percent-encoding undone byte by byte (aiohttp's decoded path would
+    have made ``%FF`` text)."""
+    segment = request.rel_url.raw_path.split("/")[3]
+    return unquote_to_bytes(segment)
+
+
+async def pause(request: web.Request) -> web.Response:
+    """``POST /v1/prefixes/{prefix}/pause``: pause a prefix everywhere; 201
+    with the pause marker's id."""
+    _query(request, PAUSE)
+    media = negotiate(request, PAUSE)
+    return respond(await request.app[SPACE].pause(path_prefix(request)), media, status=201)
+
+
+async def resume(request: web.Request) -> web.Response:
+    """``POST /v1/prefixes/{prefix}/resume``: end the pauses of a prefix."""
+    _query(request, RESUME)
+    media = negotiate(request, RESUME)
+    return respond(await request.app[SPACE].resume(path_prefix(request)), media)
+
+
+async def prefixes(request: web.Request) -> web.Response:
+    """``GET /v1/prefixes``: the paused prefixes and the limited ones' fill."""
+    _query(request, PREFIXES)
+    media = negotiate(request, PREFIXES)
+    return respond(request.app[SPACE].prefixes(media), media)
+
+
 async def compact(request: web.Request) -> web.Response:
     """``POST /v1/compact``: one compaction pass now; answers once it is done."""
     _query(request, COMPACT)
@@ -314,4 +349,7 @@ HANDLERS: dict[Operation, Handler] = {
     STATUS: status,
     HEALTHZ: healthz,
     READYZ: readyz,
+    PAUSE: pause,
+    RESUME: resume,
+    PREFIXES: prefixes,
 }

@@ -27,7 +27,10 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from node.codec import MAX_KEY_BYTES
 from node.config import NodeConfig
+from node.entries import MAX_PRIORITY, MIN_PRIORITY
+from node.forum import MAX_WAIT as MAX_WRITE_WAIT
 from node.web_status import NodeStatus
 
 RAW = "application/octet-stream"
@@ -42,6 +45,14 @@ MSGPACK_ALIASES = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.
 ENTRY_ID_HEADER = "Forum-Entry-Id"
 #: The response header that carries a raw reservation's delivery count (``Reserved.deliveries``).
 DELIVERIES_HEADER = "Forum-Deliveries"
+#: The response headers of a raw tuple's properties, each only when set
+#: (``Properties``: due and expires in ms since the epoch, the key percent-encoded).
+PROPERTY_HEADERS = {
+    "due": "Forum-Due",
+    "expires": "Forum-Expires",
+    "priority": "Forum-Priority",
+    "key": "Forum-Key",
+}
 
 #: The longest reservation, in seconds.
 MAX_LEASE = 3600.0
@@ -62,10 +73,18 @@ class Limits:
     max_wait: float
     max_lease: float = MAX_LEASE
     max_page: int = MAX_PAGE
+    #: The longest a write may wait for room under a limit: refused past it.
+    max_write_wait: float = MAX_WRITE_WAIT
 
     @classmethod
     def of(cls, config: NodeConfig) -> Limits:
-        return cls(config.max_payload, config.max_batch, config.max_batch_bytes, config.max_wait)
+        return cls(
+            config.max_payload,
+            config.max_batch,
+            config.max_batch_bytes,
+            config.max_wait,
+            max_write_wait=min(config.max_wait, MAX_WRITE_WAIT),
+        )
 
 
 # -- bodies ------------------------------------------------------------------------
@@ -102,20 +121,77 @@ class Body(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     one_of: ClassVar[tuple[str, ...]] = ()
 
 
-class WriteBody(Body, Generic[P], frozen=True):
-    """Exactly one of payload (text; bytes too in msgpack) or payload_b64; never empty."""
+#: The write options (``node.write_options.WriteOptions``) as body fields.
+#: Only their types are checked by the decoder; their values by
+#: ``WriteOptions`` (one set of rules, and its words, for every way in), so
+#: the bounds here are for the document only.
+_OPTION_SECONDS = "Seconds (docs/scheduling.md)."
+DelaySeconds = Annotated[
+    float, Meta(description=f"Seconds until the tuple is due. {_OPTION_SECONDS}",
+                extra_json_schema={"minimum": 0})
+]  # fmt: skip
+NotBefore = Annotated[
+    float, Meta(description="When the tuple is due, in Unix seconds (not with delay).",
+                extra_json_schema={"minimum": 0})
+]  # fmt: skip
+TtlSeconds = Annotated[
+    float, Meta(description="Seconds the tuple lives once due, then it is gone everywhere.",
+                extra_json_schema={"exclusiveMinimum": 0})
+]  # fmt: skip
+PriorityValue = Annotated[
+    int, Meta(description="Higher is served first; 0 by default.",
+              extra_json_schema={"minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY})
+]  # fmt: skip
+KeyB64 = Annotated[
+    str, Meta(description="The key in standard base64 (JSON's way to send bytes).",
+              extra_json_schema={"minLength": 1, "contentEncoding": "base64"})
+]  # fmt: skip
+DedupSeconds = Annotated[
+    float, Meta(description="With key: a second write of the key within so many seconds "
+                "answers with the first one's id.", extra_json_schema={"exclusiveMinimum": 0})
+]  # fmt: skip
+WriteWait = Annotated[
+    float, Meta(description="Seconds to wait for room under a prefix's limit (else 429); "
+                "at most the node's max_wait and 60.", extra_json_schema={"minimum": 0})
+]  # fmt: skip
+
+
+class WriteOptionFields(Body, frozen=True):
+    """The options of a write, each absent by default (a plain write). The
+    key (``key``: text, bytes too in msgpack) is a field of each body, spelt
+    as its payloads are; ``key_b64`` here."""
+
+    delay: DelaySeconds | UnsetType = UNSET
+    not_before: NotBefore | UnsetType = UNSET
+    ttl: TtlSeconds | UnsetType = UNSET
+    priority: PriorityValue | UnsetType = UNSET
+    key_b64: KeyB64 | UnsetType = UNSET
+    dedup_window: DedupSeconds | UnsetType = UNSET
+    wait: WriteWait | UnsetType = UNSET
+
+
+#: The names of the write options, as the bodies spell them.
+WRITE_OPTION_FIELDS = (*WriteOptionFields.__struct_fields__, "key")
+
+
+class WriteBody(WriteOptionFields, Generic[P], frozen=True):
+    """Exactly one of payload (text; bytes too in msgpack) or payload_b64; never
+    empty; and the write's options (docs/http-api.md, "Delayed tuples" and on)."""
 
     one_of: ClassVar[tuple[str, ...]] = ("payload", "payload_b64")
     payload: P | UnsetType = UNSET
     payload_b64: Base64Text | UnsetType = UNSET
+    key: P | UnsetType = UNSET
 
 
-class BatchWriteBody(Body, Generic[P], frozen=True):
-    """Exactly one of payloads or payloads_b64."""
+class BatchWriteBody(WriteOptionFields, Generic[P], frozen=True):
+    """Exactly one of payloads or payloads_b64; and the options of every
+    tuple of the batch (a key only with one payload)."""
 
     one_of: ClassVar[tuple[str, ...]] = ("payloads", "payloads_b64")
     payloads: list[P] | UnsetType = UNSET
     payloads_b64: list[Base64Text] | UnsetType = UNSET
+    key: P | UnsetType = UNSET
 
 
 class Ids(Body, frozen=True):
@@ -138,11 +214,21 @@ class Written(msgspec.Struct, frozen=True):
 
 
 class TupleBody(msgspec.Struct, frozen=True):
-    """One tuple. In JSON a payload that is not UTF-8 is payload_b64 instead."""
+    """One tuple. In JSON a payload that is not UTF-8 is payload_b64 instead.
+    Its properties only when they are set (a plain tuple has none of them)."""
 
     id: EntryIdText
     payload: Annotated[Any, Meta(description="text (JSON) or bytes (msgpack)")] | UnsetType = UNSET
     payload_b64: Annotated[str, Meta(description="JSON only, when not UTF-8")] | UnsetType = UNSET
+    due: (
+        Annotated[int, Meta(ge=1, description="When it was due, ms since the epoch")] | UnsetType
+    ) = UNSET
+    expires: (
+        Annotated[int, Meta(ge=1, description="When it expires, ms since the epoch")] | UnsetType
+    ) = UNSET
+    priority: Annotated[int, Meta(ge=MIN_PRIORITY, le=MAX_PRIORITY)] | UnsetType = UNSET
+    key: Annotated[Any, Meta(description="text (JSON) or bytes (msgpack)")] | UnsetType = UNSET
+    key_b64: Annotated[str, Meta(description="JSON only, when not UTF-8")] | UnsetType = UNSET
 
 
 class ReservedBody(TupleBody, frozen=True, kw_only=True):
@@ -222,10 +308,43 @@ class Ready(msgspec.Struct, frozen=True):
 
 
 class Problem(msgspec.Struct, frozen=True):
-    """A refusal; the request changed nothing."""
+    """A refusal; the request changed nothing. A 429 (``limit_exceeded``) also
+    names the prefix (as text), its limit, and the seconds to wait."""
 
     error: str
     message: str
+    prefix: str | UnsetType = UNSET
+    limit: int | UnsetType = UNSET
+    retry_after: float | UnsetType = UNSET
+
+
+class Paused(msgspec.Struct, frozen=True):
+    """A prefix paused: the id of its pause marker."""
+
+    id: EntryIdText
+
+
+class Resumed(msgspec.Struct, frozen=True):
+    """A prefix resumed: how many pauses of it ended here."""
+
+    resumed: int
+
+
+class PrefixBody(msgspec.Struct, frozen=True):
+    """A paused or limited prefix: in JSON as text, or prefix_b64 when it is not
+    UTF-8 (as a payload); held and limit for a limited prefix."""
+
+    prefix: Annotated[Any, Meta(description="text (JSON) or bytes (msgpack)")] | UnsetType = UNSET
+    prefix_b64: Annotated[str, Meta(description="JSON only, when not UTF-8")] | UnsetType = UNSET
+    paused: bool = False
+    held: int | None = None
+    limit: int | None = None
+
+
+class Prefixes(msgspec.Struct, frozen=True):
+    """The prefixes paused or limited here, sorted by prefix."""
+
+    prefixes: list[PrefixBody]
 
 
 # -- query parameters ----------------------------------------------------------------
@@ -234,12 +353,14 @@ class Problem(msgspec.Struct, frozen=True):
 #: on purpose (``int`` and ``float`` take Unicode digits, ``1_0``, ``1e3``, ``inf``)::
 #:
 #:     integer  = 1*19 DIGIT                   ; ASCII 0-9 only
+#:     signed   = [ "-" ] 1*19 DIGIT           ; a priority
 #:     seconds  = 1*10 DIGIT [ "." 1*9 DIGIT ]
 GRAMMAR = {
     "integer": r"[0-9]{1,19}",
+    "signed": r"-?[0-9]{1,19}",
     "seconds": r"[0-9]{1,10}(\.[0-9]{1,9})?",
 }
-Kind = Literal["text", "base64", "integer", "seconds", "entry_id"]
+Kind = Literal["text", "base64", "integer", "signed", "seconds", "entry_id"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +433,43 @@ ENTRY_ID = Parameter(
 )
 PATTERN = (PREFIX, PREFIX_B64)
 
+# The write options in the query string (a raw body has no fields for them);
+# a JSON or msgpack body may give them as fields instead (WriteOptionFields).
+DELAY = Parameter("delay", "seconds", "Seconds until the tuple is due (invisible until then).")
+NOT_BEFORE = Parameter(
+    "not_before", "seconds", "When the tuple is due, in Unix seconds (not with delay)."
+)
+TTL = Parameter("ttl", "seconds", "Seconds the tuple lives once due; then it is gone everywhere.")
+PRIORITY = Parameter(
+    "priority",
+    "signed",
+    f"{MIN_PRIORITY} to {MAX_PRIORITY}, higher served first; default 0.",
+)
+KEY = Parameter("key", "text", f"The write's key as UTF-8 text, 1 to {MAX_KEY_BYTES} bytes.")
+KEY_B64 = Parameter("key_b64", "base64", "The key as URL-safe base64, for any bytes.")
+DEDUP_WINDOW = Parameter(
+    "dedup_window",
+    "seconds",
+    "With key: a second write of the key within so many seconds answers with the "
+    "first one's id instead of writing.",
+)
+WRITE_WAIT = Parameter(
+    "wait",
+    "seconds",
+    "Seconds to wait for room when a limited prefix is full (else 429): at most "
+    "{max_write_wait:g} (the node's max_wait, and never over a minute).",
+    maximum="max_write_wait",
+)
+WRITE_OPTIONS = (DELAY, NOT_BEFORE, TTL, PRIORITY, KEY, KEY_B64, DEDUP_WINDOW, WRITE_WAIT)
+#: The prefix in the path of the pause routes: its bytes percent-encoded
+#: (``job%2F`` for ``job/``, ``%FF`` for the byte 0xFF); never empty.
+PATH_PREFIX = Parameter(
+    "prefix",
+    "text",
+    "The prefix, its bytes percent-encoded (job%2F for job/, %FF for the byte 0xFF); not empty.",
+    required=True,
+)
+
 
 # -- operations ----------------------------------------------------------------------
 
@@ -345,6 +503,8 @@ class Operation:
     none: bool = False
     #: Its handler answers as ``Accept`` asks (else in its one type, whatever is asked).
     negotiates: bool = True
+    #: The parameters in its path (``{name}``), percent-encoded.
+    in_path: tuple[Parameter, ...] = ()
 
     @property
     def offers(self) -> tuple[str, ...]:
@@ -361,8 +521,9 @@ _SINGLE = (RAW, JSON, MSGPACK)
 
 WRITE = Operation(
     "POST", "/v1/tuples", "Write one tuple",
-    Answer(201, "Durable; its entry id.", Written, (JSON, MSGPACK, TEXT)),
-    body=WriteBody, raw_body=True,
+    Answer(201, "Durable; its entry id (of the first write, when deduplicated).", Written,
+           (JSON, MSGPACK, TEXT)),
+    WRITE_OPTIONS, body=WriteBody, raw_body=True,
 )  # fmt: skip
 LIST = Operation(
     "GET", "/v1/tuples", "List live tuples by prefix, oldest first, a page at a time",
@@ -457,6 +618,21 @@ STREAM = Operation(
     "Upgrade to a WebSocket of msgpack request and answer frames (docs/wire.md)",
     Answer(101, "Switching protocols: the stream is open.", media=()), negotiates=False,
 )  # fmt: skip
+#: Pausing a prefix (replicated: every node's takes and reserves of it answer
+#: nothing until it is resumed; writes go on), and what is paused or limited.
+PAUSE = Operation(
+    "POST", "/v1/prefixes/{prefix}/pause",
+    "Pause the takes and reserves of a prefix on every node (writes go on)",
+    Answer(201, "The pause is durable; its marker's id.", Paused), in_path=(PATH_PREFIX,),
+)  # fmt: skip
+RESUME = Operation(
+    "POST", "/v1/prefixes/{prefix}/resume", "End every pause of exactly this prefix",
+    Answer(200, "How many pauses ended (0: it was not paused).", Resumed), in_path=(PATH_PREFIX,),
+)  # fmt: skip
+PREFIXES = Operation(
+    "GET", "/v1/prefixes", "The prefixes paused here, and each limited prefix's fill",
+    Answer(200, "Sorted by prefix.", Prefixes),
+)  # fmt: skip
 METRICS = Operation(
     "GET", "/metrics", "Prometheus metrics in the text format (behind the token when one is set)",
     Answer(200, "Prometheus text format.", media=(TEXT,)), negotiates=False,
@@ -485,5 +661,5 @@ STREAM_OPS = {
 OPERATIONS = (
     WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
     ACK_RESERVE, EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
-    STREAM, WATCH,
+    STREAM, WATCH, PAUSE, RESUME, PREFIXES,
 )  # fmt: skip

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from node.codec import MAX_KEY_BYTES
 from node.config import NodeConfig
 from node.web_auth import CLUSTER_PREFIX, bearer_secret
 from node.web_bodies import Query
@@ -38,6 +39,8 @@ from node.web_model import (
     SPEC,
     TEXT,
     WATCH,
+    WRITE,
+    WRITE_BATCH,
     BatchWriteBody,
     ExtendBody,
     Ids,
@@ -70,6 +73,8 @@ _HEADERS: dict[str, dict[str, Any]] = {
         "schema": {"type": "integer", "minimum": 1},
     },
 }
+#: The operations a prefix's limit may refuse (429).
+_LIMITED = (WRITE, WRITE_BATCH)
 #: Component names where the Python name is not the API's.
 _NAMES = {NodeStatus.__name__: "Status"}
 
@@ -128,6 +133,13 @@ def _schemas(limits: Limits) -> dict[str, Any]:
             f" A payload is at most max_payload ({limits.max_payload}) bytes; more is a 413."
         )
     schemas[ExtendBody.__name__]["properties"]["lease"]["maximum"] = limits.max_lease
+    for model in (WriteBody, BatchWriteBody):
+        # Spelt as a payload is (a Payload), but it is the write's key.
+        schemas[model.__name__]["properties"]["key"] |= {
+            "description": "The write's key (its dedup and claim key): text (JSON; bytes "
+            f"too in msgpack), 1 to {MAX_KEY_BYTES} bytes.",
+            "maxLength": MAX_KEY_BYTES,
+        }
     for model, fields in (
         (Ids, ("ids",)),
         (ExtendBody, ("ids",)),
@@ -140,13 +152,15 @@ def _schemas(limits: Limits) -> dict[str, Any]:
     return schemas
 
 
-def _parameter(parameter: Parameter, limits: Limits) -> dict[str, Any]:
+def _parameter(parameter: Parameter, limits: Limits, where: str = "query") -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "string"}
     if parameter.kind in GRAMMAR:
         schema["pattern"] = f"^{GRAMMAR[parameter.kind]}$"
+    if where == "path":
+        schema["minLength"] = 1
     described: dict[str, Any] = {
         "name": parameter.name,
-        "in": "query",
+        "in": where,
         "description": parameter.describe(limits),
         "schema": schema,
     }
@@ -201,8 +215,17 @@ def _operation(operation: Operation, limits: Limits, bearer: bool) -> dict[str, 
         "security": [{"bearer": []}] if bearer else [],
         "responses": responses,
     }
-    if operation.parameters:
-        described["parameters"] = [_parameter(p, limits) for p in operation.parameters]
+    if operation in _LIMITED:
+        responses["429"] = {
+            "description": "A limited prefix is full (Retry-After, and in the body the "
+            "prefix, its limit and retry_after).",
+            "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+            "content": {JSON: {"schema": _ref(Problem)}},
+        }
+    parameters = [_parameter(p, limits, "path") for p in operation.in_path]
+    parameters += [_parameter(p, limits) for p in operation.parameters]
+    if parameters:
+        described["parameters"] = parameters
     if operation.body is not None:
         body = _ref(operation.body)
         content: dict[str, Any] = {JSON: {"schema": body}, MSGPACK: {"schema": body}}

@@ -14,16 +14,29 @@ came. What an operation answers is the document of :mod:`node.web_model`
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from node.entries import EntryId, Reserved, Tuple
-from node.errors import ForumError, RecordTooLarge, StrandError
-from node.forum import Forum, ListPage
+from node.errors import ForumError, LimitExceeded, RecordTooLarge, StrandError
+from node.forum import Forum, ListPage, prefix_text
 from node.space import Pattern
-from node.web_bodies import ApiProblem
+from node.web_bodies import PLAIN_WRITE, ApiProblem, WriteRequest, bad_request, prefix_body
 from node.web_longpoll import LongPolls
-from node.web_model import Acked, AckedMany, Count, Extended, Ids, Limits, Released, Written
+from node.web_model import (
+    Acked,
+    AckedMany,
+    Count,
+    Extended,
+    Ids,
+    Limits,
+    Paused,
+    Prefixes,
+    Released,
+    Resumed,
+    Written,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +49,15 @@ class Space:
     long_polls: LongPolls
     limits: Limits
 
-    async def write(self, payload: bytes) -> Written:
-        return Written(str(await self.forum.write(payload)))
+    async def write(self, payload: bytes, asked: WriteRequest = PLAIN_WRITE) -> Written:
+        if asked is PLAIN_WRITE:  # the hot path: no option given
+            return Written(str(await self.forum.write(payload)))
+        return Written(str(await self.forum.write(payload, **asked.arguments())))
 
-    async def write_many(self, payloads: Sequence[bytes]) -> Ids:
-        ids = await self.forum.write_many(payloads) if payloads else []
+    async def write_many(self, payloads: Sequence[bytes], asked: WriteRequest = PLAIN_WRITE) -> Ids:
+        if not payloads:
+            return Ids([])
+        ids = await self.forum.write_many(payloads, **asked.arguments())
         return Ids([str(i) for i in ids])
 
     async def read(self, pattern: Pattern, wait: float) -> Tuple | None:
@@ -122,6 +139,38 @@ class Space:
     def list(self, pattern: Pattern, cursor: int, limit: int) -> ListPage:
         return self.forum.list(pattern, cursor=cursor, limit=limit)
 
+    # -- pausing a prefix, and the limited prefixes' fill -----------------------
+
+    async def pause(self, prefix: bytes) -> Paused:
+        return Paused(str(await self.forum.pause(_named(prefix))))
+
+    async def resume(self, prefix: bytes) -> Resumed:
+        return Resumed(await self.forum.resume(_named(prefix)))
+
+    def prefixes(self, media: str) -> Prefixes:
+        """The prefixes paused here and those with a limit, with their fill."""
+        paused, fill = set(self.forum.paused()), self.forum.fill()
+        return Prefixes(
+            [
+                prefix_body(
+                    prefix,
+                    media,
+                    paused=prefix in paused,
+                    held=fill[prefix][0] if prefix in fill else None,
+                    limit=fill[prefix][1] if prefix in fill else None,
+                )
+                for prefix in sorted(paused | fill.keys())
+            ]
+        )
+
+
+def _named(prefix: bytes) -> bytes:
+    # The path cannot carry an empty segment anyway; pausing everything at
+    # once by accident is not worth a spelling.
+    if not prefix:
+        raise bad_request("invalid_parameter", "prefix must not be empty")
+    return prefix
+
 
 def problem_of(exc: Exception) -> ApiProblem:
     """The answer to an operation that failed with ``exc``: the problem itself,
@@ -129,6 +178,21 @@ def problem_of(exc: Exception) -> ApiProblem:
     by the caller, who knows the request)."""
     if isinstance(exc, ApiProblem):
         return exc
+    if isinstance(exc, LimitExceeded):
+        # Whole seconds for the header (RFC 9110), the figure itself in the
+        # body: over the stream, which has no headers, it is all there is.
+        retry_after = max(1, math.ceil(exc.retry_after))
+        return ApiProblem(
+            429,
+            "limit_exceeded",
+            str(exc),
+            headers={"Retry-After": str(retry_after)},
+            details={
+                "prefix": prefix_text(exc.prefix),
+                "limit": exc.limit,
+                "retry_after": float(exc.retry_after),
+            },
+        )
     if isinstance(exc, RecordTooLarge):
         # Bad input that got past the body limits: the log refuses it whole.
         return ApiProblem(413, "payload_too_large", str(exc))

@@ -61,8 +61,10 @@ from node.eager import Suspended, start
 from node.errors import ForumError
 from node.space import Pattern
 from node.web_bodies import (
+    PLAIN_WRITE,
     ApiProblem,
     Query,
+    WriteRequest,
     check_entry_id,
     check_extend_lease,
     check_ids,
@@ -70,6 +72,7 @@ from node.web_bodies import (
     check_payload,
     check_payloads,
     check_seconds,
+    check_write_options,
     reserved_body,
     tuple_body,
 )
@@ -84,6 +87,7 @@ from node.web_model import (
     STREAM,
     WAIT,
     AckedReserved,
+    Limits,
     Page,
     Problem,
     ReservedTuples,
@@ -114,11 +118,44 @@ class Args(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     frame of the protocol (1007); a value out of range is the op's refusal."""
 
 
-class PayloadArgs(Args, frozen=True):
+class WriteOptionArgs(Args, frozen=True):
+    """A write's options (``nil`` or absent: not given), held to the checks of
+    the HTTP routes (``check_write_options``). Their types too: a value of
+    another type is the op's refusal (400), not a bad frame, so a caller's
+    mistake in one option does not close the stream under everyone else."""
+
+    delay: Any = None
+    not_before: Any = None
+    ttl: Any = None
+    priority: Any = None
+    key: Any = None
+    dedup_window: Any = None
+    wait: Any = None
+
+    def asked(self, count: int, limits: Limits) -> WriteRequest:
+        if (
+            self.delay is None
+            and self.not_before is None
+            and self.ttl is None
+            and self.priority is None
+            and self.key is None
+            and self.dedup_window is None
+            and self.wait is None
+        ):
+            return PLAIN_WRITE  # the hot path: a plain write, no dict built
+        given = {
+            name: value
+            for name in WriteOptionArgs.__struct_fields__
+            if (value := getattr(self, name)) is not None
+        }
+        return check_write_options(given, count, limits)
+
+
+class PayloadArgs(WriteOptionArgs, frozen=True, kw_only=True):
     payload: bytes
 
 
-class PayloadsArgs(Args, frozen=True):
+class PayloadsArgs(WriteOptionArgs, frozen=True, kw_only=True):
     payloads: list[bytes]
 
 
@@ -172,11 +209,13 @@ Answer = tuple[int, msgspec.Struct | None]
 
 
 async def _write(space: Space, a: PayloadArgs) -> Answer:
-    return 201, await space.write(check_payload("payload", a.payload, space.limits.max_payload))
+    payload = check_payload("payload", a.payload, space.limits.max_payload)
+    return 201, await space.write(payload, a.asked(1, space.limits))
 
 
 async def _write_many(space: Space, a: PayloadsArgs) -> Answer:
-    return 201, await space.write_many(check_payloads("payloads", a.payloads, space.limits))
+    payloads = check_payloads("payloads", a.payloads, space.limits)
+    return 201, await space.write_many(payloads, a.asked(len(payloads), space.limits))
 
 
 async def _read(space: Space, a: WaitArgs) -> Answer:
@@ -263,7 +302,7 @@ async def _list(space: Space, a: PageArgs) -> Answer:
     return 200, Page([tuple_body(t, MSGPACK) for t in page.tuples], page.next_cursor)
 
 
-def _waits(a: WaitArgs) -> bool:
+def _waits(a: WaitArgs | WriteOptionArgs) -> bool:
     return bool(a.wait)
 
 
@@ -298,8 +337,8 @@ class StreamOp:
 
 #: Every op, by the name a request gives (``cancel`` is the stream's own).
 OPS: dict[str, StreamOp] = {
-    "write": StreamOp.of(PayloadArgs, _write, _never),
-    "write_many": StreamOp.of(PayloadsArgs, _write_many, _never),
+    "write": StreamOp.of(PayloadArgs, _write, _waits),
+    "write_many": StreamOp.of(PayloadsArgs, _write_many, _waits),
     "read": StreamOp.of(WaitArgs, _read, _waits),
     "take": StreamOp.of(WaitArgs, _take, _waits),
     "take_many": StreamOp.of(BatchArgs, _take_many, _waits),
@@ -516,7 +555,8 @@ class _Stream:
             if not isinstance(exc, ApiProblem | ForumError):
                 log.exception("unhandled error on a stream request")
             problem = problem_of(exc)
-            status, body = problem.status, Problem(problem.code, problem.message)
+            status = problem.status
+            body = Problem(problem.code, problem.message, **problem.details)
         self._streams.requests += 1
         self._answer(request_id, _ENCODE((request_id, status, body)))
 

@@ -40,6 +40,8 @@ class Case:
     headers: dict[str, str] = field(default_factory=dict)
     authorized: bool = True
     chunked: bool = False
+    #: What the message must say (when the case says).
+    message: str = ""
 
 
 def _mp(document: Any) -> bytes:
@@ -57,7 +59,7 @@ CASES = [
          JSON),
     Case("json-not-object", "POST", "/v1/tuples", 400, "invalid_body", b'["job-x"]', JSON),
     Case("json-unknown-field", "POST", "/v1/tuples", 400, "unknown_field",
-         _json({"payload": "job-x", "priority": 1}), JSON),
+         _json({"payload": "job-x", "priorty": 1}), JSON),
     Case("json-both-fields", "POST", "/v1/tuples", 400, "missing_field",
          _json({"payload": "job-x", "payload_b64": "am9i"}), JSON),
     Case("json-no-field", "POST", "/v1/tuples", 400, "missing_field", b"{}", JSON),
@@ -91,7 +93,7 @@ CASES = [
     Case("batch-too-many", "POST", "/v1/tuples/batch", 413, "payload_too_large",
          _mp({"payloads": [b"job-a"] * 11}), MSGPACK),
     Case("batch-unknown-field", "POST", "/v1/tuples/batch", 400, "unknown_field",
-         _mp({"payloads": [b"job-a"], "ttl": 5}), MSGPACK),
+         _mp({"payloads": [b"job-a"], "tll": 5}), MSGPACK),
     Case("batch-malformed", "POST", "/v1/tuples/batch", 400, "malformed_msgpack",
          _mp({"payloads": [b"job-a"]})[:-2], MSGPACK),
     Case("batch-json-bad-b64-item", "POST", "/v1/tuples/batch", 400, "invalid_field",
@@ -177,6 +179,79 @@ CASES = [
     Case("unknown-version", "POST", "/v2/take?prefix=job-", 404, "not_found"),
     Case("get-on-take", "GET", "/v1/take?prefix=job-", 405, "method_not_allowed"),
     Case("delete-tuples", "DELETE", "/v1/tuples", 405, "method_not_allowed"),
+    *[
+        # -- write options (issue 14): WriteOptions' words, whichever way they came
+        Case("option-query-negative-delay", "POST", "/v1/tuples?delay=-1", 400,
+             "invalid_parameter", b"job-x", message="delay must be seconds"),
+        Case("option-query-garbage-delay", "POST", "/v1/tuples?delay=soon", 400,
+             "invalid_parameter", b"job-x", message="delay must be seconds"),
+        Case("option-query-nan-ttl", "POST", "/v1/tuples?ttl=nan", 400, "invalid_parameter",
+             b"job-x", message="ttl must be seconds"),
+        Case("option-query-zero-ttl", "POST", "/v1/tuples?ttl=0", 400, "invalid_option",
+             b"job-x", message="ttl must be > 0 seconds"),
+        Case("option-query-priority-range", "POST", "/v1/tuples?priority=128", 400,
+             "invalid_option", b"job-x", message="priority must be -128 to 127"),
+        Case("option-query-priority-fraction", "POST", "/v1/tuples?priority=1.5", 400,
+             "invalid_parameter", b"job-x", message="priority must be a whole number"),
+        Case("option-query-long-key", "POST", "/v1/tuples?key=" + "k" * 1025, 400,
+             "invalid_option", b"job-x", message="key must be 1 to 1024 bytes"),
+        Case("option-query-empty-key", "POST", "/v1/tuples?key=", 400, "invalid_option",
+             b"job-x", message="key must be 1 to 1024 bytes"),
+        Case("option-query-key-and-b64", "POST", "/v1/tuples?key=a&key_b64=YQ", 400,
+             "invalid_parameter", b"job-x", message="give key or key_b64"),
+        Case("option-query-dedup-no-key", "POST", "/v1/tuples?dedup_window=5", 400,
+             "invalid_option", b"job-x", message="dedup_window needs a key"),
+        Case("option-query-wait-over-max", "POST", "/v1/tuples?wait=61", 400, "invalid_option",
+             b"job-x", message="wait must be 0 to 60 s"),
+        Case("option-json-negative-delay", "POST", "/v1/tuples", 400, "invalid_option",
+             _json({"payload": "job-x", "delay": -1}), JSON, message="delay must be >= 0"),
+        Case("option-json-nan-ttl", "POST", "/v1/tuples", 400, "invalid_option",
+             b'{"payload": "job-x", "ttl": NaN}', JSON, message="ttl is a number of seconds"),
+        Case("option-json-priority-range", "POST", "/v1/tuples", 400, "invalid_option",
+             _json({"payload": "job-x", "priority": -129}), JSON,
+             message="priority must be -128 to 127"),
+        Case("option-json-priority-fraction", "POST", "/v1/tuples", 400, "invalid_field",
+             _json({"payload": "job-x", "priority": 1.5}), JSON, message="priority"),
+        Case("option-json-priority-text", "POST", "/v1/tuples", 400, "invalid_field",
+             _json({"payload": "job-x", "priority": "high"}), JSON, message="priority"),
+        Case("option-json-empty-key", "POST", "/v1/tuples", 400, "invalid_option",
+             _json({"payload": "job-x", "key": ""}), JSON, message="key must be 1 to 1024"),
+        Case("option-json-bad-key-b64", "POST", "/v1/tuples", 400, "invalid_field",
+             _json({"payload": "job-x", "key_b64": "!!"}), JSON, message="key_b64"),
+        Case("option-json-delay-and-not-before", "POST", "/v1/tuples", 400, "invalid_option",
+             _json({"payload": "job-x", "delay": 1, "not_before": 1}), JSON,
+             message="give delay or not_before, not both"),
+        Case("option-json-not-before-far", "POST", "/v1/tuples", 400, "invalid_option",
+             _json({"payload": "job-x", "not_before": 9e9}), JSON,
+             message="more than ten years ahead"),
+        Case("option-json-in-query-and-body", "POST", "/v1/tuples?ttl=5", 400,
+             "invalid_option", _json({"payload": "job-x", "ttl": 5}), JSON,
+             message="give ttl in the query or the body"),
+        Case("option-msgpack-inf-ttl", "POST", "/v1/tuples", 400, "invalid_option",
+             _mp({"payload": b"job-x", "ttl": float("inf")}), MSGPACK,
+             message="ttl is a number of seconds"),
+        Case("option-msgpack-dedup-no-key", "POST", "/v1/tuples", 400, "invalid_option",
+             _mp({"payload": b"job-x", "dedup_window": 5.0}), MSGPACK,
+             message="dedup_window needs a key"),
+        Case("option-batch-key-of-two", "POST", "/v1/tuples/batch", 400, "invalid_option",
+             _mp({"payloads": [b"job-x", b"job-y"], "key": b"k"}), MSGPACK,
+             message="a key names one write"),
+        Case("option-batch-negative-delay", "POST", "/v1/tuples/batch", 400, "invalid_option",
+             _json({"payloads": ["job-x"], "delay": -0.5}), JSON, message="delay must be >= 0"),
+        Case("option-batch-in-query", "POST", "/v1/tuples/batch?ttl=5", 400,
+             "unknown_parameter", _json({"payloads": ["job-x"]}), JSON),
+        # -- pausing a prefix
+        Case("pause-no-token", "POST", "/v1/prefixes/job-/pause", 401, "unauthorized",
+             authorized=False),
+        Case("pause-unknown-param", "POST", "/v1/prefixes/job-/pause?all=1", 400,
+             "unknown_parameter"),
+        Case("pause-body", "POST", "/v1/prefixes/job-/pause", 400, "unexpected_body",
+             b"job-"),
+        Case("pause-empty-prefix", "POST", "/v1/prefixes//pause", 404, "not_found"),
+        Case("resume-get", "GET", "/v1/prefixes/job-/resume", 405, "method_not_allowed"),
+        Case("prefixes-no-token", "GET", "/v1/prefixes", 401, "unauthorized",
+             authorized=False),
+    ],
 ]  # fmt: skip
 
 
@@ -239,6 +314,8 @@ async def test_bad_input_is_refused_and_changes_nothing(node: NodeProcess, case:
         assert set(document) == {"error", "message"}
         assert document["error"] == case.error
         assert isinstance(document["message"], str) and document["message"]
+        assert case.message in document["message"]
+        assert "\n" not in document["message"]
         assert await snapshot(http, node.url) == before
         async with http.get(f"{node.url}/healthz") as response:
             assert response.status == 200
