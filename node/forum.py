@@ -261,19 +261,26 @@ class _Pool:
         *,
         aired: bool,
         limit: int | None = None,
+        priority: int | None = None,
     ) -> _Surfacing | None:
         """The match ranked best here whose writer is ``stealable`` from, the
         newest first within a rank: of the held ones, and with ``aired`` of
-        the aired ones too; ``None`` if none is among the first ``limit``
-        looked at. A scan: of held tuples, which are held ``remote_hold`` at
-        most; of aired ones, bounded by ``limit``."""
+        the aired ones too; of ``priority`` alone, when given; ``None`` if
+        none is among the first ``limit`` looked at. A scan: of held tuples,
+        which are held ``remote_hold`` at most; of aired ones, bounded by
+        ``limit``."""
         kinds = (self._held, self._aired) if aired else (self._held,)
         looked = 0
         for rank in sorted({rank for buckets in kinds for rank in buckets}):
             found: builtins.list[_Surfacing] = []
             for buckets in kinds:
                 for pooled in reversed(buckets.get(rank, {}).values()):
-                    if pooled.item.payload.startswith(prefix) and stealable(pooled.item.id.origin):
+                    item = pooled.item
+                    if (
+                        item.payload.startswith(prefix)
+                        and (priority is None or item.props.priority == priority)
+                        and stealable(item.id.origin)
+                    ):
                         found.append(pooled)
                         break
                     looked += 1
@@ -1214,7 +1221,10 @@ class Forum(AsyncResource):
             return found if not self._props else (found[0], self._dress(found[1]))
         live = found is not None  # and pooled: aired
         limit = _STEAL_SCAN if live else None  # held ones last remote_hold at most
-        best = self._pool.best(prefix, self._stealable, aired=live, limit=limit)
+        # The pool orders a class, not the classes: only the index's best
+        # class is looked at (no tuple of a lower priority is served first).
+        top = None if found is None else self._dress(found[1]).props.priority
+        best = self._pool.best(prefix, self._stealable, aired=live, limit=limit, priority=top)
         if best is not None:
             return self._out_of_pool(best)
         oldest = None if found is None else self._pool.get(found[1].id)
@@ -1222,9 +1232,9 @@ class Forum(AsyncResource):
             # Too many to look through for one not pooled: the oldest, as before the pool.
             return self._out_of_pool(oldest)
         for arrival, item in [] if found is None else self._index.iter_matching(prefix):
-            if item.id not in self._pool:
+            if item.id not in self._pool and (item := self._dress(item)).props.priority == top:
                 self._index.remove(arrival)
-                return arrival, self._dress(item)
+                return arrival, item
         if self._pool:  # some were left to their writers, maybe
             self._retry_waiters_later()
         return None
