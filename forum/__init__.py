@@ -28,6 +28,7 @@ from node.errors import (
     ClientError,
     DataDirLocked,
     ForumError,
+    LimitExceeded,
     NodeRejected,
     NodeTimeout,
     NodeUnavailable,
@@ -36,6 +37,7 @@ from node.errors import (
     SerializationError,
     StrandCorrupt,
     StrandError,
+    Throttled,
     Unauthorized,
 )
 
@@ -67,6 +69,7 @@ __all__ = [
     "LensError",
     "LensStateLost",
     "LensUnavailable",
+    "LimitExceeded",
     "NodeRejected",
     "NodeTimeout",
     "NodeUnavailable",
@@ -79,6 +82,7 @@ __all__ = [
     "StrandConfig",
     "StrandCorrupt",
     "StrandError",
+    "Throttled",
     "Unauthorized",
     "Worker",
 ]

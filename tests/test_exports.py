@@ -26,6 +26,7 @@ HOMES = {
     "LensError": "coordinator.errors",
     "LensStateLost": "coordinator.errors",
     "LensUnavailable": "coordinator.errors",
+    "LimitExceeded": "node.errors",
     "NodeRejected": "node.errors",
     "NodeTimeout": "node.errors",
     "NodeUnavailable": "node.errors",
@@ -38,6 +39,7 @@ HOMES = {
     "StrandConfig": "node.strand",
     "StrandCorrupt": "node.errors",
     "StrandError": "node.errors",
+    "Throttled": "node.errors",
     "Unauthorized": "node.errors",
     "Worker": "coordinator.worker",
 }
