@@ -454,9 +454,20 @@ class Worker:
         more than was asked for; held at most :data:`_AHEAD_HOLD` for a slot."""
         most = min(most, self.concurrency - len(self._ahead))
         if self._filling is None and most > 0:
-            acks = self._acks.take()
-            fill = ack_then_reserve(self._space, acks, self._pattern, self.lease, most)
+            fill = self._fill_ahead(self._acks.take(), most)
             self._filling = tasks.create_task(fill, name="reserve ahead")
+
+    async def _fill_ahead(self, acks: list[EntryId], most: int) -> list[Reserved]:
+        """The reserve ahead (with the acks it carries). It fails alone: its
+        task is in the worker's task group, where an error would stop the
+        worker (a node killed mid-request once did)."""
+        try:
+            return await ack_then_reserve(self._space, acks, self._pattern, self.lease, most)
+        except (ForumError, OSError) as exc:
+            # Whatever the node reserved, its answer lost, comes back after
+            # its lease; a job whose ack it carried, too, and is turned away.
+            log.warning("reserve ahead failed (%s)", exc)
+            return []
 
     async def _take_ahead(self, most: int, *, wait: bool = True) -> list[Reserved]:
         """Up to ``most`` of the reservations made ahead, with those of the
@@ -467,12 +478,7 @@ class Worker:
         filling = self._filling
         if filling is not None and (wait or filling.done()):
             self._filling = None
-            try:
-                self._ahead += await filling
-            except (ForumError, OSError) as exc:
-                # Whatever the node reserved, its answer lost, comes back after
-                # its lease; a job whose ack it carried, too, and is turned away.
-                log.warning("reserve ahead failed (%s)", exc)
+            self._ahead += await filling
         taken, self._ahead = self._ahead[:most], self._ahead[most:]
         return taken
 

@@ -19,6 +19,7 @@ from coordinator.worker import LOST_WORKER
 from examples.handlers.fenced_redis import FencedRedisStore
 from node import Forum, Pattern
 from node.client import ForumClient
+from node.errors import NodeUnavailable
 from tests.coordinator.harness import WorkerProcess, eventually, running, worker_processes
 from tests.coordinator.test_worker_process import started, worker_args
 from tests.fixtures.nodes import NodeProcess
@@ -268,3 +269,40 @@ async def test_a_worker_on_a_node_acks_with_its_next_reserve_and_loses_nothing(
         assert await client.count(JOBS) == 0 and (await client.status()).reserved == 0
     assert work.stats().double_takes == 0
     assert all([await lens.done_token(str(i)) for i in ids])
+
+
+class _DroppingClient(ForumClient):
+    """A real client whose first few reserves ahead lose their stream, as
+    when the node is killed mid-request."""
+
+    def __init__(self, url: str, drops: int) -> None:
+        super().__init__(url)
+        self.drops = drops
+
+    async def ack_reserve(self, entry_ids, pattern, lease, limit, timeout=None):  # type: ignore[no-untyped-def]
+        if self.drops:
+            self.drops -= 1
+            raise NodeUnavailable(self.url, "ack_reserve: the stream closed")
+        return await super().ack_reserve(entry_ids, pattern, lease, limit, timeout)
+
+
+async def test_a_reserve_ahead_that_fails_does_not_stop_the_worker(
+    forum_node: NodeProcess, lens: Lens
+) -> None:
+    """A chaos run killed a worker's node while its reserve ahead was in
+    flight: the error went to the worker's task group and the worker
+    exited. A failed reserve ahead is now the worker's to absorb: the jobs
+    it carried come back after their lease, and every job still runs once."""
+    ran: list[bytes] = []
+
+    async def handler(job: Job) -> None:
+        ran.append(job.payload)
+
+    async with _DroppingClient(forum_node.url, drops=3) as client:
+        await client.write_many([f"job/{i}".encode() for i in range(100)])
+        work = Worker(client, lens, JOBS, handler, concurrency=4, **{**_FAST, "lease": 1.0})  # type: ignore[arg-type]
+        async with running(work):
+            await eventually(lambda: work.stats().done == 100, timeout=30, what="every job done")
+        assert client.drops == 0, "no reserve ahead was dropped"
+        assert sorted(set(ran)) == sorted(f"job/{i}".encode() for i in range(100))
+        assert len(ran) == 100
