@@ -100,7 +100,10 @@ async def test_double_take_across_a_partition_is_caught_by_the_lens(
 
         on_a, on_b = worker_on(a, lens, fenced, "wa"), worker_on(b, lens, fenced, "wb")
         async with toxiproxy.partition(links, {"a"}, {"b"}), running(on_a, on_b):
-            await eventually(lambda: _empty(a, b), timeout=60, what="both drained")
+            # Drained: nothing live, and nothing reserved either (a batch reserved
+            # ahead is out of the count but not yet taken by its worker: a CI
+            # run once ended the partition on one, three double takes short).
+            await eventually(lambda: _converged(a, b), timeout=60, what="both drained")
             await eventually(lambda: on_a.stats().running + on_b.stats().running == 0)
             await eventually(lambda: on_a.stats().done + on_b.stats().done == 50)
         stats = on_a.stats(), on_b.stats()
