@@ -41,10 +41,16 @@ key's last byte, then the least arrival; an exact payload (one match) costs
 the range lookup and nothing more. A large range is served from its *prefix
 queue*, split by priority class: per class present among the prefix's
 tuples, their arrivals in order (:class:`_Queue`), the classes kept highest
-first (:class:`_PrefixQueue`). It is built by one pass over the range, which
-buckets the arrivals by the priority byte, the first time the prefix is asked
-for, and kept up to date on every add (the arrival appended to its class's
-queue, made when the prefix has none of that class). A take answers from the
+first (:class:`_PrefixQueue`). It is built the first time the prefix is
+asked for, by one pass over the range that buckets the arrivals by the
+priority byte (skipped while the index has tuples of one priority only, as
+counted per byte: then the range's arrivals are one class, sorted as before
+priorities), and kept up to date on every add (the arrival appended to its
+class's queue, made when the prefix has none of that class). The build sorts
+every class's arrivals, so with many classes a prefix's first take costs
+about twice what it costs with one (and a tenth of it was enough for the
+first take when each class had its own list); a take after it costs nothing
+per class. A take answers from the
 highest class with a live front: a class whose queue runs out leaves the
 prefix queue (to come back with its next match), so a take never looks at a
 class below the one it serves from, and costs, besides the range lookup, a
@@ -73,9 +79,10 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_left, bisect_right, insort
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from heapq import merge
+from operator import itemgetter
 
 from sortedcontainers import SortedList
 
@@ -99,6 +106,8 @@ _MAX_ORIGINS = 1 << 24
 #: The arrival alone, ``_ARRIVAL_BACK`` bytes before the key's end.
 _ARRIVAL = struct.Struct(">Q")
 _ARRIVAL_BACK = _TAIL.size - 2
+#: A key's last byte: its priority's.
+_LAST_BYTE = itemgetter(-1)
 _ZERO, _ESCAPED_ZERO = b"\x00", b"\x00\xff"
 
 
@@ -333,18 +342,26 @@ class _PrefixQueue:
 
     __slots__ = ("classes", "order", "size")
 
-    def __init__(self, keys: Iterable[bytes]) -> None:
-        buckets: dict[int, list[int]] = {}
-        for key in keys:
-            byte = key[-1]
-            bucket = buckets.get(byte)
-            if bucket is None:
-                bucket = buckets[byte] = []
-            bucket.append(_arrival(key))
-        self.classes = {byte: _Queue(byte, sorted(arrivals)) for byte, arrivals in buckets.items()}
+    def __init__(self, keys: Iterable[bytes], only: int | None) -> None:
+        """From the keys of a range; ``only``: the byte of their one class,
+        when the index has no other."""
+        buckets: dict[int, list[int]]
+        if only is not None:  # as before priorities: no bucketing
+            buckets = {only: list(map(_arrival, keys))}
+        else:
+            buckets = {}
+            for key in keys:  # one pass, bucketing the arrivals by their class
+                byte = key[-1]
+                bucket = buckets.get(byte)
+                if bucket is None:
+                    bucket = buckets[byte] = []
+                bucket.append(_arrival(key))
+        for arrivals in buckets.values():
+            arrivals.sort()
         # the classes present, highest priority first
-        self.order = sorted(self.classes.values(), key=lambda queue: _precedence(queue.byte))
-        self.size = sum(map(len, buckets.values()))
+        self.order = [_Queue(b, buckets[b]) for b in sorted(buckets, key=_precedence)]
+        self.classes = {queue.byte: queue for queue in self.order}
+        self.size = sum(map(len, self.order))
 
     def append(self, byte: int, arrival: int) -> None:
         """A new match, the newest of its class ``byte``."""
@@ -399,6 +416,9 @@ class LiveIndex:
     def __init__(self) -> None:
         self._next_arrival = 1
         self._sorted = SortedList()
+        # class byte -> how many live keys end with it; how many classes have any
+        self._per_class = [0] * 256
+        self._classes = 0
         # prefix -> arrivals of the tuples matching it, by class, least recently used first
         self._queues: OrderedDict[bytes, _PrefixQueue] = OrderedDict()
         self._by_arrival = _IntMap("q")
@@ -464,6 +484,9 @@ class LiveIndex:
                 order = sorted(range(len(seqs)), key=seqs.__getitem__)
                 self._lanes[number].load([seqs[i] for i in order], [lane_keys[i] for i in order])
         self._sorted = SortedList(keys)
+        for byte, n in Counter(map(_LAST_BYTE, keys)).items():
+            self._per_class[byte] = n
+        self._classes = sum(map(bool, self._per_class))
         self._next_arrival = first + len(items)
 
     def restore(self, arrival: int, item: Tuple) -> None:
@@ -482,7 +505,7 @@ class LiveIndex:
         _, seq, field = _TAIL.unpack_from(key, len(key) - _TAIL.size)
         number = field >> 8
         self._lanes[number].pop(seq)
-        self._sorted.remove(key)
+        self._drop(key)
         return _known_tuple(self._origins[number], seq, _payload(key))
 
     def remove_id(self, entry_id: EntryId) -> tuple[int, Tuple] | None:
@@ -492,7 +515,7 @@ class LiveIndex:
             return None
         arrival = _arrival(key)
         self._by_arrival.pop(arrival)
-        self._sorted.remove(key)
+        self._drop(key)
         return arrival, _known_tuple(entry_id.origin, entry_id.seq, _payload(key))
 
     def _insert(self, arrival: int, item: Tuple) -> int:
@@ -508,7 +531,19 @@ class LiveIndex:
             lane.pop(item.id.seq)
             raise
         self._sorted.add(key)
-        return key[-1]
+        byte = key[-1]
+        self._per_class[byte] += 1
+        if self._per_class[byte] == 1:
+            self._classes += 1
+        return byte
+
+    def _drop(self, key: bytes) -> None:
+        """Take ``key`` out of the sorted list (out of the maps already)."""
+        self._sorted.remove(key)
+        byte = key[-1]
+        self._per_class[byte] -= 1
+        if not self._per_class[byte]:
+            self._classes -= 1
 
     def _key(self, arrival: int, item: Tuple) -> bytes:
         byte = _class_byte(item.props.priority)  # first: a bad one changes nothing
@@ -589,7 +624,8 @@ class LiveIndex:
             # other prefixes; rebuild once they outnumber the live ones.
             if queue.size <= 2 * (hi - lo) + 1024:
                 return queue
-        queue = _PrefixQueue(self._sorted.islice(lo, hi))
+        only = self._per_class.index(len(self._sorted)) if self._classes == 1 else None
+        queue = _PrefixQueue(self._sorted.islice(lo, hi), only)
         queues[prefix] = queue
         if len(queues) > MAX_QUEUES:
             queues.popitem(last=False)
