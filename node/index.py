@@ -43,27 +43,25 @@ queue*, split by priority class: per class present among the prefix's
 tuples, their arrivals in order (:class:`_Queue`), the classes kept highest
 first (:class:`_PrefixQueue`). It is built the first time the prefix is
 asked for, by one pass over the range that buckets the arrivals by the
-priority byte (skipped while the index has tuples of one priority only, as
-counted per byte: then the range's arrivals are one class, sorted as before
+priority byte (no bucketing while the index holds one priority only, as it
+counts per byte: the range is then one class, its arrivals sorted as before
 priorities), and kept up to date on every add (the arrival appended to its
-class's queue, made when the prefix has none of that class). The build sorts
-every class's arrivals, so with many classes a prefix's first take costs
-about twice what it costs with one (and a tenth of it was enough for the
-first take when each class had its own list); a take after it costs nothing
-per class. A take answers from the
-highest class with a live front: a class whose queue runs out leaves the
-prefix queue (to come back with its next match), so a take never looks at a
-class below the one it serves from, and costs, besides the range lookup, a
-dict lookup and the front of one array, with any number of classes. Queues
-drop dead arrivals lazily (at the front when they are asked, or the prefix
-queue is rebuilt from the range when its arrivals, over all its classes,
-outnumber the live matches twice and 1024 more) and the least recently used
-prefix queues are evicted past ``MAX_QUEUES``. An arrival counts in a class's
-queue only while its key's last byte names that class: a tuple put back
-(``restore``) with another priority than it had is put in its new class's
-queue, and is dead in its old one's. So ``take``/``read`` never look at a
-tuple that does not match, nor at a class below the answer, whatever the
-pattern.
+class's queue, made when the prefix has none of that class). With many
+classes the build sorts them all, so a prefix's first take costs about
+twice what it costs with one; a take after it looks at one class only.
+A take answers from the highest class with a live front: a class whose
+queue runs out leaves the prefix queue (to come back with its next match),
+so a take never looks at a class below the one it serves from, and costs,
+besides the range lookup, a dict lookup and the front of one array, with
+any number of classes. Queues drop dead arrivals lazily (at the front when
+they are asked, or the prefix queue is rebuilt from the range when its
+arrivals, over all its classes, pass twice the live matches plus 1024) and
+the least recently used prefix queues are evicted past ``MAX_QUEUES``. An
+arrival counts in a class's queue only while its key's last byte names that
+class: a tuple put back (``restore``) with another priority than it had is
+put in its new class's queue, and is dead in its old one's. So
+``take``/``read`` never look at a tuple that does not match,
+nor at a class below the answer, whatever the pattern.
 
 ``count`` is one range lookup. ``iter_matching`` (the Forum's paged listing,
 by arrival cursor) yields the matches in arrival order whatever their
