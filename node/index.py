@@ -34,9 +34,9 @@ per live tuple beyond its payload (``bench/memory_bench.py``), against some
 price: a payload's 00 bytes take two bytes each here.
 
 ``oldest`` (a take's or a read's answer: the highest priority's oldest
-match) finds the prefix's range once, then depends on how many tuples
-match, not on how many priorities there are. A small range (``SCAN_LIMIT``
-or fewer) is scanned once for its best key: the highest priority, from the
+match) finds the prefix's range once, then depends on how many tuples match,
+not on how many priorities there are. A small range (``SCAN_LIMIT`` or
+fewer) is scanned once for its best key: the highest priority, from the
 key's last byte, then the least arrival; an exact payload (one match) costs
 the range lookup and nothing more. A large range is served from its *prefix
 queue*, split by priority class: per class present among the prefix's
@@ -47,21 +47,21 @@ priority byte (no bucketing while the index holds one priority only, as it
 counts per byte: the range is then one class, its arrivals sorted as before
 priorities), and kept up to date on every add (the arrival appended to its
 class's queue, made when the prefix has none of that class). With many
-classes the build sorts them all, so a prefix's first take costs about
-twice what it costs with one; a take after it looks at one class only.
-A take answers from the highest class with a live front: a class whose
-queue runs out leaves the prefix queue (to come back with its next match),
-so a take never looks at a class below the one it serves from, and costs,
-besides the range lookup, a dict lookup and the front of one array, with
-any number of classes. Queues drop dead arrivals lazily (at the front when
-they are asked, or the prefix queue is rebuilt from the range when its
-arrivals, over all its classes, pass twice the live matches plus 1024) and
-the least recently used prefix queues are evicted past ``MAX_QUEUES``. An
-arrival counts in a class's queue only while its key's last byte names that
-class: a tuple put back (``restore``) with another priority than it had is
-put in its new class's queue, and is dead in its old one's. So
-``take``/``read`` never look at a tuple that does not match,
-nor at a class below the answer, whatever the pattern.
+classes the build sorts them all, so a prefix's first take costs about twice
+what it costs with one (a take after it, nothing per class). A take answers
+from the highest class with a live front: a class whose queue runs out
+leaves the prefix queue (to come back with its next match), so a take never
+looks at a class below the one it serves from, and costs, besides the range
+lookup, a dict lookup and the front of one array, with any number of
+classes. Queues drop dead arrivals lazily (at the front when they are asked,
+or the prefix queue is rebuilt from the range when its arrivals, over all
+its classes, pass twice the live matches plus 1024) and the least recently
+used prefix queues are evicted past ``MAX_QUEUES``. An arrival counts in a
+class's queue only while its key's last byte names that class: a tuple put
+back (``restore``) with another priority than it had is put in its new
+class's queue, and is dead in its old one's. So ``take``/``read`` never look
+at a tuple that does not match, nor at a class below the answer, whatever
+the pattern.
 
 ``count`` is one range lookup. ``iter_matching`` (the Forum's paged listing,
 by arrival cursor) yields the matches in arrival order whatever their
