@@ -12,61 +12,75 @@ writes each 00 byte of the payload as 00 FF, so the terminator 00 00 cannot
 occur inside the escaped payload: a key starts with the escaped form of a
 prefix exactly when its payload starts with that prefix (a shorter payload
 would have to match across its terminator, and 00 00 is not the start of any
-escaped byte). The tuples are in *priority classes* (:class:`_Class`), one
-per priority seen; four structures refer to the keys:
+escaped byte). Three structures refer to the keys:
 
-* per class, ``_Class.sorted``: the class's keys in a sorted list, so its
-  tuples matching a prefix are one contiguous range, found by bisection;
-* ``_walk``: the classes that have tuples, highest priority first (a class
-  that empties leaves it, and drops its queues, below);
+* ``_sorted``: every key, of every priority, in one sorted list, so the
+  tuples matching a prefix are one contiguous range, found by one range
+  lookup (two bisections) however many priorities there are;
 * ``_by_arrival``: arrival -> key, to find a tuple named by its arrival;
 * ``_lanes``: per origin, seq -> key, to find a tuple named by its id.
 
-A key names its class by its last byte, so a tuple found by arrival or by id
-is taken out of its class's list without a search. The two maps are
-:class:`_IntMap`: arrays of int keys beside lists of values, in blocks, so a
-tuple costs two 8-byte slots in each and no int object; the tuple handed out
-(:class:`~node.entries.Tuple`) is built from the key on the way out, with
-``props`` :data:`~node.entries.PLAIN` (the index keeps a tuple's priority
-only; the Forum gives a tuple its Write's properties back on the way out).
-The priority shares the four bytes the origin number had before classes
-(origins are numbered up to 2**24 per process), so a key is no longer than
-it was: a ``forum serve`` grows by some 120 bytes of RSS per live tuple
-beyond its payload (``bench/memory_bench.py``), against some 365 when a
-tuple was an object, an id, a pair and two dict entries. The price: a
-payload's 00 bytes take two bytes each here.
+A key names its priority by its last byte, so nothing else keeps it. The two
+maps are :class:`_IntMap`: arrays of int keys beside lists of values, in
+blocks, so a tuple costs two 8-byte slots in each and no int object; the
+tuple handed out (:class:`~node.entries.Tuple`) is built from the key on the
+way out, with ``props`` :data:`~node.entries.PLAIN` (the index keeps a
+tuple's priority only; the Forum gives a tuple its Write's properties back on
+the way out). The priority shares the four bytes the origin number had
+before priorities (origins are numbered up to 2**24 per process), so a key
+is no longer than it was: a ``forum serve`` grows by some 120 bytes of RSS
+per live tuple beyond its payload (``bench/memory_bench.py``), against some
+365 when a tuple was an object, an id, a pair and two dict entries. The
+price: a payload's 00 bytes take two bytes each here.
 
-``oldest`` walks the classes from the highest priority down and answers
-from the first with a match: it looks at no class lower than the one it
-answers from, at the cost of a range lookup (two bisections) per higher
-class with tuples (none when every tuple has one priority: one class, as
-before priorities). Finding the oldest match of a prefix in a class then
-depends on how many of its tuples match. A small range (``SCAN_LIMIT`` or
-fewer) is scanned for its least arrival. A large one is served from the
-class's *prefix queue*: the arrivals of the class's tuples matching that
-prefix in order, kept up to date on every add, built once by one pass over
-the range the first time the prefix is asked for in that class. Queues drop
-dead arrivals lazily (at the front when they are asked, or rebuilt from the
-range when dead ones pile up) and the least recently used are evicted past
-``MAX_QUEUES`` per class. An arrival counts in a class's queue only while
-its key's last byte names that class: a tuple put back (``restore``) with
-another priority than it had is dead in its old class's queues. So
-``take``/``read`` never look at a tuple that does not match, nor at a class
-below the answer, whatever the pattern.
+``oldest`` (a take's or a read's answer: the highest priority's oldest
+match) finds the prefix's range once, then depends on how many tuples match,
+not on how many priorities there are. A small range (``SCAN_LIMIT`` or
+fewer) is scanned once for its best key: the highest priority, from the
+key's last byte, then the least arrival; an exact payload (one match) costs
+the range lookup and nothing more. A large range is served from its *prefix
+queue*, split by priority class: per class present among the prefix's
+tuples, their arrivals in order (:class:`_Queue`), the classes kept highest
+first (:class:`_PrefixQueue`). It is built the first time the prefix is
+asked for, by one pass over the range that buckets the arrivals by the
+priority byte (no bucketing while the index holds one priority only, as it
+counts per byte: the range is then one class, its arrivals sorted as before
+priorities), and kept up to date on every add (the arrival appended to its
+class's queue, made when the prefix has none of that class). With many
+classes the build sorts them all, so a prefix's first take costs about twice
+what it costs with one (a take after it, nothing per class). A take answers
+from the highest class with a live front: a class whose queue runs out
+leaves the prefix queue (to come back with its next match), so a take never
+looks at a class below the one it serves from, and costs, besides the range
+lookup, a dict lookup and the front of one array, with any number of
+classes. Queues drop dead arrivals lazily (at the front when they are asked,
+or the prefix queue is rebuilt from the range when its arrivals, over all
+its classes, pass twice the live matches plus 1024) and the least recently
+used prefix queues are evicted past ``MAX_QUEUES``. An arrival counts in a
+class's queue only while its key's last byte names that class: a tuple put
+back (``restore``) with another priority than it had is put in its new
+class's queue, and is dead in its old one's. So ``take``/``read`` never look
+at a tuple that does not match, nor at a class below the answer, whatever
+the pattern.
 
-``count`` adds up the classes' ranges; ``iter_matching`` (the Forum's
-paged listing, by arrival cursor) yields the matches of every class merged
-in arrival order, not in the order takes would serve them.
+``count`` is one range lookup. ``iter_matching`` (the Forum's paged listing,
+by arrival cursor) yields the matches in arrival order whatever their
+priority, not in the order takes would serve them: a small range's keys
+sorted by arrival; a large range's class queues merged, each read from the
+cursor on (a bisection) a chunk at a time, so a page costs a bisection per
+class and its own length, where sorting the range by arrival would cost the
+whole range per page.
 """
 
 from __future__ import annotations
 
 import struct
 from array import array
-from bisect import bisect_left, insort
-from collections import OrderedDict
+from bisect import bisect_left, bisect_right, insort
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from heapq import merge
+from operator import itemgetter
 
 from sortedcontainers import SortedList
 
@@ -78,6 +92,8 @@ SCAN_LIMIT = 32
 MAX_QUEUES = 64
 #: Entries per block of an :class:`_IntMap` (a block splits at twice this).
 _BLOCK = 1024
+#: Arrivals a listing reads from a queue at a time.
+_CHUNK = 256
 
 #: What follows the escaped payload in a key: the terminator (two pad bytes,
 #: which ``struct`` writes as zeros), the arrival, the seq, and the origin
@@ -88,6 +104,8 @@ _MAX_ORIGINS = 1 << 24
 #: The arrival alone, ``_ARRIVAL_BACK`` bytes before the key's end.
 _ARRIVAL = struct.Struct(">Q")
 _ARRIVAL_BACK = _TAIL.size - 2
+#: A key's last byte: its priority's.
+_LAST_BYTE = itemgetter(-1)
 _ZERO, _ESCAPED_ZERO = b"\x00", b"\x00\xff"
 
 
@@ -142,6 +160,18 @@ def _payload(key: bytes) -> bytes:
 def _arrival(key: bytes) -> int:
     arrival: int = _ARRIVAL.unpack_from(key, len(key) - _ARRIVAL_BACK)[0]
     return arrival
+
+
+def _precedence(byte: int) -> int:
+    """127 minus the priority that ``byte`` names: the highest priority's
+    byte gives 0, -128's gives 255 (the byte's low seven bits flipped)."""
+    return byte ^ 0x7F
+
+
+def _rank(key: bytes) -> int:
+    """Least for the key a take serves first: the highest priority, then the
+    least arrival (arrivals stay below 2**63)."""
+    return (key[-1] ^ 0x7F) << 64 | _arrival(key)
 
 
 class _IntMap:
@@ -254,21 +284,19 @@ class _IntMap:
 
 
 class _Queue:
-    """The arrivals of the tuples matching one prefix, oldest first (some
-    dead): an array whose front moves forward, so popping it is O(1)."""
+    """The arrivals of one priority class's tuples matching one prefix,
+    oldest first (some dead): an array whose front moves forward, so popping
+    it is O(1)."""
 
-    __slots__ = ("_arrivals", "_head")
+    __slots__ = ("_arrivals", "_head", "byte")
 
-    def __init__(self, arrivals: Iterable[int]) -> None:
+    def __init__(self, byte: int, arrivals: Iterable[int]) -> None:
+        self.byte = byte  # the last byte of its class's keys
         self._arrivals = array("q", arrivals)
         self._head = 0
 
     def __len__(self) -> int:
         return len(self._arrivals) - self._head
-
-    def __iter__(self) -> Iterator[int]:
-        arrivals = self._arrivals
-        return (arrivals[i] for i in range(self._head, len(arrivals)))
 
     def first(self) -> int | None:
         return self._arrivals[self._head] if self._head < len(self._arrivals) else None
@@ -282,70 +310,115 @@ class _Queue:
     def append(self, arrival: int) -> None:
         self._arrivals.append(arrival)
 
-    def insert(self, arrival: int) -> None:
-        """Put ``arrival`` in its place, unless it is there (still, though dead)."""
+    def insert(self, arrival: int) -> bool:
+        """Put ``arrival`` in its place, unless it is there (still, though
+        dead); whether it was put."""
         arrivals = self._arrivals
         i = bisect_left(arrivals, arrival, self._head)
-        if i == len(arrivals) or arrivals[i] != arrival:
-            arrivals.insert(i, arrival)
+        if i < len(arrivals) and arrivals[i] == arrival:
+            return False
+        arrivals.insert(i, arrival)
+        return True
+
+    def after(self, arrival: int) -> Iterator[int]:
+        """The arrivals past ``arrival``, ascending, read a chunk at a time
+        from where the last one ended (found by value: the queue may change
+        between two chunks)."""
+        while True:
+            i = bisect_right(self._arrivals, arrival, self._head)
+            chunk = self._arrivals[i : i + _CHUNK]
+            if not chunk:
+                return
+            yield from chunk
+            arrival = chunk[-1]
 
 
-class _Class:
-    """The live tuples of one priority: their keys, sorted, and the class's
-    prefix queues."""
+class _PrefixQueue:
+    """The arrivals of the tuples matching one prefix, split by priority
+    class: a :class:`_Queue` per class present, the classes highest first.
+    ``size`` counts their arrivals, live and dead."""
 
-    __slots__ = ("byte", "priority", "queues", "sorted")
+    __slots__ = ("classes", "order", "size")
 
-    def __init__(self, priority: int) -> None:
-        self.priority = priority
-        self.byte = _class_byte(priority)  # the last byte of its keys
-        self.sorted = SortedList()
-        # prefix -> arrivals of the class's tuples matching it, oldest first (some dead)
-        self.queues: OrderedDict[bytes, _Queue] = OrderedDict()
+    def __init__(self, keys: Iterable[bytes], only: int | None) -> None:
+        """From the keys of a range; ``only``: the byte of their one class,
+        when the index has no other."""
+        buckets: dict[int, list[int]]
+        if only is not None:  # as before priorities: no bucketing
+            buckets = {only: list(map(_arrival, keys))}
+        else:
+            buckets = {}
+            for key in keys:  # one pass, bucketing the arrivals by their class
+                byte = key[-1]
+                bucket = buckets.get(byte)
+                if bucket is None:
+                    bucket = buckets[byte] = []
+                bucket.append(_arrival(key))
+        for arrivals in buckets.values():
+            arrivals.sort()
+        # the classes present, highest priority first
+        self.order = [_Queue(b, buckets[b]) for b in sorted(buckets, key=_precedence)]
+        self.classes = {queue.byte: queue for queue in self.order}
+        self.size = sum(map(len, self.order))
 
-    def range(self, prefix: bytes) -> tuple[int, int]:
-        """Index range in ``sorted`` of the keys whose payload has ``prefix``."""
-        if not prefix:
-            return 0, len(self.sorted)
-        escaped = _escape(prefix)
-        lo = self.sorted.bisect_left(escaped)
-        end = prefix_end(escaped)
-        hi = len(self.sorted) if end is None else self.sorted.bisect_left(end)
-        return lo, hi
+    def append(self, byte: int, arrival: int) -> None:
+        """A new match, the newest of its class ``byte``."""
+        queue = self.classes.get(byte)
+        if queue is None:
+            queue = self._open(byte)
+        queue.append(arrival)
+        self.size += 1
 
-    def arrivals(self, prefix: bytes, lo: int, hi: int) -> list[int]:
-        """The arrivals of the matches in range ``lo:hi``, ascending (some
-        dead, when they come from a queue)."""
-        if hi - lo <= SCAN_LIMIT:
-            return sorted(map(_arrival, self.sorted.islice(lo, hi)))
-        return list(self.queue(prefix, lo, hi))
+    def insert(self, byte: int, arrival: int) -> None:
+        """A match put back in its place in class ``byte``."""
+        queue = self.classes.get(byte)
+        if queue is None:
+            queue = self._open(byte)
+        if queue.insert(arrival):
+            self.size += 1
 
-    def queue(self, prefix: bytes, lo: int, hi: int) -> _Queue:
-        queues = self.queues
-        queue = queues.get(prefix)
-        if queue is not None:
-            queues.move_to_end(prefix)
-            # Dead arrivals past the front pile up when tuples leave through
-            # other prefixes; rebuild once they outnumber the live ones.
-            if len(queue) <= 2 * (hi - lo) + 1024:
-                return queue
-        queue = _Queue(sorted(map(_arrival, self.sorted.islice(lo, hi))))
-        queues[prefix] = queue
-        if len(queues) > MAX_QUEUES:
-            queues.popitem(last=False)
+    def _open(self, byte: int) -> _Queue:
+        queue = self.classes[byte] = _Queue(byte, ())
+        insort(self.order, queue, key=lambda q: _precedence(q.byte))
         return queue
+
+    def best(self, by_arrival: _IntMap) -> bytes | None:
+        """The key of the highest class's oldest live match: the fronts of
+        its queue that are dead are dropped, and a class run out leaves."""
+        order = self.order
+        while order:
+            queue = order[0]
+            byte = queue.byte
+            while (arrival := queue.first()) is not None:
+                key = by_arrival.get(arrival)
+                # An arrival dead here may be live in another class (restored
+                # there): it is dead for this class's queue.
+                if key is not None and key[-1] == byte:
+                    return key
+                queue.pop_first()
+                self.size -= 1
+            del order[0], self.classes[byte]
+        return None
+
+    def after(self, arrival: int) -> Iterator[int]:
+        """The arrivals past ``arrival`` of every class, ascending: dead ones
+        too, and one restored into another class twice in a row."""
+        if len(self.order) == 1:
+            return self.order[0].after(arrival)
+        return merge(*(queue.after(arrival) for queue in self.order))
 
 
 class LiveIndex:
-    """The set of live tuples, by priority class. Synchronous: callers are on
-    one event loop."""
+    """The set of live tuples. Synchronous: callers are on one event loop."""
 
     def __init__(self) -> None:
         self._next_arrival = 1
-        # class byte -> class (kept when empty, out of _walk: its list is reused)
-        self._classes: dict[int, _Class] = {}
-        # the classes with tuples, highest priority first
-        self._walk: list[_Class] = []
+        self._sorted = SortedList()
+        # class byte -> how many live keys end with it; how many classes have any
+        self._per_class = [0] * 256
+        self._classes = 0
+        # prefix -> arrivals of the tuples matching it, by class, least recently used first
+        self._queues: OrderedDict[bytes, _PrefixQueue] = OrderedDict()
         self._by_arrival = _IntMap("q")
         # origin number -> seq -> key; the numbers index _origins.
         self._lanes: list[_IntMap] = []
@@ -373,19 +446,19 @@ class LiveIndex:
         """Make ``item`` live as the newest tuple of its priority (``item.props``);
         returns its arrival."""
         arrival = self._next_arrival
-        cls = self._insert(arrival, item)
+        byte = self._insert(arrival, item)
         self._next_arrival += 1
-        for prefix, queue in cls.queues.items():
-            if item.payload.startswith(prefix):
-                queue.append(arrival)
+        payload = item.payload
+        for prefix, queue in self._queues.items():
+            if payload.startswith(prefix):
+                queue.append(byte, arrival)
         return arrival
 
     def bulk_load(self, items: list[Tuple]) -> None:
         """Add many tuples at once, oldest first, into an empty index (replay)."""
         if self._by_arrival:
             raise RuntimeError("bulk_load needs an empty index")
-        priorities = {item.props.priority for item in items}
-        for priority in priorities:  # checked before anything changes
+        for priority in {item.props.priority for item in items}:  # before anything changes
             _class_byte(priority)
         first = self._next_arrival
         for origin in {item.id.origin for item in items}:
@@ -408,26 +481,20 @@ class LiveIndex:
             else:  # a peer's seqs may have come out of order
                 order = sorted(range(len(seqs)), key=seqs.__getitem__)
                 self._lanes[number].load([seqs[i] for i in order], [lane_keys[i] for i in order])
-        by_class: dict[int, list[bytes]]
-        if len(priorities) == 1:  # the common case: one class, no sorting out
-            by_class = {priorities.pop(): keys}
-        else:
-            by_class = {priority: [] for priority in priorities}
-            for item, key in zip(items, keys, strict=True):
-                by_class[item.props.priority].append(key)
-        for priority, class_keys in by_class.items():
-            cls = self._class(priority)
-            cls.sorted = SortedList(class_keys)
-            self._enter(cls)
+        self._sorted = SortedList(keys)
+        for byte, n in Counter(map(_LAST_BYTE, keys)).items():
+            self._per_class[byte] = n
+        self._classes = sum(map(bool, self._per_class))
         self._next_arrival = first + len(items)
 
     def restore(self, arrival: int, item: Tuple) -> None:
         """Put back a tuple removed by a take that did not happen, in its old
-        place: its arrival, in the class of its priority (``item.props``)."""
-        cls = self._insert(arrival, item)
-        for prefix, queue in cls.queues.items():
-            if item.payload.startswith(prefix):
-                queue.insert(arrival)
+        place: its arrival, with the priority it is given (``item.props``)."""
+        byte = self._insert(arrival, item)
+        payload = item.payload
+        for prefix, queue in self._queues.items():
+            if payload.startswith(prefix):
+                queue.insert(byte, arrival)
 
     def remove(self, arrival: int) -> Tuple:
         key = self._by_arrival.pop(arrival)
@@ -449,8 +516,8 @@ class LiveIndex:
         self._drop(key)
         return arrival, _known_tuple(entry_id.origin, entry_id.seq, _payload(key))
 
-    def _insert(self, arrival: int, item: Tuple) -> _Class:
-        """Put ``item``'s key in the maps and its class's list; its class."""
+    def _insert(self, arrival: int, item: Tuple) -> int:
+        """Put ``item``'s key in the maps and the sorted list; its class's byte."""
         key = self._key(arrival, item)  # ValueError if the priority is out of range
         # The maps refuse an id or an arrival that is live already (KeyError):
         # the set is left as it was.
@@ -461,33 +528,20 @@ class LiveIndex:
         except KeyError:
             lane.pop(item.id.seq)
             raise
-        cls = self._classes.get(key[-1])
-        if cls is None:
-            cls = self._class(item.props.priority)
-        if not cls.sorted:
-            self._enter(cls)
-        cls.sorted.add(key)
-        return cls
+        self._sorted.add(key)
+        byte = key[-1]
+        self._per_class[byte] += 1
+        if self._per_class[byte] == 1:
+            self._classes += 1
+        return byte
 
     def _drop(self, key: bytes) -> None:
-        """Take ``key`` out of its class's list (out of the maps already)."""
-        cls = self._classes[key[-1]]
-        cls.sorted.remove(key)
-        if not cls.sorted:  # out of the walk; its queues hold dead arrivals only
-            self._walk.remove(cls)
-            cls.queues.clear()
-
-    def _class(self, priority: int) -> _Class:
-        """The class of ``priority`` (made on first sight, out of the walk)."""
-        byte = _class_byte(priority)
-        cls = self._classes.get(byte)
-        if cls is None:
-            cls = self._classes[byte] = _Class(priority)
-        return cls
-
-    def _enter(self, cls: _Class) -> None:
-        """A class that was empty has tuples: into the walk, in its place."""
-        insort(self._walk, cls, key=lambda c: -c.priority)
+        """Take ``key`` out of the sorted list (out of the maps already)."""
+        self._sorted.remove(key)
+        byte = key[-1]
+        self._per_class[byte] -= 1
+        if not self._per_class[byte]:
+            self._classes -= 1
 
     def _key(self, arrival: int, item: Tuple) -> bytes:
         byte = _class_byte(item.props.priority)  # first: a bad one changes nothing
@@ -515,47 +569,62 @@ class LiveIndex:
     def oldest(self, prefix: bytes) -> tuple[int, Tuple] | None:
         """The oldest live tuple whose payload starts with ``prefix``, of the
         highest priority that has one (no lower class is looked at)."""
-        for cls in self._walk:
-            lo, hi = cls.range(prefix)
-            if lo < hi:
-                break
-        else:
-            return None
+        lo, hi = self._range(prefix)
         if hi - lo <= SCAN_LIMIT:
-            return self._tuple(min(cls.sorted.islice(lo, hi), key=_arrival))
-        queue = cls.queue(prefix, lo, hi)
-        by_arrival, byte = self._by_arrival, cls.byte
-        while (arrival := queue.first()) is not None:
-            key = by_arrival.get(arrival)
-            # An arrival dead here may be live in another class (restored
-            # there): it is dead for this class's queue.
-            if key is not None and key[-1] == byte:
-                return self._tuple(key)
-            queue.pop_first()
-        return None
+            if lo == hi:
+                return None
+            if hi - lo == 1:
+                return self._tuple(self._sorted[lo])
+            return self._tuple(min(self._sorted.islice(lo, hi), key=_rank))
+        key = self._queue(prefix, lo, hi).best(self._by_arrival)
+        return None if key is None else self._tuple(key)
 
     def count(self, prefix: bytes) -> int:
         """How many live tuples match, of every priority."""
-        total = 0
-        for cls in self._walk:
-            lo, hi = cls.range(prefix)
-            total += hi - lo
-        return total
+        lo, hi = self._range(prefix)
+        return hi - lo
 
     def iter_matching(self, prefix: bytes, after: int = 0) -> Iterator[tuple[int, Tuple]]:
         """Live matches with arrival > ``after``, oldest first whatever their
         priority (for paged listing by arrival: not the order takes serve)."""
-        lists = []
-        for cls in self._walk:
-            lo, hi = cls.range(prefix)
-            if lo < hi:
-                arrivals = cls.arrivals(prefix, lo, hi)
-                lists.append(arrivals[bisect_left(arrivals, after + 1) :])
-        previous = None
-        # A class's queue may hold an arrival restored into another class,
-        # where it is listed too: live once, listed once.
-        for arrival in lists[0] if len(lists) == 1 else merge(*lists):
-            key = None if arrival == previous else self._by_arrival.get(arrival)
+        lo, hi = self._range(prefix)
+        arrivals: Iterable[int]
+        if hi - lo <= SCAN_LIMIT:
+            arrivals = sorted(map(_arrival, self._sorted.islice(lo, hi)))
+            arrivals = arrivals[bisect_right(arrivals, after) :]
+        else:
+            arrivals = self._queue(prefix, lo, hi).after(after)
+        by_arrival, previous = self._by_arrival, None
+        for arrival in arrivals:
+            # A class's queue may hold an arrival restored into another class,
+            # where it is listed too: live once, listed once.
+            key = None if arrival == previous else by_arrival.get(arrival)
             previous = arrival
             if key is not None:
                 yield self._tuple(key)
+
+    def _range(self, prefix: bytes) -> tuple[int, int]:
+        """Index range in ``_sorted`` of the keys whose payload has ``prefix``."""
+        if not prefix:
+            return 0, len(self._sorted)
+        escaped = _escape(prefix)
+        lo = self._sorted.bisect_left(escaped)
+        end = prefix_end(escaped)
+        hi = len(self._sorted) if end is None else self._sorted.bisect_left(end)
+        return lo, hi
+
+    def _queue(self, prefix: bytes, lo: int, hi: int) -> _PrefixQueue:
+        queues = self._queues
+        queue = queues.get(prefix)
+        if queue is not None:
+            queues.move_to_end(prefix)
+            # Dead arrivals past the fronts pile up when tuples leave through
+            # other prefixes; rebuild once they outnumber the live ones.
+            if queue.size <= 2 * (hi - lo) + 1024:
+                return queue
+        only = self._per_class.index(len(self._sorted)) if self._classes == 1 else None
+        queue = _PrefixQueue(self._sorted.islice(lo, hi), only)
+        queues[prefix] = queue
+        if len(queues) > MAX_QUEUES:
+            queues.popitem(last=False)
+        return queue

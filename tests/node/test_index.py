@@ -5,14 +5,14 @@ Random sequences of add / bulk load / take by prefix / read / remove by id /
 restore / count / list, over a few priorities (negative ones too), must give
 what the model gives: a take or read the highest priority's oldest match, a
 list every match in arrival order. The index's scale constants are made tiny
-here (a range of 2 is "large", a block holds 4), so that short sequences go
-through the prefix queues of several classes, their eviction and rebuilds,
-and the blocks' splits and merges, as a million tuples would.
+here (a range of 2 is "large", a block holds 4, a listing reads a queue two
+arrivals at a time), so that short sequences go through the prefix queues and
+their classes, their eviction and rebuilds, and the blocks' splits and
+merges, as a million tuples would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
@@ -62,7 +62,12 @@ class IndexModel(RuleBasedStateMachine):
     take or remove_id), which ``restore`` puts back."""
 
     removed = Bundle("removed")
-    SMALL: ClassVar[dict[str, int]] = {"SCAN_LIMIT": 1, "MAX_QUEUES": 2, "_BLOCK": 4}
+    SMALL: ClassVar[dict[str, int]] = {
+        "SCAN_LIMIT": 1,
+        "MAX_QUEUES": 2,
+        "_BLOCK": 4,
+        "_CHUNK": 2,
+    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -293,42 +298,83 @@ def test_negative_priorities_come_after_zero_down_to_the_least(scan_limit: int) 
     assert _drain(index, b"") == [b"127", b"0", b"-1", b"-1b", b"-128"]
 
 
-class _Watched(SortedList):
-    """A class's sorted list that counts the times it is looked into."""
+class _Watched(index_module._Queue):
+    """A class's queue in a prefix queue that notes each time its front is
+    looked at (by its class's byte)."""
 
-    looks = 0
+    looked: ClassVar[list[int]] = []
 
-    def bisect_left(self, value: bytes) -> int:
-        self.looks += 1
-        return int(super().bisect_left(value))
-
-    def islice(self, start: int | None = None, stop: int | None = None) -> Iterator[bytes]:
-        self.looks += 1
-        return super().islice(start, stop)
+    def first(self) -> int | None:
+        self.looked.append(self.byte)
+        return super().first()
 
 
-def test_a_take_looks_at_no_class_below_the_one_it_answers_from() -> None:
-    """Class 0 has 100 matches of ``job/``, far past ``SCAN_LIMIT``: answering
-    from it would bisect it and build its queue for ``job/``. Class 5 has one
-    match, and class 9 none: 9 is bisected (it is higher), 0 never."""
+def test_a_take_looks_at_no_class_below_the_one_it_answers_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``job/`` has 100 matches of class 0 and three of class 5, far past
+    ``SCAN_LIMIT``: they are served from its prefix queue, whose one pass
+    over the range makes a queue per class present (9 has no match: none).
+    The takes of class 5's three never look at class 0's queue; the next
+    take, with class 5 run out, does."""
+    monkeypatch.setattr(index_module, "_Queue", _Watched)
+    monkeypatch.setattr(_Watched, "looked", [])
     index = LiveIndex()
     _fill(index, [(b"job/%03d" % i, 0) for i in range(100)])
-    _fill(index, [(b"job/high", 5), (b"other", 9)], origin="peer")
-    low = index._classes[0]
-    low.sorted = watched = _Watched(low.sorted)
-    found = index.oldest(b"job/")
-    assert found is not None
-    assert found[1].payload == b"job/high"
-    assert watched.looks == 0
-    assert b"job/" not in low.queues
-    assert index._classes[9].sorted.bisect_left(b"job/") == 0  # looked at, and no match
-    index.remove(found[0])
-    # With class 5 gone, the same take is class 0's, through its queue.
-    found = index.oldest(b"job/")
-    assert found is not None
-    assert found[1].payload == b"job/000"
-    assert watched.looks > 0
-    assert b"job/" in low.queues
+    _fill(index, [(b"job/high%d" % i, 5) for i in range(3)] + [(b"other", 9)], origin="peer")
+    assert _take(index, b"job/", 3) == [b"job/high0", b"job/high1", b"job/high2"]
+    assert set(index._queues[b"job/"].classes) == {0, 5}
+    assert set(_Watched.looked) == {5}
+    # Class 5 run out, the same take is class 0's, and class 5 has left.
+    assert _take(index, b"job/", 1) == [b"job/000"]
+    assert 0 in _Watched.looked
+    assert set(index._queues[b"job/"].classes) == {0}
+    # A match of a class the prefix queue has not got comes in its place.
+    _Watched.looked.clear()
+    _fill(index, [(b"job/seven", 7)], origin="later")
+    assert set(index._queues[b"job/"].classes) == {0, 7}
+    assert _take(index, b"job/", 1) == [b"job/seven"]
+    assert set(_Watched.looked) == {7}
+
+
+def _take(index: LiveIndex, prefix: bytes, n: int) -> list[bytes]:
+    """``n`` takes of ``prefix``: their payloads."""
+    taken = []
+    for _ in range(n):
+        found = index.oldest(prefix)
+        assert found is not None
+        index.remove(found[0])
+        taken.append(found[1].payload)
+    return taken
+
+
+class _Bisections(SortedList):
+    """The one sorted list, counting its bisections."""
+
+    bisections = 0
+
+    def bisect_left(self, value: bytes) -> int:
+        self.bisections += 1
+        return int(super().bisect_left(value))
+
+
+def test_a_take_among_many_classes_is_one_range_lookup() -> None:
+    """Ten priorities, 50 tuples each: a take of an exact payload (one match,
+    scanned) and one of a prefix of them all (served from its prefix queue)
+    each bisect the one sorted list twice (the range's two ends), whatever
+    the number of classes, as ``count`` does."""
+    index = LiveIndex()
+    _fill(index, [(b"job/%03d" % i, i % 10 - 4) for i in range(500)])
+    index._sorted = watched = _Bisections(index._sorted)
+    takes = [(b"job/123", b"job/123"), (b"job/", b"job/009"), (b"job/", b"job/019")]
+    for prefix, payload in takes:  # 009 and 019: the first two of priority 5
+        watched.bisections = 0
+        assert _take(index, prefix, 1) == [payload]
+        assert watched.bisections == 2
+    assert list(index._queues) == [b"job/"]  # the exact payload made none
+    watched.bisections = 0
+    assert index.count(b"job/") == 497
+    assert watched.bisections == 2
 
 
 def test_restore_puts_a_tuple_back_in_its_class_and_place(scan_limit: int) -> None:
@@ -350,13 +396,15 @@ def test_restore_puts_a_tuple_back_in_its_class_and_place(scan_limit: int) -> No
 
 def test_a_tuple_restored_with_another_priority_is_served_by_that_one(scan_limit: int) -> None:
     """Class 5's queue still holds the arrival (dead there): it must not
-    answer for class 5 with a tuple that is now of class 0."""
+    answer for class 5 with a tuple that is now of class 0, nor be listed
+    twice."""
     index = LiveIndex()
     _fill(index, [(b"j/a", 5), (b"j/b", 5), (b"j/c", 5), (b"j/d", 0)])
     found = index.oldest(b"j/")
     assert found is not None
     index.remove(found[0])
     index.restore(*found)  # PLAIN props: priority 0 now
+    assert [t.payload for _, t in index.iter_matching(b"j/")] == [b"j/a", b"j/b", b"j/c", b"j/d"]
     assert _drain(index, b"j/") == [b"j/b", b"j/c", b"j/a", b"j/d"]
 
 
