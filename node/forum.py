@@ -676,7 +676,8 @@ class Forum(AsyncResource):
             return None
         if props.expires and props.expires <= now:
             return None  # expired before it got here: never live
-        self._props[item.id] = props
+        if props.due or props.expires or props.key is not None:
+            self._props[item.id] = props  # a priority alone the index keeps
         if props.expires:
             self._schedule.expire_at(item.id, props.expires)
         if props.due > now:
@@ -742,7 +743,7 @@ class Forum(AsyncResource):
 
     def _dress(self, item: Tuple) -> Tuple:
         """``item`` with its Write's properties (the index keeps only the priority)."""
-        if self._props and item.props is PLAIN:
+        if self._props:
             props = self._props.get(item.id)
             if props is not None:
                 return Tuple(item.id, item.payload, props)

@@ -24,9 +24,9 @@ A key names its priority by its last byte, so nothing else keeps it. The two
 maps are :class:`_IntMap`: arrays of int keys beside lists of values, in
 blocks, so a tuple costs two 8-byte slots in each and no int object; the
 tuple handed out (:class:`~node.entries.Tuple`) is built from the key on the
-way out, with ``props`` :data:`~node.entries.PLAIN` (the index keeps a
-tuple's priority only; the Forum gives a tuple its Write's properties back on
-the way out). The priority shares the four bytes the origin number had
+way out, with ``props`` that hold its priority alone (the index keeps a
+tuple's priority only; the Forum gives a tuple with more properties its
+Write's properties back on the way out). The priority shares the four bytes the origin number had
 before priorities (origins are numbered up to 2**24 per process), so a key
 is no longer than it was: a ``forum serve`` grows by some 120 bytes of RSS
 per live tuple beyond its payload (``bench/memory_bench.py``), against some
@@ -84,7 +84,7 @@ from operator import itemgetter
 
 from sortedcontainers import SortedList
 
-from node.entries import MAX_PRIORITY, MIN_PRIORITY, PLAIN, EntryId, Tuple
+from node.entries import MAX_PRIORITY, MIN_PRIORITY, PLAIN, EntryId, Properties, Tuple
 
 #: Ranges up to this many tuples are scanned rather than queued.
 SCAN_LIMIT = 32
@@ -142,15 +142,24 @@ _set_payload = Tuple.__dict__["payload"].__set__
 _set_props = Tuple.__dict__["props"].__set__
 
 
-def _known_tuple(origin: str, seq: int, payload: bytes) -> Tuple:
+def _known_tuple(origin: str, seq: int, payload: bytes, byte: int) -> Tuple:
+    """The tuple of a key: its id, payload, and the priority its class ``byte`` names."""
     entry_id = _new(EntryId)
     _set_origin(entry_id, origin)
     _set_seq(entry_id, seq)
     item = _new(Tuple)
     _set_id(item, entry_id)
     _set_payload(item, payload)
-    _set_props(item, PLAIN)
+    _set_props(item, _PRIORITY_OF_BYTE[byte])
     return item
+
+
+#: Per class byte, the properties of a tuple with that priority and no other:
+#: made once each, so a tuple handed out costs no properties object.
+_PRIORITY_OF_BYTE = [
+    PLAIN if byte == 0 else Properties(priority=byte - 256 if byte > MAX_PRIORITY else byte)
+    for byte in range(256)
+]
 
 
 def _payload(key: bytes) -> bytes:
@@ -504,7 +513,7 @@ class LiveIndex:
         number = field >> 8
         self._lanes[number].pop(seq)
         self._drop(key)
-        return _known_tuple(self._origins[number], seq, _payload(key))
+        return _known_tuple(self._origins[number], seq, _payload(key), key[-1])
 
     def remove_id(self, entry_id: EntryId) -> tuple[int, Tuple] | None:
         number = self._origin_numbers.get(entry_id.origin)
@@ -514,7 +523,7 @@ class LiveIndex:
         arrival = _arrival(key)
         self._by_arrival.pop(arrival)
         self._drop(key)
-        return arrival, _known_tuple(entry_id.origin, entry_id.seq, _payload(key))
+        return arrival, _known_tuple(entry_id.origin, entry_id.seq, _payload(key), key[-1])
 
     def _insert(self, arrival: int, item: Tuple) -> int:
         """Put ``item``'s key in the maps and the sorted list; its class's byte."""
@@ -562,7 +571,7 @@ class LiveIndex:
     def _tuple(self, key: bytes) -> tuple[int, Tuple]:
         """The arrival and the tuple that ``key`` holds."""
         arrival, seq, field = _TAIL.unpack_from(key, len(key) - _TAIL.size)
-        return arrival, _known_tuple(self._origins[field >> 8], seq, _payload(key))
+        return arrival, _known_tuple(self._origins[field >> 8], seq, _payload(key), key[-1])
 
     # -- finding ---------------------------------------------------------------
 

@@ -79,7 +79,7 @@ class Schedule:
         """Keep ``item`` until ``due`` (ms since the epoch), then hand it to ``on_due``."""
         self._waiting.add(item)
         self._push(self._due, due, item.id)
-        if self._due[0][2] == item.id:
+        if self._due[0][2] is item.id:  # the earliest: the timer is for it
             self._due_timer = self._arm(self._due_timer, due, self._fire_due)
 
     def drop(self, entry_id: EntryId) -> Tuple | None:
@@ -92,7 +92,7 @@ class Schedule:
     def expire_at(self, entry_id: EntryId, expires: int) -> None:
         """Call ``on_expiry`` with ``entry_id`` at ``expires`` (ms since the epoch)."""
         self._push(self._expiries, expires, entry_id)
-        if self._expiries[0][2] == entry_id:
+        if self._expiries[0][2] is entry_id:  # the earliest: the timer is for it
             self._expiry_timer = self._arm(self._expiry_timer, expires, self._fire_expiries)
 
     def now_ms(self) -> int:

@@ -111,7 +111,17 @@ def write_properties(  # noqa: C901, PLR0917 (one check per option, inline: the 
     dedup_until = _ms(now + dedup_window) if dedup_window is not None else 0
     if not (due or expires or key_bytes is not None):
         return _BY_PRIORITY[priority]  # a plain write, or one with a priority alone
-    return Properties(due, expires, priority, key_bytes, dedup_until)
+    props = Properties(due, expires, priority, key_bytes, dedup_until)
+    if props == _last[0]:
+        # Writes of one burst share their times to the millisecond: one object
+        # for them all, fewer for the collector to walk while they are live.
+        return _last[0]
+    _last[0] = props
+    return props
+
+
+#: The properties made last (see write_properties).
+_last: list[Properties] = [PLAIN]
 
 
 _NUMBERS = (int, float)

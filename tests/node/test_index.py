@@ -52,8 +52,12 @@ def tuple_of(entry_id: EntryId, payload: bytes, priority: int = 0) -> Tuple:
 
 
 def plain(found: tuple[int, Tuple] | None) -> tuple[int, Tuple] | None:
-    """``found`` as the index hands it out: the tuple's props left to the Forum."""
-    return None if found is None else (found[0], Tuple(found[1].id, found[1].payload))
+    """``found`` as the index hands it out: with its priority, the rest of
+    its props left to the Forum."""
+    if found is None:
+        return None
+    item = found[1]
+    return found[0], tuple_of(item.id, item.payload, item.props.priority)
 
 
 class IndexModel(RuleBasedStateMachine):
@@ -387,9 +391,10 @@ def test_restore_puts_a_tuple_back_in_its_class_and_place(scan_limit: int) -> No
         index.remove(found[0])
         taken.append(found)
     assert [t.payload for _, t in taken] == [b"j/a", b"j/c"]
-    # Put back (with its priority: the index hands out PLAIN props), newest first.
+    # Put back as handed out (with its priority), newest first.
     for arrival, item in reversed(taken):
-        index.restore(arrival, tuple_of(item.id, item.payload, 3))
+        assert item.props.priority == 3
+        index.restore(arrival, item)
     assert [a for a, _ in index.iter_matching(b"j/")] == arrivals
     assert _drain(index, b"j/") == [b"j/a", b"j/c", b"j/d", b"j/b"]
 
@@ -403,7 +408,7 @@ def test_a_tuple_restored_with_another_priority_is_served_by_that_one(scan_limit
     found = index.oldest(b"j/")
     assert found is not None
     index.remove(found[0])
-    index.restore(*found)  # PLAIN props: priority 0 now
+    index.restore(found[0], Tuple(found[1].id, found[1].payload))  # priority 0 now
     assert [t.payload for _, t in index.iter_matching(b"j/")] == [b"j/a", b"j/b", b"j/c", b"j/d"]
     assert _drain(index, b"j/") == [b"j/b", b"j/c", b"j/a", b"j/d"]
 
@@ -412,15 +417,18 @@ def test_remove_and_remove_id_in_any_class(scan_limit: int) -> None:
     index = LiveIndex()
     pairs = [(b"j/%d" % i, priority) for i, priority in enumerate([7, -3, 0, 7, -3, 0])]
     arrivals = _fill(index, pairs)
-    assert index.remove(arrivals[0]) == Tuple(EntryId("here", 1), b"j/0")
-    assert index.remove_id(EntryId("here", 2)) == (arrivals[1], Tuple(EntryId("here", 2), b"j/1"))
+    assert index.remove(arrivals[0]) == tuple_of(EntryId("here", 1), b"j/0", 7)
+    assert index.remove_id(EntryId("here", 2)) == (
+        arrivals[1],
+        tuple_of(EntryId("here", 2), b"j/1", -3),
+    )
     assert index.remove_id(EntryId("here", 2)) is None
     with pytest.raises(KeyError):
         index.remove(arrivals[0])
     assert len(index) == 4 and index.count(b"j/") == 4
     assert EntryId("here", 1) not in index and EntryId("here", 4) in index
     assert index.remove_id(EntryId("here", 4)) is not None  # class 7 is empty now
-    assert index.remove(arrivals[4]) == Tuple(EntryId("here", 5), b"j/4")  # and class -3
+    assert index.remove(arrivals[4]) == tuple_of(EntryId("here", 5), b"j/4", -3)  # and class -3
     assert [t.payload for _, t in index.iter_matching(b"")] == [b"j/2", b"j/5"]
     assert _drain(index, b"j/") == [b"j/2", b"j/5"]
     # A class emptied and filled again is served in its turn.
@@ -479,11 +487,13 @@ def test_prefixes_with_00_and_ff_bytes_across_classes(scan_limit: int) -> None:
     assert _drain(index, b"") == [b""]
 
 
-def test_the_tuples_handed_out_have_plain_props() -> None:
+def test_the_tuples_handed_out_have_their_priority_and_nothing_else() -> None:
     index = LiveIndex()
-    arrival = index.add(tuple_of(EntryId("here", 1), b"a", 9))
-    assert index.oldest(b"") == (arrival, Tuple(EntryId("here", 1), b"a"))
-    assert next(index.iter_matching(b"a"))[1].props is PLAIN
+    arrival = index.add(Tuple(EntryId("here", 1), b"a", Properties(priority=9, expires=5)))
+    assert index.oldest(b"") == (arrival, Tuple(EntryId("here", 1), b"a", Properties(priority=9)))
+    index.add(tuple_of(EntryId("here", 2), b"b", 0))
+    assert next(index.iter_matching(b"b"))[1].props is PLAIN
+    assert index.remove(arrival).props.priority == 9
 
 
 @pytest.mark.parametrize("priority", [128, -129, 1000])
