@@ -23,11 +23,14 @@ wait, so a watcher that does not keep up never slows the node. One that falls
 ``queue`` events behind is cut off (:attr:`Subscription.overflowed`): its
 queue is dropped, and its stream ends with an ``overflow`` event.
 
-A prefix filters on the payload. A Take carries only its target's id, so the
-hub remembers the payload of each tuple it saw written (the bytes the Forum
-holds already, not a copy) until it is taken or expires, up to ``known``
-tuples (the oldest forgotten first). A take whose target it does not know (a
-tuple written before the node started, or forgotten) reaches only watchers of
+A prefix filters on the payload. A Take carries only its target's id, so
+while anyone watches the hub remembers the payload of each tuple it sees
+written until it is taken or expires, up to ``known`` tuples (the oldest
+forgotten first); while nobody does it remembers none (the payload objects
+would be kept alive for nothing: the live index holds its own copy of the
+bytes, and a ``forum serve`` with no watcher grew by some 150 bytes per live
+tuple). A take whose target it does not know (a tuple written before the
+node started, while nobody watched, or forgotten) reaches only watchers of
 every prefix: a filtered watcher would otherwise get the takes of every other
 prefix, which is what a filter is there to spare it. Pause markers
 (``Properties.pause``) are not tuples: neither they nor their takes are events.
@@ -233,6 +236,11 @@ class WatchHub:
     def watchers(self) -> int:
         return len(self._subscriptions)
 
+    @property
+    def remembered(self) -> int:
+        """How many written tuples' payloads the hub keeps (to filter their takes)."""
+        return sum(1 for v in self._known.values() if v is not _HIDDEN)
+
     # -- ids ---------------------------------------------------------------------
 
     def event_id(self, n: int) -> str:
@@ -249,19 +257,21 @@ class WatchHub:
         # The write path runs through here for every entry: a dict operation
         # and a list append each; the ring takes the batch as one item, and
         # events are made only when someone watches.
-        if len(self._known) + len(entries) > self._known_cap:
+        track = bool(self._subscriptions)
+        if track and len(self._known) + len(entries) > self._known_cap:
             self._forget_oldest(len(entries))
         known, size = self._known, 0
         matches: list[object] = []
         for entry in entries:
             if isinstance(entry, Write):
                 payload: object = _HIDDEN if entry.props.pause else entry.payload
-                known[entry.id] = payload
+                if track or payload is _HIDDEN:  # pause markers are few: always known
+                    known[entry.id] = payload
                 if isinstance(payload, bytes):
                     size += len(payload)
                 matches.append(payload)
             else:
-                matches.append(known.pop(entry.target, None))
+                matches.append(known.pop(entry.target, None) if known else None)
         self._publish(_Batch(self._n + 1, list(entries), matches, size))
 
     def on_expired(self, tuples: Sequence[Tuple]) -> None:
@@ -317,6 +327,8 @@ class WatchHub:
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self._subscriptions.discard(subscription)
+        if not self._subscriptions:  # nobody watches: keep no payload alive
+            self._known = {k: v for k, v in self._known.items() if v is _HIDDEN}
 
     def _resume(self, last_event_id: str | None) -> tuple[Missed | None, list[HubEvent]]:
         if last_event_id is None:

@@ -155,3 +155,17 @@ async def test_pause_markers_and_their_takes_are_no_events(hub: WatchHub) -> Non
     hub.on_entries([Write(EntryId("peer", 3), b"job-1")], LOCAL)
     events = await every.next_batch(1)
     assert [(e.n, e.kind) for e in events] == [(3, "write")]  # ids may skip a number
+
+
+async def test_with_nobody_watching_the_hub_keeps_no_payload_alive(
+    forum: Forum, hub: WatchHub
+) -> None:
+    """A ``forum serve`` with no watcher grew by ~150 B per live tuple: the
+    hub kept every written payload to filter takes nobody was watching."""
+    await forum.write_many([b"job-%d" % i for i in range(3)])
+    assert hub.remembered == 0
+    watcher, _, _ = hub.subscribe(b"job-")
+    await forum.write(b"job-3")
+    assert hub.remembered == 1
+    hub.unsubscribe(watcher)
+    assert hub.remembered == 0
