@@ -121,9 +121,9 @@ class Body(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     one_of: ClassVar[tuple[str, ...]] = ()
 
 
-#: The write options (``node.write_options.WriteOptions``) as body fields.
+#: The write options (``node.write_options.write_properties``) as body fields.
 #: Only their types are checked by the decoder; their values by
-#: ``WriteOptions`` (one set of rules, and its words, for every way in), so
+#: ``write_properties`` (one set of rules, and its words, for every way in), so
 #: the bounds here are for the document only.
 _OPTION_SECONDS = "Seconds (docs/scheduling.md)."
 DelaySeconds = Annotated[

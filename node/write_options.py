@@ -1,18 +1,16 @@
 """What a writer may ask of one write beyond its payload, checked.
 
-:class:`WriteOptions` is what the Forum, the HTTP API, the client and the
-CLI take from a user (seconds, relative or absolute); :meth:`~WriteOptions.
-properties` turns it into the :class:`~node.entries.Properties` a Write
-carries (absolute wall-clock milliseconds, the same on every node). A bad
-value is a ``ValueError`` with a one-line message, which the HTTP API
-answers with 400.
+:func:`write_properties` takes what the Forum, the HTTP API, the client and
+the CLI take from a user (seconds, relative or absolute) and returns the
+:class:`~node.entries.Properties` a Write carries (absolute wall-clock
+milliseconds, the same on every node). A bad value is a ``ValueError`` with
+a one-line message, which the HTTP API answers with 400: one set of rules,
+and its words, for every way in.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 from node.codec import MAX_KEY_BYTES
 from node.entries import MAX_PRIORITY, MIN_PRIORITY, PLAIN, Properties
@@ -20,45 +18,6 @@ from node.entries import MAX_PRIORITY, MIN_PRIORITY, PLAIN, Properties
 #: The longest delay, ttl or dedup window, and the furthest ``not_before``
 #: from now: ten years (a larger one is a mistake, not a schedule).
 MAX_SECONDS = 10 * 365 * 24 * 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class WriteOptions:
-    """``delay``: seconds from now until the tuple is due (invisible until
-    then); ``not_before``: the same as an absolute time (Unix seconds), the
-    two exclusive. ``ttl``: seconds the tuple lives once due, then it is
-    gone everywhere. ``priority``: -128 to 127, higher served first.
-    ``key``: the write's key (the Lens's claim key of the job it carries);
-    with ``dedup_window``, a second write with that key on the same node
-    within so many seconds returns the first one's id instead of writing."""
-
-    delay: float | None = None
-    not_before: float | None = None
-    ttl: float | None = None
-    priority: int = 0
-    key: bytes | str | None = None
-    dedup_window: float | None = None
-
-    def __post_init__(self) -> None:
-        write_properties(0.0, *self._fields())  # the checks; the time does not matter
-
-    @property
-    def key_bytes(self) -> bytes | None:
-        """The key as bytes (text is UTF-8)."""
-        return self.key.encode() if isinstance(self.key, str) else self.key
-
-    @property
-    def plain(self) -> bool:
-        """Whether these are a plain write's options (no property set)."""
-        return self == PLAIN_OPTIONS
-
-    def properties(self, now: float) -> Properties:
-        """The Write's properties, for a write made at ``now`` (Unix seconds).
-        ``ValueError`` if ``not_before`` is further than ``MAX_SECONDS`` ahead."""
-        return write_properties(now, *self._fields())
-
-    def _fields(self) -> tuple[Any, ...]:
-        return (self.delay, self.not_before, self.ttl, self.priority, self.key, self.dedup_window)
 
 
 def write_properties(  # noqa: C901, PLR0917 (one check per option, inline: the write path)
@@ -71,10 +30,16 @@ def write_properties(  # noqa: C901, PLR0917 (one check per option, inline: the 
     dedup_window: float | None = None,
 ) -> Properties:
     """Check a write's options (``ValueError``, one line, for a bad one)
-    and return the Properties of a write made at ``now`` (Unix seconds):
-    what :class:`WriteOptions` does, without making one (``Forum.write``
-    calls this on every write with options: a check that passes costs a
-    type test and a comparison)."""
+    and return the Properties of a write made at ``now`` (Unix seconds).
+
+    ``delay``: seconds from now until the tuple is due (invisible until
+    then); ``not_before``: the same as an absolute time, the two exclusive.
+    ``ttl``: seconds the tuple lives once due. ``priority``: -128 to 127,
+    higher served first. ``key``: the write's key (the Lens's claim key of
+    the job); with ``dedup_window``, a second write with that key on the
+    same node within so many seconds returns the first one's id.
+    ``Forum.write`` calls this on every write with options: a check that
+    passes costs a type test and a comparison."""
     if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ValueError(f"priority is a whole number, not {priority!r}")
@@ -149,7 +114,3 @@ def _is_number(value: object) -> bool:
 def _ms(seconds: float) -> int:
     """Whole milliseconds, rounded up (a due time never comes early)."""
     return max(1, math.ceil(seconds * 1000))
-
-
-#: The options of a plain write.
-PLAIN_OPTIONS = WriteOptions()

@@ -180,7 +180,7 @@ CASES = [
     Case("get-on-take", "GET", "/v1/take?prefix=job-", 405, "method_not_allowed"),
     Case("delete-tuples", "DELETE", "/v1/tuples", 405, "method_not_allowed"),
     *[
-        # -- write options (issue 14): WriteOptions' words, whichever way they came
+        # -- write options (issue 14): write_properties' words, whichever way they came
         Case("option-query-negative-delay", "POST", "/v1/tuples?delay=-1", 400,
              "invalid_parameter", b"job-x", message="delay must be seconds"),
         Case("option-query-garbage-delay", "POST", "/v1/tuples?delay=soon", 400,
