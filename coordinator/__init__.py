@@ -10,7 +10,7 @@ from coordinator.errors import (
     LensStateLost,
     LensUnavailable,
 )
-from coordinator.job import Backoff, Handler, Job
+from coordinator.job import Backoff, GiveUp, Handler, Job, RetryAfter
 from coordinator.lens import Claim, Lens, LensConfig
 from coordinator.reaper import Reaper
 from coordinator.spaces import TakeOnly, WorkSpace
@@ -24,6 +24,7 @@ __all__ = [
     "ClaimAuthority",
     "ClaimLost",
     "DeadLetter",
+    "GiveUp",
     "Handler",
     "HeldClaim",
     "Job",
@@ -33,6 +34,7 @@ __all__ = [
     "LensStateLost",
     "LensUnavailable",
     "Reaper",
+    "RetryAfter",
     "TakeOnly",
     "WorkSpace",
     "Worker",

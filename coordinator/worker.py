@@ -68,7 +68,10 @@ Outcomes other than success:
   reservation is acked: the job is always in the space, as e1 or as the
   retry (a worker dying between the write and the ack leaves both; the claim
   key lets one of them run at a time). After ``max_attempts`` the written
-  bytes are a dead letter under ``dead_prefix``.
+  bytes are a dead letter under ``dead_prefix``. A handler that raised
+  :class:`coordinator.job.RetryAfter` chose the delay itself, and is retried
+  past ``max_attempts``; one that raised :class:`coordinator.job.GiveUp` is
+  buried at once (coordinator.job).
 * The job killed its worker (or the worker died while running it): the node
   counts the leases of a tuple that ran out unsettled
   (``Reserved.deliveries``), and the worker counts each as an attempt: a
@@ -123,7 +126,7 @@ from coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from coordinator.envelope import Envelope
 from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
 from coordinator.holding import Acks, Parked, Slots
-from coordinator.job import Backoff, Handler, Job, KeyFunction
+from coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
 from coordinator.reaper import Reaper
 from coordinator.spaces import TakeOnly, WorkSpace, ack_then_reserve
 from node import EntryId, ForumError, Pattern, Reserved, TupleSpace
@@ -738,19 +741,35 @@ class Worker:
             return
         if error is None:
             await self._completions.submit(job.claim, job.entry_id)
-            return
-        await self._settle_failure(job, envelope, f"{type(error).__name__}: {error}")
+        elif isinstance(error, GiveUp):
+            await self._settle_failure(job, envelope, error.error, last=True)
+        elif isinstance(error, RetryAfter):
+            await self._settle_failure(job, envelope, error.error, last=False, delay=error.delay)
+        else:
+            await self._settle_failure(job, envelope, f"{type(error).__name__}: {error}")
 
-    async def _settle_failure(self, job: Job, envelope: Envelope, error: str) -> None:
+    async def _settle_failure(
+        self,
+        job: Job,
+        envelope: Envelope,
+        error: str,
+        *,
+        last: bool | None = None,
+        delay: float | None = None,
+    ) -> None:
         """Attempt ``envelope.attempt`` failed with ``error``: release the
         claim, write the next attempt (or after the last, the dead letter),
-        then ack the failed reservation."""
+        then ack the failed reservation. The handler may have said whether
+        this was the last (``GiveUp``, ``RetryAfter``) and when the next is
+        due; else ``max_attempts`` and the backoff decide."""
         log.info("%s attempt %d failed: %s", job.key, envelope.attempt, error)
-        last = envelope.attempt >= self.max_attempts
+        if last is None:
+            last = envelope.attempt >= self.max_attempts
         if last:
             payload = bury(envelope.failed(error), self.dead_prefix)
         else:
-            delay = self.backoff.delay(envelope.attempt, self._rng)
+            if delay is None:
+                delay = self.backoff.delay(envelope.attempt, self._rng)
             payload = envelope.next_attempt(error, time.time() + delay if delay else None).seal()
         # Released first, so the next attempt, once due, finds the key free.
         await self._release_claim(job.claim)
