@@ -13,6 +13,7 @@ from coordinator.errors import (
 from coordinator.job import Backoff, GiveUp, Handler, Job, RetryAfter
 from coordinator.lens import Claim, Lens, LensConfig
 from coordinator.reaper import Reaper
+from coordinator.records import CancelOutcome, HistoryEvent, Holder, KeyState
 from coordinator.spaces import TakeOnly, WorkSpace
 from coordinator.worker import Worker, WorkerStats
 
@@ -20,6 +21,7 @@ __all__ = [
     "AlreadyClaimed",
     "AlreadyDone",
     "Backoff",
+    "CancelOutcome",
     "Claim",
     "ClaimAuthority",
     "ClaimLost",
@@ -27,7 +29,10 @@ __all__ = [
     "GiveUp",
     "Handler",
     "HeldClaim",
+    "HistoryEvent",
+    "Holder",
     "Job",
+    "KeyState",
     "Lens",
     "LensConfig",
     "LensError",

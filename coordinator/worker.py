@@ -554,7 +554,10 @@ class Worker:
         generation = self._generation
         try:
             outcomes = await self._lens.claim_many(
-                [(offer.key, None) for offer in offers], self.owner, self.lease
+                [(offer.key, None) for offer in offers],
+                self.owner,
+                self.lease,
+                [offer.envelope.attempt for offer in offers],
             )
         except LensError as exc:
             # Fail closed, lose nothing: no handler without a claim; the jobs go

@@ -3,16 +3,20 @@
 -- KEYS[1]  <tag>:claim:<key>  the claim: string, the holder's token; PX = lease
 -- KEYS[2]  <tag>:done:<key>   the done marker
 -- KEYS[3]  <tag>:fence        the last fencing token issued in the shard (string)
--- KEYS[4]  <tag>:job:<key>    the in-flight record (hash): owner, payload
+-- KEYS[4]  <tag>:job:<key>    the in-flight record (hash): owner, attempt,
+--                             since (Redis TIME ms), payload
 -- KEYS[5]  <tag>:inflight     zset: claim key -> when its record is due (ms)
--- KEYS[6]  <tag>:epoch        the shard's state marker
+-- KEYS[6]  <tag>:history:<key>  the key's history (list; push_history in prelude.lua)
+-- KEYS[7]  <tag>:epoch        the shard's state marker
 -- (<tag> is the key's shard's hash tag {<ns>:<shard>}: every KEY is in one slot)
 -- ARGV[1]  the claim key itself (the member of KEYS[5])
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  owner name (kept in the record, reported to a conflicting claimer)
 -- ARGV[4]  "1" if ARGV[5] is to be re-offered should this claim expire, else "0"
 -- ARGV[5]  the bytes to write back into the space if the claim expires
--- ARGV[6]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
+-- ARGV[6]  the delivery's attempt number (kept in the record and the history)
+-- ARGV[7]  the history's TTL in milliseconds (the done markers' TTL)
+-- ARGV[8]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  {1, token}        claimed; token is strictly greater than any issued
 --                             before in the shard, so than any for this key
@@ -49,13 +53,15 @@ if not redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
 end
 redis.call('SET', KEYS[3], token)
 local replaced = redis.call('DEL', KEYS[4]) == 1
+local now = now_ms()
 if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[4], 'owner', ARGV[3], 'payload', ARGV[5])
-  redis.call('ZADD', KEYS[5], now_ms() + tonumber(ARGV[2]), ARGV[1])
+  redis.call('HSET', KEYS[4], 'owner', ARGV[3], 'attempt', ARGV[6], 'since', now, 'payload', ARGV[5])
+  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[2]), ARGV[1])
 else
-  redis.call('HSET', KEYS[4], 'owner', ARGV[3])
+  redis.call('HSET', KEYS[4], 'owner', ARGV[3], 'attempt', ARGV[6], 'since', now)
   if replaced then
     redis.call('ZREM', KEYS[5], ARGV[1])
   end
 end
+push_history(KEYS[6], ARGV[7], 'claimed', token, ARGV[6], ARGV[3])
 return {1, token}

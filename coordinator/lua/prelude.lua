@@ -1,7 +1,8 @@
 -- prelude.lua: prepended to every Lens script by coordinator/scripts.py.
 --
 -- KEYS, ARGV: none of its own; epoch_lost() reads the caller's last KEY and
--- last ARGV (the convention every stateful script follows).
+-- last ARGV (the convention every stateful script follows); push_history()
+-- is given its key and TTL by its caller.
 --
 -- now_ms(), now_us(): Redis server time in milliseconds / microseconds. Lease
 -- expiry scores and fencing tokens use the server's clock, so the workers'
@@ -37,4 +38,21 @@ local function epoch_lost()
     return redis.error_reply('LENSSTATE gone')
   end
   return redis.error_reply('LENSSTATE changed ' .. epoch)
+end
+
+-- push_history(key, ttl_ms, event, token, attempt, owner): append one event to
+-- a claim key's history (<tag>:history:<key>, a list, oldest first) as the
+-- text "<Redis TIME ms> <event> <token> <attempt> <owner>" (owner last: it may
+-- hold spaces), keep the last HISTORY_LENGTH (coordinator.keys), and let the
+-- list expire ttl_ms after its last event. Pushed by the script that made the
+-- change, so history costs no round trip and never disagrees with the state.
+local HISTORY_LENGTH = 50
+
+local function push_history(key, ttl, event, token, attempt, owner)
+  local line = string.format('%d', now_ms()) .. ' ' .. event .. ' ' .. token .. ' '
+    .. (attempt or '0') .. ' ' .. (owner or '')
+  if redis.call('RPUSH', key, line) > HISTORY_LENGTH then
+    redis.call('LTRIM', key, -HISTORY_LENGTH, -1)
+  end
+  redis.call('PEXPIRE', key, ttl)
 end
