@@ -87,3 +87,28 @@ def test_a_dead_letter_keeps_whole_characters_of_the_tail() -> None:
 def test_retry_after_refuses_a_delay_that_is_not_a_finite_wait(delay: float) -> None:
     with pytest.raises(ValueError, match="delay"):
         RetryAfter(delay, "x")
+
+
+async def test_each_claim_records_the_attempt_of_its_delivery(
+    forum: Forum, authority: MemoryAuthority
+) -> None:
+    seen: list[tuple[int, str]] = []
+    keys: set[str] = set()
+
+    async def handler(job: Job) -> None:
+        holder = (await authority.inspect(job.key)).claim
+        assert holder is not None and holder.token == job.token
+        seen.append((holder.attempt, holder.owner))
+        keys.add(job.key)
+        if job.attempt < 3:
+            raise RetryAfter(0, "again")
+
+    await forum.write(b"job/x")
+    w = worker(forum, authority, handler, max_attempts=1)
+    async with running(w):
+        await eventually(lambda: w.stats().done == 1)
+    assert seen == [(n, w.owner) for n in (1, 2, 3)]
+    [key] = keys
+    history = [(event.event, event.attempt) for event in await authority.history(key)]
+    assert history == [("claimed", 1), ("released", 1), ("claimed", 2), ("released", 2),
+                       ("claimed", 3), ("completed", 3)]  # fmt: skip
