@@ -1,0 +1,191 @@
+"""Defining tasks, enqueueing and results, against a real ``forum serve``
+node and a real ``redis-server``, with workers run in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from node import Pattern
+from tasks import (
+    App,
+    Context,
+    InvalidJob,
+    JobState,
+    MsgpackSerializer,
+    UnknownTask,
+)
+from tests.tasks.conftest import AppFactory, working
+
+
+async def test_sync_and_async_tasks_run_and_their_results_come_back(make_app: AppFactory) -> None:
+    app = make_app()
+    threads: list[str] = []
+
+    @app.task
+    async def add(ctx: Context, a: int, b: int) -> int:
+        return a + b
+
+    @app.task(name="mul")
+    def multiply(ctx: Context, a: int, b: int) -> int:
+        threads.append(threading.current_thread().name)
+        return a * b
+
+    async with app:
+        added = await app.enqueue("add", 1, b=2)
+        multiplied = await multiply.enqueue(3, 4)
+        async with working(app):
+            assert await added.result(timeout=10) == 3
+            assert await multiplied.result(timeout=10) == 12
+    assert threads and all(name.startswith("task") for name in threads)  # the pool's
+    assert multiply(None, 5, 6) == 30  # still the plain function
+
+
+@pytest.mark.parametrize("serializer", [None, MsgpackSerializer()], ids=["json", "msgpack"])
+async def test_arguments_and_results_round_trip(
+    make_app: AppFactory, serializer: MsgpackSerializer | None
+) -> None:
+    app = make_app(serializer=serializer)
+    seen = []
+
+    @app.task
+    async def echo(ctx: Context, *args: object, **kwargs: object) -> object:
+        seen.append((args, kwargs))
+        return {"args": list(args), "kwargs": kwargs}
+
+    values = (1, -2.5, "héllo", [1, [2, None]], {"n": {"m": True}})
+    async with app:
+        handle = await echo.enqueue(*values, flag=False, text="x")
+        async with working(app):
+            result = await handle.result(timeout=10)
+    assert result == {"args": list(values), "kwargs": {"flag": False, "text": "x"}}
+    assert seen == [(values, {"flag": False, "text": "x"})]
+
+
+async def test_msgpack_carries_bytes(make_app: AppFactory) -> None:
+    app = make_app(serializer=MsgpackSerializer())
+
+    @app.task
+    def reverse(ctx: Context, data: bytes) -> bytes:
+        return data[::-1]
+
+    async with app:
+        handle = await reverse.enqueue(b"\x00\x01\xff")
+        async with working(app):
+            assert await handle.result(timeout=10) == b"\xff\x01\x00"
+
+
+async def test_the_context_names_the_job(make_app: AppFactory) -> None:
+    app = make_app()
+    contexts: list[Context] = []
+
+    @app.task
+    async def look(ctx: Context) -> None:
+        await ctx.verify()
+        contexts.append(ctx)
+
+    async with app:
+        handle = await look.enqueue(_key="look-1")
+        async with working(app):
+            assert await handle.result(timeout=10) is None
+        (ctx,) = contexts
+        assert (ctx.key, ctx.task, ctx.attempt) == ("look-1", "look", 1)
+        assert ctx.token > 0 and ":" in ctx.job_id
+        assert (await handle.status()).token == ctx.token
+
+
+async def test_the_same_key_enqueued_twice_is_one_job_run_once(make_app: AppFactory) -> None:
+    app = make_app()
+    runs: list[int] = []
+
+    @app.task
+    async def charge(ctx: Context, order: int) -> int:
+        runs.append(order)
+        return order
+
+    async with app:
+        first = await charge.enqueue(7, _key="order-7")
+        second = await charge.enqueue(7, _key="order-7")
+        same_call = [await charge.enqueue(8), await charge.enqueue(8)]  # the default key
+        assert first == second and same_call[0] == same_call[1]
+        assert await app.space.count(Pattern(app.prefix)) == 2
+        async with working(app):
+            assert await first.result(timeout=10) == 7
+            assert await same_call[0].result(timeout=10) == 8
+        # Enqueued again after it ran: the Lens's done marker turns it away.
+        again = await charge.enqueue(7, _key="order-7")
+        async with working(app):
+            assert (await again.result(timeout=10)) == 7
+    assert sorted(runs) == [7, 8]
+
+
+async def test_bad_input_is_one_line_and_writes_nothing(make_app: AppFactory) -> None:
+    app = make_app()
+
+    @app.task
+    async def job(ctx: Context, value: object) -> None:
+        return None
+
+    async with app:
+        cases = [
+            (app.enqueue("nope", 1), UnknownTask, "no task named 'nope'"),
+            (job.enqueue(1, _key=""), InvalidJob, "non-empty"),
+            (job.enqueue(1, _key="a\nb"), InvalidJob, "newline"),
+            (job.enqueue(object()), InvalidJob, "cannot be encoded by json"),
+            (job.enqueue(1, _retries=-1), InvalidJob, "_retries"),
+            (job.enqueue(1, _timeout=0), InvalidJob, "_timeout"),
+        ]
+        for call, error, text in cases:
+            with pytest.raises(error, match=text) as raised:
+                await call
+            assert "\n" not in str(raised.value)
+        assert await app.space.count(Pattern(b"")) == 0
+        with pytest.raises(InvalidJob, match="non-empty"):
+            app.job("")
+
+
+def test_a_task_name_taken_or_bad_is_refused() -> None:
+    app = App()
+
+    @app.task
+    def one(ctx: Context) -> None: ...
+
+    with pytest.raises(InvalidJob, match="already"):
+        app.task(name="one")(lambda ctx: None)
+    with pytest.raises(InvalidJob, match="not a task name"):
+        app.task(name="has space")(lambda ctx: None)
+    with pytest.raises(InvalidJob, match="retries"):
+        app.task(retries=-1)
+    with pytest.raises(ValueError, match="overlap"):
+        App(prefix=b"dead/x")
+
+
+async def test_an_app_not_opened_says_so(make_app: AppFactory) -> None:
+    app = make_app()
+
+    @app.task
+    def one(ctx: Context) -> None: ...
+
+    with pytest.raises(RuntimeError, match="async with app"):
+        await one.enqueue()
+
+
+def test_enqueue_sync_writes_from_sync_code(make_app: AppFactory) -> None:
+    app = make_app()
+
+    @app.task
+    def one(ctx: Context, n: int) -> int:
+        return n
+
+    handle = one.enqueue_sync(5, _key="sync-5")
+    assert handle.key == "sync-5"
+
+    async def check() -> None:
+        async with app:
+            assert (await handle.status()).state is JobState.QUEUED
+            with pytest.raises(RuntimeError, match="inside an event loop"):
+                one.enqueue_sync(6)
+
+    asyncio.run(check())
