@@ -145,6 +145,11 @@ class App:
     def __repr__(self) -> str:
         return f"<App {self.prefix!r} tasks={sorted(self.tasks)}>"
 
+    @property
+    def token(self) -> str | None:
+        """The nodes' client token the app was given (``None``: none)."""
+        return self._token
+
     def using(
         self,
         *,
