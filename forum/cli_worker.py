@@ -408,7 +408,7 @@ class Where:
             node=node or (app.nodes[0] if app is not None else DEFAULT_NODE),
             redis_url=redis or (app.redis if app is not None else _DEFAULT_REDIS),
             namespace=args.namespace or (app.namespace if app is not None else DEFAULT_NAMESPACE),
-            token=args.token or (getattr(app, "token", None) if app is not None else None),
+            token=args.token or (app.token if app is not None else None),
         )
 
 
