@@ -25,6 +25,7 @@ from tasks import App, Context, JobHandle, JobState
 from tests.coordinator.harness import REPO, WorkerProcess, worker_processes
 from tests.fixtures.cli import assert_usage_error, run_forum, run_main
 from tests.fixtures.nodes import NodeProcess, eventually, free_port
+from tests.fixtures.redis_server import RedisServer
 
 SPEC = "tests.tasks.test_cli_jobs:app"
 
@@ -247,6 +248,22 @@ async def test_jobs_list_as_a_table_from_the_console_script(
     assert header.split() == ["KEY", "TASK", "STATE", "ATTEMPT", "WORKER", "WHEN", "ERROR"]
     assert row.split()[:3] == ["later", "echo", "delayed"] and "due 20" in row
     assert count == "(1 jobs)"
+
+
+async def test_a_worker_warns_loudly_of_a_redis_that_forgets(
+    tmp_path: Path, forum_node: NodeProcess, volatile_redis: RedisServer, marks: Path
+) -> None:
+    """A Redis without AOF: the worker says so at start, in capitals, and runs."""
+    async with worker_processes(tmp_path) as started:
+        worker = worker_of(tmp_path / "w1", forum_node, volatile_redis.url, marks)
+        started.append(worker)
+        await worker.start()
+        await eventually(lambda: "running tests.tasks.test_cli_jobs" in worker.log_text(), 30)
+        assert await worker.signal(15) == 0
+    warned = [line for line in worker.log_text().splitlines() if "WARNING: Redis" in line]
+    assert len(warned) == 1, worker.log_text()
+    assert warned[0].startswith("forum worker: WARNING: Redis ")
+    assert "appendonly 'no'" in warned[0]
 
 
 # -- mistakes: one line each -------------------------------------------------------
