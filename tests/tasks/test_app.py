@@ -13,10 +13,13 @@ from tasks import (
     App,
     Context,
     InvalidJob,
+    JobFailed,
     JobState,
     MsgpackSerializer,
     UnknownTask,
 )
+from tasks.message import Message
+from tests.fixtures.nodes import NodeProcess, eventually, free_port
 from tests.tasks.conftest import AppFactory, working
 
 
@@ -31,6 +34,8 @@ async def test_sync_and_async_tasks_run_and_their_results_come_back(make_app: Ap
     @app.task(name="mul")
     def multiply(ctx: Context, a: int, b: int) -> int:
         threads.append(threading.current_thread().name)
+        ctx.verify_sync()  # from the task's thread
+        ctx.progress({"multiplying": [a, b]})
         return a * b
 
     async with app:
@@ -39,8 +44,9 @@ async def test_sync_and_async_tasks_run_and_their_results_come_back(make_app: Ap
         async with working(app):
             assert await added.result(timeout=10) == 3
             assert await multiplied.result(timeout=10) == 12
+            assert (await multiplied.status()).progress == {"multiplying": [3, 4]}
     assert threads and all(name.startswith("task") for name in threads)  # the pool's
-    assert multiply(None, 5, 6) == 30  # still the plain function
+    assert add.function is not None and add.is_async and not multiply.is_async
 
 
 @pytest.mark.parametrize("serializer", [None, MsgpackSerializer()], ids=["json", "msgpack"])
@@ -114,10 +120,10 @@ async def test_the_same_key_enqueued_twice_is_one_job_run_once(make_app: AppFact
         async with working(app):
             assert await first.result(timeout=10) == 7
             assert await same_call[0].result(timeout=10) == 8
-        # Enqueued again after it ran: the Lens's done marker turns it away.
-        again = await charge.enqueue(7, _key="order-7")
-        async with working(app):
+            # Enqueued again after it ran: the Lens's done marker turns the copy away.
+            again = await charge.enqueue(7, _key="order-7")
             assert (await again.result(timeout=10)) == 7
+            await eventually(lambda: _none_left(app), what="the copy acked away")
     assert sorted(runs) == [7, 8]
 
 
@@ -189,3 +195,58 @@ def test_enqueue_sync_writes_from_sync_code(make_app: AppFactory) -> None:
                 one.enqueue_sync(6)
 
     asyncio.run(check())
+
+
+async def test_a_job_of_a_task_the_app_lacks_is_dead_with_the_reason(
+    make_app: AppFactory,
+) -> None:
+    app = make_app()
+
+    @app.task
+    async def known(ctx: Context) -> None: ...
+
+    async with app:
+        # Another producer's job: a task this app's workers do not have.
+        payload = Message("other-1", "unknown_task").encode(app.prefix, app.serializer)
+        await app.space.write(payload, key="other-1")
+        handle = app.job("other-1")
+        async with working(app):
+            with pytest.raises(JobFailed, match="no task named 'unknown_task'"):
+                await handle.result(timeout=10)
+
+
+async def test_an_enqueue_is_not_failed_by_a_redis_outage(
+    forum_node: NodeProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = App(forum_node.url, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens
+
+    @app.task
+    async def job(ctx: Context, n: int) -> None: ...
+
+    async with app:
+        await job.enqueue(1)
+        await job.enqueue(2)
+        assert await app.space.count(Pattern(app.prefix)) == 2
+    warnings = [r for r in caplog.records if "Redis has no record" in r.getMessage()]
+    assert len(warnings) == 1  # once per outage, not per enqueue
+
+
+async def test_run_worker_runs_until_told_to_stop(make_app: AppFactory) -> None:
+    app = make_app()
+
+    @app.task
+    async def one(ctx: Context) -> str:
+        return "ran"
+
+    stop = asyncio.Event()
+    async with app:
+        handle = await one.enqueue()
+        async with asyncio.TaskGroup() as group:
+            running = group.create_task(app.run_worker(stop=stop, lease=5.0, take_wait=0.2))
+            assert await handle.result(timeout=10) == "ran"
+            stop.set()
+        assert running.result().stats().done == 1
+
+
+async def _none_left(app: App) -> bool:
+    return await app.space.count(Pattern(app.prefix)) == 0

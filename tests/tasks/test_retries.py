@@ -23,7 +23,7 @@ async def test_a_failing_task_is_retried_with_backoff_then_succeeds(make_app: Ap
     app = make_app()
     attempts: list[int] = []
 
-    @app.task(retries=3, backoff=Backoff(base=1.5, cap=10.0, jitter=0.0))
+    @app.task(retries=3, backoff=Backoff(base=0.5, cap=10.0, jitter=0.0))
     async def flaky(ctx: Context) -> str:
         attempts.append(ctx.attempt)
         if ctx.attempt == 1:
@@ -36,9 +36,9 @@ async def test_a_failing_task_is_retried_with_backoff_then_succeeds(make_app: Ap
             await eventually(lambda: attempts == [1], what="the first attempt")
             status = await _status_in(handle, JobState.RETRYING)
             assert status.error == "OSError: disk busy" and status.attempt == 1
-            # Due one backoff (base 1.5 s, no jitter) after the failure was recorded.
+            # Due one backoff (base 0.5 s, no jitter) after the failure was recorded.
             assert status.due is not None and status.updated is not None
-            assert status.due == pytest.approx(status.updated + 1.5, abs=0.05)
+            assert status.due == pytest.approx(status.updated + 0.5, abs=0.05)
             assert await handle.result(timeout=15) == "ok"
     assert attempts == [1, 2]
 
