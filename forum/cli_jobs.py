@@ -36,7 +36,7 @@ from forum.cli_args import (
     UsageError,
     node_options,
 )
-from forum.cli_worker import Where, app_option, load_app, redis_options
+from forum.cli_worker import Where, app_option, load_app, node_from_app, redis_options
 from tasks import App, JobNotFound, JobState, JobStatus, TaskError
 
 #: An action's body, given the open app and the arguments; its exit code.
@@ -90,7 +90,7 @@ def _action(actions: Any, name: str, summary: str, body: Action) -> argparse.Arg
     """An action's parser, with the options they all have."""
     parser: argparse.ArgumentParser = actions.add_parser(name, help=summary)
     node_options(parser)
-    parser.set_defaults(node=None)  # the app's, unless given (Where.of)
+    node_from_app(parser)
     redis_options(parser)
     app_option(parser)
     parser.set_defaults(func=lambda args: _run(args, body))

@@ -129,6 +129,16 @@ def redis_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def node_from_app(parser: argparse.ArgumentParser) -> None:
+    """``--node`` (of :func:`forum.cli_args.node_options`, added already)
+    defaults to ``None``: :class:`Where` resolves it, the app's own when
+    neither the flag nor ``$FORUM_NODE`` is given."""
+    parser.set_defaults(node=None)
+    for action in parser._actions:
+        if action.dest == "node":
+            action.help = f"the node's URL (default $FORUM_NODE, else --app's, else {DEFAULT_NODE})"
+
+
 def app_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
     """``--app MODULE:NAME`` and ``--app-dir``: a task app (:class:`tasks.App`)."""
     parser.add_argument(
@@ -163,8 +173,8 @@ def add_worker(parser: argparse.ArgumentParser) -> None:
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     dead_letter_options(parser)
-    # None: the app's (with --app) or the defaults (with --handler), see _settings.
-    parser.set_defaults(node=None, dead_prefix=None)
+    node_from_app(parser)
+    parser.set_defaults(dead_prefix=None)  # with --handler: dead/; with --app: the app's
     redis_options(parser)
     app_option(parser)
     add = parser.add_argument
@@ -485,11 +495,8 @@ async def _warn_durability(lens: Lens) -> None:
     for line in shortfalls:
         print(f"forum worker: WARNING: {line}", file=sys.stderr, flush=True)
     if shortfalls:
-        print(
-            "forum worker: WARNING: see docs/coordination.md, 'Redis settings'",
-            file=sys.stderr,
-            flush=True,
-        )
+        see = "docs/coordination.md, 'Redis settings the guarantees need'"
+        print(f"forum worker: WARNING: see {see}", file=sys.stderr, flush=True)
 
 
 async def _check_node(space: ForumClient) -> None:
