@@ -1,7 +1,9 @@
 """The benchmarks run end to end (tiny, Forum and Redis only: no peer's
-environment, no timing asserted): bench/peers_bench.py, bench/http_bench.py
-and bench/node_bench.py --scheduling each leave a complete report, and
-peers_bench kills a run that overruns its timeout, says so, and goes on."""
+environment, no timing asserted): bench/peers_bench.py (the raw Worker and
+the task layer, with their ratios to each other and to a peer's figure),
+bench/http_bench.py and bench/node_bench.py --scheduling each leave a
+complete report, and peers_bench kills a run that overruns its timeout, says
+so, and goes on."""
 
 from __future__ import annotations
 
@@ -79,6 +81,48 @@ def test_peers_bench_kills_a_run_past_its_timeout_and_goes_on(tmp_path: Path) ->
     assert any(line.startswith("peers_bench: forum, 1 slot, round 1: ") for line in progress)
     assert "timeout" in done.stdout.splitlines()[2]  # the table's row for 1 slot
     assert not alive(int(started.read_text()))  # the whole process group was killed
+
+
+#: A "saq" Python whose every run finishes at once at 40 jobs/s: a peer's figure
+#: without a peer's environment, for the ratios the report draws from it.
+FIXED_PYTHON = """#!/bin/sh
+if [ "$1" = "-I" ]; then echo '{"saq": "0", "redis": null, "hiredis": null}'; exit 0; fi
+echo '{"jobs": 30, "seconds": 0.75, "jobs_per_s": 40.0, "enqueue_per_s": 80.0, \
+"process_per_s": 80.0}'
+"""
+
+
+def test_peers_bench_runs_the_task_layer_beside_the_raw_worker_and_each_peer(
+    tmp_path: Path,
+) -> None:
+    saq = tmp_path / "python"
+    saq.write_text(FIXED_PYTHON)
+    saq.chmod(0o755)
+    out = tmp_path / "peers.json"
+    done = run("peers_bench.py", "--systems", "forum", "forum-tasks", "saq",
+               "--python", f"saq={saq}", "--jobs", "30", "--rounds", "1",
+               "--concurrency", "2", "--no-plot", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["targets"] == {"tasks_vs_forum_min": 0.8, "tasks_vs_fastest_peer_min": 2.0}
+    assert report["versions"]["forum-tasks"]["forum"]
+    row = report["concurrency"]["2"]
+    assert row["forum-tasks"]["jobs"] == 30  # every job run once (noop_jobs checks it)
+    tasks, forum = row["forum-tasks"]["jobs_per_s"], row["forum"]["jobs_per_s"]
+    assert row["forum_vs"] == {"saq": forum / 40.0}  # Forum's systems are not its peers
+    assert row["tasks"] == {
+        "vs_forum": tasks / forum,
+        "vs": {"saq": tasks / 40.0},
+        "vs_fastest_peer": tasks / 40.0,
+        "pass_vs_forum": tasks / forum >= 0.8,
+        "pass_vs_fastest_peer": tasks / 40.0 >= 2.0,
+    }
+    table = done.stdout.splitlines()
+    assert table[1].split() == ["c", "forum", "forum-tasks", "saq", "/saq"]
+    assert table[3].startswith("forum-tasks (App.enqueue + app.worker): / forum (raw Worker)")
+    assert table[4].split() == ["c", "/forum", "/saq", "/fastest"]
+    vs_forum, vs_saq = f"{tasks / forum:.2f}x", f"{tasks / 40.0:.2f}x"
+    assert table[5].split() == ["2", vs_forum, vs_saq, vs_saq]
 
 
 def test_peers_bench_says_in_one_line_that_a_peer_has_no_environment(tmp_path: Path) -> None:
