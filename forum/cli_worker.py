@@ -305,6 +305,8 @@ async def run_worker(args: argparse.Namespace) -> int:
     _check_kind(args)
     # Importing the user's modules reads files: not on the event loop.
     code = await asyncio.to_thread(_load_user_code, args)
+    if code.app is not None:
+        _check_max_attempts(code.app, args.max_attempts)
     where = Where.of(args, code.app)
     try:
         lens = Lens.from_url(
@@ -466,6 +468,19 @@ async def _make_worker(
         )
     except (ValueError, TaskError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def _check_max_attempts(app: App, given: int | None) -> None:
+    """An app's worker buries a job past ``--max-attempts`` deliveries, so it
+    must allow every attempt of the task with the most retries."""
+    if given is None:
+        return
+    task = max(app.tasks.values(), key=lambda t: t.options.retries)
+    if given < task.options.retries + 1:
+        raise UsageError(
+            f"--max-attempts {given}: below task {task.name!r}'s {task.options.retries + 1} "
+            "attempts (its retries + 1)"
+        )
 
 
 async def check_lens(lens: Lens, url: str, *, required: bool) -> None:

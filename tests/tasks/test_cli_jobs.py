@@ -287,6 +287,7 @@ def _worker(*more: str) -> list[str]:
         (["--handler", "examples.handlers.fenced_redis:open_handler"], ["needs --prefix"]),
         (["--app", SPEC, "--prefix", "x/", "--backoff", "2"], ["--prefix, --backoff", "not with"]),
         (["--app", SPEC], ["--redis-url", "Redis is not reachable"]),
+        (["--app", SPEC, "--max-attempts", "3"], ["--max-attempts 3", "task 'echo'", "4 attempts"]),
     ],
 )
 def test_a_bad_worker_app_is_one_line_and_exit_2(
