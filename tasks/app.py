@@ -40,7 +40,6 @@ from typing import Any, Protocol, TypeVar, overload
 
 from coordinator import Backoff, Lens, Worker
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX
-from coordinator.errors import LensError
 from coordinator.keys import DEFAULT_NAMESPACE
 from node import ForumClient, Pattern
 from node.config import DEFAULT_LISTEN
@@ -48,6 +47,7 @@ from node.resource import AsyncResource
 from tasks import admin, cron
 from tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
 from tasks.cron import Periodic, Slot
+from tasks.enqueued import EnqueuedRecords
 from tasks.errors import InvalidJob, UnknownTask
 from tasks.handle import JobHandle, JobState, JobStatus
 from tasks.message import Message, check_key, check_task_name, default_key
@@ -90,13 +90,16 @@ class OneNode:
 
 @dataclass(slots=True)
 class _Connections(AsyncResource):
-    """What an open app holds: the nodes (failing over) and the Lens."""
+    """What an open app holds: the nodes (failing over), the Lens, and the
+    enqueued records on their way to it."""
 
     nodes: NodePool
     lens: Lens
+    records: EnqueuedRecords
 
     async def aclose(self) -> None:
         try:
+            await self.records.aclose()
             await self.nodes.aclose()
         finally:
             await self.lens.aclose()
@@ -139,8 +142,6 @@ class App:
         #: The periodic tasks (``@app.cron``); each worker runs their slots.
         self.periodic: list[Periodic] = []
         self._open: _Connections | None = None
-        #: Whether an enqueue's record was refused by Redis since one last went in.
-        self._records_failing = False
 
     def __repr__(self) -> str:
         return f"<App {self.prefix!r} tasks={sorted(self.tasks)}>"
@@ -258,9 +259,8 @@ class App:
 
     def connect(self) -> _Connections:
         """New clients of the app's nodes and Redis (the caller closes them)."""
-        return _Connections(
-            NodePool(self.nodes, self._token), Lens.from_url(self.redis, namespace=self.namespace)
-        )
+        lens = Lens.from_url(self.redis, namespace=self.namespace)
+        return _Connections(NodePool(self.nodes, self._token), lens, EnqueuedRecords(lens))
 
     async def __aenter__(self) -> App:
         if self._open is not None:
@@ -323,7 +323,7 @@ class App:
         enqueue = Enqueue(_key, _delay, _not_before, _priority, _ttl, _retries, _timeout)
         connections = self._connections()
         return await self._enqueue(
-            connections.nodes, connections.lens, name, args=args, kwargs=kwargs, given=enqueue
+            connections.nodes, connections.records, name, args=args, kwargs=kwargs, given=enqueue
         )
 
     def enqueue_sync(self, name: str, /, *args: Any, **kwargs: Any) -> JobHandle:
@@ -339,8 +339,11 @@ class App:
     async def enqueue_slot(self, slot: Slot, space: Any, lens: TaskAuthority) -> JobHandle:
         """A periodic task's job for ``slot``, written by a worker into its own
         space (:func:`tasks.cron.run_periodic` calls it)."""
-        given = Enqueue(key=slot.key, ttl=slot.ttl)
-        return await self._enqueue(OneNode(space), lens, slot.task, args=(), kwargs={}, given=given)
+        given = Enqueue(key=slot.key, ttl=slot.ttl)  # with a ttl: its record is not deferred
+        records = EnqueuedRecords(lens)
+        return await self._enqueue(
+            OneNode(space), records, slot.task, args=(), kwargs={}, given=given
+        )
 
     async def _enqueue_once(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -349,7 +352,7 @@ class App:
         async with self.connect() as connections:
             return await self._enqueue(
                 connections.nodes,
-                connections.lens,
+                connections.records,
                 name,
                 args=args,
                 kwargs=kwargs,
@@ -359,7 +362,7 @@ class App:
     async def _enqueue(
         self,
         nodes: Writer,
-        lens: TaskAuthority,
+        records: EnqueuedRecords,
         name: str,
         *,
         args: Sequence[Any],
@@ -387,22 +390,9 @@ class App:
         fields: dict[str, Field] = {"state": "enqueued", "task": name, "due": due, "updated": now}
         if ttl is not None:
             fields["expires"] = due + ttl
-        await self._note_enqueued(lens, key, fields, max(due - now, 0) + (ttl or 0))
+        lasting = self.result_ttl + max(due - now, 0) + (ttl or 0)
+        await records.note(key, fields, lasting, background=due <= now and ttl is None)
         return JobHandle(self, key, name)
-
-    async def _note_enqueued(
-        self, lens: TaskAuthority, key: str, fields: dict[str, Field], lasting: float
-    ) -> None:
-        """The job's ``enqueued`` record, best effort (logged once per outage)."""
-        try:
-            await lens.record_enqueued(key, fields, self.result_ttl + lasting)
-        except LensError as exc:
-            if not self._records_failing:
-                log.warning("enqueue: the job is in the space but Redis has no record of it "
-                            "(%s); status shows it once a worker runs it", exc)  # fmt: skip
-            self._records_failing = True
-        else:
-            self._records_failing = False
 
     # -- jobs ---------------------------------------------------------------------------
 

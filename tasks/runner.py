@@ -110,6 +110,8 @@ class Runner:
     ) -> Any:
         """The task's return value; what it raised, or ``TimeoutError`` at its timeout."""
         if task.is_async:
+            if options.timeout is None:  # the common case, without a timeout's context
+                return await task.function(context, *message.args, **message.kwargs)
             async with asyncio.timeout(options.timeout):
                 return await task.function(context, *message.args, **message.kwargs)
         call = functools.partial(task.function, context, *message.args, **message.kwargs)
