@@ -11,6 +11,7 @@ the real console script.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -20,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from forum.cli_args import UsageError
+from forum.cli_worker import Where
 from node import ForumClient, Pattern
 from tasks import App, Context, JobHandle, JobState
 from tests.coordinator.harness import REPO, WorkerProcess, worker_processes
@@ -264,6 +267,34 @@ async def test_a_worker_warns_loudly_of_a_redis_that_forgets(
     assert len(warned) == 1, worker.log_text()
     assert warned[0].startswith("forum worker: WARNING: Redis ")
     assert "appendonly 'no'" in warned[0]
+
+
+def test_each_setting_is_the_flags_else_the_environments_else_the_apps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    own = App("http://10.0.0.1:7070,http://10.0.0.2:7070", "redis://10.0.0.9:6379/2",
+              token="app-secret", namespace="app-ns")  # fmt: skip
+    for name in ("FORUM_NODE", "FORUM_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    none = argparse.Namespace(node=None, redis_url=None, namespace=None, token=None)
+    assert Where.of(none, own) == Where(
+        "http://10.0.0.1:7070", "redis://10.0.0.9:6379/2", "app-ns", "app-secret"
+    )
+    monkeypatch.setenv("FORUM_NODE", "http://10.0.0.3:7070")
+    monkeypatch.setenv("FORUM_REDIS_URL", "redis://10.0.0.8:6379/0")
+    assert Where.of(none, own) == Where(
+        "http://10.0.0.3:7070", "redis://10.0.0.8:6379/0", "app-ns", "app-secret"
+    )
+    flags = argparse.Namespace(
+        node="http://10.0.0.4:7070", redis_url="redis://10.0.0.7:6379/1", namespace="ns",
+        token="flag-secret",
+    )  # fmt: skip
+    assert Where.of(flags, own) == Where(
+        "http://10.0.0.4:7070", "redis://10.0.0.7:6379/1", "ns", "flag-secret"
+    )
+    monkeypatch.setenv("FORUM_NODE", "10.0.0.3:7070")
+    with pytest.raises(UsageError, match=r"^\$FORUM_NODE: .*http://"):
+        Where.of(none, own)
 
 
 # -- mistakes: one line each -------------------------------------------------------
