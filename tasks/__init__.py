@@ -11,6 +11,7 @@ One concept per module::
     handle.py      JobHandle, JobStatus, JobState
     status.py      how a job's status is worked out
     nodes.py       failing over across a cluster's nodes
+    enqueued.py    the producer's record of a job (best effort)
     runner.py      the handler (and Worker) that runs an app's tasks
     admin.py       listing, cancelling, retrying and purging jobs (the CLI's)
     cron.py        periodic tasks

@@ -97,7 +97,9 @@ async def retry(app: App, key: str) -> JobHandle:
 
 async def purge(app: App, state: JobState = JobState.DEAD) -> int:
     """Take every dead letter of the app out of the space; how many. Only
-    ``dead`` jobs can be purged (records of the others expire by themselves)."""
+    ``dead`` jobs can be purged (records of the others expire by themselves).
+    A purged job's ``dead`` record stays until its ``result_ttl``: its status
+    says dead until then, and ``retry`` finds nothing to requeue."""
     if state is not JobState.DEAD:
         raise InvalidJob(f"only dead jobs can be purged, not {state.value}")
     space = app.space

@@ -15,18 +15,18 @@ step  found                                        state
                                                    the marker's token
 2     a live claim                                 ``running`` (its owner is
                                                    the worker, its attempt)
-3     a record in state ``retrying``               ``retrying`` (``due``, the
+3     a dead letter, or a ``dead`` record with no  ``dead`` (error, traceback;
+      live tuple (a requeued one is queued)        from the letter when the
+                                                   record is not ``dead``)
+4     a record in state ``retrying``               ``retrying`` (``due``, the
                                                    error)
-4     a dead letter, or a ``dead`` record with no  ``dead`` (error, traceback)
-      live tuple (a requeued one is queued)
-5     a record in state ``cancelled``              ``cancelled``
-6     a live tuple                                 ``queued``
-7     an ``enqueued`` record due in the future     ``delayed``
-8     an ``enqueued`` record past its ``expires``  ``expired``
-9     an ``enqueued`` record otherwise             ``queued`` (reserved on a
+5     a live tuple                                 ``queued``
+6     an ``enqueued`` record due in the future     ``delayed``
+7     an ``enqueued`` record past its ``expires``  ``expired``
+8     an ``enqueued`` record otherwise             ``queued`` (reserved on a
                                                    node, or not yet replicated
                                                    to the one asked)
-10    nothing                                      ``JobNotFound``
+9     nothing                                      ``JobNotFound``
 ====  ===========================================  ===========================
 
 What the records hold (fields of ``<tag>:task:<key>``, coordinator.records):
@@ -90,16 +90,18 @@ async def job_status(
         claim = state.claim
         return found.status(JobState.RUNNING, attempt=claim.attempt, worker=claim.owner,
                             token=claim.token, updated=claim.since)  # fmt: skip
+    if dead is not None:
+        # Before the record: a worker that buries a job whose workers kept
+        # dying (coordinator.worker, LOST_WORKER) leaves the last record as it was.
+        letter = Envelope.open(dead[len(dead_prefix) :])
+        if stage != "dead":
+            return found.status(JobState.DEAD, error=letter.error, attempt=letter.attempt,
+                                traceback=None, due=None)  # fmt: skip
+        return found.status(JobState.DEAD, due=None)
     if stage == "retrying":
         return found.status(JobState.RETRYING, due=fields.number("due"))
-    if dead is not None:
-        letter = Envelope.open(dead[len(dead_prefix) :])
-        return found.status(JobState.DEAD, error=fields.text("error") or letter.error,
-                            attempt=fields.integer("attempt") or letter.attempt)  # fmt: skip
     if stage == "dead" and live is None:
-        return found.status(JobState.DEAD)
-    if stage == "cancelled":
-        return found.status(JobState.CANCELLED)
+        return found.status(JobState.DEAD, due=None)
     if live is not None:
         return found.status(JobState.QUEUED, due=None)
     if stage == "enqueued":
@@ -108,7 +110,7 @@ async def job_status(
 
 
 def _enqueued(found: _Found, fields: _Fields) -> JobStatus:
-    """Steps 7 to 9: an enqueued record and no tuple seen."""
+    """Steps 6 to 8: an enqueued record and no tuple seen."""
     now = time.time()
     due, expires = fields.number("due"), fields.number("expires")
     if due is not None and due > now:

@@ -8,6 +8,9 @@ import time
 
 import pytest
 
+from coordinator import Backoff
+from coordinator.deadletter import bury
+from coordinator.envelope import Envelope
 from node import Pattern
 from tasks import (
     Context,
@@ -19,6 +22,7 @@ from tasks import (
     ResultTimeout,
 )
 from tasks.handle import JobHandle
+from tasks.message import Message
 from tests.fixtures.nodes import eventually
 from tests.tasks.conftest import AppFactory, working
 
@@ -134,3 +138,27 @@ async def test_a_key_nothing_knows_is_not_found(make_app: AppFactory) -> None:
             await app.job("never").result(timeout=1)
         with pytest.raises(JobNotFound):
             await app.cancel("never")
+
+
+async def test_a_dead_letter_outranks_a_retrying_record(make_app: AppFactory) -> None:
+    """A job buried by a worker (its workers kept dying: coordinator.worker's
+    LOST_WORKER) leaves the record of its last failure as it was: the dead
+    letter in the space decides."""
+    app = make_app()
+
+    @app.task(retries=3, backoff=Backoff(base=600, cap=600, jitter=0.0))
+    async def fails(ctx: Context) -> None:
+        raise OSError("first attempt")
+
+    async with app:
+        handle = await fails.enqueue(_key="buried")
+        async with working(app):
+            await status_reaching(handle, JobState.RETRYING)
+        letter = Envelope(
+            Message("buried", "fails").encode(app.prefix, app.serializer),
+            key="buried", attempt=2, error="the worker was lost: its lease expired",
+        )  # fmt: skip
+        await app.space.write(bury(letter, app.dead_prefix))
+        status = await handle.status()
+        assert (status.state, status.attempt) == (JobState.DEAD, 2)
+        assert status.error == "the worker was lost: its lease expired"
