@@ -271,18 +271,29 @@ def summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     if "forum" in row:
         row["forum_vs"] = {name: ratio(rate["forum"], rate[name]) for name in peers}
     if "forum-tasks" in row:
-        tasks = rate["forum-tasks"]
-        finished = [rate[name] for name in peers if rate[name] is not None]
-        vs_forum = ratio(tasks, rate.get("forum"))
-        vs_fastest = ratio(tasks, max(finished, default=None))
-        row["tasks"] = {
-            "vs_forum": vs_forum,
-            "vs": {name: ratio(tasks, rate[name]) for name in peers},
-            "vs_fastest_peer": vs_fastest,
-            "pass_vs_forum": at_least(vs_forum, TARGETS["tasks_vs_forum_min"]),
-            "pass_vs_fastest_peer": at_least(vs_fastest, TARGETS["tasks_vs_fastest_peer_min"]),
-        }
+        row["tasks"] = tasks_ratios(row, peers)
     return row
+
+
+def tasks_ratios(row: dict[str, Any], peers: list[str]) -> dict[str, Any]:
+    """forum-tasks' ratios (to forum, each peer, the fastest peer) and their
+    passes; and, to tell where a gap is, its phases' rates to forum's."""
+    tasks = row["forum-tasks"]["jobs_per_s"]
+    forum = row.get("forum", {})
+    finished = [row[name]["jobs_per_s"] for name in peers if row[name]["jobs_per_s"] is not None]
+    vs_forum = ratio(tasks, forum.get("jobs_per_s"))
+    vs_fastest = ratio(tasks, max(finished, default=None))
+    return {
+        "vs_forum": vs_forum,
+        "vs": {name: ratio(tasks, row[name]["jobs_per_s"]) for name in peers},
+        "vs_fastest_peer": vs_fastest,
+        "pass_vs_forum": at_least(vs_forum, TARGETS["tasks_vs_forum_min"]),
+        "pass_vs_fastest_peer": at_least(vs_fastest, TARGETS["tasks_vs_fastest_peer_min"]),
+        "phases_vs_forum": {
+            phase: ratio(row["forum-tasks"].get(f"{phase}_per_s"), forum.get(f"{phase}_per_s"))
+            for phase in ("enqueue", "process")
+        },
+    }
 
 
 def ratio(of: float | None, to: float | None) -> float | None:
@@ -328,19 +339,22 @@ def wide(name: str) -> int:
 
 
 def tasks_table(report: dict[str, Any], peers: list[str]) -> list[str]:
-    """The task layer's rows: forum-tasks / forum, / each peer and / the
-    fastest peer (those two only when a peer ran)."""
+    """The task layer's rows: forum-tasks / forum, its enqueue and process
+    phases / forum's, / each peer and / the fastest peer (those two only when
+    a peer ran)."""
     targets = report["targets"]
-    columns = ["/forum", *(f"/{name}" for name in peers), *(["/fastest"] if peers else [])]
+    columns = ["/forum", "enqueue", "process", *(f"/{name}" for name in peers)]
+    columns += ["/fastest"] if peers else []
     lines = [
         f"forum-tasks (App.enqueue + app.worker): / forum (raw Worker), target >= "
-        f"{targets['tasks_vs_forum_min']:.2f}x; / each peer; / the fastest peer, target >= "
+        f"{targets['tasks_vs_forum_min']:.2f}x (and each phase's rate / forum's); "
+        f"/ each peer; / the fastest peer, target >= "
         f"{targets['tasks_vs_fastest_peer_min']:.2f}x",
         f"{'c':>3}  " + "  ".join(f"{column:>8}" for column in columns),
     ]
     for concurrency, row in report["concurrency"].items():
         tasks = row["tasks"]
-        cells = [tasks["vs_forum"], *tasks["vs"].values()]
+        cells = [tasks["vs_forum"], *tasks["phases_vs_forum"].values(), *tasks["vs"].values()]
         cells += [tasks["vs_fastest_peer"]] if peers else []
         lines.append(f"{concurrency:>3}  " + "  ".join(shown(r, "{:>7.2f}x") for r in cells))
     return lines
