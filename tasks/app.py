@@ -128,6 +128,8 @@ class App:
         for name, value in (("result_ttl", result_ttl), ("dedup_window", dedup_window)):
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+        if serializer is not None and not isinstance(serializer, Serializer):
+            raise ValueError(f"a serializer has name, dumps and loads; {serializer!r} has not")
         self.nodes = node_urls(nodes)
         self.redis = redis
         self.prefix = prefix
