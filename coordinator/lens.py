@@ -95,6 +95,7 @@ from coordinator.records import (
     encode_fields,
     pack_fields,
     parse_event,
+    with_live_claim,
 )
 from coordinator.redis_url import RedisTarget, close, redacted
 from coordinator.scripts import Call, ReplicasBehind, Scripts, Wait
@@ -621,9 +622,21 @@ class Lens(AsyncResource):
 
     async def history(self, key: str) -> list[HistoryEvent]:
         """``key``'s claim history, oldest first: the last
-        ``keys.HISTORY_LENGTH`` events, kept ``done_ttl`` after the last."""
-        lines = await self._call(self._redis.lrange(self._keys.history(key), 0, -1))
-        return [parse_event(bytes(line)) for line in lines]
+        ``keys.HISTORY_LENGTH`` events, kept ``done_ttl`` after the last,
+        and the live claim's "claimed" (coordinator.records). One round trip;
+        the claim is read before the list, so a claim that ends between the
+        two reads is in the list (and counted once)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(self._keys.claim(key))
+            pipe.hmget(self._keys.job(key), "token", "owner", "attempt", "since")
+            pipe.lrange(self._keys.history(key), 0, -1)
+            token, (held, owner, attempt, since), lines = await self._call(pipe.execute())
+        live = None
+        if token is not None and token == held:
+            live = Holder(int(token), _text(owner or b""), int(attempt or 0),
+                          int(since or 0) / 1000, 0.0)  # fmt: skip
+        events = [parse_event(bytes(line)) for line in lines]
+        return with_live_claim(events, live, keys.HISTORY_LENGTH)
 
     async def scan(self, kind: ScanKind, count: int = 100) -> AsyncIterator[str]:
         """Every claim key with a job record (``"task"``) or a live claim

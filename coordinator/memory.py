@@ -46,6 +46,7 @@ from coordinator.records import (
     attempts_of,
     checked_ttl,
     encode_fields,
+    with_live_claim,
 )
 
 _GONE = "expired, released or taken over"
@@ -300,7 +301,8 @@ class MemoryAuthority:
         if record is None or record.grab != grab.grab_id or self._live(grab.key) is not None:
             return False
         del self._records[grab.key]
-        self._push(grab.key, "reoffered", record.handed or 0, record.owner, record.attempt)
+        self._push(grab.key, HistoryEvent(time.time(), "reoffered", record.handed or 0,
+                                          record.owner, record.attempt))  # fmt: skip
         return True
 
     # -- what is known about a key (coordinator.records) --------------------------------
@@ -345,7 +347,9 @@ class MemoryAuthority:
     async def history(self, key: str) -> list[HistoryEvent]:
         self._enter()
         kept = self._kept(self._histories, key)
-        return list(kept.events) if kept is not None else []
+        held = self._live(key)
+        live = None if held is None else Holder(held.token, held.owner, held.attempt, held.since, 0)
+        return with_live_claim(list(kept.events) if kept else [], live, keys.HISTORY_LENGTH)
 
     async def scan(self, kind: ScanKind, count: int = 100) -> AsyncIterator[str]:
         if kind not in ("task", "claim"):
@@ -370,13 +374,14 @@ class MemoryAuthority:
         if held is not None:
             remaining = max(0.0, held.deadline - self.clock())
             return CancelOutcome("running", owner=held.owner or None, remaining=remaining)
+        self._expired(key)
         self._fence += 1
         self._done[key] = self._fence
         record = self._kept(self._tasks, key)
         if record is None:
             record = self._tasks[key] = _Expiring(self.clock() + self.done_ttl)
         record.fields["cancelled"] = str(self._fence).encode()
-        self._push(key, "cancelled", self._fence, "", 0)
+        self._push(key, HistoryEvent(time.time(), "cancelled", self._fence, "", 0))
         return CancelOutcome("cancelled", token=self._fence)
 
     async def durability(self) -> list[str]:
@@ -396,11 +401,27 @@ class MemoryAuthority:
             raise LensStateLost("memory", "before", None)
 
     def _live(self, key: str) -> _Held | None:
+        """The live claim on ``key``. One whose lease ran out is kept (as the
+        Lens keeps its in-flight record) until the next claim or cancel
+        ends it in the history (:meth:`_expired`)."""
         held = self._claims.get(key)
         if held is not None and held.deadline <= self.clock():
-            del self._claims[key]
             return None
         return held
+
+    def _expired(self, key: str) -> None:
+        """End the claim on ``key`` whose lease ran out, if there is one."""
+        held = self._claims.pop(key, None)
+        if held is not None:
+            self._ended(key, held, "expired")
+
+    def _ended(self, key: str, held: _Held, event: str) -> None:
+        """Push a claim's "claimed" and its end, as ended() in lua/prelude.lua."""
+        self._push(
+            key,
+            HistoryEvent(held.since, "claimed", held.token, held.owner, held.attempt),
+            HistoryEvent(time.time(), event, held.token, held.owner, held.attempt),
+        )
 
     def _holds(self, claim: MemoryClaim) -> bool:
         held = self._live(claim.key)
@@ -414,12 +435,12 @@ class MemoryAuthority:
             return None
         return found
 
-    def _push(self, key: str, event: str, token: int, owner: str, attempt: int) -> None:
+    def _push(self, key: str, *events: HistoryEvent) -> None:
         """Append to ``key``'s history, as push_history() in lua/prelude.lua."""
         history = self._kept(self._histories, key)
         if history is None:
             history = self._histories[key] = _Expiring(0.0)
-        history.events.append(HistoryEvent(time.time(), event, token, owner, attempt))
+        history.events += events
         del history.events[: -keys.HISTORY_LENGTH]
         history.expires = self.clock() + self.done_ttl
 
@@ -431,6 +452,7 @@ class MemoryAuthority:
         held = self._live(key)
         if held is not None:
             return AlreadyClaimed(key, held.owner or None, max(0.0, held.deadline - self.clock()))
+        self._expired(key)
         self._fence += 1
         granted = MemoryClaim(self, key, owner, self._fence, lease)
         self._claims[key] = _Held(granted.token, owner, granted._deadline, attempt, time.time())
@@ -440,7 +462,6 @@ class MemoryAuthority:
             self._records[key] = _Record(
                 granted.token, reoffer, granted._deadline, owner=owner, attempt=attempt
             )
-        self._push(key, "claimed", granted.token, owner, attempt)
         return granted
 
     def _extend(self, claim: MemoryClaim, lease: float) -> ClaimLost | None:
@@ -463,7 +484,7 @@ class MemoryAuthority:
         self._records.pop(claim.key, None)
         self._done[claim.key] = claim.token
         claim._ended = "completed"
-        self._push(claim.key, "completed", claim.token, claim.owner, held.attempt)
+        self._ended(claim.key, held, "completed")
         return None
 
     def _end(self, claim: MemoryClaim, how: str) -> None:
@@ -475,8 +496,7 @@ class MemoryAuthority:
         held = self._claims.pop(claim.key)
         self._records.pop(claim.key, None)
         claim._ended = how
-        event = "released" if how == "released" else "handed_back"
-        self._push(claim.key, event, claim.token, claim.owner, held.attempt)
+        self._ended(claim.key, held, "released" if how == "released" else "handed_back")
 
     def _own(self, claim: HeldClaim) -> MemoryClaim:
         if not isinstance(claim, MemoryClaim) or claim._authority is not self:

@@ -12,8 +12,9 @@
   The Lens sets field ``token`` (the fenced writer's) and ``cancelled`` (a
   cancel's token); every other field is the caller's.
 * The **history** (``<tag>:history:<key>``): :class:`HistoryEvent` per
-  change of the key's claim, pushed by the script that made it, the last
-  ``keys.HISTORY_LENGTH`` kept.
+  change of the key's claim (:data:`EVENTS`), pushed by the script that
+  ended the claim, the last ``keys.HISTORY_LENGTH`` kept; the live claim's
+  "claimed" comes from its in-flight record (:func:`with_live_claim`).
 * :class:`CancelOutcome` (``cancel``): a key nobody holds becomes done.
 
 The helpers here are shared by the Lens and ``coordinator.memory``, so both
@@ -41,6 +42,7 @@ __all__ = [
     "encode_fields",
     "pack_fields",
     "parse_event",
+    "with_live_claim",
 ]
 
 #: What a record's field may be given as; kept as bytes (text as UTF-8,
@@ -51,7 +53,9 @@ ScanKind = Literal["task", "claim"]
 #: The fields the Lens writes itself: a caller may not.
 RESERVED_FIELDS = frozenset({"token", "cancelled"})
 #: Every history event, by the script that pushes it.
-EVENTS = frozenset({"claimed", "completed", "released", "handed_back", "reoffered", "cancelled"})
+EVENTS = frozenset(
+    {"claimed", "completed", "released", "handed_back", "expired", "reoffered", "cancelled"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +86,9 @@ class HistoryEvent:
     """One change of a key's claim: ``at`` (Unix seconds, Redis's clock),
     ``event`` (one of :data:`EVENTS`), the ``token`` of the claim it was
     about (0 when none: a re-offer of a record nobody handed back), the
-    ``owner`` and ``attempt`` it ran ("" and 0 when none)."""
+    ``owner`` and ``attempt`` it ran ("" and 0 when none). ``expired`` is
+    the lease of a holder running out, seen (and dated) by the next claim
+    or cancel of the key."""
 
     at: float
     event: str
@@ -164,3 +170,15 @@ def parse_event(line: bytes) -> HistoryEvent:
     ``push_history`` in lua/prelude.lua) as an event."""
     at, event, token, attempt, owner = line.decode(errors="replace").split(" ", 4)
     return HistoryEvent(int(at) / 1000, event, int(token), owner, int(attempt))
+
+
+def with_live_claim(
+    events: list[HistoryEvent], live: Holder | None, limit: int
+) -> list[HistoryEvent]:
+    """A key's history as read (each ended claim's "claimed" and its end),
+    with the live claim's "claimed" after it, which no script wrote (a claim
+    writes no history: see lua/prelude.lua), the last ``limit`` events."""
+    if live is not None and not any(e.token == live.token for e in events):
+        events = [*events, HistoryEvent(live.since, "claimed", live.token, live.owner,
+                                        live.attempt)]  # fmt: skip
+    return events[-limit:]

@@ -24,9 +24,9 @@ if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   end
   return 0
 end
-local held = redis.call('HMGET', KEYS[3], 'owner', 'attempt')
+local held = redis.call('HMGET', KEYS[3], 'owner', 'attempt', 'since')
 redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-push_history(KEYS[5], ARGV[3], 'completed', ARGV[2], held[2], held[1])
+ended(KEYS[5], ARGV[3], now_ms(), 'completed', ARGV[2], held)
 redis.call('ZREM', KEYS[4], ARGV[1])
 return 1

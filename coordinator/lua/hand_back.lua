@@ -28,10 +28,11 @@ if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   end
   return 0
 end
-local held = redis.call('HMGET', KEYS[2], 'owner', 'attempt')
+local held = redis.call('HMGET', KEYS[2], 'owner', 'attempt', 'since')
+local now = now_ms()
 redis.call('DEL', KEYS[1])
 redis.call('HDEL', KEYS[2], 'grab')
-push_history(KEYS[4], ARGV[5], 'handed_back', ARGV[2], held[2], held[1])
+ended(KEYS[4], ARGV[5], now, 'handed_back', ARGV[2], held)
 redis.call('HSET', KEYS[2], 'payload', ARGV[4], 'handed', ARGV[2])
-redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
 return 1

@@ -23,5 +23,5 @@ end
 local held = redis.call('HMGET', KEYS[2], 'owner', 'attempt', 'handed')
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
-push_history(KEYS[4], ARGV[3], 'reoffered', held[3] or '0', held[2], held[1])
+push_history(KEYS[4], ARGV[3], {event(now_ms(), 'reoffered', held[3] or '0', held[2], held[1])})
 return 1

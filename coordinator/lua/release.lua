@@ -18,8 +18,8 @@ end
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return 0
 end
-local held = redis.call('HMGET', KEYS[2], 'owner', 'attempt')
+local held = redis.call('HMGET', KEYS[2], 'owner', 'attempt', 'since')
 redis.call('DEL', KEYS[1], KEYS[2])
-push_history(KEYS[4], ARGV[3], 'released', ARGV[2], held[2], held[1])
+ended(KEYS[4], ARGV[3], now_ms(), 'released', ARGV[2], held)
 redis.call('ZREM', KEYS[3], ARGV[1])
 return 1

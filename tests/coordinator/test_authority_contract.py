@@ -370,3 +370,34 @@ async def test_scan_lists_every_key_with_a_record_or_a_live_claim(subject: Subje
 
 async def _no_record(authority: ClaimAuthority, key: str) -> bool:
     return not (await authority.inspect(key)).record
+
+
+async def test_the_history_shows_the_live_claim_and_a_lease_that_ran_out(
+    subject: Subject,
+) -> None:
+    """t0: A claims k (0.2 s). t1: A's lease runs out (A died). t2: B claims
+    k: A's claim is "expired" in the history, B's the live "claimed". t3: B
+    releases; a cancel finds k free."""
+    authority = subject.authority
+    a = await authority.claim("k", owner="a", lease=0.2, attempt=1)
+    assert [(e.event, e.token) for e in await authority.history("k")] == [("claimed", a.token)]
+    await eventually(lambda: a.remaining() < 0, what="A's lease over")
+    b = await _claim_when_free(authority, "k")
+    events = await authority.history("k")
+    assert [(e.event, e.token, e.owner) for e in events] == [
+        ("claimed", a.token, "a"), ("expired", a.token, "a"), ("claimed", b.token, "b"),
+    ]  # fmt: skip
+    assert events[0].at <= events[1].at <= time.time() + 1
+    await b.release()
+    c = await authority.claim("k", owner="c", lease=0.2)
+    await eventually(lambda: c.remaining() < 0, what="C's lease over")
+    await eventually(lambda: _free(authority, "k"), what="C's lease over in the authority")
+    cancelled = await authority.cancel("k")
+    assert cancelled.state == "cancelled"
+    assert [(e.event, e.token) for e in await authority.history("k")][-3:] == [
+        ("claimed", c.token), ("expired", c.token), ("cancelled", cancelled.token),
+    ]  # fmt: skip
+
+
+async def _free(authority: ClaimAuthority, key: str) -> bool:
+    return (await authority.inspect(key)).claim is None

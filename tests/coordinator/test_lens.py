@@ -285,8 +285,8 @@ async def test_a_claim_without_reoffer_after_an_expired_one_drops_its_record(
             await lens.claim("o:23", owner="c", lease=30)
         assert r.get(lens.keys.fence(lens.keys.shard("o:23"))) == fence
         record = r.hgetall(lens.keys.job("o:23"))
-        assert (set(record), record[b"owner"], record[b"attempt"]) == (
-            {b"owner", b"attempt", b"since"}, b"b", b"1",
+        assert (set(record), record[b"owner"], record[b"token"]) == (
+            {b"token", b"owner", b"attempt", b"since"}, b"b", str(b.token).encode(),
         )  # fmt: skip
     assert refused.value.owner == "b"
     await b.complete()
