@@ -23,11 +23,11 @@ key                                type    holds                                
                                            key in the shard
 ``<tag>:claim:<key>``              string  the live claim's fencing token         lease (``PX``)
 ``<tag>:done:<key>``               string  the token that completed ``<key>``     ``done_ttl``
-``<tag>:job:<key>``                hash    the in-flight record: ``owner``,       never; deleted by
-                                           ``attempt``, ``since`` (Redis TIME     complete, release
-                                           ms) of the live claim, ``payload``     or the reaper
-                                           (bytes to re-offer), ``grab``,
-                                           ``handed``
+``<tag>:job:<key>``                hash    the in-flight record: ``token``,       never; deleted by
+                                           ``owner``, ``attempt``, ``since``      complete, release,
+                                           (Redis TIME ms) of the claim,          the reaper, or the
+                                           ``payload`` (bytes to re-offer),       next claim/cancel
+                                           ``grab``, ``handed``                   after a lapse
 ``<tag>:inflight``                 zset    member ``<key>``, score = when its     never
                                            record is due for re-offer (Redis
                                            ``TIME``, milliseconds)
@@ -75,9 +75,10 @@ Why these lifetimes, and why per shard:
 * A history lives as long as a done marker after its last event: the two
   answer the same question (did this key run, and how) for the same time.
   It is capped at ``HISTORY_LENGTH`` events so a job retried forever cannot
-  grow it without bound; the events are pushed by the scripts that made the
-  change (claim, complete, release, hand_back, reaped, cancel), so reading
-  it never disagrees with the state and writing it costs no round trip.
+  grow it without bound; the events are pushed by the scripts that end a
+  claim (complete, release, hand_back; claim and cancel for a lapsed one),
+  reaped and cancel, so reading it never disagrees with the state and
+  writing it costs no round trip (lua/prelude.lua).
 
 The unsharded schema before this one kept ``<ns>:epoch``, ``<ns>:fence``,
 ``<ns>:inflight`` and ``<ns>:claim:<key>`` and so on, with no hash tag. This
