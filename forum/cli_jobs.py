@@ -9,7 +9,8 @@ Lens, so a job in flight or waiting for a retry is listed too.
 
 Exit codes as every ``forum`` command's (:mod:`forum.cli_args`): 0 done;
 1 the job is not there or not in a state for it (``show`` of an unknown
-key, ``cancel`` of a running job, ``retry`` of a job that is not dead); 2 a
+key, ``cancel`` of a running job, ``retry`` of a job that is not dead or
+whose dead letter was purged); 2 a
 usage error; 3 the node or Redis could not be reached.
 """
 
@@ -37,7 +38,7 @@ from forum.cli_args import (
     node_options,
 )
 from forum.cli_worker import Where, app_option, load_app, node_from_app, redis_options
-from tasks import App, JobNotFound, JobState, JobStatus, TaskError
+from tasks import App, InvalidJob, JobNotFound, JobState, JobStatus, TaskError
 
 #: An action's body, given the open app and the arguments; its exit code.
 Action = Callable[[App, argparse.Namespace], Awaitable[int]]
@@ -176,7 +177,11 @@ async def _retry(app: App, args: argparse.Namespace) -> int:
     if status.state is not JobState.DEAD:
         _say(args, f"{args.key} is {status.state.value}, not dead: nothing to retry")
         return EXIT_NO_MATCH
-    await app.retry(args.key)
+    try:
+        await app.retry(args.key)
+    except InvalidJob as exc:  # its letter is gone (purged, or requeued by another)
+        _say(args, str(exc))
+        return EXIT_NO_MATCH
     print(f"requeued {args.key}")
     return EXIT_OK
 
