@@ -29,7 +29,8 @@ For each job:
    travels in the tuple's trailer, else the key it was written with
    (``write(..., key=...)``), else ``key(payload)`` when given, else the
    tuple's entry id. The claim carries no re-offer bytes: the reservation is
-   the job's copy. Nothing is acked yet.
+   the job's copy, and records the delivery's attempt (``Lens.inspect``
+   shows it). Nothing is acked yet.
 3. run ``handler(job)`` while a heartbeat, each third of a lease, extends the
    Lens claims of all running jobs in one call and their node reservations in
    one more (``extend_many``); if a claim is lost, the handler is cancelled.
