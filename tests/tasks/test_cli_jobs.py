@@ -58,6 +58,16 @@ def flaky(ctx: Context, name: str) -> str:
     return f"{name} ok"
 
 
+@app.task
+async def hold(ctx: Context, name: str) -> str:
+    """Say it started (and its progress), then run until ``go-<name>`` exists."""
+    ctx.progress({"step": "waiting"})
+    (_marks() / f"started-{name}").touch()
+    while not (_marks() / f"go-{name}").exists():
+        await asyncio.sleep(0.05)  # a poll of the test's file, until the test says go
+    return name
+
+
 #: Not apps, or an app no worker can run: for the mistakes.
 NOT_AN_APP: dict[str, list[str]] = {"tasks": []}
 EMPTY_APP = App()
@@ -191,6 +201,35 @@ async def test_cancel_turns_a_queued_job_away(
     assert code == 1 and "over already" in err
     code, _, err = await jobs("cancel", "no-such-job")
     assert code == 1 and err == "forum jobs cancel: no job with key 'no-such-job'\n"
+
+
+@pytest.mark.slow
+async def test_a_running_job_is_listed_with_its_worker_and_cannot_be_cancelled(
+    tmp_path: Path,
+    forum_node: NodeProcess,
+    redis_url: str,
+    marks: Path,
+    client_app: App,
+    jobs: Jobs,
+) -> None:
+    async with worker_processes(tmp_path) as started:
+        worker = worker_of(tmp_path / "w1", forum_node, redis_url, marks)
+        started.append(worker)
+        await worker.start()
+        handle = await client_app.enqueue("hold", "h", _key="held")
+        await eventually((marks / "started-h").exists, 30, "the task running")
+        running = await jobs.listed(JobState.RUNNING)
+        assert [(j["key"], j["worker"], j["attempt"]) for j in running] == [("held", "w1", 1)]
+        await eventually(lambda: _progress_shown(jobs, "held"), 30, "its progress shown")
+        code, _, err = await jobs("cancel", "held")
+        assert (code, err) == (1, "forum jobs cancel: held is running on w1: not cancelled\n")
+        (marks / "go-h").touch()
+        assert await handle.result(timeout=30) == "h"
+        assert await worker.signal(15) == 0
+
+
+async def _progress_shown(jobs: Jobs, key: str) -> bool:
+    return bool((await jobs.shown(key))["progress"] == {"step": "waiting"})
 
 
 @pytest.mark.slow
