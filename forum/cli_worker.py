@@ -376,8 +376,9 @@ class UserCode:
         if self.app is None:
             return f"taking {args.prefix!r}"
         periodic = f", {len(self.app.periodic)} periodic" if self.app.periodic else ""
+        count = len(self.app.tasks)
         names = ", ".join(sorted(self.app.tasks))
-        return f"running {args.app} ({len(self.app.tasks)} tasks: {names}{periodic})"
+        return f"running {args.app} ({count} task{'s' * (count != 1)}: {names}{periodic})"
 
 
 def _load_user_code(args: argparse.Namespace) -> UserCode:
