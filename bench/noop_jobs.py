@@ -6,9 +6,11 @@ each other (scripts/bench-env), so peers_bench runs each system as a child
 process of its venv's Python::
 
     python bench/noop_jobs.py SYSTEM --redis-url URL --jobs N --concurrency C
-        [--forum-url URL]
+        [--forum-url URL] [--profile FILE]
 
-and reads one JSON line from it: :func:`timings`. Only the standard library
+and reads one JSON line from it: :func:`timings`. ``--profile FILE`` runs
+it under cProfile (connecting to stopping, this process only) and writes
+the stats to FILE (``python -m pstats FILE``). Only the standard library
 is imported at the top; each system's imports are inside its runner, as only
 that system is installed where it runs.
 
@@ -70,6 +72,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import gc
 import json
 import logging
@@ -408,13 +411,22 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--concurrency", type=int, required=True)
     parser.add_argument("--forum-url", help="the forum serve to use (forum, forum-tasks)")
+    parser.add_argument("--profile", type=Path, metavar="FILE", help="cProfile stats to FILE")
     args = parser.parse_args()
     if args.jobs < 1 or args.concurrency < 1:
         parser.error("--jobs and --concurrency must be at least 1")
     # The peers log every job at INFO; the Lens notes the fresh Redis (an epoch).
     logging.basicConfig(level=logging.ERROR)
     sys.path.insert(0, str(ROOT))
-    print(json.dumps(asyncio.run(run(args.system, args))))
+    if args.profile is None:
+        print(json.dumps(asyncio.run(run(args.system, args))))
+        return
+    profile = cProfile.Profile()
+    try:
+        result = profile.runcall(asyncio.run, run(args.system, args))
+    finally:
+        profile.dump_stats(args.profile)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

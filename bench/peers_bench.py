@@ -39,10 +39,12 @@ Python (scripts/bench-env makes them)::
     scripts/bench-env
     .venv-bench/bin/python bench/peers_bench.py [--jobs 2000] [--rounds 3]
         [--systems forum forum-tasks saq ...] [--python saq=/path/to/python] [--no-plot]
-        [--concurrency 1 8] [--run-timeout 120]
+        [--concurrency 1 8] [--run-timeout 120] [--profile DIR]
 
 Prints a table; writes bench/results/peers_bench.json and
 bench/results/peers_bench.png (jobs/s by concurrency, Forum against each peer).
+``--profile DIR`` runs each system's process under cProfile (slower: for
+where the time goes, not for figures) and leaves one pstats file per run.
 """
 
 from __future__ import annotations
@@ -186,14 +188,17 @@ async def versions(python: str, system: str) -> dict[str, str | None]:
 
 
 async def one_run(
-    system: str, python: str, redis_base: str, args: argparse.Namespace, concurrency: int
+    which: Run, python: str, redis_base: str, args: argparse.Namespace
 ) -> dict[str, float]:
     """One timed run (bench/noop_jobs.py); a RunTimeout past ``--run-timeout``."""
+    system = which.system
     url = f"{redis_base}/{DATABASES[system]}"
     async with aioredis.from_url(url) as client:
         await client.flushdb()
     argv = [str(NOOP_JOBS), system, "--redis-url", url, "--jobs", str(args.jobs)]
-    argv += ["--concurrency", str(concurrency)]
+    argv += ["--concurrency", str(which.slots)]
+    if args.profile is not None:
+        argv += ["--profile", str(args.profile / f"{system}-c{which.slots}-r{which.round}.pstats")]
     if system not in FORUMS:
         return dict(json.loads(await child(python, *argv, deadline=args.run_timeout)))
     with tempfile.TemporaryDirectory(prefix="peers-bench-forum-") as data:
@@ -220,6 +225,7 @@ async def measure(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str,
         "targets": TARGETS,
         "redis": "one redis-server, appendonly yes, appendfsync always; a database per system",
         "run_timeout": args.run_timeout,
+        "profiled": args.profile is not None,
         "versions": {name: await versions(python, name) for name, python in chosen.items()},
         "concurrency": {},
         "timeouts": [],
@@ -245,7 +251,7 @@ async def timed_run(
 ) -> dict[str, float] | None:
     """One run, its result said on stderr as it ends; None if it timed out."""
     try:
-        run = await one_run(which.system, python, redis_base, args, which.slots)
+        run = await one_run(which, python, redis_base, args)
     except RunTimeout:
         progress(f"{which}: timeout (killed after {args.run_timeout:g} s)")
         return None
@@ -414,7 +420,12 @@ async def main() -> int:
     parser.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT, metavar="S",
                         help=f"kill a run not done in S s; reported as a timeout, "
                              f"the bench goes on (default {RUN_TIMEOUT:g})")  # fmt: skip
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="cProfile each run's process (its figures then are not "
+                             "comparable): DIR/SYSTEM-cSLOTS-rROUND.pstats")  # fmt: skip
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     if args.jobs < 1 or args.rounds < 1 or min(args.concurrency) < 1:
         parser.error("--jobs, --rounds and --concurrency must be at least 1")
     if not args.run_timeout > 0:

@@ -1,6 +1,7 @@
 """The benchmarks run end to end (tiny, Forum and Redis only: no peer's
 environment, no timing asserted): bench/peers_bench.py (the raw Worker and
-the task layer, with their ratios to each other and to a peer's figure),
+the task layer, with their ratios to each other and to a peer's figure,
+and a profile of each run),
 bench/http_bench.py and bench/node_bench.py --scheduling each leave a
 complete report, and peers_bench kills a run that overruns its timeout, says
 so, and goes on."""
@@ -8,6 +9,7 @@ so, and goes on."""
 from __future__ import annotations
 
 import json
+import pstats
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +128,23 @@ def test_peers_bench_runs_the_task_layer_beside_the_raw_worker_and_each_peer(
     assert table[4].split() == ["c", "/forum", "enqueue", "process", "/saq", "/fastest"]
     shown = [rate / forum["jobs_per_s"], *phases.values(), rate / 40.0, rate / 40.0]
     assert table[5].split() == ["2", *(f"{r:.2f}x" for r in shown)]
+
+
+def test_peers_bench_profiles_each_run_into_a_file_of_its_own(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    done = run("peers_bench.py", "--systems", "forum-tasks", "--jobs", "10", "--rounds", "2",
+               "--concurrency", "1", "--profile", str(profiles), "--no-plot",
+               "--out", str(tmp_path / "peers.json"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "peers.json").read_text())["profiled"] is True
+    names = ["forum-tasks-c1-r1.pstats", "forum-tasks-c1-r2.pstats"]
+    assert sorted(path.name for path in profiles.iterdir()) == names
+    for name in names:  # the worker's side is in it: the task layer's handler ran
+        # Stats.stats: (file, line, function) -> counts; undeclared in typeshed,
+        # and get_stats_profile() keys by bare function name (one __call__ for all).
+        stats = pstats.Stats(str(profiles / name)).stats  # type: ignore[attr-defined]
+        runner = {function for file, _, function in stats if file.endswith("tasks/runner.py")}
+        assert "__call__" in runner, sorted(runner)
 
 
 def test_peers_bench_says_in_one_line_that_a_peer_has_no_environment(tmp_path: Path) -> None:
