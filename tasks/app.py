@@ -44,6 +44,7 @@ from coordinator.keys import DEFAULT_NAMESPACE
 from node import ForumClient, Pattern
 from node.config import DEFAULT_LISTEN
 from node.resource import AsyncResource
+from node.write_options import write_properties
 from tasks import admin, cron
 from tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
 from tasks.cron import Periodic, Slot
@@ -382,6 +383,10 @@ class App:
         ttl = task.options.ttl if given.ttl is None else given.ttl
         delay, not_before = given.delay, given.not_before
         now = time.time()
+        try:  # the node's own check, here too: bad options are bad input, not a round trip
+            write_properties(now, delay, not_before, ttl, priority or 0, key, self.dedup_window)
+        except ValueError as exc:
+            raise InvalidJob(str(exc)) from None
         await nodes.call(
             lambda space: space.write(
                 payload, key=key, dedup_window=self.dedup_window, delay=delay,

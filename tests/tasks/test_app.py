@@ -142,6 +142,10 @@ async def test_bad_input_is_one_line_and_writes_nothing(make_app: AppFactory) ->
             (job.enqueue(object()), InvalidJob, "cannot be encoded by json"),
             (job.enqueue(1, _retries=-1), InvalidJob, "_retries"),
             (job.enqueue(1, _timeout=0), InvalidJob, "_timeout"),
+            (job.enqueue(1, _delay=-1), InvalidJob, "delay must be >= 0"),
+            (job.enqueue(1, _priority=1000), InvalidJob, "priority must be -128 to 127"),
+            (job.enqueue(1, _ttl=float("nan")), InvalidJob, "ttl is a number"),
+            (job.enqueue(1, _delay=1, _not_before=2e9), InvalidJob, "not both"),
         ]
         for call, error, text in cases:
             with pytest.raises(error, match=text) as raised:
