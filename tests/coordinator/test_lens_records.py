@@ -44,3 +44,17 @@ async def test_a_stale_holders_record_is_refused_in_redis_and_changes_nothing(
             await lens.record(stale, {"state": "done", "result": b"stale"}, ttl=60)
         assert {key: r.dump(key) for key in r.scan_iter()} == before
     await lens.record(fresh, {"state": "done"}, ttl=60)
+
+
+async def test_record_values_keep_every_byte_through_the_script(lens: Lens) -> None:
+    """Fields travel to record.lua as one msgpack array (cmsgpack): any bytes,
+    any size, and many fields, come back as written."""
+    claim = await lens.claim("k", owner="a", lease=5)
+    blob = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    fields: dict[str, bytes | str | int] = {f"f{i}": i for i in range(300)}
+    fields |= {"result": blob, "empty": b"", "text": "ünï\x00code"}
+    await lens.record(claim, fields, ttl=60)
+    record = (await lens.inspect("k")).record
+    assert record["result"] == blob and record["empty"] == b""
+    assert record["text"] == "ünï\x00code".encode() and record["f299"] == b"299"
+    assert len(record) == 300 + 3 + 1  # and the token
