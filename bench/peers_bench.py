@@ -36,9 +36,14 @@ Python (scripts/bench-env makes them)::
     saq                     .venv-bench-saq/bin/python
     arq                     .venv-bench-arq/bin/python
 
+(``--venvs DIR``: the peers' venvs of another checkout, e.g. a worktree's
+bench run from its ``.venv`` with ``--no-plot`` and the main checkout's
+peers; Forum's systems always run this script's Python, this tree's code.)
+
     scripts/bench-env
     .venv-bench/bin/python bench/peers_bench.py [--jobs 2000] [--rounds 3]
         [--systems forum forum-tasks saq ...] [--python saq=/path/to/python] [--no-plot]
+        [--venvs DIR]
         [--concurrency 1 8] [--run-timeout 120] [--profile DIR]
 
 Prints a table; writes bench/results/peers_bench.json and
@@ -136,9 +141,13 @@ class Run:
         return f"{self.system}, {slots}, round {self.round}"
 
 
-def pythons(systems: list[str], overrides: list[str]) -> dict[str, str]:
+def pythons(systems: list[str], overrides: list[str], venvs: Path = ROOT) -> dict[str, str]:
+    """Each system's Python: this one for Forum's, else its venv's under
+    ``venvs``, else the ``--python SYSTEM=PATH`` given."""
     chosen = {
-        name: sys.executable if name in FORUMS else str(ROOT / VENVS[name] / "bin" / "python")
+        name: sys.executable
+        if name in FORUMS
+        else str(venvs.resolve() / VENVS[name] / "bin" / "python")
         for name in systems
     }
     for item in overrides:
@@ -345,12 +354,13 @@ def wide(name: str) -> int:
 
 
 def tasks_table(report: dict[str, Any], peers: list[str]) -> list[str]:
-    """The task layer's rows: forum-tasks / forum, its enqueue and process
-    phases / forum's, / each peer and / the fastest peer (those two only when
-    a peer ran)."""
+    """The task layer's rows: forum-tasks / forum and its enqueue and process
+    phases / forum's (when forum ran), / each peer and / the fastest peer
+    (when a peer ran)."""
     targets = report["targets"]
-    columns = ["/forum", "enqueue", "process", *(f"/{name}" for name in peers)]
-    columns += ["/fastest"] if peers else []
+    forum = "forum" in report["versions"]
+    columns = ["/forum", "enqueue", "process"] if forum else []
+    columns += [f"/{name}" for name in peers] + (["/fastest"] if peers else [])
     lines = [
         f"forum-tasks (App.enqueue + app.worker): / forum (raw Worker), target >= "
         f"{targets['tasks_vs_forum_min']:.2f}x (and each phase's rate / forum's); "
@@ -360,8 +370,8 @@ def tasks_table(report: dict[str, Any], peers: list[str]) -> list[str]:
     ]
     for concurrency, row in report["concurrency"].items():
         tasks = row["tasks"]
-        cells = [tasks["vs_forum"], *tasks["phases_vs_forum"].values(), *tasks["vs"].values()]
-        cells += [tasks["vs_fastest_peer"]] if peers else []
+        cells = [tasks["vs_forum"], *tasks["phases_vs_forum"].values()] if forum else []
+        cells += [*tasks["vs"].values()] + ([tasks["vs_fastest_peer"]] if peers else [])
         lines.append(f"{concurrency:>3}  " + "  ".join(shown(r, "{:>7.2f}x") for r in cells))
     return lines
 
@@ -414,6 +424,9 @@ async def main() -> int:
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument("--python", action="append", default=[], metavar="SYSTEM=PATH",
                         help="run SYSTEM with this Python instead of its venv's")  # fmt: skip
+    parser.add_argument("--venvs", type=Path, default=ROOT, metavar="DIR",
+                        help="the peers' .venv-bench* are in DIR (default: this checkout; "
+                             "another's serve: the peers run none of its code)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "peers_bench.json")
     parser.add_argument("--plot", type=Path, default=RESULTS / "peers_bench.png")
     parser.add_argument("--no-plot", action="store_true", help="draw no PNG (no matplotlib)")
@@ -433,7 +446,8 @@ async def main() -> int:
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         parser.error("matplotlib is not installed here: run from .venv-bench, or --no-plot")
     try:
-        report = await measure(args, pythons(list(dict.fromkeys(args.systems)), args.python))
+        chosen = pythons(list(dict.fromkeys(args.systems)), args.python, args.venvs)
+        report = await measure(args, chosen)
     except BenchError as exc:
         print(f"peers_bench: {exc}", file=sys.stderr)
         return 1

@@ -158,6 +158,14 @@ def test_peers_bench_says_in_one_line_that_a_peer_has_no_environment(tmp_path: P
     assert not (tmp_path / "peers.json").exists()
 
 
+def test_peers_bench_looks_for_the_peers_venvs_under_venvs(tmp_path: Path) -> None:
+    done = run("peers_bench.py", "--systems", "forum", "arq", "--venvs", str(tmp_path),
+               "--no-plot", "--out", str(tmp_path / "peers.json"))  # fmt: skip
+    assert done.returncode == 1
+    python = tmp_path / ".venv-bench-arq" / "bin" / "python"
+    assert done.stderr.strip() == f"peers_bench: arq: no Python at {python} (run scripts/bench-env)"
+
+
 def test_http_bench_compares_the_reliable_job(tmp_path: Path) -> None:
     out = tmp_path / "http.json"
     done = run("http_bench.py", "--seconds", "0.2", "--repeats", "1", "--clients", "1",
