@@ -117,7 +117,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -441,8 +441,9 @@ class Worker:
             raise
         found_all = len(items) == most
         if not items:
-            wait = self._space.reserve(self._pattern, self.lease, timeout=self._take_wait)
-            item = await self._unless_stopped(wait)
+            item = await self._unless_stopped(
+                lambda: self._space.reserve(self._pattern, self.lease, timeout=self._take_wait)
+            )
             items = [] if item is None else [item]
         if self._stopping.is_set() and items:
             await self._release([item.id for item in items])
@@ -492,11 +493,14 @@ class Worker:
         if ahead:
             await self._release([item.id for item in ahead])
 
-    async def _unless_stopped(self, wait: Awaitable[_T | None]) -> _T | None:
-        """``wait`` (one blocking reserve), or ``None`` once the worker stops."""
+    async def _unless_stopped(self, wait: Callable[[], Awaitable[_T | None]]) -> _T | None:
+        """What ``wait()`` (one blocking reserve) answers, or ``None`` once the
+        worker stops. ``wait`` is called only if the worker has not stopped
+        yet (a stop that landed during the reserve before it): a coroutine
+        made and never awaited would be a warning, and an error in the tests."""
         if self._stopping.is_set():
             return None
-        waiting = asyncio.ensure_future(wait)
+        waiting = asyncio.ensure_future(wait())
         stopping = asyncio.ensure_future(self._stopping.wait())
         try:
             await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
