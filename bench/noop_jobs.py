@@ -6,9 +6,11 @@ each other (scripts/bench-env), so peers_bench runs each system as a child
 process of its venv's Python::
 
     python bench/noop_jobs.py SYSTEM --redis-url URL --jobs N --concurrency C
-        [--forum-url URL]
+        [--forum-url URL] [--profile FILE]
 
-and reads one JSON line from it: :func:`timings`. Only the standard library
+and reads one JSON line from it: :func:`timings`. ``--profile FILE`` runs
+it under cProfile (connecting to stopping, this process only) and writes
+the stats to FILE (``python -m pstats FILE``). Only the standard library
 is imported at the top; each system's imports are inside its runner, as only
 that system is installed where it runs.
 
@@ -31,6 +33,12 @@ just before or after the clock stops: one write in N):
 * ``forum``: ``ForumClient.write`` against a ``forum serve`` → ``Worker``
   (coordinator/worker.py: reserve → Lens claim → handler → complete → ack),
   counted by ``WorkerStats.done`` (the Lens holds the done marker);
+* ``forum-tasks``: the task layer on the same: ``App.enqueue("noop",
+  _key=...)`` of an ``@app.task`` returning ``None`` (each job its own key,
+  as the peers' job ids: the write carries it with the app's dedup window,
+  and the Lens gets the job's ``enqueued`` record) → ``app.worker(...)``
+  (a ``Worker`` whose handler decodes the job and runs the task: a ``None``
+  result writes no record), counted as ``forum``'s;
 * ``saq``: ``Queue.enqueue`` → ``saq.Worker``, counted in its
   ``after_process`` hook (after ``job.finish``);
 * ``streaq``: ``task.enqueue()`` → ``streaq.Worker.run_async``, counted by its
@@ -64,6 +72,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import gc
 import json
 import logging
@@ -76,10 +85,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from coordinator import Worker
     from coordinator.spaces import WorkSpace
+    from node import Pattern
 
 ROOT = Path(__file__).resolve().parents[1]
 POLL = 0.002  # s between looks at a worker's count of completions
+TAKE_WAIT = 0.05  # s: a Forum worker's take_wait (its long poll for work)
 
 
 async def concurrently(ops: int, callers: int, op: Callable[[int], Awaitable[object]]) -> None:
@@ -144,20 +156,36 @@ async def forum_jobs(
     from node import Pattern
 
     pattern = Pattern(b"job/")
-    clock = Clock(jobs, concurrency)
 
     async def noop(job: Job) -> None:
         return None
 
     async with Lens.from_url(lens_url) as lens:
-        worker = Worker(space, lens, pattern, noop, concurrency=concurrency, take_wait=0.05)
-        await clock.enqueue(lambda i: space.write(b"job/%d" % i))
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(worker.run())
-            result = await clock.until_done(lambda: worker.stats().done)
-            worker.stop()
-    if worker.stats().done != jobs or await space.count(pattern):
-        raise RuntimeError(f"forum run incomplete: {worker.stats()}")
+        worker = Worker(space, lens, pattern, noop, concurrency=concurrency, take_wait=TAKE_WAIT)
+        return await worked(
+            "forum", worker, space, pattern, Clock(jobs, concurrency),
+            lambda i: space.write(b"job/%d" % i),
+        )  # fmt: skip
+
+
+async def worked(
+    system: str,
+    worker: Worker,
+    space: WorkSpace,
+    pattern: Pattern,
+    clock: Clock,
+    enqueue: Callable[[int], Awaitable[object]],
+) -> dict[str, float]:
+    """The clock's run of ``worker`` (a ``coordinator.Worker`` over ``space``):
+    enqueue, then run it until done, stop it; then check that it did every job
+    and left none under ``pattern``."""
+    await clock.enqueue(enqueue)
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(worker.run())
+        result = await clock.until_done(lambda: worker.stats().done)
+        worker.stop()
+    if worker.stats().done != clock.jobs or await space.count(pattern):
+        raise RuntimeError(f"{system} run incomplete: {worker.stats()}")
     return result
 
 
@@ -168,6 +196,27 @@ async def run_forum(args: argparse.Namespace) -> dict[str, float]:
         raise SystemExit("noop_jobs: forum needs --forum-url (a running forum serve)")
     async with ForumClient(args.forum_url) as client:
         return await forum_jobs(client, args.redis_url, args.jobs, args.concurrency)
+
+
+async def run_forum_tasks(args: argparse.Namespace) -> dict[str, float]:
+    """``forum``'s run through the task layer (the module docstring)."""
+    from node import Pattern
+    from tasks import App, Context
+
+    if args.forum_url is None:
+        raise SystemExit("noop_jobs: forum-tasks needs --forum-url (a running forum serve)")
+    app = App(args.forum_url, args.redis_url)
+
+    @app.task
+    async def noop(ctx: Context) -> None:
+        return None
+
+    async with app:
+        worker = app.worker(app.space, app.lens, concurrency=args.concurrency, take_wait=TAKE_WAIT)
+        return await worked(
+            "forum-tasks", worker, app.space, Pattern(app.prefix),
+            Clock(args.jobs, args.concurrency), lambda i: app.enqueue("noop", _key=f"noop-{i}"),
+        )  # fmt: skip
 
 
 # -- the peers --------------------------------------------------------------------------
@@ -313,6 +362,7 @@ async def run_arq(args: argparse.Namespace) -> dict[str, float]:
 
 RUNNERS: dict[str, Callable[[argparse.Namespace], Awaitable[dict[str, float]]]] = {
     "forum": run_forum,
+    "forum-tasks": run_forum_tasks,
     "saq": run_saq,
     "streaq": run_streaq,
     "taskiq": run_taskiq,
@@ -360,14 +410,23 @@ def main() -> None:
     parser.add_argument("--redis-url", required=True, help="this system's Redis database")
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--concurrency", type=int, required=True)
-    parser.add_argument("--forum-url", help="the forum serve to use (forum only)")
+    parser.add_argument("--forum-url", help="the forum serve to use (forum, forum-tasks)")
+    parser.add_argument("--profile", type=Path, metavar="FILE", help="cProfile stats to FILE")
     args = parser.parse_args()
     if args.jobs < 1 or args.concurrency < 1:
         parser.error("--jobs and --concurrency must be at least 1")
     # The peers log every job at INFO; the Lens notes the fresh Redis (an epoch).
     logging.basicConfig(level=logging.ERROR)
     sys.path.insert(0, str(ROOT))
-    print(json.dumps(asyncio.run(run(args.system, args))))
+    if args.profile is None:
+        print(json.dumps(asyncio.run(run(args.system, args))))
+        return
+    profile = cProfile.Profile()
+    try:
+        result = profile.runcall(asyncio.run, run(args.system, args))
+    finally:
+        profile.dump_stats(args.profile)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@ throughput is N / (first enqueue .. N-th completion). bench/noop_jobs.py does
 one such run, and says exactly what is timed and how each system is driven.
 Forum is the real thing: a ``forum serve --fsync always`` process (a fresh
 one, with its own data directory, for each run) + ``ForumClient`` + Lens +
-``Worker``.
+``Worker``, twice: ``forum`` writes raw tuples for a raw ``Worker``;
+``forum-tasks`` runs the same jobs through the task layer (``App.enqueue`` of
+an ``@app.task`` returning ``None``, ``app.worker(...)``). The report gives
+forum-tasks' ratio to forum (:data:`TARGETS`: the task layer within 0.8x of
+the raw ``Worker``), to each peer and to the fastest peer (target 2x).
 
 All share one redis-server started here, durable as the Lens needs it
 (``appendonly yes``, ``appendfsync always``): each system has a database of
@@ -27,17 +31,25 @@ The peers pin redis-py in ways that exclude each other and the tests'
 environment, so each system runs as a child process of its own virtualenv's
 Python (scripts/bench-env makes them)::
 
-    forum, streaq, taskiq   .venv-bench/bin/python  (Forum: this script's Python)
+    forum, forum-tasks      this script's Python (.venv-bench's, or .venv's)
+    streaq, taskiq          .venv-bench/bin/python
     saq                     .venv-bench-saq/bin/python
     arq                     .venv-bench-arq/bin/python
 
+(``--venvs DIR``: the peers' venvs of another checkout, e.g. a worktree's
+bench run from its ``.venv`` with ``--no-plot`` and the main checkout's
+peers; Forum's systems always run this script's Python, this tree's code.)
+
     scripts/bench-env
     .venv-bench/bin/python bench/peers_bench.py [--jobs 2000] [--rounds 3]
-        [--systems forum saq ...] [--python saq=/path/to/python] [--no-plot]
-        [--concurrency 1 8] [--run-timeout 120]
+        [--systems forum forum-tasks saq ...] [--python saq=/path/to/python] [--no-plot]
+        [--venvs DIR]
+        [--concurrency 1 8] [--run-timeout 120] [--profile DIR]
 
 Prints a table; writes bench/results/peers_bench.json and
 bench/results/peers_bench.png (jobs/s by concurrency, Forum against each peer).
+``--profile DIR`` runs each system's process under cProfile (slower: for
+where the time goes, not for figures) and leaves one pstats file per run.
 """
 
 from __future__ import annotations
@@ -63,7 +75,12 @@ from http_bench import forum_node, redis_server
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 NOOP_JOBS = ROOT / "bench" / "noop_jobs.py"
-SYSTEMS = ("forum", "saq", "streaq", "taskiq", "arq")
+SYSTEMS = ("forum", "forum-tasks", "saq", "streaq", "taskiq", "arq")
+#: Forum's systems: each run in this script's Python against a fresh forum serve.
+FORUMS = ("forum", "forum-tasks")
+#: The issue's targets for the task layer (issue 15): forum-tasks / forum, and
+#: forum-tasks / the fastest peer, at least these.
+TARGETS = {"tasks_vs_forum_min": 0.8, "tasks_vs_fastest_peer_min": 2.0}
 #: Each system's own Redis database (flushed before each of its runs).
 DATABASES = {name: db for db, name in enumerate(SYSTEMS)}
 #: The virtualenv each system runs in (scripts/bench-env); Forum's is this Python.
@@ -76,6 +93,7 @@ VENVS = {
 #: What to report the versions of, per system.
 PACKAGES = {
     "forum": ("forum", "redis", "hiredis"),
+    "forum-tasks": ("forum", "redis", "hiredis"),
     "saq": ("saq", "redis", "hiredis"),
     "streaq": ("streaq", "coredis"),
     "taskiq": ("taskiq", "taskiq-redis", "redis", "hiredis"),
@@ -123,9 +141,13 @@ class Run:
         return f"{self.system}, {slots}, round {self.round}"
 
 
-def pythons(systems: list[str], overrides: list[str]) -> dict[str, str]:
+def pythons(systems: list[str], overrides: list[str], venvs: Path = ROOT) -> dict[str, str]:
+    """Each system's Python: this one for Forum's, else its venv's under
+    ``venvs``, else the ``--python SYSTEM=PATH`` given."""
     chosen = {
-        name: sys.executable if name == "forum" else str(ROOT / VENVS[name] / "bin" / "python")
+        name: sys.executable
+        if name in FORUMS
+        else str(venvs.resolve() / VENVS[name] / "bin" / "python")
         for name in systems
     }
     for item in overrides:
@@ -175,15 +197,18 @@ async def versions(python: str, system: str) -> dict[str, str | None]:
 
 
 async def one_run(
-    system: str, python: str, redis_base: str, args: argparse.Namespace, concurrency: int
+    which: Run, python: str, redis_base: str, args: argparse.Namespace
 ) -> dict[str, float]:
     """One timed run (bench/noop_jobs.py); a RunTimeout past ``--run-timeout``."""
+    system = which.system
     url = f"{redis_base}/{DATABASES[system]}"
     async with aioredis.from_url(url) as client:
         await client.flushdb()
     argv = [str(NOOP_JOBS), system, "--redis-url", url, "--jobs", str(args.jobs)]
-    argv += ["--concurrency", str(concurrency)]
-    if system != "forum":
+    argv += ["--concurrency", str(which.slots)]
+    if args.profile is not None:
+        argv += ["--profile", str(args.profile / f"{system}-c{which.slots}-r{which.round}.pstats")]
+    if system not in FORUMS:
         return dict(json.loads(await child(python, *argv, deadline=args.run_timeout)))
     with tempfile.TemporaryDirectory(prefix="peers-bench-forum-") as data:
         async with forum_node(Path(data), "always") as forum_url:
@@ -205,8 +230,11 @@ async def measure(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str,
         "rounds": args.rounds,
         "timed": "N / (first enqueue .. N-th completion); see bench/noop_jobs.py",
         "forum": "forum serve --fsync always (fresh per run) + ForumClient + Lens + Worker",
+        "forum-tasks": "forum's, through the task layer: App.enqueue + app.worker, a no-op task",
+        "targets": TARGETS,
         "redis": "one redis-server, appendonly yes, appendfsync always; a database per system",
         "run_timeout": args.run_timeout,
+        "profiled": args.profile is not None,
         "versions": {name: await versions(python, name) for name, python in chosen.items()},
         "concurrency": {},
         "timeouts": [],
@@ -232,7 +260,7 @@ async def timed_run(
 ) -> dict[str, float] | None:
     """One run, its result said on stderr as it ends; None if it timed out."""
     try:
-        run = await one_run(which.system, python, redis_base, args, which.slots)
+        run = await one_run(which, python, redis_base, args)
     except RunTimeout:
         progress(f"{which}: timeout (killed after {args.run_timeout:g} s)")
         return None
@@ -242,7 +270,10 @@ async def timed_run(
 
 def summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     """Per system, the medians of its finished runs (``jobs_per_s`` None if
-    none finished), and Forum's ratio to each peer where both have one."""
+    none finished); Forum's ratio to each peer (``forum_vs``); and the task
+    layer's to Forum, to each peer and to the fastest, against
+    :data:`TARGETS` (``tasks``). A ratio is None unless both sides have a
+    figure (a pass too: unknown)."""
     row: dict[str, Any] = {
         name: {key: statistics.median(s[key] for s in samples) for key in samples[0]}
         | {"jobs_per_s_samples": [s["jobs_per_s"] for s in samples]}
@@ -250,15 +281,42 @@ def summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
         else {"jobs_per_s": None, "jobs_per_s_samples": []}
         for name, samples in runs.items()
     }
+    rate = {name: row[name]["jobs_per_s"] for name in runs}
+    peers = [name for name in runs if name not in FORUMS]
     if "forum" in row:
-        forum = row["forum"]["jobs_per_s"]
-        row["forum_vs"] = {
-            name: None if forum is None or row[name]["jobs_per_s"] is None
-            else forum / row[name]["jobs_per_s"]
-            for name in runs
-            if name != "forum"
-        }  # fmt: skip
+        row["forum_vs"] = {name: ratio(rate["forum"], rate[name]) for name in peers}
+    if "forum-tasks" in row:
+        row["tasks"] = tasks_ratios(row, peers)
     return row
+
+
+def tasks_ratios(row: dict[str, Any], peers: list[str]) -> dict[str, Any]:
+    """forum-tasks' ratios (to forum, each peer, the fastest peer) and their
+    passes; and, to tell where a gap is, its phases' rates to forum's."""
+    tasks = row["forum-tasks"]["jobs_per_s"]
+    forum = row.get("forum", {})
+    finished = [row[name]["jobs_per_s"] for name in peers if row[name]["jobs_per_s"] is not None]
+    vs_forum = ratio(tasks, forum.get("jobs_per_s"))
+    vs_fastest = ratio(tasks, max(finished, default=None))
+    return {
+        "vs_forum": vs_forum,
+        "vs": {name: ratio(tasks, row[name]["jobs_per_s"]) for name in peers},
+        "vs_fastest_peer": vs_fastest,
+        "pass_vs_forum": at_least(vs_forum, TARGETS["tasks_vs_forum_min"]),
+        "pass_vs_fastest_peer": at_least(vs_fastest, TARGETS["tasks_vs_fastest_peer_min"]),
+        "phases_vs_forum": {
+            phase: ratio(row["forum-tasks"].get(f"{phase}_per_s"), forum.get(f"{phase}_per_s"))
+            for phase in ("enqueue", "process")
+        },
+    }
+
+
+def ratio(of: float | None, to: float | None) -> float | None:
+    return None if of is None or to is None else of / to
+
+
+def at_least(value: float | None, target: float) -> bool | None:
+    return None if value is None else value >= target
 
 
 # -- report -----------------------------------------------------------------------------
@@ -266,24 +324,56 @@ def summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
 def table(report: dict[str, Any]) -> str:
     systems = list(report["versions"])
-    peers = [name for name in systems if name != "forum"]
+    peers = [name for name in systems if name not in FORUMS]
     lines = [
         f"{report['jobs']} no-op jobs: enqueued by c producers, then run by one worker "
         f"with c slots; jobs/s (first enqueue .. last completion), median of "
         f"{report['rounds']}; ratio = forum / peer",
-        f"{'c':>3}  " + "  ".join(f"{name:>8}" for name in systems)
+        f"{'c':>3}  " + "  ".join(f"{name:>{wide(name)}}" for name in systems)
         + "  " + "  ".join(f"{'/' + name:>8}" for name in peers if "forum" in systems),
     ]  # fmt: skip
     for concurrency, row in report["concurrency"].items():
-        rates = "  ".join(shown(row[name]["jobs_per_s"], "{:>8,.0f}") for name in systems)
-        ratios = "  ".join(shown(ratio, "{:>7.2f}x") for ratio in row.get("forum_vs", {}).values())
+        rates = "  ".join(
+            shown(row[name]["jobs_per_s"], f"{{:>{wide(name)},.0f}}") for name in systems
+        )
+        ratios = "  ".join(shown(r, "{:>7.2f}x") for r in row.get("forum_vs", {}).values())
         lines.append(f"{concurrency:>3}  {rates}  {ratios}")
+    if "forum-tasks" in systems:
+        lines += tasks_table(report, peers)
     if report["timeouts"]:
         lines.append(
             f"timed out (killed after {report['run_timeout']:g} s; the medians are of the "
             "runs that finished): " + "; ".join(str(Run(**t)) for t in report["timeouts"])
         )
     return "\n".join(lines)
+
+
+def wide(name: str) -> int:
+    """A table column's width for system ``name``."""
+    return max(8, len(name))
+
+
+def tasks_table(report: dict[str, Any], peers: list[str]) -> list[str]:
+    """The task layer's rows: forum-tasks / forum and its enqueue and process
+    phases / forum's (when forum ran), / each peer and / the fastest peer
+    (when a peer ran)."""
+    targets = report["targets"]
+    forum = "forum" in report["versions"]
+    columns = ["/forum", "enqueue", "process"] if forum else []
+    columns += [f"/{name}" for name in peers] + (["/fastest"] if peers else [])
+    lines = [
+        f"forum-tasks (App.enqueue + app.worker): / forum (raw Worker), target >= "
+        f"{targets['tasks_vs_forum_min']:.2f}x (and each phase's rate / forum's); "
+        f"/ each peer; / the fastest peer, target >= "
+        f"{targets['tasks_vs_fastest_peer_min']:.2f}x",
+        f"{'c':>3}  " + "  ".join(f"{column:>8}" for column in columns),
+    ]
+    for concurrency, row in report["concurrency"].items():
+        tasks = row["tasks"]
+        cells = [tasks["vs_forum"], *tasks["phases_vs_forum"].values()] if forum else []
+        cells += [*tasks["vs"].values()] + ([tasks["vs_fastest_peer"]] if peers else [])
+        lines.append(f"{concurrency:>3}  " + "  ".join(shown(r, "{:>7.2f}x") for r in cells))
+    return lines
 
 
 def shown(value: float | None, form: str) -> str:
@@ -298,25 +388,32 @@ def plot(report: dict[str, Any], path: Path) -> None:
     rows = report["concurrency"]
     # A system none of whose runs finished: a bar of 0, noted "timeout".
     series = {name: [row[name]["jobs_per_s"] or 0.0 for row in rows.values()] for name in systems}
-    notes = {
-        name: [
-            "timeout" if row[name]["jobs_per_s"] is None
-            else "" if name == "forum" or "forum" not in systems
-            else shown(row["forum_vs"][name], "{:.2f}x").strip()
-            for row in rows.values()
-        ]
-        for name in systems
-    }  # fmt: skip
+    notes = {name: [bar_note(name, row) for row in rows.values()] for name in systems}
     plots.grouped_bars(
         path,
         f"No-op jobs end to end, {report['jobs']} jobs, median of {report['rounds']}; "
-        f"under each peer: Forum / peer\n(one Redis, appendfsync always; "
-        f"Forum: forum serve --fsync always + ForumClient + Lens + Worker)",
+        f"under each peer: forum / peer, forum-tasks / peer\n(one Redis, appendfsync always; "
+        f"forum: forum serve --fsync always + ForumClient + Lens + Worker;\n"
+        f"forum-tasks: the same through App.enqueue + app.worker, under it: / forum)",
         [f"{c} slot{'s' if c != '1' else ''}" for c in rows],
         series,
         "jobs/s",
         notes,
     )
+
+
+def bar_note(name: str, row: dict[str, Any]) -> str:
+    """What a bar says under its figure: the ratios of Forum's systems to it
+    (a peer's), or the task layer's to the raw Worker (forum-tasks')."""
+    if row[name]["jobs_per_s"] is None:
+        return "timeout"
+    if name == "forum-tasks":
+        return shown(row["tasks"]["vs_forum"], "{:.2f}x forum").strip()
+    if name == "forum":
+        return ""
+    ratios = [row["forum_vs"][name]] if "forum_vs" in row else []
+    ratios += [row["tasks"]["vs"][name]] if "tasks" in row else []
+    return " / ".join(shown(r, "{:.2f}x").strip() for r in ratios)
 
 
 async def main() -> int:
@@ -327,13 +424,21 @@ async def main() -> int:
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument("--python", action="append", default=[], metavar="SYSTEM=PATH",
                         help="run SYSTEM with this Python instead of its venv's")  # fmt: skip
+    parser.add_argument("--venvs", type=Path, default=ROOT, metavar="DIR",
+                        help="the peers' .venv-bench* are in DIR (default: this checkout; "
+                             "another's serve: the peers run none of its code)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "peers_bench.json")
     parser.add_argument("--plot", type=Path, default=RESULTS / "peers_bench.png")
     parser.add_argument("--no-plot", action="store_true", help="draw no PNG (no matplotlib)")
     parser.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT, metavar="S",
                         help=f"kill a run not done in S s; reported as a timeout, "
                              f"the bench goes on (default {RUN_TIMEOUT:g})")  # fmt: skip
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="cProfile each run's process (its figures then are not "
+                             "comparable): DIR/SYSTEM-cSLOTS-rROUND.pstats")  # fmt: skip
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     if args.jobs < 1 or args.rounds < 1 or min(args.concurrency) < 1:
         parser.error("--jobs, --rounds and --concurrency must be at least 1")
     if not args.run_timeout > 0:
@@ -341,7 +446,8 @@ async def main() -> int:
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         parser.error("matplotlib is not installed here: run from .venv-bench, or --no-plot")
     try:
-        report = await measure(args, pythons(list(dict.fromkeys(args.systems)), args.python))
+        chosen = pythons(list(dict.fromkeys(args.systems)), args.python, args.venvs)
+        report = await measure(args, chosen)
     except BenchError as exc:
         print(f"peers_bench: {exc}", file=sys.stderr)
         return 1

@@ -10,9 +10,10 @@ from coordinator.errors import (
     LensStateLost,
     LensUnavailable,
 )
-from coordinator.job import Backoff, Handler, Job
+from coordinator.job import Backoff, GiveUp, Handler, Job, RetryAfter
 from coordinator.lens import Claim, Lens, LensConfig
 from coordinator.reaper import Reaper
+from coordinator.records import CancelOutcome, HistoryEvent, Holder, KeyState
 from coordinator.spaces import TakeOnly, WorkSpace
 from coordinator.worker import Worker, WorkerStats
 
@@ -20,19 +21,25 @@ __all__ = [
     "AlreadyClaimed",
     "AlreadyDone",
     "Backoff",
+    "CancelOutcome",
     "Claim",
     "ClaimAuthority",
     "ClaimLost",
     "DeadLetter",
+    "GiveUp",
     "Handler",
     "HeldClaim",
+    "HistoryEvent",
+    "Holder",
     "Job",
+    "KeyState",
     "Lens",
     "LensConfig",
     "LensError",
     "LensStateLost",
     "LensUnavailable",
     "Reaper",
+    "RetryAfter",
     "TakeOnly",
     "WorkSpace",
     "Worker",

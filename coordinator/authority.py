@@ -1,17 +1,21 @@
 """The seam between the worker runtime and whatever grants claims.
 
-:class:`ClaimAuthority` is what a :class:`coordinator.Worker` and a
-:class:`coordinator.Reaper` need; :class:`coordinator.Lens` (Redis) is the
-implementation. A :class:`HeldClaim` is one granted claim.
+:class:`ClaimAuthority` is what a :class:`coordinator.Worker`, a
+:class:`coordinator.Reaper` and the task layer above them need:
+:class:`coordinator.Lens` (Redis) is the implementation,
+:class:`coordinator.memory.MemoryAuthority` the in-memory one for tests. A
+:class:`HeldClaim` is one granted claim. What the Lens tells about a key
+(job records, history, cancel) is in :mod:`coordinator.records`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from coordinator.errors import ClaimLost, LensError
+from coordinator.records import CancelOutcome, FieldValue, HistoryEvent, KeyState, ScanKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +74,25 @@ class ClaimAuthority(Protocol):
     async def ping(self) -> None: ...
 
     async def claim(
-        self, key: str, owner: str, lease: float, *, reoffer: bytes | None = None
+        self,
+        key: str,
+        owner: str,
+        lease: float,
+        *,
+        reoffer: bytes | None = None,
+        attempt: int = 1,
     ) -> HeldClaim: ...
 
     async def claim_many(
-        self, requests: Sequence[tuple[str, bytes | None]], owner: str, lease: float
+        self,
+        requests: Sequence[tuple[str, bytes | None]],
+        owner: str,
+        lease: float,
+        attempts: Sequence[int] | None = None,
     ) -> Sequence[HeldClaim | LensError]:
-        """``claim`` for each ``(key, reoffer)``, at once; conflicts come back as
-        errors in the list, an unreachable authority is raised."""
+        """``claim`` for each ``(key, reoffer)``, each for its attempt (default
+        1), at once; conflicts come back as errors in the list, an
+        unreachable authority is raised."""
         ...
 
     async def extend_many(self, claims: Sequence[HeldClaim]) -> Sequence[ClaimLost | None]:
@@ -94,3 +109,28 @@ class ClaimAuthority(Protocol):
     async def grab(self, key: str) -> Grab | None: ...
 
     async def reaped(self, grab: Grab) -> bool: ...
+
+    async def inspect(self, key: str) -> KeyState:
+        """The key's live claim, done marker and job record, read at once."""
+        ...
+
+    async def record(self, claim: HeldClaim, fields: Mapping[str, FieldValue], ttl: float) -> None:
+        """Write into the key's job record while ``claim`` holds the key;
+        ``ClaimLost`` (nothing written) otherwise."""
+        ...
+
+    async def record_enqueued(self, key: str, fields: Mapping[str, FieldValue], ttl: float) -> bool:
+        """Write the key's first job record; ``False`` if it has one."""
+        ...
+
+    async def history(self, key: str) -> list[HistoryEvent]: ...
+
+    def scan(self, kind: ScanKind, count: int = 100) -> AsyncIterator[str]:
+        """Every claim key with a job record (``"task"``) or a live claim."""
+        ...
+
+    async def cancel(self, key: str) -> CancelOutcome: ...
+
+    async def durability(self) -> list[str]:
+        """Warnings about the store the guarantees rest on; empty when fine."""
+        ...

@@ -49,6 +49,10 @@ _LENGTH = struct.Struct(">I")
 _TAIL = _LENGTH.size + len(MAGIC)
 #: Error texts are cut to this many characters: a trailer is not a log.
 MAX_ERROR = 2000
+#: A dead letter's error is its last word (a task's traceback, say), read by
+#: an operator: it keeps this many bytes of UTF-8, the tail when cut (the
+#: end of a traceback is where the exception is).
+MAX_DEAD_ERROR = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +97,9 @@ class Envelope:
 
     def failed(self, error: str) -> Envelope:
         """This delivery, marked as failed with ``error`` (what a dead letter
-        keeps; a requeued one may run at once)."""
-        return replace(self, error=error[:MAX_ERROR], not_before=None)
+        keeps: its last :data:`MAX_DEAD_ERROR` bytes; a requeued one may run
+        at once)."""
+        return replace(self, error=_tail(error, MAX_DEAD_ERROR), not_before=None)
 
     def next_attempt(self, error: str, not_before: float | None = None) -> Envelope:
         """The delivery after this one failed with ``error``, to run no
@@ -129,6 +134,14 @@ class Envelope:
         """This delivery counted as attempt ``attempt`` (deliveries whose
         workers died count too: coordinator.worker)."""
         return replace(self, attempt=attempt)
+
+
+def _tail(text: str, limit: int) -> str:
+    """The end of ``text`` that fits in ``limit`` bytes of UTF-8 (whole characters)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[-limit:].decode(errors="ignore")
 
 
 def _decode(raw: bytes) -> dict[str, Any] | None:

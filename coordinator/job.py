@@ -1,8 +1,25 @@
-"""What a handler is given (:class:`Job`), what it is (:data:`Handler`), and
-how long a failed job waits before its next attempt (:class:`Backoff`: the
-one policy of :mod:`node.backoff`; after attempt ``n`` failed the next waits
-``min(cap, base * 2**(n-1))``, less up to ``jitter`` of it at random, so
-retries of jobs that failed together spread out)."""
+"""What a handler is given (:class:`Job`), what it is (:data:`Handler`), how
+it says what comes after a failure (:class:`RetryAfter`, :class:`GiveUp`),
+and how long a failed job waits before its next attempt (:class:`Backoff`:
+the one policy of :mod:`node.backoff`; after attempt ``n`` failed the next
+waits ``min(cap, base * 2**(n-1))``, less up to ``jitter`` of it at random,
+so retries of jobs that failed together spread out).
+
+A handler that raises fails its attempt. What the worker does next depends
+on what it raised:
+
+* :class:`RetryAfter`: the next attempt is written back due after ``delay``
+  seconds, whatever the worker's ``max_attempts`` (the handler, or the task
+  layer above it, keeps its own count);
+* :class:`GiveUp`: no more attempts; the job is buried as a dead letter now,
+  keeping ``error`` (up to ``envelope.MAX_DEAD_ERROR`` bytes, the tail);
+* anything else: the worker's backoff, and a dead letter after
+  ``max_attempts``.
+
+Both signals are ``Exception`` subclasses so that a handler's own ``except
+Exception`` around them does what it would with any error, and so that a
+worker of an older version, which knows neither, still counts the attempt
+as failed."""
 
 from __future__ import annotations
 
@@ -15,7 +32,30 @@ from node import EntryId
 from node.backoff import Backoff
 
 # Backoff is a job's retry options (coordinator.Backoff), so it is exported here.
-__all__ = ["Backoff", "Handler", "Job", "KeyFunction"]
+__all__ = ["Backoff", "GiveUp", "Handler", "Job", "KeyFunction", "RetryAfter"]
+
+
+class RetryAfter(Exception):
+    """The attempt failed; run the next one ``delay`` seconds from now, even
+    past the worker's ``max_attempts``. ``error`` is what the retry carries
+    (as the last attempt's error, cut to ``envelope.MAX_ERROR``)."""
+
+    def __init__(self, delay: float, error: str) -> None:
+        if not delay >= 0 or delay == float("inf"):
+            raise ValueError(f"a retry's delay is a finite number of seconds >= 0, not {delay!r}")
+        super().__init__(f"retry in {delay:g}s: {error}")
+        self.delay = float(delay)
+        self.error = error
+
+
+class GiveUp(Exception):
+    """The attempt failed and no more are to be made: bury the job as a dead
+    letter now, with ``error`` (a traceback may go here: a dead letter keeps
+    its last ``envelope.MAX_DEAD_ERROR`` bytes)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)

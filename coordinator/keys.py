@@ -23,12 +23,21 @@ key                                type    holds                                
                                            key in the shard
 ``<tag>:claim:<key>``              string  the live claim's fencing token         lease (``PX``)
 ``<tag>:done:<key>``               string  the token that completed ``<key>``     ``done_ttl``
-``<tag>:job:<key>``                hash    the in-flight record: ``owner``,       never; deleted by
-                                           ``payload`` (bytes to re-offer),       complete, release
-                                           ``grab``, ``handed``                   or the reaper
+``<tag>:job:<key>``                hash    the in-flight record: ``token``,       never; deleted by
+                                           ``owner``, ``attempt``, ``since``      complete, release,
+                                           (Redis TIME ms) of the claim,          the reaper, or the
+                                           ``payload`` (bytes to re-offer),       next claim/cancel
+                                           ``grab``, ``handed``                   after a lapse
 ``<tag>:inflight``                 zset    member ``<key>``, score = when its     never
                                            record is due for re-offer (Redis
                                            ``TIME``, milliseconds)
+``<tag>:task:<key>``               hash    the job record (coordinator.records):  the writer's
+                                           str fields -> bytes, ``token`` (the    ``ttl``, from its
+                                           writer's), ``cancelled`` (the token    last write
+                                           of a cancel)
+``<tag>:history:<key>``            list    the last ``HISTORY_LENGTH`` events     ``done_ttl`` from
+                                           of the key: ``<ms> <event> <token>     its last event
+                                           <attempt> <owner>``, oldest first
 =================================  ======  =====================================  ==============
 
 Why these lifetimes, and why per shard:
@@ -60,6 +69,16 @@ Why these lifetimes, and why per shard:
   operator would leave unhealed; raise it if yours can last longer.
 * An in-flight record has no TTL: it is the only copy of a claimed job, so it
   must stay until it is completed, released, or written back to the space.
+* A job record lives as long as its writer says (the task layer's
+  ``result_ttl``): it is what is known about the job, not the job, and every
+  fenced write renews it. Cancelling gives one without a TTL ``done_ttl``.
+* A history lives as long as a done marker after its last event: the two
+  answer the same question (did this key run, and how) for the same time.
+  It is capped at ``HISTORY_LENGTH`` events so a job retried forever cannot
+  grow it without bound; the events are pushed by the scripts that end a
+  claim (complete, release, hand_back; claim and cancel for a lapsed one),
+  reaped and cancel, so reading it never disagrees with the state and
+  writing it costs no round trip (lua/prelude.lua).
 
 The unsharded schema before this one kept ``<ns>:epoch``, ``<ns>:fence``,
 ``<ns>:inflight`` and ``<ns>:claim:<key>`` and so on, with no hash tag. This
@@ -85,6 +104,10 @@ MAX_SHARDS = 1024
 #: How long a done marker outlives its job's completion (seconds).
 DONE_TTL = 7 * 24 * 3600.0
 
+#: How many events a key's history keeps (the last ones); the same number is
+#: ``HISTORY_LENGTH`` in ``lua/prelude.lua`` (a test checks they agree).
+HISTORY_LENGTH = 50
+
 #: How long a reaper's grab of an in-flight record lasts (seconds): if the
 #: reaper dies between grabbing a record and writing the job back, another
 #: reaper grabs it again after this long. Longer than a write to the space
@@ -102,7 +125,7 @@ MARGIN_FRACTION = 0.25
 #: The roles of the keys there is one of per shard, and one of per claim key
 #: (:meth:`KeySchema.keys_for`; each is also a method of that name).
 _PER_SHARD = frozenset({"epoch", "fence", "inflight"})
-_PER_KEY = frozenset({"claim", "done", "job"})
+_PER_KEY = frozenset({"claim", "done", "job", "task", "history"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +170,31 @@ class KeySchema:
 
     def job(self, key: str) -> str:
         return self.keys_for(("job",), self.shard(key), key)[0]
+
+    def task(self, key: str) -> str:
+        return self.keys_for(("task",), self.shard(key), key)[0]
+
+    def history(self, key: str) -> str:
+        return self.keys_for(("history",), self.shard(key), key)[0]
+
+    def claim_key_of(self, redis_key: str, role: str) -> str | None:
+        """The claim key in ``redis_key`` if it is this namespace's
+        ``<tag>:<role>:<key>`` for a per-key ``role``, else ``None`` (what
+        a SCAN over a pattern must still check: a glob cannot tell this
+        namespace's tags from a longer namespace's)."""
+        prefix, sep, rest = redis_key.partition(f"}}:{role}:")
+        if not sep or not rest or not prefix.startswith(f"{{{self.namespace}:"):
+            return None
+        shard = prefix[len(self.namespace) + 2 :]
+        if not shard.isdigit() or int(shard) >= self.shards or self.shard(rest) != int(shard):
+            return None
+        return rest
+
+    def scan_pattern(self, role: str) -> str:
+        """A SCAN ``MATCH`` glob over every ``<tag>:<role>:<key>`` of the
+        namespace (with others to drop: :meth:`claim_key_of`)."""
+        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.namespace)
+        return f"{{{escaped}:*}}:{role}:*"
 
     @property
     def legacy_epoch(self) -> str:

@@ -63,12 +63,13 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
 from redis import exceptions as redis_errors
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -81,6 +82,20 @@ from coordinator.errors import (
     LensError,
     LensStateLost,
     LensUnavailable,
+)
+from coordinator.records import (
+    CancelOutcome,
+    FieldValue,
+    HistoryEvent,
+    Holder,
+    KeyState,
+    ScanKind,
+    attempts_of,
+    checked_ttl,
+    encode_fields,
+    pack_fields,
+    parse_event,
+    with_live_claim,
 )
 from coordinator.redis_url import RedisTarget, close, redacted
 from coordinator.scripts import Call, ReplicasBehind, Scripts, Wait
@@ -103,16 +118,61 @@ _STATE_REPLY = "LENSSTATE"
 
 _CLAIMED, _DONE, _HELD = 1, 2, 3
 _NOW, _REPEAT = 1, 2
+_CANCELLED, _CANCEL_REFUSED = 1, 2
+
+#: What durability() reads, and what each must be for the guarantees to hold:
+#: a completion or claim acknowledged is on disk (or within a second of it),
+#: and Redis never evicts a claim, a done marker or a fence to make room.
+_DURABLE: dict[str, tuple[str, ...]] = {
+    "appendonly": ("yes",),
+    "appendfsync": ("always", "everysec"),
+    "maxmemory-policy": ("noeviction",),
+}
 
 
-def _claim_args(key: str, owner: str, lease: float, reoffer: bytes | None) -> tuple[Any, ...]:
+def _claim_args(
+    key: str, owner: str, lease: float, reoffer: bytes | None, *, attempt: int, history_ms: int
+) -> tuple[Any, ...]:
     """claim.lua's ARGV after the key (see its header)."""
     if not key:
         raise ValueError("a claim key must not be empty")
     if lease <= 0:
         raise ValueError("lease must be positive")
+    attempts_of(1, [attempt])
     flag = b"0" if reoffer is None else b"1"
-    return (_ms(lease), owner, flag, reoffer or b"")
+    return (_ms(lease), owner, flag, reoffer or b"", attempt, history_ms)
+
+
+def _shortfalls(name: str, found: Mapping[Any, Any]) -> list[str]:
+    """durability()'s lines for one server's ``CONFIG GET`` answers."""
+    text = {_text(k): _text(v) for k, v in found.items()}
+    lines = []
+    for setting, good in _DURABLE.items():
+        value = text.get(setting)
+        if value is not None and value not in good:
+            lines.append(
+                f"Redis {name} has {setting} {value!r}, not {' or '.join(good)}: " + _WHY[setting]
+            )
+    return lines
+
+
+#: Why each setting of _DURABLE matters, for the warning's second half.
+_WHY = {
+    "appendonly": "a restart forgets every claim and done marker (finished jobs may run again)",
+    "appendfsync": "a crash may forget acknowledged claims and completions",
+    "maxmemory-policy": "Redis may evict claims and done markers when full (jobs run twice)",
+}
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _hash(flat: Sequence[Any]) -> dict[str, bytes]:
+    """A script's ``HGETALL`` reply (field, value, ...) as a mapping."""
+    return {
+        bytes(flat[i]).decode(errors="replace"): bytes(flat[i + 1]) for i in range(0, len(flat), 2)
+    }
 
 
 def _ms(seconds: float) -> int:
@@ -281,7 +341,8 @@ class Claim:
         """Give the key back without completing it. Nothing is re-offered: use
         :meth:`hand_back` when the job must run again."""
         self._check_open()
-        if not await self._lens._run("release", self.key, self._token):
+        history_ms = self._lens._history_ms
+        if not await self._lens._run("release", self.key, self._token, history_ms):
             self._ended = "expired, released or taken over"
             raise ClaimLost(self.key, self._token, self._ended)
         self._ended = "released"
@@ -293,7 +354,10 @@ class Claim:
         if delay < 0:
             raise ValueError("delay must not be negative")
         delay_ms = max(0, round(delay * 1000))
-        result = await self._lens._run("hand_back", self.key, self._token, delay_ms, payload)
+        history_ms = self._lens._history_ms
+        result = await self._lens._run(
+            "hand_back", self.key, self._token, delay_ms, payload, history_ms
+        )
         if result not in (_NOW, _REPEAT):
             self._ended = "expired, released or taken over"
             raise ClaimLost(self.key, self._token, self._ended)
@@ -347,6 +411,8 @@ class Lens(AsyncResource):
         if config.wait_replicas or config.wait_aof:
             wait = Wait(config.wait_replicas, _ms(config.wait_timeout), config.wait_aof)
         self._scripts = Scripts(self._redis, self._keys, wait)
+        #: A history's TTL (a done marker's), as every script that pushes takes it.
+        self._history_ms = _ms(config.done_ttl)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Lens:
@@ -387,32 +453,54 @@ class Lens(AsyncResource):
         await self._check_schema()
 
     async def claim(
-        self, key: str, owner: str, lease: float, *, reoffer: bytes | None = None
+        self,
+        key: str,
+        owner: str,
+        lease: float,
+        *,
+        reoffer: bytes | None = None,
+        attempt: int = 1,
     ) -> Claim:
-        """Claim ``key`` for ``lease`` seconds.
+        """Claim ``key`` for ``lease`` seconds, for delivery ``attempt``.
 
         Raises :class:`AlreadyDone` if the key was completed, and
         :class:`AlreadyClaimed` if another claim on it is live. With
         ``reoffer``, those bytes are kept in an in-flight record and written
         back into the space by a reaper should the claim expire (its holder
-        died): the job is not lost.
+        died): the job is not lost. The owner, the attempt and the time of
+        the claim are kept for :meth:`inspect`, and pushed to the key's
+        :meth:`history`.
         """
         started = time.monotonic()
-        reply = await self._run("claim", key, *_claim_args(key, owner, lease, reoffer))
+        args = _claim_args(key, owner, lease, reoffer, attempt=attempt, history_ms=self._history_ms)
+        reply = await self._run("claim", key, *args)
         outcome = self._granted(key, owner, lease, started, reply)
         if isinstance(outcome, LensError):
             raise outcome
         return outcome
 
     async def claim_many(
-        self, requests: Sequence[tuple[str, bytes | None]], owner: str, lease: float
+        self,
+        requests: Sequence[tuple[str, bytes | None]],
+        owner: str,
+        lease: float,
+        attempts: Sequence[int] | None = None,
     ) -> list[Claim | AlreadyClaimed | AlreadyDone]:
-        """Claim each ``(key, reoffer)`` as :meth:`claim` does, in one round trip.
-        Each outcome is the claim, or the error :meth:`claim` would have raised;
+        """Claim each ``(key, reoffer)`` as :meth:`claim` does, in one round
+        trip, each for its attempt in ``attempts`` (default 1). Each outcome
+        is the claim, or the error :meth:`claim` would have raised;
         :class:`LensUnavailable` is raised for the whole batch."""
         started = time.monotonic()
-        calls = [self._keyed("claim", key, _claim_args(key, owner, lease, offer))
-                 for key, offer in requests]  # fmt: skip
+        history_ms = self._history_ms
+        numbered = zip(requests, attempts_of(len(requests), attempts), strict=True)
+        calls = [
+            self._keyed(
+                "claim",
+                key,
+                _claim_args(key, owner, lease, offer, attempt=n, history_ms=history_ms),
+            )
+            for (key, offer), n in numbered
+        ]
         replies = await self._send(calls)
         return [
             self._granted(key, owner, lease, started, reply)
@@ -490,7 +578,135 @@ class Lens(AsyncResource):
     async def reaped(self, grab: Grab) -> bool:
         """Drop a grabbed record once its payload is back in the space. ``False``
         if the key was claimed again meanwhile (the record is the new claim's)."""
-        return bool(await self._run("reaped", grab.key, grab.grab_id))
+        return bool(await self._run("reaped", grab.key, grab.grab_id, self._history_ms))
+
+    # -- what is known about a key (coordinator.records) --------------------------------
+
+    async def inspect(self, key: str) -> KeyState:
+        """``key``'s live claim, done marker and job record, read at once."""
+        token, pttl, job, done, record = await self._run("inspect", key)
+        holder = None
+        if token is not None:
+            held = _hash(job)
+            holder = Holder(
+                token=int(token),
+                owner=held.get("owner", b"").decode(errors="replace"),
+                # 0: a claim by a worker of an older version, which kept no attempt.
+                attempt=int(held.get("attempt", b"0")),
+                since=int(held.get("since", b"0")) / 1000,
+                remaining=max(int(pttl), 0) / 1000,
+            )
+        return KeyState(key, holder, None if done is None else int(done), _hash(record))
+
+    async def record(self, claim: HeldClaim, fields: Mapping[str, FieldValue], ttl: float) -> None:
+        """Write ``fields`` into ``claim``'s key's job record, for ``ttl``
+        seconds from now, only while ``claim`` is the key's live claim;
+        :class:`ClaimLost` (nothing written) otherwise. Field ``token`` is
+        set to the claim's; fields not given are kept, unless the record was
+        written under an older token (an earlier attempt's): then it is
+        replaced as a whole."""
+        own = self._own(claim)
+        own._check_open()
+        packed = pack_fields(encode_fields(fields, fenced=True))
+        if not await self._run("record", own.key, own.token, _ms(checked_ttl(ttl)), packed):
+            own._ended = "expired, released or taken over"
+            raise ClaimLost(own.key, own.token, f"{own._ended}: its record was not written")
+
+    async def record_enqueued(self, key: str, fields: Mapping[str, FieldValue], ttl: float) -> bool:
+        """Write ``key``'s first job record (a producer's, unfenced), for
+        ``ttl`` seconds; ``False`` (nothing written) if it has one already."""
+        if not key:
+            raise ValueError("a claim key must not be empty")
+        packed = pack_fields(encode_fields(fields, fenced=False))
+        return bool(await self._run("record_new", key, _ms(checked_ttl(ttl)), packed))
+
+    async def history(self, key: str) -> list[HistoryEvent]:
+        """``key``'s claim history, oldest first: the last
+        ``keys.HISTORY_LENGTH`` events, kept ``done_ttl`` after the last,
+        and the live claim's "claimed" (coordinator.records). One round trip;
+        the claim is read before the list, so a claim that ends between the
+        two reads is in the list (and counted once)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(self._keys.claim(key))
+            pipe.hmget(self._keys.job(key), "token", "owner", "attempt", "since")
+            pipe.lrange(self._keys.history(key), 0, -1)
+            token, (held, owner, attempt, since), lines = await self._call(pipe.execute())
+        live = None
+        if token is not None and token == held:
+            live = Holder(int(token), _text(owner or b""), int(attempt or 0),
+                          int(since or 0) / 1000, 0.0)  # fmt: skip
+        events = [parse_event(bytes(line)) for line in lines]
+        return with_live_claim(events, live, keys.HISTORY_LENGTH)
+
+    async def scan(self, kind: ScanKind, count: int = 100) -> AsyncIterator[str]:
+        """Every claim key with a job record (``"task"``) or a live claim
+        (``"claim"``), in no order, each once, from every shard and, under
+        Cluster, every master: ``SCAN`` in steps of about ``count`` keys,
+        never ``KEYS``, so Redis serves others meanwhile. A key written or
+        dropped during the scan may be listed or not."""
+        if kind not in ("task", "claim"):
+            raise ValueError(f"scan lists 'task' or 'claim' keys, not {kind!r}")
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        found = self._redis.scan_iter(match=self._keys.scan_pattern(kind), count=count)
+        seen: set[str] = set()
+        while True:
+            try:
+                name = await self._call(anext(found))
+            except StopAsyncIteration:
+                return
+            key = self._keys.claim_key_of(bytes(name).decode(errors="replace"), kind)
+            if key is not None and key not in seen:
+                seen.add(key)
+                yield key
+
+    async def cancel(self, key: str) -> CancelOutcome:
+        """Make ``key`` done if nobody holds it (a done marker with a fresh
+        token turns every copy of its job away as :class:`AlreadyDone`, and
+        ``cancelled`` is pushed to its history); refused while a claim is
+        held (``"running"``, with its owner); ``"done"`` if it was already."""
+        if not key:
+            raise ValueError("a claim key must not be empty")
+        reply = await self._run("cancel", key, self._history_ms)
+        code = int(reply[0])
+        if code == _CANCELLED:
+            token = int(reply[1])
+            self._highest_token = max(self._highest_token, token)
+            return CancelOutcome("cancelled", token=token)
+        if code == _CANCEL_REFUSED:
+            owner = bytes(reply[1]).decode(errors="replace") or None
+            remaining = int(reply[2]) / 1000 if int(reply[2]) >= 0 else None
+            return CancelOutcome("running", owner=owner, remaining=remaining)
+        return CancelOutcome("done", token=int(reply[1]))
+
+    async def durability(self) -> list[str]:
+        """One line per way the Redis under this Lens falls short of what
+        the guarantees rest on (docs/coordination.md, "Redis settings"):
+        ``appendonly`` not ``yes``, ``appendfsync`` not ``always`` or
+        ``everysec``, ``maxmemory-policy`` not ``noeviction``; on every
+        master under Cluster. Empty when all is well; one line saying so if
+        Redis refuses ``CONFIG`` (a managed Redis may rename it)."""
+        servers: list[tuple[str, Any]] = [(self._where, None)]
+        if isinstance(self._redis, RedisCluster):
+            servers = [(node.name, node) for node in self._redis.get_primaries()]
+        warnings: list[str] = []
+        for name, node in servers:
+            options = {} if node is None else {"target_nodes": node}
+            try:
+                found = {}
+                for setting in _DURABLE:
+                    found.update(await self._call(self._redis.config_get(setting, **options)))
+            except LensUnavailable:
+                raise
+            except LensError as exc:
+                warnings.append(
+                    f"Redis {name} refuses CONFIG GET ({exc}): cannot check that it keeps "
+                    "the Lens's writes (appendonly yes, appendfsync always or everysec, "
+                    "maxmemory-policy noeviction)"
+                )
+                continue
+            warnings += _shortfalls(name, found)
+        return warnings
 
     def _keyed(self, name: str, key: str, args: tuple[Any, ...]) -> Call:
         """A call of script ``name`` about claim ``key``, in the key's shard."""

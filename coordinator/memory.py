@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from coordinator import keys
 from coordinator.authority import Grab, HeldClaim
@@ -35,6 +35,18 @@ from coordinator.errors import (
     LensError,
     LensStateLost,
     LensUnavailable,
+)
+from coordinator.records import (
+    CancelOutcome,
+    FieldValue,
+    HistoryEvent,
+    Holder,
+    KeyState,
+    ScanKind,
+    attempts_of,
+    checked_ttl,
+    encode_fields,
+    with_live_claim,
 )
 
 _GONE = "expired, released or taken over"
@@ -49,6 +61,30 @@ class _Record:
     due: float
     grab: str | None = None
     handed: int | None = None
+    owner: str = ""
+    attempt: int = 0
+
+
+@dataclass(slots=True)
+class _Held:
+    """A live claim (``<tag>:claim:<key>`` and what its record says of it)."""
+
+    token: int
+    owner: str
+    deadline: float
+    attempt: int
+    #: When it was granted, Unix seconds.
+    since: float
+
+
+@dataclass(slots=True)
+class _Expiring:
+    """A job record or a history (``<tag>:task:<key>``, ``<tag>:history:<key>``)
+    and when, by ``clock()``, it expires."""
+
+    expires: float
+    fields: dict[str, bytes] = field(default_factory=dict)
+    events: list[HistoryEvent] = field(default_factory=list)
 
 
 class MemoryClaim:
@@ -129,10 +165,13 @@ class MemoryClaim:
         if delay < 0:
             raise ValueError("delay must not be negative")
         self._authority._enter()
+        held = self._authority._live(self._key)
+        attempt = held.attempt if held is not None else 0
         self._authority._end(self, "handed back")
         self._authority._records[self._key] = _Record(
-            self._token, payload, self._authority.clock() + delay, handed=self._token
-        )
+            self._token, payload, self._authority.clock() + delay, handed=self._token,
+            owner=self._owner, attempt=attempt,
+        )  # fmt: skip
 
     def _check_open(self) -> None:
         if self._ended is not None:
@@ -147,16 +186,20 @@ class MemoryAuthority:
         *,
         clock: Callable[[], float] = time.monotonic,
         reaper_lease: float = keys.REAPER_LEASE,
+        done_ttl: float = keys.DONE_TTL,
     ) -> None:
         self.clock = clock
         self.reaper_lease = reaper_lease
+        #: How long a history lasts after its last event (the Lens's done_ttl).
+        self.done_ttl = done_ttl
         #: False: every call raises LensUnavailable, as while Redis is down.
         self.available = True
         self._fence = 0
-        #: key -> (the live claim's token, its owner, when its lease ends).
-        self._claims: dict[str, tuple[int, str, float]] = {}
+        self._claims: dict[str, _Held] = {}
         self._done: dict[str, int] = {}
         self._records: dict[str, _Record] = {}
+        self._tasks: dict[str, _Expiring] = {}
+        self._histories: dict[str, _Expiring] = {}
         self._forgotten = False
         self._state_losses = 0
 
@@ -171,6 +214,8 @@ class MemoryAuthority:
         self._claims.clear()
         self._done.clear()
         self._records.clear()
+        self._tasks.clear()
+        self._histories.clear()
         self._forgotten = True
 
     async def ping(self) -> None:
@@ -178,23 +223,37 @@ class MemoryAuthority:
             raise LensUnavailable("the memory authority is unavailable")
 
     async def claim(
-        self, key: str, owner: str, lease: float, *, reoffer: bytes | None = None
+        self,
+        key: str,
+        owner: str,
+        lease: float,
+        *,
+        reoffer: bytes | None = None,
+        attempt: int = 1,
     ) -> MemoryClaim:
-        (outcome,) = await self.claim_many([(key, reoffer)], owner, lease)
+        (outcome,) = await self.claim_many([(key, reoffer)], owner, lease, [attempt])
         if isinstance(outcome, LensError):
             raise outcome
         return outcome
 
     async def claim_many(
-        self, requests: Sequence[tuple[str, bytes | None]], owner: str, lease: float
+        self,
+        requests: Sequence[tuple[str, bytes | None]],
+        owner: str,
+        lease: float,
+        attempts: Sequence[int] | None = None,
     ) -> list[MemoryClaim | AlreadyClaimed | AlreadyDone]:
         for key, _ in requests:
             if not key:
                 raise ValueError("a claim key must not be empty")
         if lease <= 0:
             raise ValueError("lease must be positive")
+        numbers = attempts_of(len(requests), attempts)
         self._enter()
-        return [self._claim(key, owner, lease, reoffer) for key, reoffer in requests]
+        return [
+            self._claim(key, owner, lease, reoffer, attempt)
+            for (key, reoffer), attempt in zip(requests, numbers, strict=True)
+        ]
 
     async def extend_many(self, claims: Sequence[HeldClaim]) -> list[ClaimLost | None]:
         own = [self._own(claim) for claim in claims]
@@ -227,7 +286,7 @@ class MemoryAuthority:
             return None
         held = self._live(key)
         if held is not None:
-            record.due = held[2]  # due when that claim's lease ends
+            record.due = held.deadline  # due when that claim's lease ends
             return None
         if key in self._done or record.payload is None:
             del self._records[key]
@@ -242,7 +301,93 @@ class MemoryAuthority:
         if record is None or record.grab != grab.grab_id or self._live(grab.key) is not None:
             return False
         del self._records[grab.key]
+        self._push(grab.key, HistoryEvent(time.time(), "reoffered", record.handed or 0,
+                                          record.owner, record.attempt))  # fmt: skip
         return True
+
+    # -- what is known about a key (coordinator.records) --------------------------------
+
+    async def inspect(self, key: str) -> KeyState:
+        self._enter()
+        held = self._live(key)
+        holder = None
+        if held is not None:
+            remaining = max(0.0, held.deadline - self.clock())
+            holder = Holder(held.token, held.owner, held.attempt, held.since, remaining)
+        record = self._kept(self._tasks, key)
+        return KeyState(key, holder, self._done.get(key), dict(record.fields) if record else {})
+
+    async def record(self, claim: HeldClaim, fields: Mapping[str, FieldValue], ttl: float) -> None:
+        own = self._own(claim)
+        own._check_open()
+        pairs = encode_fields(fields, fenced=True)
+        expires = self.clock() + checked_ttl(ttl)
+        self._enter()
+        if not self._holds(own):
+            own._ended = _GONE
+            raise ClaimLost(own.key, own.token, f"{_GONE}: its record was not written")
+        record = self._kept(self._tasks, own.key)
+        kept = record.fields.get("token") if record is not None else None
+        if record is None or (kept is not None and int(kept) < own.token):
+            record = self._tasks[own.key] = _Expiring(expires)
+        record.fields.update(pairs, token=str(own.token).encode())
+        record.expires = expires
+
+    async def record_enqueued(self, key: str, fields: Mapping[str, FieldValue], ttl: float) -> bool:
+        if not key:
+            raise ValueError("a claim key must not be empty")
+        pairs = encode_fields(fields, fenced=False)
+        expires = self.clock() + checked_ttl(ttl)
+        self._enter()
+        if self._kept(self._tasks, key) is not None:
+            return False
+        self._tasks[key] = _Expiring(expires, dict(pairs))
+        return True
+
+    async def history(self, key: str) -> list[HistoryEvent]:
+        self._enter()
+        kept = self._kept(self._histories, key)
+        held = self._live(key)
+        live = None if held is None else Holder(held.token, held.owner, held.attempt, held.since, 0)
+        return with_live_claim(list(kept.events) if kept else [], live, keys.HISTORY_LENGTH)
+
+    async def scan(self, kind: ScanKind, count: int = 100) -> AsyncIterator[str]:
+        if kind not in ("task", "claim"):
+            raise ValueError(f"scan lists 'task' or 'claim' keys, not {kind!r}")
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        self._enter()
+        if kind == "task":
+            found = [key for key in self._tasks if self._kept(self._tasks, key) is not None]
+        else:
+            found = [key for key in self._claims if self._live(key) is not None]
+        for key in found:
+            yield key
+
+    async def cancel(self, key: str) -> CancelOutcome:
+        if not key:
+            raise ValueError("a claim key must not be empty")
+        self._enter()
+        if key in self._done:
+            return CancelOutcome("done", token=self._done[key])
+        held = self._live(key)
+        if held is not None:
+            remaining = max(0.0, held.deadline - self.clock())
+            return CancelOutcome("running", owner=held.owner or None, remaining=remaining)
+        self._expired(key)
+        self._fence += 1
+        self._done[key] = self._fence
+        record = self._kept(self._tasks, key)
+        if record is None:
+            record = self._tasks[key] = _Expiring(self.clock() + self.done_ttl)
+        record.fields["cancelled"] = str(self._fence).encode()
+        self._push(key, HistoryEvent(time.time(), "cancelled", self._fence, "", 0))
+        return CancelOutcome("cancelled", token=self._fence)
+
+    async def durability(self) -> list[str]:
+        """Nothing to warn of: this authority promises nothing beyond its process."""
+        self._enter()
+        return []
 
     # -- the state, as the Lua scripts change it -----------------------------------------
 
@@ -255,32 +400,68 @@ class MemoryAuthority:
             self._state_losses += 1
             raise LensStateLost("memory", "before", None)
 
-    def _live(self, key: str) -> tuple[int, str, float] | None:
+    def _live(self, key: str) -> _Held | None:
+        """The live claim on ``key``. One whose lease ran out is kept (as the
+        Lens keeps its in-flight record) until the next claim or cancel
+        ends it in the history (:meth:`_expired`)."""
         held = self._claims.get(key)
-        if held is not None and held[2] <= self.clock():
-            del self._claims[key]
+        if held is not None and held.deadline <= self.clock():
             return None
         return held
 
+    def _expired(self, key: str) -> None:
+        """End the claim on ``key`` whose lease ran out, if there is one."""
+        held = self._claims.pop(key, None)
+        if held is not None:
+            self._ended(key, held, "expired")
+
+    def _ended(self, key: str, held: _Held, event: str) -> None:
+        """Push a claim's "claimed" and its end, as ended() in lua/prelude.lua."""
+        self._push(
+            key,
+            HistoryEvent(held.since, "claimed", held.token, held.owner, held.attempt),
+            HistoryEvent(time.time(), event, held.token, held.owner, held.attempt),
+        )
+
     def _holds(self, claim: MemoryClaim) -> bool:
         held = self._live(claim.key)
-        return held is not None and held[0] == claim.token
+        return held is not None and held.token == claim.token
+
+    def _kept(self, kept: dict[str, _Expiring], key: str) -> _Expiring | None:
+        """``kept[key]`` unless it expired (then it is dropped)."""
+        found = kept.get(key)
+        if found is not None and found.expires <= self.clock():
+            del kept[key]
+            return None
+        return found
+
+    def _push(self, key: str, *events: HistoryEvent) -> None:
+        """Append to ``key``'s history, as push_history() in lua/prelude.lua."""
+        history = self._kept(self._histories, key)
+        if history is None:
+            history = self._histories[key] = _Expiring(0.0)
+        history.events += events
+        del history.events[: -keys.HISTORY_LENGTH]
+        history.expires = self.clock() + self.done_ttl
 
     def _claim(
-        self, key: str, owner: str, lease: float, reoffer: bytes | None
+        self, key: str, owner: str, lease: float, reoffer: bytes | None, attempt: int
     ) -> MemoryClaim | AlreadyClaimed | AlreadyDone:
         if key in self._done:
             return AlreadyDone(key, self._done[key])
         held = self._live(key)
         if held is not None:
-            return AlreadyClaimed(key, held[1] or None, max(0.0, held[2] - self.clock()))
+            return AlreadyClaimed(key, held.owner or None, max(0.0, held.deadline - self.clock()))
+        self._expired(key)
         self._fence += 1
         granted = MemoryClaim(self, key, owner, self._fence, lease)
-        self._claims[key] = (granted.token, owner, granted._deadline)
+        self._claims[key] = _Held(granted.token, owner, granted._deadline, attempt, time.time())
         if reoffer is None:
             self._records.pop(key, None)
         else:
-            self._records[key] = _Record(granted.token, reoffer, granted._deadline)
+            self._records[key] = _Record(
+                granted.token, reoffer, granted._deadline, owner=owner, attempt=attempt
+            )
         return granted
 
     def _extend(self, claim: MemoryClaim, lease: float) -> ClaimLost | None:
@@ -289,7 +470,7 @@ class MemoryAuthority:
             return ClaimLost(claim.key, claim.token, _GONE)
         claim._lease = lease
         claim._deadline = self.clock() + lease
-        self._claims[claim.key] = (claim.token, claim.owner, claim._deadline)
+        self._claims[claim.key].deadline = claim._deadline
         record = self._records.get(claim.key)
         if record is not None:
             record.due = claim._deadline
@@ -299,10 +480,11 @@ class MemoryAuthority:
         if not self._holds(claim):
             claim._ended = "expired, released or taken over before completion"
             return ClaimLost(claim.key, claim.token, claim._ended)
-        del self._claims[claim.key]
+        held = self._claims.pop(claim.key)
         self._records.pop(claim.key, None)
         self._done[claim.key] = claim.token
         claim._ended = "completed"
+        self._ended(claim.key, held, "completed")
         return None
 
     def _end(self, claim: MemoryClaim, how: str) -> None:
@@ -311,9 +493,10 @@ class MemoryAuthority:
         if not self._holds(claim):
             claim._ended = _GONE
             raise ClaimLost(claim.key, claim.token, _GONE)
-        del self._claims[claim.key]
+        held = self._claims.pop(claim.key)
         self._records.pop(claim.key, None)
         claim._ended = how
+        self._ended(claim.key, held, "released" if how == "released" else "handed_back")
 
     def _own(self, claim: HeldClaim) -> MemoryClaim:
         if not isinstance(claim, MemoryClaim) or claim._authority is not self:

@@ -42,20 +42,24 @@ from coordinator.redis_url import RedisClient
 
 #: Each script's KEYS, in the order of its header, as :class:`KeySchema` roles.
 KEY_ROLES: dict[str, tuple[str, ...]] = {
-    "claim": ("claim", "done", "fence", "job", "inflight", "epoch"),
-    "complete": ("claim", "done", "job", "inflight", "epoch"),
+    "cancel": ("claim", "done", "fence", "job", "task", "history", "epoch"),
+    "claim": ("claim", "done", "fence", "job", "inflight", "history", "epoch"),
+    "complete": ("claim", "done", "job", "inflight", "history", "epoch"),
     "due": ("inflight", "epoch"),
     "epoch": ("epoch",),
     "extend": ("claim", "inflight", "epoch"),
     "grab": ("claim", "done", "job", "inflight", "epoch"),
-    "hand_back": ("claim", "job", "inflight", "epoch"),
-    "reaped": ("claim", "job", "inflight", "epoch"),
-    "release": ("claim", "job", "inflight", "epoch"),
+    "hand_back": ("claim", "job", "inflight", "history", "epoch"),
+    "inspect": ("claim", "done", "job", "task", "epoch"),
+    "reaped": ("claim", "job", "inflight", "history", "epoch"),
+    "record": ("claim", "task", "epoch"),
+    "record_new": ("task", "epoch"),
+    "release": ("claim", "job", "inflight", "history", "epoch"),
     "verify": ("claim", "epoch"),
 }
 
 #: The scripts that only read: a batch of these alone needs no ``WAIT``.
-READ_ONLY = frozenset({"due", "verify"})
+READ_ONLY = frozenset({"due", "inspect", "verify"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,8 @@ For each job:
    travels in the tuple's trailer, else the key it was written with
    (``write(..., key=...)``), else ``key(payload)`` when given, else the
    tuple's entry id. The claim carries no re-offer bytes: the reservation is
-   the job's copy. Nothing is acked yet.
+   the job's copy, and records the delivery's attempt (``Lens.inspect``
+   shows it). Nothing is acked yet.
 3. run ``handler(job)`` while a heartbeat, each third of a lease, extends the
    Lens claims of all running jobs in one call and their node reservations in
    one more (``extend_many``); if a claim is lost, the handler is cancelled.
@@ -68,7 +69,10 @@ Outcomes other than success:
   reservation is acked: the job is always in the space, as e1 or as the
   retry (a worker dying between the write and the ack leaves both; the claim
   key lets one of them run at a time). After ``max_attempts`` the written
-  bytes are a dead letter under ``dead_prefix``.
+  bytes are a dead letter under ``dead_prefix``. A handler that raised
+  :class:`coordinator.job.RetryAfter` chose the delay itself, and is retried
+  past ``max_attempts``; one that raised :class:`coordinator.job.GiveUp` is
+  buried at once (coordinator.job).
 * The job killed its worker (or the worker died while running it): the node
   counts the leases of a tuple that ran out unsettled
   (``Reserved.deliveries``), and the worker counts each as an attempt: a
@@ -113,7 +117,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -123,7 +127,7 @@ from coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from coordinator.envelope import Envelope
 from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
 from coordinator.holding import Acks, Parked, Slots
-from coordinator.job import Backoff, Handler, Job, KeyFunction
+from coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
 from coordinator.reaper import Reaper
 from coordinator.spaces import TakeOnly, WorkSpace, ack_then_reserve
 from node import EntryId, ForumError, Pattern, Reserved, TupleSpace
@@ -437,8 +441,9 @@ class Worker:
             raise
         found_all = len(items) == most
         if not items:
-            wait = self._space.reserve(self._pattern, self.lease, timeout=self._take_wait)
-            item = await self._unless_stopped(wait)
+            item = await self._unless_stopped(
+                lambda: self._space.reserve(self._pattern, self.lease, timeout=self._take_wait)
+            )
             items = [] if item is None else [item]
         if self._stopping.is_set() and items:
             await self._release([item.id for item in items])
@@ -488,11 +493,14 @@ class Worker:
         if ahead:
             await self._release([item.id for item in ahead])
 
-    async def _unless_stopped(self, wait: Awaitable[_T | None]) -> _T | None:
-        """``wait`` (one blocking reserve), or ``None`` once the worker stops."""
+    async def _unless_stopped(self, wait: Callable[[], Awaitable[_T | None]]) -> _T | None:
+        """What ``wait()`` (one blocking reserve) answers, or ``None`` once the
+        worker stops. ``wait`` is called only if the worker has not stopped
+        yet (a stop that landed during the reserve before it): a coroutine
+        made and never awaited would be a warning, and an error in the tests."""
         if self._stopping.is_set():
             return None
-        waiting = asyncio.ensure_future(wait)
+        waiting = asyncio.ensure_future(wait())
         stopping = asyncio.ensure_future(self._stopping.wait())
         try:
             await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
@@ -551,7 +559,10 @@ class Worker:
         generation = self._generation
         try:
             outcomes = await self._lens.claim_many(
-                [(offer.key, None) for offer in offers], self.owner, self.lease
+                [(offer.key, None) for offer in offers],
+                self.owner,
+                self.lease,
+                [offer.envelope.attempt for offer in offers],
             )
         except LensError as exc:
             # Fail closed, lose nothing: no handler without a claim; the jobs go
@@ -738,19 +749,35 @@ class Worker:
             return
         if error is None:
             await self._completions.submit(job.claim, job.entry_id)
-            return
-        await self._settle_failure(job, envelope, f"{type(error).__name__}: {error}")
+        elif isinstance(error, GiveUp):
+            await self._settle_failure(job, envelope, error.error, last=True)
+        elif isinstance(error, RetryAfter):
+            await self._settle_failure(job, envelope, error.error, last=False, delay=error.delay)
+        else:
+            await self._settle_failure(job, envelope, f"{type(error).__name__}: {error}")
 
-    async def _settle_failure(self, job: Job, envelope: Envelope, error: str) -> None:
+    async def _settle_failure(
+        self,
+        job: Job,
+        envelope: Envelope,
+        error: str,
+        *,
+        last: bool | None = None,
+        delay: float | None = None,
+    ) -> None:
         """Attempt ``envelope.attempt`` failed with ``error``: release the
         claim, write the next attempt (or after the last, the dead letter),
-        then ack the failed reservation."""
+        then ack the failed reservation. The handler may have said whether
+        this was the last (``GiveUp``, ``RetryAfter``) and when the next is
+        due; else ``max_attempts`` and the backoff decide."""
         log.info("%s attempt %d failed: %s", job.key, envelope.attempt, error)
-        last = envelope.attempt >= self.max_attempts
+        if last is None:
+            last = envelope.attempt >= self.max_attempts
         if last:
             payload = bury(envelope.failed(error), self.dead_prefix)
         else:
-            delay = self.backoff.delay(envelope.attempt, self._rng)
+            if delay is None:
+                delay = self.backoff.delay(envelope.attempt, self._rng)
             payload = envelope.next_attempt(error, time.time() + delay if delay else None).seal()
         # Released first, so the next attempt, once due, finds the key free.
         await self._release_claim(job.claim)

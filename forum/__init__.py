@@ -2,20 +2,23 @@
 
 ``import forum`` is the public face: the in-process node and its client
 (:mod:`node`), the worker runtime and its Redis-backed Lens
-(:mod:`coordinator`), and the errors callers catch, each the same object as
-in its home package. The ``forum`` command lives here too (:mod:`forum.cli`).
+(:mod:`coordinator`), the task layer (:mod:`tasks`: ``forum.App``), and the
+errors callers catch, each the same object as in its home package. The
+``forum`` command lives here too (:mod:`forum.cli`).
 
 Which package may import which (``tests/test_layers.py`` checks it)::
 
     forum        this face: the command, the wiring        uses all below
     deploy       local clusters, the demo, its checker     uses coordinator, replication, node
+    tasks        named tasks, results, status, cron        uses coordinator, node
     coordinator  the Lens and the worker runtime           uses node
     replication  gossip between nodes                      uses node
     node         one node: the Strand, the API, the HTTP   uses none of them
 
-The names of ``coordinator`` and ``replication`` are imported when first
-used (:func:`__getattr__`): every ``forum`` command imports this package, and
-``forum serve`` must run without Redis, ``forum take`` without replication.
+The names of ``coordinator``, ``tasks`` and ``replication`` are imported
+when first used (:func:`__getattr__`): every ``forum`` command imports this
+package, and ``forum serve`` must run without Redis, ``forum take`` without
+replication.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from coordinator import (
         AlreadyClaimed,
         AlreadyDone,
+        Backoff,
         ClaimLost,
         Job,
         Lens,
@@ -54,22 +58,52 @@ if TYPE_CHECKING:
         Worker,
     )
     from replication import ReplicationError
+    from tasks import (
+        App,
+        Context,
+        InvalidJob,
+        JobCancelled,
+        JobExpired,
+        JobFailed,
+        JobHandle,
+        JobNotFound,
+        JobState,
+        JobStatus,
+        JsonSerializer,
+        MsgpackSerializer,
+        ResultTimeout,
+        TaskError,
+        UnknownTask,
+    )
 
 __all__ = [
     "AlreadyClaimed",
     "AlreadyDone",
+    "App",
+    "Backoff",
     "ClaimLost",
     "ClientError",
+    "Context",
     "DataDirLocked",
     "Forum",
     "ForumClient",
     "ForumError",
+    "InvalidJob",
     "Job",
+    "JobCancelled",
+    "JobExpired",
+    "JobFailed",
+    "JobHandle",
+    "JobNotFound",
+    "JobState",
+    "JobStatus",
+    "JsonSerializer",
     "Lens",
     "LensError",
     "LensStateLost",
     "LensUnavailable",
     "LimitExceeded",
+    "MsgpackSerializer",
     "NodeRejected",
     "NodeTimeout",
     "NodeUnavailable",
@@ -77,13 +111,16 @@ __all__ = [
     "PayloadTooLarge",
     "RecordTooLarge",
     "ReplicationError",
+    "ResultTimeout",
     "SerializationError",
     "Strand",
     "StrandConfig",
     "StrandCorrupt",
     "StrandError",
+    "TaskError",
     "Throttled",
     "Unauthorized",
+    "UnknownTask",
     "Worker",
 ]
 
@@ -93,6 +130,7 @@ _LAZY = {
         {
             "AlreadyClaimed",
             "AlreadyDone",
+            "Backoff",
             "ClaimLost",
             "Job",
             "Lens",
@@ -103,6 +141,25 @@ _LAZY = {
         }
     ),
     "replication": frozenset({"ReplicationError"}),
+    "tasks": frozenset(
+        {
+            "App",
+            "Context",
+            "InvalidJob",
+            "JobCancelled",
+            "JobExpired",
+            "JobFailed",
+            "JobHandle",
+            "JobNotFound",
+            "JobState",
+            "JobStatus",
+            "JsonSerializer",
+            "MsgpackSerializer",
+            "ResultTimeout",
+            "TaskError",
+            "UnknownTask",
+        }
+    ),
 }
 
 

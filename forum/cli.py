@@ -7,6 +7,8 @@
                                         forum.cli_client   a node's API from the shell
     forum watch                         forum.cli_watch    a node's events, as they happen
     forum worker                        forum.cli_worker   workers (the Lens: Redis)
+    forum jobs list|show|cancel|retry|purge
+                                        forum.cli_jobs     a task app's jobs
     forum dead list|requeue             forum.cli_dead     dead letters
     forum cluster up|demo               forum.cli_cluster  a local cluster of processes
 
@@ -73,6 +75,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": (
         "run workers that take jobs from a node and claim them in Redis",
         "forum.cli_worker:add_worker",
+    ),
+    "jobs": (
+        "list, show, cancel, retry or purge a task app's jobs",
+        "forum.cli_jobs:add_jobs",
     ),
     "dead": ("list or requeue dead-lettered jobs", "forum.cli_dead:add_dead"),
     "cluster": (

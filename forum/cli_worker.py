@@ -1,13 +1,27 @@
-"""``forum worker``: take jobs from a node, claim them in the Lens, run a handler.
+"""``forum worker``: take jobs from a node, claim them in the Lens, run them.
 
-``--handler module:name`` names either an ``async def handler(job)``, or a
-function of no arguments returning an async context manager that yields one
-(so a handler can open its connections once and close them at exit)::
+Two kinds of worker, one of them per process:
+
+* ``--app module:name`` names a task app (:class:`tasks.App`): the worker
+  runs all of its tasks, and its periodic tasks' slots (docs/tasks.md). The
+  prefix, the dead prefix and each task's retries come from the app; the
+  node and Redis too, unless ``--node`` / ``--redis-url`` (or
+  ``$FORUM_NODE`` / ``$FORUM_REDIS_URL``) say otherwise.
+* ``--handler module:name`` (with ``--prefix``) names the byte-level
+  handler: either an ``async def handler(job)``, or a function of no
+  arguments returning an async context manager that yields one (so a handler
+  can open its connections once and close them at exit)::
 
     @contextlib.asynccontextmanager
     async def open_handler():
         async with Store.connect() as store:
             yield lambda job: store.put(job.key, job.token, job.payload)
+
+At start the worker prints, loudly, every way its Redis falls short of what
+the guarantees rest on (``Lens.durability``: AOF off, an eviction policy).
+An app's worker also refuses to start without Redis (one line, exit 2): a
+task worker is a deployment that was meant to have one. A handler's worker
+waits for Redis instead (an outage is not a mistake), failing closed.
 """
 
 from __future__ import annotations
@@ -21,11 +35,13 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from redis import exceptions as redis_errors
 
+from coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from coordinator.errors import LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, KeyFunction
 from coordinator.keys import DEFAULT_NAMESPACE
@@ -44,6 +60,7 @@ from coordinator.worker import (
 from forum.cli_args import (
     COUNT,
     COUNT_OR_ZERO,
+    DEFAULT_NODE,
     EXIT_OK,
     NONEMPTY,
     PORT,
@@ -55,8 +72,10 @@ from forum.cli_args import (
 from forum.cli_dead import dead_letter_options
 from node import Pattern
 from node.cancellation import wait_event
-from node.client import ForumClient
+from node.client import ForumClient, node_url
 from node.errors import ClientError, Unauthorized
+from tasks import App
+from tasks.errors import TaskError
 
 # The name its log lines had when this was coordinator/cli.py: log filters keep working.
 log = logging.getLogger("coordinator.cli")
@@ -85,37 +104,80 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # -- the options -------------------------------------------------------------------
 
 
+def redis_options(parser: argparse.ArgumentParser) -> None:
+    """``--redis-url`` (alias ``--redis``) and ``--namespace``: the Lens's
+    Redis, for ``forum worker`` and ``forum jobs``. Both default to ``None``:
+    :func:`redis_url` and :func:`namespace` resolve them (an app's own when
+    neither the flag nor ``$FORUM_REDIS_URL`` is given)."""
+    add = parser.add_argument
+    add(
+        "--redis-url",
+        "--redis",
+        dest="redis_url",
+        metavar="URL",
+        type=REDIS_URL,
+        help="the Lens's Redis: redis://host:port/db, a Sentinel-managed primary as "
+        "redis+sentinel://host:port[,...]/name, or a Redis Cluster as "
+        "redis+cluster://host:port[,...]/ (default $FORUM_REDIS_URL, else --app's, else "
+        f"{_DEFAULT_REDIS})",
+    )
+    add(
+        "--namespace",
+        metavar="NS",
+        type=NONEMPTY,
+        help=f"prefix of the Lens's Redis keys (default --app's, else {DEFAULT_NAMESPACE})",
+    )
+
+
+def node_from_app(parser: argparse.ArgumentParser) -> None:
+    """``--node`` (of :func:`forum.cli_args.node_options`, added already)
+    defaults to ``None``: :class:`Where` resolves it, the app's own when
+    neither the flag nor ``$FORUM_NODE`` is given."""
+    parser.set_defaults(node=None)
+    for action in parser._actions:
+        if action.dest == "node":
+            action.help = f"the node's URL (default $FORUM_NODE, else --app's, else {DEFAULT_NODE})"
+
+
+def app_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    """``--app MODULE:NAME`` and ``--app-dir``: a task app (:class:`tasks.App`)."""
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:NAME",
+        required=required,
+        help="a task app (forum.App): its prefix, serializer, node and Redis",
+    )
+    parser.add_argument(
+        "--app-dir",
+        metavar="DIR",
+        type=DIRECTORY,
+        default=".",
+        help="where --app, --handler and --key modules are imported from (default .)",
+    )
+
+
 def add_worker(parser: argparse.ArgumentParser) -> None:
     """The options of ``forum worker``."""
     parser.description = (
-        "Take jobs matching --prefix from a node, claim each in the Lens "
-        "(Redis), run --handler on it, and complete it. Failed jobs are retried with "
-        "backoff, then parked under --dead-prefix. SIGTERM or SIGINT drains: no new "
-        "takes, running handlers get --drain-timeout seconds, the rest are handed back."
+        "Run all the tasks of --app, or --handler on the jobs matching --prefix: take "
+        "jobs from a node, claim each in the Lens (Redis), run it, and complete it. "
+        "Failed jobs are retried with backoff, then parked under the dead prefix. SIGTERM "
+        "or SIGINT drains: no new takes, running jobs get --drain-timeout seconds, the "
+        "rest are handed back."
     )
     parser.epilog = (
-        "example:\n  forum worker --node http://127.0.0.1:7070 "
+        "examples:\n  forum worker --app examples.thumbnails.app:app --concurrency 8\n"
+        "  forum worker --node http://127.0.0.1:7070 "
         "--redis-url redis://127.0.0.1:6379/0 \\\n    --prefix job/ "
         "--handler examples.handlers.fenced_redis:open_handler --concurrency 8"
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     dead_letter_options(parser)
+    node_from_app(parser)
+    parser.set_defaults(dead_prefix=None)  # with --handler: dead/; with --app: the app's
+    redis_options(parser)
+    app_option(parser)
     add = parser.add_argument
-    add(
-        "--redis-url",
-        metavar="URL",
-        type=REDIS_URL,
-        default=os.environ.get("FORUM_REDIS_URL", _DEFAULT_REDIS),
-        help="the Lens's Redis: redis://host:port/db, a Sentinel-managed primary as "
-        "redis+sentinel://host:port[,...]/name, or a Redis Cluster as "
-        f"redis+cluster://host:port[,...]/ (default $FORUM_REDIS_URL or {_DEFAULT_REDIS})",
-    )
-    add(
-        "--namespace",
-        metavar="NS",
-        default=DEFAULT_NAMESPACE,
-        help=f"prefix of the Lens's Redis keys (default {DEFAULT_NAMESPACE})",
-    )
     add(
         "--wait-replicas",
         metavar="N",
@@ -142,26 +204,19 @@ def add_worker(parser: argparse.ArgumentParser) -> None:
         "--prefix",
         metavar="PREFIX",
         type=NONEMPTY,
-        required=True,
-        help="take tuples starting with this (not empty: '' would take the dead letters too)",
+        help="with --handler: take tuples starting with this (not empty: '' would take "
+        "the dead letters too)",
     )
     add(
         "--handler",
         metavar="MODULE:NAME",
-        required=True,
         help="an async handler(job), or a factory of an async context manager yielding one",
     )
     add(
         "--key",
         metavar="MODULE:NAME",
-        help="a function payload -> idempotency key (default: the tuple's entry id)",
-    )
-    add(
-        "--app-dir",
-        metavar="DIR",
-        type=DIRECTORY,
-        default=".",
-        help="where --handler and --key modules are imported from (default .)",
+        help="with --handler: a function payload -> idempotency key (default: the "
+        "tuple's write key, else its entry id)",
     )
     add(
         "--concurrency",
@@ -181,15 +236,16 @@ def add_worker(parser: argparse.ArgumentParser) -> None:
         "--max-attempts",
         metavar="N",
         type=COUNT,
-        default=DEFAULT_MAX_ATTEMPTS,
-        help=f"attempts before a job is dead-lettered (default {DEFAULT_MAX_ATTEMPTS})",
+        help=f"deliveries before a job is dead-lettered (default {DEFAULT_MAX_ATTEMPTS}; "
+        "with --app, one past the most retries of any task: each task's own retries "
+        "decide, this buries a job whose workers keep dying)",
     )
     add(
         "--backoff",
         metavar="SECONDS",
         type=SECONDS_OR_ZERO,
-        default=1.0,
-        help="delay before the first retry; doubles each attempt, jittered (default 1)",
+        help="with --handler: delay before the first retry; doubles each attempt, "
+        "jittered (default 1; an app's tasks have their own)",
     )
     add(
         "--drain-timeout",
@@ -246,12 +302,16 @@ async def run_worker(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    _check_kind(args)
     # Importing the user's modules reads files: not on the event loop.
-    handler_source, key = await asyncio.to_thread(_load_user_code, args)
+    code = await asyncio.to_thread(_load_user_code, args)
+    if code.app is not None:
+        _check_max_attempts(code.app, args.max_attempts)
+    where = Where.of(args, code.app)
     try:
         lens = Lens.from_url(
-            args.redis_url,
-            namespace=args.namespace,
+            where.redis_url,
+            namespace=where.namespace,
             wait_replicas=args.wait_replicas,
             wait_timeout=args.wait_timeout,
             wait_aof=args.wait_aof,
@@ -260,37 +320,20 @@ async def run_worker(args: argparse.Namespace) -> int:
         raise UsageError(f"--redis-url, --namespace or --wait-*: {exc}") from None
     async with contextlib.AsyncExitStack() as stack:
         space = await stack.enter_async_context(
-            ForumClient(args.node, args.token, timeout=args.take_wait + 30)
+            ForumClient(where.node, where.token, timeout=args.take_wait + 30)
         )
         await stack.enter_async_context(lens)
-        await _check_lens(lens, args.redis_url)
+        await check_lens(lens, where.redis_url, required=code.app is not None)
+        await _warn_durability(lens)
         await _check_node(space)
-        handler = await stack.enter_async_context(_open_handler(args.handler, handler_source))
-        try:
-            worker = Worker(
-                space,
-                lens,
-                Pattern(os.fsencode(args.prefix)),
-                handler,
-                concurrency=args.concurrency,
-                lease=args.lease,
-                max_attempts=args.max_attempts,
-                backoff=Backoff(base=args.backoff, cap=max(args.backoff, 300.0)),
-                key=key,
-                owner=args.owner,
-                dead_prefix=os.fsencode(args.dead_prefix),
-                drain_timeout=args.drain_timeout,
-                take_wait=args.take_wait,
-            )
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        worker = await _make_worker(stack, args, code, space, lens)
         if args.metrics_port is not None:
             await _serve_metrics(stack, worker, args.metrics_host, args.metrics_port)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, worker.stop)
         print(
-            f"forum worker {worker.owner}: taking {args.prefix!r} from {args.node}",
+            f"forum worker {worker.owner}: {code.describe(args)} from {where.node}",
             file=sys.stderr,
             flush=True,
         )
@@ -305,18 +348,171 @@ async def run_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _check_lens(lens: Lens, url: str) -> None:
+def _check_kind(args: argparse.Namespace) -> None:
+    """One kind of worker, and only the flags that kind has."""
+    if (args.app is None) == (args.handler is None):
+        raise UsageError(
+            "give --app MODULE:NAME (a task app) or --handler MODULE:NAME with --prefix"
+        )
+    if args.handler is not None and args.prefix is None:
+        raise UsageError("--handler needs --prefix: the byte prefix of its jobs")
+    if args.app is not None:
+        flags = {"--prefix": args.prefix, "--key": args.key, "--backoff": args.backoff}
+        flags["--dead-prefix"] = args.dead_prefix
+        given = [flag for flag, value in flags.items() if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)}: not with --app (the app and its tasks set them)")
+
+
+@dataclass(frozen=True, slots=True)
+class UserCode:
+    """What ``--app``, or ``--handler`` and ``--key``, named."""
+
+    app: App | None = None
+    handler: Any = None
+    key: KeyFunction | None = None
+
+    def describe(self, args: argparse.Namespace) -> str:
+        if self.app is None:
+            return f"taking {args.prefix!r}"
+        periodic = f", {len(self.app.periodic)} periodic" if self.app.periodic else ""
+        count = len(self.app.tasks)
+        names = ", ".join(sorted(self.app.tasks))
+        return f"running {args.app} ({count} task{'s' * (count != 1)}: {names}{periodic})"
+
+
+def _load_user_code(args: argparse.Namespace) -> UserCode:
+    sys.path.insert(0, os.path.abspath(args.app_dir))
+    if args.app is not None:
+        return UserCode(app=load_app(args.app))
+    handler = _resolve("--handler", args.handler)
+    return UserCode(handler=handler, key=_resolve("--key", args.key) if args.key else None)
+
+
+def load_app(spec: str, *, need_tasks: bool = True) -> App:
+    """The task app ``module:name`` names; a worker's (``need_tasks``) has at
+    least one task, and each is callable."""
+    app = _resolve("--app", spec)
+    if not isinstance(app, App):
+        raise UsageError(f"--app {spec}: a {type(app).__name__}, not a task app (forum.App)")
+    if need_tasks and not app.tasks:
+        raise UsageError(f"--app {spec}: the app has no tasks: nothing for a worker to run")
+    for name, task in app.tasks.items():
+        if not callable(getattr(task, "function", None)):
+            raise UsageError(f"--app {spec}: task {name!r} is not callable")
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """The node, Redis and key namespace a command uses: each flag, else its
+    environment variable, else the app's (with ``--app``), else the default."""
+
+    node: str
+    redis_url: str
+    namespace: str
+    token: str | None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, app: App | None) -> Where:
+        node = args.node or _from_env("FORUM_NODE", node_url)
+        redis = args.redis_url or _from_env("FORUM_REDIS_URL", _redis_url)
+        return cls(
+            node=node or (app.nodes[0] if app is not None else DEFAULT_NODE),
+            redis_url=redis or (app.redis if app is not None else _DEFAULT_REDIS),
+            namespace=args.namespace or (app.namespace if app is not None else DEFAULT_NAMESPACE),
+            token=args.token or (app.token if app is not None else None),
+        )
+
+
+def _from_env(name: str, check: Callable[[str], str]) -> str | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise UsageError(f"${name}: {exc}") from None
+
+
+async def _make_worker(
+    stack: contextlib.AsyncExitStack,
+    args: argparse.Namespace,
+    code: UserCode,
+    space: ForumClient,
+    lens: Lens,
+) -> Worker:
+    """The app's worker, or the handler's (opened on ``stack``)."""
+    options: dict[str, Any] = {
+        "concurrency": args.concurrency,
+        "lease": args.lease,
+        "owner": args.owner,
+        "drain_timeout": args.drain_timeout,
+        "take_wait": args.take_wait,
+    }
+    if args.max_attempts is not None:
+        options["max_attempts"] = args.max_attempts
+    try:
+        if code.app is not None:
+            return code.app.worker(space, lens, **options)
+        handler = await stack.enter_async_context(_open_handler(args.handler, code.handler))
+        backoff = 1.0 if args.backoff is None else args.backoff
+        return Worker(
+            space,
+            lens,
+            Pattern(os.fsencode(args.prefix)),
+            handler,
+            backoff=Backoff(base=backoff, cap=max(backoff, 300.0)),
+            key=code.key,
+            dead_prefix=os.fsencode(args.dead_prefix or DEFAULT_DEAD_PREFIX.decode()),
+            **options,
+        )
+    except (ValueError, TaskError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _check_max_attempts(app: App, given: int | None) -> None:
+    """An app's worker buries a job past ``--max-attempts`` deliveries, so it
+    must allow every attempt of the task with the most retries."""
+    if given is None:
+        return
+    task = max(app.tasks.values(), key=lambda t: t.options.retries)
+    if given < task.options.retries + 1:
+        raise UsageError(
+            f"--max-attempts {given}: below task {task.name!r}'s {task.options.retries + 1} "
+            "attempts (its retries + 1)"
+        )
+
+
+async def check_lens(lens: Lens, url: str, *, required: bool) -> None:
     """Fail now if Redis refuses this URL (a database that does not exist, a
-    wrong password). Redis merely down is an outage, not a mistake: the worker
-    starts and fails closed until Redis is back."""
+    wrong password), or, when ``required``, does not answer. Otherwise Redis
+    merely down is an outage, not a mistake: the worker starts and fails
+    closed until Redis is back."""
     try:
         await lens.ping()
     except LensUnavailable as exc:
         if isinstance(exc.__cause__, redis_errors.AuthenticationError):
             raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__}") from None
+        if required:
+            raise UsageError(f"--redis-url {masked(url)}: Redis is not reachable: {exc}") from None
         log.warning("Redis is not reachable yet (%s): waiting for it", exc)
     except LensError as exc:
         raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__ or exc}") from None
+
+
+async def _warn_durability(lens: Lens) -> None:
+    """Say, loudly, how this Redis falls short of what the guarantees rest on."""
+    try:
+        shortfalls = await lens.durability()
+    except LensError as exc:  # down: check_lens said so already
+        log.debug("Redis's durability settings not checked: %s", exc)
+        return
+    for line in shortfalls:
+        print(f"forum worker: WARNING: {line}", file=sys.stderr, flush=True)
+    if shortfalls:
+        see = "docs/coordination.md, 'Redis settings the guarantees need'"
+        print(f"forum worker: WARNING: see {see}", file=sys.stderr, flush=True)
 
 
 async def _check_node(space: ForumClient) -> None:
@@ -344,12 +540,6 @@ async def _serve_metrics(
     if port == 0:
         bound = ", ".join(f"{a[0]}:{a[1]}" for a in runner.addresses)
         print(f"forum worker: metrics on {bound}", file=sys.stderr, flush=True)
-
-
-def _load_user_code(args: argparse.Namespace) -> tuple[Any, KeyFunction | None]:
-    sys.path.insert(0, os.path.abspath(args.app_dir))
-    handler = _resolve("--handler", args.handler)
-    return handler, (_resolve("--key", args.key) if args.key else None)
 
 
 def _resolve(flag: str, spec: str) -> Any:

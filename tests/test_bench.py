@@ -1,11 +1,15 @@
 """The benchmarks run end to end (tiny, Forum and Redis only: no peer's
-environment, no timing asserted): bench/peers_bench.py, bench/http_bench.py
-and bench/node_bench.py --scheduling each leave a complete report, and
-peers_bench kills a run that overruns its timeout, says so, and goes on."""
+environment, no timing asserted): bench/peers_bench.py (the raw Worker and
+the task layer, with their ratios to each other and to a peer's figure,
+and a profile of each run),
+bench/http_bench.py and bench/node_bench.py --scheduling each leave a
+complete report, and peers_bench kills a run that overruns its timeout, says
+so, and goes on."""
 
 from __future__ import annotations
 
 import json
+import pstats
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +85,68 @@ def test_peers_bench_kills_a_run_past_its_timeout_and_goes_on(tmp_path: Path) ->
     assert not alive(int(started.read_text()))  # the whole process group was killed
 
 
+#: A "saq" Python whose every run finishes at once at 40 jobs/s: a peer's figure
+#: without a peer's environment, for the ratios the report draws from it.
+FIXED_PYTHON = """#!/bin/sh
+if [ "$1" = "-I" ]; then echo '{"saq": "0", "redis": null, "hiredis": null}'; exit 0; fi
+echo '{"jobs": 30, "seconds": 0.75, "jobs_per_s": 40.0, "enqueue_per_s": 80.0, \
+"process_per_s": 80.0}'
+"""
+
+
+def test_peers_bench_runs_the_task_layer_beside_the_raw_worker_and_each_peer(
+    tmp_path: Path,
+) -> None:
+    saq = tmp_path / "python"
+    saq.write_text(FIXED_PYTHON)
+    saq.chmod(0o755)
+    out = tmp_path / "peers.json"
+    done = run("peers_bench.py", "--systems", "forum", "forum-tasks", "saq",
+               "--python", f"saq={saq}", "--jobs", "30", "--rounds", "1",
+               "--concurrency", "2", "--no-plot", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["targets"] == {"tasks_vs_forum_min": 0.8, "tasks_vs_fastest_peer_min": 2.0}
+    assert report["versions"]["forum-tasks"]["forum"]
+    row = report["concurrency"]["2"]
+    assert row["forum-tasks"]["jobs"] == 30  # every job run once (noop_jobs checks it)
+    tasks, forum = row["forum-tasks"], row["forum"]
+    rate = tasks["jobs_per_s"]
+    assert row["forum_vs"] == {"saq": forum["jobs_per_s"] / 40.0}  # Forum's are not peers
+    phases = {p: tasks[f"{p}_per_s"] / forum[f"{p}_per_s"] for p in ("enqueue", "process")}
+    assert row["tasks"] == {
+        "vs_forum": rate / forum["jobs_per_s"],
+        "vs": {"saq": rate / 40.0},
+        "vs_fastest_peer": rate / 40.0,
+        "pass_vs_forum": rate / forum["jobs_per_s"] >= 0.8,
+        "pass_vs_fastest_peer": rate / 40.0 >= 2.0,
+        "phases_vs_forum": phases,
+    }
+    table = done.stdout.splitlines()
+    assert table[1].split() == ["c", "forum", "forum-tasks", "saq", "/saq"]
+    assert table[3].startswith("forum-tasks (App.enqueue + app.worker): / forum (raw Worker)")
+    assert table[4].split() == ["c", "/forum", "enqueue", "process", "/saq", "/fastest"]
+    shown = [rate / forum["jobs_per_s"], *phases.values(), rate / 40.0, rate / 40.0]
+    assert table[5].split() == ["2", *(f"{r:.2f}x" for r in shown)]
+
+
+def test_peers_bench_profiles_each_run_into_a_file_of_its_own(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    done = run("peers_bench.py", "--systems", "forum-tasks", "--jobs", "10", "--rounds", "2",
+               "--concurrency", "1", "--profile", str(profiles), "--no-plot",
+               "--out", str(tmp_path / "peers.json"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "peers.json").read_text())["profiled"] is True
+    names = ["forum-tasks-c1-r1.pstats", "forum-tasks-c1-r2.pstats"]
+    assert sorted(path.name for path in profiles.iterdir()) == names
+    for name in names:  # the worker's side is in it: the task layer's handler ran
+        # Stats.stats: (file, line, function) -> counts; undeclared in typeshed,
+        # and get_stats_profile() keys by bare function name (one __call__ for all).
+        stats = pstats.Stats(str(profiles / name)).stats  # type: ignore[attr-defined]
+        runner = {function for file, _, function in stats if file.endswith("tasks/runner.py")}
+        assert "__call__" in runner, sorted(runner)
+
+
 def test_peers_bench_says_in_one_line_that_a_peer_has_no_environment(tmp_path: Path) -> None:
     done = run("peers_bench.py", "--systems", "saq", "--python", f"saq={tmp_path}/none",
                "--no-plot", "--out", str(tmp_path / "peers.json"))  # fmt: skip
@@ -90,6 +156,14 @@ def test_peers_bench_says_in_one_line_that_a_peer_has_no_environment(tmp_path: P
         == f"peers_bench: saq: no Python at {tmp_path}/none (run scripts/bench-env)"
     )
     assert not (tmp_path / "peers.json").exists()
+
+
+def test_peers_bench_looks_for_the_peers_venvs_under_venvs(tmp_path: Path) -> None:
+    done = run("peers_bench.py", "--systems", "forum", "arq", "--venvs", str(tmp_path),
+               "--no-plot", "--out", str(tmp_path / "peers.json"))  # fmt: skip
+    assert done.returncode == 1
+    python = tmp_path / ".venv-bench-arq" / "bin" / "python"
+    assert done.stderr.strip() == f"peers_bench: arq: no Python at {python} (run scripts/bench-env)"
 
 
 def test_http_bench_compares_the_reliable_job(tmp_path: Path) -> None:

@@ -15,32 +15,48 @@ import forum
 HOMES = {
     "AlreadyClaimed": "coordinator.errors",
     "AlreadyDone": "coordinator.errors",
+    "App": "tasks.app",
+    "Backoff": "node.backoff",
     "ClaimLost": "coordinator.errors",
     "ClientError": "node.errors",
+    "Context": "tasks.context",
     "DataDirLocked": "node.errors",
     "Forum": "node.forum",
     "ForumClient": "node.client",
     "ForumError": "node.errors",
+    "InvalidJob": "tasks.errors",
     "Job": "coordinator.job",
+    "JobCancelled": "tasks.errors",
+    "JobExpired": "tasks.errors",
+    "JobFailed": "tasks.errors",
+    "JobHandle": "tasks.handle",
+    "JobNotFound": "tasks.errors",
+    "JobState": "tasks.handle",
+    "JobStatus": "tasks.handle",
+    "JsonSerializer": "tasks.serializer",
     "Lens": "coordinator.lens",
     "LensError": "coordinator.errors",
     "LensStateLost": "coordinator.errors",
     "LensUnavailable": "coordinator.errors",
     "LimitExceeded": "node.errors",
+    "MsgpackSerializer": "tasks.serializer",
     "NodeRejected": "node.errors",
     "NodeTimeout": "node.errors",
     "NodeUnavailable": "node.errors",
-    "PayloadTooLarge": "node.errors",
     "Pattern": "node.space",
+    "PayloadTooLarge": "node.errors",
     "RecordTooLarge": "node.errors",
     "ReplicationError": "replication.errors",
+    "ResultTimeout": "tasks.errors",
     "SerializationError": "node.errors",
     "Strand": "node.strand",
     "StrandConfig": "node.strand",
     "StrandCorrupt": "node.errors",
     "StrandError": "node.errors",
+    "TaskError": "tasks.errors",
     "Throttled": "node.errors",
     "Unauthorized": "node.errors",
+    "UnknownTask": "tasks.errors",
     "Worker": "coordinator.worker",
 }
 
@@ -62,17 +78,26 @@ def test_star_import_gives_exactly_all() -> None:
 
 def test_importing_forum_loads_neither_redis_nor_replication() -> None:
     """The ``forum`` command imports this package: ``forum serve`` must not load
-    Redis, ``forum take`` neither Redis nor replication; their names load on use."""
+    Redis, ``forum take`` neither Redis nor replication (nor the task layer);
+    their names load on use."""
+    watched = "('redis', 'coordinator', 'replication', 'tasks')"
+    loaded = f"print(sorted(m for m in {watched} if m in sys.modules))\n"
     probe = (
         "import sys, forum\n"
-        "print(sorted(m for m in ('redis', 'coordinator', 'replication') if m in sys.modules))\n"
-        "forum.Worker, forum.ReplicationError\n"
-        "print(sorted(m for m in ('redis', 'coordinator', 'replication') if m in sys.modules))\n"
+        + loaded
+        + "forum.Worker, forum.ReplicationError\n"
+        + loaded
+        + "forum.App\n"
+        + loaded
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
-    assert out.splitlines() == ["[]", "['coordinator', 'redis', 'replication']"]
+    assert out.splitlines() == [
+        "[]",
+        "['coordinator', 'redis', 'replication']",
+        "['coordinator', 'redis', 'replication', 'tasks']",
+    ]
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:

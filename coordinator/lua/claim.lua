@@ -3,16 +3,22 @@
 -- KEYS[1]  <tag>:claim:<key>  the claim: string, the holder's token; PX = lease
 -- KEYS[2]  <tag>:done:<key>   the done marker
 -- KEYS[3]  <tag>:fence        the last fencing token issued in the shard (string)
--- KEYS[4]  <tag>:job:<key>    the in-flight record (hash): owner, payload
+-- KEYS[4]  <tag>:job:<key>    the in-flight record (hash): token, owner,
+--                             attempt, since (Redis TIME ms), payload
 -- KEYS[5]  <tag>:inflight     zset: claim key -> when its record is due (ms)
--- KEYS[6]  <tag>:epoch        the shard's state marker
+-- KEYS[6]  <tag>:history:<key>  the key's history (list; push_history in
+--                             prelude.lua): written only when an earlier
+--                             holder's lease ran out ("claimed", "expired")
+-- KEYS[7]  <tag>:epoch        the shard's state marker
 -- (<tag> is the key's shard's hash tag {<ns>:<shard>}: every KEY is in one slot)
 -- ARGV[1]  the claim key itself (the member of KEYS[5])
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  owner name (kept in the record, reported to a conflicting claimer)
 -- ARGV[4]  "1" if ARGV[5] is to be re-offered should this claim expire, else "0"
 -- ARGV[5]  the bytes to write back into the space if the claim expires
--- ARGV[6]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
+-- ARGV[6]  the delivery's attempt number (kept in the record)
+-- ARGV[7]  the history's TTL in milliseconds (the done markers' TTL)
+-- ARGV[8]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  {1, token}        claimed; token is strictly greater than any issued
 --                             before in the shard, so than any for this key
@@ -43,17 +49,24 @@ if done then
   return {2, done}
 end
 local last = tonumber(redis.call('GET', KEYS[3]) or '0')
-local token = string.format('%d', math.max(last + 1, now_us()))
+local us = now_us()
+local token = string.format('%d', math.max(last + 1, us))
 if not redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
   return {3, redis.call('HGET', KEYS[4], 'owner') or '', redis.call('PTTL', KEYS[1])}
 end
 redis.call('SET', KEYS[3], token)
+local now = math.floor(us / 1000)
+local before = redis.call('HMGET', KEYS[4], 'owner', 'attempt', 'since', 'token', 'handed')
+if before[4] and not before[5] then
+  ended(KEYS[6], ARGV[7], now, 'expired', before[4], before)
+end
 local replaced = redis.call('DEL', KEYS[4]) == 1
 if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[4], 'owner', ARGV[3], 'payload', ARGV[5])
-  redis.call('ZADD', KEYS[5], now_ms() + tonumber(ARGV[2]), ARGV[1])
+  redis.call('HSET', KEYS[4], 'token', token, 'owner', ARGV[3], 'attempt', ARGV[6],
+    'since', now, 'payload', ARGV[5])
+  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[2]), ARGV[1])
 else
-  redis.call('HSET', KEYS[4], 'owner', ARGV[3])
+  redis.call('HSET', KEYS[4], 'token', token, 'owner', ARGV[3], 'attempt', ARGV[6], 'since', now)
   if replaced then
     redis.call('ZREM', KEYS[5], ARGV[1])
   end

@@ -4,10 +4,11 @@
 -- KEYS[2]  <tag>:done:<key>
 -- KEYS[3]  <tag>:job:<key>
 -- KEYS[4]  <tag>:inflight
--- KEYS[5]  <tag>:epoch        the Lens's state marker
+-- KEYS[5]  <tag>:history:<key>  the key's history ("completed" is pushed)
+-- KEYS[6]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[4])
 -- ARGV[2]  the holder's token
--- ARGV[3]  done-marker TTL in milliseconds
+-- ARGV[3]  done-marker TTL in milliseconds (the history's too)
 -- ARGV[4]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  1 completed now
@@ -23,7 +24,9 @@ if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   end
   return 0
 end
+local held = redis.call('HMGET', KEYS[3], 'owner', 'attempt', 'since')
 redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+ended(KEYS[5], ARGV[3], now_ms(), 'completed', ARGV[2], held)
 redis.call('ZREM', KEYS[4], ARGV[1])
 return 1

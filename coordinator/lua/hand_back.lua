@@ -6,12 +6,14 @@
 -- KEYS[1]  <tag>:claim:<key>
 -- KEYS[2]  <tag>:job:<key>
 -- KEYS[3]  <tag>:inflight
--- KEYS[4]  <tag>:epoch        the Lens's state marker
+-- KEYS[4]  <tag>:history:<key>  the key's history ("handed_back" is pushed)
+-- KEYS[5]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[3])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  delay in milliseconds before the bytes are due
 -- ARGV[4]  the bytes to write back
--- ARGV[5]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
+-- ARGV[5]  the history's TTL in milliseconds
+-- ARGV[6]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  1 handed back now
 --          2 this token handed the key back before (a repeat after a lost reply)
@@ -26,8 +28,11 @@ if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   end
   return 0
 end
+local held = redis.call('HMGET', KEYS[2], 'owner', 'attempt', 'since')
+local now = now_ms()
 redis.call('DEL', KEYS[1])
 redis.call('HDEL', KEYS[2], 'grab')
+ended(KEYS[4], ARGV[5], now, 'handed_back', ARGV[2], held)
 redis.call('HSET', KEYS[2], 'payload', ARGV[4], 'handed', ARGV[2])
-redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
 return 1

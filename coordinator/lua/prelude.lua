@@ -1,7 +1,8 @@
 -- prelude.lua: prepended to every Lens script by coordinator/scripts.py.
 --
 -- KEYS, ARGV: none of its own; epoch_lost() reads the caller's last KEY and
--- last ARGV (the convention every stateful script follows).
+-- last ARGV (the convention every stateful script follows); the history
+-- helpers below are given their key and TTL by their caller.
 --
 -- now_ms(), now_us(): Redis server time in milliseconds / microseconds. Lease
 -- expiry scores and fencing tokens use the server's clock, so the workers'
@@ -37,4 +38,40 @@ local function epoch_lost()
     return redis.error_reply('LENSSTATE gone')
   end
   return redis.error_reply('LENSSTATE changed ' .. epoch)
+end
+
+-- event(now, name, token, attempt, owner): one history line, "<now: Redis
+-- TIME ms> <name> <token> <attempt> <owner>" (owner last: it may hold spaces).
+-- push_history(key, ttl_ms, lines): append lines to a claim key's history
+-- (<tag>:history:<key>, a list, oldest first), keep the last HISTORY_LENGTH
+-- (coordinator.keys), and let the list expire ttl_ms after its last push.
+--
+-- Pushed by the script that ended a claim (complete, release, hand_back; the
+-- next claim or a cancel for one whose lease ran out), with the claim's own
+-- "claimed" line (its time from the in-flight record's "since") in the same
+-- RPUSH: a claim itself writes no history, so the hot path pays one push per
+-- job, and the live claim's "claimed" is read from its in-flight record
+-- (coordinator.lens, history()). History so costs no round trip and never
+-- disagrees with the state.
+local HISTORY_LENGTH = 50
+
+local function event(now, name, token, attempt, owner)
+  return string.format('%d %s %s %s %s', now, name, token, attempt or '0', owner or '')
+end
+
+local function push_history(key, ttl, lines)
+  if redis.call('RPUSH', key, unpack(lines)) > HISTORY_LENGTH then
+    redis.call('LTRIM', key, -HISTORY_LENGTH, -1)
+  end
+  redis.call('PEXPIRE', key, ttl)
+end
+
+-- ended(key, ttl, now, name, token, held): push the "claimed" and the ending
+-- line of the claim whose in-flight record fields are held = {owner,
+-- attempt, since} (HMGET), as push_history says.
+local function ended(key, ttl, now, name, token, held)
+  push_history(key, ttl, {
+    event(tonumber(held[3] or now), 'claimed', token, held[2], held[1]),
+    event(now, name, token, held[2], held[1]),
+  })
 end

@@ -6,20 +6,24 @@ the fake holds on the Lens."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from coordinator import (
     AlreadyClaimed,
     AlreadyDone,
+    CancelOutcome,
     ClaimAuthority,
     ClaimLost,
     HeldClaim,
+    KeyState,
     Lens,
     LensStateLost,
 )
+from coordinator.keys import HISTORY_LENGTH
 from coordinator.memory import MemoryAuthority
 from tests.coordinator.harness import eventually
 from tests.fixtures.redis_server import RedisServer
@@ -203,3 +207,197 @@ async def _claim_when_free(authority: ClaimAuthority, key: str) -> HeldClaim:
 
 async def _due(authority: ClaimAuthority, key: str) -> bool:
     return key in await authority.due(10)
+
+
+# -- what is known about a key (coordinator.records) -----------------------------------
+
+
+async def test_inspect_shows_the_holder_with_its_attempt_then_the_done_token(
+    subject: Subject,
+) -> None:
+    authority = subject.authority
+    assert await authority.inspect("k") == KeyState("k")
+    before = time.time()
+    (claim,) = await authority.claim_many([("k", None)], owner="w1", lease=5, attempts=[3])
+    assert not isinstance(claim, Exception)
+    state = await authority.inspect("k")
+    assert state.claim is not None and state.done_token is None
+    assert (state.claim.token, state.claim.owner, state.claim.attempt) == (claim.token, "w1", 3)
+    assert before - 1 <= state.claim.since <= time.time() + 1  # Redis's clock, near ours
+    assert 4 < state.claim.remaining <= 5
+    await claim.complete()
+    assert await authority.inspect("k") == KeyState("k", done_token=claim.token)
+
+
+async def test_a_fenced_record_is_written_by_the_live_claim_only(subject: Subject) -> None:
+    authority = subject.authority
+    stale = await authority.claim("k", owner="a", lease=0.2)
+    await authority.record(stale, {"state": "running", "n": 1, "x": 0.5, "raw": b"\xff"}, ttl=60)
+    record = (await authority.inspect("k")).record
+    assert record == {
+        "state": b"running", "n": b"1", "x": b"0.5", "raw": b"\xff",
+        "token": str(stale.token).encode(),
+    }  # fmt: skip
+    await eventually(lambda: stale.remaining() < 0, what="the lease over")
+    fresh = await _claim_when_free(authority, "k")
+    with pytest.raises(ClaimLost):
+        await authority.record(stale, {"state": "stale result"}, ttl=60)
+    assert (await authority.inspect("k")).record == record  # the refused write wrote nothing
+    # A newer claim's first write replaces the older claim's record; later ones add to it.
+    await authority.record(fresh, {"state": "running"}, ttl=60)
+    await authority.record(fresh, {"result": b"42"}, ttl=60)
+    assert (await authority.inspect("k")).record == {
+        "state": b"running", "result": b"42", "token": str(fresh.token).encode(),
+    }  # fmt: skip
+
+
+async def test_a_producers_record_is_written_once_and_kept_by_the_first_claim(
+    subject: Subject,
+) -> None:
+    authority = subject.authority
+    assert await authority.record_enqueued("k", {"task": "resize"}, ttl=60)
+    assert not await authority.record_enqueued("k", {"task": "other"}, ttl=60)
+    claim = await authority.claim("k", owner="a", lease=5)
+    await authority.record(claim, {"state": "running"}, ttl=60)
+    assert (await authority.inspect("k")).record == {
+        "task": b"resize", "state": b"running", "token": str(claim.token).encode(),
+    }  # fmt: skip
+
+
+async def test_records_expire_with_their_ttl(subject: Subject) -> None:
+    authority = subject.authority
+    assert await authority.record_enqueued("k", {"task": "t"}, ttl=0.1)
+    await eventually(lambda: _no_record(authority, "k"), what="the record expired")
+    assert await authority.record_enqueued("k", {"task": "t"}, ttl=60)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"token": "1"}, {"cancelled": "1"}, {"": "x"}, {"flag": True}, {"none": None}],
+)
+async def test_a_record_refuses_fields_it_cannot_keep_and_writes_nothing(
+    subject: Subject, fields: dict[str, object]
+) -> None:
+    authority = subject.authority
+    claim = await authority.claim("k", owner="a", lease=5)
+    with pytest.raises((ValueError, TypeError)):
+        await authority.record(claim, fields, ttl=60)  # type: ignore[arg-type]
+    with pytest.raises((ValueError, TypeError)):
+        await authority.record_enqueued("other", fields, ttl=60)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ttl"):
+        await authority.record(claim, {"a": 1}, ttl=0)
+    assert (await authority.inspect("k")).record == {}
+    assert (await authority.inspect("other")).record == {}
+
+
+async def test_the_history_tells_each_claim_and_how_it_ended(subject: Subject) -> None:
+    authority = subject.authority
+    first = await authority.claim("k", owner="w1", lease=5, attempt=1)
+    await first.release()
+    second = await authority.claim("k", owner="w2", lease=5, attempt=2)
+    await second.hand_back(b"again", delay=0)
+    grab = await authority.grab("k")
+    assert grab is not None and await authority.reaped(grab)
+    third = await authority.claim("k", owner="w3", lease=5, attempt=3)
+    await third.complete()
+    events = await authority.history("k")
+    assert [(e.event, e.token, e.owner, e.attempt) for e in events] == [
+        ("claimed", first.token, "w1", 1),
+        ("released", first.token, "w1", 1),
+        ("claimed", second.token, "w2", 2),
+        ("handed_back", second.token, "w2", 2),
+        ("reoffered", second.token, "w2", 2),
+        ("claimed", third.token, "w3", 3),
+        ("completed", third.token, "w3", 3),
+    ]
+    ats = [event.at for event in events]
+    assert ats == sorted(ats) and abs(ats[-1] - time.time()) < 60
+    assert await authority.history("never") == []
+
+
+async def test_the_history_keeps_the_last_events_only(subject: Subject) -> None:
+    authority = subject.authority
+    tokens = []
+    for attempt in range(1, HISTORY_LENGTH):  # two events each
+        claim = await authority.claim("k", owner="w", lease=5, attempt=attempt)
+        await claim.release()
+        tokens.append(claim.token)
+    events = await authority.history("k")
+    assert len(events) == HISTORY_LENGTH
+    assert events[-1] == replace(events[-1], event="released", token=tokens[-1])
+    assert events[0].attempt == HISTORY_LENGTH - HISTORY_LENGTH // 2
+
+
+async def test_cancel_makes_a_free_key_done_and_refuses_a_held_one(subject: Subject) -> None:
+    authority = subject.authority
+    await authority.record_enqueued("queued", {"task": "t"}, ttl=60)
+    cancelled = await authority.cancel("queued")
+    assert cancelled.state == "cancelled" and cancelled.token is not None
+    with pytest.raises(AlreadyDone) as done:
+        await authority.claim("queued", owner="w", lease=5)  # every copy is turned away
+    assert done.value.token == cancelled.token
+    state = await authority.inspect("queued")
+    assert state.done_token == cancelled.token
+    assert state.record == {"task": b"t", "cancelled": str(cancelled.token).encode()}
+    assert [e.event for e in await authority.history("queued")] == ["cancelled"]
+    assert await authority.cancel("queued") == CancelOutcome("done", token=cancelled.token)
+
+    held = await authority.claim("held", owner="w1", lease=5)
+    running = await authority.cancel("held")
+    assert (running.state, running.owner) == ("running", "w1")
+    assert running.remaining is not None and 4 < running.remaining <= 5
+    await held.complete()  # the refused cancel wrote nothing
+    assert await authority.cancel("held") == CancelOutcome("done", token=held.token)
+
+    nothing = await authority.cancel("unknown")  # a key never seen can be cancelled too
+    assert nothing.state == "cancelled" and nothing.token is not None
+    assert nothing.token > held.token
+
+
+async def test_scan_lists_every_key_with_a_record_or_a_live_claim(subject: Subject) -> None:
+    authority = subject.authority
+    keys = {f"job-{i}" for i in range(40)} | {"with space", "ünïcode", "a:b:c"}
+    for key in keys:
+        assert await authority.record_enqueued(key, {"task": "t"}, ttl=60)
+    held = {await authority.claim(k, owner="w", lease=5) for k in ("c1", "c2")}
+    done = await authority.claim("c3", owner="w", lease=5)
+    await done.complete()
+    assert {key async for key in authority.scan("task", count=7)} == keys
+    assert {key async for key in authority.scan("claim")} == {c.key for c in held}
+    with pytest.raises(ValueError):
+        [key async for key in authority.scan("done")]  # type: ignore[arg-type]
+
+
+async def _no_record(authority: ClaimAuthority, key: str) -> bool:
+    return not (await authority.inspect(key)).record
+
+
+async def test_the_history_shows_the_live_claim_and_a_lease_that_ran_out(
+    subject: Subject,
+) -> None:
+    """t0: A claims k (0.2 s). t1: A's lease runs out (A died). t2: B claims
+    k: A's claim is "expired" in the history, B's the live "claimed". t3: B
+    releases; a cancel finds k free."""
+    authority = subject.authority
+    a = await authority.claim("k", owner="a", lease=0.2, attempt=1)
+    assert [(e.event, e.token) for e in await authority.history("k")] == [("claimed", a.token)]
+    await eventually(lambda: a.remaining() < 0, what="A's lease over")
+    b = await _claim_when_free(authority, "k")
+    events = await authority.history("k")
+    assert [(e.event, e.token, e.owner) for e in events] == [
+        ("claimed", a.token, "a"), ("expired", a.token, "a"), ("claimed", b.token, "b"),
+    ]  # fmt: skip
+    assert events[0].at <= events[1].at <= time.time() + 1
+    await b.release()
+    c = await authority.claim("k", owner="c", lease=0.2)
+    await eventually(lambda: c.remaining() < 0, what="C's lease over")
+    await eventually(lambda: _free(authority, "k"), what="C's lease over in the authority")
+    cancelled = await authority.cancel("k")
+    assert cancelled.state == "cancelled"
+    assert [(e.event, e.token) for e in await authority.history("k")][-3:] == [
+        ("claimed", c.token), ("expired", c.token), ("cancelled", cancelled.token),
+    ]  # fmt: skip
+
+
+async def _free(authority: ClaimAuthority, key: str) -> bool:
+    return (await authority.inspect(key)).claim is None

@@ -58,7 +58,9 @@ def test_next_attempt_and_failed() -> None:
     first = Envelope(b"job/1", key="a:1")
     second = first.next_attempt("boom")
     assert (second.attempt, second.error, second.key) == (2, "boom", "a:1")
-    assert second.failed("x" * 5000).error == "x" * 2000
+    # A retry keeps MAX_ERROR characters; a dead letter (failed) up to 16 KiB.
+    assert second.next_attempt("x" * 5000).error == "x" * 2000
+    assert second.failed("x" * 5000).error == "x" * 5000
     with pytest.raises(ValueError):
         Envelope(b"job/1", attempt=0)
 

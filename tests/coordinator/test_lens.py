@@ -210,10 +210,12 @@ async def test_repeats_after_a_lost_reply_succeed(lens: Lens) -> None:
     claim = await lens.claim("o:14", owner="a", lease=30)
     await claim.complete()
     assert await lens._run("complete", "o:14", claim.token, 60_000) == 2
+    assert [e.event for e in await lens.history("o:14")] == ["claimed", "completed"]
 
     other = await lens.claim("o:15", owner="a", lease=30)
     await other.hand_back(b"job/again", delay=60)
-    assert await lens._run("hand_back", "o:15", other.token, 0, b"job/again") == 2
+    assert await lens._run("hand_back", "o:15", other.token, 0, b"job/again", 60_000) == 2
+    assert [e.event for e in await lens.history("o:15")] == ["claimed", "handed_back"]
 
 
 # --- in-flight records and the reaper's side of the Lens ---------------------------------
@@ -282,7 +284,10 @@ async def test_a_claim_without_reoffer_after_an_expired_one_drops_its_record(
         with pytest.raises(AlreadyClaimed) as refused:
             await lens.claim("o:23", owner="c", lease=30)
         assert r.get(lens.keys.fence(lens.keys.shard("o:23"))) == fence
-        assert r.hgetall(lens.keys.job("o:23")) == {b"owner": b"b"}
+        record = r.hgetall(lens.keys.job("o:23"))
+        assert (set(record), record[b"owner"], record[b"token"]) == (
+            {b"token", b"owner", b"attempt", b"since"}, b"b", str(b.token).encode(),
+        )  # fmt: skip
     assert refused.value.owner == "b"
     await b.complete()
     assert await lens.due() == []

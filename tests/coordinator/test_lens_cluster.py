@@ -163,3 +163,27 @@ async def test_each_batch_waits_for_the_replicas_of_the_masters_it_wrote_to(
                 await lens.claim_many([(key, None) for key in on_hung], "w", 60)
         finally:
             replica.resume()
+
+
+async def test_records_history_cancel_and_scan_work_on_every_master(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    async with Lens.from_url(redis_cluster.url) as lens:
+        claims = await lens.claim_many([(key, None) for key in KEYS], "w", 60, [2] * len(KEYS))
+        held = [claim for claim in claims if not isinstance(claim, LensError)]
+        assert len(held) == len(KEYS)
+        for claim in held:
+            await lens.record(claim, {"state": "running"}, ttl=60)
+        assert {key async for key in lens.scan("claim", count=5)} == set(KEYS)
+        assert {key async for key in lens.scan("task", count=5)} == set(KEYS)
+        state = await lens.inspect(KEYS[0])
+        assert state.claim is not None and state.claim.attempt == 2
+        assert state.record["state"] == b"running"
+        await held[0].release()
+        assert (await lens.cancel(KEYS[0])).state == "cancelled"
+        assert [e.event for e in await lens.history(KEYS[0])] == [
+            "claimed", "released", "cancelled",
+        ]  # fmt: skip
+        # The test cluster runs without an AOF: every master is named.
+        warnings = await lens.durability()
+        assert len([w for w in warnings if "appendonly" in w]) == len(redis_cluster.masters)

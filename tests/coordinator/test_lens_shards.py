@@ -36,8 +36,13 @@ def test_every_key_of_a_job_shares_its_shard_hash_tag() -> None:
         tag = schema.tag(schema.shard(key))
         shard = schema.shard(key)
         assert tag == f"{{ns:{shard}}}"
-        for name in (schema.claim(key), schema.done(key), schema.job(key)):
+        for name in (schema.claim(key), schema.done(key), schema.job(key),
+                     schema.task(key), schema.history(key)):  # fmt: skip
             assert name.startswith(tag)
+            role = name.split(":")[2]
+            assert schema.claim_key_of(name, role) == key  # what a scan reads back
+        assert schema.claim_key_of(f"{{ns:{shard}}}:claim:{key}x", "claim") is None  # other shard
+        assert schema.claim_key_of(f"{{ns:x:{shard}}}:claim:{key}", "claim") is None
         for name in (schema.fence(shard), schema.inflight(shard), schema.epoch(shard)):
             assert name.startswith(tag)
     with pytest.raises(ValueError, match="braces"):

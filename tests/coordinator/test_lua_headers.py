@@ -13,10 +13,11 @@ from importlib.resources import files
 
 import pytest
 
+from coordinator.keys import HISTORY_LENGTH
 from coordinator.scripts import KEY_ROLES
 
 LUA = files("coordinator.lua")
-_PER_KEY = {"claim", "done", "job"}
+_PER_KEY = {"claim", "done", "job", "task", "history"}
 
 
 @dataclass(frozen=True)
@@ -82,3 +83,8 @@ def test_the_body_uses_only_documented_keys_and_argv(name: str) -> None:
     used_argv = {int(n) for n in re.findall(r"ARGV\[(\d+)\]", script.body)}
     assert used_keys <= set(script.keys)
     assert used_argv <= set(script.argv)
+
+
+def test_the_prelude_keeps_as_many_history_events_as_the_key_schema_says() -> None:
+    prelude = LUA.joinpath("prelude.lua").read_text()
+    assert f"local HISTORY_LENGTH = {HISTORY_LENGTH}\n" in prelude

@@ -156,3 +156,40 @@ async def test_acks_wait_for_a_reserve_to_carry_them_then_go_alone() -> None:
     acks.close()
     assert await asyncio.wait_for(acks.overdue(), 5) == [EntryId("a", 5)]
     assert await asyncio.wait_for(acks.overdue(), 5) == []
+
+
+class _StopsDuringReserve:
+    """A Forum whose ``reserve_many`` finds nothing and stops the worker while
+    it answers: the stop lands between the batch reserve and the blocking one."""
+
+    def __init__(self, forum: Forum) -> None:
+        self._forum = forum
+        self.worker: Worker | None = None
+        self.blocking_reserves = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._forum, name)
+
+    async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[object]:
+        assert self.worker is not None
+        self.worker.stop()
+        return []
+
+    async def reserve(self, pattern: Pattern, lease: float, timeout: float | None = None) -> None:
+        self.blocking_reserves += 1
+
+
+async def test_a_stop_during_the_batch_reserve_makes_no_blocking_reserve(
+    forum: Forum, authority: MemoryAuthority
+) -> None:
+    """The blocking reserve is not even made (a coroutine made and never
+    awaited is a RuntimeWarning: an error under the suite's filterwarnings)."""
+
+    async def handler(job: Job) -> None:
+        raise AssertionError("no job was written")
+
+    space = _StopsDuringReserve(forum)
+    work = Worker(space, authority, JOBS, handler, **FAST)  # type: ignore[arg-type]
+    space.worker = work
+    await asyncio.wait_for(work.run(), 5)
+    assert space.blocking_reserves == 0

@@ -1,4 +1,4 @@
-"""docs/operations.md, docs/coordination.md, README.md and deploy/README.md
+"""docs/operations.md, docs/coordination.md, docs/tasks.md, README.md and deploy/README.md
 against the code: every ``forum`` command in them parses with the real CLI
 (a synopsis, with ``[optional]`` parts or PLACEHOLDERS, names only real
 options), every
@@ -31,7 +31,13 @@ from replication.metrics import ReplicationMetrics
 from tests.deploy.artifacts import DEPLOY, OPERATIONS, REPO
 from tests.fixtures.nodes import ForumNodes
 
-DOCS = (OPERATIONS, REPO / "docs" / "coordination.md", REPO / "README.md", DEPLOY / "README.md")
+DOCS = (
+    OPERATIONS,
+    REPO / "docs" / "coordination.md",
+    REPO / "docs" / "tasks.md",
+    REPO / "README.md",
+    DEPLOY / "README.md",
+)
 #: FORUM_* variables read by something other than NodeConfig.
 # The variables that are not settings: the node's own (FORUM_CONFIG, the
 # client commands' --node, the worker's --redis-url, the event loop) and the

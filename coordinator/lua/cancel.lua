@@ -1,0 +1,57 @@
+-- cancel.lua: turn a key that nobody holds into a done one, so that every
+-- copy of its job, wherever it waits, is turned away as already done.
+--
+-- KEYS[1]  <tag>:claim:<key>  the live claim, if any
+-- KEYS[2]  <tag>:done:<key>   the done marker
+-- KEYS[3]  <tag>:fence        the last fencing token issued in the shard
+-- KEYS[4]  <tag>:job:<key>    the in-flight record (for a holder's owner;
+--                             one whose lease ran out is ended here)
+-- KEYS[5]  <tag>:task:<key>   the job record: gains field "cancelled" = token
+-- KEYS[6]  <tag>:history:<key>  the key's history ("cancelled" is pushed)
+-- KEYS[7]  <tag>:epoch        the shard's state marker
+-- ARGV[1]  the claim key
+-- ARGV[2]  done-marker TTL in milliseconds (the history's, and a new job
+--          record's)
+-- ARGV[3]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
+--
+-- Returns  {1, token}        cancelled: a done marker with a new token (issued
+--                             as claim.lua issues one) now turns copies away
+--          {2, owner, pttl}  refused: a claim is held (by owner, "" when
+--                             unknown, for pttl more milliseconds)
+--          {3, done_token}   already done (or cancelled before)
+--
+-- An in-flight record left for re-offer stays until a reaper meets the done
+-- marker and drops it (grab.lua), as for a completed key. A record of a
+-- holder whose lease ran out, with nothing to re-offer, is dropped, its
+-- "claimed" and "expired" pushed to the history first (as claim.lua does).
+local lost = epoch_lost()
+if lost then
+  return lost
+end
+local done = redis.call('GET', KEYS[2])
+if done then
+  return {3, done}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl ~= -2 then
+  return {2, redis.call('HGET', KEYS[4], 'owner') or '', pttl}
+end
+local last = tonumber(redis.call('GET', KEYS[3]) or '0')
+local us = now_us()
+local now = math.floor(us / 1000)
+local token = string.format('%d', math.max(last + 1, us))
+local before = redis.call('HMGET', KEYS[4], 'owner', 'attempt', 'since', 'token', 'handed', 'payload')
+if before[4] and not before[5] then
+  ended(KEYS[6], ARGV[2], now, 'expired', before[4], before)
+end
+if before[4] and not before[6] then
+  redis.call('DEL', KEYS[4])
+end
+redis.call('SET', KEYS[3], token)
+redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
+redis.call('HSET', KEYS[5], 'cancelled', token)
+if redis.call('PTTL', KEYS[5]) == -1 then
+  redis.call('PEXPIRE', KEYS[5], ARGV[2])
+end
+push_history(KEYS[6], ARGV[2], {event(now, 'cancelled', token, '0', '')})
+return {1, token}

@@ -1,0 +1,21 @@
+-- record_new.lua: write a key's first job record, unfenced (a producer's).
+--
+-- KEYS[1]  <tag>:task:<key>   the job record (hash of str fields -> bytes)
+-- KEYS[2]  <tag>:epoch        the shard's state marker
+-- ARGV[1]  the claim key
+-- ARGV[2]  the record's TTL in milliseconds, from now
+-- ARGV[3]  the fields: a msgpack array field, value, field, value, ...
+-- ARGV[4]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
+--
+-- Returns  1 written; 0 the key has a record already (left as it is: a
+--          producer never overwrites what a worker wrote).
+local lost = epoch_lost()
+if lost then
+  return lost
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(cmsgpack.unpack(ARGV[3])))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1

@@ -1,0 +1,281 @@
+"""``forum jobs list|show|cancel|retry|purge``: a task app's jobs, from the shell.
+
+Each action opens the app (``--app module:name``, for its prefix and
+serializer; an ``App()`` with the defaults without it) against ``--node``
+and ``--redis-url`` (each: the flag, else ``$FORUM_NODE`` /
+``$FORUM_REDIS_URL``, else the app's own), and calls the app's own
+inspection (:mod:`tasks.admin`): a listing reads both the space and the
+Lens, so a job in flight or waiting for a retry is listed too.
+
+Exit codes as every ``forum`` command's (:mod:`forum.cli_args`): 0 done;
+1 the job is not there or not in a state for it (``show`` of an unknown
+key, ``cancel`` of a running job, ``retry`` of a job that is not dead or
+whose dead letter was purged); 2 a
+usage error; 3 the node or Redis could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from coordinator.errors import LensError
+from coordinator.records import HistoryEvent
+from forum.cli_args import (
+    COUNT,
+    EXIT_NO_MATCH,
+    EXIT_NODE,
+    EXIT_OK,
+    NONEMPTY,
+    UsageError,
+    node_options,
+)
+from forum.cli_worker import Where, app_option, load_app, node_from_app, redis_options
+from tasks import App, InvalidJob, JobNotFound, JobState, JobStatus, TaskError
+
+#: An action's body, given the open app and the arguments; its exit code.
+Action = Callable[[App, argparse.Namespace], Awaitable[int]]
+STATES = [state.value for state in JobState]
+
+
+def add_jobs(parser: argparse.ArgumentParser) -> None:
+    """The actions of ``forum jobs`` and their options."""
+    parser.description = (
+        "A task app's jobs, wherever they are: queued or delayed on a node, running "
+        "under a claim, retrying, done (with the result), dead (with the traceback), "
+        "expired or cancelled."
+    )
+    parser.epilog = (
+        "examples:\n  forum jobs list --app examples.thumbnails.app:app --state dead\n"
+        "  forum jobs show thumb:7:16 --app examples.thumbnails.app:app\n"
+        "  forum jobs retry thumb:7:16 --app examples.thumbnails.app:app\n"
+        "  forum jobs purge --state dead --app examples.thumbnails.app:app"
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    listing = _action(actions, "list", "list jobs, running ones first", _list)
+    listing.add_argument("--state", choices=STATES, help="only jobs in this state")
+    listing.add_argument(
+        "--limit", metavar="N", type=COUNT, default=100, help="at most N jobs (default 100)"
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    show = _action(actions, "show", "show a job: status, result or error, claim history", _show)
+    show.add_argument("key", metavar="KEY", type=NONEMPTY, help="the job's key")
+    show.add_argument("--json", action="store_true", help="one JSON object")
+
+    cancel = _action(actions, "cancel", "cancel a job that is not running yet", _cancel)
+    cancel.add_argument("key", metavar="KEY", type=NONEMPTY, help="the job's key")
+
+    retry = _action(actions, "retry", "put a dead job back to work", _retry)
+    retry.add_argument("key", metavar="KEY", type=NONEMPTY, help="the job's key")
+
+    purge = _action(actions, "purge", "drop the dead jobs' letters", _purge)
+    purge.add_argument(
+        "--state",
+        choices=[JobState.DEAD.value],
+        required=True,
+        help="dead (the only state that is purged: others' records expire by themselves)",
+    )
+
+
+def _action(actions: Any, name: str, summary: str, body: Action) -> argparse.ArgumentParser:
+    """An action's parser, with the options they all have."""
+    parser: argparse.ArgumentParser = actions.add_parser(name, help=summary)
+    node_options(parser)
+    node_from_app(parser)
+    redis_options(parser)
+    app_option(parser)
+    parser.set_defaults(func=lambda args: _run(args, body))
+    return parser
+
+
+async def _run(args: argparse.Namespace, body: Action) -> int:
+    """Open the app ``args`` name and run ``body``; the errors a user can
+    meet as one line each."""
+    # Importing the user's module reads files: not on the event loop.
+    app = await asyncio.to_thread(_app_of, args)
+    where = Where.of(args, app)
+    try:
+        app = app.using(
+            nodes=where.node, redis=where.redis_url, token=where.token, namespace=where.namespace
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        async with app:
+            return await body(app, args)
+    except JobNotFound as exc:
+        _say(args, str(exc))
+        return EXIT_NO_MATCH
+    except TaskError as exc:
+        raise UsageError(str(exc)) from None
+    except LensError as exc:
+        _say(args, f"Redis: {exc}")
+        return EXIT_NODE
+
+
+def _app_of(args: argparse.Namespace) -> App:
+    if args.app is None:
+        return App()
+    sys.path.insert(0, os.path.abspath(args.app_dir))
+    return load_app(args.app, need_tasks=False)
+
+
+def _say(args: argparse.Namespace, message: str) -> None:
+    print(f"forum jobs {args.action}: {message}", file=sys.stderr)
+
+
+# -- the actions -----------------------------------------------------------------------
+
+
+async def _list(app: App, args: argparse.Namespace) -> int:
+    state = None if args.state is None else JobState(args.state)
+    rows = [status async for status in app.jobs(state, args.limit)]
+    if args.json:
+        for status in rows:
+            print(json.dumps(_plain(status), default=repr))
+        return EXIT_OK
+    print(_table(rows))
+    return EXIT_OK
+
+
+async def _show(app: App, args: argparse.Namespace) -> int:
+    status = await app.job(args.key).status()
+    history = await app.history(args.key)
+    if args.json:
+        shown = _plain(status)
+        shown["history"] = [_event(event) for event in history]
+        print(json.dumps(shown, default=repr))
+        return EXIT_OK
+    print(_describe(status, history))
+    return EXIT_OK
+
+
+async def _cancel(app: App, args: argparse.Namespace) -> int:
+    outcome = await app.cancel(args.key)
+    if outcome.state == "cancelled":
+        print(f"cancelled {args.key}")
+        return EXIT_OK
+    if outcome.state == "running":
+        _say(args, f"{args.key} is running on {outcome.owner or 'a worker'}: not cancelled")
+    else:
+        _say(args, f"{args.key} is over already: not cancelled")
+    return EXIT_NO_MATCH
+
+
+async def _retry(app: App, args: argparse.Namespace) -> int:
+    status = await app.job(args.key).status()
+    if status.state is not JobState.DEAD:
+        _say(args, f"{args.key} is {status.state.value}, not dead: nothing to retry")
+        return EXIT_NO_MATCH
+    try:
+        await app.retry(args.key)
+    except InvalidJob as exc:  # its letter is gone (purged, or requeued by another)
+        _say(args, str(exc))
+        return EXIT_NO_MATCH
+    print(f"requeued {args.key}")
+    return EXIT_OK
+
+
+async def _purge(app: App, args: argparse.Namespace) -> int:
+    print(f"purged {await app.purge(JobState(args.state))}")
+    return EXIT_OK
+
+
+# -- how they are shown ----------------------------------------------------------------
+
+_COLUMNS = ("KEY", "TASK", "STATE", "ATTEMPT", "WORKER", "WHEN", "ERROR")
+#: A table cell's widest (the key and the error are cut, the JSON is whole).
+_WIDEST = {"KEY": 40, "ERROR": 60}
+
+
+def _table(rows: list[JobStatus]) -> str:
+    cells = [
+        (
+            s.key,
+            s.task or "",
+            s.state.value,
+            "" if s.attempt is None else str(s.attempt),
+            s.worker or "",
+            _when(s),
+            (s.error or "").replace("\n", " "),
+        )
+        for s in rows
+    ]
+    cut = [
+        tuple(_cut(cell, _WIDEST.get(name)) for name, cell in zip(_COLUMNS, row, strict=True))
+        for row in cells
+    ]
+    widths = [max([len(name), *(len(row[i]) for row in cut)]) for i, name in enumerate(_COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in [_COLUMNS, *cut]]  # fmt: skip
+    return "\n".join(lines) + f"\n({len(rows)} jobs)"
+
+
+def _cut(text: str, widest: int | None) -> str:
+    return text if widest is None or len(text) <= widest else text[: widest - 1] + "…"
+
+
+def _when(status: JobStatus) -> str:
+    """When it is due (delayed, retrying), else when it last changed."""
+    if status.state in (JobState.DELAYED, JobState.RETRYING) and status.due is not None:
+        return f"due {_time(status.due)}"
+    return "" if status.updated is None else _time(status.updated)
+
+
+def _time(unix: float) -> str:
+    return (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(unix)) + f".{int(unix * 1000) % 1000:03d}Z"
+    )
+
+
+def _describe(status: JobStatus, history: list[HistoryEvent]) -> str:
+    """``forum jobs show``: the status as ``field: value`` lines, then the history."""
+    lines = [f"key:       {status.key}", f"task:      {status.task or '?'}",
+             f"state:     {status.state.value}"]  # fmt: skip
+    plain = _plain(status)
+    for name in ("attempt", "worker", "token"):
+        if plain[name] is not None:
+            lines.append(f"{name + ':':<10} {plain[name]}")
+    for name in ("due", "updated"):
+        if plain[name] is not None:
+            lines.append(f"{name + ':':<10} {_time(plain[name])}")
+    for name in ("progress", "result"):
+        if plain[name] is not None:
+            lines.append(f"{name + ':':<10} {json.dumps(plain[name], default=repr)}")
+    if status.error:
+        lines.append(f"error:     {status.error}")
+    if status.traceback:
+        lines.append("traceback:")
+        lines += [f"  {line}" for line in status.traceback.rstrip().splitlines()]
+    lines.append("history:" if history else "history:   (none kept)")
+    lines += [
+        f"  {_time(e.at)}  {e.event:<11} token {e.token}"
+        + (f"  {e.owner}" if e.owner else "")
+        + (f"  attempt {e.attempt}" if e.attempt else "")
+        for e in history
+    ]
+    return "\n".join(lines)
+
+
+def _plain(status: JobStatus) -> dict[str, Any]:
+    shown = _fields(status)
+    shown["state"] = status.state.value
+    return shown
+
+
+def _event(event: HistoryEvent) -> dict[str, Any]:
+    return _fields(event)
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    return {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}

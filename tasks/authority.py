@@ -1,0 +1,48 @@
+"""What the task layer needs of the Lens: the worker's claims
+(:class:`coordinator.ClaimAuthority`) and the job records beside them
+(:mod:`coordinator.records`).
+
+``coordinator.Lens`` (Redis) and ``coordinator.memory.MemoryAuthority`` are
+both one; the coordinator's contract test runs the same checks on the two
+(tests/coordinator/test_authority_contract.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
+
+from coordinator import ClaimAuthority, HeldClaim
+from coordinator.records import CancelOutcome, FieldValue, HistoryEvent, KeyState, ScanKind
+
+#: A record field's value as the Lens takes it.
+Field = FieldValue
+
+__all__ = ["CancelOutcome", "Field", "HistoryEvent", "KeyState", "TaskAuthority"]
+
+
+class TaskAuthority(ClaimAuthority, Protocol):
+    """A claim authority that also keeps job records (coordinator.records)."""
+
+    async def record(self, claim: HeldClaim, fields: Mapping[str, Field], ttl: float) -> None:
+        """Write ``fields`` into the key's record while ``claim`` is live;
+        ``ClaimLost`` otherwise (fenced)."""
+        ...
+
+    async def record_enqueued(self, key: str, fields: Mapping[str, Field], ttl: float) -> bool:
+        """Write the record only if the key has none (unfenced, for producers)."""
+        ...
+
+    async def inspect(self, key: str) -> KeyState:
+        """The key's claim, done marker and record, in one round trip."""
+        ...
+
+    async def history(self, key: str) -> list[HistoryEvent]:
+        """The key's claim events, oldest first."""
+        ...
+
+    async def cancel(self, key: str) -> CancelOutcome: ...
+
+    def scan(self, kind: ScanKind, count: int = 100) -> AsyncIterator[str]:
+        """Every key with a record (``"task"``) or a live claim (``"claim"``)."""
+        ...

@@ -1,0 +1,1 @@
+"""The task layer's tests (tasks/)."""

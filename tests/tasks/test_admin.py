@@ -1,0 +1,113 @@
+"""Looking after jobs (what ``forum jobs`` calls): listing in every state,
+a dead job retried back to work, purging the dead, a key's claim history,
+and periodic tasks run by an app's workers. Real node and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from coordinator import Backoff
+from node import Pattern
+from tasks import Context, InvalidJob, JobFailed, JobState
+from tests.fixtures.nodes import eventually
+from tests.tasks.conftest import AppFactory, working
+
+QUICK = Backoff(base=0.01, cap=0.02, jitter=0.0)
+
+
+async def test_jobs_lists_each_state_from_the_space_and_the_lens(make_app: AppFactory) -> None:
+    app = make_app()
+    go = asyncio.Event()
+
+    @app.task(retries=0)
+    async def work(ctx: Context, what: str) -> str:
+        if what == "fail":
+            raise RuntimeError("as asked")
+        if what == "hold":
+            await go.wait()
+        return what
+
+    async with app:
+        done = await work.enqueue("done", _key="j-done")
+        dead = await work.enqueue("fail", _key="j-dead")
+        async with working(app):
+            await done.result(timeout=10)
+            with pytest.raises(JobFailed):
+                await dead.result(timeout=10)
+        await work.enqueue("queued", _key="j-queued")
+        await work.enqueue("later", _key="j-delayed", _delay=600)
+        async with working(app, concurrency=1):
+            held = await work.enqueue("hold", _key="j-running")
+            await eventually(lambda: _state_is(held, JobState.RUNNING), what="j-running runs")
+            states = {status.key: status.state async for status in app.jobs()}
+            running = [status.key async for status in app.jobs(JobState.RUNNING)]
+            go.set()
+    assert running == ["j-running"]
+    assert states["j-running"] is JobState.RUNNING
+    assert states["j-done"] is JobState.DONE
+    assert states["j-dead"] is JobState.DEAD
+    assert states["j-delayed"] is JobState.DELAYED
+    # j-queued is queued, or (the worker had a free slot once j-running finished) done.
+    assert states["j-queued"] in (JobState.QUEUED, JobState.RUNNING, JobState.DONE)
+    async with app:
+        assert len([s async for s in app.jobs(limit=2)]) == 2
+        with pytest.raises(InvalidJob, match="limit"):
+            [s async for s in app.jobs(limit=0)]
+
+
+async def _state_is(handle, state: JobState) -> bool:  # type: ignore[no-untyped-def]
+    return bool((await handle.status()).state is state)
+
+
+async def test_a_dead_job_is_retried_back_to_work_and_dead_ones_purged(
+    make_app: AppFactory,
+) -> None:
+    app = make_app()
+    healthy = asyncio.Event()
+
+    @app.task(retries=1, backoff=QUICK)
+    async def fragile(ctx: Context, n: int) -> int:
+        if not healthy.is_set():
+            raise OSError("backend down")
+        return n
+
+    async with app:
+        first = await fragile.enqueue(1, _key="fragile-1")
+        second = await fragile.enqueue(2, _key="fragile-2")
+        async with working(app):
+            for handle in (first, second):
+                with pytest.raises(JobFailed):
+                    await handle.result(timeout=10)
+            healthy.set()
+            retried = await app.retry("fragile-1")
+            assert (await retried.status()).state in (JobState.QUEUED, JobState.RUNNING,
+                                                     JobState.DONE)  # fmt: skip
+            assert await first.result(timeout=10) == 1
+        with pytest.raises(InvalidJob, match="no dead letter"):
+            await app.retry("fragile-1")
+        assert await app.purge() == 1  # fragile-2's letter
+        assert await app.space.count(Pattern(app.dead_prefix)) == 0
+        with pytest.raises(InvalidJob, match="only dead"):
+            await app.purge(JobState.DONE)
+        events = [(e.event, e.attempt) for e in await app.history("fragile-1")]
+    assert events == [
+        ("claimed", 1), ("released", 1), ("claimed", 2), ("released", 2),
+        ("claimed", 1), ("completed", 1),
+    ]  # fmt: skip
+
+
+async def test_workers_run_each_periodic_slot_once(make_app: AppFactory) -> None:
+    app = make_app()
+    slots: Counter[str] = Counter()
+
+    @app.cron(every=0.2)
+    async def tick(ctx: Context) -> None:
+        slots[ctx.key] += 1
+
+    async with working(app, count=2):
+        await eventually(lambda: len(slots) >= 3, what="three slots")
+    assert all(key.startswith("cron:tick:") for key in slots)
+    assert set(slots.values()) == {1}

@@ -1,0 +1,56 @@
+"""Enqueue fails over across an app's nodes (real ``forum serve`` processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from node import ForumClient, Pattern
+from node.errors import NodeUnavailable
+from tasks import App, Context
+from tests.fixtures.nodes import ForumNodes
+
+
+async def test_enqueue_fails_over_when_the_first_node_is_down(
+    forum_nodes: ForumNodes, redis_url: str
+) -> None:
+    down = forum_nodes.make("down")  # never started: its port refuses
+    first = await forum_nodes.start("first")
+    second = await forum_nodes.start("second")
+    app = App([down.url, first.url, second.url], redis_url)
+
+    @app.task
+    def job(ctx: Context, n: int) -> None: ...
+
+    async with app:
+        handle = await job.enqueue(1)
+        # Sticky: the next call goes to the node that answered, not back to the first.
+        await job.enqueue(2)
+        assert (await handle.status()).task == "job"
+        await first.kill()
+        await job.enqueue(3)
+    async with ForumClient(second.url) as space:
+        assert await space.count(Pattern(app.prefix)) == 1
+    await first.restart()
+    async with ForumClient(first.url) as space:
+        assert await space.count(Pattern(app.prefix)) == 2
+
+
+async def test_no_node_answering_is_node_unavailable(
+    forum_nodes: ForumNodes, redis_url: str
+) -> None:
+    app = App([forum_nodes.make("a").url, forum_nodes.make("b").url], redis_url)
+
+    @app.task
+    def job(ctx: Context) -> None: ...
+
+    async with app:
+        with pytest.raises(NodeUnavailable):
+            await job.enqueue()
+
+
+def test_bad_node_urls_are_one_line() -> None:
+    with pytest.raises(ValueError, match="no http:// or https:// scheme"):
+        App("127.0.0.1:7070")
+    with pytest.raises(ValueError, match="no node URL"):
+        App([])
+    assert App("http://a:1, http://b:2/").nodes == ("http://a:1", "http://b:2")
