@@ -45,6 +45,7 @@ from node.web_keys import (
     LIMITS,
     LONG_POLLS,
     METRICS_REGISTRY,
+    OPEN_ROUTES,
     PEERS,
     SELF_AUTHENTICATED,
     SPACE,
@@ -122,6 +123,7 @@ def build_app(
     app[COMPACTOR] = compactor
     app[PEERS] = _no_peers
     app[SELF_AUTHENTICATED] = frozenset()
+    app[OPEN_ROUTES] = frozenset()
     app[STARTED] = time.monotonic()
 
     # Every operation of node.web_model, as declared there (so the OpenAPI

@@ -337,7 +337,14 @@ def build_document(
         # The default; each operation says its own (the probes and the
         # self-authenticated cluster routes take none).
         document["security"] = [{"bearer": []}]
-        document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        document["components"]["securitySchemes"] = {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "The node's token; or its read token, which may GET and "
+                "HEAD (not the stream) and is refused anything else with 403.",
+            }
+        }
     return document
 
 
