@@ -250,7 +250,7 @@ class NodeConfig:
                 "max_payload",
                 "segment_bytes",
             )
-        if self.read_token is not None and self.read_token in (self.token, None):
+        if self.read_token is not None and self.token in (None, self.read_token):
             raise SettingError(
                 "read_token needs a token, and must differ from it", "read_token", "token"
             )
