@@ -64,8 +64,10 @@ class NodeRow:
 
 
 def node_rows(histories: Sequence[NodeHistory], here: str, keep: int) -> list[NodeRow]:
-    """The Overview's rows: this node first, then its peers by URL."""
-    ordered = sorted(histories, key=lambda h: (h.url != here, h.url))
+    """The Overview's rows: this node first, then its peers by name."""
+    ordered = sorted(
+        histories, key=lambda h: (h.url != here, h.latest.node_id if h.latest else h.url)
+    )
     return [
         NodeRow(
             url=h.url,
