@@ -164,6 +164,7 @@ def _scope(request: web.Request) -> Scope:
 
 
 def _page(request: web.Request, template: str, **values: Any) -> web.Response:
+    request.app[SAMPLER].viewed()
     status = values.get("status") or node_status(request.app)
     page = (
         request.app[TEMPLATES]

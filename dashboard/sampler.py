@@ -4,7 +4,10 @@ Every ``interval`` seconds the sampler takes this node's status (in process,
 as ``GET /v1/status`` builds it) and each peer's (over HTTP, ``GET
 /v1/status`` with this node's token: the nodes of a cluster share one), and
 keeps the last ``keep`` of each node's samples in memory: enough for the
-sparklines of the last minutes, nothing on disk. A peer that does not answer
+sparklines of the last minutes, nothing on disk. Peers are asked only while
+someone looks (a page served in the last ``keep`` intervals): a node nobody
+watches makes no calls for its dashboard, and takes its own samples alone
+(an in-process copy of its figures). A peer that does not answer
 keeps its older samples and its last error; the Peers panel says what this
 node's replication knows of it anyway.
 """
@@ -78,8 +81,12 @@ class Sampler:
     interval: float = INTERVAL
     keep: int = KEEP
     histories: dict[str, NodeHistory] = field(default_factory=dict)
-    #: Set after each round of samples (tests wait on it instead of sleeping).
-    sampled: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Monotonic time until which the peers are sampled (see :meth:`viewed`).
+    watched_until: float = 0.0
+
+    def viewed(self) -> None:
+        """A page was served: sample the peers for the next ``keep`` intervals."""
+        self.watched_until = time.monotonic() + self.keep * self.interval
 
     def history(self, url: str) -> NodeHistory:
         found = self.histories.get(url)
@@ -91,9 +98,9 @@ class Sampler:
         """One round: this node now, and every peer within one interval."""
         status = self.local()
         self.history(status.advertise).samples.append(Sample(time.time(), status))
-        urls = [url for url in self.peers() if url != status.advertise]
+        watched = time.monotonic() < self.watched_until
+        urls = [url for url in self.peers() if url != status.advertise] if watched else []
         await asyncio.gather(*(self._ask(session, url) for url in urls))
-        self.sampled.set()
 
     async def _ask(self, session: aiohttp.ClientSession, url: str) -> None:
         history = self.history(url)

@@ -3,8 +3,9 @@
 Debian's ``chromium`` and ``chromium-driver`` (``scripts/install-tools``
 installs them). Without them the browser tests skip, except in CI
 (``CI=true``), where a missing browser is a failure: a green run must have
-looked at the pages. Screenshots go to ``$FORUM_ARTIFACTS/dashboard`` (or a
-temporary directory), printed at the start.
+looked at the pages. Screenshots go to ``$TEST_ARTIFACTS/dashboard`` (or a
+temporary directory), printed at the start; not a ``FORUM_*`` name, which
+``forum serve`` would take for a misspelt setting of its own.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
             pytest.fail(message)
         pytest.skip(message)
     chromium, driver_path = found
-    root = os.environ.get("FORUM_ARTIFACTS")
+    root = os.environ.get("TEST_ARTIFACTS")
     artifacts = Path(root) / "dashboard" if root else tmp_path_factory.mktemp("dashboard")
     artifacts.mkdir(parents=True, exist_ok=True)
     print(f"\ndashboard screenshots in {artifacts}")
