@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from msgspec import UnsetType
+
 from dashboard.sampler import NodeHistory
 from node.web_model import PrefixBody
 from node.web_status import NodeStatus, PeerStatus
@@ -142,13 +144,17 @@ class PrefixRow:
         return cls(
             prefix=text if text is not None else f"base64:{body.prefix_b64}",
             pausable=text,
-            live=body.live or 0,
-            delayed=body.delayed or 0,
-            reserved=body.reserved or 0,
+            live=_count(body.live),
+            delayed=_count(body.delayed),
+            reserved=_count(body.reserved),
             paused=body.paused,
             held=body.held,
             limit=body.limit,
         )
+
+
+def _count(figure: int | UnsetType) -> int:
+    return 0 if isinstance(figure, UnsetType) else figure
 
 
 def size(n: float) -> str:

@@ -340,10 +340,10 @@ class PrefixBody(msgspec.Struct, frozen=True):
     held: int | None = None
     limit: int | None = None
     #: With ``separator``: the group's tuples here that are live, not due yet
-    #: and reserved (``None`` without it).
-    live: int | None = None
-    delayed: int | None = None
-    reserved: int | None = None
+    #: and reserved (absent without it, as from a node before it).
+    live: int | UnsetType = UNSET
+    delayed: int | UnsetType = UNSET
+    reserved: int | UnsetType = UNSET
 
 
 class Prefixes(msgspec.Struct, frozen=True):

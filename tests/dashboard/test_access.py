@@ -115,3 +115,28 @@ def test_a_read_token_without_a_token_is_a_one_line_error(
     result = run_main(["serve", "--read-token", READ, "--data-dir", str(data)], capsys)
     assert "read_token needs a token" in assert_usage_error(result, "--read-token")
     assert not data.exists()
+
+
+@on_the_node
+async def test_prefixes_by_separator_count_live_delayed_and_reserved(node: NodeProcess) -> None:
+    """The read route behind the Prefixes panel (``GET /v1/prefixes?separator=``)."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(headers=auth) as http:
+        for payload, query in (
+            (b"q/a/1", ""),
+            (b"q/a/2", ""),
+            (b"q/b", ""),
+            (b"r/x", "?delay=600"),
+        ):
+            async with http.post(f"{node.url}/v1/tuples{query}", data=payload) as answer:
+                assert answer.status == 201
+        async with http.post(f"{node.url}/v1/reserve?prefix=q/b&lease=60") as answer:
+            assert answer.status == 200
+        async with http.get(f"{node.url}/v1/prefixes?separator=/") as answer:
+            rows = {row.pop("prefix"): row for row in (await answer.json())["prefixes"]}
+        async with http.get(f"{node.url}/v1/prefixes") as answer:
+            plain = (await answer.json())["prefixes"]
+    figures = {"paused": False, "held": None, "limit": None}
+    assert rows["q/"] == {**figures, "live": 2, "delayed": 0, "reserved": 1}
+    assert rows["r/"] == {**figures, "live": 0, "delayed": 1, "reserved": 0}
+    assert all("live" not in row for row in plain)  # as before, without a separator
