@@ -32,7 +32,8 @@ KEEP = 150
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One node's status at one moment (``at``: wall-clock seconds)."""
+    """One node's status at one moment (``at``: monotonic seconds, so a step
+    of the wall clock makes no rate up)."""
 
     at: float
     status: NodeStatus
@@ -97,7 +98,7 @@ class Sampler:
     async def sample_once(self, session: aiohttp.ClientSession) -> None:
         """One round: this node now, and every peer within one interval."""
         status = self.local()
-        self.history(status.advertise).samples.append(Sample(time.time(), status))
+        self.history(status.advertise).samples.append(Sample(time.monotonic(), status))
         watched = time.monotonic() < self.watched_until
         urls = [url for url in self.peers() if url != status.advertise] if watched else []
         await asyncio.gather(*(self._ask(session, url) for url in urls))
@@ -115,7 +116,7 @@ class Sampler:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             history.error = str(exc) or type(exc).__name__
             return
-        history.samples.append(Sample(time.time(), NodeStatus.from_document(document)))
+        history.samples.append(Sample(time.monotonic(), NodeStatus.from_document(document)))
         history.error = None
 
     @contextlib.asynccontextmanager
