@@ -192,7 +192,8 @@ def _errors(path: str, *, body: bool, bearer: bool, negotiates: bool) -> dict[st
     if path != "/healthz":
         errors.append(_UNAVAILABLE)
     if bearer:
-        errors.append("401")
+        # 403: the read token asking for more than a read, or a cookie from elsewhere.
+        errors += ["401", "403"]
     return {status: _ERROR for status in sorted(errors)}
 
 
