@@ -40,7 +40,7 @@ from dashboard.views import (
 from node.web_auth import TOKEN_COOKIE, Scope, scope_of
 from node.web_bodies import ApiProblem, bad_request
 from node.web_handlers import node_status
-from node.web_keys import CONFIG, OPEN_ROUTES, PEERS, SPACE, Extension
+from node.web_keys import CONFIG, LOGIN_PAGE, OPEN_ROUTES, PEERS, SPACE, Extension
 from node.web_model import JSON
 
 ROOT = "/ui"
@@ -80,6 +80,7 @@ def dashboard(interval: float = INTERVAL, keep: int = KEEP) -> Extension:
         app[TEMPLATES] = environment
         static = {f"{ROOT}/static/{f.name}" for f in STATIC.iterdir() if f.is_file()}
         app[OPEN_ROUTES] = app[OPEN_ROUTES] | {f"{ROOT}/login"} | static
+        app[LOGIN_PAGE] = f"{ROOT}/login"
         for path, handler in ROUTES.items():
             app.router.add_get(path, handler)
         app.router.add_static(f"{ROOT}/static", STATIC)

@@ -43,6 +43,7 @@ from node.web_keys import (
     CONFIG,
     FORUM,
     LIMITS,
+    LOGIN_PAGE,
     LONG_POLLS,
     METRICS_REGISTRY,
     OPEN_ROUTES,
@@ -124,6 +125,7 @@ def build_app(
     app[PEERS] = _no_peers
     app[SELF_AUTHENTICATED] = frozenset()
     app[OPEN_ROUTES] = frozenset()
+    app[LOGIN_PAGE] = ""
     app[STARTED] = time.monotonic()
 
     # Every operation of node.web_model, as declared there (so the OpenAPI

@@ -31,7 +31,7 @@ from aiohttp.typedefs import Handler
 
 from node.config import NodeConfig
 from node.web_bodies import ApiProblem
-from node.web_keys import CONFIG, OPEN_ROUTES, SELF_AUTHENTICATED
+from node.web_keys import CONFIG, LOGIN_PAGE, OPEN_ROUTES, SELF_AUTHENTICATED
 
 #: Routes under this prefix are for peers: they need the cluster key (see cluster_key).
 CLUSTER_PREFIX = "/v1/cluster/"
@@ -137,12 +137,19 @@ def _credential(request: web.Request) -> tuple[str, bool]:
 
 
 def _refuse(config: NodeConfig, request: web.Request) -> NoReturn:
-    peer_secret = request.path.startswith(CLUSTER_PREFIX) and config.cluster_secret is not None
-    what = "the cluster secret" if peer_secret else "the node's token"
+    """401, naming the credential the path wants (and where a browser signs in)."""
+    cluster = request.path.startswith(CLUSTER_PREFIX)
+    what = (
+        "the cluster secret"
+        if cluster and config.cluster_secret is not None
+        else "the node's token"
+    )
+    login = request.app[LOGIN_PAGE]
+    browser = f" (in a browser: sign in at {login})" if login and not cluster else ""
     raise ApiProblem(
         401,
         "unauthorized",
-        f"missing or wrong credentials: send 'Authorization: Bearer <{what}>'",
+        f"missing or wrong credentials: send 'Authorization: Bearer <{what}>'{browser}",
         headers={"WWW-Authenticate": 'Bearer realm="forum"'},
     )
 

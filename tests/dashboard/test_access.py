@@ -64,6 +64,13 @@ async def test_each_page_needs_a_token_and_either_token_opens_it(
 
 
 @on_the_node
+async def test_a_refusal_says_where_a_browser_signs_in(node: NodeProcess) -> None:
+    async with aiohttp.ClientSession() as http, http.get(f"{node.url}/ui") as answer:
+        assert answer.status == 401
+        assert "sign in at /ui/login" in (await answer.json())["message"]
+
+
+@on_the_node
 async def test_the_login_page_and_its_assets_are_open(node: NodeProcess) -> None:
     for path in ("/ui/login", "/ui/static/dashboard.js", "/ui/static/dashboard.css"):
         assert await status_of(node, "GET", path) == 200
