@@ -193,6 +193,9 @@ class Cluster(AsyncResource):
         lines = [f"cluster in {self.root}"]
         for node in self.nodes:
             lines.append(f"  {node.name:<10} {node.url}   log {node.log_path}")
+        if self.nodes:
+            # Every node serves the dashboard (docs/dashboard.md); any one shows the cluster.
+            lines.append(f"  {'dashboard':<10} {self.nodes[0].url}/ui   (on every node)")
         for worker in self.workers:
             lines.append(f"  {worker.name:<10} metrics http://127.0.0.1:{worker.port}/metrics")
         if self.redis is not None:

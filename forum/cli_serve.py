@@ -1,8 +1,8 @@
 """``forum serve``: one node, with replication plugged in.
 
 This is the composition root of a node: :func:`node_extensions` is where the
-``replication`` package is wired into the ``node`` package's app (``node``
-itself knows nothing of replication). Neither imports Redis or the worker
+``replication`` and ``dashboard`` packages are wired into the ``node``
+package's app (``node`` itself knows nothing of either). Neither imports Redis or the worker
 runtime, so a node runs without them installed.
 """
 
@@ -14,6 +14,7 @@ import dataclasses
 import os
 import sys
 
+from dashboard import dashboard
 from forum.cli_args import EXIT_NODE, UsageError
 from node.config import DEFAULT_LISTEN, NodeConfig
 from node.errors import DataDirLocked, ForumError
@@ -24,10 +25,11 @@ from replication.extension import configured
 
 
 def node_extensions(config: NodeConfig) -> list[Extension]:
-    """What ``forum serve`` adds to the node's app. Replication plugs in here,
-    tuned from ``FORUM_REPL_*``: read now, so a misspelt variable is a
-    ``ValueError`` before anything (the data directory) is created."""
-    return [configured(ReplicationConfig.from_env())]
+    """What ``forum serve`` adds to the node's app: replication, tuned from
+    ``FORUM_REPL_*`` (read now, so a misspelt variable is a ``ValueError``
+    before anything, the data directory, is created), and the dashboard at
+    ``/ui`` (after replication: it shows the peers replication knows)."""
+    return [configured(ReplicationConfig.from_env()), dashboard()]
 
 
 def serve_flags(args: argparse.Namespace) -> dict[str, object]:
@@ -118,6 +120,11 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
     )
     add("--segment-bytes", metavar="BYTES", help="size of a Strand segment file (default 64MiB)")
     add("--token", metavar="SECRET", help="clients must send 'Authorization: Bearer SECRET'")
+    add(
+        "--read-token",
+        metavar="SECRET",
+        help="a second token that may only read (GET: the dashboard, status); needs --token",
+    )
     add("--cluster-secret", metavar="SECRET", help="peers must present this secret")
     add("--max-payload", metavar="BYTES", help="largest tuple (default 1MiB)")
     add("--max-batch", metavar="N", help="most tuples in one batch (default 10000)")

@@ -174,6 +174,10 @@ class NodeConfig:
     segment_bytes: SegmentSize = 64 * MiB
     #: Clients must send ``Authorization: Bearer <token>``; ``None`` leaves the API open.
     token: Secret | None = None
+    #: A second token that may only read (``GET`` and ``HEAD``, not the
+    #: stream): the dashboard's pages and status for an observer who must not
+    #: act (node.web_auth). Needs ``token``.
+    read_token: Secret | None = None
     #: Peers must present this on the cluster routes; ``None`` leaves them open.
     cluster_secret: Secret | None = None
     #: The largest single tuple, in bytes.
@@ -245,6 +249,10 @@ class NodeConfig:
                 f"a tuple must fit one record of a {self.segment_bytes}-byte segment",
                 "max_payload",
                 "segment_bytes",
+            )
+        if self.read_token is not None and self.token in (None, self.read_token):
+            raise SettingError(
+                "read_token needs a token, and must differ from it", "read_token", "token"
             )
         if self.max_batch_bytes < self.max_payload:
             raise SettingError(

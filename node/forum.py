@@ -639,6 +639,23 @@ class Forum(AsyncResource):
         """Per limited prefix, how many tuples it holds here and its limit."""
         return {prefix: (self._held_count(prefix), limit) for prefix, limit in self._limits.items()}
 
+    def groups(self, separator: bytes, most: int) -> dict[bytes, tuple[int, int, int]]:
+        """Per group of tuples here (a payload up to and including its first
+        ``separator``; see ``LiveIndex.groups``), how many are live, not due
+        yet and reserved; at most ``most`` groups of each kind."""
+        live = self._index.groups(separator, most)
+        delayed = self._schedule.groups(separator, most)
+        reserved: dict[bytes, int] = {}
+        for _, item, _ in self._reservations.values():
+            cut = item.payload.find(separator)
+            group = item.payload if cut < 0 else item.payload[: cut + len(separator)]
+            if group in reserved or len(reserved) < most:
+                reserved[group] = reserved.get(group, 0) + 1
+        return {
+            group: (live.get(group, 0), delayed.get(group, 0), reserved.get(group, 0))
+            for group in sorted(live.keys() | delayed.keys() | reserved.keys())
+        }
+
     def _held_count(self, prefix: bytes) -> int:
         """What a limit counts: the prefix's tuples here that are live, not
         due yet, reserved, or being written here."""

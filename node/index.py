@@ -593,6 +593,32 @@ class LiveIndex:
         lo, hi = self._range(prefix)
         return hi - lo
 
+    def groups(self, separator: bytes, most: int) -> dict[bytes, int]:
+        """How many live tuples fall in each group: a payload's group is its
+        bytes up to and including the first ``separator`` (the payload itself
+        when it has none). A bisection per group, not a look at every tuple;
+        at most ``most`` groups (the first in byte order)."""
+        if not separator or _ZERO in separator or b"\xff" in separator:
+            # 0xFF never occurs in UTF-8; in an escaped key it may follow a NUL.
+            raise ValueError("separator must be UTF-8 text without NUL")
+        found: dict[bytes, int] = {}
+        keys, lo, size = self._sorted, 0, len(self._sorted)
+        while lo < size and len(found) < most:
+            key = keys[lo]
+            head = key[: len(key) - _TAIL.size]
+            cut = head.find(separator)
+            if cut < 0:
+                # No separator: the group is the whole payload, shared by its
+                # copies (their keys run from head + the tail's zero padding).
+                group, end = head, head + b"\x00\x01"
+            else:
+                group = head[: cut + len(separator)]
+                end = prefix_end(group)
+            hi = size if end is None else keys.bisect_left(end)
+            found[group.replace(_ESCAPED_ZERO, _ZERO)] = hi - lo
+            lo = hi
+        return found
+
     def iter_matching(self, prefix: bytes, after: int = 0) -> Iterator[tuple[int, Tuple]]:
         """Live matches with arrival > ``after``, oldest first whatever their
         priority (for paged listing by arrival: not the order takes serve)."""

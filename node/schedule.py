@@ -75,6 +75,10 @@ class Schedule:
         """How many tuples not due yet match ``prefix``."""
         return self._waiting.count(prefix)
 
+    def groups(self, separator: bytes, most: int) -> dict[bytes, int]:
+        """How many tuples not due yet fall in each group (``LiveIndex.groups``)."""
+        return self._waiting.groups(separator, most)
+
     def hold(self, item: Tuple, due: int) -> None:
         """Keep ``item`` until ``due`` (ms since the epoch), then hand it to ``on_due``."""
         self._waiting.add(item)

@@ -43,8 +43,10 @@ from node.web_keys import (
     CONFIG,
     FORUM,
     LIMITS,
+    LOGIN_PAGE,
     LONG_POLLS,
     METRICS_REGISTRY,
+    OPEN_ROUTES,
     PEERS,
     SELF_AUTHENTICATED,
     SPACE,
@@ -122,6 +124,8 @@ def build_app(
     app[COMPACTOR] = compactor
     app[PEERS] = _no_peers
     app[SELF_AUTHENTICATED] = frozenset()
+    app[OPEN_ROUTES] = frozenset()
+    app[LOGIN_PAGE] = ""
     app[STARTED] = time.monotonic()
 
     # Every operation of node.web_model, as declared there (so the OpenAPI

@@ -545,6 +545,10 @@ class Query:
             )
         return value
 
+    def text(self, parameter: Parameter) -> str | None:
+        """A text parameter as given; ``None`` when absent (and not required)."""
+        return self._get(parameter)
+
     def pattern(self) -> Pattern:
         """``prefix`` (UTF-8 text) or ``prefix_b64`` (any bytes); neither matches all."""
         text, encoded = self._query.get("prefix"), self._query.get("prefix_b64")

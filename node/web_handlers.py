@@ -64,6 +64,7 @@ from node.web_model import (
     RESERVE,
     RESERVE_BATCH,
     RESUME,
+    SEPARATOR,
     STATUS,
     TAKE,
     TAKE_BATCH,
@@ -258,10 +259,12 @@ async def resume(request: web.Request) -> web.Response:
 
 
 async def prefixes(request: web.Request) -> web.Response:
-    """``GET /v1/prefixes``: the paused prefixes and the limited ones' fill."""
-    _query(request, PREFIXES)
+    """``GET /v1/prefixes``: the paused prefixes, the limited ones' fill, and
+    with ``separator`` the groups of tuples here."""
+    separator = _query(request, PREFIXES).text(SEPARATOR)
     media = negotiate(request, PREFIXES)
-    return respond(request.app[SPACE].prefixes(media), media)
+    grouped = None if separator is None else separator.encode()
+    return respond(request.app[SPACE].prefixes(media, grouped), media)
 
 
 async def compact(request: web.Request) -> web.Response:

@@ -49,6 +49,12 @@ COMPACTOR = web.AppKey("compactor", Compactor)
 #: (replication signs every request with an HMAC of the cluster secret, so the
 #: secret itself never crosses the wire): no bearer token is asked of them.
 SELF_AUTHENTICATED = web.AppKey[frozenset[str]]("self_authenticated")
+#: Exact paths of an extension's routes open to anyone (the dashboard's login
+#: page, which asks for the token): no bearer token is asked of them.
+OPEN_ROUTES = web.AppKey[frozenset[str]]("open_routes")
+#: Where a browser signs in (the dashboard's login page), named in a 401's
+#: message on the client routes; empty without one.
+LOGIN_PAGE = web.AppKey("login_page", str)
 #: Monotonic time the app was built, for uptime in status.
 STARTED = web.AppKey("started", float)
 #: The node's watchers and the events they follow (``GET /v1/watch``, node.web_watch).

@@ -339,6 +339,11 @@ class PrefixBody(msgspec.Struct, frozen=True):
     paused: bool = False
     held: int | None = None
     limit: int | None = None
+    #: With ``separator``: the group's tuples here that are live, not due yet
+    #: and reserved (absent without it, as from a node before it).
+    live: int | UnsetType = UNSET
+    delayed: int | UnsetType = UNSET
+    reserved: int | UnsetType = UNSET
 
 
 class Prefixes(msgspec.Struct, frozen=True):
@@ -463,6 +468,15 @@ WRITE_WAIT = Parameter(
 WRITE_OPTIONS = (DELAY, NOT_BEFORE, TTL, PRIORITY, KEY, KEY_B64, DEDUP_WINDOW, WRITE_WAIT)
 #: The prefix in the path of the pause routes: its bytes percent-encoded
 #: (``job%2F`` for ``job/``, ``%FF`` for the byte 0xFF); never empty.
+#: The most groups ``GET /v1/prefixes?separator=`` counts (the first in byte order).
+MAX_GROUPS = 500
+SEPARATOR = Parameter(
+    "separator",
+    "text",
+    "Also a row per group of tuples here (a payload up to and including its first "
+    f"separator, such as /; the payload itself without one) with its live, delayed and "
+    f"reserved counts; at most {MAX_GROUPS} groups, the first in byte order.",
+)
 PATH_PREFIX = Parameter(
     "prefix",
     "text",
@@ -630,8 +644,10 @@ RESUME = Operation(
     Answer(200, "How many pauses ended (0: it was not paused).", Resumed), in_path=(PATH_PREFIX,),
 )  # fmt: skip
 PREFIXES = Operation(
-    "GET", "/v1/prefixes", "The prefixes paused here, and each limited prefix's fill",
-    Answer(200, "Sorted by prefix.", Prefixes),
+    "GET", "/v1/prefixes",
+    "The prefixes paused here, each limited prefix's fill, and with separator the groups "
+    "of tuples here with their counts",
+    Answer(200, "Sorted by prefix.", Prefixes), (SEPARATOR,),
 )  # fmt: skip
 METRICS = Operation(
     "GET", "/metrics", "Prometheus metrics in the text format (behind the token when one is set)",

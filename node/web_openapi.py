@@ -192,7 +192,8 @@ def _errors(path: str, *, body: bool, bearer: bool, negotiates: bool) -> dict[st
     if path != "/healthz":
         errors.append(_UNAVAILABLE)
     if bearer:
-        errors.append("401")
+        # 403: the read token asking for more than a read, or a cookie from elsewhere.
+        errors += ["401", "403"]
     return {status: _ERROR for status in sorted(errors)}
 
 
@@ -337,7 +338,14 @@ def build_document(
         # The default; each operation says its own (the probes and the
         # self-authenticated cluster routes take none).
         document["security"] = [{"bearer": []}]
-        document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        document["components"]["securitySchemes"] = {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "The node's token; or its read token, which may GET and "
+                "HEAD (not the stream) and is refused anything else with 403.",
+            }
+        }
     return document
 
 

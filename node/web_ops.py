@@ -25,6 +25,7 @@ from node.space import Pattern
 from node.web_bodies import PLAIN_WRITE, ApiProblem, WriteRequest, bad_request, prefix_body
 from node.web_longpoll import LongPolls
 from node.web_model import (
+    MAX_GROUPS,
     Acked,
     AckedMany,
     Count,
@@ -147,9 +148,17 @@ class Space:
     async def resume(self, prefix: bytes) -> Resumed:
         return Resumed(await self.forum.resume(_named(prefix)))
 
-    def prefixes(self, media: str) -> Prefixes:
-        """The prefixes paused here and those with a limit, with their fill."""
+    def prefixes(self, media: str, separator: bytes | None = None) -> Prefixes:
+        """The prefixes paused here and those with a limit, with their fill;
+        with ``separator``, each group of tuples here too, with its counts."""
         paused, fill = set(self.forum.paused()), self.forum.fill()
+        groups: dict[bytes, tuple[int, int, int]] = {}
+        if separator is not None:
+            try:
+                groups = self.forum.groups(separator, MAX_GROUPS)
+            except ValueError as exc:
+                raise bad_request("invalid_parameter", str(exc)) from None
+            groups = dict(list(groups.items())[:MAX_GROUPS])
         return Prefixes(
             [
                 prefix_body(
@@ -158,10 +167,21 @@ class Space:
                     paused=prefix in paused,
                     held=fill[prefix][0] if prefix in fill else None,
                     limit=fill[prefix][1] if prefix in fill else None,
+                    **_counts(groups, prefix, separator is not None),
                 )
-                for prefix in sorted(paused | fill.keys())
+                for prefix in sorted(paused | fill.keys() | groups.keys())
             ]
         )
+
+
+def _counts(
+    groups: dict[bytes, tuple[int, int, int]], prefix: bytes, grouped: bool
+) -> dict[str, int]:
+    """A row's live, delayed and reserved counts, when grouping was asked."""
+    if not grouped:
+        return {}
+    live, delayed, reserved = groups.get(prefix, (0, 0, 0))
+    return {"live": live, "delayed": delayed, "reserved": reserved}
 
 
 def _named(prefix: bytes) -> bytes:

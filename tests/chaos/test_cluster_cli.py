@@ -28,6 +28,7 @@ async def test_cluster_demo_puts_every_job_through_exactly_once(tmp_path: Path) 
     assert "OK: attempted=300 acknowledged=300 done=300 lost=0 unexpected=0" in text
     assert "duplicate_effects=0" in text
     assert "live 'job/' left per node: [0, 0, 0]" in text
+    assert "dashboard" in text and "/ui" in text  # where to watch it
 
 
 @pytest.mark.slow
@@ -40,6 +41,7 @@ async def test_cluster_up_runs_until_interrupted_and_stops_everything(tmp_path: 
         assert line, "forum cluster up ended before printing its addresses"
         lines.append(line)
     assert any("node-a" in line and "http://127.0.0.1:" in line for line in lines)
+    assert any(line.split()[:1] == ["dashboard"] and "/ui" in line for line in lines)
     up.send_signal(signal.SIGINT)
     await asyncio.wait_for(up.communicate(), 60)
     assert up.returncode == 0

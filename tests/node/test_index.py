@@ -523,3 +523,24 @@ def test_past_the_origins_a_key_can_number_a_new_one_is_refused(
         index.add(tuple_of(EntryId("c", 1), b"x", 1))
     assert len(index) == 2 and EntryId("c", 1) not in index
     assert index.add(tuple_of(EntryId("a", 3), b"y", -1)) == 3  # known origins still are
+
+
+def test_groups_count_each_payload_up_to_its_first_separator() -> None:
+    index = LiveIndex()
+    payloads = [b"job/a", b"job/b/c", b"mail/x", b"job/", b"plain", b"plain", b"", b"a\x00/x"]
+    payloads += [b"jobs/y", b"plain\x00"]
+    for seq, payload in enumerate(payloads, 1):
+        index.add(Tuple(EntryId("here", seq), payload))
+    assert index.groups(b"/", most=100) == {
+        b"": 1,
+        b"a\x00/": 1,
+        b"job/": 3,
+        b"jobs/": 1,
+        b"mail/": 1,
+        b"plain": 2,
+        b"plain\x00": 1,
+    }
+    assert index.groups(b"/b/", most=100)[b"job/b/"] == 1
+    assert list(index.groups(b"/", most=2)) == [b"", b"a\x00/"]
+    with pytest.raises(ValueError, match="separator"):
+        index.groups(b"\x00", most=1)

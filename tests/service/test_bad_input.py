@@ -251,6 +251,10 @@ CASES = [
         Case("resume-get", "GET", "/v1/prefixes/job-/resume", 405, "method_not_allowed"),
         Case("prefixes-no-token", "GET", "/v1/prefixes", 401, "unauthorized",
              authorized=False),
+        Case("prefixes-empty-separator", "GET", "/v1/prefixes?separator=", 400,
+             "invalid_parameter", message="separator"),
+        Case("prefixes-nul-separator", "GET", "/v1/prefixes?separator=%00", 400,
+             "invalid_parameter", message="separator"),
     ],
 ]  # fmt: skip
 

@@ -1,0 +1,197 @@
+"""The dashboard's routes on the node's app, and the extension that adds them.
+
+=====================  ==============================================================
+``GET /ui``            Overview: every node's rates, contents, Strand and compaction
+``GET /ui/prefixes``   Prefixes, grouped at ``?separator=`` (``/`` by default)
+``GET /ui/peers``      Peers, as this node's replication knows them
+``GET /ui/guarantees`` Guarantees: double takes caught, and the Lens's place
+``GET /ui/login``      open: asks for the token (the only page without it)
+``GET /ui/session``    with ``Authorization: Bearer``: keeps it in the cookie
+``GET /ui/static/..``  open: the page's CSS and JS (vendored, no CDN)
+=====================  ==============================================================
+
+The pages are behind the node's token like the API (node.web_auth: the
+cookie the login sets stands for the header). Actions are not routes of the
+dashboard: the page's buttons call the API itself (``POST
+/v1/prefixes/{prefix}/pause``), so they pass the same checks, and a read
+token is refused them there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from dashboard.sampler import INTERVAL, KEEP, Sampler
+from dashboard.views import (
+    SPARK_HEIGHT,
+    SPARK_WIDTH,
+    PrefixRow,
+    ago,
+    health,
+    node_rows,
+    peer_state,
+    size,
+)
+from node.web_auth import TOKEN_COOKIE, Scope, scope_of
+from node.web_bodies import ApiProblem, bad_request
+from node.web_handlers import node_status
+from node.web_keys import CONFIG, LOGIN_PAGE, OPEN_ROUTES, PEERS, SPACE, Extension
+from node.web_model import JSON
+
+ROOT = "/ui"
+STATIC = Path(__file__).parent / "static"
+#: The panels, in the order of the page's tabs: (path, title).
+PANELS = (
+    (ROOT, "Overview"),
+    (f"{ROOT}/prefixes", "Prefixes"),
+    (f"{ROOT}/peers", "Peers"),
+    (f"{ROOT}/guarantees", "Guarantees"),
+)
+#: Seconds between two refreshes of a panel in the browser.
+REFRESH = 2.0
+
+SAMPLER = web.AppKey("dashboard_sampler", Sampler)
+TEMPLATES = web.AppKey("dashboard_templates", jinja2.Environment)
+
+
+def dashboard(interval: float = INTERVAL, keep: int = KEEP) -> Extension:
+    """The extension that serves the dashboard, sampling every ``interval`` s."""
+
+    def install(app: web.Application) -> None:
+        config = app[CONFIG]
+        app[SAMPLER] = Sampler(
+            local=lambda: node_status(app),
+            peers=lambda: [p.url for p in app[PEERS]()],
+            token=config.token,
+            interval=interval,
+            keep=keep,
+        )
+        environment = jinja2.Environment(
+            loader=jinja2.PackageLoader("dashboard", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        environment.filters |= {"size": size, "ago": ago}
+        app[TEMPLATES] = environment
+        static = {f"{ROOT}/static/{f.name}" for f in STATIC.iterdir() if f.is_file()}
+        app[OPEN_ROUTES] = app[OPEN_ROUTES] | {f"{ROOT}/login"} | static
+        app[LOGIN_PAGE] = f"{ROOT}/login"
+        for path, handler in ROUTES.items():
+            app.router.add_get(path, handler)
+        app.router.add_static(f"{ROOT}/static", STATIC)
+        app.cleanup_ctx.append(_sampling)
+
+    return install
+
+
+async def _sampling(app: web.Application) -> AsyncIterator[None]:
+    async with app[SAMPLER].running():
+        yield
+
+
+async def overview(request: web.Request) -> web.Response:
+    sampler = request.app[SAMPLER]
+    status = node_status(request.app)
+    ok, line = health(status)
+    rows = node_rows(list(sampler.histories.values()), status.advertise, sampler.keep)
+    return _page(request, "overview.html", rows=rows, healthy=ok, health=line)
+
+
+async def prefixes(request: web.Request) -> web.Response:
+    separator = request.query.get("separator", "/")
+    rows: list[PrefixRow] = []
+    error = None
+    try:
+        if not separator:
+            raise bad_request("invalid_parameter", "the separator must not be empty")
+        found = request.app[SPACE].prefixes(JSON, separator.encode())
+        rows = [PrefixRow.of(body) for body in found.prefixes]
+    except ApiProblem as exc:
+        error = exc.message
+    return _page(request, "prefixes.html", rows=rows, separator=separator, error=error)
+
+
+async def peers(request: web.Request) -> web.Response:
+    status = node_status(request.app)
+    ok, line = health(status)
+    return _page(
+        request,
+        "peers.html",
+        status=status,
+        peers=status.peers,
+        state=peer_state,
+        healthy=ok,
+        health=line,
+    )
+
+
+async def guarantees(request: web.Request) -> web.Response:
+    sampler = request.app[SAMPLER]
+    status = node_status(request.app)
+    rows = node_rows(list(sampler.histories.values()), status.advertise, sampler.keep)
+    return _page(request, "guarantees.html", rows=rows, status=status)
+
+
+async def login(request: web.Request) -> web.Response:
+    """The token form (open: it is how a browser gets the cookie)."""
+    page = request.app[TEMPLATES].get_template("login.html").render(root=ROOT)
+    return web.Response(text=page, content_type="text/html")
+
+
+async def session(request: web.Request) -> web.Response:
+    """Keep the bearer token this request was let in with in the cookie, for
+    the pages a browser navigates to (a header cannot follow a link)."""
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    answer = web.Response(status=204)
+    if scheme.lower() == "bearer":
+        answer.set_cookie(TOKEN_COOKIE, given.strip(), path="/", httponly=True, samesite="Strict")
+    return answer
+
+
+def _scope(request: web.Request) -> Scope:
+    """What the viewer's credential allows (everything when the node has no token)."""
+    config = request.app[CONFIG]
+    if config.token is None:
+        return "all"
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    credential = given.strip() if scheme.lower() == "bearer" else request.cookies.get(TOKEN_COOKIE)
+    # The middleware let the request in, so the credential is one of the two.
+    return scope_of(config, credential or "") or "read"
+
+
+def _page(request: web.Request, template: str, **values: Any) -> web.Response:
+    request.app[SAMPLER].viewed()
+    status = values.get("status") or node_status(request.app)
+    page = (
+        request.app[TEMPLATES]
+        .get_template(template)
+        .render(
+            root=ROOT,
+            panels=PANELS,
+            path=request.path,
+            node=status,
+            scope=_scope(request),
+            secured=request.app[CONFIG].token is not None,
+            refresh_ms=int(REFRESH * 1000),
+            spark_width=SPARK_WIDTH,
+            spark_height=SPARK_HEIGHT,
+            **values,
+        )
+    )
+    return web.Response(text=page, content_type="text/html")
+
+
+#: Every page's handler, by path.
+ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
+    ROOT: overview,
+    f"{ROOT}/prefixes": prefixes,
+    f"{ROOT}/peers": peers,
+    f"{ROOT}/guarantees": guarantees,
+    f"{ROOT}/login": login,
+    f"{ROOT}/session": session,
+}
