@@ -353,8 +353,8 @@ class Forum(AsyncResource):
         #: An entry goes when its tuple is taken (here or elsewhere).
         self._lapses: dict[EntryId, int] = {}
         self._index = LiveIndex()
-        # The properties of every tuple not dead whose Write has any (the
-        # index keeps only a tuple's priority: the rest is put back from here).
+        # The properties of every tuple not dead whose Write has more than a
+        # priority (the index keeps only that: the rest is put back from here).
         self._props = KeptProperties()
         # The wall clock that due times, expiries and dedup windows are read by.
         self._clock = clock
