@@ -46,6 +46,12 @@ would double a default run that is long already. ``--rounds`` times (default
   ``delay=3600``. Target: ttl and priority at least 0.9x plain's rate (the
   delayed writes' ratio is shown, with no target).
 
+``--only latency`` or ``--only writes`` runs one half; ``--against DIR``
+runs every case on that version (A) too, alternating A and B, and adds a
+table of both sides' figures for the targets (the JSON holds both)::
+
+    python bench/node_bench.py --scheduling --only writes --against /tmp/a --rounds 3
+
 It prints the medians in a table, each row against its target (with the time
 the cyclic GC took during each pattern's samples: a full collection over
 the heap of a case that keeps more objects lands in its p99), and writes
@@ -386,11 +392,8 @@ def write_path(args: argparse.Namespace) -> None:
     rounds: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
     for _ in range(args.rounds):
         for side, tree in sides.items():
-            env = dict(os.environ)
-            if tree is not None:  # the other version's packages come first
-                env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
             argv = ["--one-round", "--seconds", str(args.seconds), "--loop", args.loop]
-            rounds[side].append(_fresh_round(argv, env))
+            rounds[side].append(_fresh_round(argv, _env_of(tree)))
     medians = {side: _medians(runs) for side, runs in rounds.items()}
     print(f"write path, {args.rounds} rounds of {args.seconds} s, medians ({args.loop})")
     print(f"{'':<12}" + "".join(f"{side + ' ' + col:>14}" for col in _COLUMNS for side in sides))
@@ -457,24 +460,56 @@ async def scheduling_round(kind: str, live: int, seconds: float) -> dict[str, fl
 def scheduling(args: argparse.Namespace) -> None:
     """Rounds in fresh processes: the plain and mixed latencies, then each
     write variant, each group's order turned by one every round (so a drift
-    of a busy machine favours none); the medians against the targets."""
-    groups = (
+    of a busy machine favours none); the medians against the targets. With
+    ``--against``, every case runs on version A then on this one (B), the
+    order of the two turned each round too, and the targets' figures of
+    both are shown side by side after B's table."""
+    groups = [
         [f"latency-{case}" for case in LATENCY_CASES],
         [f"writes-{variant.name}" for variant in WRITE_VARIANTS],
-    )
-    runs: dict[str, list[dict[str, float]]] = {kind: [] for group in groups for kind in group}
+    ]
+    groups = [group for group in groups if args.only in (None, group[0].partition("-")[0])]
+    sides = {"B": _env_of(None)} if args.against is None else {
+        "A": _env_of(args.against), "B": _env_of(None)}  # fmt: skip
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        side: {kind: [] for group in groups for kind in group} for side in sides
+    }
     for r in range(args.rounds):
         for group in groups:
             turn = r % len(group)
             for kind in group[turn:] + group[:turn]:
-                print(f"node_bench: round {r + 1}, {kind}", file=sys.stderr, flush=True)
-                argv = ["--scheduling-round", kind, "--live", str(args.live)]
-                argv += ["--seconds", str(args.seconds), "--loop", args.loop]
-                runs[kind].append(_fresh_round(argv))
+                order = list(sides) if r % 2 == 0 else list(reversed(sides))
+                for side in order:
+                    print(f"node_bench: round {r + 1}, {kind}, {side}", file=sys.stderr, flush=True)
+                    argv = ["--scheduling-round", kind, "--live", str(args.live)]
+                    argv += ["--seconds", str(args.seconds), "--loop", args.loop]
+                    runs[side][kind].append(_fresh_round(argv, sides[side]))
+    reports = {side: _scheduling_report(args, side_runs) for side, side_runs in runs.items()}
+    _print_scheduling(reports["B"])
+    if "A" in reports:
+        _print_against(reports["A"], reports["B"], args.against)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    out = reports["B"] if "A" not in reports else {"against": str(args.against), **reports}
+    args.out.write_text(json.dumps(out, indent=2))
+
+
+def _env_of(tree: Path | None) -> dict[str, str]:
+    """The environment of a round on ``tree``'s packages (``None``: this one's)."""
+    env = dict(os.environ)
+    if tree is not None:  # the other version's packages come first
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _scheduling_report(args: argparse.Namespace, runs: dict[str, list[dict[str, float]]]) -> Row:
     medians = {kind: _medians(figures) for kind, figures in runs.items()}
-    latency = _latency_rows(medians["latency-plain"], medians["latency-mixed"])
-    writes = _write_rows(medians)
-    report = {
+    latency = (
+        _latency_rows(medians["latency-plain"], medians["latency-mixed"])
+        if "latency-plain" in medians
+        else []
+    )
+    writes = _write_rows(medians) if f"writes-{PLAIN_WRITES.name}" in medians else []
+    return {
         "loop": args.loop,
         "live": args.live,
         "delayed": delayed_for(args.live),
@@ -487,9 +522,30 @@ def scheduling(args: argparse.Namespace) -> None:
         "writes": writes,
         "runs": runs,
     }
-    _print_scheduling(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+
+
+def _print_against(a: Row, b: Row, tree: Path) -> None:
+    """The targets' figures of A (``tree``) and B side by side."""
+    print(f"A ({tree}) against B (this tree), medians of {b['rounds']} rounds each")
+    if b["latency"]:
+        heads = ("A mixed p99", "B mixed p99", "A ratio", "B ratio")
+        print(f"{'':<26}" + "".join(f"{h:>12}" for h in heads))
+        for row_a, row_b in zip(a["latency"], b["latency"], strict=True):
+            print(
+                f"{row_b['pattern'] + ' ' + str(row_b['step']):<26}"
+                f"{row_a['mixed_p99_us']:>12.1f}{row_b['mixed_p99_us']:>12.1f}"
+                f"{row_a['p99_ratio']:>12.2f}{row_b['p99_ratio']:>12.2f}"
+            )
+    if b["writes"]:
+        print(f"{'':<26}" + "".join(f"{h:>12}" for h in (
+            "A us", "B us", "A plain us", "B plain us", "A ratio", "B ratio")))  # fmt: skip
+        for row_a, row_b in zip(a["writes"], b["writes"], strict=True):
+            print(
+                f"{row_b['rate'] + ' ' + str(row_b['variant']):<26}"
+                f"{row_a['write_cpu_us']:>12.1f}{row_b['write_cpu_us']:>12.1f}"
+                f"{row_a['plain_write_cpu_us']:>12.1f}{row_b['plain_write_cpu_us']:>12.1f}"
+                f"{row_a['ratio']:>12.2f}{row_b['ratio']:>12.2f}"
+            )
 
 
 Row = dict[str, Any]
@@ -546,6 +602,16 @@ def _verdict(row: Row) -> str:
 
 def _print_scheduling(report: Row) -> None:
     rows: list[Row] = report["latency"]
+    if rows:
+        _print_latency(report)
+    rows = report["writes"]
+    if rows:
+        _print_writes(report)
+    print("all within the targets" if report["pass"] else "NOT all within the targets")
+
+
+def _print_latency(report: Row) -> None:
+    rows: list[Row] = report["latency"]
     print(
         f"take/read at {report['live']} live tuples: plain vs {len(PRIORITIES)} priorities "
         f"+ {report['delayed']} delayed; {report['rounds']} rounds, medians ({report['loop']}), us"
@@ -563,7 +629,10 @@ def _print_scheduling(report: Row) -> None:
             + f"{row['p99_ratio']:>11.2f}  {_verdict(row):<6}"
             + f"  {row['plain_gc_ms']:.1f} / {row['mixed_gc_ms']:.1f}"
         )
-    rows = report["writes"]
+
+
+def _print_writes(report: Row) -> None:
+    rows: list[Row] = report["writes"]
     print(
         f"write rate with options vs plain, {report['rounds']} rounds of {report['seconds']} s, "
         "medians (ttl_priority: ttl=3600 priority=3; delay: delay=3600)"
@@ -576,7 +645,6 @@ def _print_scheduling(report: Row) -> None:
             f"{row['plain_write_per_s']:>11.0f}{row['write_per_s']:>11.0f}{row['ratio']:>11.2f}"
             f"{row['plain_write_cpu_us']:>11.1f}{row['write_cpu_us']:>11.1f}  {_verdict(row)}"
         )
-    print("all within the targets" if report["pass"] else "NOT all within the targets")
 
 
 async def main() -> None:
@@ -588,7 +656,13 @@ async def main() -> None:
         help="the event loop (forum serve runs on uvloop; default uvloop)",
     )  # fmt: skip
     parser.add_argument("--write-path", action="store_true", help="only the write path")
-    parser.add_argument("--against", type=Path, help="with --write-path: version A's tree")
+    parser.add_argument(
+        "--against", type=Path, help="with --write-path or --scheduling: version A's tree"
+    )
+    parser.add_argument(
+        "--only", choices=("latency", "writes"),
+        help="with --scheduling: only the latencies, or only the write rates",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="with --write-path or --scheduling")
     parser.add_argument(
         "--scheduling", action="store_true",

@@ -87,12 +87,20 @@ def encode_entry(entry: Entry) -> bytes:
 class EntryEncoder:
     """Encodes entries as :func:`encode_entry` does, with one packer kept for
     every call (making a msgpack packer costs more than packing an entry).
-    One per thread: a packer is not shared."""
+    One per thread: a packer is not shared.
 
-    __slots__ = ("_pack",)
+    A Write with properties is packed as its first five fields, whose
+    array header (one byte, ``0x90 | length``) is made the six fields' and
+    the packed properties map appended: the same bytes as packing all six,
+    with the map packed once per Properties object rather than per Write
+    (the writes of a burst share one; ``write_properties``)."""
+
+    __slots__ = ("_pack", "_packed_props", "_props")
 
     def __init__(self) -> None:
         self._pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+        self._props = PLAIN  # the properties packed last, and their packed map
+        self._packed_props = b""
 
     def encode(self, entries: Sequence[Entry]) -> list[bytes]:
         """``SerializationError`` if one cannot be encoded."""
@@ -107,9 +115,11 @@ class EntryEncoder:
                             pack([CODEC_VERSION, _WRITE, eid.origin, eid.seq, entry.payload])
                         )
                     else:
-                        fields = [CODEC_VERSION, _WRITE_WITH, eid.origin, eid.seq, entry.payload]
-                        fields.append(encode_props(props))
-                        out.append(pack(fields))
+                        if props is not self._props:
+                            self._packed_props = pack(encode_props(props))
+                            self._props = props
+                        five = [CODEC_VERSION, _WRITE_WITH, eid.origin, eid.seq, entry.payload]
+                        out.append(_SIX_FIELDS + pack(five)[1:] + self._packed_props)
                 elif type(entry) is Take:
                     eid, target = entry.id, entry.target
                     fields = [CODEC_VERSION, _TAKE, eid.origin, eid.seq, target.origin, target.seq]
@@ -119,6 +129,10 @@ class EntryEncoder:
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"cannot encode {entry!r}: {exc}") from exc
         return out
+
+
+#: The msgpack header of an array of six (a fixarray: ``0x90 | 6``).
+_SIX_FIELDS = b"\x96"
 
 
 def encode_props(props: Properties) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from node.dedup import DedupTable
 from node.entries import PLAIN, Entry, EntryId, Properties, Reserved, Take, Tuple, Write
 from node.errors import ForumError, LimitExceeded
 from node.index import LiveIndex
+from node.kept_properties import KeptProperties
 from node.resource import AsyncResource
 from node.schedule import Clock, Schedule
 from node.space import Pattern
@@ -352,9 +353,9 @@ class Forum(AsyncResource):
         #: An entry goes when its tuple is taken (here or elsewhere).
         self._lapses: dict[EntryId, int] = {}
         self._index = LiveIndex()
-        # The properties of every tuple not dead whose Write has any (the
-        # index keeps only a tuple's priority: the rest is put back from here).
-        self._props: dict[EntryId, Properties] = {}
+        # The properties of every tuple not dead whose Write has more than a
+        # priority (the index keeps only that: the rest is put back from here).
+        self._props = KeptProperties()
         # The wall clock that due times, expiries and dedup windows are read by.
         self._clock = clock
         self._schedule = Schedule(self._on_due, self._on_expiry, clock)
@@ -694,7 +695,7 @@ class Forum(AsyncResource):
         if props.expires and props.expires <= now:
             return None  # expired before it got here: never live
         if props.due or props.expires or props.key is not None:
-            self._props[item.id] = props  # a priority alone the index keeps
+            self._props.keep(item.id, props)  # a priority alone the index keeps
         if props.expires:
             self._schedule.expire_at(item.id, props.expires)
         if props.due > now:
@@ -717,11 +718,11 @@ class Forum(AsyncResource):
         without a Take (every node expires it from its Write alike)."""
         expired: builtins.list[Tuple] = []
         for entry_id in entry_ids:
-            props = self._props.get(entry_id)
+            props = self._props.of(entry_id)
             if props is None or entry_id in self._taking:
                 continue  # dead already, or being taken (its put-back checks)
             item = self._remove_anywhere(entry_id)
-            self._props.pop(entry_id, None)
+            self._props.forget(entry_id)
             self._lapses.pop(entry_id, None)
             if item is not None:
                 expired.append(Tuple(item.id, item.payload, props))
@@ -755,13 +756,13 @@ class Forum(AsyncResource):
 
     def _expired_now(self, entry_id: EntryId) -> bool:
         """Whether ``entry_id`` has expired (it is not to be put back)."""
-        props = self._props.get(entry_id)
+        props = self._props.of(entry_id)
         return props is not None and 0 < props.expires <= self._schedule.now_ms()
 
     def _dress(self, item: Tuple) -> Tuple:
         """``item`` with its Write's properties (the index keeps only the priority)."""
         if self._props:
-            props = self._props.get(item.id)
+            props = self._props.of(item.id)
             if props is not None:
                 return Tuple(item.id, item.payload, props)
         return item
@@ -1329,7 +1330,7 @@ class Forum(AsyncResource):
         self._note_pace(take)
         if self._room_waiters:
             self._free_room()
-        if self._props and self._props.pop(take.target, None) is not None:
+        if self._props and self._props.forget(take.target) is not None:
             if self._schedule.drop(take.target) is not None:
                 return  # taken elsewhere before it was due here
         elif take.target in self._pause_markers:
@@ -1487,7 +1488,7 @@ class Forum(AsyncResource):
                 self._killed_while_taking.discard(item.id)
                 continue
             if self._props and self._expired_now(item.id):
-                self._props.pop(item.id, None)
+                self._props.forget(item.id)
                 expired.append(item)  # expired while it was being taken
                 continue
             self._index.restore(arrival, item)
@@ -1501,7 +1502,7 @@ class Forum(AsyncResource):
             self._killed_while_taking.discard(item.id)
             self._lapses.pop(item.id, None)
             if self._props:
-                self._props.pop(item.id, None)
+                self._props.forget(item.id)
         if self._room_waiters:
             self._free_room()
 

@@ -72,21 +72,26 @@ def write_properties(  # noqa: C901, PLR0917 (one check per option, inline: the 
             due, live_from = _ms(not_before), not_before
     elif delay:
         due, live_from = _ms(now + delay), now + delay
-    expires = _ms(live_from + ttl) if ttl is not None else 0
+    # _ms inline (a call less on the write path): a ttl > 0 makes it >= 1 ms.
+    expires = math.ceil((live_from + ttl) * 1000) if ttl is not None else 0
     dedup_until = _ms(now + dedup_window) if dedup_window is not None else 0
     if not (due or expires or key_bytes is not None):
         return _BY_PRIORITY[priority]  # a plain write, or one with a priority alone
-    props = Properties(due, expires, priority, key_bytes, dedup_until)
-    if props == _last[0]:
+    fields = (due, expires, priority, key_bytes, dedup_until, False)
+    if fields == _last[0]:
         # Writes of one burst share their times to the millisecond: one object
-        # for them all, fewer for the collector to walk while they are live.
+        # for them all, fewer for the collector to walk while they are live
+        # (and one properties map for the encoder to pack). Compared as a
+        # plain tuple: a named tuple's __new__ is a Python call.
         return _last[0]
-    _last[0] = props
+    props = _last[0] = _new_properties(Properties, fields)
     return props
 
 
 #: The properties made last (see write_properties).
 _last: list[Properties] = [PLAIN]
+#: Properties from a tuple of all six fields, without the named tuple's __new__.
+_new_properties = tuple.__new__
 
 
 _NUMBERS = (int, float)

@@ -225,6 +225,28 @@ def test_node_bench_scheduling_reports_every_row_against_its_target(tmp_path: Pa
     assert table[21] in ("all within the targets", "NOT all within the targets")
 
 
+def test_node_bench_scheduling_runs_one_half_on_two_versions(tmp_path: Path) -> None:
+    """``--only writes --against DIR``: the write rates alone, each on version
+    A (here this same tree) and B, both reports kept and shown side by side."""
+    out = tmp_path / "against.json"
+    done = run("node_bench.py", "--scheduling", "--only", "writes", "--against", str(BENCH.parent),
+               "--seconds", "0.05", "--rounds", "1", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["against"] == str(BENCH.parent) and {"A", "B"} <= set(report)
+    for side in ("A", "B"):
+        assert report[side]["latency"] == [] and len(report[side]["writes"]) == 8
+        assert set(report[side]["runs"]) == {"writes-plain", "writes-ttl_priority", "writes-delay"}
+    table = done.stdout.splitlines()
+    assert table[0].startswith("write rate with options vs plain")
+    against = table.index(f"A ({BENCH.parent}) against B (this tree), medians of 1 rounds each")
+    assert [line.split()[:2] for line in table[against + 2 :]] == [
+        [rate, variant]
+        for rate in ("always_c1", "always_c64", "never_c1", "never_c64")
+        for variant in ("ttl_priority", "delay")
+    ]
+
+
 def test_watch_bench_reports_each_case(tmp_path: Path) -> None:
     out = tmp_path / "watch.json"
     done = run("watch_bench.py", "--writes", "1000", "--rounds", "1", "--out", str(out))

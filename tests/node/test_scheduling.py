@@ -5,6 +5,7 @@ tests/replication/test_scheduling_cluster.py."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import time
 
@@ -84,6 +85,23 @@ async def test_a_ttl_counts_from_when_the_tuple_is_due(forum: Forum) -> None:
     got = await forum.take_entry(JOBS, timeout=5)
     assert got is not None
     assert got.props.expires - got.props.due == 30_000
+
+
+async def test_tuples_with_a_ttl_or_a_delay_add_no_object_for_the_collector(forum: Forum) -> None:
+    """The times are ints in arrays and the Properties are shared by a write
+    (node/schedule.py, node/kept_properties.py): the cyclic collector's full
+    passes do not grow with the tuples waiting or expiring (a heap entry and
+    an id kept per tuple were two objects each)."""
+    await forum.write_many([b"job/warm-up"], ttl=3600, priority=3)
+    await forum.write_many([b"job/warm-up"], delay=3600)
+    gc.collect()
+    before = len(gc.get_objects())
+    await forum.write_many([b"job/%d" % i for i in range(1000)], ttl=3600, priority=3)
+    await forum.write_many([b"job/later/%d" % i for i in range(1000)], delay=3600)
+    await forum.write(b"other")  # the Strand's writer holds on to its last append till the next
+    gc.collect()
+    assert await forum.count(JOBS) == 1001 and forum.stats().delayed == 1001
+    assert len(gc.get_objects()) - before < 50  # 2000 tuples
 
 
 async def test_a_reserved_tuple_that_expires_is_not_handed_out_again(forum: Forum) -> None:
