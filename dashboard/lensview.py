@@ -1,0 +1,144 @@
+"""How the dashboard reaches the Lens: the task layer's :class:`~tasks.App`
+(jobs, their status, retry, cancel, purge, history) and a
+:class:`~coordinator.Lens` (workers' presence, durability, the demo's last
+check), opened on first use against ``forum serve --lens-url``.
+
+The node itself never talks to Redis; only these pages do. The app's node
+is this node (its advertised URL, with its token): a job's payload and dead
+letter are read, and an action's writes made, through the same API and
+checks as ``forum jobs`` makes them. Without ``--lens-url`` there is no
+:class:`LensView`, and the panels that need one say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinator import HistoryEvent, Lens, LensError
+from coordinator.checks import CheckVerdict, last_check
+from coordinator.presence import WorkerPresence, list_workers
+from coordinator.redis_url import RedisTarget, redacted
+from node import Pattern
+from node.errors import ForumError
+from tasks import App, JobNotFound, JobState, JobStatus, TaskError
+from tasks.message import key_prefix
+
+#: The most jobs one listing shows.
+LISTED = 200
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """Everything a job's page shows."""
+
+    status: JobStatus
+    #: The job tuple's bytes: queued in the space, else its dead letter's.
+    payload: bytes | None
+    history: list[HistoryEvent]
+
+    @property
+    def payload_text(self) -> str | None:
+        """The payload as text, ``None`` when it is not UTF-8 (shown as hex)."""
+        if self.payload is None:
+            return None
+        try:
+            return self.payload.decode()
+        except UnicodeDecodeError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class LensFigures:
+    """The Guarantees page's Lens part: reachability, Redis's durability
+    shortfalls, the workers' counters, the demo's last check."""
+
+    error: str | None
+    durability: list[str]
+    workers: list[WorkerPresence]
+    check: CheckVerdict | None
+
+
+class LensView:
+    """The dashboard's connections to the Lens (closed with the node)."""
+
+    def __init__(self, url: str, token: str | None, node_url: Callable[[], str]) -> None:
+        RedisTarget.from_url(url)  # ValueError, one line, for a bad URL: before serving
+        self.url = url
+        self.where = redacted(url)
+        self._token = token
+        self._node_url = node_url
+        self._app: App | None = None
+        self._lens: Lens | None = None
+        self._opening = asyncio.Lock()
+
+    async def app(self) -> App:
+        """The open task app on this node (opened at first use: the node's
+        URL is known once it listens)."""
+        async with self._opening:
+            if self._app is None:
+                app = App(self._node_url(), self.url, token=self._token)
+                await app.__aenter__()
+                self._app = app
+            return self._app
+
+    @property
+    def lens(self) -> Lens:
+        if self._lens is None:
+            self._lens = Lens.from_url(self.url)
+        return self._lens
+
+    async def aclose(self) -> None:
+        app, self._app = self._app, None
+        lens, self._lens = self._lens, None
+        try:
+            if app is not None:
+                await app.aclose()
+        finally:
+            if lens is not None:
+                await lens.aclose()
+
+    async def jobs(self, state: JobState | None, prefix: str) -> list[JobStatus]:
+        """Up to :data:`LISTED` jobs in ``state`` whose keys start with ``prefix``."""
+        app = await self.app()
+        found = []
+        async for status in app.jobs(state, limit=LISTED if not prefix else 10 * LISTED):
+            if status.key.startswith(prefix):
+                found.append(status)
+                if len(found) >= LISTED:
+                    break
+        return found
+
+    async def job(self, key: str) -> JobPage:
+        """A job's page; ``JobNotFound`` when nothing knows ``key``."""
+        app = await self.app()
+        status, history = await asyncio.gather(app.status(key), app.history(key))
+        head = key_prefix(app.prefix, key)
+        payload = None
+        for prefix in (head, app.dead_prefix + head):
+            payload = await app.space.read(Pattern(prefix))
+            if payload is not None:
+                break
+        return JobPage(status, payload, history)
+
+    async def workers(self) -> list[WorkerPresence]:
+        return await list_workers(self.lens)
+
+    async def figures(self) -> LensFigures:
+        """The Lens's figures; ``error`` says why none when Redis does not answer."""
+        try:
+            await self.lens.ping()
+            durability, workers, check = await asyncio.gather(
+                self.lens.durability(), self.workers(), last_check(self.lens.config)
+            )
+        except LensError as exc:
+            return LensFigures(str(exc), [], [], None)
+        return LensFigures(None, durability, workers, check)
+
+
+#: What a page shows when an action or a read of the Lens fails: the message,
+#: never a traceback (a user's mistake, or Redis or the node not answering).
+FAILURES = (TaskError, LensError, ForumError, OSError)
+
+__all__ = ["FAILURES", "LISTED", "JobNotFound", "JobPage", "LensFigures", "LensView"]
