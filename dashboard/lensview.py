@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from coordinator import HistoryEvent, Lens, LensError
 from coordinator.checks import CheckVerdict, last_check
+from coordinator.envelope import Envelope
 from coordinator.presence import WorkerPresence, list_workers
 from coordinator.redis_url import RedisTarget, redacted
 from node import Pattern
@@ -115,11 +116,12 @@ class LensView:
         app = await self.app()
         status, history = await asyncio.gather(app.status(key), app.history(key))
         head = key_prefix(app.prefix, key)
-        payload = None
-        for prefix in (head, app.dead_prefix + head):
-            payload = await app.space.read(Pattern(prefix))
-            if payload is not None:
-                break
+        found = await app.space.read(Pattern(head))
+        if found is None:  # not queued: its dead letter, which has the job inside
+            found = await app.space.read(Pattern(app.dead_prefix + head))
+            found = None if found is None else found[len(app.dead_prefix) :]
+        # The job's own bytes, without the worker's trailer (coordinator.envelope).
+        payload = None if found is None else Envelope.open(found).payload
         return JobPage(status, payload, history)
 
     async def workers(self) -> list[WorkerPresence]:
