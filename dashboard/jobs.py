@@ -25,22 +25,18 @@ route's without a body (node.web_app refuses a body it does not read).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
 
+from dashboard.keys import lens_view
 from dashboard.lensview import FAILURES, LensView
 from tasks import JobState
 
-LENS_VIEW = web.AppKey("dashboard_lens", LensView)
 #: The states a listing may be filtered by, in the order of the page's menu.
 STATES = tuple(state.value for state in JobState)
-
-
-def lens_view(request: web.Request) -> LensView | None:
-    """The Lens the dashboard was given (``--lens-url``), if any."""
-    return request.app.get(LENS_VIEW)
 
 
 def _state(raw: str) -> JobState | None:
@@ -178,3 +174,19 @@ def _needed(request: web.Request) -> LensView:
     if view is None:
         raise web.HTTPConflict(text="no Lens configured: start the node with --lens-url\n")
     return view
+
+
+#: The panels' values, by name (dashboard.pages renders them).
+PAGES: dict[str, Callable[[web.Request], Awaitable[dict[str, Any]]]] = {
+    "jobs_page": jobs_page,
+    "job_page": job_page,
+    "purge_page": purge_page,
+    "workers_page": workers_page,
+}
+#: The job actions (POST; the node's middleware refuses them a read token).
+ACTIONS: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
+    "/ui/job/retry": retry,
+    "/ui/job/cancel": cancel,
+    "/ui/jobs/act": act,
+    "/ui/jobs/purge": purge,
+}

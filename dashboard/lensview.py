@@ -65,7 +65,7 @@ class LensView:
     """The dashboard's connections to the Lens (closed with the node)."""
 
     def __init__(self, url: str, token: str | None, node_url: Callable[[], str]) -> None:
-        RedisTarget.from_url(url)  # ValueError, one line, for a bad URL: before serving
+        self.check_url(url)
         self.url = url
         self.where = redacted(url)
         self._token = token
@@ -73,6 +73,11 @@ class LensView:
         self._app: App | None = None
         self._lens: Lens | None = None
         self._opening = asyncio.Lock()
+
+    @staticmethod
+    def check_url(url: str) -> None:
+        """``ValueError``, one line, for a URL that is no Redis's (before serving)."""
+        RedisTarget.from_url(url)
 
     async def app(self) -> App:
         """The open task app on this node (opened at first use: the node's

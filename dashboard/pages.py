@@ -29,10 +29,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from coordinator.redis_url import RedisTarget
-from dashboard import jobs
-from dashboard.jobs import LENS_VIEW, lens_view
-from dashboard.lensview import LensView
+from dashboard.keys import LENS_VIEW, lens_view
 from dashboard.sampler import INTERVAL, KEEP, Sampler
 from dashboard.views import (
     SPARK_HEIGHT,
@@ -76,12 +73,21 @@ def dashboard(
     showing jobs and workers from the Lens at ``lens_url`` (``ValueError``
     now for a URL that is no Redis's)."""
     if lens_url is not None:
-        RedisTarget.from_url(lens_url)
+        # Only now: a node-only install (no Redis client) serves the rest.
+        try:
+            from dashboard import jobs  # noqa: PLC0415
+            from dashboard.lensview import LensView  # noqa: PLC0415
+        except ImportError as exc:
+            raise ValueError(f"lens_url needs the Redis client, not here: {exc}") from None
+
+        LensView.check_url(lens_url)
 
     def install(app: web.Application) -> None:
         config = app[CONFIG]
         if lens_url is not None:
             app[LENS_VIEW] = LensView(lens_url, config.token, lambda: node_status(app).advertise)
+            for path, action in jobs.ACTIONS.items():
+                app.router.add_post(path, action)
         app[SAMPLER] = Sampler(
             local=lambda: node_status(app),
             peers=lambda: [p.url for p in app[PEERS]()],
@@ -101,8 +107,6 @@ def dashboard(
         app[LOGIN_PAGE] = f"{ROOT}/login"
         for path, handler in ROUTES.items():
             app.router.add_get(path, handler)
-        for path, action in ACTIONS.items():
-            app.router.add_post(path, action)
         app.router.add_static(f"{ROOT}/static", STATIC)
         app.cleanup_ctx.append(_sampling)
 
@@ -165,19 +169,33 @@ async def guarantees(request: web.Request) -> web.Response:
 
 
 async def jobs_list(request: web.Request) -> web.Response:
-    return _page(request, "jobs.html", **await jobs.jobs_page(request))
+    return _page(request, "jobs.html", **await _from_lens(request, "jobs_page"))
 
 
 async def job(request: web.Request) -> web.Response:
-    return _page(request, "job.html", **await jobs.job_page(request))
+    values = await _from_lens(request, "job_page")
+    return _page(request, "job.html", **({"key": request.query.get("key", "")} | values))
 
 
 async def purge(request: web.Request) -> web.Response:
-    return _page(request, "purge.html", **await jobs.purge_page(request))
+    return _page(request, "purge.html", **await _from_lens(request, "purge_page"))
 
 
 async def workers(request: web.Request) -> web.Response:
-    return _page(request, "workers.html", now=time.time(), **await jobs.workers_page(request))
+    return _page(
+        request, "workers.html", now=time.time(), **await _from_lens(request, "workers_page")
+    )
+
+
+async def _from_lens(request: web.Request, page: str) -> dict[str, Any]:
+    """The values of a Lens panel (dashboard.jobs), none without a Lens (the
+    page then says so, and the task layer is never imported)."""
+    if lens_view(request) is None:
+        return {}
+    from dashboard import jobs  # noqa: PLC0415  (loaded with --lens-url already)
+
+    values: dict[str, Any] = await jobs.PAGES[page](request)
+    return values
 
 
 async def login(request: web.Request) -> web.Response:
@@ -244,12 +262,4 @@ ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
     f"{ROOT}/workers": workers,
     f"{ROOT}/login": login,
     f"{ROOT}/session": session,
-}
-
-#: The job actions (POST; the middleware refuses them a read token).
-ACTIONS: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
-    f"{ROOT}/job/retry": jobs.retry,
-    f"{ROOT}/job/cancel": jobs.cancel,
-    f"{ROOT}/jobs/act": jobs.act,
-    f"{ROOT}/jobs/purge": jobs.purge,
 }

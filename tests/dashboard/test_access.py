@@ -7,6 +7,9 @@ and an action on the cookie's strength must come from the node's own pages.
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -147,3 +150,32 @@ async def test_prefixes_by_separator_count_live_delayed_and_reserved(node: NodeP
     assert rows["q/"] == {**figures, "live": 2, "delayed": 0, "reserved": 1}
     assert rows["r/"] == {**figures, "live": 0, "delayed": 1, "reserved": 0}
     assert all("live" not in row for row in plain)  # as before, without a separator
+
+
+async def test_a_node_only_install_serves_the_dashboard_and_refuses_a_lens_url() -> None:
+    """Without the Redis client the dashboard loads (its Lens panels say there
+    is none); ``--lens-url`` is then a one-line usage error, nothing created."""
+    probe = (
+        "import sys; sys.modules['redis'] = None\n"
+        "from forum.cli_serve import node_extensions\n"
+        "from node.config import NodeConfig\n"
+        "node_extensions(NodeConfig())\n"
+        "print(sorted(m for m in ('tasks', 'coordinator') if m in sys.modules))\n"
+        "from forum.cli import main\n"
+        "lens = ['--lens-url', 'redis://127.0.0.1:1/0']\n"
+        "sys.exit(main(['serve', *lens, '--data-dir', sys.argv[1]]))"
+    )
+    with tempfile.TemporaryDirectory() as root:
+        data = Path(root) / "never"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", probe, str(data),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await process.communicate()
+        assert process.returncode == 2
+        assert out.decode() == "[]\n"
+        assert err.decode().splitlines() == [
+            "forum serve: lens_url needs the Redis client, not here: "
+            "import of redis halted; None in sys.modules"
+        ]
+        assert not data.exists()
