@@ -22,6 +22,7 @@ reader may see a worker that stopped a moment ago.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: A record outlives its worker's last beat by this many leases.
 TTL_LEASES = 4
+#: The longest a stopping worker waits to delete its record (it expires anyway).
+_CLEAR_WITHIN = 1.0
 #: The WorkerStats counters a record carries.
 COUNTERS = ("done", "retried", "dead", "double_takes", "claims_lost", "reoffered")
 
@@ -143,9 +146,9 @@ class Presence:
             return None
         return cls(authority.config, owner, slots, lease, node)
 
-    async def beat(self, stats: WorkerStats, keys: Sequence[str]) -> None:
-        """Write the record: one ``MULTI`` (best effort: a failure is logged
-        once per beat at debug, and the next beat writes it again)."""
+    async def beat(self, stats: WorkerStats, keys: Sequence[str], within: float) -> None:
+        """Write the record: one ``MULTI``, given up after ``within`` s (best
+        effort: a failure is logged at debug, and the next beat writes it again)."""
         presence = WorkerPresence(
             owner=self._owner, slots=self._slots, running=stats.running, keys=tuple(keys),
             started=self._started, last_beat=time.time(), lease=self._lease, node=self._node,
@@ -154,20 +157,21 @@ class Presence:
         )  # fmt: skip
         ttl_ms = int(self._lease * TTL_LEASES * 1000) + 1
         try:
-            async with self._redis.pipeline(transaction=True) as pipe:
+            async with asyncio.timeout(within), self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(self._key)  # the keys field shrinks: nothing of an older beat stays
                 pipe.hset(self._key, items=[x for pair in presence.fields().items() for x in pair])
                 pipe.pexpire(self._key, ttl_ms)
                 await keep_cancellation(pipe.execute())
-        except (redis_errors.RedisError, OSError) as exc:
-            log.debug("presence of %s not written (%s)", self._owner, exc)
+        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
+            log.debug("presence of %s not written (%s)", self._owner, exc or "timed out")
 
     async def aclose(self) -> None:
         """Delete the record (a clean stop; best effort, it expires anyway)
         and close the connection."""
         try:
-            with contextlib.suppress(redis_errors.RedisError, OSError):
-                await keep_cancellation(self._redis.delete(self._key))
+            with contextlib.suppress(redis_errors.RedisError, OSError, TimeoutError):
+                async with asyncio.timeout(_CLEAR_WITHIN):  # a stop is not held by a down Redis
+                    await keep_cancellation(self._redis.delete(self._key))
         finally:
             await close(self._redis)
 

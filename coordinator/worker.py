@@ -818,14 +818,16 @@ class Worker:
             await asyncio.gather(
                 self._beat(running, interval),
                 self._extend_reservations(ids, self.lease, interval),
-                self._announce(),
+                self._announce(within=interval),
             )
 
-    async def _announce(self) -> None:
-        """Write this worker's presence record (one command; none without a Lens)."""
+    async def _announce(self, within: float | None = None) -> None:
+        """Write this worker's presence record (one command; none without a
+        Lens), giving up after ``within`` s: a slow write must not delay the
+        next beat, whose extensions keep the claims."""
         if self._presence is not None:
             keys = [state.claim.key for state in self._running.values()]
-            await self._presence.beat(self.stats(), keys)
+            await self._presence.beat(self.stats(), keys, within or self.lease / 3)
 
     async def _beat(
         self, running: list[tuple[asyncio.Task[None], _Running]], interval: float
