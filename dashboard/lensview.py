@@ -13,6 +13,8 @@ checks as ``forum jobs`` makes them. Without ``--lens-url`` there is no
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +28,8 @@ from node.errors import ForumError
 from tasks import App, JobNotFound, JobState, JobStatus, TaskError
 from tasks.message import key_prefix
 
+#: How many looks at the workers' totals are kept (a minute at the page's 2 s refresh).
+KEEP = 60
 #: The most jobs one listing shows.
 LISTED = 200
 
@@ -59,6 +63,9 @@ class LensFigures:
     durability: list[str]
     workers: list[WorkerPresence]
     check: CheckVerdict | None
+    #: Double takes the workers caught in the last minute (as far as this
+    #: node's samples of their totals reach back).
+    double_takes_last_minute: int = 0
 
 
 class LensView:
@@ -73,6 +80,9 @@ class LensView:
         self._app: App | None = None
         self._lens: Lens | None = None
         self._opening = asyncio.Lock()
+        #: (time.monotonic(), the workers' double takes summed) at each look,
+        #: for a per-minute rate; the last :data:`KEEP` looks.
+        self._double_takes: deque[tuple[float, int]] = deque(maxlen=KEEP)
 
     @staticmethod
     def check_url(url: str) -> None:
@@ -141,7 +151,16 @@ class LensView:
             )
         except LensError as exc:
             return LensFigures(str(exc), [], [], None)
-        return LensFigures(None, durability, workers, check)
+        total = sum(w.double_takes for w in workers)
+        return LensFigures(None, durability, workers, check, self._last_minute(total))
+
+    def _last_minute(self, total: int) -> int:
+        """How far ``total`` rose since the oldest look of the last minute
+        (never below 0: a worker that stopped takes its count with it)."""
+        now = time.monotonic()
+        self._double_takes.append((now, total))
+        since = next(t for at, t in self._double_takes if now - at <= 60.0)
+        return max(0, total - since)
 
 
 #: What a page shows when an action or a read of the Lens fails: the message,

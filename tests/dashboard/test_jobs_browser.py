@@ -107,7 +107,10 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
         await until(browser, lambda: browser.find("#job-state").text == "cancelled", "cancelled")
         assert (await app.status(queued.key)).state is JobState.CANCELLED
 
-        # A double take's leftovers: two copies of one job in the space.
+        # A double take's leftovers: two copies of one job in the space (with
+        # Guarantees looked at before, so its per-minute rate has a start).
+        browser.open(f"{node.url}/ui/guarantees")
+        assert browser.find("#double-takes-total").text == "0"
         twice = await app.enqueue("flaky", 9)
         copy = await client.read(Pattern(key_prefix(app.prefix, twice.key)))
         assert copy is not None
@@ -120,6 +123,7 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
         browser.open(f"{node.url}/ui/guarantees")
         await until(browser, lambda: browser.find("#double-takes-total").text == "1", "double take")
         assert browser.find(f"#worker-guarantees {row} td.double-takes").text == "1"
+        await until(browser, lambda: browser.find("#double-takes-minute").text == "1", "rate")
         assert "reachable" in browser.find("#lens-reach").text
         assert "appendonly" in browser.find("#durability").text
         assert "none has run" in browser.find("#last-check").text
