@@ -1,7 +1,8 @@
 """The packages depend one way: ``forum`` on all, ``deploy`` on the three
-below it, ``tasks`` on ``coordinator`` and ``node``, ``dashboard`` on ``node``,
-``replication``, ``coordinator`` and ``tasks``, ``coordinator`` and ``replication`` on ``node`` only,
-``node`` on none of them (the table in ``forum/__init__.py``).
+below it, ``tasks`` on ``coordinator`` and ``node``, ``dashboard`` on
+``node``, ``replication``, ``coordinator`` and ``tasks``, ``coordinator`` and
+``replication`` on ``node`` only, ``node`` on none of them (the table in
+``forum/__init__.py``).
 
 Every module is parsed, and every import counts wherever it is (inside a
 function, under ``TYPE_CHECKING``), and so does ``importlib.import_module``
