@@ -63,3 +63,11 @@ async def _until(probe, deadline: float = 10.0):  # type: ignore[no-untyped-def]
         while (found := await probe()) is None:
             await asyncio.sleep(0.05)  # a poll with a deadline
         return found
+
+
+def test_a_torn_or_foreign_record_is_skipped_not_an_error() -> None:
+    good = WorkerPresence("w", 2, 0, (), 1.0, 2.0, 3.0, "http://n", True, done=4)
+    fields = {k.encode(): v.encode() for k, v in good.fields().items()}
+    assert WorkerPresence.parse(fields) == good
+    assert WorkerPresence.parse({**fields, b"slots": b"many"}) is None
+    assert WorkerPresence.parse({b"owner": b"w"}) is None

@@ -127,6 +127,15 @@ def test_a_read_token_without_a_token_is_a_one_line_error(
     assert not data.exists()
 
 
+def test_a_lens_url_that_is_no_redis_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "d"
+    result = run_main(["serve", "--lens-url", "http://x:1/", "--data-dir", str(data)], capsys)
+    assert "is not a Redis URL" in assert_usage_error(result, "http://x:1/")
+    assert not data.exists()
+
+
 @on_the_node
 async def test_prefixes_by_separator_count_live_delayed_and_reserved(node: NodeProcess) -> None:
     """The read route behind the Prefixes panel (``GET /v1/prefixes?separator=``)."""
