@@ -12,6 +12,7 @@ from coordinator.errors import (
 )
 from coordinator.job import Backoff, GiveUp, Handler, Job, RetryAfter
 from coordinator.lens import Claim, Lens, LensConfig
+from coordinator.presence import WorkerPresence
 from coordinator.reaper import Reaper
 from coordinator.records import CancelOutcome, HistoryEvent, Holder, KeyState
 from coordinator.spaces import TakeOnly, WorkSpace
@@ -43,5 +44,6 @@ __all__ = [
     "TakeOnly",
     "WorkSpace",
     "Worker",
+    "WorkerPresence",
     "WorkerStats",
 ]

@@ -128,6 +128,7 @@ from coordinator.envelope import Envelope
 from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
 from coordinator.holding import Acks, Parked, Slots
 from coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
+from coordinator.presence import Presence
 from coordinator.reaper import Reaper
 from coordinator.spaces import TakeOnly, WorkSpace, ack_then_reserve
 from node import EntryId, ForumError, Pattern, Reserved, TupleSpace
@@ -302,6 +303,10 @@ class Worker:
         self.backoff = backoff or Backoff()
         self._key = key
         self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        #: This worker's record in the Lens's Redis, for dashboards (coordinator.presence).
+        self._presence = Presence.for_lens(
+            lens, self.owner, concurrency, lease, str(getattr(self._space, "url", ""))
+        )
         self.dead_prefix = dead_prefix
         self.drain_timeout = drain_timeout
         #: How long no job is claimed after a state loss (see _note_state_loss).
@@ -356,6 +361,15 @@ class Worker:
         if self._started:
             raise RuntimeError("a Worker runs once")
         self._started = True
+        try:
+            await self._announce()  # listed from the start, not a third of a lease on
+            await self._work()
+        finally:
+            if self._presence is not None:
+                # Stopped (or failed): no longer listed. Shielded: it must finish.
+                await asyncio.shield(self._presence.aclose())
+
+    async def _work(self) -> None:
         reaper_stop = asyncio.Event()
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._reaper.run(reaper_stop), name="reaper")
@@ -799,19 +813,28 @@ class Worker:
             # A loss met by the completions, the reaper or a handler's verify().
             self._note_state_loss()
             running = list(self._running.items())
-            if not running:
-                continue
             # Side by side: a slow node must not hold back the claims' extension.
             ids = [state.entry_id for _, state in running]
             await asyncio.gather(
                 self._beat(running, interval),
                 self._extend_reservations(ids, self.lease, interval),
+                self._announce(within=interval),
             )
+
+    async def _announce(self, within: float | None = None) -> None:
+        """Write this worker's presence record (one command; none without a
+        Lens), giving up after ``within`` s: a slow write must not delay the
+        next beat, whose extensions keep the claims."""
+        if self._presence is not None:
+            keys = [state.claim.key for state in self._running.values()]
+            await self._presence.beat(self.stats(), keys, within or self.lease / 3)
 
     async def _beat(
         self, running: list[tuple[asyncio.Task[None], _Running]], interval: float
     ) -> None:
         """Extend the claims of ``running`` (see :meth:`_heartbeat`)."""
+        if not running:
+            return
         try:
             outcomes = await self._lens.extend_many([state.claim for _, state in running])
         except LensError as exc:

@@ -4,21 +4,24 @@
 ``GET /ui``            Overview: every node's rates, contents, Strand and compaction
 ``GET /ui/prefixes``   Prefixes, grouped at ``?separator=`` (``/`` by default)
 ``GET /ui/peers``      Peers, as this node's replication knows them
-``GET /ui/guarantees`` Guarantees: double takes caught, and the Lens's place
+``GET /ui/guarantees`` Guarantees: double takes caught; the Lens's figures
+``GET /ui/jobs ...``   Jobs and Workers, and the job actions (dashboard.jobs)
 ``GET /ui/login``      open: asks for the token (the only page without it)
 ``GET /ui/session``    with ``Authorization: Bearer``: keeps it in the cookie
 ``GET /ui/static/..``  open: the page's CSS and JS (vendored, no CDN)
 =====================  ==============================================================
 
 The pages are behind the node's token like the API (node.web_auth: the
-cookie the login sets stands for the header). Actions are not routes of the
-dashboard: the page's buttons call the API itself (``POST
-/v1/prefixes/{prefix}/pause``), so they pass the same checks, and a read
-token is refused them there.
+cookie the login sets stands for the header). The Prefixes buttons call the
+API itself (``POST /v1/prefixes/{prefix}/pause``); the job actions, which
+the node's API does not have, are the dashboard's own POSTs calling the task
+layer (dashboard.jobs), behind the same middleware: a read token is refused
+both.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
+from dashboard.keys import LENS_VIEW, lens_view
 from dashboard.sampler import INTERVAL, KEEP, Sampler
 from dashboard.views import (
     SPARK_HEIGHT,
@@ -36,6 +40,7 @@ from dashboard.views import (
     node_rows,
     peer_state,
     size,
+    stamp,
 )
 from node.web_auth import TOKEN_COOKIE, Scope, scope_of
 from node.web_bodies import ApiProblem, bad_request
@@ -51,6 +56,8 @@ PANELS = (
     (f"{ROOT}/prefixes", "Prefixes"),
     (f"{ROOT}/peers", "Peers"),
     (f"{ROOT}/guarantees", "Guarantees"),
+    (f"{ROOT}/jobs", "Jobs"),
+    (f"{ROOT}/workers", "Workers"),
 )
 #: Seconds between two refreshes of a panel in the browser.
 REFRESH = 2.0
@@ -59,11 +66,28 @@ SAMPLER = web.AppKey("dashboard_sampler", Sampler)
 TEMPLATES = web.AppKey("dashboard_templates", jinja2.Environment)
 
 
-def dashboard(interval: float = INTERVAL, keep: int = KEEP) -> Extension:
-    """The extension that serves the dashboard, sampling every ``interval`` s."""
+def dashboard(
+    interval: float = INTERVAL, keep: int = KEEP, lens_url: str | None = None
+) -> Extension:
+    """The extension that serves the dashboard, sampling every ``interval`` s,
+    showing jobs and workers from the Lens at ``lens_url`` (``ValueError``
+    now for a URL that is no Redis's)."""
+    if lens_url is not None:
+        # Only now: a node-only install (no Redis client) serves the rest.
+        try:
+            from dashboard import jobs  # noqa: PLC0415
+            from dashboard.lensview import LensView  # noqa: PLC0415
+        except ImportError as exc:
+            raise ValueError(f"lens_url needs the Redis client, not here: {exc}") from None
+
+        LensView.check_url(lens_url)
 
     def install(app: web.Application) -> None:
         config = app[CONFIG]
+        if lens_url is not None:
+            app[LENS_VIEW] = LensView(lens_url, config.token, lambda: node_status(app).advertise)
+            for path, action in jobs.ACTIONS.items():
+                app.router.add_post(path, action)
         app[SAMPLER] = Sampler(
             local=lambda: node_status(app),
             peers=lambda: [p.url for p in app[PEERS]()],
@@ -76,7 +100,7 @@ def dashboard(interval: float = INTERVAL, keep: int = KEEP) -> Extension:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        environment.filters |= {"size": size, "ago": ago}
+        environment.filters |= {"size": size, "ago": ago, "stamp": stamp}
         app[TEMPLATES] = environment
         static = {f"{ROOT}/static/{f.name}" for f in STATIC.iterdir() if f.is_file()}
         app[OPEN_ROUTES] = app[OPEN_ROUTES] | {f"{ROOT}/login"} | static
@@ -91,7 +115,12 @@ def dashboard(interval: float = INTERVAL, keep: int = KEEP) -> Extension:
 
 async def _sampling(app: web.Application) -> AsyncIterator[None]:
     async with app[SAMPLER].running():
-        yield
+        try:
+            yield
+        finally:
+            view = app.get(LENS_VIEW)
+            if view is not None:
+                await view.aclose()
 
 
 async def overview(request: web.Request) -> web.Response:
@@ -134,7 +163,39 @@ async def guarantees(request: web.Request) -> web.Response:
     sampler = request.app[SAMPLER]
     status = node_status(request.app)
     rows = node_rows(list(sampler.histories.values()), status.advertise, sampler.keep)
-    return _page(request, "guarantees.html", rows=rows, status=status)
+    view = lens_view(request)
+    figures = None if view is None else await view.figures()
+    return _page(request, "guarantees.html", rows=rows, status=status, lens=figures)
+
+
+async def jobs_list(request: web.Request) -> web.Response:
+    return _page(request, "jobs.html", **await _from_lens(request, "jobs_page"))
+
+
+async def job(request: web.Request) -> web.Response:
+    values = await _from_lens(request, "job_page")
+    return _page(request, "job.html", **({"key": request.query.get("key", "")} | values))
+
+
+async def purge(request: web.Request) -> web.Response:
+    return _page(request, "purge.html", **await _from_lens(request, "purge_page"))
+
+
+async def workers(request: web.Request) -> web.Response:
+    return _page(
+        request, "workers.html", now=time.time(), **await _from_lens(request, "workers_page")
+    )
+
+
+async def _from_lens(request: web.Request, page: str) -> dict[str, Any]:
+    """The values of a Lens panel (dashboard.jobs), none without a Lens (the
+    page then says so, and the task layer is never imported)."""
+    if lens_view(request) is None:
+        return {}
+    from dashboard import jobs  # noqa: PLC0415  (loaded with --lens-url already)
+
+    values: dict[str, Any] = await jobs.PAGES[page](request)
+    return values
 
 
 async def login(request: web.Request) -> web.Response:
@@ -180,6 +241,9 @@ def _page(request: web.Request, template: str, **values: Any) -> web.Response:
             refresh_ms=int(REFRESH * 1000),
             spark_width=SPARK_WIDTH,
             spark_height=SPARK_HEIGHT,
+            lens_where=None if (view := lens_view(request)) is None else view.where,
+            message=request.query.get("message"),
+            error=values.pop("error", None),
             **values,
         )
     )
@@ -192,6 +256,10 @@ ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
     f"{ROOT}/prefixes": prefixes,
     f"{ROOT}/peers": peers,
     f"{ROOT}/guarantees": guarantees,
+    f"{ROOT}/jobs": jobs_list,
+    f"{ROOT}/job": job,
+    f"{ROOT}/jobs/purge": purge,
+    f"{ROOT}/workers": workers,
     f"{ROOT}/login": login,
     f"{ROOT}/session": session,
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from msgspec import UnsetType
 
@@ -175,3 +176,8 @@ def ago(seconds: float | None) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min ago"
     return f"{seconds / 3600:.1f} h ago"
+
+
+def stamp(unix: float) -> str:
+    """A Unix time for people, in UTC: 2026-12-02 02:45:07 UTC."""
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -121,7 +121,9 @@ class Cluster(AsyncResource):
                 upstream = f"127.0.0.1:{ports[target]}"
                 self.links[source, target] = await self.toxiproxy.set_upstream(proxy.name, upstream)
         for node in self.nodes:
-            node.args = [*self._peer_args(node), *self.cfg.node_args]
+            # --lens-url: the dashboard of every node shows the workers and the Lens.
+            node.args = [*self._peer_args(node), "--lens-url", self.redis_url,
+                         *self.cfg.node_args]  # fmt: skip
         await asyncio.gather(*(node.start() for node in self.nodes))
         for node in self.nodes:
             for i in range(self.cfg.workers):

@@ -10,7 +10,8 @@ Which package may import which (``tests/test_layers.py`` checks it)::
 
     forum        this face: the command, the wiring        uses all below
     deploy       local clusters, the demo, its checker     uses coordinator, replication, node
-    dashboard    the web pages every node serves at /ui    uses replication, node
+    dashboard    the web pages every node serves at /ui    uses tasks, coordinator, replication,
+                                                           node
     tasks        named tasks, results, status, cron        uses coordinator, node
     coordinator  the Lens and the worker runtime           uses node
     replication  gossip between nodes                      uses node

@@ -3,7 +3,8 @@
 This is the composition root of a node: :func:`node_extensions` is where the
 ``replication`` and ``dashboard`` packages are wired into the ``node``
 package's app (``node`` itself knows nothing of either). Neither imports Redis or the worker
-runtime, so a node runs without them installed.
+runtime, so a node runs without them installed; the dashboard loads the task layer
+only when given ``--lens-url`` (its Jobs and Workers panels).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def node_extensions(config: NodeConfig) -> list[Extension]:
     ``FORUM_REPL_*`` (read now, so a misspelt variable is a ``ValueError``
     before anything, the data directory, is created), and the dashboard at
     ``/ui`` (after replication: it shows the peers replication knows)."""
-    return [configured(ReplicationConfig.from_env()), dashboard()]
+    return [configured(ReplicationConfig.from_env()), dashboard(lens_url=config.lens_url)]
 
 
 def serve_flags(args: argparse.Namespace) -> dict[str, object]:
@@ -126,6 +127,12 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
         help="a second token that may only read (GET: the dashboard, status); needs --token",
     )
     add("--cluster-secret", metavar="SECRET", help="peers must present this secret")
+    add(
+        "--lens-url",
+        metavar="URL",
+        help="the Lens's Redis (redis://HOST:PORT/DB) the dashboard shows jobs and workers "
+        "from; the node itself does not use it (default: none)",
+    )
     add("--max-payload", metavar="BYTES", help="largest tuple (default 1MiB)")
     add("--max-batch", metavar="N", help="most tuples in one batch (default 10000)")
     add("--max-batch-bytes", metavar="BYTES", help="largest batch body (default 64MiB)")

@@ -178,6 +178,11 @@ class NodeConfig:
     #: stream): the dashboard's pages and status for an observer who must not
     #: act (node.web_auth). Needs ``token``.
     read_token: Secret | None = None
+    #: The Lens's Redis (``redis://...``, as ``forum worker --redis``) that the
+    #: dashboard reads jobs, workers and the Lens's figures from, and acts on
+    #: jobs through. The node itself never uses it; ``None``: the dashboard's
+    #: Jobs and Workers panels say no Lens is configured.
+    lens_url: Secret | None = None
     #: Peers must present this on the cluster routes; ``None`` leaves them open.
     cluster_secret: Secret | None = None
     #: The largest single tuple, in bytes.

@@ -1,7 +1,8 @@
 """The packages depend one way: ``forum`` on all, ``deploy`` on the three
-below it, ``tasks`` on ``coordinator`` and ``node``, ``dashboard`` on ``node``
-and ``replication``, ``coordinator`` and ``replication`` on ``node`` only,
-``node`` on none of them (the table in ``forum/__init__.py``).
+below it, ``tasks`` on ``coordinator`` and ``node``, ``dashboard`` on
+``node``, ``replication``, ``coordinator`` and ``tasks``, ``coordinator`` and
+``replication`` on ``node`` only, ``node`` on none of them (the table in
+``forum/__init__.py``).
 
 Every module is parsed, and every import counts wherever it is (inside a
 function, under ``TYPE_CHECKING``), and so does ``importlib.import_module``
@@ -24,10 +25,11 @@ ALLOWED = {
     "coordinator": {"node"},
     "tasks": {"node", "coordinator"},
     "deploy": {"node", "replication", "coordinator"},
-    # A face of the node (its web pages), like forum's CLI: it reads the node
-    # and may read replication's view of the peers, and nothing imports it
-    # but forum, which mounts it in ``forum serve``.
-    "dashboard": {"node", "replication"},
+    # A face of the node (its web pages), like forum's CLI: it reads the node,
+    # may read replication's view of the peers, and the Lens's jobs and
+    # workers through tasks and coordinator (with ``--lens-url``); nothing
+    # imports it but forum, which mounts it in ``forum serve``.
+    "dashboard": {"node", "replication", "coordinator", "tasks"},
     "forum": {"node", "replication", "coordinator", "deploy", "tasks", "dashboard"},
 }
 

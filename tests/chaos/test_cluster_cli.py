@@ -7,6 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,9 @@ async def test_cluster_up_runs_until_interrupted_and_stops_everything(tmp_path: 
         lines.append(line)
     assert any("node-a" in line and "http://127.0.0.1:" in line for line in lines)
     assert any(line.split()[:1] == ["dashboard"] and "/ui" in line for line in lines)
+    # The nodes were given the Lens: the dashboard lists the worker.
+    dashboard = next(line.split()[1] for line in lines if line.split()[:1] == ["dashboard"])
+    await _until_shown(f"{dashboard}/workers", 'data-worker="worker-a1"')
     up.send_signal(signal.SIGINT)
     await asyncio.wait_for(up.communicate(), 60)
     assert up.returncode == 0
@@ -51,3 +55,12 @@ async def test_cluster_up_runs_until_interrupted_and_stops_everything(tmp_path: 
     )
     leftover, _ = await ps.communicate()
     assert leftover.decode().strip() == ""
+
+
+async def _until_shown(url: str, text: str, deadline: float = 30.0) -> None:
+    async with aiohttp.ClientSession() as http, asyncio.timeout(deadline):
+        while True:
+            async with http.get(url) as answer:
+                if text in await answer.text():
+                    return
+            await asyncio.sleep(0.2)  # a poll with a deadline

@@ -28,6 +28,7 @@ EXPORTED = [
     "TakeOnly",
     "WorkSpace",
     "Worker",
+    "WorkerPresence",
     "WorkerStats",
 ]
 

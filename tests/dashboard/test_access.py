@@ -7,6 +7,9 @@ and an action on the cookie's strength must come from the node's own pages.
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -124,6 +127,15 @@ def test_a_read_token_without_a_token_is_a_one_line_error(
     assert not data.exists()
 
 
+def test_a_lens_url_that_is_no_redis_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "d"
+    result = run_main(["serve", "--lens-url", "http://x:1/", "--data-dir", str(data)], capsys)
+    assert "is not a Redis URL" in assert_usage_error(result, "http://x:1/")
+    assert not data.exists()
+
+
 @on_the_node
 async def test_prefixes_by_separator_count_live_delayed_and_reserved(node: NodeProcess) -> None:
     """The read route behind the Prefixes panel (``GET /v1/prefixes?separator=``)."""
@@ -147,3 +159,32 @@ async def test_prefixes_by_separator_count_live_delayed_and_reserved(node: NodeP
     assert rows["q/"] == {**figures, "live": 2, "delayed": 0, "reserved": 1}
     assert rows["r/"] == {**figures, "live": 0, "delayed": 1, "reserved": 0}
     assert all("live" not in row for row in plain)  # as before, without a separator
+
+
+async def test_a_node_only_install_serves_the_dashboard_and_refuses_a_lens_url() -> None:
+    """Without the Redis client the dashboard loads (its Lens panels say there
+    is none); ``--lens-url`` is then a one-line usage error, nothing created."""
+    probe = (
+        "import sys; sys.modules['redis'] = None\n"
+        "from forum.cli_serve import node_extensions\n"
+        "from node.config import NodeConfig\n"
+        "node_extensions(NodeConfig())\n"
+        "print(sorted(m for m in ('tasks', 'coordinator') if m in sys.modules))\n"
+        "from forum.cli import main\n"
+        "lens = ['--lens-url', 'redis://127.0.0.1:1/0']\n"
+        "sys.exit(main(['serve', *lens, '--data-dir', sys.argv[1]]))"
+    )
+    with tempfile.TemporaryDirectory() as root:
+        data = Path(root) / "never"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", probe, str(data),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await process.communicate()
+        assert process.returncode == 2
+        assert out.decode() == "[]\n"
+        assert err.decode().splitlines() == [
+            "forum serve: lens_url needs the Redis client, not here: "
+            "import of redis halted; None in sys.modules"
+        ]
+        assert not data.exists()

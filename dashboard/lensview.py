@@ -1,0 +1,170 @@
+"""How the dashboard reaches the Lens: the task layer's :class:`~tasks.App`
+(jobs, their status, retry, cancel, purge, history) and a
+:class:`~coordinator.Lens` (workers' presence, durability, the demo's last
+check), opened on first use against ``forum serve --lens-url``.
+
+The node itself never talks to Redis; only these pages do. The app's node
+is this node (its advertised URL, with its token): a job's payload and dead
+letter are read, and an action's writes made, through the same API and
+checks as ``forum jobs`` makes them. Without ``--lens-url`` there is no
+:class:`LensView`, and the panels that need one say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinator import HistoryEvent, Lens, LensError
+from coordinator.checks import CheckVerdict, last_check
+from coordinator.envelope import Envelope
+from coordinator.presence import WorkerPresence, list_workers
+from coordinator.redis_url import RedisTarget, redacted
+from node import Pattern
+from node.errors import ForumError
+from tasks import App, JobNotFound, JobState, JobStatus, TaskError
+from tasks.message import key_prefix
+
+#: How many looks at the workers' totals are kept (a minute at the page's 2 s refresh).
+KEEP = 60
+#: The most jobs one listing shows.
+LISTED = 200
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """Everything a job's page shows."""
+
+    status: JobStatus
+    #: The job tuple's bytes: queued in the space, else its dead letter's.
+    payload: bytes | None
+    history: list[HistoryEvent]
+
+    @property
+    def payload_text(self) -> str | None:
+        """The payload as text, ``None`` when it is not UTF-8 (shown as hex)."""
+        if self.payload is None:
+            return None
+        try:
+            return self.payload.decode()
+        except UnicodeDecodeError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class LensFigures:
+    """The Guarantees page's Lens part: reachability, Redis's durability
+    shortfalls, the workers' counters, the demo's last check."""
+
+    error: str | None
+    durability: list[str]
+    workers: list[WorkerPresence]
+    check: CheckVerdict | None
+    #: Double takes the workers caught in the last minute (as far as this
+    #: node's samples of their totals reach back).
+    double_takes_last_minute: int = 0
+
+
+class LensView:
+    """The dashboard's connections to the Lens (closed with the node)."""
+
+    def __init__(self, url: str, token: str | None, node_url: Callable[[], str]) -> None:
+        self.check_url(url)
+        self.url = url
+        self.where = redacted(url)
+        self._token = token
+        self._node_url = node_url
+        self._app: App | None = None
+        self._lens: Lens | None = None
+        self._opening = asyncio.Lock()
+        #: (time.monotonic(), the workers' double takes summed) at each look,
+        #: for a per-minute rate; the last :data:`KEEP` looks.
+        self._double_takes: deque[tuple[float, int]] = deque(maxlen=KEEP)
+
+    @staticmethod
+    def check_url(url: str) -> None:
+        """``ValueError``, one line, for a URL that is no Redis's (before serving)."""
+        RedisTarget.from_url(url)
+
+    async def app(self) -> App:
+        """The open task app on this node (opened at first use: the node's
+        URL is known once it listens)."""
+        async with self._opening:
+            if self._app is None:
+                app = App(self._node_url(), self.url, token=self._token)
+                await app.__aenter__()
+                self._app = app
+            return self._app
+
+    @property
+    def lens(self) -> Lens:
+        if self._lens is None:
+            self._lens = Lens.from_url(self.url)
+        return self._lens
+
+    async def aclose(self) -> None:
+        app, self._app = self._app, None
+        lens, self._lens = self._lens, None
+        try:
+            if app is not None:
+                await app.aclose()
+        finally:
+            if lens is not None:
+                await lens.aclose()
+
+    async def jobs(self, state: JobState | None, prefix: str) -> list[JobStatus]:
+        """Up to :data:`LISTED` jobs in ``state`` whose keys start with ``prefix``."""
+        app = await self.app()
+        found = []
+        async for status in app.jobs(state, limit=LISTED if not prefix else 10 * LISTED):
+            if status.key.startswith(prefix):
+                found.append(status)
+                if len(found) >= LISTED:
+                    break
+        return found
+
+    async def job(self, key: str) -> JobPage:
+        """A job's page; ``JobNotFound`` when nothing knows ``key``."""
+        app = await self.app()
+        status, history = await asyncio.gather(app.status(key), app.history(key))
+        head = key_prefix(app.prefix, key)
+        found = await app.space.read(Pattern(head))
+        if found is None:  # not queued: its dead letter, which has the job inside
+            found = await app.space.read(Pattern(app.dead_prefix + head))
+            found = None if found is None else found[len(app.dead_prefix) :]
+        # The job's own bytes, without the worker's trailer (coordinator.envelope).
+        payload = None if found is None else Envelope.open(found).payload
+        return JobPage(status, payload, history)
+
+    async def workers(self) -> list[WorkerPresence]:
+        return await list_workers(self.lens)
+
+    async def figures(self) -> LensFigures:
+        """The Lens's figures; ``error`` says why none when Redis does not answer."""
+        try:
+            await self.lens.ping()
+            durability, workers, check = await asyncio.gather(
+                self.lens.durability(), self.workers(), last_check(self.lens.config)
+            )
+        except LensError as exc:
+            return LensFigures(str(exc), [], [], None)
+        total = sum(w.double_takes for w in workers)
+        return LensFigures(None, durability, workers, check, self._last_minute(total))
+
+    def _last_minute(self, total: int) -> int:
+        """How far ``total`` rose since the oldest look of the last minute
+        (never below 0: a worker that stopped takes its count with it)."""
+        now = time.monotonic()
+        self._double_takes.append((now, total))
+        since = next(t for at, t in self._double_takes if now - at <= 60.0)
+        return max(0, total - since)
+
+
+#: What a page shows when an action or a read of the Lens fails: the message,
+#: never a traceback (a user's mistake, or Redis or the node not answering).
+FAILURES = (TaskError, LensError, ForumError, OSError)
+
+__all__ = ["FAILURES", "LISTED", "JobNotFound", "JobPage", "LensFigures", "LensView"]

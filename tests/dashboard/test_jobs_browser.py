@@ -1,0 +1,203 @@
+"""The dashboard's Jobs, Workers and Lens panels in a real headless Chromium,
+against a real ``forum serve --lens-url`` and a real ``redis-server``, with
+the task layer's workers running in this process: the Workers panel lists a
+running worker; a dead job is requeued from its page and then shows done; a
+queued job is cancelled from its page; purge asks first; a double take the
+workers counted shows in Guarantees, with the warnings of a Redis without
+AOF; a read token sees the jobs but cannot act. Screenshots of each panel
+(tests/dashboard/browser.py prints where); the console must hold no error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from coordinator import LensConfig, Worker
+from coordinator.checks import store_check
+from node import Pattern
+from node.client import ForumClient
+from tasks import App, Context, JobState
+from tasks.message import key_prefix
+from tests.dashboard.browser import Browser, browser
+from tests.dashboard.test_browser import no_console_errors
+from tests.fixtures.nodes import ForumNodes, eventually
+from tests.fixtures.redis_server import RedisServer
+from tests.tasks.conftest import working
+
+__all__ = ["browser"]  # the module-scoped fixture, used by name
+
+pytestmark = pytest.mark.slow
+
+#: A short lease: a worker's record is rewritten every third of it.
+LEASE = 1.5
+
+
+def make_app(url: str, redis: str, token: str | None = None) -> tuple[App, dict[str, int]]:
+    """An app whose ``flaky`` task fails while ``failures["left"]`` is above 0."""
+    app = App(url, redis, token=token)
+    failures = {"left": 0}
+
+    @app.task(retries=0)
+    def flaky(ctx: Context, n: int) -> int:
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            raise RuntimeError(f"flaky {n} failed on purpose")
+        return n * 2
+
+    return app, failures
+
+
+async def until(page: Browser, predicate: Callable[[], Any], what: str) -> Any:
+    """``page.until`` in a thread: the workers run on this test's event loop,
+    which a wait on the browser must not stop."""
+    return await asyncio.to_thread(page.until, predicate, what)
+
+
+def state_of(app: App, key: str, state: JobState) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return (await app.status(key)).state is state
+
+    return check
+
+
+async def test_jobs_workers_and_the_lens_in_the_browser(
+    browser: Browser, forum_nodes: ForumNodes, volatile_redis: RedisServer
+) -> None:
+    browser.reset()
+    node = await forum_nodes.start("j", "--lens-url", volatile_redis.url)
+    app, failures = make_app(node.url, volatile_redis.url)
+    async with app, ForumClient(node.url) as client, working(app, lease=LEASE) as (worker,):
+        # A dead job: its one attempt fails.
+        failures["left"] = 1
+        dead = await app.enqueue("flaky", 7)
+        await eventually(state_of(app, dead.key, JobState.DEAD), what="the job dead")
+
+        # Workers: the running worker, with what it counted.
+        browser.open(f"{node.url}/ui/workers")
+        row = f"tr[data-worker='{worker.owner}']"
+        await until(browser, lambda: browser.find(f"{row} td.liveness").text == "alive", "listed")
+        await until(browser, lambda: browser.find(f"{row} td.done").text == "0", "its counts")
+        browser.screenshot("workers")
+
+        # The dead job's page: error and traceback; requeued from it, then done.
+        browser.open(f"{node.url}/ui/jobs?key={dead.key}")
+        await until(browser, lambda: browser.find("#job-state").text == "dead", "shown dead")
+        assert "flaky 7 failed on purpose" in browser.find("#job-error").text
+        assert "RuntimeError" in browser.find("#job-traceback").text
+        assert "flaky" in browser.find("#job-payload").text
+        browser.screenshot("job-dead")
+        browser.find("#retry").click()
+        await until(browser, lambda: "requeued" in browser.find("#flash").text, "requeued said")
+        await until(browser, lambda: browser.find("#job-state").text == "done", "shown done")
+        assert browser.find("#job-result").text == "14"
+        assert "completed" in " ".join(browser.texts("table.history td.event"))
+        assert await dead.result(timeout=5) == 14
+
+        # A queued job (its prefix paused, so no worker takes it) cancelled from its page.
+        await client.pause(app.prefix)
+        queued = await app.enqueue("flaky", 8)
+        await eventually(state_of(app, queued.key, JobState.QUEUED), what="queued")
+        browser.open(f"{node.url}/ui/job?key={queued.key}")
+        await until(browser, lambda: browser.find("#job-state").text == "queued", "shown queued")
+        browser.find("#cancel").click()
+        await until(browser, lambda: browser.find("#job-state").text == "cancelled", "cancelled")
+        assert (await app.status(queued.key)).state is JobState.CANCELLED
+
+        # A double take's leftovers: two copies of one job in the space (with
+        # Guarantees looked at before, so its per-minute rate has a start).
+        browser.open(f"{node.url}/ui/guarantees")
+        assert browser.find("#double-takes-total").text == "0"
+        twice = await app.enqueue("flaky", 9)
+        copy = await client.read(Pattern(key_prefix(app.prefix, twice.key)))
+        assert copy is not None
+        await client.write(copy)
+        await client.resume(app.prefix)
+        assert await twice.result(timeout=10) == 18
+        await eventually(lambda: _counted(worker), what="the second copy turned away")
+
+        # Guarantees: the double take the worker counted, and Redis's shortfalls.
+        browser.open(f"{node.url}/ui/guarantees")
+        await until(browser, lambda: browser.find("#double-takes-total").text == "1", "double take")
+        assert browser.find(f"#worker-guarantees {row} td.double-takes").text == "1"
+        await until(browser, lambda: browser.find("#double-takes-minute").text == "1", "rate")
+        assert "reachable" in browser.find("#lens-reach").text
+        assert "appendonly" in browser.find("#durability").text
+        assert "none has run" in browser.find("#last-check").text
+        # What `forum cluster demo` keeps at its end (deploy/workload.py keep_verdict).
+        await store_check(LensConfig(url=volatile_redis.url), "OK: attempted=3 lost=0", True)
+        await until(browser, lambda: "OK: attempted=3" in browser.find("#last-check").text,
+                    "the demo's verdict")  # fmt: skip
+        browser.screenshot("guarantees-lens")
+
+        # Purge: a confirmation step first, then the dead are gone.
+        failures["left"] = 1
+        gone = await app.enqueue("flaky", 10)
+        await eventually(state_of(app, gone.key, JobState.DEAD), what="dead again")
+        browser.open(f"{node.url}/ui/jobs?state=dead")
+        await until(browser, lambda: browser.texts(f"tr[data-key='{gone.key}']"), "listed dead")
+        browser.screenshot("jobs")
+        browser.find("#purge-link").click()
+        await until(browser, lambda: "1 dead job" in browser.find("#purge-count").text, "asks")
+        assert await _dead_letters(client, app) == 1  # asking purged nothing
+        browser.screenshot("purge")
+        browser.find("#purge-confirm").click()
+        await until(browser, lambda: "purged 1 dead jobs" in browser.find("#flash").text, "purged")
+        assert await _dead_letters(client, app) == 0
+        no_console_errors(browser)
+        browser.reset()
+
+
+async def _counted(worker: Worker) -> bool:
+    return worker.stats().double_takes == 1
+
+
+async def _dead_letters(client: ForumClient, app: App) -> int:
+    return await client.count(Pattern(app.dead_prefix + app.prefix))
+
+
+async def test_a_read_token_sees_the_jobs_but_cannot_act(
+    browser: Browser, forum_nodes: ForumNodes, redis_url: str
+) -> None:
+    node = await forum_nodes.start(
+        "r", "--read-token", "look", "--lens-url", redis_url, token="s3cret"
+    )
+    app, failures = make_app(node.url, redis_url, token="s3cret")
+    stop = asyncio.Event()
+    async with app, asyncio.TaskGroup() as group:
+        group.create_task(app.run_worker(stop=stop, lease=LEASE, take_wait=0.2))
+        failures["left"] = 1
+        dead = await app.enqueue("flaky", 1)
+        await eventually(state_of(app, dead.key, JobState.DEAD), what="dead")
+        browser.reset()
+        browser.open(f"{node.url}/ui/login")
+        browser.find("#token").send_keys("look")
+        browser.find("#login button").click()
+        await until(
+            browser, lambda: browser.find(".scope").text == "read-only", "signed in to read"
+        )
+        browser.open(f"{node.url}/ui/job?key={dead.key}")
+        await until(browser, lambda: browser.find("#job-state").text == "dead", "shown")
+        assert not browser.find("#retry").is_enabled()
+        assert not browser.find("#cancel").is_enabled()
+        assert browser.fetch("POST", f"/ui/job/retry?key={dead.key}") == 403
+        assert browser.fetch("POST", "/ui/jobs/purge?confirm=yes") == 403
+        assert (await app.status(dead.key)).state is JobState.DEAD
+        async with ForumClient(node.url, token="s3cret") as client:
+            assert await _dead_letters(client, app) == 1
+        no_console_errors(browser, expected=("403",))
+        browser.reset()
+        stop.set()
+
+
+async def test_without_a_lens_the_panels_say_so(browser: Browser, forum_nodes: ForumNodes) -> None:
+    node = await forum_nodes.start("n")
+    browser.reset()
+    for panel in ("jobs", "workers", "guarantees", "job?key=x", "jobs/purge"):
+        browser.open(f"{node.url}/ui/{panel}")
+        assert "No Lens configured" in browser.find("#no-lens").text
+    no_console_errors(browser)
+    browser.reset()
