@@ -14,8 +14,12 @@ without a second durable round trip in turn. The background records queue
 up, and one task writes whatever queued while the previous batch was in
 flight, in one call (``record_enqueued_many``: one script per shard, one
 round trip and one AOF fsync for the batch), as the worker's completions go
-(coordinator/completions.py): under load a record costs a share of a call,
-not a call. At most :data:`BACKGROUND` records wait at once (an enqueue past
+(coordinator/completions.py), and waits up to :data:`LINGER` for more
+before a call that is not full, so a producer awaiting one enqueue at a time
+still writes a batch per call: a record costs a share of a call, not a call
+(about 90 us of client CPU instead of 450 at one producer, 55 instead of 200
+at eight; /tmp micro-benchmark in the commit). The record of a job due now
+so lags its enqueue by up to :data:`LINGER`; its status does not. At most :data:`BACKGROUND` records wait at once (an enqueue past
 that waits for room), and closing waits for those queued. A delayed or
 expiring job's record is written before its enqueue returns: its status
 right after depends on it.
@@ -24,6 +28,7 @@ right after depends on it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Mapping
@@ -38,6 +43,11 @@ log = logging.getLogger(__name__)
 BACKGROUND = 1024
 #: The most records one call writes.
 BATCH = 256
+#: How long the writer waits for more records before a call that is not
+#: full (seconds): a producer awaiting one enqueue at a time queues about one
+#: record per node round trip, and a call per record would cost as much
+#: client CPU as the write itself. Never waited at close.
+LINGER = 0.05
 
 
 class EnqueuedRecords:
@@ -49,6 +59,9 @@ class EnqueuedRecords:
         self._queue: deque[NewRecord] = deque()
         #: The task writing the queue out, while there is one.
         self._writer: asyncio.Task[None] | None = None
+        #: Set when a batch is queued in full, or at close: no more lingering.
+        self._full = asyncio.Event()
+        self._closing = False
         #: Whether Redis refused a record since one last went in.
         self._failing = False
 
@@ -62,6 +75,8 @@ class EnqueuedRecords:
             return
         await self._room.acquire()
         self._queue.append(record)
+        if len(self._queue) >= BATCH:
+            self._full.set()
         if self._writer is None:
             self._writer = asyncio.create_task(self._drain(), name="enqueued records")
 
@@ -69,6 +84,7 @@ class EnqueuedRecords:
         """Write the queue out, a batch at a time, until it is empty."""
         try:
             while self._queue:
+                await self._linger()
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), BATCH))]
                 try:
                     await self._write(batch)
@@ -79,6 +95,15 @@ class EnqueuedRecords:
             # No await since the queue was seen empty: a note() after this
             # starts a new writer, and none is left unwritten.
             self._writer = None
+
+    async def _linger(self) -> None:
+        """Wait up to :data:`LINGER` for a full batch, unless closing."""
+        if self._closing or len(self._queue) >= BATCH:
+            return
+        self._full.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LINGER):
+                await self._full.wait()
 
     async def _write(self, records: list[NewRecord]) -> None:
         try:
@@ -94,6 +119,8 @@ class EnqueuedRecords:
     async def aclose(self) -> None:
         """Wait for the records still queued (each call bounded by the Lens's
         own timeout)."""
+        self._closing = True
+        self._full.set()
         writer = self._writer
         if writer is not None:
             await writer
