@@ -17,10 +17,10 @@ round trip and one AOF fsync for the batch), as the worker's completions go
 (coordinator/completions.py), and waits up to :data:`LINGER` for more
 before a call that is not full, so a producer awaiting one enqueue at a time
 still writes a batch per call: a record costs a share of a call, not a call
-(about 90 us of client CPU instead of 450 at one producer, 55 instead of 200
-at eight; /tmp micro-benchmark in the commit). The record of a job due now
-so lags its enqueue by up to :data:`LINGER`; its status does not. At most :data:`BACKGROUND` records wait at once (an enqueue past
-that waits for room), and closing waits for those queued. A delayed or
+(bench/enqueued_bench.py). The record of a job due now so lags its enqueue
+by up to :data:`LINGER`; its status does not. At most :data:`BACKGROUND`
+records wait at once (an enqueue past that waits for room), and closing
+waits for those queued. A delayed or
 expiring job's record is written before its enqueue returns: its status
 right after depends on it.
 """
