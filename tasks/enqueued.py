@@ -47,7 +47,7 @@ BATCH = 256
 #: full (seconds): a producer awaiting one enqueue at a time queues about one
 #: record per node round trip, and a call per record would cost as much
 #: client CPU as the write itself. Never waited at close.
-LINGER = 0.05
+LINGER = 0.01
 
 
 class EnqueuedRecords:
