@@ -64,7 +64,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import zip_longest
 from typing import Any
 
@@ -89,11 +89,13 @@ from coordinator.records import (
     HistoryEvent,
     Holder,
     KeyState,
+    NewRecord,
     ScanKind,
     attempts_of,
     checked_ttl,
     encode_fields,
     pack_fields,
+    pack_records,
     parse_event,
     with_live_claim,
 )
@@ -584,19 +586,15 @@ class Lens(AsyncResource):
 
     async def inspect(self, key: str) -> KeyState:
         """``key``'s live claim, done marker and job record, read at once."""
-        token, pttl, job, done, record = await self._run("inspect", key)
-        holder = None
-        if token is not None:
-            held = _hash(job)
-            holder = Holder(
-                token=int(token),
-                owner=held.get("owner", b"").decode(errors="replace"),
-                # 0: a claim by a worker of an older version, which kept no attempt.
-                attempt=int(held.get("attempt", b"0")),
-                since=int(held.get("since", b"0")) / 1000,
-                remaining=max(int(pttl), 0) / 1000,
-            )
-        return KeyState(key, holder, None if done is None else int(done), _hash(record))
+        return _key_state(key, await self._run("inspect", key))
+
+    async def inspect_many(self, keys: Sequence[str]) -> list[KeyState]:
+        """:meth:`inspect` of each of ``keys``, in order, in one round trip
+        (a listing's page); each key read at once, the keys one after another."""
+        if not keys:
+            return []
+        replies = await self._send([self._keyed("inspect", key, ()) for key in keys])
+        return [_key_state(key, reply) for key, reply in zip(keys, replies, strict=True)]
 
     async def record(self, claim: HeldClaim, fields: Mapping[str, FieldValue], ttl: float) -> None:
         """Write ``fields`` into ``claim``'s key's job record, for ``ttl``
@@ -619,6 +617,43 @@ class Lens(AsyncResource):
             raise ValueError("a claim key must not be empty")
         packed = pack_fields(encode_fields(fields, fenced=False))
         return bool(await self._run("record_new", key, _ms(checked_ttl(ttl)), packed))
+
+    async def record_enqueued_many(self, records: Sequence[NewRecord]) -> list[bool]:
+        """:meth:`record_enqueued` of each record, in order: one script per
+        shard (its keys share the shard's hash tag), all in one round trip;
+        ``False`` for a key that had a record (or came earlier in the batch).
+        Bad input (as :meth:`record_enqueued` refuses) writes none of them."""
+        shards: dict[int, list[int]] = {}
+        packed = []
+        for i, new in enumerate(records):
+            if not new.key:
+                raise ValueError("a claim key must not be empty")
+            packed.append((_ms(checked_ttl(new.ttl)), encode_fields(new.fields, fenced=False)))
+            shards.setdefault(self._keys.shard(new.key), []).append(i)
+        if not records:
+            return []
+        calls = [
+            Call("record_new_many", shard, None, (pack_records([packed[i] for i in batch]),),
+                 keys=tuple(records[i].key for i in batch))
+            for shard, batch in shards.items()
+        ]  # fmt: skip
+        written = [False] * len(records)
+        for batch, replies in zip(shards.values(), await self._send(calls), strict=True):
+            for i, reply in zip(batch, replies, strict=True):
+                written[i] = bool(reply)
+        return written
+
+    async def forget_record(self, key: str) -> bool:
+        """Drop ``key``'s job record (an operator's purge): ``True`` dropped,
+        ``False`` there was none. Unfenced, so it refuses while a claim on
+        the key is live (:class:`AlreadyClaimed`): the holder's record is
+        its own to write, and a job someone runs is not forgotten."""
+        if not key:
+            raise ValueError("a claim key must not be empty")
+        reply = int(await self._run("record_forget", key))
+        if reply < 0:
+            raise AlreadyClaimed(key, None)
+        return bool(reply)
 
     async def history(self, key: str) -> list[HistoryEvent]:
         """``key``'s claim history, oldest first: the last
@@ -726,7 +761,7 @@ class Lens(AsyncResource):
         """Run ``calls``, each with its shard's epoch, in one pipeline; one
         script's error reply fails the batch, as it fails a single call."""
         epochs = await self._known_epochs()
-        checked = [Call(c.name, c.shard, c.key, (*c.args, epochs[c.shard])) for c in calls]
+        checked = [replace(c, args=(*c.args, epochs[c.shard])) for c in calls]
         replies = await self._call(self._scripts.run_many(checked))
         # Every error is looked at, so each shard's loss is noted; the first is raised.
         errors = [
@@ -858,6 +893,23 @@ class Lens(AsyncResource):
                 lost, self._keys.namespace, self._highest_token,
             )  # fmt: skip
         return lost
+
+
+def _key_state(key: str, reply: Any) -> KeyState:
+    """inspect.lua's reply about ``key`` as a :class:`KeyState`."""
+    token, pttl, job, done, record = reply
+    holder = None
+    if token is not None:
+        held = _hash(job)
+        holder = Holder(
+            token=int(token),
+            owner=held.get("owner", b"").decode(errors="replace"),
+            # 0: a claim by a worker of an older version, which kept no attempt.
+            attempt=int(held.get("attempt", b"0")),
+            since=int(held.get("since", b"0")) / 1000,
+            remaining=max(int(pttl), 0) / 1000,
+        )
+    return KeyState(key, holder, None if done is None else int(done), _hash(record))
 
 
 def _translate(exc: Exception) -> LensError:

@@ -42,6 +42,7 @@ from coordinator.records import (
     HistoryEvent,
     Holder,
     KeyState,
+    NewRecord,
     ScanKind,
     attempts_of,
     checked_ttl,
@@ -343,6 +344,27 @@ class MemoryAuthority:
             return False
         self._tasks[key] = _Expiring(expires, dict(pairs))
         return True
+
+    async def record_enqueued_many(self, records: Sequence[NewRecord]) -> list[bool]:
+        for new in records:  # all checked before any is written, as the Lens does
+            if not new.key:
+                raise ValueError("a claim key must not be empty")
+            encode_fields(new.fields, fenced=False)
+            checked_ttl(new.ttl)
+        return [await self.record_enqueued(new.key, new.fields, new.ttl) for new in records]
+
+    async def inspect_many(self, keys: Sequence[str]) -> list[KeyState]:
+        return [await self.inspect(key) for key in keys]
+
+    async def forget_record(self, key: str) -> bool:
+        if not key:
+            raise ValueError("a claim key must not be empty")
+        self._enter()
+        if self._live(key) is not None:
+            raise AlreadyClaimed(key, None)
+        found = self._kept(self._tasks, key) is not None
+        self._tasks.pop(key, None)
+        return found
 
     async def history(self, key: str) -> list[HistoryEvent]:
         self._enter()

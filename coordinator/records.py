@@ -10,7 +10,10 @@
   taken over, can never write; ``ClaimLost`` instead), or by a producer
   before any worker (``record_enqueued``: only while the key has no record).
   The Lens sets field ``token`` (the fenced writer's) and ``cancelled`` (a
-  cancel's token); every other field is the caller's.
+  cancel's token); every other field is the caller's. A producer of many
+  jobs writes their records in batches (``record_enqueued_many`` of
+  :class:`NewRecord`: one script per shard, all in one round trip), and an
+  operator drops a record nobody holds (``forget_record``: a purged job).
 * The **history** (``<tag>:history:<key>``): :class:`HistoryEvent` per
   change of the key's claim (:data:`EVENTS`), pushed by the script that
   ended the claim, the last ``keys.HISTORY_LENGTH`` kept; the live claim's
@@ -36,11 +39,13 @@ __all__ = [
     "HistoryEvent",
     "Holder",
     "KeyState",
+    "NewRecord",
     "ScanKind",
     "attempts_of",
     "checked_ttl",
     "encode_fields",
     "pack_fields",
+    "pack_records",
     "parse_event",
     "with_live_claim",
 ]
@@ -79,6 +84,16 @@ class KeyState:
     claim: Holder | None = None
     done_token: int | None = None
     record: Mapping[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A producer's first record of claim ``key``: ``fields`` for ``ttl``
+    seconds (``record_enqueued``'s arguments, for ``record_enqueued_many``)."""
+
+    key: str
+    fields: Mapping[str, FieldValue]
+    ttl: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +146,21 @@ def pack_fields(pairs: list[tuple[str, bytes]]) -> bytes:
     go as msgpack's old raw type (``use_bin_type=False``): the cmsgpack of
     Redis 7.0 and older cannot read the bin type."""
     flat = [part for name, value in pairs for part in (name.encode(), value)]
+    packed: bytes = msgpack.packb(flat, use_bin_type=False)
+    return packed
+
+
+def pack_records(records: Sequence[tuple[int, list[tuple[str, bytes]]]]) -> bytes:
+    """The msgpack array ``ttl, fields, ttl, fields, ...`` that
+    record_new_many.lua unpacks: per record its TTL in milliseconds (as
+    text: a Lua number is not sent as an integer) and its fields' pairs
+    flattened as :func:`pack_fields` does."""
+    flat: list[object] = []
+    for ttl_ms, pairs in records:
+        flat += [
+            str(ttl_ms).encode(),
+            [part for name, value in pairs for part in (name.encode(), value)],
+        ]
     packed: bytes = msgpack.packb(flat, use_bin_type=False)
     return packed
 

@@ -54,9 +54,15 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
     "reaped": ("claim", "job", "inflight", "history", "epoch"),
     "record": ("claim", "task", "epoch"),
     "record_new": ("task", "epoch"),
+    "record_new_many": ("epoch",),
+    "record_forget": ("claim", "task", "epoch"),
     "release": ("claim", "job", "inflight", "history", "epoch"),
     "verify": ("claim", "epoch"),
 }
+
+#: The scripts about many claim keys of one shard (:attr:`Call.keys`): their
+#: ``KEYS[1..n]`` are this role's key of each, then the roles of KEY_ROLES.
+BATCH_ROLES: dict[str, str] = {"record_new_many": "task"}
 
 #: The scripts that only read: a batch of these alone needs no ``WAIT``.
 READ_ONLY = frozenset({"due", "inspect", "verify"})
@@ -65,12 +71,15 @@ READ_ONLY = frozenset({"due", "inspect", "verify"})
 @dataclass(frozen=True, slots=True)
 class Call:
     """One script call: script ``name`` in ``shard``, about claim ``key``
-    (``None`` for scripts about no one key), with the rest of its ``ARGV``."""
+    (``None`` for scripts about no one key), with the rest of its ``ARGV``;
+    a batch script (:data:`BATCH_ROLES`) is about the claim ``keys``, all of
+    ``shard`` (so its ``KEYS`` share one hash tag: one Cluster slot)."""
 
     name: str
     shard: int
     key: str | None
     args: tuple[Any, ...]
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +290,10 @@ class Scripts:
         """``EVALSHA``'s arguments after the SHA: the number of keys, the keys, ARGV."""
         roles = KEY_ROLES[call.name]
         script_keys = self._schema.keys_for(roles, call.shard, call.key)
+        if call.name in BATCH_ROLES:
+            role = (BATCH_ROLES[call.name],)
+            each = [self._schema.keys_for(role, call.shard, key)[0] for key in call.keys]
+            script_keys = [*each, *script_keys]
         if call.key is None:
-            return [len(roles), *script_keys, *call.args]
+            return [len(script_keys), *script_keys, *call.args]
         return [len(roles), *script_keys, call.key, *call.args]

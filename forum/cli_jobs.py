@@ -202,7 +202,7 @@ def _table(rows: list[JobStatus]) -> str:
     cells = [
         (
             s.key,
-            s.task or "",
+            s.task or "?",
             s.state.value,
             "" if s.attempt is None else str(s.attempt),
             s.worker or "",

@@ -5,23 +5,37 @@ claim history.
 Jobs live in two places, and a listing reads both, so a queue never looks
 empty while work is in flight: the space (tuples under the app's prefix,
 queued; dead letters under ``dead/`` + the prefix) and the Lens (live claims:
-running; job records: retrying, done, dead, cancelled, delayed). Each key
-found is shown once, with its status worked out as :mod:`tasks.status`
-does. A listing is not a snapshot: jobs that move while it runs may be
+running; job records: retrying, done, dead, cancelled, delayed). The space
+is read first, a page of tuples at a time; then each key found is shown
+once, its status worked out as :mod:`tasks.status` does from what the
+Lens holds of it, read a page of keys at a time (``inspect_many``: one
+round trip per page, not per job). A running job whose record never reached
+Redis is listed all the same (its task name from its tuples, else unknown:
+``None``). A listing is not a snapshot: jobs that move while it runs may be
 missed or shown twice in passing.
+
+Every call here reads and writes the space through the app's nodes,
+failing over from one that does not answer to the next as enqueue does
+(:mod:`tasks.nodes`); a listing that fails over starts its pages again on
+the node that answered (the cursor is a node's own).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from coordinator.deadletter import DeadLetter, requeue
+from coordinator.errors import AlreadyClaimed
 from coordinator.records import CancelOutcome, HistoryEvent
-from node import Pattern
+from node import ForumClient, Pattern
+from node.forum import ListPage
 from tasks.errors import InvalidJob, JobNotFound
 from tasks.handle import JobHandle, JobState, JobStatus
 from tasks.message import check_key, key_prefix, peek_key
+from tasks.status import status_of
 
 if TYPE_CHECKING:
     from tasks.app import App
@@ -34,47 +48,84 @@ async def jobs(app: App, state: JobState | None, limit: int) -> AsyncIterator[Jo
     """Up to ``limit`` jobs of ``app`` (in ``state``, when given)."""
     if limit < 1:
         raise InvalidJob(f"limit must be at least 1, not {limit}")
-    seen: set[str] = set()
+    live = {key: _head(payload, app.prefix) async for key, payload in _tuples(app, app.prefix)}
+    dead = dict([item async for item in _tuples(app, app.dead_prefix + app.prefix)])
     shown = 0
-    async for key in _keys(app):
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            status = await app.status(key)
-        except JobNotFound:
-            continue  # gone since it was listed
-        if status.task is None or (state is not None and status.state is not state):
-            continue  # a raw Worker's job sharing the namespace, or another state
-        yield status
-        shown += 1
-        if shown >= limit:
-            return
+    async for page in _pages(_keys(app, [*live, *dead])):
+        for found in await app.lens.inspect_many(page):
+            try:
+                status = status_of(found, live.get(found.key), dead.get(found.key),
+                                   prefix=app.prefix, dead_prefix=app.dead_prefix,
+                                   serializer=app.serializer)  # fmt: skip
+            except JobNotFound:
+                continue  # gone since it was listed
+            if status.task is None and status.state is not JobState.RUNNING:
+                continue  # a raw Worker's job sharing the namespace
+            if state is not None and status.state is not state:
+                continue
+            yield status
+            shown += 1
+            if shown >= limit:
+                return
 
 
-async def _keys(app: App) -> AsyncIterator[str]:
-    """Every job key the space and the Lens know, perhaps more than once:
-    running claims first, then the space's queued tuples and dead letters,
-    then the records."""
-    lens = app.lens
-    async for key in lens.scan("claim"):
+async def _keys(app: App, in_space: list[str]) -> AsyncIterator[str]:
+    """Every job key the Lens and the space know, each once: running claims
+    first, then the space's tuples and dead letters, then the records."""
+    seen: set[str] = set()
+    for keys in (app.lens.scan("claim"), _listed(in_space), app.lens.scan("task")):
+        async for key in keys:
+            if key not in seen:
+                seen.add(key)
+                yield key
+
+
+async def _listed(keys: list[str]) -> AsyncIterator[str]:
+    for key in keys:
         yield key
-    for prefix in (app.prefix, app.dead_prefix + app.prefix):
-        async for payload in _payloads(app, prefix):
-            found = peek_key(payload, prefix)
-            if found is not None:
-                yield found
-    async for key in lens.scan("task"):
-        yield key
 
 
-async def _payloads(app: App, prefix: bytes) -> AsyncIterator[bytes]:
+async def _pages(keys: AsyncIterator[str]) -> AsyncIterator[list[str]]:
+    """``keys`` in lists of up to :data:`_PAGE`."""
+    page: list[str] = []
+    async for key in keys:
+        page.append(key)
+        if len(page) == _PAGE:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+async def _tuples(app: App, prefix: bytes) -> AsyncIterator[tuple[str, bytes]]:
+    """(job key, payload) of each live tuple under ``prefix``, a page at a
+    time from the app's nodes; from the start again on the node a failover
+    went to (a key may then come twice: the caller keeps one)."""
     cursor: int | None = 0
+    answered: ForumClient | None = None
     while cursor is not None:
-        page = await app.space.list(Pattern(prefix), cursor, _PAGE)
-        for item in page.tuples:
-            yield item.payload
-        cursor = page.next_cursor
+        read = functools.partial(_page, prefix=prefix, cursor=cursor, answered=answered)
+        answered, listed = await app.on_node(read)
+        for item in listed.tuples:
+            key = peek_key(item.payload, prefix)
+            if key is not None:
+                yield key, item.payload
+        cursor = listed.next_cursor
+
+
+async def _page(
+    space: ForumClient, *, prefix: bytes, cursor: int, answered: ForumClient | None
+) -> tuple[ForumClient, ListPage]:
+    """The page at ``cursor`` from the node that gave it, else the first."""
+    start = cursor if space is answered else 0
+    return space, await space.list(Pattern(prefix), start, _PAGE)
+
+
+def _head(payload: bytes, prefix: bytes) -> bytes:
+    """A job tuple's head, its key and task name: all a listing's status
+    needs of a live tuple (the arguments are not kept for the whole listing)."""
+    parts = payload[len(prefix) :].split(b"\n", 2)
+    return payload if len(parts) < 3 else payload[: len(payload) - len(parts[2])]
 
 
 async def cancel(app: App, key: str) -> CancelOutcome:
@@ -91,28 +142,42 @@ async def retry(app: App, key: str) -> JobHandle:
     letter = await _dead_letter(app, check_key(key))
     if letter is None:
         raise InvalidJob(f"job {key!r} has no dead letter to retry")
-    await requeue(app.space, letter)
+    await app.on_node(lambda space: requeue(space, letter))
     return JobHandle(app, key)
 
 
 async def purge(app: App, state: JobState = JobState.DEAD) -> int:
-    """Take every dead letter of the app out of the space; how many. Only
-    ``dead`` jobs can be purged (records of the others expire by themselves).
-    A purged job's ``dead`` record stays until its ``result_ttl``: its status
-    says dead until then, and ``retry`` finds nothing to requeue."""
+    """Take every dead letter of the app out of the space, and drop each
+    one's job record from the Lens; how many. Only ``dead`` jobs can be
+    purged (records of the others expire by themselves). A purged job is
+    then not found, as if never enqueued.
+
+    Each record goes first, its letter second: a purge cut short between the
+    two leaves the letter, which still says dead (tasks/status.py). A record
+    is kept while a claim on the key is live (a retry put it back and a
+    worker runs it: the record is the worker's); its letter still goes."""
     if state is not JobState.DEAD:
         raise InvalidJob(f"only dead jobs can be purged, not {state.value}")
-    space = app.space
+    lens = app.lens
     prefix = app.dead_prefix + app.prefix
     taken = 0
     while True:
-        page = await space.list(Pattern(prefix), 0, _PAGE)
+        page = await app.on_node(lambda space: space.list(Pattern(prefix), 0, _PAGE))
         for item in page.tuples:
+            key = peek_key(item.payload, prefix)
+            if key is not None:
+                with contextlib.suppress(AlreadyClaimed):
+                    await lens.forget_record(key)
             # By its exact bytes: this letter only, whatever came in meanwhile.
-            if await space.take(Pattern(item.payload)) is not None:
+            take = functools.partial(_take, letter=Pattern(item.payload))
+            if await app.on_node(take) is not None:
                 taken += 1
         if not page.tuples:
             return taken
+
+
+async def _take(space: ForumClient, *, letter: Pattern) -> object:
+    return await space.take(letter)
 
 
 async def history(app: App, key: str) -> list[HistoryEvent]:
@@ -122,7 +187,7 @@ async def history(app: App, key: str) -> list[HistoryEvent]:
 
 async def _dead_letter(app: App, key: str) -> DeadLetter | None:
     head = app.dead_prefix + key_prefix(app.prefix, key)
-    page = await app.space.list(Pattern(head), 0, 1)
+    page = await app.on_node(lambda space: space.list(Pattern(head), 0, 1))
     if not page.tuples:
         return None
     item = page.tuples[0]

@@ -294,6 +294,11 @@ class App:
         """The open app's node that answered last."""
         return self._connections().nodes.current
 
+    async def on_node(self, operation: Callable[[ForumClient], Awaitable[T]]) -> T:
+        """``operation(space)`` on the open app's node that answered last,
+        failing over to the next that answers (:class:`tasks.nodes.NodePool`)."""
+        return await self._connections().nodes.call(operation)
+
     # -- enqueueing ---------------------------------------------------------------------
 
     async def enqueue(

@@ -9,11 +9,18 @@ both one; the coordinator's contract test runs the same checks on the two
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol
 
 from coordinator import ClaimAuthority, HeldClaim
-from coordinator.records import CancelOutcome, FieldValue, HistoryEvent, KeyState, ScanKind
+from coordinator.records import (
+    CancelOutcome,
+    FieldValue,
+    HistoryEvent,
+    KeyState,
+    NewRecord,
+    ScanKind,
+)
 
 #: A record field's value as the Lens takes it.
 Field = FieldValue
@@ -33,8 +40,20 @@ class TaskAuthority(ClaimAuthority, Protocol):
         """Write the record only if the key has none (unfenced, for producers)."""
         ...
 
+    async def record_enqueued_many(self, records: Sequence[NewRecord]) -> list[bool]:
+        """:meth:`record_enqueued` of each, in one round trip."""
+        ...
+
+    async def forget_record(self, key: str) -> bool:
+        """Drop the key's record unless a claim on it is live (``AlreadyClaimed``)."""
+        ...
+
     async def inspect(self, key: str) -> KeyState:
         """The key's claim, done marker and record, in one round trip."""
+        ...
+
+    async def inspect_many(self, keys: Sequence[str]) -> list[KeyState]:
+        """:meth:`inspect` of each key, in one round trip."""
         ...
 
     async def history(self, key: str) -> list[HistoryEvent]:

@@ -11,7 +11,7 @@ now: :class:`JobStatus` (worked out by :mod:`tasks.status`).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -89,8 +89,14 @@ class JobHandle:
         return hash(self.key)
 
     async def status(self) -> JobStatus:
-        """What the job is doing now; ``JobNotFound`` if nothing knows it."""
-        return await self._app.status(self.key)
+        """What the job is doing now; ``JobNotFound`` if nothing knows it.
+        The task is the handle's own when the space and the Lens do not name
+        it (a job just claimed whose enqueued record is still on its way:
+        tasks/enqueued.py)."""
+        status = await self._app.status(self.key)
+        if status.task is None and self.task is not None:
+            return replace(status, task=self.task)
+        return status
 
     async def result(self, timeout: float | None = None) -> Any:
         """The task's return value once it is done (``None`` for a task that

@@ -24,7 +24,10 @@ For each claimed job (``coordinator.Job``):
 4. a failure: attempt ``n`` of a task with ``retries`` r is retried while
    ``n <= r`` and the error is one of ``retry_on`` and none of
    ``give_up_on``: a fenced ``retrying`` record (its ``due``, the error),
-   then ``RetryAfter(backoff.delay(n))``. Otherwise a fenced ``dead`` record
+   then ``RetryAfter(backoff.delay(n))``. A task that raises
+   ``RetryAfter(delay, error)`` itself is retried after its ``delay`` (not
+   the backoff's), and one that raises ``GiveUp(error)`` is not retried;
+   both within ``retries``. Otherwise a fenced ``dead`` record
    (error and traceback), then ``GiveUp`` with the traceback, which the
    worker buries as the dead letter. A record that cannot be written because
    Redis is down is logged and the outcome still raised (the job itself is
@@ -124,15 +127,9 @@ class Runner:
     async def _failed(self, job: Job, task: Task, options: TaskOptions, exc: Exception) -> None:
         """Attempt ``job.attempt`` raised ``exc``: raise ``RetryAfter`` or
         ``GiveUp`` after recording which (see the module docstring)."""
-        error = _one_line(exc)
-        retry = (
-            not isinstance(exc, InvalidJob)  # a result the serializer refuses: every time
-            and job.attempt <= options.retries
-            and isinstance(exc, options.retry_on)
-            and not isinstance(exc, options.give_up_on)
-        )
-        if retry:
-            delay = options.backoff.delay(job.attempt)
+        error = exc.error if isinstance(exc, RetryAfter | GiveUp) else _one_line(exc)
+        delay = _retry_delay(exc, job.attempt, options)
+        if delay is not None:
             fields: dict[str, Field] = {
                 "state": "retrying", "task": task.name, "attempt": job.attempt,
                 "due": time.time() + delay, "error": error, "updated": time.time(),
@@ -159,6 +156,20 @@ class Runner:
 
     def _ttl(self, options: TaskOptions) -> float:
         return options.result_ttl or self._app.result_ttl
+
+
+def _retry_delay(exc: Exception, attempt: int, options: TaskOptions) -> float | None:
+    """How long until the next attempt after attempt ``attempt`` raised
+    ``exc``, or ``None``: no more attempts. A task's own ``RetryAfter`` is a
+    retry with its delay (arq's ``Retry(defer=)``), whatever ``retry_on``
+    says, and ``GiveUp`` is none; both within the task's ``retries``."""
+    if isinstance(exc, InvalidJob | GiveUp) or attempt > options.retries:
+        return None  # InvalidJob: a result the serializer refuses, every time
+    if isinstance(exc, RetryAfter):
+        return exc.delay
+    if isinstance(exc, options.retry_on) and not isinstance(exc, options.give_up_on):
+        return options.backoff.delay(attempt)
+    return None
 
 
 def _one_line(exc: BaseException) -> str:

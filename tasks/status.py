@@ -52,7 +52,7 @@ from typing import Any, Protocol
 
 from coordinator.envelope import Envelope
 from node import Pattern
-from tasks.authority import TaskAuthority
+from tasks.authority import KeyState, TaskAuthority
 from tasks.errors import JobNotFound
 from tasks.handle import JobState, JobStatus
 from tasks.message import key_prefix, peek_task
@@ -79,6 +79,24 @@ async def job_status(
     state, live, dead = await asyncio.gather(
         lens.inspect(key), space.read(Pattern(head)), space.read(Pattern(dead_prefix + head))
     )
+    return status_of(state, live, dead, prefix=prefix, dead_prefix=dead_prefix,
+                     serializer=serializer)  # fmt: skip
+
+
+def status_of(
+    state: KeyState,
+    live: bytes | None,
+    dead: bytes | None,
+    *,
+    prefix: bytes,
+    dead_prefix: bytes,
+    serializer: Serializer,
+) -> JobStatus:
+    """The status of job ``state.key`` from what the Lens holds of it
+    (``state``), its live tuple and its dead letter (payloads, or ``None``
+    when the space has none; a live tuple's head up to its task name is
+    enough); ``JobNotFound`` when nothing knows it."""
+    key = state.key
     record: Mapping[str, bytes] = state.record or {}
     fields = _Fields(record, serializer)
     task = fields.text("task") or _task_of(live, prefix) or _task_of(dead, dead_prefix + prefix)

@@ -25,6 +25,7 @@ from coordinator import (
 )
 from coordinator.keys import HISTORY_LENGTH
 from coordinator.memory import MemoryAuthority
+from coordinator.records import NewRecord
 from tests.coordinator.harness import eventually
 from tests.fixtures.redis_server import RedisServer
 
@@ -262,6 +263,49 @@ async def test_a_producers_record_is_written_once_and_kept_by_the_first_claim(
     assert (await authority.inspect("k")).record == {
         "task": b"resize", "state": b"running", "token": str(claim.token).encode(),
     }  # fmt: skip
+
+
+async def test_a_batch_of_producers_records_writes_each_new_key_once(subject: Subject) -> None:
+    authority = subject.authority
+    claim = await authority.claim("held", owner="a", lease=5)
+    await authority.record(claim, {"state": "running"}, ttl=60)
+    keys = [f"job-{i}" for i in range(40)]  # spread over the shards
+    batch = [NewRecord(key, {"task": "t", "n": i}, ttl=60) for i, key in enumerate(keys)]
+    batch += [NewRecord("held", {"task": "late"}, 60), NewRecord("job-0", {"task": "again"}, 60)]
+    written = await authority.record_enqueued_many(batch)
+    assert written == [True] * 40 + [False, False]
+    states = await authority.inspect_many([*keys, "held", "none"])
+    assert [state.key for state in states] == [*keys, "held", "none"]
+    assert [state.record for state in states[:40]] == [
+        {"task": b"t", "n": str(i).encode()} for i in range(40)
+    ]
+    assert states[40].record["state"] == b"running" and states[40].claim is not None
+    assert states[41] == KeyState("none")
+    assert await authority.record_enqueued_many([]) == []
+    assert await authority.inspect_many([]) == []
+
+
+@pytest.mark.parametrize(
+    "bad", [NewRecord("", {"task": "t"}, 60), NewRecord("k", {}, 60), NewRecord("k", {"a": 1}, 0)]
+)
+async def test_a_batch_with_a_bad_record_writes_none(subject: Subject, bad: NewRecord) -> None:
+    authority = subject.authority
+    with pytest.raises(ValueError):
+        await authority.record_enqueued_many([NewRecord("good", {"task": "t"}, 60), bad])
+    assert (await authority.inspect("good")).record == {}
+
+
+async def test_forget_record_drops_a_record_nobody_holds_only(subject: Subject) -> None:
+    authority = subject.authority
+    assert await authority.record_enqueued("free", {"state": "dead"}, ttl=60)
+    claim = await authority.claim("held", owner="a", lease=5)
+    await authority.record(claim, {"state": "running"}, ttl=60)
+    assert await authority.forget_record("free")
+    assert not await authority.forget_record("free")
+    with pytest.raises(AlreadyClaimed):
+        await authority.forget_record("held")
+    assert (await authority.inspect("free")).record == {}
+    assert (await authority.inspect("held")).record["state"] == b"running"
 
 
 async def test_records_expire_with_their_ttl(subject: Subject) -> None:

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from coordinator import AlreadyDone, ClaimLost, Lens, LensError, LensStateLost, LensUnavailable
+from coordinator.records import NewRecord
 from examples.handlers.fenced_redis import FencedRedisStore, StaleToken
 from tests.fixtures.redis_server import RedisClusterServers
 
@@ -187,3 +188,18 @@ async def test_records_history_cancel_and_scan_work_on_every_master(
         # The test cluster runs without an AOF: every master is named.
         warnings = await lens.durability()
         assert len([w for w in warnings if "appendonly" in w]) == len(redis_cluster.masters)
+
+
+async def test_batched_records_inspects_and_forgets_work_on_every_master(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    async with Lens.from_url(redis_cluster.url) as lens:
+        # One record_new_many per shard: each call's keys share its shard's slot.
+        batch = [NewRecord(key, {"task": "t"}, ttl=60) for key in KEYS]
+        assert await lens.record_enqueued_many(batch) == [True] * len(KEYS)
+        assert await lens.record_enqueued_many(batch[:3]) == [False] * 3
+        states = await lens.inspect_many(KEYS)
+        assert [state.record for state in states] == [{"task": b"t"}] * len(KEYS)
+        assert all(count > 0 for count in _keys_on(redis_cluster).values())
+        assert await lens.forget_record(KEYS[0])
+        assert (await lens.inspect(KEYS[0])).record == {}

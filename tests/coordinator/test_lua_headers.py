@@ -14,7 +14,7 @@ from importlib.resources import files
 import pytest
 
 from coordinator.keys import HISTORY_LENGTH
-from coordinator.scripts import KEY_ROLES
+from coordinator.scripts import BATCH_ROLES, KEY_ROLES
 
 LUA = files("coordinator.lua")
 _PER_KEY = {"claim", "done", "job", "task", "history"}
@@ -23,6 +23,7 @@ _PER_KEY = {"claim", "done", "job", "task", "history"}
 @dataclass(frozen=True)
 class Header:
     keys: dict[int, str]  # KEYS index -> the role named by "<tag>:<role>"
+    batch: str | None  # a batch script's KEYS[1..n] role (then KEYS[n+1], ... as keys[1], ...)
     argv: dict[int, str]  # ARGV index -> its description
     body: str
 
@@ -38,12 +39,15 @@ def header(name: str) -> Header:
     body = "\n".join(lines[len(comments) :])
     keys = {}
     argv = {}
+    batch = None
     for line in comments:
-        if found := re.match(r"-- KEYS\[(\d+)\]\s+<tag>:(\w+)", line):
+        if found := re.match(r"-- KEYS\[1\.\.n\]\s+<tag>:(\w+)", line):
+            batch = found[1]
+        elif found := re.match(r"-- KEYS\[(?:n\+)?(\d+)\]\s+<tag>:(\w+)", line):
             keys[int(found[1])] = found[2]
         elif found := re.match(r"-- ARGV\[(\d+)\]\s+(.*)", line):
             argv[int(found[1])] = found[2]
-    return Header(keys, argv, body)
+    return Header(keys, batch, argv, body)
 
 
 SCRIPTS = sorted(KEY_ROLES)
@@ -62,6 +66,7 @@ def test_every_script_file_has_its_roles_and_every_role_its_file() -> None:
 def test_the_header_keys_are_the_key_roles_in_order(name: str) -> None:
     keys = header(name).keys
     assert sorted(keys) == list(range(1, len(keys) + 1)), "KEYS numbered 1..n"
+    assert header(name).batch == BATCH_ROLES.get(name), "a batch script's KEYS[1..n] role"
     assert tuple(keys[i] for i in sorted(keys)) == KEY_ROLES[name]
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
-from coordinator import Backoff
+from coordinator import Backoff, KeyState, Lens
 from node import Pattern
-from tasks import Context, InvalidJob, JobFailed, JobState
+from tasks import Context, InvalidJob, JobFailed, JobNotFound, JobState
+from tasks.authority import TaskAuthority
 from tests.fixtures.nodes import eventually
 from tests.tasks.conftest import AppFactory, working
 
@@ -62,6 +64,67 @@ async def _state_is(handle, state: JobState) -> bool:  # type: ignore[no-untyped
     return bool((await handle.status()).state is state)
 
 
+async def test_jobs_reads_the_lens_a_page_of_keys_at_a_time(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = make_app()
+
+    @app.task
+    async def noop(ctx: Context, n: int) -> None:
+        return None
+
+    pages: list[int] = []
+    inspect_many = Lens.inspect_many
+
+    async def counted(lens: Lens, keys: Sequence[str]) -> list[KeyState]:
+        pages.append(len(keys))
+        return await inspect_many(lens, keys)
+
+    async def one_by_one(lens: Lens, key: str) -> KeyState:
+        raise AssertionError("a listing inspects a page of keys at once")
+
+    async with app:
+        for n in range(250):
+            await noop.enqueue(n)
+        monkeypatch.setattr(Lens, "inspect_many", counted)
+        monkeypatch.setattr(Lens, "inspect", one_by_one)
+        listed = [status async for status in app.jobs(limit=1000)]
+    assert len({status.key for status in listed}) == 250
+    assert {(status.task, status.state) for status in listed} == {("noop", JobState.QUEUED)}
+    assert pages == [100, 100, 50]
+
+
+async def test_a_running_job_without_a_record_is_listed(
+    make_app: AppFactory, redis_url: str
+) -> None:
+    # The producer's Redis is down: its enqueue is safe in the space, with no record.
+    producer = make_app(redis="redis://127.0.0.1:9/0")
+    app = make_app()
+    go = asyncio.Event()
+    for each in (producer, app):
+
+        @each.task(name="hold")
+        async def hold(ctx: Context) -> None:
+            await go.wait()
+
+    async with producer:
+        await producer.enqueue("hold", _key="unrecorded")
+    async with app:
+        assert (await app.lens.inspect("unrecorded")).record == {}
+        async with working(app, concurrency=1):
+            await eventually(_claimed(app.lens, "unrecorded"), what="it runs")
+            running = [status async for status in app.jobs(JobState.RUNNING)]
+            go.set()
+    assert [status.key for status in running] == ["unrecorded"]
+
+
+def _claimed(lens: TaskAuthority, key: str) -> Callable[[], Awaitable[bool]]:
+    async def claimed() -> bool:
+        return (await lens.inspect(key)).claim is not None
+
+    return claimed
+
+
 async def test_a_dead_job_is_retried_back_to_work_and_dead_ones_purged(
     make_app: AppFactory,
 ) -> None:
@@ -88,8 +151,11 @@ async def test_a_dead_job_is_retried_back_to_work_and_dead_ones_purged(
             assert await first.result(timeout=10) == 1
         with pytest.raises(InvalidJob, match="no dead letter"):
             await app.retry("fragile-1")
-        assert await app.purge() == 1  # fragile-2's letter
+        assert await app.purge() == 1  # fragile-2's letter, and its dead record
         assert await app.space.count(Pattern(app.dead_prefix)) == 0
+        with pytest.raises(JobNotFound):
+            await app.status("fragile-2")
+        assert [s.key async for s in app.jobs(JobState.DEAD)] == []
         with pytest.raises(InvalidJob, match="only dead"):
             await app.purge(JobState.DONE)
         events = [(e.event, e.attempt) for e in await app.history("fragile-1")]

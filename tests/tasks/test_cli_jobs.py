@@ -264,13 +264,16 @@ async def test_dead_jobs_are_listed_retried_and_purged(
         code, _, err = await jobs("retry", "flaky-x")
         assert code == 1 and "is done, not dead" in err
 
-        # Purging takes the dead one left out of the space: nothing to retry any more
-        # (its status says dead, from its record, until its result_ttl).
+        # Purging takes the dead one left out of the space and its record out of the
+        # Lens: it is not found any more, nor listed, and there is nothing to retry.
         assert await jobs("purge", "--state", "dead") == (0, "purged 1\n", "")
         async with ForumClient(forum_node.url) as space:
             assert await space.count(Pattern(app.dead_prefix + app.prefix)) == 0
+        assert await jobs.listed(JobState.DEAD) == []
+        code, _, err = await jobs("show", "flaky-y")
+        assert code == 1 and "flaky-y" in err
         code, _, err = await jobs("retry", "flaky-y")
-        assert code == 1 and "no dead letter to retry" in err
+        assert code == 1 and "no job with key 'flaky-y'" in err
         assert await jobs("purge", "--state", "dead") == (0, "purged 0\n", "")
         assert await worker.signal(15) == 0
 

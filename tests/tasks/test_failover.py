@@ -6,8 +6,9 @@ import pytest
 
 from node import ForumClient, Pattern
 from node.errors import NodeUnavailable
-from tasks import App, Context
+from tasks import App, Context, JobFailed, JobNotFound, JobState
 from tests.fixtures.nodes import ForumNodes
+from tests.tasks.conftest import working
 
 
 async def test_enqueue_fails_over_when_the_first_node_is_down(
@@ -33,6 +34,42 @@ async def test_enqueue_fails_over_when_the_first_node_is_down(
     await first.restart()
     async with ForumClient(first.url) as space:
         assert await space.count(Pattern(app.prefix)) == 2
+
+
+async def test_admin_calls_fail_over_when_the_first_node_is_down(
+    forum_nodes: ForumNodes, redis_url: str
+) -> None:
+    down = forum_nodes.make("down")  # never started: its port refuses
+    live = await forum_nodes.start("live")
+    app = App([down.url, live.url], redis_url)
+
+    @app.task(retries=0)
+    def bad(ctx: Context, n: int) -> None:
+        raise RuntimeError(f"bad {n}")
+
+    async with app:
+        dead = [await bad.enqueue(n, _key=f"bad-{n}") for n in (1, 2)]
+        later = await bad.enqueue(3, _key="later", _delay=600)
+        async with working(app, url=live.url):
+            for handle in dead:
+                with pytest.raises(JobFailed):
+                    await handle.result(timeout=15)
+    # Each call on a newly opened app: its first try is the node that is down.
+    async with app:
+        listed = {status.key: status.state async for status in app.jobs()}
+    assert listed == {"bad-1": JobState.DEAD, "bad-2": JobState.DEAD, "later": JobState.DELAYED}
+    async with app:
+        assert (await app.status("bad-1")).state is JobState.DEAD
+    async with app:
+        assert (await app.cancel(later.key)).state == "cancelled"
+    async with app:
+        await app.retry("bad-1")
+    async with app:
+        assert await app.purge() == 1
+    async with app:
+        assert (await app.status("bad-1")).state is JobState.QUEUED
+        with pytest.raises(JobNotFound):
+            await app.status("bad-2")
 
 
 async def test_no_node_answering_is_node_unavailable(

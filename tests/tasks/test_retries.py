@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from coordinator import Backoff
+from coordinator import Backoff, GiveUp, RetryAfter
 from node import Pattern
 from tasks import Context, JobFailed, JobState
 from tests.fixtures.nodes import eventually
@@ -160,3 +160,46 @@ async def _status_in(handle, state: JobState):  # type: ignore[no-untyped-def]
 
     await eventually(reached, what=f"state {state}")
     return found[-1]
+
+
+async def test_a_task_raising_retry_after_gets_its_own_delay_not_the_backoff(
+    make_app: AppFactory,
+) -> None:
+    app = make_app()
+    attempts: list[int] = []
+
+    # A backoff of 100 s: the retry can only come back soon by the task's own delay,
+    # and retry_on does not name RetryAfter: asked for, it is retried all the same.
+    @app.task(retries=2, backoff=Backoff(base=100.0, cap=300.0, jitter=0.0), retry_on=(OSError,))
+    async def rate_limited(ctx: Context) -> str:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RetryAfter(0.5, "429: try again in 0.5 s")
+        return "ok"
+
+    async with app:
+        handle = await rate_limited.enqueue(_key="limited")
+        async with working(app):
+            status = await _status_in(handle, JobState.RETRYING)
+            assert status.error == "429: try again in 0.5 s" and status.attempt == 1
+            assert status.due is not None and status.updated is not None
+            assert status.due == pytest.approx(status.updated + 0.5, abs=0.05)
+            assert await handle.result(timeout=15) == "ok"
+    assert attempts == [1, 2]
+
+
+async def test_a_task_raising_give_up_is_dead_at_once(make_app: AppFactory) -> None:
+    app = make_app()
+    attempts: list[int] = []
+
+    @app.task(retries=3, backoff=QUICK)
+    async def hopeless(ctx: Context) -> None:
+        attempts.append(ctx.attempt)
+        raise GiveUp("the image is gone")
+
+    async with app:
+        handle = await hopeless.enqueue(_key="hopeless")
+        async with working(app):
+            with pytest.raises(JobFailed, match="the image is gone"):
+                await handle.result(timeout=15)
+    assert attempts == [1]
