@@ -607,12 +607,24 @@ class Forum(AsyncResource):
         markers = builtins.list(self._paused.get(prefix, ()))
         if not markers:
             return 0
-        takes = await asyncio.shield(self.strand.submit_takes(markers))
+        append = self.strand.submit_takes(markers)
+        append.add_done_callback(functools.partial(self._resumed, markers))
+        await asyncio.shield(append)
+        return len(markers)
+
+    def _resumed(
+        self, markers: builtins.list[EntryId], append: asyncio.Future[builtins.list[Take]]
+    ) -> None:
+        """The end of a resume's append, whether or not its caller still waits:
+        a resume cancelled while its Takes were appended must not leave the
+        prefix paused here (until a restart) while the Takes stand everywhere."""
+        if append.cancelled() or append.exception() is not None:
+            return  # nothing was taken: the markers stand (the caller sees why)
         for marker in markers:
             self._drop_pause(marker)
+        takes = append.result()
         self._takes += len(takes)
         self._notify(takes, LOCAL)
-        return len(markers)
 
     def _add_pause(self, marker: Tuple) -> None:
         self._pause_markers[marker.id] = marker.payload

@@ -194,6 +194,17 @@ async def test_a_paused_prefix_answers_nothing_until_resumed(forum: Forum) -> No
     assert forum.paused() == [] and await forum.take(JOBS) == b"job/2"
 
 
+async def test_a_resume_cancelled_while_its_takes_are_appended_still_resumes(forum: Forum) -> None:
+    await forum.write(b"job/1")
+    await forum.pause(b"job/")
+    resume = asyncio.create_task(forum.resume(b"job/"))
+    await asyncio.sleep(0)  # the markers' Takes are being appended
+    resume.cancel()
+    await asyncio.gather(resume, return_exceptions=True)
+    await eventually(lambda: forum.paused() == [], what="the prefix resumed here")
+    assert await forum.take(JOBS) == b"job/1"
+
+
 async def test_a_pause_survives_a_restart(forum: Forum, cfg: StrandConfig) -> None:
     await forum.write(b"job/1")
     await forum.pause(b"job/")
