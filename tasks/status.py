@@ -26,8 +26,14 @@ step  found                                        state
 8     an ``enqueued`` record otherwise             ``queued`` (reserved on a
                                                    node, or not yet replicated
                                                    to the one asked)
-9     nothing                                      ``JobNotFound``
+9     nothing, at two looks :data:`RELOOK` apart   ``JobNotFound``
 ====  ===========================================  ===========================
+
+Why a second look: the producer's ``enqueued`` record of a job due now is
+written in the background (:mod:`tasks.enqueued`, a few milliseconds late),
+and a node hides the tuple it reserved for a worker until that worker's
+claim shows in the Lens (a round trip, or up to 0.2 s for a reservation
+made ahead). A job caught in both at once shows nothing for that moment.
 
 What the records hold (fields of ``<tag>:task:<key>``, coordinator.records):
 ``state`` (enqueued, retrying, done, dead), ``task``, ``attempt``, ``due``
@@ -58,6 +64,10 @@ from tasks.handle import JobState, JobStatus
 from tasks.message import key_prefix, peek_task
 from tasks.serializer import Serializer
 
+#: How long after finding nothing a status looks again (see the module
+#: docstring): longer than a reservation made ahead waits for its claim.
+RELOOK = 0.3
+
 
 class Reader(Protocol):
     """What a status needs of the space: one read by prefix."""
@@ -76,11 +86,19 @@ async def job_status(
 ) -> JobStatus:
     """The status of job ``key`` (see the module docstring)."""
     head = key_prefix(prefix, key)
-    state, live, dead = await asyncio.gather(
-        lens.inspect(key), space.read(Pattern(head)), space.read(Pattern(dead_prefix + head))
-    )
-    return status_of(state, live, dead, prefix=prefix, dead_prefix=dead_prefix,
-                     serializer=serializer)  # fmt: skip
+
+    async def look() -> JobStatus:
+        state, live, dead = await asyncio.gather(
+            lens.inspect(key), space.read(Pattern(head)), space.read(Pattern(dead_prefix + head))
+        )
+        return status_of(state, live, dead, prefix=prefix, dead_prefix=dead_prefix,
+                         serializer=serializer)  # fmt: skip
+
+    try:
+        return await look()
+    except JobNotFound:
+        await asyncio.sleep(RELOOK)  # caught between a reservation and its claim?
+        return await look()
 
 
 def status_of(

@@ -13,6 +13,7 @@ from coordinator.deadletter import bury
 from coordinator.envelope import Envelope
 from node import Pattern
 from tasks import (
+    App,
     Context,
     JobCancelled,
     JobExpired,
@@ -23,6 +24,7 @@ from tasks import (
 )
 from tasks.handle import JobHandle
 from tasks.message import Message
+from tasks.status import job_status
 from tests.fixtures.nodes import eventually
 from tests.tasks.conftest import AppFactory, working
 
@@ -162,3 +164,43 @@ async def test_a_dead_letter_outranks_a_retrying_record(make_app: AppFactory) ->
         status = await handle.status()
         assert (status.state, status.attempt) == (JobState.DEAD, 2)
         assert status.error == "the worker was lost: its lease expired"
+
+
+class _ClaimsAfterFirstLook:
+    """The app's node, whose dead-letter read (the last of a look's reads)
+    has a worker claim the job right after it: the job is caught between its
+    node reservation and its claim at the first look."""
+
+    def __init__(self, app: App, key: str) -> None:
+        self._app, self._key = app, key
+        self.looks = 0
+
+    async def read(self, pattern: Pattern) -> bytes | None:
+        found = await self._app.space.read(pattern)
+        if pattern.prefix.startswith(self._app.dead_prefix):
+            self.looks += 1
+            if self.looks == 1:
+                await self._app.lens.claim(self._key, owner="worker-late", lease=30)
+        return found
+
+
+async def test_a_job_between_its_reservation_and_its_claim_is_running_not_missing(
+    make_app: AppFactory,
+) -> None:
+    """No producer record (written by hand), the tuple reserved (hidden on its
+    node), no claim yet at the first look: the second look sees the claim."""
+    app = make_app()
+    async with app:
+        payload = Message("late-1", "late").encode(app.prefix, app.serializer)
+        await app.space.write(payload)
+        assert await app.space.reserve(Pattern(app.prefix), lease=30) is not None
+        space = _ClaimsAfterFirstLook(app, "late-1")
+        status = await job_status(
+            "late-1",
+            lens=app.lens,
+            space=space,
+            prefix=app.prefix,
+            dead_prefix=app.dead_prefix,
+            serializer=app.serializer,
+        )
+        assert (status.state, status.worker, space.looks) == (JobState.RUNNING, "worker-late", 2)
