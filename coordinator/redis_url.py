@@ -106,7 +106,7 @@ class RedisTarget:
         if self.service is not None:
             # The Sentinels are asked with the same timeouts; no credentials.
             asked = {k: v for k, v in options.items() if k.startswith("socket_")}
-            sentinel = Sentinel(list(self.nodes), sentinel_kwargs=asked)  # type: ignore[no-untyped-call]
+            sentinel = Sentinel(list(self.nodes), sentinel_kwargs=asked)  # type: ignore[no-untyped-call,unused-ignore]
             master: Redis = sentinel.master_for(
                 self.service, db=self.db, username=self.username, password=self.password,
                 **options,
