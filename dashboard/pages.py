@@ -6,7 +6,9 @@
 ``GET /ui/peers``      Peers, as this node's replication knows them
 ``GET /ui/guarantees`` Guarantees: double takes caught; the Lens's figures
 ``GET /ui/jobs ...``   Jobs and Workers, and the job actions (dashboard.jobs)
-``GET /ui/login``      open: asks for the token (the only page without it)
+``GET /ui/login``      open: asks for the token (the only page without it), then
+                       goes to ``?next=`` (a ``/ui`` path; where a browser without
+                       the token was sent from, node.web_auth)
 ``GET /ui/session``    with ``Authorization: Bearer``: keeps it in the cookie
 ``GET /ui/static/..``  open: the page's CSS and JS (vendored, no CDN)
 =====================  ==============================================================
@@ -25,6 +27,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jinja2
 from aiohttp import web
@@ -45,7 +48,7 @@ from dashboard.views import (
 from node.web_auth import TOKEN_COOKIE, Scope, scope_of
 from node.web_bodies import ApiProblem, bad_request
 from node.web_handlers import node_status
-from node.web_keys import CONFIG, LOGIN_PAGE, OPEN_ROUTES, PEERS, SPACE, Extension
+from node.web_keys import CONFIG, LOGIN_PAGE, OPEN_ROUTES, PAGES_ROOT, PEERS, SPACE, Extension
 from node.web_model import JSON
 
 ROOT = "/ui"
@@ -105,6 +108,7 @@ def dashboard(
         static = {f"{ROOT}/static/{f.name}" for f in STATIC.iterdir() if f.is_file()}
         app[OPEN_ROUTES] = app[OPEN_ROUTES] | {f"{ROOT}/login"} | static
         app[LOGIN_PAGE] = f"{ROOT}/login"
+        app[PAGES_ROOT] = ROOT
         for path, handler in ROUTES.items():
             app.router.add_get(path, handler)
         app.router.add_static(f"{ROOT}/static", STATIC)
@@ -199,9 +203,30 @@ async def _from_lens(request: web.Request, page: str) -> dict[str, Any]:
 
 
 async def login(request: web.Request) -> web.Response:
-    """The token form (open: it is how a browser gets the cookie)."""
-    page = request.app[TEMPLATES].get_template("login.html").render(root=ROOT)
+    """The token form (open: it is how a browser gets the cookie); signed
+    in, the browser goes to ``?next=`` (a page of this dashboard), else the
+    Overview."""
+    back = request.query.get("next", ROOT)
+    if not is_page_path(back):
+        raise bad_request(
+            "invalid_parameter", f"next must be a path of this node's dashboard ({ROOT}...)"
+        )
+    page = request.app[TEMPLATES].get_template("login.html").render(root=ROOT, next=back)
     return web.Response(text=page, content_type="text/html")
+
+
+def is_page_path(target: str) -> bool:
+    """Whether ``target`` is a path of this dashboard, fit to send a browser
+    to after it signs in: relative to this node (no scheme, no host, not
+    ``//host``, no backslash a browser would read as a slash, no control
+    character), under :data:`ROOT`. Anything else would make the login page
+    an open redirect."""
+    if "\\" in target or any(ord(c) < 0x20 or ord(c) == 0x7F for c in target):
+        return False
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or target.startswith("//"):
+        return False
+    return parts.path == ROOT or parts.path.startswith(f"{ROOT}/")
 
 
 async def session(request: web.Request) -> web.Response:

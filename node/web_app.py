@@ -47,6 +47,7 @@ from node.web_keys import (
     LONG_POLLS,
     METRICS_REGISTRY,
     OPEN_ROUTES,
+    PAGES_ROOT,
     PEERS,
     SELF_AUTHENTICATED,
     SPACE,
@@ -126,6 +127,7 @@ def build_app(
     app[SELF_AUTHENTICATED] = frozenset()
     app[OPEN_ROUTES] = frozenset()
     app[LOGIN_PAGE] = ""
+    app[PAGES_ROOT] = ""
     app[STARTED] = time.monotonic()
 
     # Every operation of node.web_model, as declared there (so the OpenAPI

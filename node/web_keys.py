@@ -55,6 +55,10 @@ OPEN_ROUTES = web.AppKey[frozenset[str]]("open_routes")
 #: Where a browser signs in (the dashboard's login page), named in a 401's
 #: message on the client routes; empty without one.
 LOGIN_PAGE = web.AppKey("login_page", str)
+#: The path under which an extension serves pages to people (the dashboard's
+#: ``/ui``): a browser's ``GET`` of one without a good credential is sent to
+#: ``LOGIN_PAGE`` (303) instead of a 401 (node.web_auth); empty without one.
+PAGES_ROOT = web.AppKey("pages_root", str)
 #: Monotonic time the app was built, for uptime in status.
 STARTED = web.AppKey("started", float)
 #: The node's watchers and the events they follow (``GET /v1/watch``, node.web_watch).

@@ -124,20 +124,27 @@ async def test_with_a_token_the_pages_need_it_and_a_read_token_cannot_act(
     async with ForumClient(node.url, token="s3cret") as client:
         await client.write(b"job/1")
     browser.reset()
-    browser.open(f"{node.url}/ui")
-    assert "unauthorized" in browser.find("body").text
+    prefixes = f"{node.url}/ui/prefixes"
+
+    def sent_to_sign_in() -> None:
+        """A page asked for without the token leads to the login page, which
+        comes back to it once signed in."""
+        browser.open(prefixes)
+        assert browser.driver.current_url == f"{node.url}/ui/login?next=/ui/prefixes"
 
     def sign_in(token: str) -> None:
-        browser.open(f"{node.url}/ui/login")
-        browser.find("#token").send_keys(token)
+        field = browser.find("#token")
+        field.clear()
+        field.send_keys(token)
         browser.find("#login button").click()
 
+    sent_to_sign_in()
     sign_in("wrong")
     browser.until(lambda: browser.find("#login-error").text == "wrong token", "refused")
     browser.screenshot("login")
     sign_in("look")
     browser.until(lambda: browser.find(".scope").text == "read-only", "signed in to read")
-    browser.open(f"{node.url}/ui/prefixes")
+    assert browser.driver.current_url == prefixes
     button = browser.find("tr[data-prefix='job/'] button[data-action='pause']")
     assert not button.is_enabled()
     assert browser.fetch("POST", "/v1/prefixes/job%2F/pause") == 403
@@ -146,9 +153,10 @@ async def test_with_a_token_the_pages_need_it_and_a_read_token_cannot_act(
     no_console_errors(browser, expected=("401", "403"))
 
     browser.forget_cookies()
+    sent_to_sign_in()
     sign_in("s3cret")
     browser.until(lambda: browser.find(".scope").text == "full access", "signed in")
-    browser.open(f"{node.url}/ui/prefixes")
+    assert browser.driver.current_url == prefixes
     browser.find("tr[data-prefix='job/'] button[data-action='pause']").click()
     browser.until(
         lambda: row_text(browser, "tr[data-prefix='job/'] td.state") == "paused", "paused"
