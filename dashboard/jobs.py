@@ -4,7 +4,9 @@
 ``GET /ui/jobs``           jobs by ``?state=`` and key ``?prefix=``;
                            ``?key=`` opens that job's page
 ``GET /ui/job?key=K``      a job: payload, state, attempts, worker, error,
-                           result, claim history; its actions
+                           result, claim history; its actions. A raw
+                           Worker's job (no task record) by its claim key:
+                           its claim, done marker and history
 ``POST /ui/job/retry``     ``?key=``: requeue a dead job (``app.retry``)
 ``POST /ui/job/cancel``    ``?key=``: cancel a job not running
 ``POST /ui/jobs/act``      ``?action=`` (retry, cancel), ``state``,
@@ -33,7 +35,7 @@ from aiohttp import web
 
 from dashboard.keys import lens_view
 from dashboard.lensview import FAILURES, LensView
-from tasks import JobState
+from tasks import InvalidJob, JobNotFound, JobState
 
 #: The states a listing may be filtered by, in the order of the page's menu.
 STATES = tuple(state.value for state in JobState)
@@ -65,12 +67,19 @@ async def jobs_page(request: web.Request) -> dict[str, Any]:
 
 
 async def job_page(request: web.Request) -> dict[str, Any]:
+    """A job's values: a task job's, or a raw job's by its claim key (the
+    page says which). A key no job can have is a 400, one nothing knows a
+    404: the page says why either way."""
     key = request.query.get("key", "")
     values: dict[str, Any] = {"key": key, "job": None}
     view = lens_view(request)
     if view is not None:
         try:
             values["job"] = await view.job(key)
+        except InvalidJob as exc:
+            values |= {"error": str(exc), "http_status": 400}
+        except JobNotFound:
+            values |= {"error": f"no job {key!r}: no task, claim or history", "http_status": 404}
         except FAILURES as exc:
             values["error"] = str(exc)
     return values

@@ -251,7 +251,10 @@ def _scope(request: web.Request) -> Scope:
 
 
 def _page(request: web.Request, template: str, **values: Any) -> web.Response:
+    """``template`` rendered with ``values`` (``http_status``: the answer's
+    status, 200 unless the page says what was wrong with the request)."""
     request.app[SAMPLER].viewed()
+    status_code = values.pop("http_status", 200)
     status = values.get("status") or node_status(request.app)
     page = (
         request.app[TEMPLATES]
@@ -272,7 +275,7 @@ def _page(request: web.Request, template: str, **values: Any) -> web.Response:
             **values,
         )
     )
-    return web.Response(text=page, content_type="text/html")
+    return web.Response(text=page, content_type="text/html", status=status_code)
 
 
 #: Every page's handler, by path.

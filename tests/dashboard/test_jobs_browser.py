@@ -14,9 +14,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 
-from coordinator import LensConfig, Worker
+from coordinator import Lens, LensConfig, Worker
 from coordinator.checks import store_check
 from node import Pattern
 from node.client import ForumClient
@@ -149,6 +150,21 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
         assert await _dead_letters(client, app) == 0
         no_console_errors(browser)
         browser.reset()
+
+        # A raw job's page (no task record: a claim key a raw Worker holds),
+        # and the answers for a key no job can have and one nothing knows.
+        async with Lens.from_url(volatile_redis.url) as lens:
+            await lens.claim("raw-1", "someone", lease=60)
+        async with aiohttp.ClientSession() as http:
+            for key, code, said in (
+                ("raw-1", 200, "raw job (no task record)"),
+                ("", 400, "a job key is a non-empty string"),
+                ("nothing/here", 404, "no job &#39;nothing/here&#39;"),
+            ):
+                async with http.get(f"{node.url}/ui/job", params={"key": key}) as answer:
+                    assert (answer.status, said in await answer.text()) == (code, True), key
+            async with http.get(f"{node.url}/ui/job?key=raw-1") as answer:
+                assert "someone, token " in await answer.text()
 
 
 async def _counted(worker: Worker) -> bool:
