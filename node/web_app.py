@@ -41,6 +41,7 @@ from node.web_handlers import HANDLERS
 from node.web_keys import (
     COMPACTOR,
     CONFIG,
+    DESCRIBED,
     FORUM,
     LIMITS,
     LOGIN_PAGE,
@@ -128,6 +129,7 @@ def build_app(
     app[OPEN_ROUTES] = frozenset()
     app[LOGIN_PAGE] = ""
     app[PAGES_ROOT] = ""
+    app[DESCRIBED] = {}
     app[STARTED] = time.monotonic()
 
     # Every operation of node.web_model, as declared there (so the OpenAPI

@@ -12,6 +12,7 @@ metrics in the app's own registry, and fill the ``peers`` section of status::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -59,6 +60,11 @@ LOGIN_PAGE = web.AppKey("login_page", str)
 #: ``/ui``): a browser's ``GET`` of one without a good credential is sent to
 #: ``LOGIN_PAGE`` (303) instead of a 401 (node.web_auth); empty without one.
 PAGES_ROOT = web.AppKey("pages_root", str)
+#: OpenAPI path items of an extension's own routes, by path (the dashboard's
+#: pages): the node's document (node.web_openapi) lists them beside its own,
+#: with the refusals any route may give and the security the middleware
+#: enforces added; empty without one.
+DESCRIBED = web.AppKey[dict[str, dict[str, Any]]]("described")
 #: Monotonic time the app was built, for uptime in status.
 STARTED = web.AppKey("started", float)
 #: The node's watchers and the events they follow (``GET /v1/watch``, node.web_watch).

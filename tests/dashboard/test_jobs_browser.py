@@ -168,6 +168,19 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
                     assert (answer.status, said in await answer.text()) == (code, True), key
             async with http.get(f"{node.url}/ui/job?key=raw-1") as answer:
                 assert "someone, token " in await answer.text()
+            # What no page or action can take is a 400, and nothing is done.
+            origin = {"Origin": node.url}
+            for method, path in (
+                ("GET", "/ui/jobs?state=bogus"),
+                ("POST", "/ui/jobs/act?action=bogus"),
+                ("POST", "/ui/jobs/act?action=retry&state=bogus"),
+                ("POST", "/ui/job/retry"),
+                ("POST", "/ui/jobs/purge"),
+            ):
+                async with http.request(
+                    method, node.url + path, headers=origin, allow_redirects=False
+                ) as answer:
+                    assert answer.status == 400, path
 
 
 async def _counted(worker: Worker) -> bool:
