@@ -154,10 +154,14 @@ class Replicator(AsyncResource):
         """Note what this node holds every ``LAG_INTERVAL`` s, and let go of the
         marks no peer needs (replication.lag): a timer, never a cost per entry."""
         while True:
-            held = self.forum.strand.vector()
-            self.arrivals.note(held, time.monotonic())
-            heard = [p.vector for p in self.membership.peers() if p.vector_heard_mono is not None]
-            self.arrivals.forget_below(floors(held, heard))
+            try:
+                held = self.forum.strand.vector()
+                self.arrivals.note(held, time.monotonic())
+                peers = self.membership.peers()
+                heard = [p.vector for p in peers if p.vector_heard_mono is not None]
+                self.arrivals.forget_below(floors(held, heard))
+            except Exception:  # a figure for people: never a reason to stop replicating
+                log.exception("noting what this node holds failed: the peers' lag may be off")
             await asyncio.sleep(LAG_INTERVAL)
 
     # -- the membership listener ---------------------------------------------------------
