@@ -4,7 +4,9 @@
 ``GET /ui/jobs``           jobs by ``?state=`` and key ``?prefix=``;
                            ``?key=`` opens that job's page
 ``GET /ui/job?key=K``      a job: payload, state, attempts, worker, error,
-                           result, claim history; its actions
+                           result, claim history; its actions. A raw
+                           Worker's job (no task record) by its claim key:
+                           its claim, done marker and history
 ``POST /ui/job/retry``     ``?key=``: requeue a dead job (``app.retry``)
 ``POST /ui/job/cancel``    ``?key=``: cancel a job not running
 ``POST /ui/jobs/act``      ``?action=`` (retry, cancel), ``state``,
@@ -19,8 +21,10 @@ cannot be retried or cancelled says why, and nothing changes). The POSTs
 pass the node's middleware like any API call: the full token only (a read
 token gets 403), and a cookie-borne one only from the node's own pages
 (node.web_auth). An action answers 303 to the page it came from, with what
-it did in ``?message=``. Their input is the query string, as every node
-route's without a body (node.web_app refuses a body it does not read).
+it did in ``?message=``; input no action can take (no key, no such action
+or state, a purge not confirmed) is a 400 and nothing is done. Their input
+is the query string, as every node route's without a body (node.web_app
+refuses a body it does not read).
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from aiohttp import web
 
 from dashboard.keys import lens_view
 from dashboard.lensview import FAILURES, LensView
-from tasks import JobState
+from node.web_bodies import bad_request
+from tasks import InvalidJob, JobNotFound, JobState
 
 #: The states a listing may be filtered by, in the order of the page's menu.
 STATES = tuple(state.value for state in JobState)
@@ -58,19 +63,30 @@ async def jobs_page(request: web.Request) -> dict[str, Any]:
     if view is None:
         return values
     try:
-        values["jobs"] = await view.jobs(_state(state), prefix)
-    except (ValueError, *FAILURES) as exc:
+        wanted = _state(state)
+    except ValueError as exc:
+        return values | {"error": str(exc), "http_status": 400}
+    try:
+        values["jobs"] = await view.jobs(wanted, prefix)
+    except FAILURES as exc:
         values["error"] = str(exc)
     return values
 
 
 async def job_page(request: web.Request) -> dict[str, Any]:
+    """A job's values: a task job's, or a raw job's by its claim key (the
+    page says which). A key no job can have is a 400, one nothing knows a
+    404: the page says why either way."""
     key = request.query.get("key", "")
     values: dict[str, Any] = {"key": key, "job": None}
     view = lens_view(request)
     if view is not None:
         try:
             values["job"] = await view.job(key)
+        except InvalidJob as exc:
+            values |= {"error": str(exc), "http_status": 400}
+        except JobNotFound:
+            values |= {"error": f"no job {key!r}: no task, claim or history", "http_status": 404}
         except FAILURES as exc:
             values["error"] = str(exc)
     return values
@@ -99,9 +115,15 @@ async def purge_page(request: web.Request) -> dict[str, Any]:
     return values
 
 
+def _key(request: web.Request) -> str:
+    key = request.query.get("key", "")
+    if not key:
+        raise bad_request("invalid_parameter", "key: the job's key is needed")
+    return key
+
+
 async def retry(request: web.Request) -> web.StreamResponse:
-    form = request.query
-    key = str(form.get("key", ""))
+    key = _key(request)
     view = _needed(request)
     try:
         await (await view.app()).retry(key)
@@ -112,8 +134,7 @@ async def retry(request: web.Request) -> web.StreamResponse:
 
 
 async def cancel(request: web.Request) -> web.StreamResponse:
-    form = request.query
-    key = str(form.get("key", ""))
+    key = _key(request)
     view = _needed(request)
     try:
         outcome = await (await view.app()).cancel(key)
@@ -139,10 +160,14 @@ async def act(request: web.Request) -> web.StreamResponse:
     view = _needed(request)
     back = {"state": state_text, "prefix": prefix}
     if action not in ("retry", "cancel"):
-        raise web.HTTPSeeOther(f"../jobs?{urlencode({**back, 'message': 'no such action'})}")
+        raise bad_request("invalid_parameter", f"action: retry or cancel, not {action!r}")
+    try:
+        state = _state(state_text)
+    except ValueError as exc:
+        raise bad_request("invalid_parameter", f"state: {exc}") from None
     try:
         app = await view.app()
-        found = await view.jobs(_state(state_text), prefix)
+        found = await view.jobs(state, prefix)
         done = 0
         for status in found:
             if action == "retry" and status.state is JobState.DEAD:
@@ -151,21 +176,19 @@ async def act(request: web.Request) -> web.StreamResponse:
             elif action == "cancel" and not status.state.final:
                 done += (await app.cancel(status.key)).state == "cancelled"
         said = f"{action}: {done} of {len(found)} jobs"
-    except (ValueError, *FAILURES) as exc:
+    except FAILURES as exc:
         said = f"{action} stopped: {exc}"
     raise web.HTTPSeeOther(f"../jobs?{urlencode({**back, 'message': said})}")
 
 
 async def purge(request: web.Request) -> web.StreamResponse:
-    form = request.query
+    if request.query.get("confirm") != "yes":
+        raise bad_request("invalid_parameter", "confirm=yes is needed: the page asks first")
     view = _needed(request)
-    if form.get("confirm") != "yes":
-        said = "not purged: confirm first"
-    else:
-        try:
-            said = f"purged {await (await view.app()).purge()} dead jobs"
-        except FAILURES as exc:
-            said = f"not purged: {exc}"
+    try:
+        said = f"purged {await (await view.app()).purge()} dead jobs"
+    except FAILURES as exc:
+        said = f"not purged: {exc}"
     raise web.HTTPSeeOther(f"../jobs?{urlencode({'state': 'dead', 'message': said})}")
 
 

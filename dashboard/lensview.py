@@ -22,6 +22,7 @@ from coordinator import HistoryEvent, Lens, LensError
 from coordinator.checks import CheckVerdict, last_check
 from coordinator.envelope import Envelope
 from coordinator.presence import WorkerPresence, list_workers
+from coordinator.records import Holder
 from coordinator.redis_url import RedisTarget, redacted
 from node import Pattern
 from node.errors import ForumError
@@ -36,12 +37,13 @@ LISTED = 200
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """Everything a job's page shows."""
+    """Everything a task job's page shows."""
 
     status: JobStatus
     #: The job tuple's bytes: queued in the space, else its dead letter's.
     payload: bytes | None
     history: list[HistoryEvent]
+    raw = False
 
     @property
     def payload_text(self) -> str | None:
@@ -52,6 +54,28 @@ class JobPage:
             return self.payload.decode()
         except UnicodeDecodeError:
             return None
+
+
+@dataclass(frozen=True, slots=True)
+class RawJobPage:
+    """A job with no task record: a raw :class:`coordinator.Worker`'s, known
+    by its claim key (the tuple's entry id, or the key it was written with).
+    The Lens keeps the same of any claim key, whoever claims it: the live
+    claim, the done marker and the history (coordinator.records)."""
+
+    key: str
+    claim: Holder | None
+    done_token: int | None
+    history: list[HistoryEvent]
+    raw = True
+
+    @property
+    def state(self) -> str:
+        """What the Lens says: running (a live claim), done (a done marker:
+        every other copy is turned away), or neither now."""
+        if self.claim is not None:
+            return "running"
+        return "done" if self.done_token is not None else "not claimed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +150,14 @@ class LensView:
                     break
         return found
 
-    async def job(self, key: str) -> JobPage:
-        """A job's page; ``JobNotFound`` when nothing knows ``key``."""
+    async def job(self, key: str) -> JobPage | RawJobPage:
+        """A job's page: a task job's, else a raw job's (no task record, but
+        a claim, a done marker or a history in the Lens); ``JobNotFound``
+        when nothing knows ``key``, ``InvalidJob`` for a key no job can have."""
         app = await self.app()
-        status, history = await asyncio.gather(app.status(key), app.history(key))
+        status, history = await asyncio.gather(_status(app, key), app.history(key))
+        if status is None or status.task is None:
+            return await self._raw(app, key, history)
         head = key_prefix(app.prefix, key)
         found = await app.space.read(Pattern(head))
         if found is None:  # not queued: its dead letter, which has the job inside
@@ -138,6 +166,14 @@ class LensView:
         # The job's own bytes, without the worker's trailer (coordinator.envelope).
         payload = None if found is None else Envelope.open(found).payload
         return JobPage(status, payload, history)
+
+    @staticmethod
+    async def _raw(app: App, key: str, history: list[HistoryEvent]) -> RawJobPage:
+        """What the Lens holds of claim key ``key``, which no task names."""
+        state = await app.lens.inspect(key)
+        if state.claim is None and state.done_token is None and not history:
+            raise JobNotFound(key)
+        return RawJobPage(key, state.claim, state.done_token, history)
 
     async def workers(self) -> list[WorkerPresence]:
         return await list_workers(self.lens)
@@ -163,8 +199,24 @@ class LensView:
         return max(0, total - since)
 
 
+async def _status(app: App, key: str) -> JobStatus | None:
+    """The task layer's status of ``key``; ``None`` when it knows no such job."""
+    try:
+        return await app.status(key)
+    except JobNotFound:
+        return None
+
+
 #: What a page shows when an action or a read of the Lens fails: the message,
 #: never a traceback (a user's mistake, or Redis or the node not answering).
 FAILURES = (TaskError, LensError, ForumError, OSError)
 
-__all__ = ["FAILURES", "LISTED", "JobNotFound", "JobPage", "LensFigures", "LensView"]
+__all__ = [
+    "FAILURES",
+    "LISTED",
+    "JobNotFound",
+    "JobPage",
+    "LensFigures",
+    "LensView",
+    "RawJobPage",
+]

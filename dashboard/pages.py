@@ -6,13 +6,16 @@
 ``GET /ui/peers``      Peers, as this node's replication knows them
 ``GET /ui/guarantees`` Guarantees: double takes caught; the Lens's figures
 ``GET /ui/jobs ...``   Jobs and Workers, and the job actions (dashboard.jobs)
-``GET /ui/login``      open: asks for the token (the only page without it)
+``GET /ui/login``      open: asks for the token (the only page without it), then
+                       goes to ``?next=`` (a ``/ui`` path; where a browser without
+                       the token was sent from, node.web_auth)
 ``GET /ui/session``    with ``Authorization: Bearer``: keeps it in the cookie
 ``GET /ui/static/..``  open: the page's CSS and JS (vendored, no CDN)
 =====================  ==============================================================
 
-The pages are behind the node's token like the API (node.web_auth: the
-cookie the login sets stands for the header). The Prefixes buttons call the
+Every route is in the node's OpenAPI document (dashboard.openapi). The
+pages are behind the node's token like the API (node.web_auth: the cookie
+the login sets stands for the header). The Prefixes buttons call the
 API itself (``POST /v1/prefixes/{prefix}/pause``); the job actions, which
 the node's API does not have, are the dashboard's own POSTs calling the task
 layer (dashboard.jobs), behind the same middleware: a read token is refused
@@ -21,6 +24,7 @@ both.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -30,6 +34,7 @@ import jinja2
 from aiohttp import web
 
 from dashboard.keys import LENS_VIEW, lens_view
+from dashboard.openapi import describe
 from dashboard.sampler import INTERVAL, KEEP, Sampler
 from dashboard.views import (
     SPARK_HEIGHT,
@@ -45,7 +50,16 @@ from dashboard.views import (
 from node.web_auth import TOKEN_COOKIE, Scope, scope_of
 from node.web_bodies import ApiProblem, bad_request
 from node.web_handlers import node_status
-from node.web_keys import CONFIG, LOGIN_PAGE, OPEN_ROUTES, PEERS, SPACE, Extension
+from node.web_keys import (
+    CONFIG,
+    DESCRIBED,
+    LOGIN_PAGE,
+    OPEN_ROUTES,
+    PAGES_ROOT,
+    PEERS,
+    SPACE,
+    Extension,
+)
 from node.web_model import JSON
 
 ROOT = "/ui"
@@ -61,6 +75,14 @@ PANELS = (
 )
 #: Seconds between two refreshes of a panel in the browser.
 REFRESH = 2.0
+#: The files under ``/ui/static/``, and their media types: one route each, so
+#: the node's OpenAPI document names each (vendored, no CDN).
+ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+#: What the login page's ``next`` may be: a path of this dashboard, relative to
+#: the node (no scheme, no host, no ``//``, no backslash a browser would read
+#: as a slash, no control character). Anything else would make the login
+#: page an open redirect.
+NEXT = ROOT + r"(?:[/?#][^\x00-\x1f\x7f\\]*)?"
 
 SAMPLER = web.AppKey("dashboard_sampler", Sampler)
 TEMPLATES = web.AppKey("dashboard_templates", jinja2.Environment)
@@ -102,12 +124,15 @@ def dashboard(
         )
         environment.filters |= {"size": size, "ago": ago, "stamp": stamp}
         app[TEMPLATES] = environment
-        static = {f"{ROOT}/static/{f.name}" for f in STATIC.iterdir() if f.is_file()}
-        app[OPEN_ROUTES] = app[OPEN_ROUTES] | {f"{ROOT}/login"} | static
+        static = {f"{ROOT}/static/{name}": media for name, media in ASSETS.items()}
+        app[OPEN_ROUTES] = app[OPEN_ROUTES] | {f"{ROOT}/login"} | set(static)
         app[LOGIN_PAGE] = f"{ROOT}/login"
+        app[PAGES_ROOT] = ROOT
+        app[DESCRIBED] = app[DESCRIBED] | describe(ROOT, NEXT, lens=lens_url is not None)
         for path, handler in ROUTES.items():
             app.router.add_get(path, handler)
-        app.router.add_static(f"{ROOT}/static", STATIC)
+        for path, media in static.items():
+            app.router.add_get(path, _asset(STATIC / path.rpartition("/")[2], media))
         app.cleanup_ctx.append(_sampling)
 
     return install
@@ -142,7 +167,10 @@ async def prefixes(request: web.Request) -> web.Response:
         rows = [PrefixRow.of(body) for body in found.prefixes]
     except ApiProblem as exc:
         error = exc.message
-    return _page(request, "prefixes.html", rows=rows, separator=separator, error=error)
+    return _page(
+        request, "prefixes.html", rows=rows, separator=separator, error=error,
+        http_status=400 if error else 200,
+    )  # fmt: skip
 
 
 async def peers(request: web.Request) -> web.Response:
@@ -199,9 +227,29 @@ async def _from_lens(request: web.Request, page: str) -> dict[str, Any]:
 
 
 async def login(request: web.Request) -> web.Response:
-    """The token form (open: it is how a browser gets the cookie)."""
-    page = request.app[TEMPLATES].get_template("login.html").render(root=ROOT)
+    """The token form (open: it is how a browser gets the cookie); signed
+    in, the browser goes to ``?next=`` (a page of this dashboard), else the
+    Overview."""
+    back = request.query.get("next", ROOT)
+    if not is_page_path(back):
+        raise bad_request(
+            "invalid_parameter", f"next must be a path of this node's dashboard ({ROOT}...)"
+        )
+    page = request.app[TEMPLATES].get_template("login.html").render(root=ROOT, next=back)
     return web.Response(text=page, content_type="text/html")
+
+
+def is_page_path(target: str) -> bool:
+    """Whether ``target`` is a path of this dashboard (:data:`NEXT`), fit to
+    send a browser to after it signs in."""
+    return re.fullmatch(NEXT, target) is not None
+
+
+def _asset(path: Path, media: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def serve(request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(path, headers={"Content-Type": media})
+
+    return serve
 
 
 async def session(request: web.Request) -> web.Response:
@@ -226,7 +274,10 @@ def _scope(request: web.Request) -> Scope:
 
 
 def _page(request: web.Request, template: str, **values: Any) -> web.Response:
+    """``template`` rendered with ``values`` (``http_status``: the answer's
+    status, 200 unless the page says what was wrong with the request)."""
     request.app[SAMPLER].viewed()
+    status_code = values.pop("http_status", 200)
     status = values.get("status") or node_status(request.app)
     page = (
         request.app[TEMPLATES]
@@ -247,7 +298,7 @@ def _page(request: web.Request, template: str, **values: Any) -> web.Response:
             **values,
         )
     )
-    return web.Response(text=page, content_type="text/html")
+    return web.Response(text=page, content_type="text/html", status=status_code)
 
 
 #: Every page's handler, by path.

@@ -109,10 +109,14 @@ def health(status: NodeStatus) -> tuple[bool, str]:
         )
         + ")"
     ]
+    lags = [p.lag_seconds for p in peers if peer_state(p) == "alive" and p.lag_seconds]
     if behind == 0 and unknown == 0:
         parts.append("converged")
+    elif behind:
+        most = f" (up to {max(lags):.1f} s old)" if lags else ""
+        parts.append(f"not converged: {behind} entries behind{most}")
     else:
-        parts.append(f"not converged: {behind} entries behind" if behind else "convergence unknown")
+        parts.append("convergence unknown")
     ok = alive == len(peers) and behind == 0 and unknown == 0
     return ok, ", ".join(parts)
 

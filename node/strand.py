@@ -761,8 +761,9 @@ class Strand(AsyncResource):
             except OSError as exc:
                 raise StrandError(f"compaction failed: {exc}") from exc
             self._compactions += 1
+            # Only the Strand's size: appends go on during a pass, so it may
+            # have grown. What the pass gave back is counted by each rewrite.
             bytes_after = self.stats().bytes
-            self._bytes_reclaimed += bytes_before - bytes_after
             self._entries_dropped += dropped
             return CompactionReport(
                 bytes_before=bytes_before,
@@ -857,6 +858,12 @@ class Strand(AsyncResource):
                 self._logs[origin].drop(seq)
         self._entries -= len(result.dropped)
         self._sealed_bytes -= result.bytes_before - result.bytes_after
+        # The segment's own shrinking, never the Strand's size before and
+        # after a pass: appends made meanwhile would count against it (the
+        # Overview once showed a negative "bytes reclaimed"). Never below 0
+        # either, as the counter it is: a version 1 segment rewritten in
+        # batches may grow by a frame per batch (node.segment).
+        self._bytes_reclaimed += max(0, result.bytes_before - result.bytes_after)
         if result.bytes_after == 0:
             self._segments -= 1
         return result

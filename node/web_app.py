@@ -41,12 +41,14 @@ from node.web_handlers import HANDLERS
 from node.web_keys import (
     COMPACTOR,
     CONFIG,
+    DESCRIBED,
     FORUM,
     LIMITS,
     LOGIN_PAGE,
     LONG_POLLS,
     METRICS_REGISTRY,
     OPEN_ROUTES,
+    PAGES_ROOT,
     PEERS,
     SELF_AUTHENTICATED,
     SPACE,
@@ -126,6 +128,8 @@ def build_app(
     app[SELF_AUTHENTICATED] = frozenset()
     app[OPEN_ROUTES] = frozenset()
     app[LOGIN_PAGE] = ""
+    app[PAGES_ROOT] = ""
+    app[DESCRIBED] = {}
     app[STARTED] = time.monotonic()
 
     # Every operation of node.web_model, as declared there (so the OpenAPI

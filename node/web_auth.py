@@ -18,20 +18,24 @@ credential in the ``forum_token`` cookie instead of the header (the
 dashboard's login sets it, ``SameSite=Strict`` and ``HttpOnly``); a request
 that changes something on a cookie's strength must also come from the
 node's own origin (its ``Origin`` header), so no other site can act through
-a logged-in browser.
+a logged-in browser. A browser that asks for one of an extension's pages
+(``PAGES_ROOT``: ``GET``, ``Accept`` naming ``text/html``) without a good
+credential is sent to sign in (303 to ``LOGIN_PAGE?next=<the page>``); the
+API's routes, and anything else a page's script fetches, get the 401.
 """
 
 from __future__ import annotations
 
 import hmac
 from typing import Literal, NoReturn
+from urllib.parse import urlencode
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from node.config import NodeConfig
 from node.web_bodies import ApiProblem
-from node.web_keys import CONFIG, LOGIN_PAGE, OPEN_ROUTES, SELF_AUTHENTICATED
+from node.web_keys import CONFIG, LOGIN_PAGE, OPEN_ROUTES, PAGES_ROOT, SELF_AUTHENTICATED
 
 #: Routes under this prefix are for peers: they need the cluster key (see cluster_key).
 CLUSTER_PREFIX = "/v1/cluster/"
@@ -137,7 +141,11 @@ def _credential(request: web.Request) -> tuple[str, bool]:
 
 
 def _refuse(config: NodeConfig, request: web.Request) -> NoReturn:
-    """401, naming the credential the path wants (and where a browser signs in)."""
+    """401, naming the credential the path wants (and where a browser signs
+    in); a browser asking for a page is sent there instead."""
+    sign_in = _sign_in(request)
+    if sign_in is not None:
+        raise web.HTTPSeeOther(sign_in)
     cluster = request.path.startswith(CLUSTER_PREFIX)
     what = (
         "the cluster secret"
@@ -152,6 +160,22 @@ def _refuse(config: NodeConfig, request: web.Request) -> NoReturn:
         f"missing or wrong credentials: send 'Authorization: Bearer <{what}>'{browser}",
         headers={"WWW-Authenticate": 'Bearer realm="forum"'},
     )
+
+
+def _sign_in(request: web.Request) -> str | None:
+    """Where to send a browser that asked for a page without a good
+    credential: the login page, with the page to come back to (a path of
+    this node: the login page takes no other). ``None``: not a browser
+    asking for a page (an API call, a page's own fetch, a form's POST, a
+    request that brought a wrong ``Authorization`` of its own)."""
+    login, pages = request.app[LOGIN_PAGE], request.app[PAGES_ROOT]
+    if not login or not pages or request.method != "GET" or "Authorization" in request.headers:
+        return None
+    if request.path != pages and not request.path.startswith(pages + "/"):
+        return None
+    if "text/html" not in request.headers.get("Accept", ""):
+        return None
+    return f"{login}?{urlencode({'next': str(request.rel_url)})}"
 
 
 def _same_origin(request: web.Request) -> bool:

@@ -12,6 +12,7 @@ metrics in the app's own registry, and fill the ``peers`` section of status::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -55,6 +56,15 @@ OPEN_ROUTES = web.AppKey[frozenset[str]]("open_routes")
 #: Where a browser signs in (the dashboard's login page), named in a 401's
 #: message on the client routes; empty without one.
 LOGIN_PAGE = web.AppKey("login_page", str)
+#: The path under which an extension serves pages to people (the dashboard's
+#: ``/ui``): a browser's ``GET`` of one without a good credential is sent to
+#: ``LOGIN_PAGE`` (303) instead of a 401 (node.web_auth); empty without one.
+PAGES_ROOT = web.AppKey("pages_root", str)
+#: OpenAPI path items of an extension's own routes, by path (the dashboard's
+#: pages): the node's document (node.web_openapi) lists them beside its own,
+#: with the refusals any route may give and the security the middleware
+#: enforces added; empty without one.
+DESCRIBED = web.AppKey[dict[str, dict[str, Any]]]("described")
 #: Monotonic time the app was built, for uptime in status.
 STARTED = web.AppKey("started", float)
 #: The node's watchers and the events they follow (``GET /v1/watch``, node.web_watch).

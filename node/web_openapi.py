@@ -6,7 +6,9 @@ paths from its operations, the schemas from its msgspec Structs (and the
 numbers from the serving node's :class:`~node.web_model.Limits`, and the
 security of each operation from the rule the ``authenticate`` middleware
 enforces (:func:`node.web_auth.bearer_secret`). Only the cluster routes,
-replication's, are described here by hand, and only when the app serves them.
+replication's, are described here by hand, and only when the app serves them;
+an extension describes its own (the dashboard's pages, ``DESCRIBED``), to
+which the refusals any route may give and the security are added here.
 Tests check that every route the app serves is described and nothing more,
 and fuzz a real node against it (``tests/service/test_schemathesis.py``).
 
@@ -17,6 +19,7 @@ grammar of :data:`node.web_model.GRAMMAR` as their pattern.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -26,7 +29,7 @@ from node.codec import MAX_KEY_BYTES
 from node.config import NodeConfig
 from node.web_auth import CLUSTER_PREFIX, bearer_secret
 from node.web_bodies import Query
-from node.web_keys import CONFIG, LIMITS, SELF_AUTHENTICATED
+from node.web_keys import CONFIG, DESCRIBED, LIMITS, OPEN_ROUTES, SELF_AUTHENTICATED
 from node.web_model import (
     DELIVERIES_HEADER,
     ENTRY_ID_HEADER,
@@ -297,14 +300,38 @@ def _describe_watch(operation: dict[str, Any]) -> None:
     )
 
 
+def _extension_paths(
+    described: Mapping[str, Mapping[str, Any]],
+    config: NodeConfig,
+    self_authenticated: frozenset[str],
+    open_paths: frozenset[str],
+) -> dict[str, Any]:
+    """An extension's path items, each operation with its security and the
+    refusals any route may give (its own descriptions of a status win)."""
+    paths: dict[str, Any] = {}
+    for path, item in described.items():
+        bearer = bearer_secret(config, self_authenticated, path, open_paths=open_paths) is not None
+        for method, given in item.items():
+            operation = copy.deepcopy(dict(given))
+            operation["security"] = [{"bearer": []}] if bearer else []
+            refusals = _errors(path, body=False, bearer=bearer, negotiates=False)
+            operation["responses"] = refusals | operation["responses"]
+            paths.setdefault(path, {})[method] = operation
+    return paths
+
+
 def build_document(
     config: NodeConfig = NodeConfig(),  # noqa: B008 (frozen: one shared default is safe)
     *,
     cluster: bool = False,
     self_authenticated: frozenset[str] = frozenset(),
+    described: Mapping[str, Mapping[str, Any]] | None = None,
+    open_paths: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The document for a node with ``config``, and with the cluster routes
-    when it serves them (and says which of its routes check their own credentials)."""
+    when it serves them (and says which of its routes check their own
+    credentials), and an extension's ``described`` routes (``open_paths``:
+    those of them open to anyone)."""
     limits = Limits.of(config)
     paths: dict[str, Any] = {}
     for operation in OPERATIONS:
@@ -315,6 +342,7 @@ def build_document(
     _describe_watch(paths[WATCH.path]["get"])
     if cluster:
         paths |= copy.deepcopy(_CLUSTER_PATHS)
+    paths |= _extension_paths(described or {}, config, self_authenticated, open_paths)
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
@@ -355,7 +383,13 @@ def openapi_document(app: web.Application) -> dict[str, Any]:
         route.resource is not None and route.resource.canonical.startswith(_CLUSTER)
         for route in app.router.routes()
     )
-    return build_document(app[CONFIG], cluster=cluster, self_authenticated=app[SELF_AUTHENTICATED])
+    return build_document(
+        app[CONFIG],
+        cluster=cluster,
+        self_authenticated=app[SELF_AUTHENTICATED],
+        described=app[DESCRIBED],
+        open_paths=app[OPEN_ROUTES],
+    )
 
 
 async def openapi_handler(request: web.Request) -> web.Response:

@@ -50,6 +50,11 @@ class PeerStatus:
     #: Seconds the peer's wall clock is ahead of this node's (negative: behind),
     #: as replication measures it; ``None`` until known (docs/replication.md "Clocks").
     clock_offset: float | None = None
+    #: Seconds since the peer last held every entry this node held then: the
+    #: age of the oldest entry here it lacks, as of its last vector (0: it
+    #: lacks none; ``None``: never heard). To half a second, never under
+    #: (docs/replication.md "Lag").
+    lag_seconds: float | None = None
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> PeerStatus:

@@ -199,14 +199,17 @@ class Membership:
         holdings: VersionVector | None = None,
         queued: Mapping[str, int] | None = None,
         clock_offsets: Mapping[str, float] | None = None,
+        lags: Mapping[str, float] | None = None,
     ) -> list[PeerStatus]:
         """One row per peer, by URL, for ``forum status`` and the metrics;
         ``behind`` and ``holds_back`` need ``holdings`` (this node's vector);
-        ``queued`` is each peer's push queue length, and ``clock_offsets``
-        its clock's offset (:mod:`replication.clocks`), by URL."""
+        ``queued`` is each peer's push queue length, ``clock_offsets`` its
+        clock's offset (:mod:`replication.clocks`) and ``lags`` its lag in
+        seconds (:mod:`replication.lag`), by URL."""
         now = self._clock()
         queued = queued or {}
         clock_offsets = clock_offsets or {}
+        lags = lags or {}
         return [
             PeerStatus(
                 url=peer.url,
@@ -221,6 +224,7 @@ class Membership:
                 failures=peer.failures,
                 last_error=peer.last_error,
                 behind=None if holdings is None else peer.vector.lacks(holdings),
+                lag_seconds=lags.get(peer.url),
                 queued=queued.get(peer.url, 0),
                 holds_back=self._holds_back(peer, holdings),
                 forgotten=self.forgotten(peer),

@@ -26,6 +26,8 @@ Gauges, read from the peer table at each scrape::
                                                           (it no longer holds compaction back)
     forum_replication_peer_clock_offset_seconds{peer}     its wall clock minus ours, once
                                                           measured (replication.clocks)
+    forum_replication_peer_lag_seconds{peer}              how long ago it last held all we
+                                                          held then, once heard (replication.lag)
 
 Double takes are the node's own ``forum_double_takes``.
 """
@@ -152,7 +154,15 @@ class _PeerCollector(Collector):
             "Seconds the peer's wall clock is ahead of this node's (negative: behind).",
             labels=["peer"],
         )
+        lag = GaugeMetricFamily(
+            "forum_replication_peer_lag_seconds",
+            "Seconds since the peer last held every entry this node held then "
+            "(the age of the oldest entry here it lacks), as of its last vector.",
+            labels=["peer"],
+        )
         for peer in peers:
+            if peer.lag_seconds is not None:
+                lag.add_metric([peer.url], peer.lag_seconds)
             if peer.clock_offset is not None:
                 offset.add_metric([peer.url], peer.clock_offset)
             up.add_metric([peer.url], 1.0 if peer.state == "alive" else 0.0)
@@ -163,4 +173,4 @@ class _PeerCollector(Collector):
                 behind.add_metric([peer.url], peer.behind)
             if peer.last_contact_age is not None:
                 age.add_metric([peer.url], peer.last_contact_age)
-        yield from (states, up, behind, age, queued, holds_back, forgotten, offset)
+        yield from (states, up, behind, age, queued, holds_back, forgotten, offset, lag)

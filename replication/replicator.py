@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
@@ -36,6 +37,8 @@ from replication.clocks import ClockWatch
 from replication.config import ReplicationConfig
 from replication.errors import BadMessage
 from replication.horizon import horizon
+from replication.lag import INTERVAL as LAG_INTERVAL
+from replication.lag import Arrivals, floors
 from replication.membership import Membership, Peer, PeerState
 from replication.messages import (
     Member,
@@ -101,6 +104,8 @@ class Replicator(AsyncResource):
         self._metrics = metrics
         self._fetching = Fetching()
         self._links: dict[str, _Link] = {}
+        #: When this node came to hold what: each peer's lag in seconds (replication.lag).
+        self.arrivals = Arrivals()
         self._group: asyncio.TaskGroup | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -137,12 +142,27 @@ class Replicator(AsyncResource):
             async with asyncio.TaskGroup() as group:
                 self._group = group
                 self.membership.start(self)
+                group.create_task(self._note_arrivals(), name="replication lag")
                 started.set_result(None)
                 await asyncio.Event().wait()  # until cancelled by aclose()
         finally:
             self._group = None
             self.forum.remove_listener(self._on_entries)
             self.forum.set_ranking(None)
+
+    async def _note_arrivals(self) -> None:
+        """Note what this node holds every ``LAG_INTERVAL`` s, and let go of the
+        marks no peer needs (replication.lag): a timer, never a cost per entry."""
+        while True:
+            try:
+                held = self.forum.strand.vector()
+                self.arrivals.note(held, time.monotonic())
+                peers = self.membership.peers()
+                heard = [p.vector for p in peers if p.vector_heard_mono is not None]
+                self.arrivals.forget_below(floors(held, heard))
+            except Exception:  # a figure for people: never a reason to stop replicating
+                log.exception("noting what this node holds failed: the peers' lag may be off")
+            await asyncio.sleep(LAG_INTERVAL)
 
     # -- the membership listener ---------------------------------------------------------
 
@@ -370,10 +390,16 @@ class Replicator(AsyncResource):
         return horizon(self.forum.strand.vector(), self.membership.holdings())
 
     def status(self) -> list[PeerStatus]:
-        """Per peer: url, origin, state, last contact, entries behind, queued,
-        how far it holds compaction back, forgotten, clock offset (``forum
-        status``, and the per-peer gauges)."""
+        """Per peer: url, origin, state, last contact, entries behind, lag in
+        seconds, queued, how far it holds compaction back, forgotten, clock
+        offset (``forum status``, and the per-peer gauges)."""
         queued = {url: len(link.outbox) for url, link in self._links.items()}
+        held, now = self.forum.strand.vector(), time.monotonic()
+        lags = {
+            peer.url: round(self.arrivals.lag(peer.vector, held, now), 3)
+            for peer in self.membership.peers()
+            if peer.vector_heard_mono is not None
+        }
         return self.membership.snapshot(
-            VersionVector.of(self.forum.strand), queued, self.clocks.offsets()
+            VersionVector.of(self.forum.strand), queued, self.clocks.offsets(), lags
         )

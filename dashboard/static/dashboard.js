@@ -2,7 +2,8 @@
 // - refreshes the panel in place: fetches the same page and swaps <main>;
 // - pause/resume buttons call the node's API (the same route and checks as
 //   any client), with the token cookie the login set;
-// - the login form hands the token to /ui/session, which keeps it in a cookie.
+// - the login form hands the token to /ui/session, which keeps it in a cookie,
+//   then goes back to the page that sent the browser to sign in (data-next).
 "use strict";
 
 (function () {
@@ -68,7 +69,7 @@
     const form = event.target;
     const token = document.getElementById("token").value.trim();
     const error = document.getElementById("login-error");
-    const answer = await fetch(form.dataset.next + "/session", {
+    const answer = await fetch(form.dataset.root + "/session", {
       headers: { Authorization: "Bearer " + token },
       credentials: "same-origin",
     });

@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import pytest_asyncio
+from yarl import URL
 
 from tests.fixtures.cli import assert_usage_error, run_main
 from tests.fixtures.nodes import ForumNodes, NodeProcess
@@ -71,6 +72,66 @@ async def test_a_refusal_says_where_a_browser_signs_in(node: NodeProcess) -> Non
     async with aiohttp.ClientSession() as http, http.get(f"{node.url}/ui") as answer:
         assert answer.status == 401
         assert "sign in at /ui/login" in (await answer.json())["message"]
+
+
+#: What Chromium sends when it navigates to a page.
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
+
+@on_the_node
+async def test_a_browser_without_the_token_is_sent_to_sign_in_and_the_api_keeps_its_401(
+    node: NodeProcess,
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        for cookie in ({}, {"Cookie": "forum_token=wrong"}):
+            async with http.get(
+                f"{node.url}/ui/peers?x=1", headers=BROWSER | cookie, allow_redirects=False
+            ) as answer:
+                assert answer.status == 303
+                sent_to = URL(answer.headers["Location"])
+                assert sent_to.path == "/ui/login" and not sent_to.host
+                assert sent_to.query["next"] == "/ui/peers?x=1"
+        async with http.get(node.url + str(sent_to)) as answer:
+            assert answer.status == 200
+            assert 'data-next="/ui/peers?x=1"' in await answer.text()
+        # Not a browser asking for a page: the API's 401, as before.
+        for method, path, headers in (
+            ("GET", "/ui/peers", {"Accept": "application/json"}),  # a script's fetch
+            ("GET", "/ui/peers", {}),
+            ("GET", "/v1/status", BROWSER),  # an API route, even from a browser
+            ("GET", "/metrics", BROWSER),
+            ("GET", "/ui/session", BROWSER | {"Authorization": "Bearer wrong"}),
+        ):
+            async with http.request(
+                method, node.url + path, headers=headers, allow_redirects=False
+            ) as answer:
+                assert answer.status == 401, (method, path)
+                assert (await answer.json())["error"] == "unauthorized"
+
+
+@on_the_node
+@pytest.mark.parametrize(
+    "target",
+    [
+        "//elsewhere.example/ui",
+        "http://elsewhere.example/ui",
+        "/\\elsewhere.example/ui",
+        "/ui\\..\\x",
+        "/v1/status",
+        "/uix",
+        "/ui/peers\n",
+        "",
+    ],
+)
+async def test_the_login_sends_a_browser_back_only_to_a_page_of_this_dashboard(
+    node: NodeProcess, target: str
+) -> None:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{node.url}/ui/login", params={"next": target}) as answer,
+    ):
+        assert answer.status == 400
+        assert "next must be a path of this node's dashboard" in await answer.text()
 
 
 @on_the_node

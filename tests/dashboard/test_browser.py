@@ -101,16 +101,31 @@ async def test_every_panel_shows_the_cluster_and_acts_on_it(
         assert "No Lens configured" in browser.find("#lens").text
         browser.screenshot("guarantees")
 
-        # Peers: alive, then a stopped node is dead.
+        # Peers: alive, then a stopped node is dead, and lags more and more
+        # behind the writes made since (b, alive, has them: no lag).
         browser.open(f"{a.url}/ui/peers")
         peer_c = f"tr[data-peer='{c.url}'] td.state .badge"
         assert browser.find(peer_c).text == "alive"
         await c.stop()
+        await client.write(b"job/after-c")
         browser.until(lambda: browser.find(peer_c).text == "dead", "c shown dead")
         assert "1 dead" in browser.find("#health").text
+        first = browser.until(lambda: lag_shown(browser, c.url) >= 1.0, "c's lag shown")
+        browser.until(lambda: lag_shown(browser, c.url) > first, "c's lag growing")
+        assert lag_shown(browser, b.url) < 1.0
+        row = {p.url: p for p in (await client.status()).peers}
+        assert (row[c.url].lag_seconds or 0.0) > first and (row[c.url].behind or 0) >= 1
+        async with aiohttp.ClientSession() as http, http.get(f"{a.url}/metrics") as answer:
+            assert f'forum_replication_peer_lag_seconds{{peer="{c.url}"}}' in await answer.text()
         browser.screenshot("peers")
         no_console_errors(browser)
         browser.reset()  # before the cluster stops: its page would refresh from nothing
+
+
+def lag_shown(page: Browser, url: str) -> float:
+    """The lag the Peers panel shows for the peer at ``url``, in seconds."""
+    seconds = page.find(f"tr[data-peer='{url}'] td.lag").get_attribute("data-seconds")
+    return float(seconds) if seconds else -1.0
 
 
 async def far_paused(client: ForumClient) -> bool:
@@ -124,20 +139,27 @@ async def test_with_a_token_the_pages_need_it_and_a_read_token_cannot_act(
     async with ForumClient(node.url, token="s3cret") as client:
         await client.write(b"job/1")
     browser.reset()
-    browser.open(f"{node.url}/ui")
-    assert "unauthorized" in browser.find("body").text
+    prefixes = f"{node.url}/ui/prefixes"
+
+    def sent_to_sign_in() -> None:
+        """A page asked for without the token leads to the login page, which
+        comes back to it once signed in."""
+        browser.open(prefixes)
+        assert browser.driver.current_url == f"{node.url}/ui/login?next=/ui/prefixes"
 
     def sign_in(token: str) -> None:
-        browser.open(f"{node.url}/ui/login")
-        browser.find("#token").send_keys(token)
+        field = browser.find("#token")
+        field.clear()
+        field.send_keys(token)
         browser.find("#login button").click()
 
+    sent_to_sign_in()
     sign_in("wrong")
     browser.until(lambda: browser.find("#login-error").text == "wrong token", "refused")
     browser.screenshot("login")
     sign_in("look")
     browser.until(lambda: browser.find(".scope").text == "read-only", "signed in to read")
-    browser.open(f"{node.url}/ui/prefixes")
+    assert browser.driver.current_url == prefixes
     button = browser.find("tr[data-prefix='job/'] button[data-action='pause']")
     assert not button.is_enabled()
     assert browser.fetch("POST", "/v1/prefixes/job%2F/pause") == 403
@@ -146,9 +168,10 @@ async def test_with_a_token_the_pages_need_it_and_a_read_token_cannot_act(
     no_console_errors(browser, expected=("401", "403"))
 
     browser.forget_cookies()
+    sent_to_sign_in()
     sign_in("s3cret")
     browser.until(lambda: browser.find(".scope").text == "full access", "signed in")
-    browser.open(f"{node.url}/ui/prefixes")
+    assert browser.driver.current_url == prefixes
     browser.find("tr[data-prefix='job/'] button[data-action='pause']").click()
     browser.until(
         lambda: row_text(browser, "tr[data-prefix='job/'] td.state") == "paused", "paused"

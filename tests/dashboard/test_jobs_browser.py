@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
+import aiohttp
 import pytest
 
-from coordinator import LensConfig, Worker
+from coordinator import Job, Lens, LensConfig, Worker
 from coordinator.checks import store_check
 from node import Pattern
 from node.client import ForumClient
@@ -24,8 +26,10 @@ from tasks import App, Context, JobState
 from tasks.message import key_prefix
 from tests.dashboard.browser import Browser, browser
 from tests.dashboard.test_browser import no_console_errors
+from tests.fixtures.clusters import peers_are, proxied_cluster
 from tests.fixtures.nodes import ForumNodes, eventually
 from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.toxiproxy import Toxiproxy
 from tests.tasks.conftest import working
 
 __all__ = ["browser"]  # the module-scoped fixture, used by name
@@ -150,6 +154,34 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
         no_console_errors(browser)
         browser.reset()
 
+        # A raw job's page (no task record: a claim key a raw Worker holds),
+        # and the answers for a key no job can have and one nothing knows.
+        async with Lens.from_url(volatile_redis.url) as lens:
+            await lens.claim("raw-1", "someone", lease=60)
+        async with aiohttp.ClientSession() as http:
+            for key, code, said in (
+                ("raw-1", 200, "raw job (no task record)"),
+                ("", 400, "a job key is a non-empty string"),
+                ("nothing/here", 404, "no job &#39;nothing/here&#39;"),
+            ):
+                async with http.get(f"{node.url}/ui/job", params={"key": key}) as answer:
+                    assert (answer.status, said in await answer.text()) == (code, True), key
+            async with http.get(f"{node.url}/ui/job?key=raw-1") as answer:
+                assert "someone, token " in await answer.text()
+            # What no page or action can take is a 400, and nothing is done.
+            origin = {"Origin": node.url}
+            for method, path in (
+                ("GET", "/ui/jobs?state=bogus"),
+                ("POST", "/ui/jobs/act?action=bogus"),
+                ("POST", "/ui/jobs/act?action=retry&state=bogus"),
+                ("POST", "/ui/job/retry"),
+                ("POST", "/ui/jobs/purge"),
+            ):
+                async with http.request(
+                    method, node.url + path, headers=origin, allow_redirects=False
+                ) as answer:
+                    assert answer.status == 400, path
+
 
 async def _counted(worker: Worker) -> bool:
     return worker.stats().double_takes == 1
@@ -191,6 +223,86 @@ async def test_a_read_token_sees_the_jobs_but_cannot_act(
         no_console_errors(browser, expected=("403",))
         browser.reset()
         stop.set()
+
+
+@pytest.mark.chaos
+async def test_a_double_take_across_a_partition_shows_in_guarantees(
+    browser: Browser, forum_nodes: ForumNodes, toxiproxy: Toxiproxy, redis_url: str
+) -> None:
+    """Two nodes linked through Toxiproxy, a raw Worker on each, one Lens
+    both reach (Redis is not cut)::
+
+        t0  job/1 written on a, replicated to b
+        t1  partition {a} | {b}, both ways
+        t2  wa on a takes it, claims its key, runs it, completes it (done marker)
+        t3  wb on b takes its copy: its claim meets the done marker, so it is
+            turned away (AlreadyDone: a double take caught) and never runs
+        t4  heal: each node learns the other's Take of one Write, and counts
+            a double take
+
+    Guarantees shows the node's counts and the workers' (wb caught one, the
+    total 1), the job's page its one completion, and the effect ran once."""
+    nodes, links = await proxied_cluster(
+        forum_nodes, toxiproxy, "ab", args=("--lens-url", redis_url)
+    )
+    a = nodes[0]
+    effects: list[str] = []
+
+    async def effect(job: Job) -> None:
+        await job.verify()
+        effects.append(job.key)
+
+    async with AsyncExitStack() as stack:
+        on_a, on_b = [await stack.enter_async_context(ForumClient(n.url)) for n in nodes]
+        lens = await stack.enter_async_context(Lens.from_url(redis_url))
+        for name, client in (("a", on_a), ("b", on_b)):
+            own = {p.url for (source, _), p in links.items() if source == name}
+            await eventually(lambda cl=client, u=own: peers_are(cl, u), what=f"{name} via proxies")
+        key = str(await on_a.write(b"job/1"))
+        await eventually(lambda: _count(on_b, 1), what="the job replicated to b")
+        browser.reset()
+        browser.open(f"{a.url}/ui/guarantees")  # looked at: the peers are sampled from now
+        wa, wb = (
+            Worker(space, lens, Pattern(b"job/"), effect, concurrency=1, lease=LEASE, owner=owner,
+                   take_wait=0.2, reaper_interval=0.2)
+            for space, owner in ((on_a, "wa"), (on_b, "wb"))
+        )  # fmt: skip
+        async with asyncio.TaskGroup() as group:
+            try:
+                async with toxiproxy.partition(links, {"a"}, {"b"}):
+                    group.create_task(wa.run())
+                    await eventually(lambda: wa.stats().done == 1, what="wa ran the job")
+                    assert await _count(on_b, 1)  # b has not heard of a's Take
+                    group.create_task(wb.run())
+                    await eventually(lambda: wb.stats().double_takes == 1, what="wb turned away")
+                await until(browser, lambda: _shown(browser, "tr[data-node] td.double-takes")
+                            == ["1", "1"], "each node's double take")  # fmt: skip
+                await until(browser, lambda: _shown(browser, "#worker-guarantees tr[data-worker] "
+                            "td.double-takes") == ["0", "1"], "the workers' counts")  # fmt: skip
+                assert browser.find("#double-takes-total").text == "1"
+                browser.screenshot("guarantees-partition")
+            finally:
+                wa.stop()
+                wb.stop()
+        # The Lens's record of the key: one claim and its completion, both
+        # wa's; wb's copy never held it.
+        browser.open(f"{a.url}/ui/job?key={key}")
+        await until(browser, lambda: browser.find("#job-state").text == "done", "shown done")
+        assert "raw job (no task record)" in browser.find("#job-kind").text
+        assert browser.texts("table.history td.event") == ["claimed", "completed"]
+        assert [row.split()[-2] for row in browser.texts("table.history tbody tr")] == ["wa"] * 2
+        assert effects == [key]
+        assert (wa.stats().double_takes, wb.stats().done) == (0, 0)
+        no_console_errors(browser)
+        browser.reset()
+
+
+def _shown(page: Browser, css: str) -> list[str]:
+    return sorted(page.texts(css))
+
+
+async def _count(client: ForumClient, n: int) -> bool:
+    return await client.count(Pattern(b"job/")) == n
 
 
 async def test_without_a_lens_the_panels_say_so(browser: Browser, forum_nodes: ForumNodes) -> None:

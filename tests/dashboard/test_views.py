@@ -33,6 +33,10 @@ def test_health_says_all_is_well_only_when_every_peer_is_alive_and_caught_up() -
         False,
         "all 2 peers alive, not converged: 7 entries behind",
     )
+    lagging = dataclasses.replace(behind, lag_seconds=2.31)
+    assert health(with_peers(PEER, lagging))[1] == (
+        "all 2 peers alive, not converged: 7 entries behind (up to 2.3 s old)"
+    )
     dead = dataclasses.replace(c, state="dead")
     assert health(with_peers(PEER, dead)) == (False, "1 of 2 peers alive (1 dead), converged")
     assert health(BASE)[0] is True

@@ -140,6 +140,41 @@ async def _nothing_live() -> set[tuple[str, int]]:
     return set()
 
 
+async def test_bytes_reclaimed_counts_what_the_rewrites_gave_back_not_appends_meanwhile(
+    cfg: StrandConfig,
+) -> None:
+    """The Overview once showed a node's "bytes reclaimed" below zero. A pass
+    counted the Strand's size before minus its size after, and appends go on
+    during a pass::
+
+        t0  the pass notes the Strand's bytes and surveys the sealed segments
+        t1  writes append 6 KiB to the current segment (here: while the pass
+            asks which tuples are live)
+        t2  the pass rewrites a segment, giving back a few hundred bytes
+        t3  bytes after - bytes before = +6 KiB: "reclaimed" went negative
+
+    What a pass reclaims is what its rewrites gave back, whatever was
+    appended meanwhile."""
+    forum = await _open(cfg.with_segment_bytes(8192))
+    await forum.write_many([b"r/%d" % i + b"x" * 40 for i in range(10)])
+    for i in range(5):
+        await forum.take(Pattern(b"r/%d" % i))
+    await forum.strand.compact({}, _nothing_live, seal=True)  # seal them: the pass below rewrites
+
+    async def live_while_writing() -> set[tuple[str, int]]:
+        await forum.write_many([b"w/" + b"y" * 600 for _ in range(10)])
+        return await forum._live_keys()
+
+    sealed = forum.strand.stats().bytes - forum.strand.current_segment_bytes
+    report = await forum.strand.compact(forum.strand.vector(), live_while_writing)
+    after = forum.strand.stats()
+    assert report.entries_dropped == 10 and report.segments_rewritten == 1
+    assert report.bytes_after > report.bytes_before  # the Strand grew over the pass
+    given_back = sealed - (after.bytes - forum.strand.current_segment_bytes)
+    assert 0 < given_back == after.bytes_reclaimed
+    await forum.close()
+
+
 async def test_a_reserved_or_live_tuple_survives(cfg: StrandConfig) -> None:
     forum = await _open(cfg.with_segment_bytes(8192))
     await forum.write_many([b"r/1", b"r/2", b"r/3"])

@@ -41,11 +41,12 @@ JSON_BEFORE = (
 )
 
 
-#: The same, from a node with compaction, streams, scheduling and clock
-#: offsets: three figures more in each peer row, and fifteen in the document,
+#: The same, from a node with compaction, streams, scheduling, clock offsets
+#: and lags: four figures more in each peer row, and fifteen in the document,
 #: at their ends.
 JSON_NOW = JSON_BEFORE.removesuffix("}]}") + (
-    ', "holds_back": 0, "forgotten": false, "clock_offset": null}], "compactions": 0, '
+    ', "holds_back": 0, "forgotten": false, "clock_offset": null, "lag_seconds": null}], '
+    '"compactions": 0, '
     '"bytes_reclaimed": 0, '
     '"entries_dropped": 0, "vector": {}, "horizon": {}, "streams_open": 0, '
     '"streams_in_flight": 0, "streams_peak_in_flight": 0, "streams_max_in_flight": 0, '

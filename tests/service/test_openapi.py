@@ -4,16 +4,21 @@ what ``/v1/status`` answers."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import aiohttp
 import jsonschema
 
+from dashboard import dashboard
+from dashboard.openapi import JOB_STATES
+from dashboard.pages import is_page_path
 from node.config import NodeConfig
 from node.forum import Forum
 from node.web_app import build_app
 from node.web_openapi import openapi_document
 from replication import extension
+from tasks import JobState
 from tests.fixtures.nodes import ForumNodes
 
 
@@ -139,6 +144,26 @@ async def test_every_served_route_is_described_with_and_without_extensions(
     for config, extensions in ((NodeConfig(), []), (NodeConfig(token="t"), [extension])):
         app = build_app(local_forum, config, extensions)
         assert _served(app) == _described(openapi_document(app))
+
+
+async def test_the_dashboards_routes_are_described_as_they_are_served(local_forum: Forum) -> None:
+    """Its pages and assets, and the job actions only with a Lens; each
+    behind the token but the login page and the assets."""
+    for config, lens in ((NodeConfig(), None), (NodeConfig(token="t"), "redis://127.0.0.1:1/0")):
+        app = build_app(local_forum, config, [extension, dashboard(lens_url=lens)])
+        document = openapi_document(app)
+        assert _served(app) == _described(document)
+    paths = document["paths"]
+    assert {"/ui/job/retry", "/ui/jobs/act"} <= set(paths)
+    assert paths["/ui/peers"]["get"]["security"] == [{"bearer": []}]
+    assert paths["/ui/login"]["get"]["security"] == []
+    assert paths["/ui/static/dashboard.js"]["get"]["security"] == []
+    (next_,) = paths["/ui/login"]["get"]["parameters"]
+    pattern = next_["schema"]["pattern"]
+    for target, fits in (("/ui/peers?x=1", True), ("//elsewhere/ui", False), ("/v1/status", False)):
+        assert (re.search(pattern, target) is not None) is fits
+        assert is_page_path(target) is fits
+    assert tuple(state.value for state in JobState) == JOB_STATES
 
 
 async def test_the_watch_is_described_as_an_event_stream(local_forum: Forum) -> None:
