@@ -696,6 +696,11 @@ class Forum(AsyncResource):
             for group in sorted(live.keys() | delayed.keys() | reserved.keys())
         }
 
+    def live_groups(self, separator: bytes, most: int, under: bytes) -> dict[bytes, int]:
+        """Per group of the live tuples here under ``under`` (grouped at the
+        first ``separator`` after it: ``LiveIndex.groups``), how many."""
+        return self._index.groups(separator, most, under)
+
     def _held_count(self, prefix: bytes) -> int:
         """What a limit counts: the prefix's tuples here that are live, not
         due yet, reserved, or being written here."""

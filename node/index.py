@@ -629,20 +629,24 @@ class LiveIndex:
         lo, hi = self._range(prefix)
         return hi - lo
 
-    def groups(self, separator: bytes, most: int) -> dict[bytes, int]:
+    def groups(self, separator: bytes, most: int, under: bytes = b"") -> dict[bytes, int]:
         """How many live tuples fall in each group: a payload's group is its
         bytes up to and including the first ``separator`` (the payload itself
         when it has none). A bisection per group, not a look at every tuple;
-        at most ``most`` groups (the first in byte order)."""
+        at most ``most`` groups (the first in byte order). ``under``: only the
+        payloads that start with it, grouped at the first separator after it
+        (``dead/`` and ``/``: ``dead/job/`` for ``dead/job/7``)."""
         if not separator or _ZERO in separator or b"\xff" in separator:
             # 0xFF never occurs in UTF-8; in an escaped key it may follow a NUL.
             raise ValueError("separator must be UTF-8 text without NUL")
         found: dict[bytes, int] = {}
-        keys, lo, size = self._sorted, 0, len(self._sorted)
+        keys = self._sorted
+        lo, size = self._range(under)
+        skip = len(_escape(under))
         while lo < size and len(found) < most:
             key = keys[lo]
             head = key[: len(key) - _TAIL.size]
-            cut = head.find(separator)
+            cut = head.find(separator, skip)
             if cut < 0:
                 # No separator: the group is the whole payload, shared by its
                 # copies (their keys run from head + the tail's zero padding).

@@ -184,6 +184,19 @@ class IndexModel(RuleBasedStateMachine):
             [t for _, t in self.live if t.payload.startswith(prefix)]
         )
 
+    @rule(separator=st.sampled_from([b"a", b"\x01", b"a\x01"]), under=PREFIXES)
+    def groups(self, separator: bytes, under: bytes) -> None:
+        """Each payload under ``under`` counted in its group: up to the
+        first separator after ``under``, or all of it."""
+        expected: dict[bytes, int] = {}
+        for _, item in self.live:
+            if item.payload.startswith(under):
+                cut = item.payload.find(separator, len(under))
+                group = item.payload if cut < 0 else item.payload[: cut + len(separator)]
+                expected[group] = expected.get(group, 0) + 1
+        found = self.index.groups(separator, 10**6, under)
+        assert list(found.items()) == sorted(expected.items())
+
     @rule(prefixes=st.lists(PREFIXES, max_size=3), budget=st.sampled_from([0, 2, 10**9]))
     def first_arrivals(self, prefixes: list[bytes], budget: int) -> None:
         """The match that arrived first, whatever its priority: from a
@@ -560,6 +573,13 @@ def test_groups_count_each_payload_up_to_its_first_separator() -> None:
     }
     assert index.groups(b"/b/", most=100)[b"job/b/"] == 1
     assert list(index.groups(b"/", most=2)) == [b"", b"a\x00/"]
+    # Under a prefix: grouped at the first separator after it (dead letters'
+    # groups are their jobs').
+    index.add(Tuple(EntryId("here", 20), b"dead/job/7"))
+    index.add(Tuple(EntryId("here", 21), b"dead/job/8"))
+    index.add(Tuple(EntryId("here", 22), b"dead/x"))
+    assert index.groups(b"/", most=100, under=b"dead/") == {b"dead/job/": 2, b"dead/x": 1}
+    assert index.groups(b"/", most=100, under=b"job/") == {b"job/": 1, b"job/a": 1, b"job/b/": 1}
     with pytest.raises(ValueError, match="separator"):
         index.groups(b"\x00", most=1)
 
