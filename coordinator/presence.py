@@ -7,6 +7,13 @@ write per beat per worker, never per job. The record expires
 :data:`TTL_LEASES` leases after the last beat, so a worker that died leaves
 at most that long; a clean stop deletes it.
 
+Besides its running jobs' claim keys it names, by their payloads' first
+:data:`HEAD` bytes, the jobs it runs (``heads``) and the retries it holds
+parked until their backoff is over (``retrying``; coordinator.holding
+``Parked``): enough for a dashboard to count them per group of payloads
+(docs/dashboard.md, Prefixes), at most :data:`MAX_HEADS` of each, base64,
+one a line, so a record stays small (some 45 KiB at most for both).
+
 =================================  ======  ===============================  ============
 key                                type    holds                            expires
 =================================  ======  ===============================  ============
@@ -23,10 +30,12 @@ reader may see a worker that stopped a moment ago.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import itertools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -49,6 +58,10 @@ TTL_LEASES = 4
 _CLEAR_WITHIN = 1.0
 #: The WorkerStats counters a record carries.
 COUNTERS = ("done", "retried", "dead", "double_takes", "claims_lost", "reoffered")
+#: How many bytes of a job's payload a record keeps (a group of payloads is
+#: told apart within them), and the most payloads it names of each kind.
+HEAD = 64
+MAX_HEADS = 256
 
 
 def workers_key(schema: KeySchema, owner: str) -> str:
@@ -85,6 +98,11 @@ class WorkerPresence:
     double_takes: int = 0
     claims_lost: int = 0
     reoffered: int = 0
+    #: The first :data:`HEAD` bytes of the payload of each job running at
+    #: the beat (at most :data:`MAX_HEADS`).
+    heads: tuple[bytes, ...] = ()
+    #: The same of each retry parked until its backoff is over.
+    retrying: tuple[bytes, ...] = ()
 
     def overdue(self, now: float | None = None) -> bool:
         """Whether a beat is late: none for over a lease (it beats each third)."""
@@ -95,6 +113,8 @@ class WorkerPresence:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["keys"] = "\n".join(self.keys)
         values["lens_reachable"] = "1" if self.lens_reachable else "0"
+        for name in ("heads", "retrying"):
+            values[name] = "\n".join(base64.b64encode(head).decode() for head in values[name])
         return {name: str(value) for name, value in values.items()}
 
     @classmethod
@@ -114,8 +134,10 @@ class WorkerPresence:
                 node=text.get("node", ""),
                 lens_reachable=text.get("lens_reachable") == "1",
                 **{name: int(text.get(name, "0")) for name in COUNTERS},
+                heads=_heads(text.get("heads", "")),
+                retrying=_heads(text.get("retrying", "")),
             )
-        except (KeyError, ValueError):
+        except (KeyError, ValueError):  # binascii.Error is a ValueError
             return None
 
 
@@ -146,14 +168,26 @@ class Presence:
             return None
         return cls(authority.config, owner, slots, lease, node)
 
-    async def beat(self, stats: WorkerStats, keys: Sequence[str], within: float) -> None:
+    async def beat(
+        self,
+        stats: WorkerStats,
+        keys: Sequence[str],
+        within: float,
+        *,
+        heads: Iterable[bytes] = (),
+        retrying: Iterable[bytes] = (),
+    ) -> None:
         """Write the record: one ``MULTI``, given up after ``within`` s (best
-        effort: a failure is logged at debug, and the next beat writes it again)."""
+        effort: a failure is logged at debug, and the next beat writes it
+        again). ``heads`` and ``retrying``: the payloads of the jobs running
+        and of the retries parked (cut to :data:`HEAD` bytes, the first
+        :data:`MAX_HEADS` of each)."""
         presence = WorkerPresence(
             owner=self._owner, slots=self._slots, running=stats.running, keys=tuple(keys),
             started=self._started, last_beat=time.time(), lease=self._lease, node=self._node,
             lens_reachable=stats.lens_reachable,
             **{name: getattr(stats, name) for name in COUNTERS},
+            heads=_cut(heads), retrying=_cut(retrying),
         )  # fmt: skip
         ttl_ms = int(self._lease * TTL_LEASES * 1000) + 1
         try:
@@ -174,6 +208,15 @@ class Presence:
                     await keep_cancellation(self._redis.delete(self._key))
         finally:
             await close(self._redis)
+
+
+def _cut(payloads: Iterable[bytes]) -> tuple[bytes, ...]:
+    return tuple(payload[:HEAD] for payload in itertools.islice(payloads, MAX_HEADS))
+
+
+def _heads(text: str) -> tuple[bytes, ...]:
+    """The payloads' heads of a record's field (``ValueError``: not base64)."""
+    return tuple(base64.b64decode(line, validate=True) for line in text.split("\n") if line)
 
 
 def client_for(config: LensConfig) -> RedisClient:

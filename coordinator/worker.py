@@ -128,7 +128,7 @@ from coordinator.envelope import Envelope
 from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
 from coordinator.holding import Acks, Parked, Slots
 from coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
-from coordinator.presence import Presence
+from coordinator.presence import HEAD, Presence
 from coordinator.reaper import Reaper
 from coordinator.spaces import TakeOnly, WorkSpace, ack_then_reserve
 from node import EntryId, ForumError, Pattern, Reserved, TupleSpace
@@ -233,6 +233,8 @@ class _Running:
     generation: int
     #: The reserved tuple the job came from (the heartbeat renews it).
     entry_id: EntryId
+    #: The start of the job's payload, for the presence record (a group of jobs).
+    head: bytes = b""
     #: Why the worker cancelled the handler, if it did.
     interrupted: _Interrupted | None = None
 
@@ -322,6 +324,9 @@ class Worker:
         self._acks = Acks(min(_ACK_DELAY, lease / 10))
         self._slots = Slots(concurrency)
         self._parked = Parked()
+        #: The retries parked until their backoff is over, with the start of
+        #: their payloads (the presence record names them: "retrying").
+        self._retrying: dict[EntryId, bytes] = {}
         #: Reservations made ahead of free slots, and the reserve under way.
         self._ahead: list[Reserved] = []
         self._filling: asyncio.Task[list[Reserved]] | None = None
@@ -649,6 +654,8 @@ class Worker:
         now = time.time()
         later = [(o.item.id, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)]
         if later:
+            self._retrying |= {o.item.id: o.envelope.payload[:HEAD] for o in offers
+                               if o.envelope.due_in(now)}  # fmt: skip
             self._counts.deferred += len(later)
             self._slots.release(len(later))
             await self._park(later)
@@ -672,6 +679,8 @@ class Worker:
         once the fetcher stopped."""
         while due := await self._parked.due():
             await self._release(due)
+            for entry_id in due:
+                self._retrying.pop(entry_id, None)
 
     async def _put_back(self, offers: list[_Offer]) -> None:
         """Release unclaimed jobs' reservations: live again in their places."""
@@ -705,7 +714,9 @@ class Worker:
             # start: the claim is gone, so the handler must not run.
             return None, ClaimLost(job.key, job.token, "Redis lost the Lens's state")
         handler = asyncio.create_task(self._handler(job), name=f"handler {job.key}")
-        state = self._running[handler] = _Running(job.claim, generation, job.entry_id)
+        state = self._running[handler] = _Running(
+            job.claim, generation, job.entry_id, job.payload[:HEAD]
+        )
         try:
             await asyncio.wait((handler,))
         finally:
@@ -826,8 +837,14 @@ class Worker:
         Lens), giving up after ``within`` s: a slow write must not delay the
         next beat, whose extensions keep the claims."""
         if self._presence is not None:
-            keys = [state.claim.key for state in self._running.values()]
-            await self._presence.beat(self.stats(), keys, within or self.lease / 3)
+            running = list(self._running.values())
+            await self._presence.beat(
+                self.stats(),
+                [state.claim.key for state in running],
+                within or self.lease / 3,
+                heads=[state.head for state in running],
+                retrying=list(self._retrying.values()),
+            )
 
     async def _beat(
         self, running: list[tuple[asyncio.Task[None], _Running]], interval: float

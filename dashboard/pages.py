@@ -36,14 +36,20 @@ from aiohttp import web
 from dashboard.keys import LENS_VIEW, lens_view
 from dashboard.openapi import describe
 from dashboard.sampler import INTERVAL, KEEP, Sampler
+from dashboard.throughput import GroupRates
 from dashboard.views import (
+    DEAD_PREFIX,
     SPARK_HEIGHT,
     SPARK_WIDTH,
+    LensGroups,
     PrefixRow,
     ago,
+    duration,
     health,
     node_rows,
     peer_state,
+    per_second,
+    prefix_rows,
     size,
     stamp,
 )
@@ -53,14 +59,16 @@ from node.web_handlers import node_status
 from node.web_keys import (
     CONFIG,
     DESCRIBED,
+    FORUM,
     LOGIN_PAGE,
     OPEN_ROUTES,
     PAGES_ROOT,
     PEERS,
     SPACE,
+    WATCH_HUB,
     Extension,
 )
-from node.web_model import JSON
+from node.web_model import JSON, MAX_GROUPS
 
 ROOT = "/ui"
 STATIC = Path(__file__).parent / "static"
@@ -85,6 +93,7 @@ ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 NEXT = ROOT + r"(?:[/?#][^\x00-\x1f\x7f\\]*)?"
 
 SAMPLER = web.AppKey("dashboard_sampler", Sampler)
+RATES = web.AppKey("dashboard_group_rates", GroupRates)
 TEMPLATES = web.AppKey("dashboard_templates", jinja2.Environment)
 
 
@@ -117,12 +126,16 @@ def dashboard(
             interval=interval,
             keep=keep,
         )
+        app[RATES] = GroupRates(app[WATCH_HUB], lambda: app[FORUM].strand.origin)
         environment = jinja2.Environment(
             loader=jinja2.PackageLoader("dashboard", "templates"),
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        environment.filters |= {"size": size, "ago": ago, "stamp": stamp}
+        environment.filters |= {
+            "size": size, "ago": ago, "stamp": stamp, "duration": duration,
+            "per_second": per_second,
+        }  # fmt: skip
         app[TEMPLATES] = environment
         static = {f"{ROOT}/static/{name}": media for name, media in ASSETS.items()}
         app[OPEN_ROUTES] = app[OPEN_ROUTES] | {f"{ROOT}/login"} | set(static)
@@ -139,7 +152,7 @@ def dashboard(
 
 
 async def _sampling(app: web.Application) -> AsyncIterator[None]:
-    async with app[SAMPLER].running():
+    async with app[SAMPLER].running(), app[RATES].running():
         try:
             yield
         finally:
@@ -157,20 +170,57 @@ async def overview(request: web.Request) -> web.Response:
 
 
 async def prefixes(request: web.Request) -> web.Response:
+    """The node's groups (``GET /v1/prefixes?separator=``, oldest ages
+    included), each with its dead letters (the node's live tuples under
+    :data:`DEAD_PREFIX`, grouped alike), its rates (counted from now on, while
+    the panel is looked at) and, with a Lens, the workers' running jobs and
+    parked retries."""
     separator = request.query.get("separator", "/")
     rows: list[PrefixRow] = []
-    error = None
+    error = lens_error = None
+    unplaced = None
     try:
         if not separator:
             raise bad_request("invalid_parameter", "the separator must not be empty")
-        found = request.app[SPACE].prefixes(JSON, separator.encode())
-        rows = [PrefixRow.of(body) for body in found.prefixes]
+        sep = separator.encode()
+        found = request.app[SPACE].prefixes(JSON, sep)  # a bad separator: 400 here
+        dead = request.app[FORUM].live_groups(sep, MAX_GROUPS, DEAD_PREFIX)
+        counter = request.app[RATES]
+        counter.looked(sep)
+        measured = counter.rates(sep)
+        lens, lens_error = await _lens_groups(request, sep)
+        rows = prefix_rows(
+            found.prefixes,
+            {group[len(DEAD_PREFIX) :]: n for group, n in dead.items()},
+            None if measured is None else measured[0],
+            lens,
+            MAX_GROUPS,
+        )
+        unplaced = None if measured is None else measured[1]
     except ApiProblem as exc:
         error = exc.message
     return _page(
         request, "prefixes.html", rows=rows, separator=separator, error=error,
+        lens_error=lens_error, unplaced=unplaced, dead_prefix=DEAD_PREFIX.decode(),
         http_status=400 if error else 200,
     )  # fmt: skip
+
+
+async def _lens_groups(
+    request: web.Request, separator: bytes
+) -> tuple[LensGroups | None, str | None]:
+    """Per group, the jobs running and the retries parked, from the workers'
+    presence records; none without a Lens, and why when it did not answer."""
+    view = lens_view(request)
+    if view is None:
+        return None, None
+    from dashboard.lensview import FAILURES  # noqa: PLC0415  (loaded with --lens-url already)
+
+    try:
+        workers = await view.workers()
+    except FAILURES as exc:
+        return None, str(exc)
+    return LensGroups.of(workers, separator, time.time()), None
 
 
 async def peers(request: web.Request) -> web.Response:

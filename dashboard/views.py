@@ -3,18 +3,25 @@
 Every figure comes from what the API serves: the status document
 (:class:`~node.web_status.NodeStatus`, this node's and each peer's, through
 the sampler's rings) and ``GET /v1/prefixes`` (:meth:`node.web_ops.Space.prefixes`,
-called as the route calls it). Nothing here changes anything.
+called as the route calls it); the Prefixes panel adds what only the
+dashboard counts (dashboard.throughput), the dead letters per group, and
+the workers' presence records. Nothing here changes anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import base64
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from msgspec import UnsetType
 
 from dashboard.sampler import NodeHistory
+from dashboard.throughput import Rate
 from node.web_model import PrefixBody
 from node.web_status import NodeStatus, PeerStatus
 
@@ -121,6 +128,53 @@ def health(status: NodeStatus) -> tuple[bool, str]:
     return ok, ", ".join(parts)
 
 
+#: Where the task layer and the workers put dead letters, by default:
+#: ``coordinator.deadletter.DEFAULT_DEAD_PREFIX``, the ``dead_prefix`` of the
+#: ``forum.App`` the Jobs panel opens (a test holds them equal). Not imported:
+#: a node-only install has no coordinator (no Redis client).
+DEAD_PREFIX = b"dead/"
+
+
+class Present(Protocol):
+    """What the Prefixes panel reads of a worker's presence record
+    (``coordinator.presence.WorkerPresence``)."""
+
+    @property
+    def heads(self) -> tuple[bytes, ...]: ...
+    @property
+    def retrying(self) -> tuple[bytes, ...]: ...
+    def overdue(self, now: float | None = None) -> bool: ...
+
+
+def group_of(head: bytes, separator: bytes) -> bytes | None:
+    """The group of a payload known by its first bytes: up to and including
+    its first separator; ``None`` when there is none in them (a payload
+    without one is a group of its own, which they cannot name for sure)."""
+    cut = head.find(separator)
+    return None if cut < 0 else head[: cut + len(separator)]
+
+
+@dataclass(frozen=True, slots=True)
+class LensGroups:
+    """Per group, the jobs the workers run now and the retries they hold
+    parked (waiting out a backoff), as their presence records said at their
+    last beats (workers overdue left out: their jobs come back to the space)."""
+
+    in_flight: Counter[bytes]
+    retrying: Counter[bytes]
+
+    @classmethod
+    def of(cls, workers: Iterable[Present], separator: bytes, now: float) -> LensGroups:
+        in_flight: Counter[bytes] = Counter()
+        retrying: Counter[bytes] = Counter()
+        for worker in workers:
+            if worker.overdue(now):
+                continue
+            for heads, counter in ((worker.heads, in_flight), (worker.retrying, retrying)):
+                counter.update(g for g in (group_of(h, separator) for h in heads) if g is not None)
+        return cls(in_flight, retrying)
+
+
 @dataclass(frozen=True, slots=True)
 class PrefixRow:
     """One row of the Prefixes panel: a group of tuples, or a paused or limited prefix."""
@@ -135,6 +189,17 @@ class PrefixRow:
     paused: bool
     held: int | None
     limit: int | None
+    #: Seconds since this node came to hold its oldest live tuple (none: no
+    #: live tuple, or not dated cheaply).
+    oldest_age: float | None = None
+    #: Dead letters of the group: live tuples under the dead prefix + it.
+    dead: int = 0
+    #: Jobs running and retries waiting, from the Lens (``None``: no Lens,
+    #: or it did not answer).
+    in_flight: int | None = None
+    retrying: int | None = None
+    #: Its writes and takes per second here (``None``: no figure yet).
+    rate: Rate | None = None
 
     @property
     def fill(self) -> float | None:
@@ -146,6 +211,7 @@ class PrefixRow:
     @classmethod
     def of(cls, body: PrefixBody) -> PrefixRow:
         text = body.prefix if isinstance(body.prefix, str) else None
+        age = body.oldest_age
         return cls(
             prefix=text if text is not None else f"base64:{body.prefix_b64}",
             pausable=text,
@@ -155,11 +221,59 @@ class PrefixRow:
             paused=body.paused,
             held=body.held,
             limit=body.limit,
+            oldest_age=None if isinstance(age, UnsetType) else age,
         )
+
+    @classmethod
+    def empty(cls, prefix: bytes) -> PrefixRow:
+        """The row of a group with nothing here but dead letters or jobs in
+        the Lens."""
+        try:
+            text: str | None = prefix.decode()
+        except UnicodeDecodeError:
+            text = None
+        shown = text if text is not None else f"base64:{base64.b64encode(prefix).decode()}"
+        return cls(shown, text, 0, 0, 0, paused=False, held=None, limit=None)
 
 
 def _count(figure: int | UnsetType) -> int:
     return 0 if isinstance(figure, UnsetType) else figure
+
+
+def _key(body: PrefixBody) -> bytes:
+    """A row's prefix as bytes (the JSON document spells it text or base64)."""
+    if isinstance(body.prefix, str):
+        return body.prefix.encode()
+    return base64.b64decode(body.prefix_b64 if isinstance(body.prefix_b64, str) else "")
+
+
+def prefix_rows(
+    bodies: Sequence[PrefixBody],
+    dead: Mapping[bytes, int],
+    rates: Mapping[bytes, Rate] | None,
+    lens: LensGroups | None,
+    most: int,
+) -> list[PrefixRow]:
+    """The panel's rows: the node's (``GET /v1/prefixes?separator=``), with
+    each group's dead letters, rates and jobs in the Lens; then a row for
+    each group that has only dead letters or jobs in the Lens here, while
+    there are fewer than ``most`` rows. Sorted by prefix."""
+    rows = {_key(body): PrefixRow.of(body) for body in bodies}
+    extra = set(dead) | (set() if lens is None else set(lens.in_flight) | set(lens.retrying))
+    for group in sorted(extra - rows.keys()):
+        if len(rows) >= most:
+            break
+        rows[group] = PrefixRow.empty(group)
+    return [
+        dataclasses.replace(
+            row,
+            dead=dead.get(group, 0),
+            rate=None if rates is None else rates.get(group, Rate(0.0, 0.0)),
+            in_flight=None if lens is None else lens.in_flight[group],
+            retrying=None if lens is None else lens.retrying[group],
+        )
+        for group, row in sorted(rows.items())
+    ]
 
 
 def size(n: float) -> str:
@@ -169,6 +283,26 @@ def size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def duration(seconds: float | None) -> str:
+    """An age for people: 0.4 s, 12 s, 3 min, 2.5 h, or — for none."""
+    if seconds is None:
+        return "—"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def per_second(rate: float) -> str:
+    """A rate for people: 0.05, 2.3, 140."""
+    if rate == 0:
+        return "0"
+    return f"{rate:.2f}" if rate < 10 else f"{rate:.0f}"
 
 
 def ago(seconds: float | None) -> str:

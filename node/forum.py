@@ -34,6 +34,11 @@ durable here, local or applied, is handed to the listeners (replication),
 with the :class:`Provenance` its applier gave (``LOCAL`` for entries made
 here): who holds them already is an argument, not ambient state, so a
 listener that sends entries on can see whom not to send them back to.
+
+While open (``async with``) the Forum notes its vector every half second
+(:mod:`node.arrivals`, on a timer): when this node came to hold what, which
+dates each group's oldest live tuple (:meth:`Forum.oldest_ages`) and
+replication's lag, with or without peers.
 """
 
 from __future__ import annotations
@@ -42,14 +47,17 @@ import asyncio
 import builtins
 import contextlib
 import functools
+import itertools
 import logging
 import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Self, cast
 
+from node.arrivals import INTERVAL as NOTE_INTERVAL
+from node.arrivals import Arrivals, below, lowest
 from node.codec import RawEntry, TakeRaw, is_write
 from node.dedup import DedupTable
 from node.entries import PLAIN, Entry, EntryId, Properties, Reserved, Take, Tuple, Write
@@ -109,6 +117,13 @@ _STEAL_SCAN = 64
 #: alone ranks by :func:`slot_ranking`; replication installs a rank among the
 #: live members (``replication.ranking``) with :meth:`Forum.set_ranking`.
 Ranking = Callable[[EntryId], int]
+#: ``need(held)``: per origin, the seq at or below which a reader of the
+#: arrivals (replication's lag) needs only the latest mark, given what this
+#: node holds (``held``). See :meth:`Forum.need_arrivals`.
+ArrivalNeed = Callable[[Mapping[str, int]], Mapping[str, int]]
+#: The most live keys one ``oldest_ages`` call scans (some 20 ms here): a
+#: group past it, and past the cheap answers, has no age (node.index).
+AGE_SCAN = 100_000
 #: Tuples out of the index while their Take is made durable, with their arrivals.
 #: (An alias also because ``Forum.list`` hides the builtin inside the class.)
 OutOfIndex = list[tuple[int, Tuple]]
@@ -353,6 +368,11 @@ class Forum(AsyncResource):
         #: An entry goes when its tuple is taken (here or elsewhere).
         self._lapses: dict[EntryId, int] = {}
         self._index = LiveIndex()
+        #: When this node came to hold what (node.arrivals): noted every
+        #: half second while the Forum is open (``async with``).
+        self.arrivals = Arrivals()
+        self._noting: asyncio.TimerHandle | None = None
+        self._arrival_need: ArrivalNeed | None = None
         # The properties of every tuple not dead whose Write has more than a
         # priority (the index keeps only that: the rest is put back from here).
         self._props = KeptProperties()
@@ -381,6 +401,13 @@ class Forum(AsyncResource):
         self._double_takes = 0
         self._closed = False
         self._replay(strand.take_replayed())
+
+    async def __aenter__(self) -> Self:
+        """Start noting what this node holds (the first note dates all it
+        held at the start)."""
+        if self._noting is None and not self._closed:
+            self._note_arrivals()
+        return self
 
     def _replay(self, entries: list[RawEntry]) -> None:
         # Plain (origin, seq) keys and one bulk load of the survivors: replay
@@ -669,12 +696,55 @@ class Forum(AsyncResource):
             for group in sorted(live.keys() | delayed.keys() | reserved.keys())
         }
 
+    def live_groups(self, separator: bytes, most: int, under: bytes) -> dict[bytes, int]:
+        """Per group of the live tuples here under ``under`` (grouped at the
+        first ``separator`` after it: ``LiveIndex.groups``), how many."""
+        return self._index.groups(separator, most, under)
+
     def _held_count(self, prefix: bytes) -> int:
         """What a limit counts: the prefix's tuples here that are live, not
         due yet, reserved, or being written here."""
         reserved = sum(1 for _, r, _ in self._reservations.values() if r.payload.startswith(prefix))
         writing = self._limited_writing.get(prefix, 0)
         return self._index.count(prefix) + self._schedule.count(prefix) + reserved + writing
+
+    def oldest_ages(self, prefixes: Sequence[bytes]) -> dict[bytes, float]:
+        """Per prefix, the age in seconds of its live tuple here that has
+        been live the longest (the first to arrive in the index), dated from
+        when this node came to hold its Write (``arrivals``: never more than
+        the truth, short of it by up to half a second; 0 for one held since
+        the last note). A prefix with no live tuple has none, and so has one
+        the index could not look at cheaply within :data:`AGE_SCAN` keys."""
+        now = time.monotonic()
+        ages: dict[bytes, float] = {}
+        for prefix, entry_id in self._index.first_arrivals(prefixes, AGE_SCAN).items():
+            held = self.arrivals.held_by(entry_id.origin, entry_id.seq)
+            ages[prefix] = 0.0 if held is None else max(0.0, now - held)
+        return ages
+
+    def need_arrivals(self, need: ArrivalNeed | None) -> None:
+        """What another reader of ``arrivals`` needs kept (replication's lag;
+        ``None``: nothing). The Forum keeps the marks that date its live and
+        reserved tuples either way."""
+        self._arrival_need = need
+
+    def _note_arrivals(self) -> None:
+        """Note what this node holds, let go of the marks no reader needs,
+        and come back in half a second (a timer: never a cost per entry)."""
+        try:
+            held = self.strand.vector()
+            self.arrivals.note(held, time.monotonic())
+            tuples = below(
+                itertools.chain(
+                    self._index.least_seqs(),
+                    ((entry_id.origin, entry_id.seq) for entry_id in self._reservations),
+                )
+            )
+            needs = [] if self._arrival_need is None else [self._arrival_need(held)]
+            self.arrivals.forget_below(lowest(held, tuples, *needs))
+        except Exception:  # a figure for people: never a reason to stop noting
+            log.exception("noting what this node holds failed: ages and lags may be off")
+        self._noting = asyncio.get_running_loop().call_later(NOTE_INTERVAL, self._note_arrivals)
 
     def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
         # Called by the Strand's writer in log order, whether or not the caller waits.
@@ -1549,6 +1619,8 @@ class Forum(AsyncResource):
         self._free_room()
         if self._retry is not None:
             self._retry.cancel()
+        if self._noting is not None:
+            self._noting.cancel()
         for _, _, expiry in self._reservations.values():
             expiry.cancel()  # never taken in the log: live again after a restart
         self._reservations.clear()

@@ -63,13 +63,17 @@ class's queue, and is dead in its old one's. So ``take``/``read`` never look
 at a tuple that does not match, nor at a class below the answer, whatever
 the pattern.
 
-``count`` is one range lookup. ``iter_matching`` (the Forum's paged listing,
-by arrival cursor) yields the matches in arrival order whatever their
-priority, not in the order takes would serve them: a small range's keys
-sorted by arrival; a large range's class queues merged, each read from the
-cursor on (a bisection) a chunk at a time, so a page costs a bisection per
-class and its own length, where sorting the range by arrival would cost the
-whole range per page.
+``count`` is one range lookup. ``first_arrivals`` (the Prefixes panel's
+oldest tuple per group) answers from a prefix queue takes keep, a
+small range's scan, or its last answer while that tuple lives and nothing
+was put back; else it scans the range, within a budget of keys per call.
+
+``iter_matching`` (the Forum's paged listing, by arrival cursor) yields
+the matches in arrival order whatever their priority, not in the order
+takes would serve them: a small range's keys sorted by arrival; a large
+range's class queues merged, each read from the cursor on (a bisection) a
+chunk at a time, so a page costs a bisection per class and its own length,
+where sorting the range by arrival would cost the whole range per page.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ MAX_QUEUES = 64
 _BLOCK = 1024
 #: Arrivals a listing reads from a queue at a time.
 _CHUNK = 256
+#: The most prefixes whose first match ``first_arrivals`` remembers.
+_FIRSTS = 1024
 
 #: What follows the escaped payload in a key: the terminator (two pad bytes,
 #: which ``struct`` writes as zeros), the arrival, the seq, and the origin
@@ -205,6 +211,10 @@ class _IntMap:
     def __iter__(self) -> Iterator[int]:
         for block in self._blocks:
             yield from block
+
+    def first(self) -> int | None:
+        """The least key, ``None`` when empty."""
+        return self._blocks[0][0] if self._blocks else None
 
     def load(self, keys: Sequence[int], values: Sequence[bytes]) -> None:
         """Fill an empty map with ``keys`` (ascending, distinct) and their values."""
@@ -409,6 +419,26 @@ class _PrefixQueue:
             del order[0], self.classes[byte]
         return None
 
+    def first_live(self, by_arrival: _IntMap) -> bytes | None:
+        """The key of the match that arrived first, of any class: the dead
+        fronts of every class are dropped on the way (as :meth:`best` drops
+        its class's; a restore puts an arrival back), a class run out leaves."""
+        first: bytes | None = None
+        for queue in list(self.order):
+            byte = queue.byte
+            while (arrival := queue.first()) is not None:
+                key = by_arrival.get(arrival)
+                if key is not None and key[-1] == byte:
+                    if first is None or arrival < _arrival(first):
+                        first = key
+                    break
+                queue.pop_first()
+                self.size -= 1
+            else:
+                self.order.remove(queue)
+                del self.classes[byte]
+        return first
+
     def after(self, arrival: int) -> Iterator[int]:
         """The arrivals past ``arrival`` of every class, ascending: dead ones
         too, and one restored into another class twice in a row."""
@@ -433,6 +463,11 @@ class LiveIndex:
         self._lanes: list[_IntMap] = []
         self._origins: list[str] = []
         self._origin_numbers: dict[str, int] = {}
+        # Tuples put back in their old places so far (the only way a match can
+        # arrive before one already found first: see ``first_arrivals``).
+        self._restores = 0
+        # prefix -> (arrival of its match found first, self._restores then)
+        self._firsts: dict[bytes, tuple[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self._by_arrival)
@@ -500,6 +535,7 @@ class LiveIndex:
         """Put back a tuple removed by a take that did not happen, in its old
         place: its arrival, with the priority it is given (``item.props``)."""
         byte = self._insert(arrival, item)
+        self._restores += 1
         payload = item.payload
         for prefix, queue in self._queues.items():
             if payload.startswith(prefix):
@@ -593,20 +629,24 @@ class LiveIndex:
         lo, hi = self._range(prefix)
         return hi - lo
 
-    def groups(self, separator: bytes, most: int) -> dict[bytes, int]:
+    def groups(self, separator: bytes, most: int, under: bytes = b"") -> dict[bytes, int]:
         """How many live tuples fall in each group: a payload's group is its
         bytes up to and including the first ``separator`` (the payload itself
         when it has none). A bisection per group, not a look at every tuple;
-        at most ``most`` groups (the first in byte order)."""
+        at most ``most`` groups (the first in byte order). ``under``: only the
+        payloads that start with it, grouped at the first separator after it
+        (``dead/`` and ``/``: ``dead/job/`` for ``dead/job/7``)."""
         if not separator or _ZERO in separator or b"\xff" in separator:
             # 0xFF never occurs in UTF-8; in an escaped key it may follow a NUL.
             raise ValueError("separator must be UTF-8 text without NUL")
         found: dict[bytes, int] = {}
-        keys, lo, size = self._sorted, 0, len(self._sorted)
+        keys = self._sorted
+        lo, size = self._range(under)
+        skip = len(_escape(under))
         while lo < size and len(found) < most:
             key = keys[lo]
             head = key[: len(key) - _TAIL.size]
-            cut = head.find(separator)
+            cut = head.find(separator, skip)
             if cut < 0:
                 # No separator: the group is the whole payload, shared by its
                 # copies (their keys run from head + the tail's zero padding).
@@ -617,6 +657,53 @@ class LiveIndex:
             hi = size if end is None else keys.bisect_left(end)
             found[group.replace(_ESCAPED_ZERO, _ZERO)] = hi - lo
             lo = hi
+        return found
+
+    def least_seqs(self) -> Iterator[tuple[str, int]]:
+        """Per origin with a live tuple, its least live seq (a look at the
+        front of each origin's lane)."""
+        for origin, lane in zip(self._origins, self._lanes, strict=True):
+            seq = lane.first()
+            if seq is not None:
+                yield origin, seq
+
+    def first_arrivals(self, prefixes: Iterable[bytes], budget: int) -> dict[bytes, EntryId]:
+        """Per prefix, the id of its live match that arrived first (whatever
+        its priority), for the prefixes found without looking at more than
+        ``budget`` keys in all. Cheap where takes make it so, and a bounded
+        scan elsewhere, never a change to what takes use:
+
+        * a range of at most ``SCAN_LIMIT`` keys is scanned;
+        * a prefix whose queue is kept (a prefix taken from) is answered by
+          its classes' fronts (their dead fronts dropped, as a take would),
+          without building one, nor moving it in the queues' order;
+        * else the match found first at an earlier call, if it is still live
+          and no tuple was put back since (new ones arrive after it);
+        * else the range is scanned, if the budget has room for it; a prefix
+          it has none for is left out.
+        """
+        found: dict[bytes, EntryId] = {}
+        firsts = self._firsts
+        for prefix in prefixes:
+            lo, hi = self._range(prefix)
+            if lo == hi:
+                continue
+            key: bytes | None = None
+            if hi - lo <= SCAN_LIMIT:
+                key = min(self._sorted.islice(lo, hi), key=_arrival)
+            elif (queue := self._queues.get(prefix)) is not None:
+                key = queue.first_live(self._by_arrival)
+            elif (seen := firsts.get(prefix)) is not None and seen[1] == self._restores:
+                key = self._by_arrival.get(seen[0])
+            if key is None and hi - lo > SCAN_LIMIT and hi - lo <= budget:
+                budget -= hi - lo
+                key = min(self._sorted.islice(lo, hi), key=_arrival)
+                if len(firsts) >= _FIRSTS:
+                    firsts.clear()
+                firsts[prefix] = (_arrival(key), self._restores)
+            if key is not None:
+                _, seq, field = _TAIL.unpack_from(key, len(key) - _TAIL.size)
+                found[prefix] = EntryId(self._origins[field >> 8], seq)
         return found
 
     def iter_matching(self, prefix: bytes, after: int = 0) -> Iterator[tuple[int, Tuple]]:

@@ -344,6 +344,21 @@ class PrefixBody(msgspec.Struct, frozen=True):
     live: int | UnsetType = UNSET
     delayed: int | UnsetType = UNSET
     reserved: int | UnsetType = UNSET
+    #: With ``separator``: how long ago this node came to hold the group's
+    #: oldest live tuple (node.arrivals); null when it has none here.
+    oldest_age: (
+        Annotated[
+            float,
+            Meta(
+                ge=0,
+                description="seconds since this node came to hold the group's oldest live "
+                "tuple (the one live here the longest), to half a second and never more; "
+                "null: none live here, or not dated cheaply",
+            ),
+        ]
+        | UnsetType
+        | None
+    ) = UNSET
 
 
 class Prefixes(msgspec.Struct, frozen=True):
@@ -475,7 +490,8 @@ SEPARATOR = Parameter(
     "text",
     "Also a row per group of tuples here (a payload up to and including its first "
     f"separator, such as /; the payload itself without one) with its live, delayed and "
-    f"reserved counts; at most {MAX_GROUPS} groups, the first in byte order.",
+    f"reserved counts and its oldest live tuple's age; at most {MAX_GROUPS} groups, the "
+    "first in byte order.",
 )
 PATH_PREFIX = Parameter(
     "prefix",

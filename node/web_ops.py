@@ -159,6 +159,8 @@ class Space:
             except ValueError as exc:
                 raise bad_request("invalid_parameter", str(exc)) from None
             groups = dict(list(groups.items())[:MAX_GROUPS])
+        rows = sorted(paused | fill.keys() | groups.keys())
+        ages = self.forum.oldest_ages(rows) if separator is not None else {}
         return Prefixes(
             [
                 prefix_body(
@@ -167,21 +169,31 @@ class Space:
                     paused=prefix in paused,
                     held=fill[prefix][0] if prefix in fill else None,
                     limit=fill[prefix][1] if prefix in fill else None,
-                    **_counts(groups, prefix, separator is not None),
+                    **_counts(groups, ages, prefix, separator is not None),
                 )
-                for prefix in sorted(paused | fill.keys() | groups.keys())
+                for prefix in rows
             ]
         )
 
 
 def _counts(
-    groups: dict[bytes, tuple[int, int, int]], prefix: bytes, grouped: bool
-) -> dict[str, int]:
-    """A row's live, delayed and reserved counts, when grouping was asked."""
+    groups: dict[bytes, tuple[int, int, int]],
+    ages: dict[bytes, float],
+    prefix: bytes,
+    grouped: bool,
+) -> dict[str, int | float | None]:
+    """A row's live, delayed and reserved counts and its oldest age, when
+    grouping was asked."""
     if not grouped:
         return {}
     live, delayed, reserved = groups.get(prefix, (0, 0, 0))
-    return {"live": live, "delayed": delayed, "reserved": reserved}
+    age = ages.get(prefix)
+    return {
+        "live": live,
+        "delayed": delayed,
+        "reserved": reserved,
+        "oldest_age": None if age is None else round(age, 3),
+    }
 
 
 def _named(prefix: bytes) -> bytes:

@@ -37,8 +37,7 @@ from replication.clocks import ClockWatch
 from replication.config import ReplicationConfig
 from replication.errors import BadMessage
 from replication.horizon import horizon
-from replication.lag import INTERVAL as LAG_INTERVAL
-from replication.lag import Arrivals, floors
+from replication.lag import floors, lag
 from replication.membership import Membership, Peer, PeerState
 from replication.messages import (
     Member,
@@ -104,8 +103,6 @@ class Replicator(AsyncResource):
         self._metrics = metrics
         self._fetching = Fetching()
         self._links: dict[str, _Link] = {}
-        #: When this node came to hold what: each peer's lag in seconds (replication.lag).
-        self.arrivals = Arrivals()
         self._group: asyncio.TaskGroup | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -142,27 +139,22 @@ class Replicator(AsyncResource):
             async with asyncio.TaskGroup() as group:
                 self._group = group
                 self.membership.start(self)
-                group.create_task(self._note_arrivals(), name="replication lag")
+                # The Forum notes when it came to hold what; the lag needs the
+                # marks of what some peer heard from lacks (replication.lag).
+                self.forum.need_arrivals(self._lag_floors)
                 started.set_result(None)
                 await asyncio.Event().wait()  # until cancelled by aclose()
         finally:
             self._group = None
             self.forum.remove_listener(self._on_entries)
             self.forum.set_ranking(None)
+            self.forum.need_arrivals(None)
 
-    async def _note_arrivals(self) -> None:
-        """Note what this node holds every ``LAG_INTERVAL`` s, and let go of the
-        marks no peer needs (replication.lag): a timer, never a cost per entry."""
-        while True:
-            try:
-                held = self.forum.strand.vector()
-                self.arrivals.note(held, time.monotonic())
-                peers = self.membership.peers()
-                heard = [p.vector for p in peers if p.vector_heard_mono is not None]
-                self.arrivals.forget_below(floors(held, heard))
-            except Exception:  # a figure for people: never a reason to stop replicating
-                log.exception("noting what this node holds failed: the peers' lag may be off")
-            await asyncio.sleep(LAG_INTERVAL)
+    def _lag_floors(self, held: Mapping[str, int]) -> dict[str, int]:
+        """Per origin, what every peer heard from holds: the lag needs only
+        the latest mark at or below it (replication.lag)."""
+        heard = [p.vector for p in self.membership.peers() if p.vector_heard_mono is not None]
+        return floors(held, heard)
 
     # -- the membership listener ---------------------------------------------------------
 
@@ -396,7 +388,7 @@ class Replicator(AsyncResource):
         queued = {url: len(link.outbox) for url, link in self._links.items()}
         held, now = self.forum.strand.vector(), time.monotonic()
         lags = {
-            peer.url: round(self.arrivals.lag(peer.vector, held, now), 3)
+            peer.url: round(lag(self.forum.arrivals, peer.vector, held, now), 3)
             for peer in self.membership.peers()
             if peer.vector_heard_mono is not None
         }

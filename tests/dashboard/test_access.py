@@ -217,9 +217,11 @@ async def test_prefixes_by_separator_count_live_delayed_and_reserved(node: NodeP
         async with http.get(f"{node.url}/v1/prefixes") as answer:
             plain = (await answer.json())["prefixes"]
     figures = {"paused": False, "held": None, "limit": None}
+    age = rows["q/"].pop("oldest_age")  # q/a/1's, dated by the node's first notes
+    assert isinstance(age, float) and 0 <= age < 60
     assert rows["q/"] == {**figures, "live": 2, "delayed": 0, "reserved": 1}
-    assert rows["r/"] == {**figures, "live": 0, "delayed": 1, "reserved": 0}
-    assert all("live" not in row for row in plain)  # as before, without a separator
+    assert rows["r/"] == {**figures, "live": 0, "delayed": 1, "reserved": 0, "oldest_age": None}
+    assert all("live" not in row and "oldest_age" not in row for row in plain)
 
 
 async def test_a_node_only_install_serves_the_dashboard_and_refuses_a_lens_url() -> None:

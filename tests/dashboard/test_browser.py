@@ -1,6 +1,7 @@
 """The dashboard in a real headless Chromium, against real ``forum serve``
 processes: every panel renders with real data, a write shows up in the
-Prefixes panel and in ``/metrics``, pause and resume from the page work, a
+Prefixes panel and in ``/metrics`` (and its group's rates, oldest age and
+dead letters there), pause and resume from the page work, a
 stopped node shows as dead in Peers, and with a token the pages need it and
 a read token cannot act. Each panel is screenshotted (tests/dashboard/browser.py
 prints where) and the console must hold no error.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from node import Pattern
 from node.client import ForumClient
 from tests.dashboard.browser import Browser, browser
 from tests.fixtures.clusters import FAST, peers_are
@@ -77,8 +79,22 @@ async def test_every_panel_shows_the_cluster_and_acts_on_it(
             metrics = await answer.text()
         assert "forum_writes_total 3.0" in metrics
         assert "forum_live_tuples 2.0" in metrics
+        # Written and taken while the panel is looked at: counted in job/'s
+        # rates; a dead letter of a job/ job counted in job/'s dead; job/'s
+        # oldest tuple (job/resize/1, from before) aging.
+        age = browser.until(lambda: seconds(browser, f"{job} td.oldest"), "job/'s oldest age")
         await client.write(b"job/resize/3")
+        await client.write(b"dead/job/resize/9")
+        await client.write(b"job/resize/4")
+        assert await client.take(Pattern(b"job/resize/4")) == b"job/resize/4"
         browser.until(lambda: row_text(browser, f"{job} td.live") == "3", "a new write shown")
+        browser.until(lambda: row_text(browser, f"{job} td.dead") == "1", "a dead letter shown")
+        browser.until(lambda: shown_rate(browser, f"{job} td.takes") > 0, "takes/s shown")
+        browser.until(lambda: shown_rate(browser, f"{job} td.writes") > 0, "writes/s shown")
+        browser.until(lambda: seconds(browser, f"{job} td.oldest") > age, "the oldest aging")
+        browser.until(
+            lambda: row_text(browser, "tr[data-prefix='dead/'] td.dead") == "0", "dead/ itself"
+        )
         browser.open(f"{a.url}/ui/prefixes?separator=/resize/")
         browser.until(lambda: browser.texts("tr[data-prefix='job/resize/']"), "grouped finer")
         browser.open(f"{a.url}/ui/prefixes")
@@ -120,6 +136,17 @@ async def test_every_panel_shows_the_cluster_and_acts_on_it(
         browser.screenshot("peers")
         no_console_errors(browser)
         browser.reset()  # before the cluster stops: its page would refresh from nothing
+
+
+def seconds(page: Browser, css: str) -> float:
+    """The age a cell shows, in seconds (its ``data-seconds``; 0 for none)."""
+    return float(page.find(css).get_attribute("data-seconds") or 0.0)
+
+
+def shown_rate(page: Browser, css: str) -> float:
+    """A rate a cell shows (-1 for "—": no figure yet)."""
+    text = page.find(css).text
+    return -1.0 if text == "—" else float(text)
 
 
 def lag_shown(page: Browser, url: str) -> float:

@@ -1,7 +1,8 @@
 """The dashboard's Jobs, Workers and Lens panels in a real headless Chromium,
 against a real ``forum serve --lens-url`` and a real ``redis-server``, with
 the task layer's workers running in this process: the Workers panel lists a
-running worker; a dead job is requeued from its page and then shows done; a
+running worker; the Prefixes panel counts a running job and a retry waiting
+out its backoff in their group; a dead job is requeued from its page and then shows done; a
 queued job is cancelled from its page; purge asks first; a double take the
 workers counted shows in Guarantees, with the warnings of a Redis without
 AOF; a read token sees the jobs but cannot act. Screenshots of each panel
@@ -18,8 +19,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from coordinator import Job, Lens, LensConfig, Worker
+from coordinator import Backoff, Job, Lens, LensConfig, Worker
 from coordinator.checks import store_check
+from coordinator.presence import list_workers
 from node import Pattern
 from node.client import ForumClient
 from tasks import App, Context, JobState
@@ -40,10 +42,15 @@ pytestmark = pytest.mark.slow
 LEASE = 1.5
 
 
-def make_app(url: str, redis: str, token: str | None = None) -> tuple[App, dict[str, int]]:
-    """An app whose ``flaky`` task fails while ``failures["left"]`` is above 0."""
+def make_app(
+    url: str, redis: str, token: str | None = None
+) -> tuple[App, dict[str, int], asyncio.Event]:
+    """An app whose ``flaky`` task fails while ``failures["left"]`` is above
+    0, whose ``later`` fails once and is retried a minute later, and whose
+    ``slow`` runs until the event returned is set."""
     app = App(url, redis, token=token)
     failures = {"left": 0}
+    gate = asyncio.Event()
 
     @app.task(retries=0)
     def flaky(ctx: Context, n: int) -> int:
@@ -52,7 +59,18 @@ def make_app(url: str, redis: str, token: str | None = None) -> tuple[App, dict[
             raise RuntimeError(f"flaky {n} failed on purpose")
         return n * 2
 
-    return app, failures
+    @app.task(retries=1, backoff=Backoff(60.0, 60.0, 0.0))
+    def later(ctx: Context, n: int) -> int:
+        if ctx.attempt == 1:
+            raise RuntimeError("later: the first attempt fails")
+        return n
+
+    @app.task(retries=0)
+    async def slow(ctx: Context, n: int) -> int:
+        await gate.wait()
+        return n
+
+    return app, failures, gate
 
 
 async def until(page: Browser, predicate: Callable[[], Any], what: str) -> Any:
@@ -73,7 +91,7 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
 ) -> None:
     browser.reset()
     node = await forum_nodes.start("j", "--lens-url", volatile_redis.url)
-    app, failures = make_app(node.url, volatile_redis.url)
+    app, failures, gate = make_app(node.url, volatile_redis.url)
     async with app, ForumClient(node.url) as client, working(app, lease=LEASE) as (worker,):
         # A dead job: its one attempt fails.
         failures["left"] = 1
@@ -86,6 +104,23 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
         await until(browser, lambda: browser.find(f"{row} td.liveness").text == "alive", "listed")
         await until(browser, lambda: browser.find(f"{row} td.done").text == "0", "its counts")
         browser.screenshot("workers")
+
+        # Prefixes: a retry waiting out its backoff (the worker reserved it
+        # again and holds it parked) and a job running, each in its group,
+        # from the worker's presence record.
+        waiting = await app.enqueue("later", 1)
+        await eventually(state_of(app, waiting.key, JobState.RETRYING), what="retrying")
+        await eventually(lambda: worker.stats().deferred >= 1, what="the retry parked")
+        running = await app.enqueue("slow", 2)
+        await eventually(state_of(app, running.key, JobState.RUNNING), what="running")
+        await eventually(lambda: _beat_both(app), what="both in the worker's record")
+        browser.open(f"{node.url}/ui/prefixes")
+        tasks = f"tr[data-prefix='{app.prefix.decode()}']"
+        await until(browser, lambda: browser.find(f"{tasks} td.in-flight").text == "1", "running")
+        await until(browser, lambda: browser.find(f"{tasks} td.retrying").text == "1", "retrying")
+        browser.screenshot("prefixes-lens")
+        gate.set()
+        assert await running.result(timeout=10) == 2
 
         # The dead job's page: error and traceback; requeued from it, then done.
         browser.open(f"{node.url}/ui/jobs?key={dead.key}")
@@ -183,6 +218,12 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
                     assert answer.status == 400, path
 
 
+async def _beat_both(app: App) -> bool:
+    """Whether the worker's last beat named a running job and a parked retry."""
+    async with Lens.from_url(app.redis, namespace=app.namespace) as lens:
+        return any(w.heads and w.retrying for w in await list_workers(lens))
+
+
 async def _counted(worker: Worker) -> bool:
     return worker.stats().double_takes == 1
 
@@ -197,7 +238,7 @@ async def test_a_read_token_sees_the_jobs_but_cannot_act(
     node = await forum_nodes.start(
         "r", "--read-token", "look", "--lens-url", redis_url, token="s3cret"
     )
-    app, failures = make_app(node.url, redis_url, token="s3cret")
+    app, failures, _ = make_app(node.url, redis_url, token="s3cret")
     stop = asyncio.Event()
     async with app, asyncio.TaskGroup() as group:
         group.create_task(app.run_worker(stop=stop, lease=LEASE, take_wait=0.2))

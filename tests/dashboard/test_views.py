@@ -1,14 +1,31 @@
 """What the panels compute from status documents: the health line, the
-sparklines, the rates between samples (pure functions of real status values)."""
+sparklines, the rates between samples; the Prefixes panel's rows from the
+node's document, the dead letters, the rates and the workers' records
+(pure functions of real values)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import deque
 
+from coordinator.deadletter import DEFAULT_DEAD_PREFIX
+from coordinator.presence import WorkerPresence
 from dashboard.sampler import NodeHistory, Sample
-from dashboard.views import Sparkline, health, peer_state
+from dashboard.throughput import Rate
+from dashboard.views import (
+    DEAD_PREFIX,
+    LensGroups,
+    Sparkline,
+    duration,
+    group_of,
+    health,
+    peer_state,
+    prefix_rows,
+)
+from node.web_bodies import prefix_body
+from node.web_model import JSON
 from node.web_status import NodeStatus, PeerStatus
+from tasks import App
 
 BASE = NodeStatus(
     node_id="a", origin="a-1", advertise="http://a", version="0", uptime_seconds=1.0,
@@ -62,3 +79,57 @@ def test_a_sparkline_ends_at_the_right_edge_scaled_to_its_peak() -> None:
     assert points[-1][1] < points[0][1]  # the peak is drawn highest
     assert (line.latest, line.peak) == (10.0, 10.0)
     assert Sparkline.of([], keep=5).points == ""
+
+
+def worker(owner: str, heads: tuple[bytes, ...], retrying: tuple[bytes, ...] = (),
+           last_beat: float = 100.0) -> WorkerPresence:  # fmt: skip
+    return WorkerPresence(owner, 4, len(heads), (), 0.0, last_beat, 3.0, "", True,
+                          heads=heads, retrying=retrying)  # fmt: skip
+
+
+def test_jobs_in_the_lens_are_counted_in_the_groups_of_their_payloads() -> None:
+    workers = [
+        worker("w1", (b"task/a\nflaky", b"job/7", b"no-separator"), (b"task/b\nflaky",)),
+        worker("w2", (b"task/c\nslow",)),
+        worker("gone", (b"task/d\nslow",), last_beat=90.0),  # overdue: its jobs come back
+    ]
+    lens = LensGroups.of(workers, b"/", now=101.0)
+    assert dict(lens.in_flight) == {b"task/": 2, b"job/": 1}
+    assert dict(lens.retrying) == {b"task/": 1}
+    assert group_of(b"task/a/b", b"/a/") == b"task/a/"
+    assert group_of(b"x" * 64, b"/") is None
+
+
+def test_prefix_rows_join_the_nodes_counts_the_dead_the_rates_and_the_lens() -> None:
+    bodies = [
+        prefix_body(b"job/", JSON, live=3, delayed=0, reserved=1, oldest_age=12.5),
+        prefix_body(b"mail/", JSON, paused=True, live=0, delayed=2, reserved=0, oldest_age=None),
+        prefix_body(b"dead/", JSON, live=2, delayed=0, reserved=0, oldest_age=40.0),
+    ]
+    dead = {b"job/": 1, b"old/": 1}  # old/ has nothing here but a dead letter
+    lens = LensGroups.of([worker("w", (b"task/1",))], b"/", now=100.0)
+    rows = prefix_rows(bodies, dead, {b"job/": Rate(2.0, 1.5)}, lens, most=500)
+    shown = {
+        r.prefix: (r.live, r.dead, r.oldest_age, r.rate, r.in_flight, r.retrying) for r in rows
+    }
+    assert [r.prefix for r in rows] == ["dead/", "job/", "mail/", "old/", "task/"]
+    assert shown["job/"] == (3, 1, 12.5, Rate(2.0, 1.5), 0, 0)
+    assert shown["mail/"] == (0, 0, None, Rate(0.0, 0.0), 0, 0)
+    assert shown["old/"] == (0, 1, None, Rate(0.0, 0.0), 0, 0)
+    assert shown["task/"] == (0, 0, None, Rate(0.0, 0.0), 1, 0)
+    # No figure yet, no Lens: None ("—"); and no more rows than asked.
+    plain = prefix_rows(bodies, dead, None, None, most=3)
+    assert [(r.prefix, r.rate, r.in_flight) for r in plain] == [
+        ("dead/", None, None), ("job/", None, None), ("mail/", None, None),
+    ]  # fmt: skip
+
+
+def test_the_dead_prefix_is_the_workers_and_the_task_layers() -> None:
+    assert DEAD_PREFIX == DEFAULT_DEAD_PREFIX
+    assert App("http://127.0.0.1:1", "redis://127.0.0.1:1/0").dead_prefix == DEAD_PREFIX
+
+
+def test_an_age_reads_in_the_unit_that_suits_it() -> None:
+    assert [duration(s) for s in (None, 0.42, 12.4, 150.0, 9000.0)] == [
+        "—", "0.4 s", "12 s", "2 min", "2.5 h",
+    ]  # fmt: skip

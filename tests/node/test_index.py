@@ -184,8 +184,39 @@ class IndexModel(RuleBasedStateMachine):
             [t for _, t in self.live if t.payload.startswith(prefix)]
         )
 
+    @rule(separator=st.sampled_from([b"a", b"\x01", b"a\x01"]), under=PREFIXES)
+    def groups(self, separator: bytes, under: bytes) -> None:
+        """Each payload under ``under`` counted in its group: up to the
+        first separator after ``under``, or all of it."""
+        expected: dict[bytes, int] = {}
+        for _, item in self.live:
+            if item.payload.startswith(under):
+                cut = item.payload.find(separator, len(under))
+                group = item.payload if cut < 0 else item.payload[: cut + len(separator)]
+                expected[group] = expected.get(group, 0) + 1
+        found = self.index.groups(separator, 10**6, under)
+        assert list(found.items()) == sorted(expected.items())
+
+    @rule(prefixes=st.lists(PREFIXES, max_size=3), budget=st.sampled_from([0, 2, 10**9]))
+    def first_arrivals(self, prefixes: list[bytes], budget: int) -> None:
+        """The match that arrived first, whatever its priority: from a
+        scan, a kept queue, the last answer, or a scan within the budget;
+        with room for every scan, every prefix that has a match."""
+        found = self.index.first_arrivals(prefixes, budget)
+        for prefix in prefixes:
+            matches = [(a, t.id) for a, t in self.live if t.payload.startswith(prefix)]
+            if prefix in found:
+                assert found[prefix] == min(matches)[1]
+            else:
+                assert not matches or budget < 10**9
+        assert set(found) <= set(prefixes)
+
     @invariant()
     def same_live_set(self) -> None:
+        least: dict[str, int] = {}
+        for _, item in self.live:
+            least[item.id.origin] = min(item.id.seq, least.get(item.id.origin, item.id.seq))
+        assert dict(self.index.least_seqs()) == least
         assert len(self.index) == len(self.live)
         assert sorted(self.index.ids()) == sorted(t.id for _, t in self.live)
         for _, item in self.live:
@@ -542,5 +573,47 @@ def test_groups_count_each_payload_up_to_its_first_separator() -> None:
     }
     assert index.groups(b"/b/", most=100)[b"job/b/"] == 1
     assert list(index.groups(b"/", most=2)) == [b"", b"a\x00/"]
+    # Under a prefix: grouped at the first separator after it (dead letters'
+    # groups are their jobs').
+    index.add(Tuple(EntryId("here", 20), b"dead/job/7"))
+    index.add(Tuple(EntryId("here", 21), b"dead/job/8"))
+    index.add(Tuple(EntryId("here", 22), b"dead/x"))
+    assert index.groups(b"/", most=100, under=b"dead/") == {b"dead/job/": 2, b"dead/x": 1}
+    assert index.groups(b"/", most=100, under=b"job/") == {b"job/": 1, b"job/a": 1, b"job/b/": 1}
     with pytest.raises(ValueError, match="separator"):
         index.groups(b"\x00", most=1)
+
+
+def test_the_first_arrival_is_remembered_until_a_tuple_is_put_back() -> None:
+    """Past ``SCAN_LIMIT`` and with no queue kept, a prefix's first arrival
+    costs a scan, within the budget; then it is remembered while it lives
+    and nothing is put back (a tuple restored may have arrived before it)."""
+    index = LiveIndex()
+    arrivals = [index.add(Tuple(EntryId("here", seq), b"g/%d" % seq)) for seq in range(1, 101)]
+    first = index.remove(arrivals[0])  # out for a while (a reservation)
+    assert index.first_arrivals([b"g/"], 98) == {}  # 99 keys: past the budget
+    assert index.first_arrivals([b"g/"], 99) == {b"g/": EntryId("here", 2)}
+    assert index.first_arrivals([b"g/"], 0) == {b"g/": EntryId("here", 2)}  # remembered
+    index.restore(arrivals[0], first)
+    assert index.first_arrivals([b"g/"], 0) == {}  # put back: not known without a scan
+    assert index.first_arrivals([b"g/"], 100) == {b"g/": EntryId("here", 1)}
+    index.remove(arrivals[0])
+    assert index.first_arrivals([b"g/"], 0) == {}  # the one remembered is gone
+
+
+def test_a_prefix_taken_from_answers_from_its_queue_whatever_the_priorities() -> None:
+    """A take's queue serves the first arrival with no scan (budget 0): the
+    fronts of every class, not the class a take serves first."""
+    index = LiveIndex()
+    for seq in range(1, 41):
+        index.add(tuple_of(EntryId("here", seq), b"q/%d" % seq, priority=seq % 3))
+    found = index.oldest(b"q/")  # a take's look: the queue is built and kept
+    assert found is not None and found[1].props.priority == 2
+    assert index.first_arrivals([b"q/", b"x/"], 0) == {b"q/": EntryId("here", 1)}
+    index.remove_id(EntryId("here", 1))
+    index.remove_id(EntryId("here", 2))
+    assert index.first_arrivals([b"q/"], 0) == {b"q/": EntryId("here", 3)}
+    # A small range is scanned, free of the budget.
+    index.add(Tuple(EntryId("peer", 7), b"s/1"))
+    assert index.first_arrivals([b"s/"], 0) == {b"s/": EntryId("peer", 7)}
+    assert dict(index.least_seqs()) == {"here": 3, "peer": 7}

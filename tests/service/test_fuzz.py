@@ -242,7 +242,13 @@ def send(node: NodeProcess, request: Request) -> tuple[int, str, bytes]:
             encode_chunked=request.chunked,
         )
         response = connection.getresponse()
-        return response.status, response.getheader("Content-Type", ""), response.read()
+        content_type = response.getheader("Content-Type", "")
+        if content_type.startswith("text/event-stream"):
+            # An accepted watch streams until the node stops (its heartbeats
+            # keep the socket's timeout from ending the read): the status and
+            # headers are its answer; closing the connection ends the watch.
+            return response.status, content_type, b""
+        return response.status, content_type, response.read()
     finally:
         connection.close()
 
