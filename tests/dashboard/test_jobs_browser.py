@@ -275,7 +275,8 @@ async def test_a_double_take_across_a_partition_shows_in_guarantees(
 
         t0  job/1 written on a, replicated to b
         t1  partition {a} | {b}, both ways
-        t2  wa on a takes it, claims its key, runs it, completes it (done marker)
+        t2  wa on a takes it, claims its key, runs it, completes it (done
+            marker), acks its copy (a Take on a)
         t3  wb on b takes its copy: its claim meets the done marker, so it is
             turned away (AlreadyDone: a double take caught) and never runs
         t4  heal: each node learns the other's Take of one Write, and counts
@@ -316,6 +317,12 @@ async def test_a_double_take_across_a_partition_shows_in_guarantees(
                     assert await _count(on_b, 1)  # b has not heard of a's Take
                     group.create_task(wb.run())
                     await eventually(lambda: wb.stats().double_takes == 1, what="wb turned away")
+                    # wa acks a completed job with its next reserve (or a moment
+                    # later): until its Take is made, b's Take would meet a
+                    # reservation on a, not a taken tuple, and neither node
+                    # would count a double take. Each side's own Take first.
+                    for client in (on_a, on_b):
+                        await eventually(lambda c=client: _settled(c), what="the copy acked")
                 await until(browser, lambda: _shown(browser, "tr[data-node] td.double-takes")
                             == ["1", "1"], "each node's double take")  # fmt: skip
                 await until(browser, lambda: _shown(browser, "#worker-guarantees tr[data-worker] "
@@ -344,6 +351,11 @@ def _shown(page: Browser, css: str) -> list[str]:
 
 async def _count(client: ForumClient, n: int) -> bool:
     return await client.count(Pattern(b"job/")) == n
+
+
+async def _settled(client: ForumClient) -> bool:
+    """Nothing of job/ live or reserved on the node: its copy is taken for good."""
+    return await _count(client, 0) and (await client.status()).reserved == 0
 
 
 async def test_without_a_lens_the_panels_say_so(browser: Browser, forum_nodes: ForumNodes) -> None:
