@@ -60,7 +60,7 @@ from node.resource import AsyncResource
 from node.schedule import Clock, Schedule
 from node.space import Pattern
 from node.strand import CompactionReport, Strand
-from node.write_options import write_properties
+from node.write_options import expiring_properties, write_properties
 
 log = logging.getLogger(__name__)
 
@@ -449,15 +449,18 @@ class Forum(AsyncResource):
         if (
             delay is None
             and not_before is None
-            and ttl is None
-            and not priority
             and key is None
             and dedup_window is None
             and wait is None
             and not self._limits
         ):
-            # write_many for one, without its list of ids: the hottest call there is.
-            return (await self.strand.submit_writes((payload,), self._on_writes_durable))[0].id
+            if ttl is None and not priority:
+                # write_many for one, without its list of ids: the hottest call there is.
+                return (await self.strand.submit_writes((payload,), self._on_writes_durable))[0].id
+            # A ttl, a priority or both, and no dedup, wait or limit: straight to the Strand.
+            props = expiring_properties(self._clock(), ttl, priority)
+            writes = await self.strand.submit_writes((payload,), self._on_writes_durable, props)
+            return writes[0].id
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props.dedup_until or wait is not None or self._limits:
             return (await self._write_with((payload,), props, wait))[0]
