@@ -45,6 +45,7 @@ import functools
 import logging
 import time
 import zlib
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -356,6 +357,11 @@ class Forum(AsyncResource):
         # The properties of every tuple not dead whose Write has more than a
         # priority (the index keeps only that: the rest is put back from here).
         self._props = KeptProperties()
+        # The Properties of the last local writes with an expiry (and maybe a
+        # priority) and nothing else, and the open run their expiries are
+        # appended to (see _on_writes_durable); PLAIN: none is open.
+        self._expiring = PLAIN
+        self._expiring_run: array[int] = array("Q")
         # The wall clock that due times, expiries and dedup windows are read by.
         self._clock = clock
         self._schedule = Schedule(self._on_due, self._on_expiry, clock)
@@ -681,9 +687,24 @@ class Forum(AsyncResource):
 
     def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
         # Called by the Strand's writer in log order, whether or not the caller waits.
-        if writes[0].props is PLAIN:  # one append's writes share their properties
+        props = writes[0].props  # one append's writes share their properties
+        if props is PLAIN:
             for entry in writes:
                 self._add_live(Tuple(entry.id, entry.payload))
+        elif (props is self._expiring and props.expires > int(self._clock() * 1000)) or (
+            self._expiry_run_for(props)
+        ):
+            # An expiry (and maybe a priority) alone, live now: what _place
+            # does, inline, each expiry appended to the open run.
+            origin, kept, run = self.strand.origin, self._props, self._expiring_run
+            lane = kept.get(origin)
+            if lane is None:
+                lane = kept[origin] = {}
+            for entry in writes:
+                entry_id = entry.id
+                run.append(entry_id.seq)
+                lane[entry_id.seq] = props
+                self._add_live(Tuple(entry_id, entry.payload, props))
         else:
             now = self._schedule.now_ms()
             for entry in writes:
@@ -699,6 +720,21 @@ class Forum(AsyncResource):
         self._writes += len(writes)
         self._notify(writes, LOCAL)
 
+    def _expiry_run_for(self, props: Properties) -> bool:
+        """Whether local writes with ``props`` (not the open run's) expire and
+        have no other property but a priority, and are live now; if so,
+        their run is open (``Schedule.expire_run``): one triple in the
+        timetable for them all, while the writes of a burst share ``props``
+        and nothing else is timed for expiry meanwhile."""
+        if props.due or props.key is not None or props.pause:
+            return False
+        expires = props.expires
+        if expires <= self._schedule.now_ms():  # none, or expired before it got here
+            return False
+        self._expiring_run = self._schedule.expire_run(self.strand.origin, expires)
+        self._expiring = props
+        return True
+
     def _place(self, item: Tuple, now: int) -> Tuple | None:
         """Where a tuple with properties goes: a pause marker among the
         pauses, an expired one nowhere, one not due yet to the schedule;
@@ -712,6 +748,7 @@ class Forum(AsyncResource):
         if props.due or props.expires or props.key is not None:
             self._props.keep(item.id, props)  # a priority alone the index keeps
         if props.expires:
+            self._expiring = PLAIN  # the open run ends: this time comes after its ids
             self._schedule.expire_at(item.id, props.expires)
         if props.due > now:
             self._schedule.hold(item, props.due)
@@ -731,6 +768,7 @@ class Forum(AsyncResource):
     def _on_expiry(self, entry_ids: builtins.list[EntryId]) -> None:
         """Expiry times came: each tuple still alive is gone, wherever it is,
         without a Take (every node expires it from its Write alike)."""
+        self._expiring = PLAIN  # the open run may have come: the next one is new
         expired: builtins.list[Tuple] = []
         for entry_id in entry_ids:
             props = self._props.of(entry_id)
