@@ -362,6 +362,10 @@ class Forum(AsyncResource):
         # appended to (see _on_writes_durable); PLAIN: none is open.
         self._expiring = PLAIN
         self._expiring_run: array[int] = array("Q")
+        # What every local append is given to call once durable: one bound
+        # method, so that the Strand, which tells a row of appends with the
+        # same callback and Properties in one call, finds them the same.
+        self._durable = self._on_writes_durable
         # The wall clock that due times, expiries and dedup windows are read by.
         self._clock = clock
         self._schedule = Schedule(self._on_due, self._on_expiry, clock)
@@ -462,15 +466,15 @@ class Forum(AsyncResource):
         ):
             if ttl is None and not priority:
                 # write_many for one, without its list of ids: the hottest call there is.
-                return (await self.strand.submit_writes((payload,), self._on_writes_durable))[0].id
+                return (await self.strand.submit_writes((payload,), self._durable))[0].id
             # A ttl, a priority or both, and no dedup, wait or limit: straight to the Strand.
             props = expiring_properties(self._clock(), ttl, priority)
-            writes = await self.strand.submit_writes((payload,), self._on_writes_durable, props)
+            writes = await self.strand.submit_writes((payload,), self._durable, props)
             return writes[0].id
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props.dedup_until or wait is not None or self._limits:
             return (await self._write_with((payload,), props, wait))[0]
-        return (await self.strand.submit_writes((payload,), self._on_writes_durable, props))[0].id
+        return (await self.strand.submit_writes((payload,), self._durable, props))[0].id
 
     async def write_many(
         self,
@@ -494,7 +498,7 @@ class Forum(AsyncResource):
         self._check_open()
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props is PLAIN and wait is None and not self._limits:
-            writes = await self.strand.submit_writes(payloads, self._on_writes_durable)
+            writes = await self.strand.submit_writes(payloads, self._durable)
             return [entry.id for entry in writes]
         if props.key is not None and len(payloads) != 1:
             raise ValueError("a key names one write: give it with one payload")
@@ -546,7 +550,7 @@ class Forum(AsyncResource):
         try:
             # The Strand calls _on_writes_durable itself, whatever happens to this
             # caller: its cancellation cancels only the wait, so no shield is needed.
-            writes = await self.strand.submit_writes(payloads, self._on_writes_durable, props)
+            writes = await self.strand.submit_writes(payloads, self._durable, props)
         finally:
             for prefix, n in limited.items():
                 self._limited_writing[prefix] -= n
@@ -604,7 +608,7 @@ class Forum(AsyncResource):
         if not isinstance(prefix, bytes):
             raise TypeError("a prefix is bytes")
         marker = Properties(pause=True)
-        writes = await self.strand.submit_writes((prefix,), self._on_writes_durable, marker)
+        writes = await self.strand.submit_writes((prefix,), self._durable, marker)
         return writes[0].id
 
     async def resume(self, prefix: bytes) -> int:
@@ -686,8 +690,10 @@ class Forum(AsyncResource):
         return self._index.count(prefix) + self._schedule.count(prefix) + reserved + writing
 
     def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
-        # Called by the Strand's writer in log order, whether or not the caller waits.
-        props = writes[0].props  # one append's writes share their properties
+        # Called by the Strand's writer in log order, whether or not the caller waits,
+        # with the writes of one append or of a row of appends in one group
+        # commit that share their Properties (Strand._answer_now).
+        props = writes[0].props
         if props is PLAIN:
             for entry in writes:
                 self._add_live(Tuple(entry.id, entry.payload))
@@ -702,8 +708,8 @@ class Forum(AsyncResource):
                 lane = kept[origin] = {}
             for entry in writes:
                 entry_id = entry.id
-                run.append(entry_id.seq)
                 lane[entry_id.seq] = props
+                run.append(entry_id.seq)
                 self._add_live(Tuple(entry_id, entry.payload, props))
         else:
             now = self._schedule.now_ms()
@@ -1529,7 +1535,7 @@ class Forum(AsyncResource):
             by_props.setdefault(item.props, []).append(item.payload)
         try:
             for props, payloads in by_props.items():
-                await self.strand.submit_writes(payloads, self._on_writes_durable, props)
+                await self.strand.submit_writes(payloads, self._durable, props)
         except ForumError:
             log.exception("could not write back %d tuples of a cancelled take", len(found))
 
