@@ -698,7 +698,7 @@ class Forum(AsyncResource):
             for entry in writes:
                 self._add_live(Tuple(entry.id, entry.payload))
         elif (props is self._expiring and props.expires > int(self._clock() * 1000)) or (
-            self._expiry_run_for(props)
+            props.expires and self._expiry_run_for(props)
         ):
             # An expiry (and maybe a priority) alone, live now: what _place
             # does, inline, each expiry appended to the open run.
