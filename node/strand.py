@@ -1096,13 +1096,18 @@ class Strand(AsyncResource):
         then: Durable | None = None
         props: Properties | None = None
         row: list[Entry] = []
+        first: list[Entry] = row  # the row's first answer, which the row must not extend
         for batch, made in written:
-            if batch.then is then and batch.props is props:
-                row = row + made  # a new list: each made is an append's answer
+            if batch.then is then and then is not None and batch.props is props:
+                if row is first:
+                    row = row + made
+                else:
+                    row += made
             else:
                 if then is not None:
                     self._then(then, row)
                 then, props, row = batch.then, batch.props, made
+                first = made
             if not batch.future.done():
                 batch.future.set_result(made)
         if then is not None:  # the last row (most often the only one): inline
