@@ -51,6 +51,7 @@ import itertools
 import logging
 import time
 import zlib
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ from node.resource import AsyncResource
 from node.schedule import Clock, Schedule
 from node.space import Pattern
 from node.strand import CompactionReport, Strand
-from node.write_options import write_properties
+from node.write_options import expiring_properties, write_properties
 
 log = logging.getLogger(__name__)
 
@@ -376,6 +377,15 @@ class Forum(AsyncResource):
         # The properties of every tuple not dead whose Write has more than a
         # priority (the index keeps only that: the rest is put back from here).
         self._props = KeptProperties()
+        # The Properties of the last local writes with an expiry (and maybe a
+        # priority) and nothing else, and the open run their expiries are
+        # appended to (see _on_writes_durable); PLAIN: none is open.
+        self._expiring = PLAIN
+        self._expiring_run: array[int] = array("Q")
+        # What every local append is given to call once durable: one bound
+        # method, so that the Strand, which tells a row of appends with the
+        # same callback and Properties in one call, finds them the same.
+        self._durable = self._on_writes_durable
         # The wall clock that due times, expiries and dedup windows are read by.
         self._clock = clock
         self._schedule = Schedule(self._on_due, self._on_expiry, clock)
@@ -476,19 +486,22 @@ class Forum(AsyncResource):
         if (
             delay is None
             and not_before is None
-            and ttl is None
-            and not priority
             and key is None
             and dedup_window is None
             and wait is None
             and not self._limits
         ):
-            # write_many for one, without its list of ids: the hottest call there is.
-            return (await self.strand.submit_writes((payload,), self._on_writes_durable))[0].id
+            if ttl is None and not priority:
+                # write_many for one, without its list of ids: the hottest call there is.
+                return (await self.strand.submit_writes((payload,), self._durable))[0].id
+            # A ttl, a priority or both, and no dedup, wait or limit: straight to the Strand.
+            props = expiring_properties(self._clock(), ttl, priority)
+            writes = await self.strand.submit_writes((payload,), self._durable, props)
+            return writes[0].id
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props.dedup_until or wait is not None or self._limits:
             return (await self._write_with((payload,), props, wait))[0]
-        return (await self.strand.submit_writes((payload,), self._on_writes_durable, props))[0].id
+        return (await self.strand.submit_writes((payload,), self._durable, props))[0].id
 
     async def write_many(
         self,
@@ -512,7 +525,7 @@ class Forum(AsyncResource):
         self._check_open()
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props is PLAIN and wait is None and not self._limits:
-            writes = await self.strand.submit_writes(payloads, self._on_writes_durable)
+            writes = await self.strand.submit_writes(payloads, self._durable)
             return [entry.id for entry in writes]
         if props.key is not None and len(payloads) != 1:
             raise ValueError("a key names one write: give it with one payload")
@@ -564,7 +577,7 @@ class Forum(AsyncResource):
         try:
             # The Strand calls _on_writes_durable itself, whatever happens to this
             # caller: its cancellation cancels only the wait, so no shield is needed.
-            writes = await self.strand.submit_writes(payloads, self._on_writes_durable, props)
+            writes = await self.strand.submit_writes(payloads, self._durable, props)
         finally:
             for prefix, n in limited.items():
                 self._limited_writing[prefix] -= n
@@ -622,7 +635,7 @@ class Forum(AsyncResource):
         if not isinstance(prefix, bytes):
             raise TypeError("a prefix is bytes")
         marker = Properties(pause=True)
-        writes = await self.strand.submit_writes((prefix,), self._on_writes_durable, marker)
+        writes = await self.strand.submit_writes((prefix,), self._durable, marker)
         return writes[0].id
 
     async def resume(self, prefix: bytes) -> int:
@@ -747,10 +760,27 @@ class Forum(AsyncResource):
         self._noting = asyncio.get_running_loop().call_later(NOTE_INTERVAL, self._note_arrivals)
 
     def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
-        # Called by the Strand's writer in log order, whether or not the caller waits.
-        if writes[0].props is PLAIN:  # one append's writes share their properties
+        # Called by the Strand's writer in log order, whether or not the caller waits,
+        # with the writes of one append or of a row of appends in one group
+        # commit that share their Properties (Strand._answer_now).
+        props = writes[0].props
+        if props is PLAIN:
             for entry in writes:
                 self._add_live(Tuple(entry.id, entry.payload))
+        elif (props is self._expiring and props.expires > int(self._clock() * 1000)) or (
+            props.expires and self._expiry_run_for(props)
+        ):
+            # An expiry (and maybe a priority) alone, live now: what _place
+            # does, inline, each expiry appended to the open run.
+            origin, kept, run = self.strand.origin, self._props, self._expiring_run
+            lane = kept.get(origin)
+            if lane is None:
+                lane = kept[origin] = {}
+            for entry in writes:
+                entry_id = entry.id
+                lane[entry_id.seq] = props
+                run.append(entry_id.seq)
+                self._add_live(Tuple(entry_id, entry.payload, props))
         else:
             now = self._schedule.now_ms()
             for entry in writes:
@@ -766,6 +796,21 @@ class Forum(AsyncResource):
         self._writes += len(writes)
         self._notify(writes, LOCAL)
 
+    def _expiry_run_for(self, props: Properties) -> bool:
+        """Whether local writes with ``props`` (not the open run's) expire and
+        have no other property but a priority, and are live now; if so,
+        their run is open (``Schedule.expire_run``): one triple in the
+        timetable for them all, while the writes of a burst share ``props``
+        and nothing else is timed for expiry meanwhile."""
+        if props.due or props.key is not None or props.pause:
+            return False
+        expires = props.expires
+        if expires <= self._schedule.now_ms():  # none, or expired before it got here
+            return False
+        self._expiring_run = self._schedule.expire_run(self.strand.origin, expires)
+        self._expiring = props
+        return True
+
     def _place(self, item: Tuple, now: int) -> Tuple | None:
         """Where a tuple with properties goes: a pause marker among the
         pauses, an expired one nowhere, one not due yet to the schedule;
@@ -779,6 +824,7 @@ class Forum(AsyncResource):
         if props.due or props.expires or props.key is not None:
             self._props.keep(item.id, props)  # a priority alone the index keeps
         if props.expires:
+            self._expiring = PLAIN  # the open run ends: this time comes after its ids
             self._schedule.expire_at(item.id, props.expires)
         if props.due > now:
             self._schedule.hold(item, props.due)
@@ -798,6 +844,7 @@ class Forum(AsyncResource):
     def _on_expiry(self, entry_ids: builtins.list[EntryId]) -> None:
         """Expiry times came: each tuple still alive is gone, wherever it is,
         without a Take (every node expires it from its Write alike)."""
+        self._expiring = PLAIN  # the open run may have come: the next one is new
         expired: builtins.list[Tuple] = []
         for entry_id in entry_ids:
             props = self._props.of(entry_id)
@@ -1558,7 +1605,7 @@ class Forum(AsyncResource):
             by_props.setdefault(item.props, []).append(item.payload)
         try:
             for props, payloads in by_props.items():
-                await self.strand.submit_writes(payloads, self._on_writes_durable, props)
+                await self.strand.submit_writes(payloads, self._durable, props)
         except ForumError:
             log.exception("could not write back %d tuples of a cancelled take", len(found))
 

@@ -894,11 +894,14 @@ class Strand(AsyncResource):
         (its done callbacks run in log order, whatever happens to the caller).
 
         ``then``, if given, is called with the Writes by the writer itself once
-        they are durable, in log order, before the future is resolved, and
-        whether or not the future was cancelled meanwhile: a caller that
-        passes it can await the future directly (no shield, no callback
-        scheduled per append), and its cancellation stops nothing. Every
-        Write gets ``props``."""
+        they are durable, in log order, in the step that resolves the future
+        (before any caller wakes), and whether or not the future was
+        cancelled meanwhile: a caller that passes it can await the future
+        directly (no shield, no callback scheduled per append), and its
+        cancellation stops nothing. Every Write gets ``props``. Appends next
+        to each other in a group commit that pass the same ``then`` (the
+        same object) and ``props`` are told in one call, with all their
+        Writes."""
         for payload in payloads:
             if type(payload) is not bytes and not isinstance(payload, bytes):
                 raise TypeError(f"a payload is bytes, not {type(payload).__name__}")
@@ -1093,14 +1096,39 @@ class Strand(AsyncResource):
             self._answer_now(written)
 
     def _answer_now(self, written: list[tuple[_Batch, list[Entry]]]) -> None:
+        """Call each append's ``then`` and answer it, in log order: one call
+        for a row of appends with the same ``then`` and properties (a group
+        commit's appends, most often), the row's answers set before it, in
+        the same step (their callers run after this returns)."""
+        then: Durable | None = None
+        props: Properties | None = None
+        row: list[Entry] = []
+        first: list[Entry] = row  # the row's first answer, which the row must not extend
         for batch, made in written:
-            if batch.then is not None:
-                try:
-                    batch.then(made)
-                except Exception:
-                    log.exception("strand: a durable-append callback failed")
+            if batch.then is then and then is not None and batch.props is props:
+                if row is first:
+                    row = row + made
+                else:
+                    row += made
+            else:
+                if then is not None:
+                    self._then(then, row)
+                then, props, row = batch.then, batch.props, made
+                first = made
             if not batch.future.done():
                 batch.future.set_result(made)
+        if then is not None:  # the last row (most often the only one): inline
+            try:
+                then(row)
+            except Exception:
+                log.exception("strand: a durable-append callback failed")
+
+    @staticmethod
+    def _then(then: Durable, made: list[Entry]) -> None:
+        try:
+            then(made)
+        except Exception:
+            log.exception("strand: a durable-append callback failed")
 
     def _encode_all(
         self, batches: list[_Batch], seq: int

@@ -38,8 +38,9 @@ def write_properties(  # noqa: C901, PLR0917 (one check per option, inline: the 
     higher served first. ``key``: the write's key (the Lens's claim key of
     the job); with ``dedup_window``, a second write with that key on the
     same node within so many seconds returns the first one's id.
-    ``Forum.write`` calls this on every write with options: a check that
-    passes costs a type test and a comparison."""
+    ``Forum.write`` calls this on every write with options (but those of
+    :func:`expiring_properties`): a check that passes costs a type test and
+    a comparison."""
     if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ValueError(f"priority is a whole number, not {priority!r}")
@@ -78,20 +79,47 @@ def write_properties(  # noqa: C901, PLR0917 (one check per option, inline: the 
     if not (due or expires or key_bytes is not None):
         return _BY_PRIORITY[priority]  # a plain write, or one with a priority alone
     fields = (due, expires, priority, key_bytes, dedup_until, False)
-    if fields == _last[0]:
+    props = _last[0]
+    if fields != props:
         # Writes of one burst share their times to the millisecond: one object
         # for them all, fewer for the collector to walk while they are live
         # (and one properties map for the encoder to pack). Compared as a
         # plain tuple: a named tuple's __new__ is a Python call.
-        return _last[0]
-    props = _last[0] = _new_properties(Properties, fields)
+        props = _last[0] = _new_properties(Properties, fields)
+    if ttl is not None and not due and key_bytes is None:  # for expiring_properties
+        _expiring[0] = (ttl, priority, expires, props)
     return props
+
+
+def expiring_properties(now: float, ttl: float | None, priority: int) -> Properties:
+    """``write_properties(now, ttl=ttl, priority=priority)``: a write with
+    a ttl, a priority or both and no other option, the options of most
+    jobs. The ttl and priority of the last such write, given again as the
+    same objects (a producer's constants), are not checked again: an
+    object that passed the checks passes them again, and an identity test
+    costs less. Only the expiry is new, and its Properties once it moves
+    on to the next millisecond."""
+    last_ttl, last_priority, last_expires, props = _expiring[0]
+    if ttl is last_ttl and priority is last_priority:
+        expires = _ceil((now + last_ttl) * 1000)
+        if expires != last_expires:
+            props = _new_properties(Properties, (0, expires, priority, None, 0, False))
+            _expiring[0] = (last_ttl, priority, expires, props)
+        return props
+    return write_properties(now, ttl=ttl, priority=priority)
 
 
 #: The properties made last (see write_properties).
 _last: list[Properties] = [PLAIN]
+#: The last write with a ttl and no other option than a priority (see
+#: expiring_properties): the ttl and priority objects it was given, which
+#: passed the checks, its expiry and its Properties. One tuple, replaced
+#: whole (a reader never sees half of an update); it starts with a NaN of its
+#: own, which no caller gives.
+_expiring: list[tuple[float, int, int, Properties]] = [(float("nan"), 0, 0, PLAIN)]
 #: Properties from a tuple of all six fields, without the named tuple's __new__.
 _new_properties = tuple.__new__
+_ceil = math.ceil  # a global, not a module's attribute, on the fast path
 
 
 _NUMBERS = (int, float)

@@ -47,3 +47,41 @@ def test_the_kept_encoder_writes_the_documented_bytes() -> None:
         assert encoded == [documented(entry) for entry in entries]
         assert encoded == [encode_entry(entry) for entry in entries]
         assert [decode_entry(body) for body in encoded] == entries
+
+
+class _Bytes(bytes):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+def test_the_kept_encoder_packs_each_value_as_msgpack_does_at_every_boundary() -> None:
+    """The kept encoder is msgspec's, the documented bytes msgpack's: every
+    form each field can take (fixint to uint 64, fixstr to str 16, bin 8 to
+    bin 32, a priority from -128 up), and subclasses of the value types
+    (msgpack takes them as their base type), come out the same."""
+    seqs = [1, 127, 128, 255, 256, 2**16 - 1, 2**16, 2**32 - 1, 2**32, 2**63, 2**64 - 1]
+    origins = ["a", "o" * 31, "o" * 32, "o" * 128]
+    payloads = [b"", b"x" * 31, b"x" * 255, b"x" * 256, b"x" * (2**16 - 1), b"x" * 2**16]
+    props = [
+        PLAIN,
+        *(Properties(expires=1_800_000_000_000, priority=p) for p in (-128, -33, -32, -1, 1, 127)),
+    ]
+    entries: list[Entry] = [
+        Write(EntryId(origin, seq), payload, p)
+        for origin in origins
+        for seq in seqs
+        for payload in payloads[:2]
+        for p in props[:2]
+    ]
+    entries += [Write(EntryId(ORIGIN, 9), payload, p) for payload in payloads for p in props]
+    entries += [
+        Take(EntryId(origin, seq), EntryId(ORIGIN, seq)) for origin in origins for seq in seqs
+    ]
+    entries += [
+        Write(EntryId(ORIGIN, _Int(300)), _Bytes(b"job/sub"), props[1]),
+        Take(EntryId(ORIGIN, 3), EntryId(ORIGIN, _Int(70_000))),
+    ]
+    assert EntryEncoder().encode(entries) == [documented(entry) for entry in entries]

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import math
+import sys
 import time
+from pathlib import Path
+from types import FrameType
 
 import pytest
 
+import node as node_package
 from node import Forum, Pattern, Strand, StrandConfig, Tuple
 from node.entries import EntryId
 from node.errors import LimitExceeded
@@ -102,6 +107,100 @@ async def test_tuples_with_a_ttl_or_a_delay_add_no_object_for_the_collector(foru
     gc.collect()
     assert await forum.count(JOBS) == 1001 and forum.stats().delayed == 1001
     assert len(gc.get_objects()) - before < 50  # 2000 tuples
+
+
+async def test_a_write_with_a_ttl_and_a_priority_costs_one_call_more_than_a_plain_one(
+    cfg: StrandConfig,
+) -> None:
+    """Calls of the node's Python functions per write, counted: a write given
+    the ttl and priority objects of the write before is not checked again,
+    its Properties are shared within a millisecond, and its expiry is
+    appended to the open run (node/write_options.py ``expiring_properties``,
+    node/schedule.py ``Schedule.expire_run``): one call more than a plain
+    write, for the Properties. (Six more when each was checked, kept and
+    timed by calls of their own.) The event loop's calls are not counted:
+    an armed timer costs the default loop a ``time()`` per turn."""
+    frozen = itertools.repeat(1_800_000_000.0).__next__  # a clock that is no Python call
+    forum = Forum(await Strand.open(cfg), remote_delay=0, clock=frozen)
+    node = str(Path(node_package.__file__).parent)
+    calls = 0
+
+    def count(frame: FrameType, event: str, arg: object) -> None:
+        nonlocal calls
+        calls += event == "call" and frame.f_code.co_filename.startswith(node)
+
+    async def calls_per_write(**options: float) -> float:
+        nonlocal calls
+        for _ in range(5):  # the first of a kind opens its run
+            await forum.write(b"job/warm-up", **options)  # type: ignore[arg-type]
+        calls = 0
+        sys.setprofile(count)
+        try:
+            for _ in range(100):
+                await forum.write(b"job/1", **options)  # type: ignore[arg-type]
+        finally:
+            sys.setprofile(None)
+        return calls / 100
+
+    try:
+        plain = await calls_per_write()
+        with_options = await calls_per_write(ttl=3600, priority=3)
+        assert with_options - plain <= 1, (plain, with_options)
+    finally:
+        await forum.close()
+
+
+async def test_tuples_expiring_at_one_time_expire_in_the_order_written(
+    cfg: StrandConfig,
+) -> None:
+    """A burst's expiries are appended to one run; a tuple that expires at
+    the same time but is timed on its own ends the run, so that the writes
+    after it, which share the burst's Properties, expire after it too."""
+    now = [1_800_000_000.0]
+    forum = Forum(await Strand.open(cfg), remote_delay=0, clock=lambda: now[0])
+    expired: list[EntryId] = []
+    forum.add_expiry_listener(lambda tuples: expired.extend(t.id for t in tuples))
+    try:
+        ttl = 3.0
+        a = await forum.write(b"job/a", ttl=ttl, priority=1)
+        b = await forum.write(b"job/b", ttl=ttl, priority=1)  # a's Properties: a's run
+        c = await forum.write(b"job/c", delay=1.0, ttl=2.0)  # the same expiry, on its own
+        d = await forum.write(b"job/d", ttl=ttl, priority=1)  # a's Properties again
+        e = await forum.write_many([b"job/e", b"job/f"], ttl=ttl)  # another run
+        assert forum.stats().delayed == 1
+        now[0] += 3.0
+        forum._schedule.run_due()  # what its timers do when the time comes
+        assert expired == [a, b, c, d, *e]
+        assert await forum.count(JOBS) == 0 and forum.stats().expired == 6
+    finally:
+        await forum.close()
+
+
+async def test_a_burst_that_expired_ends_its_run_even_if_the_clock_steps_back(
+    cfg: StrandConfig,
+) -> None:
+    """t0: a is written with a ttl (its run opens); t0 + 1 s: it expires
+    (its run is handed back); the wall clock steps back to t0: b, written
+    with a's Properties, is live and expires at t0 + 1 s too (in a run of
+    its own: appended to a's, it would never be handed back)."""
+    now = [1_800_000_000.0]
+    forum = Forum(await Strand.open(cfg), remote_delay=0, clock=lambda: now[0])
+    expired: list[EntryId] = []
+    forum.add_expiry_listener(lambda tuples: expired.extend(t.id for t in tuples))
+    try:
+        ttl = 1.0
+        a = await forum.write(b"job/a", ttl=ttl)
+        now[0] += 1.0
+        forum._schedule.run_due()
+        assert expired == [a]
+        now[0] -= 1.0
+        b = await forum.write(b"job/b", ttl=ttl)
+        assert await forum.count(JOBS) == 1
+        now[0] += 1.0
+        forum._schedule.run_due()
+        assert expired == [a, b] and await forum.count(JOBS) == 0
+    finally:
+        await forum.close()
 
 
 async def test_a_reserved_tuple_that_expires_is_not_handed_out_again(forum: Forum) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write, segment
+from node.entries import Entry, Properties
 from node.errors import StrandCorrupt
 
 FIXTURE = Path(__file__).parent / "fixtures" / "strand-v1"
@@ -88,6 +89,37 @@ async def test_concurrent_appends_share_one_record(cfg: StrandConfig) -> None:
     assert len(_records(path)) < 64  # one frame and checksum per group commit, not per entry
     async with await _open(cfg) as forum:
         assert await forum.count(ALL) == 64
+
+
+async def test_a_group_commits_appends_with_one_callback_and_props_are_told_in_one_call(
+    cfg: StrandConfig,
+) -> None:
+    """Appends queued together are one group commit: those next to each
+    other with the same ``then`` and Properties object are told in one call
+    (in log order), each row apart; a callback that fails is logged and the
+    appends are answered all the same."""
+    told: list[list[int]] = []
+
+    def then(writes: list[Entry]) -> None:
+        told.append([w.id.seq for w in writes])
+
+    def fails(writes: list[Entry]) -> None:
+        raise RuntimeError("a bug in a callback")
+
+    ttl = Properties(expires=1)
+    async with await Strand.open(cfg) as strand:
+        futures = [
+            strand.submit_writes((b"a",), then),
+            strand.submit_writes((b"b", b"c"), then),
+            strand.submit_writes((b"d",), then, ttl),
+            strand.submit_writes((b"e",), then, ttl),
+            strand.submit_writes((b"f",), then, Properties(*ttl)),  # equal, not the same
+            strand.submit_writes((b"g",), fails),
+            strand.submit_writes((b"h",), then),
+        ]
+        answers = await asyncio.gather(*futures)
+    assert told == [[1, 2, 3], [4, 5], [6], [8]]
+    assert [[w.id.seq for w in a] for a in answers] == [[1], [2, 3], [4], [5], [6], [7], [8]]
 
 
 async def test_a_torn_batch_loses_all_its_entries_and_no_other(cfg: StrandConfig) -> None:
