@@ -69,7 +69,7 @@ from node.resource import AsyncResource
 from node.schedule import Clock, Schedule
 from node.space import Pattern
 from node.strand import CompactionReport, Strand
-from node.write_options import expiring_properties, write_properties
+from node.write_options import expiring_properties, is_priority_alone, write_properties
 
 log = logging.getLogger(__name__)
 
@@ -767,11 +767,12 @@ class Forum(AsyncResource):
         if props is PLAIN:
             for entry in writes:
                 self._add_live(Tuple(entry.id, entry.payload))
-        elif (props is self._expiring and props.expires > int(self._clock() * 1000)) or (
+        elif (props is self._expiring and props.expires > self._clock() * 1000) or (
             props.expires and self._expiry_run_for(props)
         ):
             # An expiry (and maybe a priority) alone, live now: what _place
-            # does, inline, each expiry appended to the open run.
+            # does, inline, each expiry appended to the open run. (An int of
+            # ms is later than the clock's ms exactly when later than its time.)
             origin, kept, run = self.strand.origin, self._props, self._expiring_run
             lane = kept.get(origin)
             if lane is None:
@@ -781,6 +782,9 @@ class Forum(AsyncResource):
                 lane[entry_id.seq] = props
                 run.append(entry_id.seq)
                 self._add_live(Tuple(entry_id, entry.payload, props))
+        elif is_priority_alone(props):  # what _place does for them: the index keeps it all
+            for entry in writes:
+                self._add_live(Tuple(entry.id, entry.payload, props))
         else:
             now = self._schedule.now_ms()
             for entry in writes:

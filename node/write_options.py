@@ -94,7 +94,8 @@ def write_properties(  # noqa: C901, PLR0917 (one check per option, inline: the 
 def expiring_properties(now: float, ttl: float | None, priority: int) -> Properties:
     """``write_properties(now, ttl=ttl, priority=priority)``: a write with
     a ttl, a priority or both and no other option, the options of most
-    jobs. The ttl and priority of the last such write, given again as the
+    jobs. A priority alone is one of the Properties made once each. The
+    ttl and priority of the last such write with a ttl, given again as the
     same objects (a producer's constants), are not checked again: an
     object that passed the checks passes them again, and an identity test
     costs less. Only the expiry is new, and its Properties once it moves
@@ -106,7 +107,17 @@ def expiring_properties(now: float, ttl: float | None, priority: int) -> Propert
             props = _new_properties(Properties, (0, expires, priority, None, 0, False))
             _expiring[0] = (last_ttl, priority, expires, props)
         return props
+    if ttl is None and type(priority) is int:  # a priority alone: made once each
+        alone = _BY_PRIORITY.get(priority)
+        if alone is not None:
+            return alone
     return write_properties(now, ttl=ttl, priority=priority)
+
+
+def is_priority_alone(props: Properties) -> bool:
+    """Whether ``props`` says nothing but a priority (or nothing): what the
+    index keeps in its key, the only thing such a write needs beyond it."""
+    return props is _BY_PRIORITY.get(props.priority)
 
 
 #: The properties made last (see write_properties).

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from node.entries import Properties
-from node.write_options import expiring_properties, write_properties
+from node.write_options import expiring_properties, is_priority_alone, write_properties
 
 NOW = 1_800_000_000.1205  # mid-millisecond
 
@@ -65,3 +65,19 @@ def test_a_bad_option_is_refused_after_good_ones(ttl: float, priority: int, mess
         expiring_properties(NOW, ttl, priority)
     with pytest.raises(ValueError, match=message):
         write_properties(NOW, ttl=ttl, priority=priority)
+
+
+def test_a_priority_alone_is_one_shared_object_and_nothing_else_is() -> None:
+    """A write with a priority and no other option gets the Properties made
+    once for that priority (the Forum makes such writes live as plain ones,
+    ``is_priority_alone``); any other option makes them something else."""
+    for priority in (-128, -1, 0, 1, 127):
+        alone = expiring_properties(NOW, None, priority)
+        assert alone is write_properties(NOW, priority=priority)
+        assert alone is expiring_properties(NOW + 5, None, priority)
+        assert is_priority_alone(alone)
+        assert not is_priority_alone(expiring_properties(NOW, 60.0, priority))
+        assert not is_priority_alone(write_properties(NOW, priority=priority, delay=1))
+        assert not is_priority_alone(write_properties(NOW, priority=priority, key=b"k"))
+        assert not is_priority_alone(Properties(priority=priority, pause=True))
+    assert not is_priority_alone(Properties(priority=3))  # equal, but not the one made once
