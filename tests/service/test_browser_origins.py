@@ -19,11 +19,13 @@ tests/dashboard/test_foreign_pages.py):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import msgpack
@@ -33,6 +35,8 @@ import pytest_asyncio
 from node.client import ForumClient
 from node.config import NodeConfig
 from node.space import Pattern
+from tests.deploy.artifacts import Dockerfile, Launch, compose_launches, load_compose, load_k8s
+from tests.deploy.test_k8s import node_launches, worker_launch
 from tests.fixtures.cli import assert_usage_error, run_main
 from tests.fixtures.nodes import ForumNodes, NodeProcess
 
@@ -341,6 +345,50 @@ async def test_the_cookie_opens_no_stream_for_another_ports_page(nodes: Nodes) -
         async with http.ws_connect(url, headers={"Origin": node.url}) as stream:
             await stream.send_bytes(msgpack.packb([1, "write", {"payload": b"job/mine"}]))
             assert msgpack.unpackb((await stream.receive()).data)[1] == 201
+
+
+def dialed_names(launches: list[Launch]) -> set[str]:
+    """The host names the nodes and workers of ``launches`` dial nodes by."""
+    urls = [
+        url
+        for launch in launches
+        if launch.command == "serve"
+        for url in launch.node_config().peers
+    ]
+    urls += [launch.parse().node for launch in launches if launch.command == "worker"]
+    return {urlsplit(url).hostname or "" for url in urls}  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["compose", "k8s"])
+def test_every_name_the_deploy_files_dial_a_node_by_is_one_it_answers_to(where: str) -> None:
+    """deploy/: peers, workers and clients reach nodes by a proxy's or a
+    Service's name, which a node without a token must answer to (the k8s
+    nodes have one; they would answer without it too)."""
+    from node.web_auth import Browsers  # noqa: PLC0415  (here: the module runs on older code)
+
+    docker = Dockerfile()
+    if where == "compose":
+        launches = list(compose_launches(load_compose(), docker))
+        service_names: set[str] = set()
+    else:
+        k8s = load_k8s()
+        launches = [
+            *node_launches(k8s, docker, load_compose()),
+            worker_launch(k8s, docker, load_compose()),
+        ]
+        service_names = {
+            doc["metadata"]["name"]
+            for _, doc in k8s
+            if doc["kind"] == "Service"
+            and doc["spec"]["selector"].get("app.kubernetes.io/component") == "node"
+        }
+    names = dialed_names(launches) | service_names
+    assert names
+    for launch in launches:
+        if launch.command == "serve":
+            config = dataclasses.replace(launch.node_config(), token=None, read_token=None)
+            refused = {n for n in names if not Browsers.of(config).answers_to(n)}
+            assert not refused, launch.where
 
 
 def test_the_rule_knows_the_names_an_operator_wrote() -> None:
