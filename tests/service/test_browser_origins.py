@@ -25,7 +25,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import aiohttp
 import msgpack
@@ -35,6 +35,7 @@ import pytest_asyncio
 from node.client import ForumClient
 from node.config import NodeConfig
 from node.space import Pattern
+from tasks import App, Context, JobState
 from tests.deploy.artifacts import Dockerfile, Launch, compose_launches, load_compose, load_k8s
 from tests.deploy.test_k8s import node_launches, worker_launch
 from tests.fixtures.cli import assert_usage_error, run_main
@@ -345,6 +346,34 @@ async def test_the_cookie_opens_no_stream_for_another_ports_page(nodes: Nodes) -
         async with http.ws_connect(url, headers={"Origin": node.url}) as stream:
             await stream.send_bytes(msgpack.packb([1, "write", {"payload": b"job/mine"}]))
             assert msgpack.unpackb((await stream.receive()).data)[1] == 201
+
+
+async def test_a_dashboard_action_from_another_site_changes_nothing(
+    forum_nodes: ForumNodes, redis_url: str
+) -> None:
+    """The dashboard's own POSTs (the job actions, with ``--lens-url``) pass
+    the same guard: a queued job stays queued until the node's own page
+    cancels it."""
+    node = await forum_nodes.start("lens", "--lens-url", redis_url)
+    app = App(node.url, redis_url)
+
+    @app.task(retries=0)
+    def later(ctx: Context, n: int) -> int:
+        return n
+
+    async with app:
+        job = await app.enqueue("later", 1)
+        actions = (
+            Call("POST", f"/ui/job/cancel?{urlencode({'key': job.key})}"),
+            Call("POST", "/ui/jobs/act?action=cancel&state=queued"),
+        )
+        for call in actions:
+            for headers in foreign(node):
+                assert (await send(node, call, headers))[0] == 403, (call, headers)
+        assert (await app.status(job.key)).state is JobState.QUEUED
+        # From the node's own page: done, and sent back to the job's page (303, followed).
+        assert (await send(node, actions[0], {"Origin": node.url}))[0] == 200
+        assert (await app.status(job.key)).state is JobState.CANCELLED
 
 
 def dialed_names(launches: list[Launch]) -> set[str]:
