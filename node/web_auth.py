@@ -26,22 +26,18 @@ from, on every route, the stream's WebSocket handshake included, with or
 without a token (a browser carries no token of its own, but it carries the
 cookie, and a node without a token needs none):
 
-==========================================  ======================================
-``Origin`` the node's own (scheme, ``Host``)  let in: the node's own pages
-or one of ``allow_origins``
-any other ``Origin``, ``null`` included      403: another site's page (``null``
-                                            is a sandboxed frame's, a ``file:``
-                                            page's: no page of the node's)
-no ``Origin``, ``Sec-Fetch-Site``            403: a request another site's page
-``same-site`` or ``cross-site``, but for a   made that carries no ``Origin``
-``GET``/``HEAD`` top-level navigation        (an ``<img>``, a no-cors ``fetch``);
-                                            a link followed from elsewhere is
-                                            let in, and cannot act
-no ``Origin`` and the cookie, on a request   403: browsers name the origin of
-that acts (not a read, or the stream)        every such request
-no ``Origin``, no ``Sec-Fetch-Site``          let in: not a browser's (the Python
-                                            client, peers, curl)
-==========================================  ======================================
+* ``Origin`` the node's own (the scheme and ``Host`` of the request), or one
+  of ``allow_origins``: let in, the node's own pages;
+* any other ``Origin``, ``null`` included (a sandboxed frame's, a ``file:``
+  page's: no page of the node's): 403;
+* no ``Origin``, but ``Sec-Fetch-Site: same-site`` or ``cross-site``: 403 (a
+  request another site's page made without one: an ``<img>``, a no-cors
+  ``fetch``), but for a ``GET``/``HEAD`` top-level navigation, a link
+  followed from elsewhere, which reads only;
+* no ``Origin``, the cookie, and a request that acts (not a read, or the
+  stream): 403, since browsers name the origin of every such request;
+* no ``Origin`` and no ``Sec-Fetch-Site``: let in, not a browser's (the
+  Python client, peers, curl).
 
 Another site on the same host is "same-site" to a browser (sites ignore
 ports), so the ``SameSite=Strict`` cookie does not keep a page on another
@@ -198,8 +194,11 @@ class Browsers:
         """Whether a page of ``origin`` (an ``Origin`` header) may call the node."""
         try:
             given = WebOrigin.parse(origin)
-            return given in self.origins or given == WebOrigin.serving(request.scheme, request.host)
-        except ValueError:  # null, or no origin at all; a Host that is no name
+            if given in self.origins:
+                return True
+            # The Host as sent (request.host would look the machine's name up without one).
+            return given == WebOrigin.serving(request.scheme, request.headers.get("Host", ""))
+        except ValueError:  # null, or no origin at all; no Host, or one that is no name
             return False
 
 

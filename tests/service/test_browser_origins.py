@@ -442,6 +442,28 @@ def test_the_rule_knows_the_names_an_operator_wrote() -> None:
     assert Browsers.of(NodeConfig(listen="[::]:7070")).names is not None
 
 
+def test_origins_and_host_names_compare_as_browsers_write_them() -> None:
+    from node.web_origin import WebOrigin, split_host  # noqa: PLC0415  (as above)
+
+    assert WebOrigin.parse("HTTP://Forum.Example.com") == WebOrigin.parse(
+        "http://forum.example.com:80/"
+    )
+    assert WebOrigin.parse("http://a.example") != WebOrigin.parse("https://a.example")
+    assert WebOrigin.parse("https://[::1]:8443") == WebOrigin("https", "::1", 8443)
+    assert str(WebOrigin.parse("https://a.example:443")) == "https://a.example"
+    assert str(WebOrigin.parse("http://[::1]:7070")) == "http://[::1]:7070"
+    assert WebOrigin.serving("http", "[::1]:7070") == WebOrigin.parse("http://[::1]:7070")
+    assert WebOrigin.serving("http", "localhost") == WebOrigin.parse("http://localhost:80")
+    assert split_host("Node-A.:7070") == ("node-a", 7070)
+    assert split_host("10.0.0.5") == ("10.0.0.5", None)
+    for bad in ("", "a b", "[::1", "[::1]x", "a:b", "a:99999", "-a.example", "a..b", "::1"):
+        with pytest.raises(ValueError):
+            split_host(bad)
+    for bad in ("null", "*", "file:///x", "http://", "http://a.example/x", "http://u@a.example"):
+        with pytest.raises(ValueError):
+            WebOrigin.parse(bad)
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "said"),
     [
