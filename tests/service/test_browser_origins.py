@@ -266,6 +266,18 @@ async def test_an_allowed_origin_acts_and_a_followed_link_reads(nodes: Nodes) ->
     assert (await send(node, form, followed | {"Sec-Fetch-Dest": "document"}))[0] == 403
 
 
+@on_the_nodes
+async def test_the_dashboards_pages_cannot_be_framed(nodes: Nodes) -> None:
+    """For browsers that do not say what a request is for (no ``Sec-Fetch-Dest``),
+    the pages themselves forbid another site to frame them (clickjacking)."""
+    async with aiohttp.ClientSession() as http:
+        for path in ("/ui", "/ui/prefixes", "/ui/login"):
+            async with http.get(nodes.open.url + path) as answer:
+                assert answer.status == 200
+                assert answer.headers["X-Frame-Options"] == "DENY"
+                assert answer.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+
+
 def named(node: NodeProcess, name: str) -> dict[str, str]:
     return {"Host": f"{name}:{node.port}"}
 
