@@ -12,6 +12,7 @@ hands a browser a node's address under another name, never another port.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -61,6 +62,10 @@ class WebOrigin:
         return f"{self.scheme}://{host}" if implied else f"{self.scheme}://{host}:{self.port}"
 
 
+#: ``Host`` headers parsed lately: a node is reached by a handful of names, and
+#: parsing one (``ipaddress`` refusing a name, the name pattern) costs tens of
+#: microseconds a request. A refusal is not kept: it costs its sender alone.
+@functools.lru_cache(maxsize=1024)
 def split_host(header: str) -> tuple[str, int | None]:
     """A ``Host`` header's name (lower case, without a final dot, an IPv6
     address without its brackets) and port; ``ValueError`` if it is neither
@@ -86,6 +91,7 @@ def split_host(header: str) -> tuple[str, int | None]:
     return name, port
 
 
+@functools.lru_cache(maxsize=1024)
 def is_address(name: str) -> bool:
     """Whether ``name`` is an IP address written out (no DNS answer can stand behind it)."""
     try:
