@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from selenium.webdriver.common.by import By
 
 from node import Pattern
 from node.client import ForumClient
@@ -124,6 +125,26 @@ async def _answers(port: int) -> bool:
     return True
 
 
+#: Frames ``arguments[0]`` in the page, as ``#framed``; done once it loaded.
+FRAME = """
+const [url, done] = [arguments[0], arguments[arguments.length - 1]];
+const frame = Object.assign(document.createElement("iframe"), {id: "framed", src: url});
+frame.onload = () => done();
+setTimeout(done, 10000);
+document.body.appendChild(frame);
+"""
+
+
+def buttons_framed(page: Browser, url: str) -> int:
+    """How many buttons of ``url`` a frame in the page shows (clickjacking)."""
+    page.driver.execute_async_script(FRAME, url)
+    page.driver.switch_to.frame("framed")
+    try:
+        return len(page.driver.find_elements(By.CSS_SELECTOR, "button"))
+    finally:
+        page.driver.switch_to.default_content()
+
+
 def attack(page: Browser, node_url: str) -> dict[str, str]:
     """Each script run in the page ``page`` shows, against ``node_url``."""
     return {
@@ -166,6 +187,10 @@ async def test_a_page_on_another_port_cannot_act_through_a_signed_in_browser(
     browser.find("#token").send_keys(TOKEN)
     browser.find("#login button").click()
     browser.until(lambda: browser.find(".scope").text == "full access", "signed in")
+    browser.open(f"{node.url}/ui/prefixes")  # what a frame would show: a pause button
+    browser.until(lambda: browser.texts("button[data-action='pause']"), "the pause button")
+    browser.open(elsewhere)
+    assert buttons_framed(browser, f"{node.url}/ui/prefixes") == 0
     # The cookie alone: the scripts send no token of their own.
     await only_the_nodes_own_page_acts(browser, node, elsewhere)
     browser.reset()
