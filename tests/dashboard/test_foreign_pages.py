@@ -6,7 +6,8 @@ form). The foreign page is served by a real ``python -m http.server`` on
 another port of 127.0.0.1; each attack (a WebSocket on ``/v1/stream`` that
 writes and takes, a no-cors ``fetch`` POST with the cookie, a form POST) is
 made by a script in that page, and then from the node's own page, where the
-very same scripts act (so a refusal is the node's, not the script's). A
+very same scripts act (so a refusal is the node's, not the script's); a
+frame of the signed-in dashboard there shows none of its buttons. A
 DNS-rebound page (Chromium told that ``rebound.test`` is 127.0.0.1) is
 same-origin with the node in the browser's eyes: the node's ``Host`` check
 refuses it. The server-side rule is node/web_auth.py's ``browser_guard``.
