@@ -42,7 +42,8 @@ cookie, and a node without a token needs none):
 Another site on the same host is "same-site" to a browser (sites ignore
 ports), so the ``SameSite=Strict`` cookie does not keep a page on another
 port out: the ``Origin`` does. And on a node without a token, a ``Host``
-that is none of the node's names is refused (421) before anything else:
+that is none of the node's names is refused (421) before anything else (but
+on the probes, and on the peer routes while they want the cluster key):
 DNS rebinding gives a page of another site the node's address under that
 site's own name, which makes the page's requests same-origin; its ``Host``
 still says the other name (:class:`Browsers`).
@@ -206,13 +207,19 @@ def browser_guard(config: NodeConfig) -> Middleware:
     """The middleware that refuses a browser's request from elsewhere (the
     table at the top), judged by :class:`Browsers` made from ``config``."""
     browsers = Browsers.of(config)
+    # Not the Host of the probes, which answer whatever the name (a load
+    # balancer may probe by one the node was not told, and they say nothing a
+    # page could use), nor of the peer routes while they want the cluster
+    # key: that is what a rebound page lacks, as the token is.
+    signed = cluster_key(config) is not None
+
+    def host_checked(path: str) -> bool:
+        return path not in OPEN_PATHS and not (signed and path.startswith(CLUSTER_PREFIX))
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         host = request.headers.get("Host")
-        if host is not None and request.path not in OPEN_PATHS and not browsers.answers_to(host):
-            # Probes answer whatever the name: a load balancer may probe by one
-            # the node was not told, and they say nothing a page could use.
+        if host is not None and host_checked(request.path) and not browsers.answers_to(host):
             raise ApiProblem(
                 421,
                 "misdirected_request",

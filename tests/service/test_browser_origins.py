@@ -295,12 +295,27 @@ async def test_without_a_token_another_host_name_is_misdirected(nodes: Nodes) ->
         same_page = named(node, name) | {"Origin": f"http://{name}:{node.port}"}
         assert await stream_write(node, same_page) == 421
         assert (await send(node, Call("GET", "/v1/watch"), same_page))[0] == 421
-        assert (await send(node, Call("POST", "/v1/cluster/pull", json={}), same_page))[0] == 421
+        assert (await send(node, Call("POST", "/v1/cluster/replication/pull", json={}), same_page))[
+            0
+        ] == 421
         assert (await send(node, Call("GET", "/ui"), same_page))[0] == 421
         # Probes answer whatever the name (a load balancer's own).
         assert (await send(node, Call("GET", "/healthz"), named(node, name)))[0] == 200
         assert (await send(node, Call("GET", "/readyz"), named(node, name)))[0] == 200
     assert await state(node) == before
+
+
+async def test_with_a_cluster_secret_alone_the_peer_routes_answer_any_name(
+    forum_nodes: ForumNodes,
+) -> None:
+    """The signature is what a rebound page lacks there; the client routes,
+    with no token, still check the name."""
+    node = await forum_nodes.start("secret", "--cluster-secret", "peers-only")
+    rebound = named(node, "evil.example")
+    assert (await send(node, Call("POST", "/v1/cluster/replication/pull", json={}), rebound))[
+        0
+    ] == 401
+    assert (await send(node, ACTING["write"], rebound))[0] == 421
 
 
 @on_the_nodes
