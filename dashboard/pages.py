@@ -92,6 +92,12 @@ ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 #: page an open redirect.
 NEXT = ROOT + r"(?:[/?#][^\x00-\x1f\x7f\\]*)?"
 
+#: Every page forbids being framed: a page of another site that framed one
+#: could have its visitor click its buttons (clickjacking). The node's
+#: browser guard refuses such a frame's request already where the browser
+#: says what it is for (``Sec-Fetch-Dest``); these headers are for the others.
+NO_FRAMES = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
+
 SAMPLER = web.AppKey("dashboard_sampler", Sampler)
 RATES = web.AppKey("dashboard_group_rates", GroupRates)
 TEMPLATES = web.AppKey("dashboard_templates", jinja2.Environment)
@@ -286,7 +292,7 @@ async def login(request: web.Request) -> web.Response:
             "invalid_parameter", f"next must be a path of this node's dashboard ({ROOT}...)"
         )
     page = request.app[TEMPLATES].get_template("login.html").render(root=ROOT, next=back)
-    return web.Response(text=page, content_type="text/html")
+    return web.Response(text=page, content_type="text/html", headers=NO_FRAMES)
 
 
 def is_page_path(target: str) -> bool:
@@ -348,7 +354,7 @@ def _page(request: web.Request, template: str, **values: Any) -> web.Response:
             **values,
         )
     )
-    return web.Response(text=page, content_type="text/html", status=status_code)
+    return web.Response(text=page, content_type="text/html", status=status_code, headers=NO_FRAMES)
 
 
 #: Every page's handler, by path.

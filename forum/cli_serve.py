@@ -17,7 +17,7 @@ import sys
 
 from dashboard import dashboard
 from forum.cli_args import EXIT_NODE, UsageError
-from node.config import DEFAULT_LISTEN, NodeConfig
+from node.config import DEFAULT_LISTEN, REPEATED_FLAGS, NodeConfig
 from node.errors import DataDirLocked, ForumError
 from node.serve import configure_logging, serve
 from node.web_keys import Extension
@@ -41,8 +41,10 @@ def serve_flags(args: argparse.Namespace) -> dict[str, object]:
         for f in dataclasses.fields(NodeConfig)
         if getattr(args, f.name, None) is not None
     }
-    if args.peer:
-        flags["peers"] = args.peer
+    for key, flag in REPEATED_FLAGS.items():
+        given = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if given:
+            flags[key] = given
     return flags
 
 
@@ -127,6 +129,20 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
         help="a second token that may only read (GET: the dashboard, status); needs --token",
     )
     add("--cluster-secret", metavar="SECRET", help="peers must present this secret")
+    add(
+        "--allow-origin",
+        metavar="ORIGIN",
+        action="append",
+        help="an origin (scheme://host[:port]) besides the node's own whose pages may call it "
+        "from a browser, e.g. a proxy's https://forum.example.com (repeatable)",
+    )
+    add(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        help="a host name besides its own (loopback, listen, advertise, peers) that a node "
+        "without a token answers to (repeatable)",
+    )
     add(
         "--lens-url",
         metavar="URL",

@@ -232,6 +232,12 @@ class StreamConnection:
             if exc.status == 401:
                 message = "missing or wrong credentials: give the node's token"
                 raise Unauthorized(self.url, 401, "unauthorized", message) from exc
+            if exc.status == 421:  # the handshake's answer has no body to quote (node.web_auth)
+                message = (
+                    "the node does not answer to this host name: without a token it answers "
+                    "to its addresses, localhost and the names it was given (--allow-host)"
+                )
+                raise NodeRejected(self.url, 421, "misdirected_request", message) from exc
             raise NodeRejected(self.url, exc.status, f"http_{exc.status}", exc.message) from exc
         except TimeoutError as exc:
             raise NodeTimeout(

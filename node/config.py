@@ -50,6 +50,7 @@ from node.strand import MIN_SEGMENT_BYTES, FsyncPolicy, payload_limit
 from node.watch import BUFFER as WATCH_BUFFER
 from node.watch import HEARTBEAT as WATCH_HEARTBEAT
 from node.watch import QUEUE as WATCH_QUEUE
+from node.web_origin import WebOrigin, check_host_name
 
 LogFormat = Literal["text", "json"]
 
@@ -113,6 +114,22 @@ def _check_limits(limits: Mapping[str, Any]) -> None:
             )
 
 
+def _check_origins(origins: tuple[str, ...]) -> None:
+    for origin in origins:
+        try:
+            WebOrigin.parse(origin)
+        except ValueError as exc:
+            raise ValueError(f"allow_origins: {exc}") from None
+
+
+def _check_hosts(names: tuple[str, ...]) -> None:
+    for name in names:
+        try:
+            check_host_name(name)
+        except ValueError as exc:
+            raise ValueError(f"allow_hosts: {exc}") from None
+
+
 Listen = Annotated[str, Meta(description="HOST:PORT"), Check(_parse_listen)]
 NodeName = Annotated[
     str, Meta(description="a name of letters, digits and -_."), Check(_check_node_id)
@@ -137,6 +154,14 @@ SegmentSize = Annotated[
     int,
     Meta(ge=MIN_SEGMENT_BYTES, description=f"at least {MIN_SEGMENT_BYTES} bytes, {SIZE_TEXT}"),
     SIZE,
+]
+Origins = Annotated[
+    tuple[str, ...],
+    Meta(description="a list of origins (scheme://host[:port])"),
+    Check(_check_origins),
+]
+HostNames = Annotated[
+    tuple[str, ...], Meta(description="a list of host names"), Check(_check_hosts)
 ]
 DataDir = Annotated[Path, Meta(description="a path")]
 Ratio = Annotated[float, Meta(ge=0, le=1, description="a share between 0 and 1")]
@@ -183,6 +208,16 @@ class NodeConfig:
     #: jobs through. The node itself never uses it; ``None``: the dashboard's
     #: Jobs and Workers panels say no Lens is configured.
     lens_url: Secret | None = None
+    #: Origins (``scheme://host[:port]``) besides the node's own whose pages
+    #: may call it from a browser: the name a proxy in front of the node
+    #: serves it under (``https://forum.example.com``). Any other ``Origin``
+    #: is refused (node.web_auth).
+    allow_origins: Origins = ()
+    #: Host names besides the node's own (loopback, its listen, advertise and
+    #: peer addresses, the machine's name) that a node without a token
+    #: answers to; any other ``Host`` is refused, against DNS rebinding
+    #: (node.web_auth).
+    allow_hosts: HostNames = ()
     #: Peers must present this on the cluster routes; ``None`` leaves them open.
     cluster_secret: Secret | None = None
     #: The largest single tuple, in bytes.
@@ -338,6 +373,14 @@ def _env_layer(env: Mapping[str, str]) -> Layer:
     )
 
 
+#: The keys ``forum serve`` takes as a repeatable flag of another spelling.
+REPEATED_FLAGS = {
+    "peers": "--peer",
+    "allow_origins": "--allow-origin",
+    "allow_hosts": "--allow-host",
+}
+
+
 def _flag(key: str) -> str:
     """How ``forum serve`` spells a key as a flag (``peers`` is the repeatable ``--peer``)."""
-    return "--peer" if key == "peers" else f"--{key.replace('_', '-')}"
+    return REPEATED_FLAGS.get(key, f"--{key.replace('_', '-')}")

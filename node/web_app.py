@@ -9,6 +9,9 @@ Middlewares, outermost first::
 
     metrics        counts and times every request, rejected ones included
     errors         turns every failure into {"error": code, "message": text}
+    browser guard  (node.web_auth) a browser's request from another site's page
+                   (Origin, Sec-Fetch-Site), or to a Host that is not the
+                   node's on a node without a token: refused, on every route
     authenticate   (node.web_auth) the client token on the API, the cluster key (the
                    cluster secret, else the token) on /v1/cluster/
                    (replication), nothing on the health probes
@@ -35,7 +38,7 @@ from node.config import NodeConfig
 from node.errors import ForumError, RecordTooLarge, StrandError
 from node.forum import Forum
 from node.watch import WatchHub
-from node.web_auth import CLUSTER_PREFIX, authenticate, cluster_key
+from node.web_auth import CLUSTER_PREFIX, authenticate, browser_guard, cluster_key
 from node.web_bodies import ApiProblem, BodyTimeout, bad_request
 from node.web_handlers import HANDLERS
 from node.web_keys import (
@@ -108,7 +111,7 @@ def build_app(
     )
     metrics = NodeMetrics(registry, forum, long_polls, compactor)
     app = web.Application(
-        middlewares=[metrics.middleware, _errors, authenticate, _bodies],
+        middlewares=[metrics.middleware, _errors, browser_guard(config), authenticate, _bodies],
         # A backstop only: handlers read bodies with their own, tighter limits.
         client_max_size=config.max_batch_bytes + _BODY_SLACK,
     )

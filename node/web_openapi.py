@@ -58,8 +58,9 @@ from node.web_status import NodeStatus
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 #: What any route may answer besides its own: a bad query, or a body where
-#: none belongs (400), a compressed body (415).
-_ALWAYS = ("400", "415")
+#: none belongs (400), a browser's request from another site's page (403,
+#: node.web_auth), a compressed body (415).
+_ALWAYS = ("400", "403", "415")
 #: And a route that reads a body: too slow (408), too large (413).
 _WITH_BODY = ("408", "413")
 #: And every route but the liveness probe: a node shutting down or a failed disk.
@@ -195,8 +196,8 @@ def _errors(path: str, *, body: bool, bearer: bool, negotiates: bool) -> dict[st
     if path != "/healthz":
         errors.append(_UNAVAILABLE)
     if bearer:
-        # 403: the read token asking for more than a read, or a cookie from elsewhere.
-        errors += ["401", "403"]
+        # 403 too: the read token asking for more than a read.
+        errors.append("401")
     return {status: _ERROR for status in sorted(errors)}
 
 

@@ -10,6 +10,7 @@ temporary directory), printed at the start; not a ``FORUM_*`` name, which
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -107,9 +108,9 @@ class Browser:
         self.console()
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    """One headless Chromium for the whole module."""
+@contextlib.contextmanager
+def launch(tmp_path_factory: pytest.TempPathFactory, *flags: str) -> Iterator[Browser]:
+    """A headless Chromium with :data:`FLAGS` and ``flags``, quit on the way out."""
     found = _binaries()
     if found is None:
         message = "chromium and chromedriver are needed (scripts/install-tools installs them)"
@@ -123,7 +124,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
     print(f"\ndashboard screenshots in {artifacts}")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in FLAGS:
+    for flag in (*FLAGS, *flags):
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -132,3 +133,10 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         yield Browser(driver, artifacts)
     finally:
         driver.quit()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """One headless Chromium for the whole module."""
+    with launch(tmp_path_factory) as started:
+        yield started

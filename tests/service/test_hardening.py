@@ -119,7 +119,7 @@ async def test_a_compressed_body_is_refused(
 
 async def test_a_transfer_coding_other_than_chunked_is_refused(node: NodeProcess) -> None:
     request = (
-        b"POST /v1/tuples HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+        b"POST /v1/tuples HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
         b"5\r\nhello\r\n0\r\n\r\n"
     )
     before = await live(node.url)

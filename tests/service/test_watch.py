@@ -157,7 +157,7 @@ async def test_a_client_that_reads_nothing_is_cut_off_while_writes_go_on(tmp_pat
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
         await loop.sock_connect(sock, ("127.0.0.1", port))
-        await loop.sock_sendall(sock, b"GET /v1/watch HTTP/1.1\r\nHost: x\r\n\r\n")
+        await loop.sock_sendall(sock, b"GET /v1/watch HTTP/1.1\r\nHost: localhost\r\n\r\n")
         await eventually(lambda: hub.watchers == 1)
         # 16 MB of events, far more than the socket buffers hold, in batches
         # smaller than the watcher's queue; the node goes on writing.
