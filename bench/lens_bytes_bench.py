@@ -237,6 +237,11 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                 for name in order:
                     source = sources["baseline" if name == "baseline" else "this"]
                     found = run_child(source, name, url, args.jobs)
+                    # The child's coordinator was the source's: said, not where it was.
+                    imported = found.pop("coordinator", None)
+                    if imported is not None and not imported.startswith(str(source)):
+                        raise RuntimeError(f"{name} imported {imported}, not {source}'s")
+                    found["source"] = "baseline" if name == "baseline" else "this"
                     report["runs"][name].append(found)
                     print(f"round {round_ + 1} {name:<16} {found['bytes_per_job']:7.1f} B/job",
                           flush=True)  # fmt: skip

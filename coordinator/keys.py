@@ -89,7 +89,7 @@ Why these lifetimes, and why per shard:
 * A history lives ``history_ttl`` (an hour by default) after its last
   event, apart from the done marker: it tells people how a key ran (the
   dashboard, ``forum jobs``), while the marker is what turns a copy away,
-  and at about 370 bytes for a job claimed once it cost 2.5 times the
+  and at 357 bytes for a job claimed once it costs 2.4 times the
   marker. ``history_ttl = 0`` writes none. Either way the marker alone
   turns copies away, for its whole retention. It is capped at
   ``HISTORY_LENGTH`` events so a job retried forever cannot
