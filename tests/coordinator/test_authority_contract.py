@@ -451,7 +451,7 @@ async def _free(authority: ClaimAuthority, key: str) -> bool:
 
 #: A short retention to watch it end: the done marker lives RETENTION s, the
 #: history HISTORY_TTL s after its last event (both authorities alike).
-RETENTION, HISTORY_TTL = 0.8, 0.2
+RETENTION, HISTORY_TTL = 3.0, 1.0
 
 
 @pytest.fixture(params=["memory", "lens"])

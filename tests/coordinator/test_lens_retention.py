@@ -84,7 +84,7 @@ async def test_a_completed_job_leaves_one_integer_key_without_history(redis_url:
 async def test_with_history_a_job_leaves_two_lines_that_expire_first(redis_url: str) -> None:
     """With a history each job adds one list of two lines (its claim and its
     completion), which expires ``history_ttl`` after: then one key is left."""
-    kinds = await _jobs_done(redis_url, history_ttl=1.0)
+    kinds = await _jobs_done(redis_url, history_ttl=3.0)
     assert len(kinds["done"]) == len(kinds["history"]) == JOBS
     with redis.Redis.from_url(redis_url) as r:
         assert {r.llen(name) for name in kinds["history"]} == {2}
