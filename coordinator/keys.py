@@ -22,7 +22,9 @@ key                                type    holds                                
 ``<tag>:fence``                    string  the last fencing token issued for a    never
                                            key in the shard
 ``<tag>:claim:<key>``              string  the live claim's fencing token         lease (``PX``)
-``<tag>:done:<key>``               string  the token that completed ``<key>``     ``done_ttl``
+``<tag>:done:<key>``               string  the token that completed ``<key>``     the retention
+                                           (an integer: Redis keeps it in the     (``forget_after``
+                                           key's object, no extra allocation)     + ``DONE_MARGIN``)
 ``<tag>:job:<key>``                hash    the in-flight record: ``token``,       never; deleted by
                                            ``owner``, ``attempt``, ``since``      complete, release,
                                            (Redis TIME ms) of the claim,          the reaper, or the
@@ -35,9 +37,10 @@ key                                type    holds                                
                                            str fields -> bytes, ``token`` (the    ``ttl``, from its
                                            writer's), ``cancelled`` (the token    last write
                                            of a cancel)
-``<tag>:history:<key>``            list    the last ``HISTORY_LENGTH`` events     ``done_ttl`` from
-                                           of the key: ``<ms> <event> <token>     its last event
-                                           <attempt> <owner>``, oldest first
+``<tag>:history:<key>``            list    the last ``HISTORY_LENGTH`` events     ``history_ttl``
+                                           of the key: ``<ms> <event> <token>     (an hour) from its
+                                           <attempt> <owner>``, oldest first      last event; none
+                                                                                  when 0
 =================================  ======  =====================================  ==============
 
 Why these lifetimes, and why per shard:
@@ -62,19 +65,34 @@ Why these lifetimes, and why per shard:
   markers it saw and every script checks its shard's; a marker gone or
   changed raises ``LensStateLost`` once (coordinator.lens).
 * A claim expires with its lease so that a dead holder's key frees itself.
-* A done marker must outlive every re-delivery of the job: a duplicate that
-  arrives after the marker expired would run again. Re-deliveries come from
-  double takes across a partition (bounded by how long a partition lasts) and
-  from re-offers (bounded by the lease). Seven days covers any partition an
-  operator would leave unhealed; raise it if yours can last longer.
+* A done marker must outlive every re-delivery of the job: a copy that
+  arrives after the marker expired runs again. A copy can only come from a
+  node that holds the job's Write and not its Take. A node in touch with the
+  cluster receives the Take within its replication lag; one cut off or down
+  receives it when it is back, and until then every other node keeps the
+  Take for it (compaction waits for every member) for at most
+  ``forget_after`` (the node setting, a day by default). A member away
+  longer is forgotten; when it returns, its recheck kills its stale copies
+  (docs/replication.md, "Dead ranges and rechecks"). Re-offers add a lease
+  or two. So the marker lives ``forget_after + DONE_MARGIN`` by default
+  (``LensConfig.retention``), not a fixed week, and a Lens refuses a
+  ``done_ttl`` shorter than ``forget_after``. It is the only per-job key
+  that stays: an integer token under the key, about 150 bytes of Redis
+  memory (bench/lens_bytes_bench.py), the least that turns a copy away and
+  still says which claim completed the job (``AlreadyDone.token``, a
+  repeated ``complete``, a cancel's token in the task layer).
 * An in-flight record has no TTL: it is the only copy of a claimed job, so it
   must stay until it is completed, released, or written back to the space.
 * A job record lives as long as its writer says (the task layer's
   ``result_ttl``): it is what is known about the job, not the job, and every
-  fenced write renews it. Cancelling gives one without a TTL ``done_ttl``.
-* A history lives as long as a done marker after its last event: the two
-  answer the same question (did this key run, and how) for the same time.
-  It is capped at ``HISTORY_LENGTH`` events so a job retried forever cannot
+  fenced write renews it. Cancelling gives one without a TTL the retention.
+* A history lives ``history_ttl`` (an hour by default) after its last
+  event, apart from the done marker: it tells people how a key ran (the
+  dashboard, ``forum jobs``), while the marker is what turns a copy away,
+  and at 357 bytes for a job claimed once it costs 2.4 times the
+  marker. ``history_ttl = 0`` writes none. Either way the marker alone
+  turns copies away, for its whole retention. It is capped at
+  ``HISTORY_LENGTH`` events so a job retried forever cannot
   grow it without bound; the events are pushed by the scripts that end a
   claim (complete, release, hand_back; claim and cancel for a lapsed one),
   reaped and cancel, so reading it never disagrees with the state and
@@ -101,8 +119,13 @@ DEFAULT_NAMESPACE = "forum:lens"
 DEFAULT_SHARDS = 16
 MAX_SHARDS = 1024
 
-#: How long a done marker outlives its job's completion (seconds).
-DONE_TTL = 7 * 24 * 3600.0
+#: How long a done marker outlives ``forget_after`` by default (seconds): the
+#: time a member that came back within ``forget_after`` takes to receive the
+#: Takes it missed, and the re-offers of a lease or two, with room to spare.
+DONE_MARGIN = 3600.0
+
+#: How long a key's history outlives its last event by default (seconds).
+HISTORY_TTL = 3600.0
 
 #: How many events a key's history keeps (the last ones); the same number is
 #: ``HISTORY_LENGTH`` in ``lua/prelude.lua`` (a test checks they agree).

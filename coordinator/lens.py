@@ -102,6 +102,7 @@ from coordinator.records import (
 from coordinator.redis_url import RedisTarget, close, redacted
 from coordinator.scripts import Call, ReplicasBehind, Scripts, Wait
 from node.cancellation import keep_cancellation
+from node.config import FORGET_AFTER
 from node.resource import AsyncResource
 
 #: Redis error replies that mean "not now" rather than "never": a replica
@@ -189,8 +190,16 @@ class LensConfig:
 
     url: str = "redis://127.0.0.1:6379/0"
     namespace: str = keys.DEFAULT_NAMESPACE
-    #: How long a done marker turns duplicates away (see coordinator.keys).
-    done_ttl: float = keys.DONE_TTL
+    #: The cluster's ``forget_after`` (the node setting; the largest of its
+    #: nodes'): how long a member cut off can still hold a copy of a job the
+    #: others completed. The done markers' default retention follows it.
+    forget_after: float = FORGET_AFTER
+    #: How long a done marker turns copies away; ``None``: ``forget_after +
+    #: keys.DONE_MARGIN`` (:attr:`retention`). Never below ``forget_after``.
+    done_ttl: float | None = None
+    #: How long a key's claim history is kept after its last event; 0 keeps
+    #: none (the done marker alone turns copies away either way).
+    history_ttl: float = keys.HISTORY_TTL
     #: How long a reaper's grab of an abandoned record lasts.
     reaper_lease: float = keys.REAPER_LEASE
     #: verify() refuses with less than min(safety_margin, lease * MARGIN_FRACTION) left.
@@ -218,15 +227,29 @@ class LensConfig:
     def __post_init__(self) -> None:
         RedisTarget.from_url(self.url)
         keys.KeySchema(self.namespace, self.shards)
-        for name in ("done_ttl", "reaper_lease", "timeout", "connect_timeout", "wait_timeout"):
+        for name in ("forget_after", "reaper_lease", "timeout", "connect_timeout", "wait_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.done_ttl is not None and self.done_ttl < self.forget_after:
+            raise ValueError(
+                f"done_ttl ({self.done_ttl:g} s) must not be shorter than forget_after "
+                f"({self.forget_after:g} s): a member cut off that long may still offer "
+                "a completed job, which would run again"
+            )
+        if self.history_ttl < 0:
+            raise ValueError("history_ttl must not be negative")
         if self.safety_margin < 0:
             raise ValueError("safety_margin must not be negative")
         if self.wait_replicas < 0:
             raise ValueError("wait_replicas must not be negative")
         if (self.wait_replicas or self.wait_aof) and self.wait_timeout >= self.timeout:
             raise ValueError("wait_timeout must be shorter than timeout")
+
+    @property
+    def retention(self) -> float:
+        """Seconds a done marker lives: ``done_ttl``, else ``forget_after +
+        keys.DONE_MARGIN`` (why: coordinator.keys)."""
+        return self.forget_after + keys.DONE_MARGIN if self.done_ttl is None else self.done_ttl
 
 
 class Claim:
@@ -326,8 +349,9 @@ class Claim:
     async def complete(self) -> None:
         """Finish: leave a done marker; :class:`ClaimLost` for a stale holder."""
         self._check_open()
-        done_ms = _ms(self._lens.config.done_ttl)
-        lost = self._completed(await self._lens._run("complete", self.key, self._token, done_ms))
+        lens = self._lens
+        reply = await lens._run("complete", self.key, self._token, lens._done_ms, lens._history_ms)
+        lost = self._completed(reply)
         if lost is not None:
             raise lost
 
@@ -413,8 +437,9 @@ class Lens(AsyncResource):
         if config.wait_replicas or config.wait_aof:
             wait = Wait(config.wait_replicas, _ms(config.wait_timeout), config.wait_aof)
         self._scripts = Scripts(self._redis, self._keys, wait)
-        #: A history's TTL (a done marker's), as every script that pushes takes it.
-        self._history_ms = _ms(config.done_ttl)
+        #: A done marker's TTL, and a history's (0: no history), as the scripts take them.
+        self._done_ms = _ms(config.retention)
+        self._history_ms = _ms(config.history_ttl) if config.history_ttl else 0
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Lens:
@@ -516,8 +541,8 @@ class Lens(AsyncResource):
         own = [self._own(claim) for claim in claims]
         outcomes: list[ClaimLost | None] = [claim._lost() for claim in own]
         open_ = [i for i, lost in enumerate(outcomes) if lost is None]
-        done_ms = _ms(self._config.done_ttl)
-        calls = [self._keyed("complete", own[i].key, (own[i].token, done_ms)) for i in open_]
+        args = (self._done_ms, self._history_ms)
+        calls = [self._keyed("complete", own[i].key, (own[i].token, *args)) for i in open_]
         for i, reply in zip(open_, await self._send(calls), strict=True):
             outcomes[i] = own[i]._completed(reply)
         return outcomes
@@ -657,7 +682,7 @@ class Lens(AsyncResource):
 
     async def history(self, key: str) -> list[HistoryEvent]:
         """``key``'s claim history, oldest first: the last
-        ``keys.HISTORY_LENGTH`` events, kept ``done_ttl`` after the last,
+        ``keys.HISTORY_LENGTH`` events, kept ``history_ttl`` after the last (none when 0),
         and the live claim's "claimed" (coordinator.records). One round trip;
         the claim is read before the list, so a claim that ends between the
         two reads is in the list (and counted once)."""
@@ -702,7 +727,7 @@ class Lens(AsyncResource):
         held (``"running"``, with its owner); ``"done"`` if it was already."""
         if not key:
             raise ValueError("a claim key must not be empty")
-        reply = await self._run("cancel", key, self._history_ms)
+        reply = await self._run("cancel", key, self._done_ms, self._history_ms)
         code = int(reply[0])
         if code == _CANCELLED:
             token = int(reply[1])

@@ -49,6 +49,7 @@ from coordinator.records import (
     encode_fields,
     with_live_claim,
 )
+from node.config import FORGET_AFTER
 
 _GONE = "expired, released or taken over"
 
@@ -187,17 +188,22 @@ class MemoryAuthority:
         *,
         clock: Callable[[], float] = time.monotonic,
         reaper_lease: float = keys.REAPER_LEASE,
-        done_ttl: float = keys.DONE_TTL,
+        retention: float = FORGET_AFTER + keys.DONE_MARGIN,
+        history_ttl: float = keys.HISTORY_TTL,
     ) -> None:
         self.clock = clock
         self.reaper_lease = reaper_lease
-        #: How long a history lasts after its last event (the Lens's done_ttl).
-        self.done_ttl = done_ttl
+        #: How long a done marker lasts (the Lens's ``LensConfig.retention``).
+        self.retention = retention
+        #: How long a history lasts after its last event; 0: none is kept
+        #: (the Lens's ``history_ttl``).
+        self.history_ttl = history_ttl
         #: False: every call raises LensUnavailable, as while Redis is down.
         self.available = True
         self._fence = 0
         self._claims: dict[str, _Held] = {}
-        self._done: dict[str, int] = {}
+        #: Done markers: key -> (token, when it expires by ``clock()``).
+        self._done: dict[str, tuple[int, float]] = {}
         self._records: dict[str, _Record] = {}
         self._tasks: dict[str, _Expiring] = {}
         self._histories: dict[str, _Expiring] = {}
@@ -271,7 +277,7 @@ class MemoryAuthority:
 
     async def done_token(self, key: str) -> int | None:
         self._enter()
-        return self._done.get(key)
+        return self._done_token(key)
 
     async def due(self, limit: int = 100) -> list[str]:
         self._enter()
@@ -289,7 +295,7 @@ class MemoryAuthority:
         if held is not None:
             record.due = held.deadline  # due when that claim's lease ends
             return None
-        if key in self._done or record.payload is None:
+        if self._done_token(key) is not None or record.payload is None:
             del self._records[key]
             return None
         record.grab = uuid.uuid4().hex
@@ -316,7 +322,8 @@ class MemoryAuthority:
             remaining = max(0.0, held.deadline - self.clock())
             holder = Holder(held.token, held.owner, held.attempt, held.since, remaining)
         record = self._kept(self._tasks, key)
-        return KeyState(key, holder, self._done.get(key), dict(record.fields) if record else {})
+        fields = dict(record.fields) if record else {}
+        return KeyState(key, holder, self._done_token(key), fields)
 
     async def record(self, claim: HeldClaim, fields: Mapping[str, FieldValue], ttl: float) -> None:
         own = self._own(claim)
@@ -390,18 +397,19 @@ class MemoryAuthority:
         if not key:
             raise ValueError("a claim key must not be empty")
         self._enter()
-        if key in self._done:
-            return CancelOutcome("done", token=self._done[key])
+        done = self._done_token(key)
+        if done is not None:
+            return CancelOutcome("done", token=done)
         held = self._live(key)
         if held is not None:
             remaining = max(0.0, held.deadline - self.clock())
             return CancelOutcome("running", owner=held.owner or None, remaining=remaining)
         self._expired(key)
         self._fence += 1
-        self._done[key] = self._fence
+        self._done[key] = (self._fence, self.clock() + self.retention)
         record = self._kept(self._tasks, key)
         if record is None:
-            record = self._tasks[key] = _Expiring(self.clock() + self.done_ttl)
+            record = self._tasks[key] = _Expiring(self.clock() + self.retention)
         record.fields["cancelled"] = str(self._fence).encode()
         self._push(key, HistoryEvent(time.time(), "cancelled", self._fence, "", 0))
         return CancelOutcome("cancelled", token=self._fence)
@@ -457,20 +465,32 @@ class MemoryAuthority:
             return None
         return found
 
+    def _done_token(self, key: str) -> int | None:
+        """The token of ``key``'s done marker unless it expired (then it is dropped)."""
+        found = self._done.get(key)
+        if found is not None and found[1] <= self.clock():
+            del self._done[key]
+            return None
+        return None if found is None else found[0]
+
     def _push(self, key: str, *events: HistoryEvent) -> None:
-        """Append to ``key``'s history, as push_history() in lua/prelude.lua."""
+        """Append to ``key``'s history, as push_history() in lua/prelude.lua
+        (nothing with ``history_ttl`` 0)."""
+        if not self.history_ttl:
+            return
         history = self._kept(self._histories, key)
         if history is None:
             history = self._histories[key] = _Expiring(0.0)
         history.events += events
         del history.events[: -keys.HISTORY_LENGTH]
-        history.expires = self.clock() + self.done_ttl
+        history.expires = self.clock() + self.history_ttl
 
     def _claim(
         self, key: str, owner: str, lease: float, reoffer: bytes | None, attempt: int
     ) -> MemoryClaim | AlreadyClaimed | AlreadyDone:
-        if key in self._done:
-            return AlreadyDone(key, self._done[key])
+        done = self._done_token(key)
+        if done is not None:
+            return AlreadyDone(key, done)
         held = self._live(key)
         if held is not None:
             return AlreadyClaimed(key, held.owner or None, max(0.0, held.deadline - self.clock()))
@@ -504,7 +524,7 @@ class MemoryAuthority:
             return ClaimLost(claim.key, claim.token, claim._ended)
         held = self._claims.pop(claim.key)
         self._records.pop(claim.key, None)
-        self._done[claim.key] = claim.token
+        self._done[claim.key] = (claim.token, self.clock() + self.retention)
         claim._ended = "completed"
         self._ended(claim.key, held, "completed")
         return None

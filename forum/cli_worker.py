@@ -44,7 +44,7 @@ from redis import exceptions as redis_errors
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from coordinator.errors import LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, KeyFunction
-from coordinator.keys import DEFAULT_NAMESPACE
+from coordinator.keys import DEFAULT_NAMESPACE, HISTORY_TTL
 from coordinator.lens import Lens
 from coordinator.metrics import serve_metrics, worker_registry
 from coordinator.redis_url import RedisTarget, masked
@@ -73,6 +73,7 @@ from forum.cli_dead import dead_letter_options
 from node import Pattern
 from node.cancellation import wait_event
 from node.client import ForumClient, node_url
+from node.config import FORGET_AFTER
 from node.errors import ClientError, Unauthorized
 from tasks import App
 from tasks.errors import TaskError
@@ -201,6 +202,31 @@ def add_worker(parser: argparse.ArgumentParser) -> None:
         "replicas report fsyncs about once a second, so give --wait-timeout 1.5",
     )
     add(
+        "--forget-after",
+        metavar="SECONDS",
+        type=SECONDS,
+        default=None,
+        help="the nodes' forget_after (default $FORUM_FORGET_AFTER, the variable the nodes "
+        "read, else their default 86400): a completed job's done marker turns its copies "
+        "away this long plus an hour",
+    )
+    add(
+        "--done-ttl",
+        metavar="SECONDS",
+        type=SECONDS,
+        default=None,
+        help="how long a completed job's done marker turns its copies away (default "
+        "--forget-after plus an hour; never below --forget-after)",
+    )
+    add(
+        "--history-ttl",
+        metavar="SECONDS",
+        type=SECONDS_OR_ZERO,
+        default=HISTORY_TTL,
+        help="keep a job's claim history this long after its last event (default 3600; "
+        "0: none; the done marker turns copies away either way)",
+    )
+    add(
         "--prefix",
         metavar="PREFIX",
         type=NONEMPTY,
@@ -315,9 +341,12 @@ async def run_worker(args: argparse.Namespace) -> int:
             wait_replicas=args.wait_replicas,
             wait_timeout=args.wait_timeout,
             wait_aof=args.wait_aof,
+            forget_after=_forget_after(args),
+            done_ttl=args.done_ttl,
+            history_ttl=args.history_ttl,
         )
     except ValueError as exc:
-        raise UsageError(f"--redis-url, --namespace or --wait-*: {exc}") from None
+        raise UsageError(f"--redis-url, --namespace, --wait-* or --done-ttl: {exc}") from None
     async with contextlib.AsyncExitStack() as stack:
         space = await stack.enter_async_context(
             ForumClient(where.node, where.token, timeout=args.take_wait + 30)
@@ -423,6 +452,20 @@ class Where:
             namespace=args.namespace or (app.namespace if app is not None else DEFAULT_NAMESPACE),
             token=args.token or (app.token if app is not None else None),
         )
+
+
+def _forget_after(args: argparse.Namespace) -> float:
+    """``--forget-after``, else ``$FORUM_FORGET_AFTER`` (as the nodes read
+    it), else the nodes' default: what the done markers' retention follows."""
+    if args.forget_after is not None:
+        return float(args.forget_after)
+    text = os.environ.get("FORUM_FORGET_AFTER")
+    if not text:
+        return FORGET_AFTER
+    try:
+        return float(SECONDS(text))
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"$FORUM_FORGET_AFTER: {exc}") from None
 
 
 def _from_env(name: str, check: Callable[[str], str]) -> str | None:

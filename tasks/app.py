@@ -21,8 +21,9 @@ is run: :mod:`tasks.runner`; how its status is found: :mod:`tasks.status`.
 **Retention.** A result that is not ``None`` is kept ``result_ttl`` seconds
 (the app's, or the task's), and so is a dead job's error and traceback. The
 Lens's done marker, which turns every copy of a finished job away and says
-"done" with or without a result, lasts ``done_ttl`` (``LensConfig``, 7
-days). A result kept longer than the marker is still served as done; once
+"done" with or without a result, lasts the Lens's retention
+(``LensConfig.retention``: ``forget_after`` + 1 h, 25 h by default, or
+``done_ttl``). A result kept longer than the marker is still served as done; once
 the marker has gone, the same key enqueued again runs again.
 """
 

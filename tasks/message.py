@@ -24,7 +24,7 @@ body           ``serializer.dumps({"args": [...], "kwargs": {...},
 32 hex digits of the SHA-256 of the serializer's bytes of ``{"args": [...],
 "kwargs": {...}}`` (keyword arguments sorted by name). So the same call is
 the same job: enqueued twice, it runs once while the Lens remembers it is
-done (``done_ttl``), as arq's ``_job_id``. To run the same call again, give
+done (``LensConfig.retention``), as arq's ``_job_id``. To run the same call again, give
 a key of your own (say with a date or a request id in it).
 """
 

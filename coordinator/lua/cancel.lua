@@ -10,9 +10,10 @@
 -- KEYS[6]  <tag>:history:<key>  the key's history ("cancelled" is pushed)
 -- KEYS[7]  <tag>:epoch        the shard's state marker
 -- ARGV[1]  the claim key
--- ARGV[2]  done-marker TTL in milliseconds (the history's, and a new job
---          record's)
--- ARGV[3]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
+-- ARGV[2]  done-marker TTL in milliseconds (LensConfig.retention; a new job
+--          record's too)
+-- ARGV[3]  the history's TTL in milliseconds; "0": no history
+-- ARGV[4]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  {1, token}        cancelled: a done marker with a new token (issued
 --                             as claim.lua issues one) now turns copies away
@@ -42,7 +43,7 @@ local now = math.floor(us / 1000)
 local token = string.format('%d', math.max(last + 1, us))
 local before = redis.call('HMGET', KEYS[4], 'owner', 'attempt', 'since', 'token', 'handed', 'payload')
 if before[4] and not before[5] then
-  ended(KEYS[6], ARGV[2], now, 'expired', before[4], before)
+  ended(KEYS[6], ARGV[3], now, 'expired', before[4], before)
 end
 if before[4] and not before[6] then
   redis.call('DEL', KEYS[4])
@@ -53,5 +54,5 @@ redis.call('HSET', KEYS[5], 'cancelled', token)
 if redis.call('PTTL', KEYS[5]) == -1 then
   redis.call('PEXPIRE', KEYS[5], ARGV[2])
 end
-push_history(KEYS[6], ARGV[2], {event(now, 'cancelled', token, '0', '')})
+push_history(KEYS[6], ARGV[3], {event(now, 'cancelled', token, '0', '')})
 return {1, token}

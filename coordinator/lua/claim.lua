@@ -17,7 +17,7 @@
 -- ARGV[4]  "1" if ARGV[5] is to be re-offered should this claim expire, else "0"
 -- ARGV[5]  the bytes to write back into the space if the claim expires
 -- ARGV[6]  the delivery's attempt number (kept in the record)
--- ARGV[7]  the history's TTL in milliseconds (the done markers' TTL)
+-- ARGV[7]  the history's TTL in milliseconds; "0": no history
 -- ARGV[8]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  {1, token}        claimed; token is strictly greater than any issued

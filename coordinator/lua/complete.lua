@@ -1,5 +1,9 @@
 -- complete.lua: finish a claim, leaving a done marker that turns away duplicates.
 --
+-- The done marker is the one key a completed job leaves for its retention:
+-- the token alone (an integer: no allocation beyond the key). The claim's
+-- history lines go to the history list, which lives history_ttl (ARGV[4]).
+--
 -- KEYS[1]  <tag>:claim:<key>
 -- KEYS[2]  <tag>:done:<key>
 -- KEYS[3]  <tag>:job:<key>
@@ -8,8 +12,9 @@
 -- KEYS[6]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[4])
 -- ARGV[2]  the holder's token
--- ARGV[3]  done-marker TTL in milliseconds (the history's too)
--- ARGV[4]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
+-- ARGV[3]  done-marker TTL in milliseconds (LensConfig.retention)
+-- ARGV[4]  the history's TTL in milliseconds; "0": no history
+-- ARGV[5]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  1 completed now
 --          2 this token completed the key before (a repeat after a lost reply)
@@ -27,6 +32,6 @@ end
 local held = redis.call('HMGET', KEYS[3], 'owner', 'attempt', 'since')
 redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-ended(KEYS[5], ARGV[3], now_ms(), 'completed', ARGV[2], held)
+ended(KEYS[5], ARGV[4], now_ms(), 'completed', ARGV[2], held)
 redis.call('ZREM', KEYS[4], ARGV[1])
 return 1

@@ -44,7 +44,8 @@ end
 -- TIME ms> <name> <token> <attempt> <owner>" (owner last: it may hold spaces).
 -- push_history(key, ttl_ms, lines): append lines to a claim key's history
 -- (<tag>:history:<key>, a list, oldest first), keep the last HISTORY_LENGTH
--- (coordinator.keys), and let the list expire ttl_ms after its last push.
+-- (coordinator.keys), and let the list expire ttl_ms after its last push;
+-- with ttl_ms "0" (LensConfig.history_ttl = 0) push nothing: no history kept.
 --
 -- Pushed by the script that ended a claim (complete, release, hand_back; the
 -- next claim or a cancel for one whose lease ran out), with the claim's own
@@ -60,6 +61,9 @@ local function event(now, name, token, attempt, owner)
 end
 
 local function push_history(key, ttl, lines)
+  if ttl == '0' then
+    return
+  end
   if redis.call('RPUSH', key, unpack(lines)) > HISTORY_LENGTH then
     redis.call('LTRIM', key, -HISTORY_LENGTH, -1)
   end

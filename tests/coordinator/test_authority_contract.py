@@ -445,3 +445,79 @@ async def test_the_history_shows_the_live_claim_and_a_lease_that_ran_out(
 
 async def _free(authority: ClaimAuthority, key: str) -> bool:
     return (await authority.inspect(key)).claim is None
+
+
+# -- retention: what a completed job leaves, and for how long -------------------------------
+
+#: A short retention to watch it end: the done marker lives RETENTION s, the
+#: history HISTORY_TTL s after its last event (both authorities alike).
+RETENTION, HISTORY_TTL = 3.0, 1.0
+
+
+@pytest.fixture(params=["memory", "lens"])
+async def short_lived(request: pytest.FixtureRequest) -> AsyncIterator[ClaimAuthority]:
+    """An authority whose done markers and histories expire within a second."""
+    if request.param == "memory":
+        yield MemoryAuthority(retention=RETENTION, history_ttl=HISTORY_TTL)
+        return
+    url: str = request.getfixturevalue("redis_url")
+    options = {"forget_after": RETENTION / 2, "done_ttl": RETENTION, "history_ttl": HISTORY_TTL}
+    async with Lens.from_url(url, **options) as lens:
+        yield lens
+
+
+async def test_the_done_marker_turns_a_late_copy_away_after_the_history_is_gone(
+    short_lived: ClaimAuthority,
+) -> None:
+    """t0: A completes k. t1 (HISTORY_TTL later): k's history is gone. t2: a
+    late copy of k (a double take across a partition) claims it: AlreadyDone,
+    with A's token, until the done marker's retention is over."""
+    authority = short_lived
+    first = await authority.claim("k", owner="a", lease=5)
+    await first.complete()
+    assert [e.event for e in await authority.history("k")] == ["claimed", "completed"]
+    await eventually(lambda: _no_history(authority, "k"), what="the history gone")
+    with pytest.raises(AlreadyDone) as late:
+        await authority.claim("k", owner="b", lease=5)
+    assert late.value.token == first.token
+    assert (await authority.inspect("k")).done_token == first.token
+
+
+async def test_the_done_marker_ends_with_its_retention(short_lived: ClaimAuthority) -> None:
+    """The marker is kept for the retention, then dropped: a completed job's
+    memory follows the retention, not the history of every job ever run."""
+    authority = short_lived
+    first = await authority.claim("k", owner="a", lease=5)
+    await first.complete()
+    await eventually(lambda: _not_done(authority, "k"), what="the retention over")
+    again = await authority.claim("k", owner="b", lease=5)
+    assert again.token > first.token
+
+
+async def test_no_history_is_kept_with_a_history_ttl_of_zero(subject: Subject) -> None:
+    authority = subject.authority
+    if isinstance(authority, MemoryAuthority):
+        authority = MemoryAuthority(history_ttl=0)
+    else:
+        authority = Lens(replace(authority.config, history_ttl=0))
+    try:
+        first = await authority.claim("k", owner="a", lease=5)
+        await first.complete()
+        assert await authority.history("k") == []
+        second = await authority.claim("j", owner="a", lease=5)
+        assert [e.event for e in await authority.history("j")] == ["claimed"]  # the live one
+        await second.release()
+        assert await authority.history("j") == []
+        with pytest.raises(AlreadyDone):
+            await authority.claim("k", owner="b", lease=5)
+    finally:
+        if isinstance(authority, Lens):
+            await authority.aclose()
+
+
+async def _no_history(authority: ClaimAuthority, key: str) -> bool:
+    return await authority.history(key) == []
+
+
+async def _not_done(authority: ClaimAuthority, key: str) -> bool:
+    return (await authority.inspect(key)).done_token is None
