@@ -68,6 +68,7 @@ from node.codec import (
     decode_raw,
     encode_entry,
 )
+from node.damage import Damage
 from node.entries import (
     MAX_ORIGIN_LENGTH,
     PLAIN,
@@ -137,6 +138,14 @@ class StrandConfig:
     fsync_interval: float = 0.05
     segment_bytes: int = 64 * 1024 * 1024
     node_name: str = field(default_factory=_default_node_name)
+    #: Open a damaged directory anyway: set the damaged files aside, replay
+    #: what can be read, and say what was found (``Strand.damage``). Without
+    #: it, damage is refused (``StrandDamaged``).
+    repair: bool = False
+    #: Seconds between two durable checkpoints of the current segment's
+    #: length in the ``MANIFEST`` (see :mod:`node.manifest`): a cut of the
+    #: current segment is found down to the last one.
+    checkpoint_interval: float = 1.0
 
     def __post_init__(self) -> None:
         if self.fsync not in get_args(FsyncPolicy):
@@ -145,6 +154,8 @@ class StrandConfig:
             raise ValueError("fsync_interval must be positive")
         if self.segment_bytes < MIN_SEGMENT_BYTES:
             raise ValueError(f"segment_bytes must be at least {MIN_SEGMENT_BYTES}")
+        if not self.checkpoint_interval > 0:
+            raise ValueError("checkpoint_interval must be positive")
         check_origin(self.node_name)
 
     def with_storage(self, path: str | os.PathLike[str]) -> StrandConfig:
@@ -160,6 +171,12 @@ class StrandConfig:
 
     def with_node_name(self, name: str) -> StrandConfig:
         return dataclasses.replace(self, node_name=name)
+
+    def with_repair(self, repair: bool = True) -> StrandConfig:
+        return dataclasses.replace(self, repair=repair)
+
+    def with_checkpoint_interval(self, seconds: float) -> StrandConfig:
+        return dataclasses.replace(self, checkpoint_interval=seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +441,29 @@ class _OriginLog:
             seq += 1
         return found, dead, seq - 1
 
+    def absent(self, upto: int) -> list[tuple[int, int]]:
+        """The ranges ``(first, last)`` of seqs up to ``upto`` never seen here
+        (neither held nor dead), ascending."""
+        ranges: list[tuple[int, int]] = []
+        positions, base = self.positions, self.base
+        end = min(upto - base, len(positions))
+        i = max(0, self.contiguous - base)
+        while i < end:
+            try:
+                i = positions.index(_ABSENT, i, end)
+            except ValueError:
+                break
+            first = i
+            while i < end and positions[i] == _ABSENT:
+                i += 1
+            ranges.append((base + 1 + first, base + i))
+        if upto > self.highest:
+            first = self.highest + 1
+            if ranges and ranges[-1][1] == first - 1:
+                first = ranges.pop()[0]
+            ranges.append((first, upto))
+        return ranges
+
     def _extend_contiguous(self) -> None:
         positions, base = self.positions, self.base
         c = self.contiguous - base
@@ -524,6 +564,9 @@ class Strand(AsyncResource):
         self._compactions = 0
         self._bytes_reclaimed = 0
         self._entries_dropped = 0
+        #: What repair mode found on open (``None``: the directory was whole).
+        self.damage: Damage | None = None
+        self._own_floor = 0  # no local seq at or below it is ever issued again
 
     # -- opening ---------------------------------------------------------------
 
@@ -652,6 +695,34 @@ class Strand(AsyncResource):
         """Per origin, the compaction floor: every seq up to it is held here
         or was dropped (dead); origins with no floor are left out."""
         return {origin: o.base for origin, o in self._logs.items() if o.base}
+
+    @property
+    def own_seq_floor(self) -> int:
+        """The highest seq of this node's origin ever issued, as far as the
+        Strand knows (held, or shown by the ``MANIFEST`` of a damaged
+        directory, or given to :meth:`reserve_own`): its next local entry
+        gets a higher one."""
+        own = self._logs.get(self.origin)
+        return max(self._own_floor, own.highest if own is not None else 0)
+
+    def reserve_own(self, seq: int) -> None:
+        """Never issue a local seq at or below ``seq`` (a peer was found to
+        hold this node's own entries up to it: a damaged directory lost
+        them). The seqs up to it that are not held are then missing
+        (:meth:`missing_own`)."""
+        self._own_floor = max(self._own_floor, seq)
+
+    def missing_own(self) -> list[tuple[int, int]]:
+        """The ranges ``(first, last)`` of this node's own seqs, up to
+        :attr:`own_seq_floor`, that it neither holds nor knows to be dead:
+        what a damaged directory lost, to be fetched back from peers (a
+        range may include seqs compaction dropped; a peer's page says so).
+        Empty for a whole directory."""
+        own = self._logs.get(self.origin)
+        floor = self.own_seq_floor
+        if own is None:
+            return [(1, floor)] if floor else []
+        return own.absent(floor)
 
     def stats(self) -> StrandStats:
         return StrandStats(
@@ -988,7 +1059,7 @@ class Strand(AsyncResource):
             self._fail(batches, self._broken_error())
             return
         own = self._logs.get(self.origin)
-        first = (own.highest if own else 0) + 1 + self._ahead
+        first = max(own.highest if own else 0, self._own_floor) + 1 + self._ahead
         written, entries, bodies = self._encode_all(batches, first)
         if not written:
             return
