@@ -84,10 +84,12 @@ class StrandDamaged(StrandCorrupt):
     in repair mode, ``StrandConfig.repair``). ``str()`` is one line naming the
     file and what is wrong with it; ``problems`` has one line per problem."""
 
-    def __init__(self, path: str, reason: str, problems: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, path: str, reason: str, problems: tuple[str, ...] = (), offset: int = 0
+    ) -> None:
         StrandError.__init__(self, f"{path}: {reason}")
         self.path = path
-        self.offset = 0
+        self.offset = offset
         self.reason = reason
         self.problems = problems or (f"{path}: {reason}",)
 
