@@ -759,10 +759,8 @@ class Strand(AsyncResource):
         for line in lines:
             log.warning("strand: repair: %s", line)
         log.warning(
-            "strand: repair: %d damaged file(s) set aside in %s; own seqs up to %d were issued, "
-            "missing: %s",
-            len(moved),
-            where,
+            "strand: repair: %s; own seqs up to %d were issued, missing: %s",
+            f"{len(moved)} file(s) set aside in {where}" if moved else "no file to set aside",
             self.own_seq_floor,
             self.missing_own() or "none",
         )
@@ -1002,7 +1000,7 @@ class Strand(AsyncResource):
                     for origin, floor in floors.items():
                         self._logs[origin].raise_base(floor)
                 rewritten, removed, dropped = await self._drop(found, writes)
-                if rewritten:  # what was rewritten is in place: the old files are gone
+                if rewritten and not self._closed:  # what was rewritten is in place
                     await asyncio.to_thread(self._save_manifest, Manifest.settled)
             except OSError as exc:
                 raise StrandError(f"compaction failed: {exc}") from exc
