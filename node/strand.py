@@ -36,6 +36,15 @@ says which, for the readiness probe. No record is written that replay would
 not read back (``RecordTooLarge``), and one directory is held by one open
 Strand at a time (an exclusive ``flock`` on its ``LOCK`` file).
 
+What the directory should hold is in its ``MANIFEST`` (:mod:`node.manifest`):
+the segments, each sealed one's length and entries, and a durable length
+checkpoint of the current one. On open every file is checked against it,
+and a segment missing, cut or emptied (the last one included) is refused
+with ``StrandDamaged``, one line, before anything is changed. With
+``StrandConfig.repair`` the damaged files are set aside instead
+(:mod:`node.damage`), what can be read is replayed, and ``damage`` says
+what was found; ``missing_own()`` lists the own seqs to fetch from peers.
+
 Ids: the local origin's seqs are given out in the batch that writes them,
 and given back if the batch fails, so an origin's seqs never have gaps
 (peers rely on that to find what they miss).

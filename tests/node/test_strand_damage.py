@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from forum.cli_args import EXIT_NODE
 from node import EntryId, Forum, Pattern, Strand, StrandConfig, StrandError, segment
 from node.codec import decode_raw
 from tests.fixtures.cli import run_forum
@@ -279,7 +280,7 @@ async def test_forum_serve_refuses_a_damaged_directory_with_one_line(
         "--segment-bytes", str(SEGMENT), "--max-payload", "1000",
     )  # fmt: skip
     assert "Traceback" not in err, err
-    assert code != 0
+    assert code == EXIT_NODE
     assert "listening" not in out
     (line,) = err.splitlines()
     assert line.startswith(f"forum serve: {small.storage}/0000000"), line
