@@ -683,17 +683,10 @@ class Strand(AsyncResource):
         if found is None and flagged and not problems:
             reason = "missing, but the segments say a MANIFEST accounted for them"
             problems.append(Problem(manifest_path(directory), reason, None, False))
-        own = self._logs.get(self.origin)
-        held = own.highest if own is not None else 0
-        if found is not None and found.own > held and not problems:
-            reason = (
-                f"it says seq {found.own} of {self.origin} was written; the log holds up to {held}"
-            )
-            problems.append(
-                Problem(
-                    manifest_path(directory), reason, {self.origin: (held + 1, found.own)}, False
-                )
-            )
+        if found is not None:
+            # Own seqs it shows as issued are never issued again; those not
+            # held (a repaired directory's, not yet fetched) are missing.
+            self._own_floor = found.own
         if problems:
             self._repair(problems, found)
         self._replayed = replayed
