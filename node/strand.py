@@ -605,6 +605,7 @@ class Strand(AsyncResource):
         #: (segment, length, own seq) known durable; and as last written to the MANIFEST.
         self._mark = self._mark_saved = (0, 0, 0)
         self._checkpointer: asyncio.Task[None] | None = None
+        self._checkpoint_failing = False
 
     # -- opening ---------------------------------------------------------------
 
@@ -1667,8 +1668,13 @@ class Strand(AsyncResource):
                 self._save_manifest, lambda m: m.checkpointed(number, size, own, ranges)
             )
         except OSError as exc:  # the last checkpoint still holds: a shorter one
-            log.warning("strand: could not write a checkpoint to the MANIFEST: %s", exc)
+            if not self._checkpoint_failing:  # once, not every interval of a full disk
+                log.warning("strand: cannot write a checkpoint to the MANIFEST: %s", exc)
+            self._checkpoint_failing = True
             return
+        if self._checkpoint_failing:
+            log.info("strand: checkpoints are written to the MANIFEST again")
+            self._checkpoint_failing = False
         self._mark_saved = mark
 
     def _record_all(self, entries: list[Entry], positions: list[int], first: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -184,3 +185,29 @@ async def test_repair_lowers_the_floor_over_a_lost_survivor_so_a_peer_copy_comes
         assert back in strand and await forum.count(Pattern(survivors[back])) == 1
         missing = {s for first, last in strand.missing_own() for s in range(first, last + 1)}
         assert back.seq not in missing and {i.seq for i in lost - {back}} <= missing
+
+
+async def test_a_failing_checkpoint_is_said_once_and_its_recovery_once(
+    cfg: StrandConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="node.strand")
+    cfg = cfg.with_checkpoint_interval(0.01)
+    real = strand_module.write_manifest
+    calls = 0
+
+    def full(directory: Path, manifest: Manifest) -> None:
+        nonlocal calls
+        calls += 1
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    async with await Strand.open(cfg) as strand:
+        monkeypatch.setattr(strand_module, "write_manifest", full)
+        for i in range(5):
+            await strand.append_writes([b"c/%d" % i])
+            await _eventually(lambda n=calls: calls > n)  # type: ignore[misc]
+        monkeypatch.setattr(strand_module, "write_manifest", real)
+        size = _last(cfg.storage).stat().st_size
+        await _eventually(lambda: _manifest(cfg.storage).checkpoint == size)
+    warnings = [r for r in caplog.records if "cannot write a checkpoint" in r.getMessage()]
+    assert len(warnings) == 1 and "No space left" in warnings[0].getMessage()
+    assert "checkpoints are written to the MANIFEST again" in caplog.text
