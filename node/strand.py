@@ -662,7 +662,12 @@ class Strand(AsyncResource):
             found = None
         expected, missing = damage.plan(directory, found, segment.segment_numbers(directory))
         problems += missing
-        for origin, floor in compaction.read_floors(directory).items():
+        try:
+            floors = compaction.read_floors(directory)
+        except StrandCorrupt as exc:  # no floor is known: every seq may come in again
+            floors = {}
+            problems.append(Problem(Path(exc.path), exc.reason, None, True))
+        for origin, floor in floors.items():
             self._logs[origin] = _OriginLog(base=floor)
         replayed: list[RawEntry] = []
         kept: list[tuple[damage.Expected, segment.SegmentScan, dict[str, list[int]]]] = []
@@ -883,8 +888,12 @@ class Strand(AsyncResource):
         """Never issue a local seq at or below ``seq`` (a peer was found to
         hold this node's own entries up to it: a damaged directory lost
         them). The seqs up to it that are not held are then missing
-        (:meth:`missing_own`)."""
+        (:meth:`missing_own`). The MANIFEST has it within
+        ``checkpoint_interval`` (under fsync ``never``, at the next roll or
+        close), or sooner with the next durable append's checkpoint."""
         self._own_floor = max(self._own_floor, seq)
+        number, size, own = self._mark
+        self._mark = (number, size, max(own, seq))
 
     def missing_own(self) -> list[tuple[int, int]]:
         """The ranges ``(first, last)`` of this node's own seqs, up to
