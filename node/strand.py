@@ -1788,12 +1788,15 @@ class Strand(AsyncResource):
                 synced = self.config.fsync != "never"
                 try:
                     await asyncio.to_thread(_sync_and_close, fd, synced)
-                    if self._broken is None:
-                        await asyncio.to_thread(self._save_manifest, self._closing(synced))
                 except OSError as exc:
                     if self._broken is None:
                         raise StrandError(f"closing the Strand failed: {exc}") from exc
                     log.warning("strand: closing a broken Strand: %s", exc)
+                if self._broken is None:
+                    try:
+                        await asyncio.to_thread(self._save_manifest, self._closing(synced))
+                    except OSError as exc:  # all is durable; the last checkpoint is shorter
+                        log.warning("strand: cannot write the MANIFEST on close: %s", exc)
         finally:
             if self._lock_fd >= 0:
                 lock_fd, self._lock_fd = self._lock_fd, -1
