@@ -595,7 +595,10 @@ class Worker:
             self._note_state_loss()
             await self._put_back(offers)
             return
-        self._availability.granted()
+        if not all(isinstance(outcome, LensError) for outcome in outcomes):
+            # A claim granted is a write Redis took. (A full Redis still
+            # answers AlreadyDone: that script writes nothing.)
+            self._availability.granted()
         # A copy of a finished job: taken away. A copy of a job another holder
         # runs: parked until that holder's lease can first end (done by then,
         # or its holder dead), then offered again. Not released (it would come

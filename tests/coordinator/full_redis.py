@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import redis
 
-from tests.fixtures.redis_server import RedisServer
-
 __all__ = ["fill", "make_room"]
 
 
-def fill(server: RedisServer) -> None:
-    """Make ``server`` full: some junk, then ``maxmemory`` below what it uses,
-    by far (a server at the edge would refuse one write and take the next)."""
-    with redis.Redis(port=server.port, socket_timeout=5) as r:
+def fill(port: int) -> None:
+    """Make the Redis on ``port`` full: some junk, then ``maxmemory`` below
+    what it uses, by far (a server at the edge would refuse one write and
+    take the next)."""
+    with redis.Redis(port=port, socket_timeout=5) as r:
         r.config_set("maxmemory-policy", "noeviction")
         with r.pipeline(transaction=False) as pipe:
             for i in range(200):
@@ -24,7 +23,7 @@ def fill(server: RedisServer) -> None:
         r.config_set("maxmemory", used // 2)
 
 
-def make_room(server: RedisServer) -> None:
+def make_room(port: int) -> None:
     """Free memory the way an operator would: raise ``maxmemory`` (0: none)."""
-    with redis.Redis(port=server.port, socket_timeout=5) as r:
+    with redis.Redis(port=port, socket_timeout=5) as r:
         r.config_set("maxmemory", 0)

@@ -28,7 +28,7 @@ async def test_the_check_finds_a_full_redis_that_answers_ping(private_redis: Red
     async with Lens.from_url(private_redis.url) as lens:
         await lens.ping()
         await lens.claim("before", owner="w", lease=30)
-        fill(private_redis)
+        fill(private_redis.port)
         with redis.Redis(port=private_redis.port) as r:
             assert r.ping()
         with pytest.raises(LensUnavailable, match=r"\(full\): OOM") as raised:
@@ -37,7 +37,7 @@ async def test_the_check_finds_a_full_redis_that_answers_ping(private_redis: Red
         with pytest.raises(LensUnavailable) as refused:
             await lens.claim("during", owner="w", lease=30)
         assert refused.value.reason == "full"
-        make_room(private_redis)
+        make_room(private_redis.port)
         await lens.ping()
         await lens.claim("after", owner="w", lease=30)
 

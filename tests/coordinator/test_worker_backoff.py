@@ -98,7 +98,7 @@ async def test_a_full_redis_makes_a_worker_process_back_off_then_resume(
         await space.write_many([f"job/a{i}".encode() for i in range(20)])
         await eventually(lambda: _count_applied(sink, 20), timeout=30, what="the first jobs")
 
-        fill(private_redis)
+        fill(private_redis.port)
         await space.write_many([f"job/b{i}".encode() for i in range(40)])
         await eventually(
             lambda: _put_back(worker.port), timeout=30, what="the worker to meet the full Redis"
@@ -115,7 +115,7 @@ async def test_a_full_redis_makes_a_worker_process_back_off_then_resume(
         assert 'forum_lens_unavailable{reason="full"} 1.0' in metrics, metrics
         assert await space.count(JOBS) == 40  # every job released, none lost
 
-        make_room(private_redis)
+        make_room(private_redis.port)
         await eventually(lambda: _count_applied(sink, 60), timeout=30, what="every job")
         assert set((await sink.effects()).values()) == {1}  # each effect once
         await eventually(lambda: _count_is(space, 0), what="every job acked")

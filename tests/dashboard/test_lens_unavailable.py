@@ -34,12 +34,12 @@ async def test_the_guarantees_page_names_a_full_redis(
     reason, text = await _lens_line(node.url)
     assert (reason, "reachable" in text) == ("", True), text
 
-    fill(private_redis)
+    fill(private_redis.port)
     reason, text = await _lens_line(node.url)
     assert reason == "full", text
     assert "unavailable (full)" in text and "OOM" in text, text
 
-    make_room(private_redis)
+    make_room(private_redis.port)
     reason, _ = await _lens_line(node.url)
     assert reason == ""
 
