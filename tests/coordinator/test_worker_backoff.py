@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import redis
 
 from coordinator import Job, Lens, Worker
 from deploy.demo import SINK_URL_ENV, WORK_MS_ENV
@@ -193,3 +194,48 @@ async def test_a_cluster_master_down_makes_the_worker_back_off_until_failover(
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warnings) <= 10, [r.getMessage() for r in warnings]
         assert await space.count(JOBS) == 0
+
+
+async def test_a_redis_refusing_writes_for_want_of_replicas_makes_a_worker_back_off(
+    forum_node: NodeProcess, private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same with another refusal PING does not see: ``min-replicas-to-write
+    1`` and no replica, so every write is refused (``NOREPLICAS``). t0: jobs
+    run. t1: Redis refuses writes; 40 jobs are written. t1..t1+WINDOW: the
+    worker put back one batch at most, and made next to no node requests.
+    t2: the setting is undone: every job runs, each once."""
+    effects: collections.Counter[bytes] = collections.Counter()
+
+    async def handler(job: Job) -> None:
+        await job.verify()
+        effects[job.payload] += 1
+
+    async with ForumClient(forum_node.url) as space, Lens.from_url(private_redis.url) as lens:
+        worker = Worker(space, lens, JOBS, handler, concurrency=8, lease=5, take_wait=0.2, seed=2)
+        with (
+            caplog.at_level(logging.WARNING, logger="coordinator"),
+            redis.Redis(port=private_redis.port) as control,
+        ):
+            async with running(worker):
+                await space.write_many([f"job/a{i}".encode() for i in range(20)])
+                await eventually(lambda: len(effects) == 20, timeout=30, what="the first jobs")
+                control.config_set("min-replicas-to-write", 1)
+                await space.write_many([f"job/b{i}".encode() for i in range(40)])
+                await eventually(
+                    lambda: worker.stats().lens_unavailable > 0,
+                    timeout=30,
+                    what="the worker to meet the refusal",
+                )
+                requests, put_back = await _requests(space), worker.stats().lens_unavailable
+                await asyncio.sleep(WINDOW)  # the window the counts are taken over
+                requests = await _requests(space) - requests
+                put_back = worker.stats().lens_unavailable - put_back
+                assert requests <= MOST_REQUESTS, requests
+                assert put_back == 0, put_back
+                assert worker.stats().lens_unavailable_reason == "replicas behind"
+                assert await space.count(JOBS) == 40
+                control.config_set("min-replicas-to-write", 0)
+                await eventually(lambda: len(effects) == 60, timeout=30, what="every job")
+        assert set(effects.values()) == {1}
+        refusals = [r for r in caplog.records if "unavailable (replicas behind)" in r.getMessage()]
+        assert len(refusals) == 1
