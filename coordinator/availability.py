@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from coordinator.errors import LensError, LensUnavailable, UnavailableReason
 from node.backoff import Backoff
 
+#: The worker's own logger: these lines are the worker's, and filters on it keep working.
 log = logging.getLogger("coordinator.worker")
 
 #: The waits between checks while the Lens is unavailable: 0.05 s doubling up
