@@ -967,8 +967,10 @@ def _translate(exc: Exception) -> LensError:
     :class:`LensUnavailable` with its reason when Redis cannot serve the Lens
     now (coordinator.errors, UNAVAILABLE), else a :class:`LensError`."""
     reason = _unavailable_reason(exc)
-    if reason is None:
+    if reason is None and isinstance(exc, redis_errors.ResponseError):
         return LensError(f"Redis refused a Lens script: {exc}")
+    if reason is None:
+        return LensError(f"Redis failed a Lens call: {exc}")
     if isinstance(exc, ReplicasBehind):
         return LensUnavailable(f"Redis could not make the Lens's writes durable: {exc}", reason)
     if reason == "unreachable":

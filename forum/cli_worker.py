@@ -39,8 +39,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis import exceptions as redis_errors
-
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from coordinator.errors import LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, KeyFunction
@@ -492,8 +490,8 @@ async def check_lens(lens: Lens, url: str, *, required: bool) -> None:
     try:
         await lens.ping()
     except LensUnavailable as exc:
-        if isinstance(exc.__cause__, redis_errors.AuthenticationError):
-            raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__}") from None
+        if exc.reason == "refused":  # a wrong password, or an ACL that forbids the Lens
+            raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__ or exc}") from None
         if required and exc.reason == "unreachable":
             raise UsageError(f"--redis-url {masked(url)}: Redis is not reachable: {exc}") from None
         # Full, read-only, without a master: there, but not serving the Lens now.

@@ -18,6 +18,8 @@ import redis
 from coordinator import Lens, LensUnavailable
 from coordinator.availability import Availability
 from coordinator.errors import UNAVAILABLE
+from forum.cli_args import UsageError
+from forum.cli_worker import check_lens
 from tests.coordinator.full_redis import fill, make_room
 from tests.fixtures.redis_server import RedisServer
 
@@ -145,3 +147,27 @@ def test_the_wait_grows_until_a_claim_is_granted_not_when_a_check_passes() -> No
 
 def test_every_reason_is_a_label() -> None:
     assert set(UNAVAILABLE) >= {"full", "read-only", "unreachable", "master down", "refused"}
+
+
+async def test_a_worker_starts_on_a_full_redis_and_refuses_a_wrong_password(
+    private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``forum worker``'s start: a full Redis is an outage to wait out (even
+    for an app's worker, which refuses a Redis that does not answer); a
+    password Redis refuses is a mistake, said in one line."""
+    fill(private_redis.port)
+    async with Lens.from_url(private_redis.url) as lens:
+        with caplog.at_level(logging.WARNING, logger="coordinator.cli"):
+            await check_lens(lens, private_redis.url, required=True)
+        assert any("unavailable (full" in r.getMessage() for r in caplog.records)
+    make_room(private_redis.port)
+    with redis.Redis(port=private_redis.port) as r:
+        r.config_set("requirepass", "sesame")
+    try:
+        url = f"redis://:wrong@127.0.0.1:{private_redis.port}/0"
+        async with Lens.from_url(url) as lens:
+            with pytest.raises(UsageError, match=r"redis://:\*\*\*@.*(invalid|WRONGPASS)"):
+                await check_lens(lens, url, required=False)
+    finally:
+        with redis.Redis(port=private_redis.port, password="sesame") as r:
+            r.config_set("requirepass", "")
