@@ -7,8 +7,10 @@
     ├── AlreadyDone                 the key was completed before (done marker)
     ├── ClaimLost                   this claim no longer holds its key: expired,
     │                               released, completed, or taken over
-    └── LensUnavailable             Redis unreachable, timing out, loading or
-        │                           read-only (also a ConnectionError; retriable)
+    └── LensUnavailable             Redis unreachable, timing out, loading,
+        │                           read-only, full or refusing the Lens (also
+        │                           a ConnectionError; retriable); ``reason``
+        │                           says which, in one word of UNAVAILABLE
         └── LensStateLost           Redis forgot the Lens's keys (flushed, restarted
                                     without persistence): the epoch marker is gone
                                     or changed; raised once per loss, per Lens
@@ -22,6 +24,31 @@ as they do on an outage; the Lens works again on its next call.
 """
 
 from __future__ import annotations
+
+from typing import Literal, get_args
+
+#: Why the Lens is unavailable, as :attr:`LensUnavailable.reason` says (and
+#: the worker's metrics label it):
+#:
+#: * ``full``: Redis is out of memory (``maxmemory`` with ``noeviction``
+#:   refuses writes: ``OOM``);
+#: * ``read-only``: the server is a replica (``READONLY``, after a failover) or
+#:   refuses writes for its own reasons (``MISCONF``: a failed snapshot);
+#: * ``replicas behind``: too few replicas took the writes (``NOREPLICAS``, a
+#:   short ``WAIT``/``WAITAOF``);
+#: * ``master down``: the shard has no master now (``MASTERDOWN``,
+#:   ``CLUSTERDOWN``, ``TRYAGAIN``);
+#: * ``loading``: the server is replaying its AOF (``LOADING``);
+#: * ``busy``: a script runs past its time (``BUSY``);
+#: * ``refused``: the server refuses the credentials or the commands
+#:   (``NOAUTH``, ``WRONGPASS``, ``NOPERM``);
+#: * ``unreachable``: no connection, or no answer in time;
+#: * ``state lost``: Redis forgot the Lens's keys (:class:`LensStateLost`).
+UnavailableReason = Literal[
+    "full", "read-only", "replicas behind", "master down", "loading", "busy", "refused",
+    "unreachable", "state lost",
+]  # fmt: skip
+UNAVAILABLE: tuple[UnavailableReason, ...] = get_args(UnavailableReason)
 
 
 class LensError(Exception):
@@ -72,9 +99,14 @@ class LensUnavailable(LensError, ConnectionError):
     The outcome of the operation is unknown: a claim may have been granted, a
     completion recorded. Every Lens operation is safe to repeat, so retrying is
     the answer; until it succeeds, fail closed (do no irreversible work).
+    ``reason`` says why, in one of the words of :data:`UNAVAILABLE`.
     """
 
     retriable = True
+
+    def __init__(self, message: str, reason: UnavailableReason = "unreachable") -> None:
+        super().__init__(message)
+        self.reason: UnavailableReason = reason
 
 
 class LensStateLost(LensUnavailable):
@@ -92,7 +124,8 @@ class LensStateLost(LensUnavailable):
 
     def __init__(self, redis: str, lost: str, found: str | None) -> None:
         what = "is gone" if found is None else f"was replaced by {found!r}"
-        super().__init__(f"Redis {redis} lost the Lens's state: epoch {lost!r} {what}")
+        message = f"Redis {redis} lost the Lens's state: epoch {lost!r} {what}"
+        super().__init__(message, "state lost")
         self.redis = redis
         self.lost = lost
         self.found = found

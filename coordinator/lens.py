@@ -82,6 +82,7 @@ from coordinator.errors import (
     LensError,
     LensStateLost,
     LensUnavailable,
+    UnavailableReason,
 )
 from coordinator.records import (
     CancelOutcome,
@@ -105,13 +106,46 @@ from node.cancellation import keep_cancellation
 from node.config import FORGET_AFTER
 from node.resource import AsyncResource
 
-#: Redis error replies that mean "not now" rather than "never": a replica
-#: after failover, a server still loading its AOF, a busy script, a server out
-#: of memory (maxmemory with noeviction), an AOF write that failed.
-_TRANSIENT_REPLIES = frozenset(
-    {"READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN",
-     "OOM", "MISCONF"}
-)  # fmt: skip
+#: Redis error replies that mean "not now" rather than "never", and what each
+#: says of the Lens (coordinator.errors, UNAVAILABLE): a server out of memory
+#: (maxmemory with noeviction), a replica after a failover, an AOF or snapshot
+#: write that failed, too few replicas, a shard without a master, a server
+#: still loading its AOF, a busy script, credentials or commands refused.
+_UNAVAILABLE_REPLIES: dict[str, UnavailableReason] = {
+    "OOM": "full",
+    "READONLY": "read-only",
+    "MISCONF": "read-only",
+    "NOREPLICAS": "replicas behind",
+    "MASTERDOWN": "master down",
+    "CLUSTERDOWN": "master down",
+    "TRYAGAIN": "master down",
+    "LOADING": "loading",
+    "BUSY": "busy",
+    "NOAUTH": "refused",
+    "WRONGPASS": "refused",
+    "NOPERM": "refused",
+}
+
+#: redis-py's own classes for some of those replies (it strips the reply's
+#: first word from their messages), and for refusals it makes itself. The
+#: first that matches decides: a MasterDownError is a ClusterDownError, a
+#: BusyLoadingError and an AuthenticationError are ConnectionErrors.
+_UNAVAILABLE_CLASSES: tuple[tuple[type[Exception], UnavailableReason], ...] = (
+    (ReplicasBehind, "replicas behind"),
+    (redis_errors.OutOfMemoryError, "full"),
+    (redis_errors.ReadOnlyError, "read-only"),
+    (redis_errors.ClusterDownError, "master down"),
+    (redis_errors.TryAgainError, "master down"),
+    (redis_errors.SlotNotCoveredError, "master down"),
+    (redis_errors.BusyLoadingError, "loading"),
+    (redis_errors.AuthenticationError, "refused"),
+    (redis_errors.AuthorizationError, "refused"),
+    (redis_errors.NoPermissionError, "refused"),
+    (redis_errors.ConnectionError, "unreachable"),
+    (redis_errors.TimeoutError, "unreachable"),
+    (redis_errors.RedisClusterException, "unreachable"),
+    (OSError, "unreachable"),
+)
 
 log = logging.getLogger(__name__)
 
@@ -472,11 +506,27 @@ class Lens(AsyncResource):
         await close(self._redis)
 
     async def ping(self) -> None:
-        """Return when Redis answers and can hold this Lens's keys;
-        :class:`LensUnavailable` if it does not answer, :class:`LensError` if
-        it cannot serve this configuration (``wait_aof`` on a Redis older than
-        7.2, a namespace in an older schema)."""
-        await self._call(self._redis.ping())
+        """Return when every shard of this Lens takes a write now;
+        :class:`LensUnavailable`, with its reason, when one does not (full,
+        read-only, without a master, unreachable, refusing), :class:`LensError`
+        if Redis cannot serve this configuration (``wait_aof`` on a Redis
+        older than 7.2, a namespace in an older schema).
+
+        A ``PING`` is not enough: a full Redis (``maxmemory`` with
+        ``noeviction``) answers it and refuses every claim, and under Cluster
+        any live master answers it while the master of the shard that failed
+        is down. So each shard is sent a write that changes nothing,
+        ``SETRANGE <tag>:epoch 0 ""`` (an empty range: the marker is left as
+        it is, and no key is made where there is none), all in one pipeline,
+        each routed like the shard's scripts, to the master that owns the
+        shard. Redis refuses it as it refuses any write: ``OOM`` when full,
+        ``READONLY`` on a replica, ``CLUSTERDOWN``, or no connection at all.
+        (A Redis ACL must allow ``SETRANGE`` on the Lens's keys.)
+        """
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for shard in range(self._keys.shards):
+                pipe.setrange(self._keys.epoch(shard), 0, b"")
+            await self._call(pipe.execute())
         await self._check_schema()
 
     async def claim(
@@ -891,7 +941,7 @@ class Lens(AsyncResource):
         # a cancellation (node.cancellation): every Lens call keeps it.
         try:
             return await keep_cancellation(request)
-        except (redis_errors.RedisError, OSError) as exc:
+        except (redis_errors.RedisError, redis_errors.RedisClusterException, OSError) as exc:
             raise _translate(exc) from exc
 
     def _error(self, exc: Exception, shard: int, epoch: str) -> LensError:
@@ -938,19 +988,38 @@ def _key_state(key: str, reply: Any) -> KeyState:
 
 
 def _translate(exc: Exception) -> LensError:
-    """The Lens's error for a Redis client error or error reply."""
-    # redis-py turns some replies into their own classes and strips the
-    # reply's first word from the message (OOM, READONLY): match those by class.
-    if isinstance(exc, ReplicasBehind):
-        return LensUnavailable(f"Redis could not make the Lens's writes durable: {exc}")
-    if isinstance(exc, redis_errors.OutOfMemoryError | redis_errors.ReadOnlyError):
-        return LensUnavailable(f"Redis cannot serve the Lens now: {type(exc).__name__}: {exc}")
-    if isinstance(exc, redis_errors.ResponseError):
-        reply = str(exc).split(" ", 1)[0]
-        if reply in _TRANSIENT_REPLIES:
-            return LensUnavailable(f"Redis cannot serve the Lens now: {exc}")
+    """The Lens's error for a Redis client error or error reply: a
+    :class:`LensUnavailable` with its reason when Redis cannot serve the Lens
+    now (coordinator.errors, UNAVAILABLE), else a :class:`LensError`."""
+    reason = _unavailable_reason(exc)
+    if reason is None and isinstance(exc, redis_errors.ResponseError):
         return LensError(f"Redis refused a Lens script: {exc}")
-    if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
-        # redis' ConnectionError also covers BusyLoadingError (AOF replay).
-        return LensUnavailable(f"Redis unavailable: {exc}")
-    return LensError(f"Redis failed a Lens call: {exc}")
+    if reason is None:
+        return LensError(f"Redis failed a Lens call: {exc}")
+    if isinstance(exc, ReplicasBehind):
+        return LensUnavailable(f"Redis could not make the Lens's writes durable: {exc}", reason)
+    if reason == "unreachable":
+        return LensUnavailable(f"Redis unavailable: {exc}", reason)
+    return LensUnavailable(f"Redis cannot serve the Lens now ({reason}): {_reply(exc)}", reason)
+
+
+def _unavailable_reason(exc: Exception) -> UnavailableReason | None:
+    """Why ``exc`` says Redis cannot serve the Lens now; ``None`` when it
+    says something else (a script's own error, a bad argument)."""
+    for kind, reason in _UNAVAILABLE_CLASSES:
+        if isinstance(exc, kind):
+            return reason
+    if isinstance(exc, redis_errors.ResponseError):
+        return _UNAVAILABLE_REPLIES.get(_reply(exc).split(" ", 1)[0])
+    return None
+
+
+def _reply(exc: Exception) -> str:
+    """The error reply as Redis sent it, its first word included (redis-py
+    keeps that word in ``status_code`` and strips it from the message of the
+    replies it has a class for)."""
+    text = str(exc)
+    code = getattr(exc, "status_code", None)
+    if code and not text.startswith(code):
+        return f"{code} {text}"
+    return text

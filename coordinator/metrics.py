@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from coordinator.errors import UNAVAILABLE
 from coordinator.worker import WorkerStats
 
 #: WorkerStats counters, and what each one counts.
@@ -27,11 +28,14 @@ _OUTCOMES = {
     "dead": "parked as dead letters after their last attempt",
     "double_takes": "taken but already claimed or done elsewhere: a double take caught",
     "claims_lost": "whose claim was lost (expired or taken over) before completion",
-    "lens_unavailable": "put back because Redis was unreachable at the claim",
+    "lens_unavailable": "put back because the Lens was unavailable at the claim",
     "handed_back": "handed back unfinished by a drain",
     "reoffered": "written back by this worker's reaper (abandoned or delayed jobs)",
     "rescued": "written back by this worker because Redis forgot their claims while they ran",
 }
+#: Every reason label of forum_lens_unavailable, always all of them (a
+#: series per reason, 1 for the one that holds): the Lens's own, and the pause.
+_REASONS = (*UNAVAILABLE, "paused")
 _JOBS_HELP = "Jobs by outcome: " + "; ".join(f"{k}: {v}" for k, v in _OUTCOMES.items()) + "."
 
 
@@ -67,6 +71,23 @@ class WorkerCollector(Collector):
             "(Redis unreachable, or the pause after a state loss).",
             value=int(stats.lens_reachable),
         )
+        reason = stats.lens_unavailable_reason
+        yield GaugeMetricFamily(
+            "forum_lens_available",
+            "1 while the Lens takes this worker's claims; 0 while the worker fails "
+            "closed and backs off (forum_lens_unavailable says why).",
+            value=int(reason is None),
+        )
+        why = GaugeMetricFamily(
+            "forum_lens_unavailable",
+            "1 for the reason the Lens is unavailable now, 0 for the others: "
+            + ", ".join(_REASONS)
+            + " (paused: the pause after a state loss).",
+            labels=["reason"],
+        )
+        for each in _REASONS:
+            why.add_metric([each], int(reason == each))
+        yield why
 
 
 def worker_registry(stats: Callable[[], WorkerStats]) -> CollectorRegistry:

@@ -83,9 +83,13 @@ Outcomes other than success:
   crashes every worker that runs it ends in ``dead/`` after ``max_attempts``
   deliveries, not in a crash loop. The count lives in the node's memory: a
   node restart starts it again.
-* The Lens is unreachable at the claim: fail closed. No handler runs; the
-  reservations are released, so the tuples are live again in their places
-  under their own ids, and the worker waits for Redis.
+* The Lens is unavailable at the claim (Redis unreachable, full, read-only,
+  a shard without a master, refusing: coordinator.errors, UNAVAILABLE): fail
+  closed. No handler runs; the reservations are released, once, so the
+  tuples are live again in their places under their own ids, and the worker
+  reserves nothing more until a check finds every shard taking writes again,
+  checking with a jittered, capped back-off that only a granted claim resets
+  (:mod:`coordinator.availability`, which also says what is logged).
 * Redis lost the Lens's state (``LensStateLost``: flushed, or restarted
   without persistence): fail closed as above, and more (see
   :meth:`Worker._note_state_loss`). One error line per loss, counted in
@@ -122,10 +126,11 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from coordinator.authority import ClaimAuthority, HeldClaim
+from coordinator.availability import OUTAGE_BACKOFF, Availability, LensState
 from coordinator.completions import Completions
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from coordinator.envelope import Envelope
-from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError, LensUnavailable
+from coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError
 from coordinator.holding import Acks, Parked, Slots
 from coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
 from coordinator.presence import HEAD, Presence
@@ -138,9 +143,6 @@ log = logging.getLogger(__name__)
 
 #: The error a dead letter carries when the job's workers died running it.
 LOST_WORKER = "the worker was lost: its lease expired"
-#: How long a worker waits between tries when Redis or the space is down:
-#: doubling from 0.05 s up to 2 s, without jitter (see _outage_waits).
-_OUTAGE_BACKOFF = Backoff(base=0.05, cap=2.0, jitter=0.0)
 
 #: The defaults of :class:`Worker`, which ``forum worker``'s flags share.
 DEFAULT_CONCURRENCY = 1
@@ -187,9 +189,12 @@ class WorkerStats:
     #: Times Redis was found to have lost the Lens's state (each loss once).
     lens_state_losses: int = 0
     running: int = 0
-    #: False while Redis is unreachable, or in the pause after a state loss:
-    #: either way the worker claims nothing.
+    #: False while the Lens is unavailable, or in the pause after a state
+    #: loss: either way the worker claims nothing.
     lens_reachable: bool = True
+    #: Why the Lens is unavailable now (a word of coordinator.errors.UNAVAILABLE),
+    #: ``"paused"`` in the pause after a state loss; ``None`` while it serves.
+    lens_unavailable_reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -209,14 +214,15 @@ class _Counts:
     rescued: int = 0
     lens_state_losses: int = 0
 
-    def frozen(self, *, running: int, lens_reachable: bool) -> WorkerStats:
+    def frozen(self, *, running: int, lens: LensState, paused: bool) -> WorkerStats:
         return WorkerStats(
             taken=self.taken, done=self.done, retried=self.retried, dead=self.dead,
             double_takes=self.double_takes, claims_lost=self.claims_lost,
             lens_unavailable=self.lens_unavailable, handed_back=self.handed_back,
             reoffered=self.reoffered, deferred=self.deferred, rescued=self.rescued,
             lens_state_losses=self.lens_state_losses,
-            running=running, lens_reachable=lens_reachable,
+            running=running, lens_reachable=lens.available and not paused,
+            lens_unavailable_reason=lens.reason or ("paused" if paused else None),
         )  # fmt: skip
 
 
@@ -247,13 +253,6 @@ class _Offer:
     item: Reserved
     key: str
     envelope: Envelope
-
-
-def _outage_waits() -> Iterator[float]:
-    """The waits between tries while Redis or the space is down (one run of
-    :data:`_OUTAGE_BACKOFF`). Every outage loop of the worker takes its waits
-    from here."""
-    return _OUTAGE_BACKOFF.delays()
 
 
 class Worker:
@@ -332,7 +331,8 @@ class Worker:
         self._filling: asyncio.Task[list[Reserved]] | None = None
         self._stopping = asyncio.Event()
         self._started = False
-        self._lens_ok = True
+        #: Whether the Lens takes claims now, and the back-off while it does not.
+        self._availability = Availability(self.owner, self._rng)
         #: The Lens's state_losses as this worker last saw it.
         self._generation = lens.state_losses
         #: time.monotonic() before which no job is claimed (after a state loss).
@@ -346,7 +346,8 @@ class Worker:
     def stats(self) -> WorkerStats:
         return self._counts.frozen(
             running=len(self._running),
-            lens_reachable=self._lens_ok and not self._loss_pause_left(),
+            lens=self._availability.state(),
+            paused=self._loss_pause_left() > 0,
         )
 
     def stop(self) -> None:
@@ -410,7 +411,7 @@ class Worker:
                 await self._drop_ahead()
                 await self._pause(paused)
                 continue
-            if not self._lens_ok:
+            if not self._availability.may_try():
                 self._slots.release(free)
                 await self._drop_ahead()
                 await self._wait_for_lens()
@@ -420,12 +421,14 @@ class Worker:
             except (ForumError, OSError) as exc:
                 self._slots.release(free)
                 log.warning("reserve failed (%s); retrying", exc)
-                await self._pause(_OUTAGE_BACKOFF.cap)
+                await self._pause(OUTAGE_BACKOFF.cap)
                 continue
             self._slots.release(free - len(items))
             if items:
                 self._counts.taken += len(items)
                 await self._claim(items, tasks)
+            else:
+                self._availability.idle()
         await self._drop_ahead()
 
     async def _free_slots(self) -> int:
@@ -585,16 +588,17 @@ class Worker:
             )
         except LensError as exc:
             # Fail closed, lose nothing: no handler without a claim; the jobs go
-            # back into the space, each under its own id (and so its key).
+            # back into the space, each under its own id (and so its key),
+            # once: nothing is reserved again until a check passes.
             self._counts.lens_unavailable += len(offers)
-            self._lens_ok = False
-            log.warning("Lens unavailable (%s): %d jobs go back into the space", exc, len(offers))
+            self._availability.failed(exc, put_back=len(offers))
             self._note_state_loss()
             await self._put_back(offers)
-            if not isinstance(exc, LensUnavailable):
-                # Redis answers pings but refuses the script: do not spin on it.
-                await self._pause(_OUTAGE_BACKOFF.cap)
             return
+        if not all(isinstance(outcome, LensError) for outcome in outcomes):
+            # A claim granted is a write Redis took. (A full Redis still
+            # answers AlreadyDone: that script writes nothing.)
+            self._availability.granted()
         # A copy of a finished job: taken away. A copy of a job another holder
         # runs: parked until that holder's lease can first end (done by then,
         # or its holder dead), then offered again. Not released (it would come
@@ -855,7 +859,7 @@ class Worker:
         try:
             outcomes = await self._lens.extend_many([state.claim for _, state in running])
         except LensError as exc:
-            self._lens_ok = False
+            self._availability.failed(exc)
             if self._note_state_loss():
                 return  # every claim sent was from before the loss: all interrupted
             for handler, state in running:
@@ -909,7 +913,7 @@ class Worker:
         """Release a claim, retrying while Redis is unreachable and the lease
         lasts. ``False`` if it could not be done: the claim is then gone or
         will expire by itself."""
-        waits = _outage_waits()
+        waits = self._outage_waits()
         while True:
             try:
                 await claim.release()
@@ -918,7 +922,7 @@ class Worker:
                 log.warning("%s: %s", claim.key, exc)
                 return False
             except LensError as exc:
-                self._lens_ok = False
+                self._availability.failed(exc)
                 if claim.remaining() <= 0:
                     log.warning("%s: Redis unreachable past the lease (%s)", claim.key, exc)
                     return False
@@ -973,20 +977,32 @@ class Worker:
         return max(0.0, self._claim_after - time.monotonic())
 
     async def _wait_for_lens(self) -> None:
-        waits = _outage_waits()
-        while not self._lens_ok and not self._stopping.is_set():
+        """Back off while the Lens is unavailable: wait, then check that every
+        shard takes a write (``Lens.ping``: under Cluster, each shard's own
+        master), until one check passes or the worker stops. A passing check
+        lets one reserve and claim try; only granted claims end the outage
+        (:mod:`coordinator.availability`)."""
+        while not self._availability.may_try() and not self._stopping.is_set():
+            await self._pause(self._availability.next_wait())
+            if self._stopping.is_set():
+                return
             try:
                 await self._lens.ping()
-            except LensError:
-                await self._pause(next(waits))
+            except LensError as exc:
+                self._availability.failed(exc)
             else:
-                log.info("the Lens is reachable again")
-                self._lens_ok = True
+                self._availability.checked()
+
+    def _outage_waits(self) -> Iterator[float]:
+        """The waits between tries of one call while Redis or the space is
+        down (a claim's release, a job's write back): the worker's one
+        outage policy, :data:`coordinator.availability.OUTAGE_BACKOFF`."""
+        return OUTAGE_BACKOFF.delays(self._rng)
 
     async def _write_back(self, data: bytes) -> bool:
         """Write a job into the space, retrying while the space is unreachable
         (until the drain is over); ``False`` if it could not be written."""
-        waits = _outage_waits()
+        waits = self._outage_waits()
         while True:
             try:
                 await self._space.write(data)

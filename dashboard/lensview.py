@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator import HistoryEvent, Lens, LensError
+from coordinator.availability import reason_of
 from coordinator.checks import CheckVerdict, last_check
 from coordinator.envelope import Envelope
 from coordinator.presence import WorkerPresence, list_workers
@@ -80,9 +81,12 @@ class RawJobPage:
 
 @dataclass(frozen=True, slots=True)
 class LensFigures:
-    """The Guarantees page's Lens part: reachability, Redis's durability
-    shortfalls, the workers' counters, the demo's last check."""
+    """The Guarantees page's Lens part: whether the Lens takes claims (and
+    why not), Redis's durability shortfalls, the workers' counters, the
+    demo's last check."""
 
+    #: Why the Lens is unavailable, in Redis's words; ``None`` while it
+    #: takes writes in every shard (``Lens.ping``).
     error: str | None
     durability: list[str]
     workers: list[WorkerPresence]
@@ -90,6 +94,12 @@ class LensFigures:
     #: Double takes the workers caught in the last minute (as far as this
     #: node's samples of their totals reach back).
     double_takes_last_minute: int = 0
+    #: The reason in one word (coordinator.errors.UNAVAILABLE: full,
+    #: read-only, unreachable, ...); ``None`` while available.
+    reason: str | None = None
+    #: Whether the rest was read: a Redis that is full or read-only still
+    #: answers reads; one unreachable or refusing does not.
+    read: bool = True
 
 
 class LensView:
@@ -179,16 +189,29 @@ class LensView:
         return await list_workers(self.lens)
 
     async def figures(self) -> LensFigures:
-        """The Lens's figures; ``error`` says why none when Redis does not answer."""
+        """The Lens's figures. ``error`` and ``reason`` say why the Lens is
+        unavailable (the check every worker makes before it claims again:
+        every shard must take a write); a Redis that is full or read-only
+        is still read for the rest."""
+        unavailable: LensError | None = None
         try:
             await self.lens.ping()
+        except LensError as exc:
+            unavailable = exc
+        try:
             durability, workers, check = await asyncio.gather(
                 self.lens.durability(), self.workers(), last_check(self.lens.config)
             )
         except LensError as exc:
-            return LensFigures(str(exc), [], [], None)
+            failed = unavailable or exc
+            return LensFigures(str(failed), [], [], None, reason=reason_of(failed), read=False)
         total = sum(w.double_takes for w in workers)
-        return LensFigures(None, durability, workers, check, self._last_minute(total))
+        minute = self._last_minute(total)
+        if unavailable is None:
+            return LensFigures(None, durability, workers, check, minute)
+        return LensFigures(
+            str(unavailable), durability, workers, check, minute, reason=reason_of(unavailable)
+        )
 
     def _last_minute(self, total: int) -> int:
         """How far ``total`` rose since the oldest look of the last minute

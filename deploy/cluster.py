@@ -16,9 +16,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
+from urllib.parse import urlsplit
 
 import aiohttp
 
+from coordinator.redis_url import RedisTarget
 from deploy.demo import SINK_URL_ENV
 from deploy.processes import (
     NodeService,
@@ -41,7 +43,9 @@ class ClusterConfig:
     nodes: int = 3
     #: Workers per node.
     workers: int = 0
-    #: ``"auto"`` starts a Redis; a ``redis://`` URL uses that one.
+    #: ``"auto"`` starts a Redis; a URL uses that one: any the workers take
+    #: (``redis://``, ``redis+sentinel://``, ``redis+cluster://``,
+    #: coordinator.redis_url).
     redis: str = "auto"
     #: Put Toxiproxy on every node-to-node and worker-to-Redis link.
     chaos: bool = False
@@ -61,8 +65,21 @@ class ClusterConfig:
             raise ValueError(f"nodes must be 1 to {len(string.ascii_lowercase)}")
         if self.workers < 0:
             raise ValueError("workers must be >= 0")
-        if self.redis != "auto" and not self.redis.startswith(("redis://", "rediss://")):
-            raise ValueError("redis must be 'auto' or a redis:// URL")
+        if self.redis != "auto":
+            try:
+                target = RedisTarget.from_url(self.redis)
+            except ValueError as exc:
+                raise ValueError(
+                    "redis must be 'auto' or a redis:// URL (or redis+sentinel://, "
+                    f"redis+cluster://): {exc}"
+                ) from None
+            if self.chaos and target.nodes:
+                # A proxy fronts one server; Sentinel and Cluster hand out
+                # their servers' own addresses, which no proxy would be on.
+                raise ValueError(
+                    "--chaos puts a proxy before one Redis server: not with a "
+                    "redis+sentinel:// or redis+cluster:// URL"
+                )
 
 
 class Cluster(AsyncResource):
@@ -95,8 +112,10 @@ class Cluster(AsyncResource):
     @property
     def sink_url(self) -> str:
         """The effect sink: database 1 of the same Redis, reached directly (it
-        stands for an external system, not for the Lens's link)."""
-        return self.redis_url.rsplit("/", 1)[0] + "/1"
+        stands for an external system, not for the Lens's link); a Redis
+        Cluster has only database 0, where the sink's keys (under their own
+        hash tag) sit beside the Lens's."""
+        return _other_database(self.redis_url, 1)
 
     # -- starting and stopping -------------------------------------------------
 
@@ -233,3 +252,17 @@ class Cluster(AsyncResource):
             except ClientError:
                 counts.append(None)
         return counts
+
+
+def _other_database(url: str, db: int) -> str:
+    """``url``'s Redis, database ``db`` (``redis://h:p/1``,
+    ``redis+sentinel://h:p/name/1``, ``unix:///path?db=1``); a cluster's own
+    URL (it has only database 0)."""
+    target = RedisTarget.from_url(url)
+    parts = urlsplit(url)
+    if target.cluster:
+        return url
+    if parts.scheme == "unix":  # not geturl(): it drops the empty host's "//"
+        return f"{url.partition('?')[0]}?db={db}"
+    path = f"/{db}" if target.service is None else f"/{target.service}/{db}"
+    return parts._replace(path=path).geturl()

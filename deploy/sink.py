@@ -31,8 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from redis.asyncio import Redis
-
+from coordinator.redis_url import RedisClient, RedisTarget, close
 from node.resource import AsyncResource
 
 #: KEYS[1] token hash, KEYS[2] key hash, KEYS[3] effects hash, KEYS[4] reruns hash
@@ -64,7 +63,7 @@ class StaleToken(Exception):
 class EffectSink(AsyncResource):
     """Counted, fenced effects in Redis. ``async with EffectSink.from_url(url)``."""
 
-    def __init__(self, client: Redis, namespace: str = "sink") -> None:
+    def __init__(self, client: RedisClient, namespace: str = "sink") -> None:
         self._client = client
         self._keys = [f"{{{namespace}}}:{name}" for name in ("token", "key", "effects", "reruns")]
         self._deliveries = f"{{{namespace}}}:deliveries"
@@ -72,7 +71,10 @@ class EffectSink(AsyncResource):
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "sink") -> EffectSink:
-        return cls(Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5), namespace)
+        """A sink in the Redis ``url`` names: any URL the Lens takes
+        (coordinator.redis_url: one server, Sentinel's primary, a Cluster)."""
+        target = RedisTarget.from_url(url)
+        return cls(target.client(socket_timeout=5, socket_connect_timeout=5), namespace)
 
     async def delivered(self, job: str) -> None:
         await self._client.hincrby(self._deliveries, job, 1)
@@ -101,7 +103,7 @@ class EffectSink(AsyncResource):
         return Counter({_text(k): int(v) for k, v in raw.items()})
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await close(self._client)
 
 
 def _text(value: bytes | str) -> str:

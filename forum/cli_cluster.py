@@ -3,6 +3,7 @@ processes (:class:`deploy.cluster.Cluster`), and the demo workload run on it
 (:mod:`deploy.workload`).
 
 ``forum cluster up --nodes 3 [--redis auto|URL] [--workers N] [--chaos]``
+(``URL``: any Redis URL a worker takes, Sentinel's and Cluster's included)
 starts the cluster, prints where everything is and a status line until
 Ctrl-C, then stops it all. ``forum cluster demo`` does the same, puts
 ``--jobs`` jobs through it and prints the history checker's verdict; it
@@ -49,7 +50,13 @@ def add_cluster(parser: argparse.ArgumentParser) -> None:
         add = sub.add_argument
         add("--nodes", type=int, default=3, help="how many nodes (default 3)")
         add("--workers", type=int, default=workers, help=f"workers per node (default {workers})")
-        add("--redis", default="auto", help="'auto' starts a redis-server; or a redis:// URL")
+        add(
+            "--redis",
+            default="auto",
+            help="'auto' starts a redis-server; or the URL of one the workers take: "
+            "redis://host:port/db, redis+sentinel://host:port[,...]/name, "
+            "redis+cluster://host:port[,...]/",
+        )
         add("--chaos", action="store_true", help="route links through Toxiproxy")
         add("--root", type=Path, help="where data and logs go (default: a temporary dir)")
         add("--concurrency", type=int, default=8, help="handlers per worker (default 8)")

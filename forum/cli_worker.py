@@ -39,8 +39,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis import exceptions as redis_errors
-
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from coordinator.errors import LensError, LensUnavailable
 from coordinator.job import Backoff, Handler, KeyFunction
@@ -530,16 +528,17 @@ def _check_max_attempts(app: App, given: int | None) -> None:
 async def check_lens(lens: Lens, url: str, *, required: bool) -> None:
     """Fail now if Redis refuses this URL (a database that does not exist, a
     wrong password), or, when ``required``, does not answer. Otherwise Redis
-    merely down is an outage, not a mistake: the worker starts and fails
-    closed until Redis is back."""
+    merely down, full, read-only or without a master is an outage, not a
+    mistake: the worker starts and fails closed until the Lens serves again."""
     try:
         await lens.ping()
     except LensUnavailable as exc:
-        if isinstance(exc.__cause__, redis_errors.AuthenticationError):
-            raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__}") from None
-        if required:
+        if exc.reason == "refused":  # a wrong password, or an ACL that forbids the Lens
+            raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__ or exc}") from None
+        if required and exc.reason == "unreachable":
             raise UsageError(f"--redis-url {masked(url)}: Redis is not reachable: {exc}") from None
-        log.warning("Redis is not reachable yet (%s): waiting for it", exc)
+        # Full, read-only, without a master: there, but not serving the Lens now.
+        log.warning("the Lens is unavailable (%s: %s): waiting for it", exc.reason, exc)
     except LensError as exc:
         raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__ or exc}") from None
 
@@ -662,7 +661,8 @@ async def _open_handler(spec: str, source: Any) -> AsyncIterator[Handler]:
 
 
 def progress_line(owner: str, stats: WorkerStats) -> str:
-    redis = "up" if stats.lens_reachable else "DOWN (failing closed)"
+    why = stats.lens_unavailable_reason or "unavailable"
+    redis = "up" if stats.lens_reachable else f"DOWN ({why}; failing closed)"
     return (
         f"{owner}: done {stats.done}  retried {stats.retried}  dead {stats.dead}  "
         f"double takes {stats.double_takes}  claims lost {stats.claims_lost}  "

@@ -24,7 +24,8 @@ FAST = {"take_wait": 0.1, "reaper_interval": 0.05, "backoff": Backoff(base=0.01,
 
 def test_every_counter_is_a_stats_field() -> None:
     counters = {field.name for field in fields(_Counts)}
-    assert counters | {"running", "lens_reachable"} == {f.name for f in fields(WorkerStats)}
+    state = {"running", "lens_reachable", "lens_unavailable_reason"}
+    assert counters | state == {f.name for f in fields(WorkerStats)}
 
 
 async def test_a_state_loss_mid_run_cancels_the_handlers_and_loses_no_job(
