@@ -95,6 +95,9 @@ async def test_a_node_ten_minutes_off_is_told_and_not_ready(forum_nodes: ForumNo
     nodes = (a, b, c)
     for node in nodes:
         node.args += [arg for peer in nodes if peer is not node for arg in ("--peer", peer.url)]
+    # c first: it is not ready as soon as the others answer, and starting
+    # waits for /readyz.
+    await c.start()
     await forum_nodes.start_all()
 
     async with aiohttp.ClientSession() as http:
