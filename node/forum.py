@@ -410,6 +410,8 @@ class Forum(AsyncResource):
         self._takes = 0
         self._double_takes = 0
         self._closed = False
+        # The windows compaction kept as keys, then the Writes since (replay).
+        self._dedup.load(strand.config.storage, strand.origin, self._schedule.now_ms())
         self._replay(strand.take_replayed())
 
     async def __aenter__(self) -> Self:
@@ -1058,6 +1060,14 @@ class Forum(AsyncResource):
         the current segment first, so that it can be compacted too."""
         self._check_open()
         stable = self.strand.vector() if horizon is None else horizon
+        # The open dedup windows are kept as their keys, not as their Writes
+        # and Takes (node.dedup): saved before the pass may drop those.
+        await asyncio.to_thread(
+            self._dedup.save,
+            self.strand.config.storage,
+            self.strand.origin,
+            self._schedule.now_ms(),
+        )
         return await self.strand.compact(stable, self._live_keys, seal=seal)
 
     async def apply_dead(self, origin: str, ranges: Sequence[tuple[int, int]]) -> int:
@@ -1119,7 +1129,7 @@ class Forum(AsyncResource):
     async def _live_keys(self) -> set[tuple[str, int]]:
         """Every tuple not dead: live, reserved, surfacing, held, not due yet,
         or being taken; and the Writes kept for what they say: pause markers
-        and the writes whose dedup window is open.
+        (a write whose dedup window is open is kept as its key, node.dedup).
         Built a slice at a time, so a large backlog does not stall the loop
         (a tuple dead when looked at stays dead, so no snapshot is needed)."""
         ids: list[EntryId] = [
@@ -1130,7 +1140,6 @@ class Forum(AsyncResource):
             *self._taking,
             *self._schedule.ids(),
             *self._pause_markers,
-            *self._dedup.ids(),
         ]
         keys: set[tuple[str, int]] = set()
         for start in range(0, len(ids), _LIVE_SLICE):
