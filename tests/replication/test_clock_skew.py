@@ -138,6 +138,13 @@ async def test_a_node_ten_minutes_off_is_told_and_not_ready(forum_nodes: ForumNo
             assert code == 200, body
             assert any(c.url in str(line) for line in body["degraded"]), body  # type: ignore[union-attr]
 
+        # The dashboard's Peers panel shows it in c's row.
+        async with http.get(a.url + "/ui/peers") as answer:
+            page = await answer.text()
+        c_row_html = page[page.index(f'data-peer="{c.url}"') :].split("</tr>")[0]
+        shown = re.search(r"<td>([+-][\d.]+) s</td>", c_row_html)
+        assert shown and abs(float(shown.group(1)) - SKEW) < SLACK, c_row_html
+
         # Many refusals later, still one line per peer (on the change, not per call).
         before = await refusals(http, a)
 

@@ -1,0 +1,167 @@
+"""RSS over compaction passes at a backlog of 0, this checkout against a baseline.
+
+Usage: ``python bench/compaction_memory_bench.py [--passes 6] [--writes 40000]
+[--rounds 2] [--baseline main] [--out PATH]``
+
+Issue 27's soak (3 nodes, 150 jobs/s, backlog 0) saw each node's RSS at
+78 MB until the first compaction, then 186-213 MB, stepping up at later
+passes while the Strand stayed under 9 MB. This is that shape in one
+process, without the network: a Forum (``--fsync never``, 8 MiB segments)
+is sent ``--writes`` 150-byte tuples, every one taken at once (the backlog
+stays 0), then one compaction pass runs through the node's Compactor (the
+current segment sealed first, as ``POST /v1/compact`` does); ``--passes``
+times. The process's RSS (``VmRSS``) is read after each pass (and a
+``gc.collect()``), and before the first.
+
+Each source runs in a child process of its own, with its ``node`` first on
+``PYTHONPATH``: the baseline (``git archive`` of ``--baseline``) and this
+checkout, alternated for ``--rounds`` rounds; the table shows each pass's
+median over the rounds. Prints a table; writes JSON to
+``bench/results/compaction_memory_bench.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+# Run as a child (below), ``node`` is the source's under test: its PYTHONPATH
+# comes first, and the checkout is not the working directory.
+from memory_bench import export, rss_bytes  # noqa: E402
+
+import node  # noqa: E402
+from node import Forum, Pattern, Strand, StrandConfig  # noqa: E402
+from node.compactor import CompactionPolicy, Compactor  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "compaction_memory_bench.json"
+PAYLOAD = 150
+BATCH = 1000
+MiB = 1024 * 1024
+
+
+async def child(passes: int, writes: int) -> dict[str, Any]:
+    """In the child: the RSS before the first pass and after each one."""
+    pattern = Pattern(b"task/")
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = (
+            StrandConfig()
+            .with_storage(Path(tmp))
+            .with_node_name("bench")
+            .with_fsync("never")
+            .with_segment_bytes(8 * MiB)
+        )
+        async with Forum(await Strand.open(cfg), remote_delay=0) as forum:
+            compactor = Compactor(forum, CompactionPolicy(interval=0))
+            rss = [rss_bytes(os.getpid())]
+            dropped = []
+            n = 0
+            for _ in range(passes):
+                for _ in range(0, writes, BATCH):
+                    batch = [(b"task/%d/" % (n + i)).ljust(PAYLOAD, b"x") for i in range(BATCH)]
+                    n += BATCH
+                    await forum.write_many(batch)
+                    taken = await forum.take_many(pattern, BATCH)
+                    if len(taken) != BATCH:
+                        raise RuntimeError(f"took {len(taken)} of {BATCH}")
+                report = await compactor.compact_now()
+                dropped.append(report.entries_dropped)
+                gc.collect()
+                rss.append(rss_bytes(os.getpid()))
+            entries = forum.strand.stats().entries
+    return {"node": node.__file__, "rss": rss, "dropped": dropped, "entries_left": entries}
+
+
+def run_child(source: Path, passes: int, writes: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(source)}
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(Path(__file__)), str(passes), str(writes)],
+        env=env,
+        cwd=tempfile.gettempdir(),  # not a checkout: ``node`` comes from PYTHONPATH
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+#: The child imports this file by path (so ``node`` is the source's, not ours).
+_CHILD = """
+import asyncio, importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("compaction_memory_bench", sys.argv[1])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+print(json.dumps(asyncio.run(bench.child(int(sys.argv[2]), int(sys.argv[3])))))
+"""
+
+
+def main(args: argparse.Namespace) -> dict[str, Any]:
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    report: dict[str, Any] = {
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "baseline": args.baseline,
+        "head": head,
+        "passes": args.passes,
+        "writes_per_pass": args.writes,
+        "rounds": args.rounds,
+        "runs": {"baseline": [], "this": []},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        sources = {"baseline": export(args.baseline, Path(tmp)), "this": ROOT}
+        for _ in range(args.rounds):
+            for name, source in sources.items():  # alternated: load drifts hit both
+                report["runs"][name].append(run_child(source, args.passes, args.writes))
+    for name, runs in report["runs"].items():
+        report[name] = {
+            "median_rss_mb": [
+                round(statistics.median(run["rss"][i] for run in runs) / MiB, 1)
+                for i in range(args.passes + 1)
+            ],
+            "entries_left": max(run["entries_left"] for run in runs),
+        }
+    return report
+
+
+def print_table(report: dict[str, Any]) -> None:
+    base, this = report["baseline"]["median_rss_mb"], report["this"]["median_rss_mb"]
+    print(
+        f"RSS (MB, median of {report['rounds']}) over compaction passes, "
+        f"{report['writes_per_pass']} writes each taken per pass, backlog 0"
+    )
+    print(f"  {'':<16}{'baseline':>10}{'this':>10}")
+    for i, (was, now) in enumerate(zip(base, this, strict=True)):
+        label = "before any" if i == 0 else f"after pass {i}"
+        print(f"  {label:<16}{was:>10.1f}{now:>10.1f}")
+    print(f"  {'last - first':<16}{base[-1] - base[0]:>+10.1f}{this[-1] - this[0]:>+10.1f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--passes", type=int, default=6)
+    parser.add_argument("--writes", type=int, default=40_000, help="writes (each taken) per pass")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", default="main", help="the git ref to compare against")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    arguments = parser.parse_args()
+    result = main(arguments)
+    print_table(result)
+    arguments.out.parent.mkdir(parents=True, exist_ok=True)
+    arguments.out.write_text(json.dumps(result, indent=2) + "\n")
