@@ -11,15 +11,24 @@ Then the offset is measured from the signed refusals and shows in
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import re
+import time
+from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
 import pytest
 
 from node.client import ForumClient
 from node.web_status import NodeStatus, PeerStatus
+from replication.auth import SIGNATURE_HEADER, ClusterAuth
 from replication.clocks import ClockWatch
+from replication.config import ReplicationConfig
+from replication.errors import Unauthenticated
+from replication.messages import PULL_PATH
+from replication.transport import SignedTransport
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 from tests.replication.conftest import FAST
 
@@ -69,7 +78,7 @@ def row(snapshot: NodeStatus, peer: NodeProcess) -> PeerStatus:
     return found
 
 
-async def readyz(http: aiohttp.ClientSession, node: NodeProcess) -> tuple[int, dict[str, object]]:
+async def readyz(http: aiohttp.ClientSession, node: NodeProcess) -> tuple[int, dict[str, Any]]:
     async with http.get(node.url + "/readyz") as answer:
         return answer.status, await answer.json()
 
@@ -136,7 +145,7 @@ async def test_a_node_ten_minutes_off_is_told_and_not_ready(forum_nodes: ForumNo
             assert any(c.url in line for line in seen.degraded), seen.degraded
             code, body = await readyz(http, node)
             assert code == 200, body
-            assert any(c.url in str(line) for line in body["degraded"]), body  # type: ignore[union-attr]
+            assert any(c.url in str(line) for line in body["degraded"]), body
 
         # The dashboard's Peers panel shows it in c's row.
         async with http.get(a.url + "/ui/peers") as answer:
@@ -204,3 +213,39 @@ def test_a_peer_not_watched_is_not_counted() -> None:
     watch = ClockWatch(max_skew=1.0, refuse_skew=60.0)
     watch.refused("http://gone:7070", 600.0)  # left the table before its answer came
     assert watch.readiness().degraded == () and watch.offsets() == {}
+
+
+class Refusing(SignedTransport):
+    """A peer that refuses every request for clock skew, its clock ``ahead``
+    seconds from ours, signing its refusal with ``key`` (``None``: unsigned)."""
+
+    def __init__(self, clocks: ClockWatch, key: str | None, ahead: float) -> None:
+        super().__init__(ClusterAuth(SECRET), ReplicationConfig(attempts=1), clocks)
+        self._key, self._ahead = key, ahead
+
+    async def _exchange(
+        self, peer: str, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        error = {"error": "clock_skew", "message": "off", "clock": time.time() + self._ahead}
+        answer = json.dumps(error).encode()
+        if self._key is None:
+            return 401, {}, answer
+        request = dict(p.split("=", 1) for p in headers[SIGNATURE_HEADER].split(","))
+        return 401, ClusterAuth(self._key).sign_response(request["s"], answer), answer
+
+
+@pytest.mark.parametrize(("key", "trusted"), [(SECRET, True), (None, False), ("other", False)])
+async def test_only_a_refusal_signed_for_the_request_is_measured(
+    key: str | None, trusted: bool
+) -> None:
+    peer = "http://b:7070"
+    clocks = ClockWatch(max_skew=1.0, refuse_skew=60.0)
+    clocks.watch(peer)
+    async with Refusing(clocks, key, ahead=-SKEW) as transport:
+        with pytest.raises(Unauthenticated):
+            await transport.call(peer, "POST", PULL_PATH, b"x")
+    if trusted:
+        offset = clocks.refusing()[peer]
+        assert abs(offset + SKEW) < SLACK
+    else:  # anyone on the path could have sent it: it says nothing of b's clock
+        assert clocks.refusing() == {} and clocks.offset(peer) is None
