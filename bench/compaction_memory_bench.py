@@ -13,7 +13,11 @@ current segment sealed first, as ``POST /v1/compact`` does); ``--passes``
 times. The process's RSS (``VmRSS``) is read after each pass (and a
 ``gc.collect()``), and before the first.
 
-Each source runs in a child process of its own, with its ``node`` first on
+The same through a real ``forum serve`` (``--fsync never``, background
+compaction off): the writes and takes over the stream (``ForumClient``),
+each pass by ``POST /v1/compact``, the node's RSS read once steady.
+
+Each source runs in a process of its own, with its ``node`` first on
 ``PYTHONPATH``: the baseline (``git archive`` of ``--baseline``) and this
 checkout, alternated for ``--rounds`` rounds; the table shows each pass's
 median over the rounds. Prints a table; writes JSON to
@@ -23,6 +27,7 @@ median over the rounds. Prints a table; writes JSON to
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import os
@@ -39,16 +44,50 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 # Run as a child (below), ``node`` is the source's under test: its PYTHONPATH
 # comes first, and the checkout is not the working directory.
-from memory_bench import export, rss_bytes  # noqa: E402
+from memory_bench import export, rss_bytes, steady_rss  # noqa: E402
 
 import node  # noqa: E402
+from deploy.processes import NodeService  # noqa: E402
 from node import Forum, Pattern, Strand, StrandConfig  # noqa: E402
+from node.client import ForumClient  # noqa: E402
 from node.compactor import CompactionPolicy, Compactor  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "compaction_memory_bench.json"
 PAYLOAD = 150
 BATCH = 1000
 MiB = 1024 * 1024
+
+
+def batch(n: int) -> list[bytes]:
+    """:data:`BATCH` unique payloads of :data:`PAYLOAD` bytes from number ``n``."""
+    return [(b"task/%d/" % (n + i)).ljust(PAYLOAD, b"x") for i in range(BATCH)]
+
+
+async def serve(source: Path, root: Path, passes: int, writes: int) -> dict[str, Any]:
+    """A real ``forum serve`` from ``source``: its RSS before the first pass and after each."""
+    args = ["--fsync", "never", "--compact-interval", "0"]
+    service = NodeService("serve", root, args, env={"PYTHONPATH": str(source)})
+    await service.start()
+    try:
+        if service.pid is None:
+            raise RuntimeError("forum serve has no pid")
+        async with ForumClient(service.url, timeout=120) as client:
+            rss = [await steady_rss(service.pid)]
+            dropped = []
+            n = 0
+            for _ in range(passes):
+                for _ in range(0, writes, BATCH):
+                    await client.write_many(batch(n))
+                    n += BATCH
+                    taken = await client.take_many(Pattern(b"task/"), BATCH)
+                    if len(taken) != BATCH:
+                        raise RuntimeError(f"took {len(taken)} of {BATCH}")
+                dropped.append((await client.compact()).entries_dropped)
+                rss.append(await steady_rss(service.pid))
+            entries = (await client.status()).entries
+    finally:
+        await service.stop()
+    return {"rss": rss, "dropped": dropped, "entries_left": entries}
 
 
 async def child(passes: int, writes: int) -> dict[str, Any]:
@@ -69,9 +108,8 @@ async def child(passes: int, writes: int) -> dict[str, Any]:
             n = 0
             for _ in range(passes):
                 for _ in range(0, writes, BATCH):
-                    batch = [(b"task/%d/" % (n + i)).ljust(PAYLOAD, b"x") for i in range(BATCH)]
+                    await forum.write_many(batch(n))
                     n += BATCH
-                    await forum.write_many(batch)
                     taken = await forum.take_many(pattern, BATCH)
                     if len(taken) != BATCH:
                         raise RuntimeError(f"took {len(taken)} of {BATCH}")
@@ -122,35 +160,45 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "passes": args.passes,
         "writes_per_pass": args.writes,
         "rounds": args.rounds,
-        "runs": {"baseline": [], "this": []},
+        "runs": {"in_process": {"baseline": [], "this": []}, "serve": {"baseline": [], "this": []}},
     }
     with tempfile.TemporaryDirectory() as tmp:
         sources = {"baseline": export(args.baseline, Path(tmp)), "this": ROOT}
-        for _ in range(args.rounds):
+        for i in range(args.rounds):
             for name, source in sources.items():  # alternated: load drifts hit both
-                report["runs"][name].append(run_child(source, args.passes, args.writes))
-    for name, runs in report["runs"].items():
-        report[name] = {
-            "median_rss_mb": [
-                round(statistics.median(run["rss"][i] for run in runs) / MiB, 1)
-                for i in range(args.passes + 1)
-            ],
-            "entries_left": max(run["entries_left"] for run in runs),
+                runs = report["runs"]
+                runs["in_process"][name].append(run_child(source, args.passes, args.writes))
+                root = Path(tmp) / f"{name}-{i}"
+                runs["serve"][name].append(
+                    asyncio.run(serve(source, root, args.passes, args.writes))
+                )
+    for way, by_source in report["runs"].items():
+        report[way] = {
+            name: {
+                "median_rss_mb": [
+                    round(statistics.median(run["rss"][i] for run in runs) / MiB, 1)
+                    for i in range(args.passes + 1)
+                ],
+                "entries_left": max(run["entries_left"] for run in runs),
+            }
+            for name, runs in by_source.items()
         }
     return report
 
 
 def print_table(report: dict[str, Any]) -> None:
-    base, this = report["baseline"]["median_rss_mb"], report["this"]["median_rss_mb"]
     print(
         f"RSS (MB, median of {report['rounds']}) over compaction passes, "
         f"{report['writes_per_pass']} writes each taken per pass, backlog 0"
     )
-    print(f"  {'':<16}{'baseline':>10}{'this':>10}")
-    for i, (was, now) in enumerate(zip(base, this, strict=True)):
-        label = "before any" if i == 0 else f"after pass {i}"
-        print(f"  {label:<16}{was:>10.1f}{now:>10.1f}")
-    print(f"  {'last - first':<16}{base[-1] - base[0]:>+10.1f}{this[-1] - this[0]:>+10.1f}")
+    for way in ("in_process", "serve"):
+        base = report[way]["baseline"]["median_rss_mb"]
+        this = report[way]["this"]["median_rss_mb"]
+        print(f"  {way:<16}{'baseline':>10}{'this':>10}")
+        for i, (was, now) in enumerate(zip(base, this, strict=True)):
+            label = "before any" if i == 0 else f"after pass {i}"
+            print(f"  {label:<16}{was:>10.1f}{now:>10.1f}")
+        print(f"  {'last - first':<16}{base[-1] - base[0]:>+10.1f}{this[-1] - this[0]:>+10.1f}")
 
 
 if __name__ == "__main__":
