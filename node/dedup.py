@@ -18,10 +18,11 @@ the size of the history, not of the backlog. So compaction does not keep
 them: before each pass the Forum saves the table's open windows to
 ``dedup-keys`` beside the segments (:meth:`DedupTable.save`: written to a
 temporary file, fsynced, renamed over, the directory fsynced), and only then
-lets the pass drop what is dead. At start the table is loaded from that
-file (:meth:`DedupTable.load`), then from the node's own Writes still in the
-Strand (those written since the last pass). Each open window costs its key
-and two numbers there (about the key's length + 12 bytes), and in memory.
+lets the pass drop what is dead. A pass with no window opened since the last
+save writes nothing. At start the table is loaded from that file
+(:meth:`DedupTable.load`), then from the node's own Writes still in the
+Strand (those written since the last save). Each open window costs its key
+and about 12 bytes in the file, and its key and some 280 bytes in memory.
 
 Why a pass may drop a keyed Write once the file is saved: compaction drops a
 Write only with the Take that killed it, at or below the horizon, and the
@@ -30,12 +31,12 @@ when the write is durable) before anything could take it. A window written
 after the save is above that horizon or not taken yet, so it stays in the
 Strand until the next pass saves it.
 
-The file::
+The file (written and read a piece at a time, so a large table never has
+a copy in memory)::
 
-    magic   8 bytes   b"FORUMDK1"
-    length  4 bytes   of the body (big-endian)
-    crc32   4 bytes   of the body
-    body    msgpack   [origin, [[key, seq, until_ms], ...]]
+    magic    8 bytes   b"FORUMDK2"
+    body     msgpack   origin, then one [key, seq, until_ms] per window
+    trailer  8 bytes   the body's length and CRC-32 (u32 BE each)
 
 A file that does not read back whole (wrong magic, cut, checksum) is
 refused (``StrandCorrupt``, naming it): starting without it would let a
@@ -45,12 +46,14 @@ second write with a key through inside its window. A file of another origin
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import logging
 import os
 import struct
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import msgpack
 
@@ -61,8 +64,10 @@ log = logging.getLogger(__name__)
 
 #: The file of the open windows, in the Strand's directory.
 KEYS_FILE = "dedup-keys"
-_MAGIC = b"FORUMDK1"
-_HEAD = struct.Struct(">8sII")
+_MAGIC = b"FORUMDK2"
+_TRAILER = struct.Struct(">II")
+#: Windows packed per write to the file.
+_CHUNK = 4096
 
 
 class DedupTable:
@@ -71,6 +76,7 @@ class DedupTable:
     def __init__(self) -> None:
         self._by_key: dict[bytes, tuple[EntryId, int]] = {}
         self._closing: list[tuple[int, bytes]] = []  # (until, key), a heap
+        self._changed = False  # a window opened since the last save
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -87,33 +93,29 @@ class DedupTable:
         if known is None or known[1] < until:
             self._by_key[key] = (entry_id, until)
             heapq.heappush(self._closing, (until, key))
+            self._changed = True
 
-    def save(self, directory: Path, origin: str, now: int) -> int:
+    async def save(self, directory: Path, origin: str, now: int) -> int | None:
         """Write the windows open at ``now`` to ``directory``'s
-        :data:`KEYS_FILE`, durably (blocking: run it in a thread); how many.
-        Every key is of ``origin``'s writes (this node's)."""
+        :data:`KEYS_FILE`, durably; how many, or ``None`` when none opened
+        since the last save (nothing written). Every key is of ``origin``'s
+        writes (this node's). The table is read here, on the loop that
+        changes it; the file is written in a thread."""
+        if not self._changed:
+            return None
         self._purge(now)
-        keys = [
-            [key, entry_id.seq, until]
+        windows = [
+            (key, entry_id.seq, until)
             for key, (entry_id, until) in self._by_key.items()
             if until > now and entry_id.origin == origin
         ]
-        path = directory / KEYS_FILE
-        if not keys and not path.exists():
-            return 0  # a node that never used a window has no file
-        body = msgpack.packb([origin, keys], use_bin_type=True)
-        temporary = path.with_name(KEYS_FILE + ".new")
-        with open(temporary, "wb") as file:
-            file.write(_HEAD.pack(_MAGIC, len(body), zlib.crc32(body)) + body)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-        descriptor = os.open(directory, os.O_RDONLY)
+        self._changed = False
         try:
-            os.fsync(descriptor)  # the rename itself
-        finally:
-            os.close(descriptor)
-        return len(keys)
+            await asyncio.to_thread(_write, directory / KEYS_FILE, origin, windows)
+        except BaseException:
+            self._changed = True  # the next pass tries again
+            raise
+        return len(windows)
 
     def load(self, directory: Path, origin: str, now: int) -> int:
         """Add the windows of ``directory``'s :data:`KEYS_FILE` still open
@@ -121,23 +123,42 @@ class DedupTable:
         does not read back whole."""
         path = directory / KEYS_FILE
         try:
-            data = path.read_bytes()
+            file = open(path, "rb")  # noqa: SIM115 (closed below, after the checks)
         except FileNotFoundError:
             return 0
-        origin_there, keys = _decode(str(path), data)
-        if origin_there != origin:
-            log.warning(
-                "%s holds the dedup keys of %s, not of this node (%s): left out",
-                path,
-                origin_there,
-                origin,
-            )
-            return 0
-        opened = 0
-        for key, seq, until in keys:
-            if until > now:
-                self.add(key, EntryId(origin, seq), until)
-                opened += 1
+        with file:
+            body_length = _check(str(path), file)
+            unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_CHUNK * 2048)
+            file.seek(len(_MAGIC))
+            opened, left = 0, body_length
+            first = True
+            try:
+                while left:
+                    piece = file.read(min(left, 1 << 20))
+                    left -= len(piece)
+                    unpacker.feed(piece)
+                    for item in unpacker:
+                        if first:
+                            first = False
+                            if item != origin:
+                                log.warning(
+                                    "%s holds the dedup keys of %s, not of this node (%s): "
+                                    "left out",
+                                    path,
+                                    item,
+                                    origin,
+                                )
+                                return 0
+                            continue
+                        key, seq, until = item
+                        if type(key) is not bytes or type(seq) is not int or type(until) is not int:
+                            raise ValueError(f"not a window: {item!r:.80}")
+                        if until > now:
+                            self.add(key, EntryId(origin, seq), until)
+                            opened += 1
+            except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                raise StrandCorrupt(str(path), len(_MAGIC), f"unreadable body: {exc}") from None
+        self._changed = False  # what it holds is what the file holds, and more
         return opened
 
     def _purge(self, now: int) -> None:
@@ -149,23 +170,52 @@ class DedupTable:
                 del self._by_key[key]
 
 
-def _decode(path: str, data: bytes) -> tuple[str, list[tuple[bytes, int, int]]]:
-    """The origin and the (key, seq, until) of a :data:`KEYS_FILE`'s bytes."""
-    if len(data) < _HEAD.size:
-        raise StrandCorrupt(path, 0, f"{len(data)} bytes, shorter than its header")
-    magic, length, crc = _HEAD.unpack_from(data)
-    body = data[_HEAD.size :]
+def _write(path: Path, origin: str, windows: list[tuple[bytes, int, int]]) -> None:
+    """Replace ``path`` with a :data:`KEYS_FILE` of ``windows``, durably (blocking)."""
+    temporary = path.with_name(path.name + ".new")
+    packer = msgpack.Packer(use_bin_type=True)
+    with open(temporary, "wb") as file:
+        file.write(_MAGIC)
+        head = packer.pack(origin)
+        file.write(head)
+        length, crc = len(head), zlib.crc32(head)
+        for start in range(0, len(windows), _CHUNK):
+            chunk = b"".join(packer.pack(w) for w in windows[start : start + _CHUNK])
+            file.write(chunk)
+            length, crc = length + len(chunk), zlib.crc32(chunk, crc)
+        file.write(_TRAILER.pack(length, crc))
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    descriptor = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)  # the rename itself
+    finally:
+        os.close(descriptor)
+
+
+def _check(path: str, file: BinaryIO) -> int:
+    """The body length of an open :data:`KEYS_FILE`, once its magic, length
+    and checksum are right (read a piece at a time)."""
+    size = os.fstat(file.fileno()).st_size
+    if size < len(_MAGIC) + _TRAILER.size:
+        raise StrandCorrupt(path, 0, f"{size} bytes, shorter than its header and trailer")
+    magic = file.read(len(_MAGIC))
     if magic != _MAGIC:
         raise StrandCorrupt(path, 0, f"not a dedup keys file (magic {magic!r})")
-    if len(body) != length:
-        raise StrandCorrupt(path, _HEAD.size, f"{len(body)} bytes of body, not {length}")
-    if zlib.crc32(body) != crc:
-        raise StrandCorrupt(path, _HEAD.size, "checksum mismatch")
-    try:
-        origin, keys = msgpack.unpackb(body, raw=False)
-        found = [(bytes(key), int(seq), int(until)) for key, seq, until in keys]
-    except (ValueError, TypeError) as exc:
-        raise StrandCorrupt(path, _HEAD.size, f"unreadable body: {exc}") from None
-    if not isinstance(origin, str):
-        raise StrandCorrupt(path, _HEAD.size, "no origin")
-    return origin, found
+    file.seek(size - _TRAILER.size)
+    length, crc = _TRAILER.unpack(file.read(_TRAILER.size))
+    body_length = size - len(_MAGIC) - _TRAILER.size
+    if length != body_length:
+        raise StrandCorrupt(
+            path, size - _TRAILER.size, f"{body_length} bytes of body, not {length}"
+        )
+    file.seek(len(_MAGIC))
+    found, left = 0, body_length
+    while left:
+        piece = file.read(min(left, 1 << 20))
+        left -= len(piece)
+        found = zlib.crc32(piece, found)
+    if found != crc:
+        raise StrandCorrupt(path, len(_MAGIC), "checksum mismatch")
+    return body_length

@@ -1062,12 +1062,8 @@ class Forum(AsyncResource):
         stable = self.strand.vector() if horizon is None else horizon
         # The open dedup windows are kept as their keys, not as their Writes
         # and Takes (node.dedup): saved before the pass may drop those.
-        await asyncio.to_thread(
-            self._dedup.save,
-            self.strand.config.storage,
-            self.strand.origin,
-            self._schedule.now_ms(),
-        )
+        now, storage = self._schedule.now_ms(), self.strand.config.storage
+        await self._dedup.save(storage, self.strand.origin, now)
         return await self.strand.compact(stable, self._live_keys, seal=seal)
 
     async def apply_dead(self, origin: str, ranges: Sequence[tuple[int, int]]) -> int:

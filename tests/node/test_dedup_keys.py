@@ -72,6 +72,21 @@ async def test_compaction_without_windows_writes_no_file(forum: Forum, cfg: Stra
     assert not (cfg.storage / KEYS_FILE).exists()
 
 
+async def test_a_pass_with_no_new_window_does_not_write_the_file(
+    forum: Forum, cfg: StrandConfig
+) -> None:
+    await forum.write(b"job/a", key="a", dedup_window=60)
+    await forum.compact(seal=True)
+    keys = cfg.storage / KEYS_FILE
+    written = keys.stat().st_ino  # each save renames a new file in
+    await forum.write(b"job/b")  # no key: no window
+    await forum.compact(seal=True)
+    assert keys.stat().st_ino == written
+    await forum.write(b"job/c", key="c", dedup_window=60)
+    await forum.compact(seal=True)
+    assert keys.stat().st_ino != written
+
+
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
