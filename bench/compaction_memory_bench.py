@@ -18,9 +18,12 @@ compaction off): the writes and takes over the stream (``ForumClient``),
 each pass by ``POST /v1/compact``, the node's RSS read once steady.
 
 Each source runs in a process of its own, with its ``node`` first on
-``PYTHONPATH``: the baseline (``git archive`` of ``--baseline``) and this
-checkout, alternated for ``--rounds`` rounds; the table shows each pass's
-median over the rounds. Prints a table; writes JSON to
+``PYTHONPATH``: the baseline (``git archive`` of ``--baseline``), this
+checkout, and this checkout with ``PYTHONMALLOC=malloc`` (Python's small
+objects from glibc's allocator, which gives them back, rather than from
+its own arenas, which a few survivors of a pass keep), alternated for
+``--rounds`` rounds; the table shows each pass's median over the rounds,
+and the seconds the writes and takes took (their cost). Prints a table; writes JSON to
 ``bench/results/compaction_memory_bench.json``.
 """
 
@@ -36,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +57,12 @@ from node.client import ForumClient  # noqa: E402
 from node.compactor import CompactionPolicy, Compactor  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "compaction_memory_bench.json"
+#: What runs, and the environment it runs with (the baseline's source, or ours).
+VARIANTS: dict[str, dict[str, str]] = {
+    "baseline": {},
+    "this": {},
+    "this_malloc": {"PYTHONMALLOC": "malloc"},
+}
 PAYLOAD = 150
 BATCH = 1000
 MiB = 1024 * 1024
@@ -63,10 +73,12 @@ def batch(n: int) -> list[bytes]:
     return [(b"task/%d/" % (n + i)).ljust(PAYLOAD, b"x") for i in range(BATCH)]
 
 
-async def serve(source: Path, root: Path, passes: int, writes: int) -> dict[str, Any]:
+async def serve(
+    source: Path, env: dict[str, str], root: Path, passes: int, writes: int
+) -> dict[str, Any]:
     """A real ``forum serve`` from ``source``: its RSS before the first pass and after each."""
     args = ["--fsync", "never", "--compact-interval", "0"]
-    service = NodeService("serve", root, args, env={"PYTHONPATH": str(source)})
+    service = NodeService("serve", root, args, env={"PYTHONPATH": str(source), **env})
     await service.start()
     try:
         if service.pid is None:
@@ -75,19 +87,22 @@ async def serve(source: Path, root: Path, passes: int, writes: int) -> dict[str,
             rss = [await steady_rss(service.pid)]
             dropped = []
             n = 0
+            churn = 0.0
             for _ in range(passes):
+                started = time.perf_counter()
                 for _ in range(0, writes, BATCH):
                     await client.write_many(batch(n))
                     n += BATCH
                     taken = await client.take_many(Pattern(b"task/"), BATCH)
                     if len(taken) != BATCH:
                         raise RuntimeError(f"took {len(taken)} of {BATCH}")
+                churn += time.perf_counter() - started
                 dropped.append((await client.compact()).entries_dropped)
                 rss.append(await steady_rss(service.pid))
             entries = (await client.status()).entries
     finally:
         await service.stop()
-    return {"rss": rss, "dropped": dropped, "entries_left": entries}
+    return {"rss": rss, "dropped": dropped, "entries_left": entries, "churn_seconds": churn}
 
 
 async def child(passes: int, writes: int) -> dict[str, Any]:
@@ -106,23 +121,32 @@ async def child(passes: int, writes: int) -> dict[str, Any]:
             rss = [rss_bytes(os.getpid())]
             dropped = []
             n = 0
+            churn = 0.0
             for _ in range(passes):
+                started = time.perf_counter()
                 for _ in range(0, writes, BATCH):
                     await forum.write_many(batch(n))
                     n += BATCH
                     taken = await forum.take_many(pattern, BATCH)
                     if len(taken) != BATCH:
                         raise RuntimeError(f"took {len(taken)} of {BATCH}")
+                churn += time.perf_counter() - started
                 report = await compactor.compact_now()
                 dropped.append(report.entries_dropped)
                 gc.collect()
                 rss.append(rss_bytes(os.getpid()))
             entries = forum.strand.stats().entries
-    return {"node": node.__file__, "rss": rss, "dropped": dropped, "entries_left": entries}
+    return {
+        "node": node.__file__,
+        "rss": rss,
+        "dropped": dropped,
+        "entries_left": entries,
+        "churn_seconds": churn,
+    }
 
 
-def run_child(source: Path, passes: int, writes: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(source)}
+def run_child(source: Path, env: dict[str, str], passes: int, writes: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(source), **env}
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, str(Path(__file__)), str(passes), str(writes)],
         env=env,
@@ -160,17 +184,18 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "passes": args.passes,
         "writes_per_pass": args.writes,
         "rounds": args.rounds,
-        "runs": {"in_process": {"baseline": [], "this": []}, "serve": {"baseline": [], "this": []}},
+        "runs": {way: {name: [] for name in VARIANTS} for way in ("in_process", "serve")},
     }
     with tempfile.TemporaryDirectory() as tmp:
-        sources = {"baseline": export(args.baseline, Path(tmp)), "this": ROOT}
+        baseline = export(args.baseline, Path(tmp))
         for i in range(args.rounds):
-            for name, source in sources.items():  # alternated: load drifts hit both
+            for name, env in VARIANTS.items():  # alternated: load drifts hit each
+                source = baseline if name == "baseline" else ROOT
                 runs = report["runs"]
-                runs["in_process"][name].append(run_child(source, args.passes, args.writes))
+                runs["in_process"][name].append(run_child(source, env, args.passes, args.writes))
                 root = Path(tmp) / f"{name}-{i}"
                 runs["serve"][name].append(
-                    asyncio.run(serve(source, root, args.passes, args.writes))
+                    asyncio.run(serve(source, env, root, args.passes, args.writes))
                 )
     for way, by_source in report["runs"].items():
         report[way] = {
@@ -180,6 +205,9 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                     for i in range(args.passes + 1)
                 ],
                 "entries_left": max(run["entries_left"] for run in runs),
+                "median_churn_seconds": round(
+                    statistics.median(run["churn_seconds"] for run in runs), 2
+                ),
             }
             for name, runs in by_source.items()
         }
@@ -192,13 +220,15 @@ def print_table(report: dict[str, Any]) -> None:
         f"{report['writes_per_pass']} writes each taken per pass, backlog 0"
     )
     for way in ("in_process", "serve"):
-        base = report[way]["baseline"]["median_rss_mb"]
-        this = report[way]["this"]["median_rss_mb"]
-        print(f"  {way:<16}{'baseline':>10}{'this':>10}")
-        for i, (was, now) in enumerate(zip(base, this, strict=True)):
+        columns = [report[way][name] for name in VARIANTS]
+        print(f"  {way:<16}" + "".join(f"{name:>14}" for name in VARIANTS))
+        for i in range(report["passes"] + 1):
             label = "before any" if i == 0 else f"after pass {i}"
-            print(f"  {label:<16}{was:>10.1f}{now:>10.1f}")
-        print(f"  {'last - first':<16}{base[-1] - base[0]:>+10.1f}{this[-1] - this[0]:>+10.1f}")
+            print(f"  {label:<16}" + "".join(f"{c['median_rss_mb'][i]:>14.1f}" for c in columns))
+        grown = [c["median_rss_mb"][-1] - c["median_rss_mb"][0] for c in columns]
+        print(f"  {'last - first':<16}" + "".join(f"{g:>+14.1f}" for g in grown))
+        churn = [c["median_churn_seconds"] for c in columns]
+        print(f"  {'churn seconds':<16}" + "".join(f"{t:>14.2f}" for t in churn))
 
 
 if __name__ == "__main__":
