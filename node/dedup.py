@@ -22,7 +22,7 @@ lets the pass drop what is dead. A pass with no window opened since the last
 save writes nothing. At start the table is loaded from that file
 (:meth:`DedupTable.load`), then from the node's own Writes still in the
 Strand (those written since the last save). Each open window costs its key
-and about 12 bytes in the file, and its key and some 280 bytes in memory.
+and about 12 bytes in the file, and its key and some 180 bytes in memory.
 
 Why a pass may drop a keyed Write once the file is saved: compaction drops a
 Write only with the Take that killed it, at or below the horizon, and the
@@ -66,15 +66,25 @@ log = logging.getLogger(__name__)
 KEYS_FILE = "dedup-keys"
 _MAGIC = b"FORUMDK2"
 _TRAILER = struct.Struct(">II")
+#: A window's seq is the low bits of its packed int (a trillion writes a node).
+_SEQ_BITS = 40
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
 #: Windows packed per write to the file.
 _CHUNK = 4096
 
 
 class DedupTable:
-    """Key -> (the write's id, until when), for this node's writes."""
+    """Key -> (the write's seq, until when), for the writes of ``origin`` (this node's).
 
-    def __init__(self) -> None:
-        self._by_key: dict[bytes, tuple[EntryId, int]] = {}
+    The two numbers are packed in one int, ``until << 40 | seq``, and the
+    origin is the table's: an open window costs a dict slot, that int and
+    its place in the closing heap, about 180 bytes beside its key, where an
+    id object and a pair cost 280.
+    """
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self._by_key: dict[bytes, int] = {}
         self._closing: list[tuple[int, bytes]] = []  # (until, key), a heap
         self._changed = False  # a window opened since the last save
 
@@ -85,43 +95,46 @@ class DedupTable:
         """The id of the write with ``key`` whose window is open at ``now``."""
         self._purge(now)
         found = self._by_key.get(key)
-        return None if found is None or found[1] <= now else found[0]
+        if found is None or found >> _SEQ_BITS <= now:
+            return None
+        return EntryId(self.origin, found & _SEQ_MASK)
 
     def add(self, key: bytes, entry_id: EntryId, until: int) -> None:
         """Record a write with ``key``, its window open until ``until`` (ms)."""
+        if entry_id.origin != self.origin or not 0 < entry_id.seq <= _SEQ_MASK:
+            raise ValueError(f"a dedup window of {entry_id}, not of a write of {self.origin}")
         known = self._by_key.get(key)
-        if known is None or known[1] < until:
-            self._by_key[key] = (entry_id, until)
+        if known is None or known >> _SEQ_BITS < until:
+            self._by_key[key] = until << _SEQ_BITS | entry_id.seq
             heapq.heappush(self._closing, (until, key))
             self._changed = True
 
-    async def save(self, directory: Path, origin: str, now: int) -> int | None:
+    async def save(self, directory: Path, now: int) -> int | None:
         """Write the windows open at ``now`` to ``directory``'s
         :data:`KEYS_FILE`, durably; how many, or ``None`` when none opened
-        since the last save (nothing written). Every key is of ``origin``'s
-        writes (this node's). The table is read here, on the loop that
-        changes it; the file is written in a thread."""
+        since the last save (nothing written). The table is read here, on
+        the loop that changes it; the file is written in a thread."""
         if not self._changed:
             return None
         self._purge(now)
         windows = [
-            (key, entry_id.seq, until)
-            for key, (entry_id, until) in self._by_key.items()
-            if until > now and entry_id.origin == origin
+            (key, packed & _SEQ_MASK, until)
+            for key, packed in self._by_key.items()
+            if (until := packed >> _SEQ_BITS) > now
         ]
         self._changed = False
         try:
-            await asyncio.to_thread(_write, directory / KEYS_FILE, origin, windows)
+            await asyncio.to_thread(_write, directory / KEYS_FILE, self.origin, windows)
         except BaseException:
             self._changed = True  # the next pass tries again
             raise
         return len(windows)
 
-    def load(self, directory: Path, origin: str, now: int) -> int:
+    def load(self, directory: Path, now: int) -> int:
         """Add the windows of ``directory``'s :data:`KEYS_FILE` still open
         at ``now`` (none without the file); how many. ``StrandCorrupt`` if it
         does not read back whole."""
-        path = directory / KEYS_FILE
+        path, origin = directory / KEYS_FILE, self.origin
         try:
             file = open(path, "rb")  # noqa: SIM115 (closed below, after the checks)
         except FileNotFoundError:
@@ -166,7 +179,7 @@ class DedupTable:
         while closing and closing[0][0] <= now:
             until, key = heapq.heappop(closing)
             known = self._by_key.get(key)
-            if known is not None and known[1] == until:
+            if known is not None and known >> _SEQ_BITS == until:
                 del self._by_key[key]
 
 

@@ -389,7 +389,7 @@ class Forum(AsyncResource):
         # The wall clock that due times, expiries and dedup windows are read by.
         self._clock = clock
         self._schedule = Schedule(self._on_due, self._on_expiry, clock)
-        self._dedup = DedupTable()
+        self._dedup = DedupTable(strand.origin)
         # Writes with a dedup key under way: a second one waits for the first.
         self._dedup_writing: dict[bytes, asyncio.Future[EntryId]] = {}
         # Pause markers' ids -> the prefix each pauses.
@@ -411,7 +411,7 @@ class Forum(AsyncResource):
         self._double_takes = 0
         self._closed = False
         # The windows compaction kept as keys, then the Writes since (replay).
-        self._dedup.load(strand.config.storage, strand.origin, self._schedule.now_ms())
+        self._dedup.load(strand.config.storage, self._schedule.now_ms())
         self._replay(strand.take_replayed())
 
     async def __aenter__(self) -> Self:
@@ -1063,7 +1063,7 @@ class Forum(AsyncResource):
         # The open dedup windows are kept as their keys, not as their Writes
         # and Takes (node.dedup): saved before the pass may drop those.
         now, storage = self._schedule.now_ms(), self.strand.config.storage
-        await self._dedup.save(storage, self.strand.origin, now)
+        await self._dedup.save(storage, now)
         return await self.strand.compact(stable, self._live_keys, seal=seal)
 
     async def apply_dead(self, origin: str, ranges: Sequence[tuple[int, int]]) -> int:
