@@ -3,13 +3,15 @@ costs a compact record of its key (``dedup-keys``), not its Write and Take."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 import pytest
 
 from node import Forum, Pattern, Strand, StrandConfig
-from node.dedup import KEYS_FILE
+from node.dedup import KEYS_FILE, DedupTable
+from node.entries import EntryId
 from node.errors import StrandCorrupt
 from node.write_options import MAX_SECONDS
 
@@ -109,3 +111,19 @@ async def test_a_damaged_keys_file_stops_the_start_naming_it(
         with pytest.raises(StrandCorrupt, match=reason) as raised:
             Forum(strand, remote_delay=0)
     assert str(path) in str(raised.value)
+
+
+async def test_a_keys_file_of_another_data_directory_is_left_out_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = int(time.time() * 1000)
+    theirs = DedupTable("a-1111")
+    theirs.add(b"k", EntryId("a-1111", 7), now + 60_000)
+    assert await theirs.save(tmp_path, now) == 1
+    ours = DedupTable("b-2222")
+    with caplog.at_level(logging.WARNING, logger="node.dedup"):
+        assert ours.load(tmp_path, now) == 0
+    assert ours.get(b"k", now) is None
+    assert "dedup keys of a-1111, not of this node (b-2222)" in caplog.text
+    again = DedupTable("a-1111")
+    assert again.load(tmp_path, now) == 1 and again.get(b"k", now) == EntryId("a-1111", 7)
