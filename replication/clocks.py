@@ -53,13 +53,13 @@ each takes are still kept and replicate once the clocks agree.
 
 The stamp is a header, outside the signed body and signature, so that nodes
 of the previous release (which refuse unknown keys in a body, and check the
-signature as it is) ignore it and keep replicating with newer ones. The header only
-feeds a gauge and a warning, never a decision (the refusal's clock, which
-decides readiness, is in its signed body); and signing it would not make
-the estimate trustworthy anyway: whoever can alter traffic between two
-nodes can skew it by delaying one direction only. A stamp that is not a
-number is refused (400) with the request, and then nothing of it applies;
-only requests with valid proof of the cluster key are read for it.
+signature as it is) ignore it and keep replicating with newer ones. The
+header only feeds a gauge and a warning, never a decision (the refusal's
+clock, which decides readiness, is in its signed body); and signing it
+would not make the estimate trustworthy anyway: whoever can alter traffic
+between two nodes can skew it by delaying one direction only. A stamp that
+is not a number is refused (400) with the request, and then nothing of it
+applies; only requests with valid proof of the cluster key are read for it.
 """
 
 from __future__ import annotations
