@@ -10,6 +10,10 @@ entries can go too) only once it holds an eighth of ``segment_bytes``: a
 pass every ``interval`` must not leave a trail of tiny segments behind.
 ``POST /v1/compact`` always seals it first.
 
+After a pass that dropped entries, the memory it held for a moment is given
+back to the operating system (:mod:`node.allocator`), so the node's RSS
+follows its backlog, not its largest pass.
+
 The horizon comes from ``horizon()``: replication's per-origin minimum of
 the members' vectors; without replication the node's own vector (a node
 alone is the whole cluster).
@@ -23,6 +27,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from node.allocator import give_back
 from node.errors import StrandError
 from node.forum import Forum
 from node.resource import AsyncResource
@@ -106,6 +111,9 @@ class Compactor(AsyncResource):
         self._last_horizon = horizon
         self.last = report
         if report.entries_dropped:
+            # What the pass held for a moment goes back to the OS, not to
+            # the allocator's arenas for ever (node.allocator).
+            await asyncio.to_thread(give_back)
             log.info(
                 "compaction: dropped %d entries, %d -> %d bytes in %.2fs",
                 report.entries_dropped,

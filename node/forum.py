@@ -389,7 +389,7 @@ class Forum(AsyncResource):
         # The wall clock that due times, expiries and dedup windows are read by.
         self._clock = clock
         self._schedule = Schedule(self._on_due, self._on_expiry, clock)
-        self._dedup = DedupTable()
+        self._dedup = DedupTable(strand.origin)
         # Writes with a dedup key under way: a second one waits for the first.
         self._dedup_writing: dict[bytes, asyncio.Future[EntryId]] = {}
         # Pause markers' ids -> the prefix each pauses.
@@ -410,6 +410,8 @@ class Forum(AsyncResource):
         self._takes = 0
         self._double_takes = 0
         self._closed = False
+        # The windows compaction kept as keys, then the Writes since (replay).
+        self._dedup.load(strand.config.storage, self._schedule.now_ms())
         self._replay(strand.take_replayed())
 
     async def __aenter__(self) -> Self:
@@ -1058,6 +1060,10 @@ class Forum(AsyncResource):
         the current segment first, so that it can be compacted too."""
         self._check_open()
         stable = self.strand.vector() if horizon is None else horizon
+        # The open dedup windows are kept as their keys, not as their Writes
+        # and Takes (node.dedup): saved before the pass may drop those.
+        now, storage = self._schedule.now_ms(), self.strand.config.storage
+        await self._dedup.save(storage, now)
         return await self.strand.compact(stable, self._live_keys, seal=seal)
 
     async def apply_dead(self, origin: str, ranges: Sequence[tuple[int, int]]) -> int:
@@ -1119,7 +1125,7 @@ class Forum(AsyncResource):
     async def _live_keys(self) -> set[tuple[str, int]]:
         """Every tuple not dead: live, reserved, surfacing, held, not due yet,
         or being taken; and the Writes kept for what they say: pause markers
-        and the writes whose dedup window is open.
+        (a write whose dedup window is open is kept as its key, node.dedup).
         Built a slice at a time, so a large backlog does not stall the loop
         (a tuple dead when looked at stays dead, so no snapshot is needed)."""
         ids: list[EntryId] = [
@@ -1130,7 +1136,6 @@ class Forum(AsyncResource):
             *self._taking,
             *self._schedule.ids(),
             *self._pause_markers,
-            *self._dedup.ids(),
         ]
         keys: set[tuple[str, int]] = set()
         for start in range(0, len(ids), _LIVE_SLICE):

@@ -1006,12 +1006,20 @@ class Strand(AsyncResource):
                 dead = {target for _, target, _ in found.takes} | found.expired
                 writes = {w for w in found.writes if w in dead and w not in alive}
                 floors = {o: max(self._logs[o].base, seq) for o, seq in stable.items()}
-                if floors != {o: self._logs[o].base for o in floors}:
+                raised = floors != {o: self._logs[o].base for o in floors}
+                if raised:
                     every = self._floors(floors)
                     await asyncio.to_thread(compaction.write_floors, self._dir, every)
-                    for origin, floor in floors.items():
-                        self._logs[origin].raise_base(floor)
-                rewritten, removed, dropped = await self._drop(found, writes)
+                try:
+                    rewritten, removed, dropped = await self._drop(found, writes)
+                finally:
+                    # After the drops, not before: raised first, every stable
+                    # entry (dropped in a moment) would move to ``below`` and
+                    # then out of it one at a time (memory and time the size of
+                    # the pass); after, only the survivors move.
+                    if raised:
+                        for origin, floor in floors.items():
+                            self._logs[origin].raise_base(floor)
                 if rewritten and not self._closed:  # what was rewritten is in place
                     await asyncio.to_thread(self._save_manifest, Manifest.settled)
             except OSError as exc:

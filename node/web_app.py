@@ -53,6 +53,7 @@ from node.web_keys import (
     OPEN_ROUTES,
     PAGES_ROOT,
     PEERS,
+    READINESS,
     SELF_AUTHENTICATED,
     SPACE,
     STARTED,
@@ -65,7 +66,7 @@ from node.web_metrics import NodeMetrics
 from node.web_model import METRICS, SPEC, STREAM, WATCH, Limits
 from node.web_openapi import openapi_handler
 from node.web_ops import Space, problem_of
-from node.web_status import PeerStatus
+from node.web_status import PeerStatus, Readiness
 from node.web_stream import Streams
 from node.web_watch import watch
 
@@ -128,6 +129,7 @@ def build_app(
     app[LONG_POLLS] = long_polls
     app[COMPACTOR] = compactor
     app[PEERS] = _no_peers
+    app[READINESS] = Readiness
     app[SELF_AUTHENTICATED] = frozenset()
     app[OPEN_ROUTES] = frozenset()
     app[LOGIN_PAGE] = ""

@@ -37,6 +37,7 @@ from node.web_keys import (
     LIMITS,
     LONG_POLLS,
     PEERS,
+    READINESS,
     SPACE,
     STARTED,
     STREAMS,
@@ -306,6 +307,7 @@ def node_status(app: web.Application) -> NodeStatus:
         peers=tuple(app[PEERS]()),
         horizon=app[COMPACTOR].horizon(),
         streams=app[STREAMS].figures(),
+        readiness=app[READINESS](),
     )
 
 
@@ -316,19 +318,26 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """``GET /readyz``: the Strand is open, replayed and can be written, and the
-    node is not draining.
+    """``GET /readyz``: the Strand is open, replayed and can be written, the
+    node is not draining, and its clock is not the odd one out of its cluster.
 
     The node listens only after replay, so "not ready" means shutting down, or
     the Strand cannot take appends (a full disk: until there is room again; a
-    failed fsync: until the node is restarted); the message says which.
+    failed fsync: until the node is restarted), or its peers refuse it for
+    clock skew (until its clock is fixed: writes here would reach no one,
+    ``replication.clocks``); the message says which. A peer refused for its
+    clock while this node is in step with the rest leaves it ready, with the
+    peer named under ``degraded``.
     """
     if request.app[LONG_POLLS].draining:
         raise ApiProblem(503, "not_ready", "the node is shutting down")
     problem = await request.app[FORUM].strand.health()
     if problem is not None:
         raise ApiProblem(503, "storage_unavailable", problem, headers={"Retry-After": "1"})
-    return respond(Ready(), JSON)
+    readiness = request.app[READINESS]()
+    if readiness.not_ready is not None:
+        raise ApiProblem(503, "clock_skew", readiness.not_ready, headers={"Retry-After": "5"})
+    return respond(Ready(degraded=list(readiness.degraded)), JSON)
 
 
 #: The handler of each operation of the node's own (the app adds the

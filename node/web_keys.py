@@ -24,11 +24,14 @@ from node.watch import WatchHub
 from node.web_longpoll import LongPolls
 from node.web_model import Limits
 from node.web_ops import Space
-from node.web_status import PeerStatus
+from node.web_status import PeerStatus, Readiness
 from node.web_stream import Streams
 
 #: Returns one row per peer (url, state, lag, ...), for ``/v1/status``.
 PeersProvider = Callable[[], Sequence[PeerStatus]]
+#: What replication says of this node taking writes (its clock against its
+#: peers'), for ``/readyz`` and ``/v1/status``.
+ReadinessProvider = Callable[[], Readiness]
 #: Adds routes, startup/cleanup handlers or metrics to the node's app before it starts.
 Extension = Callable[[web.Application], None]
 
@@ -39,6 +42,7 @@ LIMITS = web.AppKey("limits", Limits)
 #: One registry per app, so two nodes in one process (tests) keep their metrics apart.
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 PEERS = web.AppKey[PeersProvider]("peers")
+READINESS = web.AppKey[ReadinessProvider]("readiness")
 LONG_POLLS = web.AppKey("long_polls", LongPolls)
 #: The operations both the HTTP handlers and the stream call (node.web_ops).
 SPACE = web.AppKey("space", Space)

@@ -305,6 +305,8 @@ class Health(msgspec.Struct, frozen=True):
 
 class Ready(msgspec.Struct, frozen=True):
     status: Literal["ready"] = "ready"
+    #: What is wrong without stopping the node (a peer refused for its clock).
+    degraded: list[str] = msgspec.field(default_factory=list)
 
 
 class Problem(msgspec.Struct, frozen=True):

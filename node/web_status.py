@@ -55,10 +55,26 @@ class PeerStatus:
     #: lacks none; ``None``: never heard). To half a second, never under
     #: (docs/replication.md "Lag").
     lag_seconds: float | None = None
+    #: The peer and this node refuse each other's replication requests: their
+    #: clocks are further apart than ``max_clock_skew`` (``clock_offset`` says
+    #: by how much; docs/replication.md "Clocks").
+    clock_refused: bool = False
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> PeerStatus:
         return cls(**_known(cls, document))
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether the node should take writes, beyond its own health: what
+    replication says (its clock against its peers', ``replication.clocks``).
+    ``/readyz`` answers 503 with ``not_ready``; both show in ``/v1/status``."""
+
+    #: Why it should not (its clock is the odd one out in the cluster), or ``None``.
+    not_ready: str | None = None
+    #: What is wrong but does not stop it (a peer refused for its clock).
+    degraded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +146,10 @@ class NodeStatus:
     #: The prefixes paused here, and per limited prefix [tuples held, limit].
     paused: tuple[str, ...] = ()
     limits: dict[str, list[int]] = field(default_factory=dict)
+    #: Why the node says it is not ready (``/readyz`` 503) beyond its storage,
+    #: and what degrades it without stopping it (:class:`Readiness`).
+    not_ready: str | None = None
+    degraded: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -145,6 +165,7 @@ class NodeStatus:
         peers: tuple[PeerStatus, ...],
         horizon: dict[str, int] | None = None,
         streams: StreamFigures = StreamFigures(),
+        readiness: Readiness = Readiness(),
     ) -> NodeStatus:
         """The status of a node whose Forum reports ``stats``: every figure of
         ``stats`` is taken as it is; the rest is the node's."""
@@ -160,6 +181,8 @@ class NodeStatus:
             peers=peers,
             horizon=horizon or {},
             **{f"streams_{f.name}": getattr(streams, f.name) for f in fields(StreamFigures)},
+            not_ready=readiness.not_ready,
+            degraded=readiness.degraded,
         )
 
     def to_document(self) -> dict[str, Any]:
@@ -173,6 +196,7 @@ class NodeStatus:
         (a newer node may say more), missing ones are a ``KeyError``."""
         values = _known(cls, document)
         values["peers"] = tuple(PeerStatus.from_document(p) for p in values.get("peers", ()))
+        values["degraded"] = tuple(values.get("degraded", ()))
         return cls(**values)
 
 

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from replication.errors import BadSignature
+from replication.errors import BadSignature, ClockSkewed
 
 SIGNATURE_HEADER = "X-Forum-Signature"
 #: The ``to`` of a request for whichever node answers (not an origin: origins have no ``*``).
@@ -83,7 +83,8 @@ class ClusterAuth:
         """Check a request's proof, for the node of origin ``me`` (or ``*`` if ``anyone``).
 
         Returns its signature (to sign the answer with); ``BadSignature`` if it
-        is missing, wrong, outside the clock window or for another node.
+        is missing, wrong or for another node, ``ClockSkewed`` if it is good
+        but outside the clock window.
         """
         if self.key is None:
             return ""
@@ -94,8 +95,15 @@ class ClusterAuth:
         expected = _request_mac(self.key, body, method=method, path=path, stamp=stamp, to=to)
         if not _same(given, expected):
             raise BadSignature("signature does not match the cluster key")
-        if abs(self.clock() - int(stamp)) > self.max_clock_skew:
-            raise BadSignature("signature timestamp outside the allowed clock skew")
+        offset = int(stamp) - self.clock()
+        if abs(offset) > self.max_clock_skew:
+            # The signature is good, so its time is the sender's: say how far off.
+            raise ClockSkewed(
+                f"signature timestamp {offset:+.0f} s from this node's clock, outside "
+                f"the allowed clock skew ({self.max_clock_skew:g} s)",
+                offset=offset,
+                signature=given,
+            )
         if to == ANYONE and not anyone:
             raise BadSignature(f"this request must name its receiver ({me}), not anyone")
         if to not in (me, ANYONE):

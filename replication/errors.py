@@ -12,6 +12,8 @@
     │       ├── Unauthenticated     401: no valid proof of the cluster key for that peer
     │       └── PeerIsSelf          409: the "peer" is this very node
     ├── BadSignature                a body lacks valid proof of the cluster key
+    │   └── ClockSkewed             ... only its time is off: the sender's clock
+    │                               (``offset`` from ours) is past max_clock_skew
     └── BadMessage                  a replication body is malformed or forged
                                     (also a ValueError)
 
@@ -76,6 +78,17 @@ class PeerIsSelf(PeerRejected):
 class BadSignature(ReplicationError):
     """A request or response lacks valid proof of the cluster key (or is stale, or
     was signed for another node)."""
+
+
+class ClockSkewed(BadSignature):
+    """A request whose signature is good but whose time is further from our
+    clock than ``max_clock_skew``: ``offset`` is the sender's clock minus ours."""
+
+    def __init__(self, message: str, *, offset: float, signature: str) -> None:
+        super().__init__(message)
+        self.offset = offset
+        #: The request's (good) signature, to sign the refusal with.
+        self.signature = signature
 
 
 class BadMessage(ReplicationError, ValueError):

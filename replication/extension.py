@@ -35,6 +35,7 @@ from node.web_keys import (
     FORUM,
     METRICS_REGISTRY,
     PEERS,
+    READINESS,
     SELF_AUTHENTICATED,
 )
 from replication.auth import ClusterAuth
@@ -76,7 +77,7 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
     me = Member(forum.strand.origin, advertised_url(node))
     auth = ClusterAuth(cluster_key(node), config.max_clock_skew)
     metrics = ReplicationMetrics(app[METRICS_REGISTRY])
-    clocks = ClockWatch(config.warn_clock_skew)
+    clocks = ClockWatch(config.warn_clock_skew, config.max_clock_skew)
     async with (
         HttpTransport(auth, config, clocks) as transport,
         Replicator(
@@ -91,7 +92,9 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
         ) as replicator,
     ):
         app[REPLICATION] = Replication(replicator, auth)
-        app[PEERS] = replicator.status
+        app[PEERS] = lambda: clocks.annotate(replicator.status())
+        # A node whose clock its peers refuse takes writes that reach no one.
+        app[READINESS] = clocks.readiness
         app[COMPACTOR].set_horizon(replicator.horizon)
         metrics.watch_peers(replicator.status)
         log.info(

@@ -303,7 +303,12 @@ class Membership:
             for listener in self._listeners:
                 listener.peer_down(peer)
         elif peer.state is PeerState.SUSPECT and now - peer.failing_since >= self._dead_after:
-            log.warning("peer %s is dead: failing for %.1fs", peer.url, now - peer.failing_since)
+            log.warning(
+                "peer %s is dead: failing for %.1fs (last: %s)",
+                peer.url,
+                now - peer.failing_since,
+                error,
+            )
             peer.state = PeerState.DEAD
         if not peer.seed and peer.state is PeerState.DEAD and self.forgotten(peer):
             log.info("forgetting peer %s: not heard from for %.0fs", peer.url, self._forget_after)

@@ -10,7 +10,8 @@ Counters (``peer`` is the peer's URL; ``kind`` the message)::
     forum_replication_push_dropped_total{peer,reason}     entries not pushed, left to anti-entropy
                                                           (queue_full, peer_down, push_failed)
     forum_replication_anti_entropy_rounds_total{peer,result}
-    forum_replication_requests_refused_total{reason}      unauthorized, bad_message, self
+    forum_replication_requests_refused_total{reason}      unauthorized, clock_skew, bad_message,
+                                                          self
 
 Gauges, read from the peer table at each scrape::
 

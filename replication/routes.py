@@ -11,6 +11,10 @@ Every request is checked before anything changes, like client input:
 * 401 without valid proof of the cluster key (see :mod:`replication.auth`),
   or with proof for another node: a push must be signed for this node's
   origin; a pull or a member list may also be signed for anyone (``*``);
+  ``clock_skew`` when the proof is good but its time is past
+  ``max_clock_skew`` from ours: that answer carries our clock (``clock``,
+  unix seconds) in its body and is signed for the request, so the sender
+  can trust what it measures from it (:mod:`replication.clocks`);
 * 400 for a body that is not a well-formed message, or holds forged entries
   (entries of this node's own origin that it never wrote, seqs absurdly far
   ahead) — then nothing of it is applied;
@@ -38,7 +42,7 @@ from aiohttp import web
 from node.web_bodies import ApiProblem
 from replication.auth import ClusterAuth
 from replication.clocks import read_stamp, stamp
-from replication.errors import BadMessage, BadSignature
+from replication.errors import BadMessage, BadSignature, ClockSkewed
 from replication.messages import (
     MEMBERS_PATH,
     PULL_PATH,
@@ -186,6 +190,13 @@ def _accept(replication: Replication, request: Request, *, anyone: bool) -> str:
             me=replication.replicator.me.origin,
             anyone=anyone,
         )
+    except ClockSkewed as exc:
+        replication.replicator.note_refused("clock_skew")
+        problem = ApiProblem(401, "clock_skew", str(exc), details={"clock": round(time.time(), 3)})
+        problem.headers.update(
+            replication.auth.sign_response(exc.signature, (problem.text or "").encode())
+        )
+        raise problem from None
     except BadSignature as exc:
         raise _refuse(replication.replicator, 401, "unauthorized", str(exc)) from None
 

@@ -8,7 +8,8 @@ returns the (checked) answer body, or raises a :class:`PeerError`:
 refused, reset, DNS             ``PeerUnavailable`` (retried)
 no connection / answer in time  ``PeerTimeout`` (retried)
 5xx, 429                        ``PeerRejected``, ``retriable`` (retried)
-401                             ``Unauthenticated``
+401                             ``Unauthenticated`` (for our clock: the peer's,
+                                signed, is sampled first)
 409                             ``PeerIsSelf`` (the URL leads back here)
 other 4xx                       ``PeerRejected``
 unsigned or oversized answer    ``BadSignature`` / ``BadMessage``
@@ -32,6 +33,7 @@ in one process, for tests), so the two cannot answer differently.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping
 from typing import Protocol, Self
@@ -46,6 +48,7 @@ from replication.clocks import ClockSamples, read_stamp, stamp
 from replication.config import ReplicationConfig
 from replication.errors import (
     BadMessage,
+    BadSignature,
     PeerError,
     PeerIsSelf,
     PeerRejected,
@@ -110,6 +113,8 @@ class SignedTransport(AsyncResource):
         status, answer_headers, answer = await self._exchange(peer, method, path, headers, body)
         if len(answer) > self._max_answer:
             raise BadMessage(f"{peer}: answer over {self._max_answer} bytes")
+        if status == 401:
+            self._refused_for_clock(peer, signed, answer_headers, answer, sent)
         if status >= 400:
             raise _rejection(peer, status, answer)
         self._auth.verify_response(signed, answer_headers, answer)
@@ -118,6 +123,26 @@ class SignedTransport(AsyncResource):
             # Their clock when they answered, against the middle of our round trip.
             self._clocks.sample(peer, theirs - (sent + time.time()) / 2)
         return answer
+
+    def _refused_for_clock(
+        self,
+        peer: str,
+        signed: Mapping[str, str],
+        headers: Mapping[str, str],
+        answer: bytes,
+        sent: float,
+    ) -> None:
+        """If ``peer`` refused us for clock skew, and signed that refusal for
+        our request, tell the clocks its clock (from the signed body)."""
+        if self._clocks is None or error_body(401, answer)[0] != "clock_skew":
+            return
+        try:
+            self._auth.verify_response(signed, headers, answer)
+            theirs = json.loads(answer)["clock"]
+        except (BadSignature, ValueError, KeyError, TypeError):
+            return  # not proof of anything: the 401 alone is the error
+        if isinstance(theirs, int | float) and not isinstance(theirs, bool):
+            self._clocks.refused(peer, theirs - (sent + time.time()) / 2)
 
     async def _exchange(
         self, peer: str, method: str, path: str, headers: Mapping[str, str], body: bytes

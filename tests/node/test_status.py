@@ -41,17 +41,18 @@ JSON_BEFORE = (
 )
 
 
-#: The same, from a node with compaction, streams, scheduling, clock offsets
-#: and lags: four figures more in each peer row, and fifteen in the document,
-#: at their ends.
+#: The same, from a node with compaction, streams, scheduling, clock offsets,
+#: lags and clock refusals: five figures more in each peer row, and seventeen
+#: in the document, at their ends.
 JSON_NOW = JSON_BEFORE.removesuffix("}]}") + (
-    ', "holds_back": 0, "forgotten": false, "clock_offset": null, "lag_seconds": null}], '
+    ', "holds_back": 0, "forgotten": false, "clock_offset": null, "lag_seconds": null, '
+    '"clock_refused": false}], '
     '"compactions": 0, '
     '"bytes_reclaimed": 0, '
     '"entries_dropped": 0, "vector": {}, "horizon": {}, "streams_open": 0, '
     '"streams_in_flight": 0, "streams_peak_in_flight": 0, "streams_max_in_flight": 0, '
     '"streams_requests": 0, "streams_bad_frames": 0, "delayed": 0, "expired": 0, '
-    '"paused": [], "limits": {}}'
+    '"paused": [], "limits": {}, "not_ready": null, "degraded": []}'
 )
 
 

@@ -274,7 +274,7 @@ async def test_status(forum_node: NodeProcess, http: aiohttp.ClientSession) -> N
 async def test_health_and_readiness(forum_node: NodeProcess, http: aiohttp.ClientSession) -> None:
     assert (await call(http, "GET", f"{forum_node.url}/healthz"))[0] == 200
     status, _, body = await call(http, "GET", f"{forum_node.url}/readyz")
-    assert (status, json.loads(body)) == (200, {"status": "ready"})
+    assert (status, json.loads(body)) == (200, {"status": "ready", "degraded": []})
 
 
 async def test_metrics(forum_node: NodeProcess, http: aiohttp.ClientSession) -> None:
