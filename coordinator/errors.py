@@ -108,6 +108,13 @@ class LensUnavailable(LensError, ConnectionError):
         super().__init__(message)
         self.reason: UnavailableReason = reason
 
+    @property
+    def misconfigured(self) -> bool:
+        """Whether this is the caller's mistake (credentials or an ACL that
+        Redis refuses), to be said at start-up, rather than an outage to
+        wait out (full, read-only, a shard without a master...)."""
+        return self.reason == "refused"
+
 
 class LensStateLost(LensUnavailable):
     """Redis no longer holds the Lens's state: the epoch marker this Lens saw

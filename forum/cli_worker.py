@@ -533,7 +533,7 @@ async def check_lens(lens: Lens, url: str, *, required: bool) -> None:
     try:
         await lens.ping()
     except LensUnavailable as exc:
-        if exc.reason == "refused":  # a wrong password, or an ACL that forbids the Lens
+        if exc.misconfigured:  # a wrong password, or an ACL that forbids the Lens
             raise UsageError(f"--redis-url {masked(url)}: {exc.__cause__ or exc}") from None
         if required and exc.reason == "unreachable":
             raise UsageError(f"--redis-url {masked(url)}: Redis is not reachable: {exc}") from None

@@ -41,6 +41,7 @@ from typing import Any, Protocol, TypeVar, overload
 
 from coordinator import Backoff, Lens, Worker
 from coordinator.deadletter import DEFAULT_DEAD_PREFIX
+from coordinator.errors import LensUnavailable
 from coordinator.keys import DEFAULT_NAMESPACE
 from node import ForumClient, Pattern
 from node.config import DEFAULT_LISTEN
@@ -470,7 +471,12 @@ class App:
             ForumClient(node or self.nodes[0], self._token) as space,
             Lens.from_url(self.redis, namespace=self.namespace) as lens,
         ):
-            await lens.ping()
+            try:
+                await lens.ping()
+            except LensUnavailable as exc:
+                if exc.misconfigured or exc.reason == "unreachable":
+                    raise
+                log.warning("the Lens is unavailable (%s: %s): waiting for it", exc.reason, exc)
             worker = self.worker(space, lens, concurrency=concurrency, lease=lease,
                                  **worker_options)  # fmt: skip
             async with asyncio.TaskGroup() as group:

@@ -19,7 +19,9 @@ from tasks import (
     UnknownTask,
 )
 from tasks.message import Message
+from tests.coordinator.full_redis import fill, make_room
 from tests.fixtures.nodes import NodeProcess, eventually, free_port
+from tests.fixtures.redis_server import RedisServer
 from tests.tasks.conftest import AppFactory, working
 
 
@@ -248,6 +250,32 @@ async def test_run_worker_runs_until_told_to_stop(make_app: AppFactory) -> None:
         async with asyncio.TaskGroup() as group:
             running = group.create_task(app.run_worker(stop=stop, lease=5.0, take_wait=0.2))
             assert await handle.result(timeout=10) == "ran"
+            stop.set()
+        assert running.result().stats().done == 1
+
+
+async def test_run_worker_waits_out_a_full_redis(
+    make_app: AppFactory, private_redis: RedisServer
+) -> None:
+    """A full Redis at start is an outage, not a mistake: ``run_worker`` starts,
+    claims nothing while Redis refuses writes, and runs the job once there is
+    room (as ``forum worker`` does; it raised ``LensUnavailable`` at once)."""
+    app = make_app(redis=private_redis.url)
+
+    @app.task
+    async def one(ctx: Context) -> str:
+        return "ran"
+
+    stop = asyncio.Event()
+    async with app:
+        handle = await one.enqueue()
+        fill(private_redis.port)
+        async with asyncio.TaskGroup() as group:
+            running = group.create_task(app.run_worker(stop=stop, lease=5.0, take_wait=0.2))
+            await asyncio.sleep(0.5)  # what must not happen: the worker giving up
+            assert not running.done()
+            make_room(private_redis.port)
+            assert await handle.result(timeout=20) == "ran"
             stop.set()
         assert running.result().stats().done == 1
 
