@@ -13,11 +13,16 @@ opens with ``ready`` (its id is where the stream starts: a client that
 reconnects with it as ``Last-Event-ID`` misses nothing), after the events it
 missed when it resumes (or a ``gap``/``reset`` notice when they are gone).
 
-The stream never holds the node up: the hub only queues for it, and a write
-of the stream that a client does not read is cut off when its queue
-overflows (the hub moves the write's deadline to now), then the stream ends
-with ``overflow``. On shutdown the hub ends every stream at once (an
-``on_shutdown`` handler, before in-flight requests are awaited).
+Every stream of one prefix sends the same bytes of an event, encoded once
+(:func:`sse_event` is this format's :data:`~node.watch.Encoder`), and takes
+them from its channel at most :data:`~node.watch.PIECE` bytes at a time, so
+a client that reads nothing holds that and the server's send buffer of the
+node's memory, not a copy of every event. The stream never holds the node
+up: a write that waits more than the hub's ``stall`` seconds for the client
+to read, or that the hub cuts off (the watcher fell too far behind: the hub
+moves the write's deadline to now), ends the stream with ``overflow``. On
+shutdown the hub ends every stream at once (an ``on_shutdown`` handler,
+before in-flight requests are awaited).
 """
 
 from __future__ import annotations
@@ -25,14 +30,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from node.entries import PLAIN, Properties, Take, Tuple, Write
-from node.watch import HubEvent, Missed, Subscription, WatchHub
+from node.watch import PIECE, HubEvent, Missed, Subscription, WatchHub
 from node.web_bodies import ApiProblem, Query, bad_request, tuple_body
 from node.web_keys import LIMITS, WATCH_HUB
 from node.web_model import EVENT_STREAM, JSON, WATCH
@@ -50,7 +55,7 @@ _HEADERS = {
 #: out before the connection is closed behind them.
 _FINAL_WRITE = 1.0
 #: Seconds a stream's last bytes may wait for a client that reads nothing.
-_LINGER = 30.0
+_LINGER = 10.0
 
 
 async def watch(request: web.Request) -> web.StreamResponse:
@@ -65,61 +70,84 @@ async def watch(request: web.Request) -> web.StreamResponse:
         return web.Response(headers=_HEADERS)
     try:
         subscription, missed, replay = hub.subscribe(
-            pattern.prefix, request.headers.get(LAST_EVENT_ID)
+            pattern.prefix, request.headers.get(LAST_EVENT_ID), encode=sse_event
         )
     except ValueError as exc:
         raise bad_request("invalid_header", f"{LAST_EVENT_ID}: {exc}") from None
     try:
-        opening = _opening(hub, subscription, missed, replay)
-        return await _stream(request, hub, subscription, opening)
+        return await _stream(
+            request, hub, subscription, _opening(hub, subscription, missed, replay)
+        )
     finally:
         hub.unsubscribe(subscription)
 
 
 def _opening(
     hub: WatchHub, subscription: Subscription, missed: Missed | None, replay: list[HubEvent]
-) -> bytes:
-    frames = [] if missed is None else [frame(missed.kind, {"message": missed.message})]
-    frames += [event_frame(hub, event) for event in replay]
-    ready = {"heartbeat": hub.heartbeat, "queue": hub.queue}
-    frames.append(frame("ready", ready, subscription.start))
-    return b"".join(frames)
+) -> Iterator[bytes]:
+    """What a stream starts with, a piece at a time: the notice of what it
+    missed, or the events it missed (encoded as it goes), then ``ready``."""
+    piece = [] if missed is None else [frame(missed.kind, {"message": missed.message})]
+    size = 0
+    for event in replay:
+        piece.append(sse_event(hub.event_id(event.n), event))
+        size += len(piece[-1])
+        if size >= PIECE:
+            yield b"".join(piece)
+            piece, size = [], 0
+    ready = {"heartbeat": hub.heartbeat, "queue": hub.queue, "queue_bytes": hub.queue_bytes}
+    piece.append(frame("ready", ready, subscription.start))
+    yield b"".join(piece)
+
+
+def _pieces(hub: WatchHub, subscription: Subscription, opening: Iterator[bytes]) -> Iterator[bytes]:
+    """The opening, then the watcher's events a piece at a time; ``b""``
+    when there is nothing to send yet (the caller waits, or keeps alive)."""
+    yield from opening
+    while not subscription.closed:
+        yield b"".join(subscription.pending())
 
 
 async def _stream(
-    request: web.Request, hub: WatchHub, subscription: Subscription, opening: bytes
+    request: web.Request, hub: WatchHub, subscription: Subscription, opening: Iterator[bytes]
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers=_HEADERS)
     await response.prepare(request)
-    sending = opening
-    while not subscription.closed:
-        if not await _send(response, subscription, sending):
+    for piece in _pieces(hub, subscription, opening):
+        sending = piece
+        if not sending:
+            if await subscription.wait(hub.heartbeat):
+                continue
+            sending = KEEPALIVE
+        if not await _send(response, hub, subscription, sending):
             break
-        batch = await subscription.next_batch(hub.heartbeat)
-        sending = b"".join(event_frame(hub, e) for e in batch) if batch else KEEPALIVE
     final = b""
     if subscription.overflowed:
         final = frame(
             "overflow",
             {
-                "message": f"this watch fell more than {hub.queue} events behind and is cut "
-                "off; reconnect with Last-Event-ID to resume from the node's buffer"
+                "message": f"{subscription.reason} and is cut off; reconnect with "
+                "Last-Event-ID to resume from the node's buffer"
             },
         )
     await _finish(request, response, final)
     return response
 
 
-async def _send(response: web.StreamResponse, subscription: Subscription, data: bytes) -> bool:
+async def _send(
+    response: web.StreamResponse, hub: WatchHub, subscription: Subscription, data: bytes
+) -> bool:
     """Write ``data``; ``False`` if the watch ended (an overflow, the node
-    stopping, the client gone) before the client took it."""
-    cutoff = asyncio.timeout(None)
+    stopping, the client gone) before the client took it. A client that
+    takes nothing for ``hub.stall`` seconds is cut off."""
+    cutoff = asyncio.timeout(hub.stall)
     subscription.cutoff = cutoff
     try:
         async with cutoff:
             await response.write(data)
     except TimeoutError:
         if cutoff.expired():
+            subscription.cut_off(f"this watch's client read nothing for {hub.stall:g} s")
             return False
         raise
     except ConnectionError:
@@ -156,8 +184,9 @@ def frame(kind: str, data: Mapping[str, Any], event_id: str | None = None) -> by
     return f"{head}event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def event_frame(hub: WatchHub, event: HubEvent) -> bytes:
-    return frame(event.kind, event_data(event), hub.event_id(event.n))
+def sse_event(event_id: str, event: HubEvent) -> bytes:
+    """One event of the node, as every stream sends it (an :data:`~node.watch.Encoder`)."""
+    return frame(event.kind, event_data(event), event_id)
 
 
 def event_data(event: HubEvent) -> dict[str, Any]:
