@@ -302,7 +302,7 @@ class Subscription:
         if self.closed:
             return
         self.closed = True
-        if self.cutoff is not None:
+        if self.cutoff is not None and not self.cutoff.expired():  # it may be what ends it
             self.cutoff.reschedule(asyncio.get_running_loop().time())
         self._channel.wake()  # it may wait (the others look, and wait again)
         self._hub.unsubscribe(self)
