@@ -45,7 +45,9 @@ their takes are events.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import secrets
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,6 +76,10 @@ HEARTBEAT = 5.0
 #: write): a client that reads nothing holds at most about this much, and the
 #: web server's own buffer, of the node's memory.
 PIECE = 16 * 1024
+#: Seconds a channel gathers events before it wakes its watchers: each sends
+#: what came meanwhile in one write, so a watcher costs the node a few
+#: writes a second under a burst of single writes, not one per event.
+GATHER = 0.05
 #: A channel looks for watchers to cut off, and drops what all have sent,
 #: after this many events or bytes more (or sooner, as a bound comes).
 _TRIM_EVENTS = 1024
@@ -152,11 +158,13 @@ class _Channel:
         "base_bytes",
         "encode",
         "end_bytes",
+        "ends",
         "frames",
         "news",
         "prefix",
         "scan_at",
         "scan_at_bytes",
+        "waking",
         "watchers",
     )
 
@@ -165,12 +173,17 @@ class _Channel:
         self.encode = encode
         #: Encoded events (``bytes``), or events (``encode`` None).
         self.frames: list[object] = []
+        #: Each event's end, in bytes since the channel began: a watcher
+        #: finds where a piece ends by bisection, not by a loop over events.
+        self.ends = array("q")
         self.base = 0
         self.base_bytes = 0
         self.end_bytes = 0
         self.watchers: set[Subscription] = set()
-        #: Set when events are added; a fresh one then for the next.
+        #: Set when events were added (:data:`GATHER` s after the first); a
+        #: fresh one then for the next.
         self.news = asyncio.Event()
+        self.waking: asyncio.TimerHandle | None = None
         self.scan_at = min(_TRIM_EVENTS, queue + 1)
         self.scan_at_bytes = min(_TRIM_BYTES, queue_bytes + 1)
 
@@ -178,14 +191,20 @@ class _Channel:
     def end(self) -> int:
         return self.base + len(self.frames)
 
-    def add(self, frames: list[object], size: int) -> None:
+    def add(self, frames: list[object], ends: list[int]) -> None:
+        """Add events (``ends``: each one's, as :attr:`ends` counts)."""
         self.frames += frames
-        self.end_bytes += size
-        self.wake()
+        self.ends.extend(ends)
+        self.end_bytes = ends[-1]
+        if self.waking is None:
+            self.waking = asyncio.get_running_loop().call_later(GATHER, self.wake)
 
     def wake(self) -> None:
         """Wake the watchers waiting for events (a waiter of a set event
         would not wait again: the next wait is on a fresh one)."""
+        if self.waking is not None:
+            self.waking.cancel()
+            self.waking = None
         self.news.set()
         self.news = asyncio.Event()
 
@@ -207,6 +226,7 @@ class _Channel:
             elif watcher.position < low:
                 low, low_bytes = watcher.position, watcher.position_bytes
         del self.frames[: low - self.base]
+        del self.ends[: low - self.base]
         self.base, self.base_bytes = low, low_bytes
         self.scan_at = min(end + _TRIM_EVENTS, low + queue + 1)
         self.scan_at_bytes = min(end_bytes + _TRIM_BYTES, low_bytes + queue_bytes + 1)
@@ -246,18 +266,15 @@ class Subscription:
         if self.closed:
             return []
         channel = self._channel
-        frames = cast(list[bytes], channel.frames)
         at = self.position - channel.base
-        taken: list[bytes] = []
-        size = 0
-        while at < len(frames) and (size < most or not taken):
-            frame = frames[at]
-            taken.append(frame)
-            size += len(frame)
-            at += 1
-        self.position += len(taken)
-        self.position_bytes += size
-        return taken
+        if at >= len(channel.frames):
+            return []
+        # The first event that ends at or past ``most`` bytes from here is the last.
+        stop = bisect.bisect_left(channel.ends, self.position_bytes + most, at)
+        stop = min(stop + 1, len(channel.frames))
+        self.position = channel.base + stop
+        self.position_bytes = channel.ends[stop - 1]
+        return cast(list[bytes], channel.frames[at:stop])
 
     async def next_batch(self, timeout: float) -> list[HubEvent]:
         """For a watcher in the node's process (subscribed without an
@@ -436,12 +453,14 @@ class WatchHub:
         encoded: dict[Encoder | None, list[bytes | None]] = {}
         for channel in list(self._channels.values()):  # a cut-off may drop a channel
             taken: list[object] = []
-            size = 0
+            ends: list[int] = []
+            size = channel.end_bytes
             if channel.encode is None:
                 for event in events:
                     if not channel.prefix or wants(channel.prefix, event):
                         taken.append(event)
                         size += len(event.match or b"")
+                        ends.append(size)
             else:
                 frames = encoded.get(channel.encode)
                 if frames is None:
@@ -454,8 +473,9 @@ class WatchHub:
                         frame = frames[i] = channel.encode(self.event_id(event.n), event)
                     taken.append(frame)
                     size += len(frame)
+                    ends.append(size)
             if taken:
-                channel.add(taken, size)
+                channel.add(taken, ends)
                 channel.bound(self.queue, self.queue_bytes)
 
     # -- watchers ----------------------------------------------------------------
@@ -484,8 +504,9 @@ class WatchHub:
     def unsubscribe(self, subscription: Subscription) -> None:
         channel = subscription._channel
         channel.watchers.discard(subscription)
-        if not channel.watchers:  # nobody left to send them to
-            self._channels.pop((channel.prefix, channel.encode), None)
+        key = (channel.prefix, channel.encode)
+        if not channel.watchers and self._channels.pop(key, None) is not None:
+            channel.wake()  # nobody left to send them to: no timer left behind
 
     def _resume(self, last_event_id: str | None) -> tuple[Missed | None, list[HubEvent]]:
         if last_event_id is None:

@@ -97,13 +97,13 @@ async def test_the_event_format_byte_by_byte(node: Node, http: aiohttp.ClientSes
         opening = await response.content.readuntil(b"\n\n")
         assert opening == (
             f"id: {hub.boot}-0\nevent: ready\n"
-            'data: {"heartbeat": 0.2, "queue": 10000, "queue_bytes": 16777216}\n\n'.encode()
+            'data: {"heartbeat":0.2,"queue":10000,"queue_bytes":16777216}\n\n'.encode()
         )
         written = await node.forum.write(b'job-"1"\n')
         event = await response.content.readuntil(b"\n\n")
         assert event == (
             f"id: {hub.boot}-1\nevent: write\n"
-            f'data: {{"id": "{written}", "payload": "job-\\"1\\"\\n"}}\n\n'.encode()
+            f'data: {{"id":"{written}","payload":"job-\\"1\\"\\n"}}\n\n'.encode()
         )
         assert await response.content.readuntil(b"\n\n") == b": keepalive\n\n"
 
