@@ -17,7 +17,8 @@ for each round, with ``--stalled`` (1,000) ``GET /v1/watch`` streams on
 sockets with a 4 KiB receive buffer that read the stream's head and
 ``ready`` and then nothing, or with none (rounds alternated); then a burst
 of ``--burst`` (10,000) single writes over the stream, 64 in flight. Per
-case, medians of: the burst's seconds, the node's RSS (``VmRSS``) before the
+case, medians of: the burst's seconds and the node's CPU seconds in it
+(the steadier figure on a shared machine), the node's RSS (``VmRSS``) before the
 watchers, with them open, and its peak (``VmHWM``) by the end of the burst;
 and how many stalled watchers, reading nothing for ``--told-after`` (12) s
 after the burst (past the node's stall bound, 10 s) and then reading, got
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import statistics
 import tempfile
@@ -115,6 +117,13 @@ async def delivery_rate(root: Path, writes: int) -> float:
         await forum.aclose()
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time ``pid`` used so far (user and system): steadier than a
+    wall clock on a machine others share."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -183,7 +192,9 @@ async def stalled_round(
         for _ in range(stalled):
             socks.append(await stalled_watch(node.url))
         rss_watched = rss_bytes(node.pid)
+        cpu = cpu_seconds(node.pid)
         seconds = await burst(node.url, writes)
+        cpu = cpu_seconds(node.pid) - cpu
         peak_burst = peak_rss(node.pid)
         rss_burst = rss_bytes(node.pid)
         # Told and closed: still reading nothing past the node's stall
@@ -194,6 +205,7 @@ async def stalled_round(
         peak = peak_rss(node.pid)
         return {
             "burst_s": seconds,
+            "burst_cpu_s": cpu,
             "rss_before": rss_before,
             "rss_watched": rss_watched,
             "rss_after_burst": rss_burst,
@@ -232,12 +244,15 @@ async def stalled_cases(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             medians[f"{source_name} {args.stalled} stalled"],
         )
         stalled["burst_vs_none"] = stalled["burst_s"] / alone["burst_s"]
+        stalled["cpu_vs_none"] = stalled["burst_cpu_s"] / alone["burst_cpu_s"]
         stalled["peak_vs_none_mib"] = (stalled["rss_peak"] - alone["rss_peak"]) / 2**20
-    print(f"\n{'case':<24} {'burst s':>8} {'x none':>7} {'RSS MiB before':>15} "
-          f"{'watched':>8} {'peak':>7} {'peak+ MiB':>10} {'told':>6}")  # fmt: skip
+    print(f"\n{'case':<24} {'burst s':>8} {'x none':>7} {'CPU s':>6} {'x none':>7} "
+          f"{'RSS MiB before':>15} {'watched':>8} {'peak':>7} {'peak+ MiB':>10} "
+          f"{'told':>6}")  # fmt: skip
     for case, row in medians.items():
         print(
             f"{case:<24} {row['burst_s']:>8.2f} {row.get('burst_vs_none', 1.0):>7.2f} "
+            f"{row['burst_cpu_s']:>6.2f} {row.get('cpu_vs_none', 1.0):>7.2f} "
             f"{row['rss_before'] / 2**20:>15.0f} {row['rss_watched'] / 2**20:>8.0f} "
             f"{row['rss_peak'] / 2**20:>7.0f} {row.get('peak_vs_none_mib', 0.0):>10.1f} "
             f"{row['told_overflow']:>6.0f}"

@@ -121,7 +121,7 @@ class _Batch(NamedTuple):
     first: int
     items: list[Write | Take | Tuple]
     matches: list[object]
-    #: The payload bytes the batch holds (a take's counts none: its write did).
+    #: The payload bytes the batch holds (a take's, its tuple's).
     size: int
 
     def events(self) -> list[HubEvent]:
@@ -420,8 +420,11 @@ class WatchHub:
                     matches.append(entry.payload)
                 continue
             found = payloads.get(entry.target) if payloads else None
-            if found is not None:
-                matches.append(_HIDDEN if found.props.pause else found.payload)
+            if found is not None and found.props.pause:
+                matches.append(_HIDDEN)
+            elif found is not None:
+                size += len(found.payload)  # kept for the ring's watchers to match
+                matches.append(found.payload)
             else:
                 matches.append(None)
         self._publish(_Batch(self._n + 1, list(entries), matches, size))
@@ -505,8 +508,9 @@ class WatchHub:
         channel = subscription._channel
         channel.watchers.discard(subscription)
         key = (channel.prefix, channel.encode)
-        if not channel.watchers and self._channels.pop(key, None) is not None:
-            channel.wake()  # nobody left to send them to: no timer left behind
+        if not channel.watchers and self._channels.get(key) is channel:
+            del self._channels[key]  # nobody left to send them to
+            channel.wake()  # and no timer left behind
 
     def _resume(self, last_event_id: str | None) -> tuple[Missed | None, list[HubEvent]]:
         if last_event_id is None:

@@ -236,3 +236,17 @@ async def test_what_every_watcher_sent_is_let_go(forum: Forum) -> None:
         hub.unsubscribe(first)
         hub.unsubscribe(second)
         assert hub.held == (0, 0) and hub.watchers == 0
+
+
+async def test_a_watch_that_ended_leaves_the_next_of_its_prefix_alone(
+    forum: Forum, hub: WatchHub
+) -> None:
+    """The last watcher of a prefix leaves, a new one comes, then the first
+    one's handler unsubscribes it again (as a stream's end does): the new
+    one still gets its events."""
+    first, _, _ = hub.subscribe(b"job-")
+    first.close()
+    second, _, _ = hub.subscribe(b"job-")
+    hub.unsubscribe(first)
+    await forum.write(b"job-1")
+    assert kinds(await second.next_batch(1)) == [("write", b"job-1")]
