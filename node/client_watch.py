@@ -146,7 +146,7 @@ class _Stream:
 
     async def _lines(self, content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
         """The lines of a stream, without their ends, however long (a
-        ``readline`` refuses one past 128 KiB: a write event of a large
+        ``readline`` refuses one past 512 KiB: a write event of a large
         tuple); a partial line at the end of the stream is dropped."""
         buffer = bytearray()
         while True:

@@ -217,8 +217,8 @@ async def test_a_client_that_reads_nothing_is_cut_off_after_the_stall_bound(
 
 async def test_a_write_of_a_large_tuple_reaches_the_watch(node: Node) -> None:
     """Failed before: the client read a stream a line at a time with
-    aiohttp's ``readline``, which refuses a line past 128 KiB: a write event
-    of a 300 KiB tuple raised ``ValueError`` out of ``watch``."""
+    aiohttp's ``readline``, which refuses a line past 512 KiB: a write event
+    of a 300 KiB tuple (1.8 MB as JSON) raised ``LineTooLong`` out of ``watch``."""
     async with ForumClient(node.url) as client, aclosing(client.watch(Pattern(b"big"))) as events:
         await next_of(events, "ready")
         big = b"big" + b"\x01" * 300_000  # JSON writes each as \u0001: a 1.8 MB line
