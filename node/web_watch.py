@@ -5,7 +5,7 @@ gives it byte by byte)::
 
     id: 3f9c2a1b7d4e-42
     event: write
-    data: {"id": "n1-a1b2:7", "payload": "job-7", "priority": 5}
+    data: {"id":"n1-a1b2:7","payload":"job-7","priority":5}
 
 followed by a blank line; an idle stream gets a ``: keepalive`` comment every
 ``heartbeat`` seconds, so proxies and clients know it is alive. A stream
@@ -15,12 +15,15 @@ missed when it resumes (or a ``gap``/``reset`` notice when they are gone).
 
 Every stream of one prefix sends the same bytes of an event, encoded once
 (:func:`sse_event` is this format's :data:`~node.watch.Encoder`), and takes
-them from its channel at most :data:`~node.watch.PIECE` bytes at a time, so
-a client that reads nothing holds that and the server's send buffer of the
-node's memory, not a copy of every event. The stream never holds the node
-up: a write that waits more than the hub's ``stall`` seconds for the client
-to read, or that the hub cuts off (the watcher fell too far behind: the hub
-moves the write's deadline to now), ends the stream with ``overflow``. On
+them from its channel at most :data:`~node.watch.PIECE` bytes at a time,
+writing the next only once the kernel took the last (a small send buffer
+until the client shows it reads, :data:`SEND_BUFFER`), so a client that
+reads nothing holds one piece of the node's memory, not a copy of every
+event. The stream never holds the node up: a write that waits more than the
+hub's ``stall`` seconds for the client to read, or that the hub cuts off
+(the watcher fell too far behind: the hub moves the write's deadline to
+now), ends the stream with ``overflow``, and the connection is closed
+behind it (dropped :data:`_LINGER` s later if the client still reads nothing). On
 shutdown the hub ends every stream at once (an ``on_shutdown`` handler,
 before in-flight requests are awaited).
 """
