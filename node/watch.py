@@ -67,14 +67,14 @@ QUEUE = 10_000
 #: How many encoded bytes a watcher may fall behind before it is cut off, by
 #: default: a batch of 10,000 events of a few hundred bytes each fits.
 QUEUE_BYTES = 16 * 1024 * 1024
-#: Seconds a watcher's stream may wait for its client to take a byte, with
-#: events to send, before the watcher is cut off.
+#: Seconds a watcher's stream may wait for its client to take what it wrote
+#: (events, or a keep-alive) before the watcher is cut off.
 STALL = 10.0
 #: Seconds between two keep-alive comments on an idle stream, by default.
 HEARTBEAT = 5.0
 #: The most encoded bytes a stream takes from its channel at a time (one
-#: write): a client that reads nothing holds at most about this much, and the
-#: web server's own buffer, of the node's memory.
+#: write, the next only once the kernel took it): a client that reads
+#: nothing holds at most about this much of the node's memory.
 PIECE = 16 * 1024
 #: Seconds a channel gathers events before it wakes its watchers: each sends
 #: what came meanwhile in one write, so a watcher costs the node a few
