@@ -130,6 +130,19 @@ async def test_a_watch_resumes_after_its_last_event_id(node: Node) -> None:
             assert (await anext(events)).kind == "ready"
 
 
+async def test_a_long_replay_comes_whole_and_in_order(node: Node) -> None:
+    """A resume whose missed events are many pieces long (the stream encodes
+    and sends them a piece at a time) gets them all, in order, then ready."""
+    async with ForumClient(node.url) as client:
+        async with aclosing(client.watch(Pattern(b"job-"))) as events:
+            seen = await next_of(events, "ready")
+        written = await client.write_many([b"job-%05d" % i + b"x" * 80 for i in range(3000)])
+        await client.write(b"mail")
+        async with aclosing(client.watch(Pattern(b"job-"), last_event_id=seen.event_id)) as events:
+            replayed = [await anext(events) for _ in range(3001)]
+    assert [e.id for e in replayed[:-1]] == written and replayed[-1].kind == "ready"
+
+
 async def test_bad_input_is_a_400(node: Node, http: aiohttp.ClientSession) -> None:
     for params, headers, code in (
         ({"prefx": "a"}, {}, "unknown_parameter"),
