@@ -39,6 +39,9 @@ from node.errors import (
 KINDS = frozenset({"write", "take", "expire", "ready", "gap", "reset", "overflow"})
 #: Seconds of silence, beyond three heartbeats, after which a stream is taken as dropped.
 _IDLE_SLACK = 5.0
+#: The longest line of a stream read: a write event of the largest tuple a
+#: node takes (``max_payload``, up to a segment) as JSON, with room to spare.
+_MAX_LINE = 512 * 1024 * 1024
 _BACKOFF = Backoff(base=0.1, cap=2.0)
 
 
@@ -141,18 +144,34 @@ class _Stream:
                     self.idle = 3 * event.heartbeat + _IDLE_SLACK
                 yield event
 
+    async def _lines(self, content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+        """The lines of a stream, without their ends, however long (a
+        ``readline`` refuses one past 512 KiB: a write event of a large
+        tuple); a partial line at the end of the stream is dropped."""
+        buffer = bytearray()
+        while True:
+            async with asyncio.timeout(self.idle):
+                chunk = await content.readany()
+            if not chunk:
+                return
+            start = len(buffer)
+            buffer += chunk
+            begin = 0
+            while (end := buffer.find(b"\n", start)) >= 0:
+                yield bytes(buffer[begin:end])
+                begin = start = end + 1
+            del buffer[:begin]
+            if len(buffer) > _MAX_LINE:
+                raise SerializationError(f"{self.url}: an event line longer than {_MAX_LINE} bytes")
+
     async def _frames(
         self, content: aiohttp.StreamReader
     ) -> AsyncIterator[tuple[str, str | None, str]]:
         """The SSE events of a stream, as ``(event, id, data)``: fields up to
         a blank line; comments (``:``) and unknown fields skipped."""
         kind, event_id, data = "message", None, list[str]()
-        while True:
-            async with asyncio.timeout(self.idle):
-                raw = await content.readline()
-            if not raw:
-                return
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        async for raw in self._lines(content):
+            line = raw.decode("utf-8", "replace").rstrip("\r")
             if not line:
                 if data:
                     yield kind, event_id, "\n".join(data)

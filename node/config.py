@@ -50,6 +50,7 @@ from node.strand import MIN_SEGMENT_BYTES, FsyncPolicy, payload_limit
 from node.watch import BUFFER as WATCH_BUFFER
 from node.watch import HEARTBEAT as WATCH_HEARTBEAT
 from node.watch import QUEUE as WATCH_QUEUE
+from node.watch import QUEUE_BYTES as WATCH_QUEUE_BYTES
 from node.web_origin import WebOrigin, check_host_name
 
 LogFormat = Literal["text", "json"]
@@ -271,6 +272,8 @@ class NodeConfig:
     #: How many events a watcher may fall behind before its stream is cut off
     #: with an ``overflow`` event (the node never waits for a watcher).
     watch_queue: PositiveInt = WATCH_QUEUE
+    #: How many bytes of events a watcher may fall behind before it is cut off.
+    watch_queue_bytes: Size = WATCH_QUEUE_BYTES
     #: Seconds between two ``: keepalive`` comments on an idle watch stream.
     watch_heartbeat: PositiveSeconds = WATCH_HEARTBEAT
     log_format: LogFormat = "text"

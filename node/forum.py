@@ -96,6 +96,13 @@ Listener = Callable[[Sequence[Entry], Provenance], None]
 LiveListener = Callable[[Tuple], None]
 #: Called with the tuples that expired here (their ttl ran out), as they do.
 ExpiryListener = Callable[[Sequence[Tuple]], None]
+#: ``listener(entries, taken)``: the entries a :data:`Listener` gets, with the
+#: tuples their Takes removed here (a watcher filters a Take by its target's
+#: payload, which the Take does not carry). A Take whose target was not here
+#: (taken before its Write arrived, taken twice) has none.
+TakeListener = Callable[[Sequence[Entry], Sequence[Tuple]], None]
+#: What a pause marker is, as the tuples a resume takes show it.
+_PAUSE = Properties(pause=True)
 #: How long a tuple written on another node waits per rank before it can be
 #: taken here (its wait is this times this node's :data:`Ranking` of it). See ``apply``.
 REMOTE_DELAY = 0.01
@@ -404,6 +411,7 @@ class Forum(AsyncResource):
         self._applying: set[EntryId] = set()
         self._waiters: deque[_Waiter] = deque()
         self._listeners: list[Listener] = []
+        self._take_listeners: list[TakeListener] = []
         self._live_listeners: list[LiveListener] = []
         self._settling: set[asyncio.Task[None]] = set()
         self._writes = 0
@@ -650,12 +658,15 @@ class Forum(AsyncResource):
         if not markers:
             return 0
         append = self.strand.submit_takes(markers)
-        append.add_done_callback(functools.partial(self._resumed, markers))
+        append.add_done_callback(functools.partial(self._resumed, prefix, markers))
         await asyncio.shield(append)
         return len(markers)
 
     def _resumed(
-        self, markers: builtins.list[EntryId], append: asyncio.Future[builtins.list[Take]]
+        self,
+        prefix: bytes,
+        markers: builtins.list[EntryId],
+        append: asyncio.Future[builtins.list[Take]],
     ) -> None:
         """The end of a resume's append, whether or not its caller still waits:
         a resume cancelled while its Takes were appended must not leave the
@@ -666,7 +677,7 @@ class Forum(AsyncResource):
             self._drop_pause(marker)
         takes = append.result()
         self._takes += len(takes)
-        self._notify(takes, LOCAL)
+        self._notify(takes, LOCAL, [Tuple(marker, prefix, _PAUSE) for marker in markers])
 
     def _add_pause(self, marker: Tuple) -> None:
         self._pause_markers[marker.id] = marker.payload
@@ -1201,6 +1212,15 @@ class Forum(AsyncResource):
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
 
+    def add_take_listener(self, listener: TakeListener) -> None:
+        """Call ``listener(entries, taken)`` as a :meth:`add_listener` one is
+        called, with ``taken``: the tuples the Takes among ``entries``
+        removed here (a watcher needs their payloads to filter the Takes)."""
+        self._take_listeners.append(listener)
+
+    def remove_take_listener(self, listener: TakeListener) -> None:
+        self._take_listeners.remove(listener)
+
     def add_live_listener(self, listener: LiveListener) -> None:
         """Call ``listener(tuple)`` whenever a tuple becomes live here (which,
         for a tuple from a peer, is after the remote delay, not on arrival)."""
@@ -1282,6 +1302,7 @@ class Forum(AsyncResource):
         if durable.cancelled() or durable.exception() is not None:
             return
         now = None
+        taken: builtins.list[Tuple] = []
         for entry in new:
             if isinstance(entry, Write):
                 if entry.id in self._pending_kills:
@@ -1293,9 +1314,9 @@ class Forum(AsyncResource):
                     placed = self._place(Tuple(entry.id, entry.payload, entry.props), now)
                     if placed is not None:
                         self._surface_later(placed)
-            else:
-                self._apply_take(entry)
-        self._notify(new, provenance)
+            elif (removed := self._apply_take(entry)) is not None:
+                taken.append(removed)
+        self._notify(new, provenance, taken)
 
     def set_ranking(self, ranking: Ranking | None) -> None:
         """Rank remote tuples with ``ranking`` from now on (``None``: the
@@ -1463,35 +1484,37 @@ class Forum(AsyncResource):
                 return removed[0], self._dress(removed[1])
         return removed
 
-    def _apply_take(self, take: Take) -> None:
+    def _apply_take(self, take: Take) -> Tuple | None:
+        """Apply a peer's Take; the tuple it removed here, if it was here."""
         self._lapses.pop(take.target, None)
         self._note_pace(take)
         if self._room_waiters:
             self._free_room()
         if self._props and self._props.forget(take.target) is not None:
-            if self._schedule.drop(take.target) is not None:
-                return  # taken elsewhere before it was due here
-        elif take.target in self._pause_markers:
+            if (due_later := self._schedule.drop(take.target)) is not None:
+                return due_later  # taken elsewhere before it was due here
+        elif (prefix := self._pause_markers.get(take.target)) is not None:
             self._drop_pause(take.target)  # resumed elsewhere
-            return
-        if self._remove_live(take.target) is not None:
-            return
+            return Tuple(take.target, prefix, _PAUSE)
+        if (removed := self._remove_live(take.target)) is not None:
+            return removed[1]
         surfacing = self._surfacing.pop(take.target, None) or self._pool.pop(take.target)
         if surfacing is not None:  # taken elsewhere before it was live here
             surfacing.handle.cancel()
-            return
+            return surfacing.item
         reservation = self._reservations.pop(take.target, None)
         if reservation is not None:
             # Reserved here and taken elsewhere: both nodes handed it out.
             reservation[2].cancel()
             self._double_takes += 1
-            return
+            return reservation[1]
         if take.target in self._taking:
             # Our own take of it is being made durable: both of us took it.
             self._double_takes += 1
             self._killed_while_taking.add(take.target)
-            return
+            return None
         self._kill_absent(take)
+        return None
 
     def _kill_absent(self, take: Take) -> None:
         """A Take whose target is not live: taken before, or not seen yet."""
@@ -1590,7 +1613,7 @@ class Forum(AsyncResource):
             raise
         self._done_taking(found)
         self._takes += len(takes)
-        self._notify(takes, LOCAL)
+        self._notify(takes, LOCAL, [item for _, item in found])
         return [item for _, item in found]
 
     async def _settle(
@@ -1605,7 +1628,7 @@ class Forum(AsyncResource):
             return
         self._done_taking(found)
         self._takes += len(takes)
-        self._notify(takes, LOCAL)
+        self._notify(takes, LOCAL, [item for _, item in found])
         if not rescue:
             return
         log.warning("a take was cancelled after it was durable: writing %d back", len(found))
@@ -1644,12 +1667,19 @@ class Forum(AsyncResource):
         if self._room_waiters:
             self._free_room()
 
-    def _notify(self, entries: Sequence[Entry], provenance: Provenance) -> None:
+    def _notify(
+        self, entries: Sequence[Entry], provenance: Provenance, taken: Sequence[Tuple] = ()
+    ) -> None:
         for listener in self._listeners:
             try:
                 listener(entries, provenance)
             except Exception:
                 log.exception("a Forum listener failed")
+        for take_listener in self._take_listeners:
+            try:
+                take_listener(entries, taken)
+            except Exception:
+                log.exception("a Forum take listener failed")
 
     def _check_open(self) -> None:
         if self._closed:

@@ -169,6 +169,7 @@ def _add_watch(app: web.Application, forum: Forum, config: NodeConfig) -> None:
         forum,
         buffer=config.watch_buffer,
         queue=config.watch_queue,
+        queue_bytes=config.watch_queue_bytes,
         heartbeat=config.watch_heartbeat,
     )
     app.cleanup_ctx.append(_watching)

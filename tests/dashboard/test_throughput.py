@@ -66,7 +66,7 @@ async def test_the_hub_is_watched_only_while_the_panel_is_looked_at(
     async with running_app(tmp_path, "a", [dashboard(0.05)]) as (app, url):
         hub, forum = app[WATCH_HUB], app[FORUM]
         await forum.write(b"job/before")  # while nobody looks: the hub keeps nothing
-        assert (hub.watchers, hub.remembered) == (0, 0)
+        assert (hub.watchers, hub.held) == (0, (0, 0))
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{url}/ui/prefixes") as answer:
                 assert answer.status == 200
@@ -79,15 +79,15 @@ async def test_the_hub_is_watched_only_while_the_panel_is_looked_at(
             counted = app[RATES]
 
             def both() -> object:
-                """job/1's take in its group, job/before's (written while
-                nobody looked: the hub did not know it) in none."""
+                """Both takes in job/, job/before's too (written while
+                nobody looked: the Forum gives the hub the tuple it took)."""
                 found = counted.rates(b"/")
                 if found is None:
                     return False
-                return found[0].get(b"job/", Rate(0.0, 0.0)).takes > 0 and found[1] > 0
+                return found[0].get(b"job/", Rate(0.0, 0.0)).takes > 0 and found[1] == 0
 
             await eventually(both, what="the takes counted")
         # Nobody looks for LINGER s: the watch ends, and the hub keeps no payload.
         await eventually(lambda: hub.watchers == 0, what="the watch ended")
         await forum.write(b"job/2")
-        assert hub.remembered == 0
+        assert hub.held == (0, 0)

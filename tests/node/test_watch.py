@@ -1,7 +1,8 @@
 """The watch hub (node.watch) on a real Forum: events in order with ids of
 this run, resumption from the ring, gaps and resets, the prefix filter (takes
-by their target's payload), expiries, and the cut-off of a watcher that falls
-behind while the writes go on."""
+by their target's payload, whoever took it and whenever it was written),
+expiries, one encoding of an event shared by every watcher, and the cut-off
+of a watcher that falls behind (in events or in bytes) while the writes go on."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ import pytest
 
 from node import Forum, Pattern
 from node.entries import EntryId, Properties, Take, Tuple, Write
-from node.forum import LOCAL
 from node.watch import HubEvent, WatchHub, parse_event_id
 
 
 @pytest.fixture
 async def hub(forum: Forum) -> AsyncIterator[WatchHub]:
-    async with WatchHub(forum, buffer=8, queue=5, known=4) as made:
+    async with WatchHub(forum, buffer=8, queue=5) as made:
         yield made
 
 
@@ -99,16 +99,57 @@ async def test_a_prefix_filters_writes_takes_and_expiries(forum: Forum, hub: Wat
     assert kinds(await every.next_batch(1)) == [("expire", b"job-old"), ("expire", b"mail")]
 
 
-async def test_a_take_of_a_tuple_it_does_not_know_reaches_only_watchers_of_all(
+async def test_a_take_reaches_the_watchers_of_its_prefix_whenever_its_tuple_was_written(
     forum: Forum, hub: WatchHub
 ) -> None:
-    await forum.write(b"job-early")  # then forgotten: the hub knows 4 tuples at most
-    await forum.write_many([b"x1", b"x2", b"x3", b"x4"])
+    """Failed before: the hub matched a take by the payloads it remembered,
+    only of tuples written while someone watched (and at most 100,000):
+    the take of an older one reached only watchers of every prefix."""
+    await forum.write_many([b"job-early", b"mail-early"])
+    reserved = await forum.write(b"job-reserved")
     jobs, _, _ = hub.subscribe(b"job-")
     every, _, _ = hub.subscribe(b"")
-    await forum.take(Pattern(b"job-"))
-    assert await jobs.next_batch(0.05) == []
-    assert kinds(await every.next_batch(1)) == [("take", None)]
+    assert await forum.take(Pattern(b"job-")) == b"job-early"
+    handed = await forum.reserve(Pattern(b"job-"), lease=30)
+    assert handed is not None and handed.id == reserved
+    assert await forum.ack(reserved)
+    await forum.take_many(Pattern(b"mail-"), 10)
+    assert kinds(await jobs.next_batch(1)) == [("take", b"job-early"), ("take", b"job-reserved")]
+    assert [e.kind for e in await every.next_batch(1)] == ["take"] * 3
+
+
+async def test_a_peers_take_before_its_write_reaches_every_watcher(
+    forum: Forum, hub: WatchHub
+) -> None:
+    """A peer's Take that comes before the Write it took (a third node took
+    it, and its Take came first): the node does not know what it took, so
+    every watcher gets it, a watcher of another prefix too; then the write."""
+    jobs, _, _ = hub.subscribe(b"job-")
+    mail, _, _ = hub.subscribe(b"mail-")
+    written, taken = EntryId("peer", 1), EntryId("third", 1)
+    await forum.apply([Take(taken, written)])
+    await forum.apply([Write(written, b"job-1")])
+    assert kinds(await jobs.next_batch(1)) == [("take", None), ("write", b"job-1")]
+    assert kinds(await mail.next_batch(1)) == [("take", None)]
+
+
+async def test_every_watcher_of_a_format_shares_one_encoding_of_an_event(
+    forum: Forum, hub: WatchHub
+) -> None:
+    encoded: list[int] = []
+
+    def encode(event_id: str, event: HubEvent) -> bytes:
+        encoded.append(event.n)
+        return f"{event_id} {event.kind}\n".encode()
+
+    watchers = [hub.subscribe(prefix, encode=encode)[0] for prefix in (b"", b"", b"j", b"j")]
+    await forum.write_many([b"job-1", b"mail-1"])
+    sent = [watcher.pending() for watcher in watchers]
+    assert encoded == [1, 2]  # once per event, for four watchers of two prefixes
+    assert sent[0] == [f"{hub.boot}-1 write\n".encode(), f"{hub.boot}-2 write\n".encode()]
+    assert sent[1] == sent[0] and sent[2] == sent[3] == sent[0][:1]
+    assert all(a is b for a, b in zip(sent[0], sent[1], strict=True))
+    assert sent[2][0] is sent[0][0]  # the same bytes, not a copy
 
 
 async def test_a_watcher_that_falls_behind_is_cut_off_and_writes_go_on(
@@ -147,25 +188,65 @@ async def test_the_ring_holds_at_most_buffer_bytes_of_payloads(forum: Forum) -> 
         assert missed is None and kinds(replay) == [("write", b"k" * 60)]
 
 
-async def test_pause_markers_and_their_takes_are_no_events(hub: WatchHub) -> None:
+async def test_pause_markers_and_their_takes_are_no_events(forum: Forum, hub: WatchHub) -> None:
     every, _, _ = hub.subscribe(b"")
-    marker = EntryId("peer", 1)
-    hub.on_entries([Write(marker, b"job-", Properties(pause=True))], LOCAL)
-    hub.on_entries([Take(EntryId("peer", 2), marker)], LOCAL)
-    hub.on_entries([Write(EntryId("peer", 3), b"job-1")], LOCAL)
+    await forum.pause(b"job-")
+    await forum.resume(b"job-")
+    marker = EntryId("peer", 1)  # a peer's pause, and its resume
+    await forum.apply([Write(marker, b"mail-", Properties(pause=True))])
+    await forum.apply([Take(EntryId("peer", 2), marker)])
+    await forum.write(b"job-1")
     events = await every.next_batch(1)
-    assert [(e.n, e.kind) for e in events] == [(3, "write")]  # ids may skip a number
+    assert [(e.n, e.kind) for e in events] == [(5, "write")]  # ids may skip a number
 
 
-async def test_with_nobody_watching_the_hub_keeps_no_payload_alive(
+async def test_a_watcher_more_bytes_behind_than_its_bound_is_cut_off(forum: Forum) -> None:
+    def encode(event_id: str, event: HubEvent) -> bytes:
+        return b"x" * 1000
+
+    async with WatchHub(forum, queue=1000, queue_bytes=10_000) as hub:
+        slow, _, _ = hub.subscribe(b"", encode=encode)
+        keeping_up, _, _ = hub.subscribe(b"", encode=encode)
+        for n in range(12):
+            await forum.write(b"job-%d" % n)
+            assert len(keeping_up.pending()) == 1
+        assert slow.overflowed and slow.closed and "10000 bytes behind" in slow.reason
+        assert slow.pending() == [] and not keeping_up.overflowed and hub.watchers == 1
+
+
+async def test_what_every_watcher_sent_is_let_go(forum: Forum) -> None:
+    """A channel holds an event until its slowest watcher has sent it: a
+    watcher is a position, not a queue of its own."""
+
+    def encode(event_id: str, event: HubEvent) -> bytes:
+        return b"e" * 100
+
+    async with WatchHub(forum) as hub:
+        first, _, _ = hub.subscribe(b"", encode=encode)
+        second, _, _ = hub.subscribe(b"", encode=encode)
+        for _ in range(30):
+            await forum.write_many([b"job"] * 100)
+            first.pending(most=1 << 30)
+        assert hub.held == (3000, 300_000)  # second sent none yet
+        for _ in range(11):  # let go a thousand events at a time, or so
+            second.pending(most=1 << 30)
+            first.pending(most=1 << 30)
+            await forum.write_many([b"job"] * 100)
+        assert hub.held[0] <= 1024 + 100 and not second.overflowed
+        hub.unsubscribe(first)
+        hub.unsubscribe(second)
+        assert hub.held == (0, 0) and hub.watchers == 0
+
+
+async def test_a_watch_that_ended_leaves_the_next_of_its_prefix_alone(
     forum: Forum, hub: WatchHub
 ) -> None:
-    """A ``forum serve`` with no watcher grew by ~150 B per live tuple: the
-    hub kept every written payload to filter takes nobody was watching."""
-    await forum.write_many([b"job-%d" % i for i in range(3)])
-    assert hub.remembered == 0
-    watcher, _, _ = hub.subscribe(b"job-")
-    await forum.write(b"job-3")
-    assert hub.remembered == 1
-    hub.unsubscribe(watcher)
-    assert hub.remembered == 0
+    """The last watcher of a prefix leaves, a new one comes, then the first
+    one's handler unsubscribes it again (as a stream's end does): the new
+    one still gets its events."""
+    first, _, _ = hub.subscribe(b"job-")
+    first.close()
+    second, _, _ = hub.subscribe(b"job-")
+    hub.unsubscribe(first)
+    await forum.write(b"job-1")
+    assert kinds(await second.next_batch(1)) == [("write", b"job-1")]

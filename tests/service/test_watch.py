@@ -97,13 +97,13 @@ async def test_the_event_format_byte_by_byte(node: Node, http: aiohttp.ClientSes
         opening = await response.content.readuntil(b"\n\n")
         assert opening == (
             f"id: {hub.boot}-0\nevent: ready\n"
-            'data: {"heartbeat": 0.2, "queue": 10000}\n\n'.encode()
+            'data: {"heartbeat":0.2,"queue":10000,"queue_bytes":16777216}\n\n'.encode()
         )
         written = await node.forum.write(b'job-"1"\n')
         event = await response.content.readuntil(b"\n\n")
         assert event == (
             f"id: {hub.boot}-1\nevent: write\n"
-            f'data: {{"id": "{written}", "payload": "job-\\"1\\"\\n"}}\n\n'.encode()
+            f'data: {{"id":"{written}","payload":"job-\\"1\\"\\n"}}\n\n'.encode()
         )
         assert await response.content.readuntil(b"\n\n") == b": keepalive\n\n"
 
@@ -130,6 +130,19 @@ async def test_a_watch_resumes_after_its_last_event_id(node: Node) -> None:
             assert (await anext(events)).kind == "ready"
 
 
+async def test_a_long_replay_comes_whole_and_in_order(node: Node) -> None:
+    """A resume whose missed events are many pieces long (the stream encodes
+    and sends them a piece at a time) gets them all, in order, then ready."""
+    async with ForumClient(node.url) as client:
+        async with aclosing(client.watch(Pattern(b"job-"))) as events:
+            seen = await next_of(events, "ready")
+        written = await client.write_many([b"job-%05d" % i + b"x" * 80 for i in range(3000)])
+        await client.write(b"mail")
+        async with aclosing(client.watch(Pattern(b"job-"), last_event_id=seen.event_id)) as events:
+            replayed = [await anext(events) for _ in range(3001)]
+    assert [e.id for e in replayed[:-1]] == written and replayed[-1].kind == "ready"
+
+
 async def test_bad_input_is_a_400(node: Node, http: aiohttp.ClientSession) -> None:
     for params, headers, code in (
         ({"prefx": "a"}, {}, "unknown_parameter"),
@@ -151,13 +164,7 @@ async def test_a_client_that_reads_nothing_is_cut_off_while_writes_go_on(tmp_pat
     node = await start_node(tmp_path / "slow", watch_queue=100)
     try:
         hub = node.app[WATCH_HUB]
-        port = int(node.url.rsplit(":", 1)[1])
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        loop = asyncio.get_running_loop()
-        await loop.sock_connect(sock, ("127.0.0.1", port))
-        await loop.sock_sendall(sock, b"GET /v1/watch HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        sock = await stalled_watch(node.url)
         await eventually(lambda: hub.watchers == 1)
         # 16 MB of events, far more than the socket buffers hold, in batches
         # smaller than the watcher's queue; the node goes on writing.
@@ -166,17 +173,71 @@ async def test_a_client_that_reads_nothing_is_cut_off_while_writes_go_on(tmp_pat
             await asyncio.sleep(0)
         assert hub.watchers == 0
         assert await node.forum.count(Pattern(b"j")) == 2000
-        received = bytearray()
-        async with asyncio.timeout(30):
-            while chunk := await loop.sock_recv(sock, 1 << 20):
-                received += chunk
-        sock.close()
-        tail = bytes(received[-400:])
-        assert b"event: overflow\n" in tail and b"fell more than 100 events behind" in tail
+        tail = (await read_to_end(sock))[-400:]
+        assert b"event: overflow\n" in tail
+        assert b"fell more than 100 events or 16777216 bytes behind" in tail
         assert tail.endswith(b"\r\n0\r\n\r\n")  # then the stream's end
     finally:
         await node.runner.cleanup()
         await node.forum.aclose()
+
+
+async def stalled_watch(url: str) -> socket.socket:
+    """A ``GET /v1/watch`` on a socket that reads nothing (a small receive buffer)."""
+    port = int(url.rsplit(":", 1)[1])
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, b"GET /v1/watch HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    return sock
+
+
+async def read_to_end(sock: socket.socket) -> bytes:
+    received = bytearray()
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(30):
+        while chunk := await loop.sock_recv(sock, 1 << 20):
+            received += chunk
+    sock.close()
+    return bytes(received)
+
+
+async def test_a_client_that_reads_nothing_is_cut_off_after_the_stall_bound(
+    tmp_path: Path,
+) -> None:
+    """Within its queue's bounds, but its socket takes no byte for ``stall``
+    seconds while events wait: cut off with ``overflow``, the node quiet
+    meanwhile. Failed before: such a watcher was kept for ever, with what
+    its stream had buffered."""
+    node = await start_node(tmp_path / "stalled")
+    try:
+        hub = node.app[WATCH_HUB]
+        hub.stall, hub.queue_bytes = 0.5, 1 << 30
+        sock = await stalled_watch(node.url)
+        await eventually(lambda: hub.watchers == 1)
+        for _ in range(20):  # 32 MB, more than the socket buffers take, within its bounds
+            await node.forum.write_many([b"j" * 8192] * 200)
+        await eventually(lambda: hub.watchers == 0, what="the stalled watcher cut off")
+        tail = (await read_to_end(sock))[-300:]
+        assert b"event: overflow\n" in tail and b"client read nothing for 0.5 s" in tail
+        assert tail.endswith(b"\r\n0\r\n\r\n")
+    finally:
+        await node.runner.cleanup()
+        await node.forum.aclose()
+
+
+async def test_a_write_of_a_large_tuple_reaches_the_watch(node: Node) -> None:
+    """Failed before: the client read a stream a line at a time with
+    aiohttp's ``readline``, which refuses a line past 512 KiB: a write event
+    of a 300 KiB tuple (1.8 MB as JSON) raised ``LineTooLong`` out of ``watch``."""
+    async with ForumClient(node.url) as client, aclosing(client.watch(Pattern(b"big"))) as events:
+        await next_of(events, "ready")
+        big = b"big" + b"\x01" * 300_000  # JSON writes each as \u0001: a 1.8 MB line
+        written = await client.write(big)
+        event = await next_of(events, "write")
+        assert (event.id, event.payload) == (written, big)
 
 
 async def test_stopping_the_node_ends_the_streams(tmp_path: Path) -> None:
