@@ -67,6 +67,7 @@ from node.web_model import (
     MSGPACK_ALIASES,
     PROPERTY_HEADERS,
     RAW,
+    TAKE_PREFIX,
     TEXT,
     WRITE_OPTION_FIELDS,
     WRITE_OPTIONS,
@@ -524,6 +525,7 @@ class Query:
             ) from None
         self._query: MultiMapping[str] = request.query
         self._limits = limits
+        self._pattern_required = TAKE_PREFIX in operation.parameters
         names = operation.names
         unknown = sorted(k for k in self._query if k not in names)
         if unknown:
@@ -550,10 +552,17 @@ class Query:
         return self._get(parameter)
 
     def pattern(self) -> Pattern:
-        """``prefix`` (UTF-8 text) or ``prefix_b64`` (any bytes); neither matches all."""
+        """``prefix`` (UTF-8 text) or ``prefix_b64`` (any bytes); neither matches
+        all, but where the operation takes (``TAKE_PREFIX``): there one is required."""
         text, encoded = self._query.get("prefix"), self._query.get("prefix_b64")
         if text is not None and encoded is not None:
             raise bad_request("invalid_parameter", "give prefix or prefix_b64, not both")
+        if text is None and encoded is None and self._pattern_required:
+            raise bad_request(
+                "missing_parameter",
+                "prefix is required: name what to take (prefix=job- or prefix_b64=...); "
+                "prefix= (empty) takes from every prefix",
+            )
         if encoded is not None:
             try:
                 # validate=True: a lenient decoder drops bad characters, and an

@@ -52,10 +52,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.abc import AbstractStreamWriter
 
 from node.eager import Suspended, start
 from node.errors import ForumError
@@ -74,6 +75,7 @@ from node.web_bodies import (
     check_seconds,
     check_write_options,
     reserved_body,
+    too_large,
     tuple_body,
 )
 from node.web_model import (
@@ -96,6 +98,9 @@ from node.web_model import (
 from node.web_ops import Space, problem_of
 from node.web_status import StreamFigures
 
+if TYPE_CHECKING:  # web_budget imports web_auth, which imports the app's keys, hence this
+    from node.web_budget import BodyBudget
+
 log = logging.getLogger(__name__)
 
 #: The most requests in flight on one stream (docs/wire.md).
@@ -104,6 +109,9 @@ MAX_IN_FLIGHT = 256
 _REASON_BYTES = 123
 #: What a close for a frame too big says (aiohttp sends that close itself).
 _CLOSE_REASONS = {WSCloseCode.MESSAGE_TOO_BIG: "a frame is over {max_frame} bytes"}
+#: Seconds a stream closed for a frame too big still reads (and drops) what
+#: the client sends, so that the client reads the close frame (``_Socket._linger``).
+LINGER = 10.0
 
 RequestId = Annotated[int, msgspec.Meta(ge=0)]
 _FRAME = msgspec.msgpack.Decoder(tuple[RequestId, str, msgspec.Raw])
@@ -167,15 +175,23 @@ class WaitArgs(PatternArgs, frozen=True):
     wait: float = 0.0
 
 
-class BatchArgs(WaitArgs, frozen=True):
+class TakeArgs(Args, frozen=True, kw_only=True):
+    """A take's or reserve's: the prefix is required (``b""``: every prefix), as
+    over HTTP, where an absent one is a 400."""
+
+    prefix: bytes
+    wait: float = 0.0
+
+
+class BatchArgs(TakeArgs, frozen=True, kw_only=True):
     limit: int = DEFAULT_LIMIT
 
 
-class ReserveArgs(WaitArgs, frozen=True, kw_only=True):
+class ReserveArgs(TakeArgs, frozen=True, kw_only=True):
     lease: float
 
 
-class ReserveBatchArgs(ReserveArgs, frozen=True):
+class ReserveBatchArgs(ReserveArgs, frozen=True, kw_only=True):
     limit: int = DEFAULT_LIMIT
 
 
@@ -223,7 +239,7 @@ async def _read(space: Space, a: WaitArgs) -> Answer:
     return (204, None) if found is None else (200, tuple_body(found, MSGPACK))
 
 
-async def _take(space: Space, a: WaitArgs) -> Answer:
+async def _take(space: Space, a: TakeArgs) -> Answer:
     found = await space.take(Pattern(a.prefix), check_seconds(WAIT, a.wait, space.limits))
     return (204, None) if found is None else (200, tuple_body(found, MSGPACK))
 
@@ -302,7 +318,7 @@ async def _list(space: Space, a: PageArgs) -> Answer:
     return 200, Page([tuple_body(t, MSGPACK) for t in page.tuples], page.next_cursor)
 
 
-def _waits(a: WaitArgs | WriteOptionArgs) -> bool:
+def _waits(a: WaitArgs | TakeArgs | WriteOptionArgs) -> bool:
     return bool(a.wait)
 
 
@@ -340,7 +356,7 @@ OPS: dict[str, StreamOp] = {
     "write": StreamOp.of(PayloadArgs, _write, _waits),
     "write_many": StreamOp.of(PayloadsArgs, _write_many, _waits),
     "read": StreamOp.of(WaitArgs, _read, _waits),
-    "take": StreamOp.of(WaitArgs, _take, _waits),
+    "take": StreamOp.of(TakeArgs, _take, _waits),
     "take_many": StreamOp.of(BatchArgs, _take_many, _waits),
     "reserve": StreamOp.of(ReserveArgs, _reserve, _waits),
     "reserve_many": StreamOp.of(ReserveBatchArgs, _reserve_many, _waits),
@@ -377,13 +393,18 @@ class Streams:
         *,
         max_frame: int,
         shutdown_timeout: float,
+        budget: BodyBudget,
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.space = space
+        self.budget = budget
         self.max_frame = max_frame
         self.max_in_flight = max_in_flight
         self._shutdown_timeout = shutdown_timeout
         self._open: set[_Stream] = set()
+        #: The connections the open streams run on (the server keeps them
+        #: reading on shutdown: :meth:`drain` ends them).
+        self._connections: set[object] = set()
         self.draining = False
         self.peak_in_flight = 0
         self.requests = 0
@@ -404,18 +425,27 @@ class Streams:
         Query(request, STREAM, self.space.limits)
         if self.draining:
             raise ApiProblem(503, "unavailable", "the node is shutting down", {"Retry-After": "1"})
-        socket = _Socket(self.max_frame)
+        socket = _Socket(self.max_frame, self._too_big)
         await socket.prepare(request)
         stream = _Stream(self, socket)
         self._open.add(stream)
+        self._connections.add(request.protocol)
         try:
             # A task of its own: each frame read wakes it alone, not the
             # handler and its middlewares (cancelling the handler cancels it).
             await asyncio.get_running_loop().create_task(stream.serve())
         finally:
             self._open.discard(stream)
+            self._connections.discard(request.protocol)
             await stream.abandon()
         return socket
+
+    def holds(self, connection: object) -> bool:
+        """Whether ``connection`` (an aiohttp ``RequestHandler``) carries a stream."""
+        return connection in self._connections
+
+    def _too_big(self) -> None:
+        self.bad_frames += 1
 
     async def drain(self) -> None:
         """Answer what is in flight (new requests get 503), then close every stream."""
@@ -432,20 +462,55 @@ class Streams:
 
 
 class _Socket(web.WebSocketResponse):
-    """aiohttp's WebSocket, whose own closes (a frame too big) say why."""
+    """aiohttp's WebSocket, whose own closes (a frame too big) say why, and
+    reach a client still sending that frame."""
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(self, max_frame: int, on_too_big: Callable[[], None]) -> None:
         super().__init__(max_msg_size=max_frame, compress=False, autoping=True)
+        self._on_too_big = on_too_big
         self.reasons: dict[int, str] = {
             c: r.format(max_frame=max_frame) for c, r in _CLOSE_REASONS.items()
         }
+        self._transport: asyncio.Transport | None = None
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter:
+        self._transport = request.transport
+        return await super().prepare(request)
 
     async def close(
         self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True
     ) -> bool:
         if not message and code in self.reasons:
             message = self.reasons[code].encode()
+        if code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:
+            await self._linger(code, message)
         return await super().close(code=code, message=message, drain=drain)
+
+    async def _linger(self, code: int, message: bytes) -> None:
+        """Send the close frame, then drop what the client still sends until it
+        closes the connection, for at most :data:`LINGER` seconds.
+
+        aiohttp refuses a frame too big as soon as its header is read and
+        closes the connection at once: the rest of the frame, still coming,
+        then meets a closed socket, whose kernel answers with a reset that
+        throws away the close frame unread (a client that sends its frame whole
+        before it reads, as WebSocket libraries do, saw a bare disconnect, not
+        1009). The connection reads on meanwhile (aiohttp drops the bytes of a
+        connection it closes, holding none), as HTTP servers linger on close.
+        """
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        with contextlib.suppress(ConnectionError):
+            await self.send_frame(code.to_bytes(2, "big") + message, WSMsgType.CLOSE)
+        self._on_too_big()
+        try:
+            # The client closing the connection ends this at once: the node's
+            # runner cancels the handler of a connection lost
+            # (``handler_cancellation``), and this with it.
+            await asyncio.sleep(LINGER)
+        finally:
+            transport.close()
 
 
 class _Stream:
@@ -489,13 +554,14 @@ class _Stream:
             message = await socket.receive()
             try:
                 if message.type is WSMsgType.BINARY:
-                    self._start(message.data)
+                    await self._charge_and_start(message.data)
                 elif message.type is WSMsgType.TEXT:
                     raise BadFrame(
                         WSCloseCode.UNSUPPORTED_DATA, "frames are binary (msgpack), not text"
                     )
-                elif message.type is WSMsgType.ERROR:  # aiohttp closed it: a frame too big
-                    self._streams.bad_frames += 1
+                elif message.type is WSMsgType.ERROR:  # aiohttp closed it: not RFC 6455
+                    if socket.close_code != WSCloseCode.MESSAGE_TOO_BIG:  # counted already
+                        self._streams.bad_frames += 1
                     return
                 else:  # closed, by the client or by drain
                     return
@@ -505,31 +571,59 @@ class _Stream:
                 await socket.close(code=bad.code, message=_reason(bad.reason))
                 return
 
-    def _start(self, data: bytes) -> None:
-        """Start the request ``data`` holds, or raise :class:`BadFrame` having started nothing."""
+    async def _charge_and_start(self, data: bytes) -> None:
+        """Charge the frame to the node's body budget (as an HTTP body is), then
+        start its request. Waiting for room, the stream reads nothing more;
+        with none in time, the request is answered 503, as over HTTP."""
+        budget = self._streams.budget
+        size = len(data)
+        if not budget.try_charge(size):
+            try:
+                await budget.charge(size)
+            except ApiProblem as refused:
+                self._start(data, 0, refused)
+                return
+        try:
+            self._start(data, size)
+        except BadFrame:
+            budget.release(size)
+            raise
+
+    def _start(self, data: bytes, charged: int, refusal: ApiProblem | None = None) -> None:
+        """Start the request ``data`` holds (answer ``refusal`` to it, if given),
+        or raise :class:`BadFrame` having started nothing. The request gives
+        back ``charged`` bytes of the body budget when it ends."""
         try:
             request_id, name, raw = _FRAME.decode(data)
         except msgspec.ValidationError as exc:
             raise BadFrame(WSCloseCode.INVALID_TEXT, f"a frame is [id, op, args]: {exc}") from None
         except msgspec.DecodeError as exc:
             raise BadFrame(WSCloseCode.INVALID_TEXT, f"a frame is msgpack: {exc}") from None
+        streams = self._streams
         if name == CANCEL:
             self._cancel(_args(_CANCEL, name, raw).id)
+            streams.budget.release(charged)
             return
         op = OPS.get(name)
         if op is None:
             raise BadFrame(WSCloseCode.UNSUPPORTED_DATA, f"unknown op {name[:40]!r}")
-        args = _args(op.decoder, name, raw)
         in_flight = self._in_flight
         if request_id in in_flight:
             raise BadFrame(
                 WSCloseCode.INVALID_TEXT, f"request id {request_id} is already in flight"
             )
+        limit = streams.space.limits.max_batch_bytes
+        if refusal is None and len(data) > limit:
+            # As an HTTP body over it: refused whole, its args not even decoded.
+            refusal = too_large(f"the frame is {len(data)} bytes; the limit here is {limit}")
+        if refusal is not None:
+            run, args = _refuse(refusal), None
+        else:
+            run, args = op.run, _args(op.decoder, name, raw)
         in_flight[request_id] = None
-        streams = self._streams
         streams.peak_in_flight = max(streams.peak_in_flight, len(in_flight))
-        running = self._run(request_id, op, args)
-        if op.waits(args):
+        running = self._run(request_id, run, args, charged)
+        if refusal is None and op.waits(args):
             in_flight[request_id] = self._loop.create_task(running)
             return
         # Its first step now: most answer in it, and need no task.
@@ -542,12 +636,18 @@ class _Stream:
         if task is not None:
             task.cancel()
 
-    async def _run(self, request_id: int, op: StreamOp, args: Any) -> None:
+    async def _run(
+        self,
+        request_id: int,
+        run: Callable[[Space, Any], Awaitable[Answer]],
+        args: Any,
+        charged: int,
+    ) -> None:
         body: msgspec.Struct | None
         try:
             if self._streams.draining:
                 raise ApiProblem(503, "unavailable", "the node is shutting down")
-            status, body = await op.run(self._streams.space, args)
+            status, body = await run(self._streams.space, args)
         except asyncio.CancelledError:
             self._done([request_id])  # no answer: nobody waits for one
             raise
@@ -557,6 +657,8 @@ class _Stream:
             problem = problem_of(exc)
             status = problem.status
             body = Problem(problem.code, problem.message, **problem.details)
+        finally:
+            self._streams.budget.release(charged)
         self._streams.requests += 1
         self._answer(request_id, _ENCODE((request_id, status, body)))
 
@@ -641,6 +743,15 @@ class _Stream:
             # Shielded: a handler cancelled as its client left still lets the
             # Forum put back what the cancelled requests were handed.
             await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+
+
+def _refuse(problem: ApiProblem) -> Callable[[Space, Any], Awaitable[Answer]]:
+    """An op that answers ``problem`` (a request refused before its args were read)."""
+
+    async def refused(space: Space, args: Any) -> Answer:
+        raise problem
+
+    return refused
 
 
 def _args(decoder: msgspec.msgpack.Decoder[Any], name: str, raw: msgspec.Raw) -> Any:
