@@ -127,6 +127,7 @@ def build_app(
         budget=budget,
     )
     app[METRICS_REGISTRY] = registry
+    registry.register(budget)
     app[LONG_POLLS] = long_polls
     app[COMPACTOR] = compactor
     app[PEERS] = _no_peers

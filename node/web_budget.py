@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from node.config import NodeConfig
 from node.web_auth import CLUSTER_PREFIX
@@ -48,18 +49,7 @@ SMALL = 64 * 1024
 RETRY_AFTER = 1
 
 
-@dataclass(frozen=True, slots=True)
-class BudgetFigures:
-    """What the budget holds and has done (``GET /v1/status`` could show it)."""
-
-    limit: int
-    in_use: int
-    peak: int
-    waited: int
-    refused: int
-
-
-class BodyBudget:
+class BodyBudget(Collector):
     """Bytes of request bodies the node holds at once, at most ``limit``
     (see the module docstring)."""
 
@@ -79,8 +69,36 @@ class BodyBudget:
     def of(cls, config: NodeConfig, backstop: int) -> BodyBudget:
         return cls(config.body_budget, config.body_budget_wait, backstop)
 
-    def figures(self) -> BudgetFigures:
-        return BudgetFigures(self.limit, self.in_use, self.peak, self.waited, self.refused)
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """Its figures for ``/metrics`` (a Prometheus collector)."""
+        yield GaugeMetricFamily(
+            "forum_body_budget_bytes", "The node's body_budget.", value=self.limit
+        )
+        yield GaugeMetricFamily(
+            "forum_body_bytes_in_flight",
+            "Bytes of request bodies charged to the body budget now.",
+            value=self.in_use,
+        )
+        yield GaugeMetricFamily(
+            "forum_body_bytes_in_flight_peak",
+            "The most bytes of request bodies ever charged at once.",
+            value=self.peak,
+        )
+        yield GaugeMetricFamily(
+            "forum_body_budget_waiting",
+            "Requests waiting for room in the body budget now.",
+            value=len(self._waiters),
+        )
+        yield CounterMetricFamily(
+            "forum_body_budget_waits",
+            "Requests that had to wait for room in the body budget.",
+            value=self.waited,
+        )
+        yield CounterMetricFamily(
+            "forum_body_budget_refusals",
+            "Requests refused 503 busy: no room in the body budget in time.",
+            value=self.refused,
+        )
 
     def _fits(self, size: int) -> bool:
         return self.in_use == 0 or self.in_use + size <= self.limit

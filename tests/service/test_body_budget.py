@@ -1,0 +1,167 @@
+"""The node-wide body budget (``body_budget``, node/web_budget.py) against a real node.
+
+A body being sent holds its bytes of the budget from its head on: a second
+large body past the budget waits for room, or with no room in time is
+refused ``503 busy`` with ``Retry-After``, having changed nothing, over
+HTTP and over the stream alike. Small bodies are not held back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import msgspec
+import pytest
+
+from node import Pattern
+from node.client import ForumClient
+from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
+from tests.service.test_stream import answers, raw_stream, send
+
+#: Two of these do not fit the budget of the nodes below; one does.
+BODY = 700_000
+BUDGET = "1MiB"
+
+
+async def metric(node: NodeProcess, name: str) -> float:
+    async with aiohttp.ClientSession() as http, http.get(f"{node.url}/metrics") as response:
+        text = await response.text()
+    found = re.search(rf"^{name} ([0-9.e+]+)$", text, re.MULTILINE)
+    assert found is not None, name
+    return float(found.group(1))
+
+
+async def live(node: NodeProcess) -> int:
+    async with ForumClient(node.url, transport="http") as client:
+        return await client.count(Pattern(b""))
+
+
+@asynccontextmanager
+async def held(node: NodeProcess, size: int = BODY) -> AsyncIterator[asyncio.StreamWriter]:
+    """A raw write whose body of ``size`` bytes is sent but for its last byte:
+    its bytes are held in the budget until the block ends and it is finished
+    (it is written then: 201)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+    head = (
+        f"POST /v1/tuples HTTP/1.1\r\nHost: 127.0.0.1:{node.port}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {size}\r\n\r\n"
+    )
+    writer.write(head.encode() + b"held-" + b"x" * (size - 6))
+    await writer.drain()
+    await eventually(
+        lambda: _in_flight_at_least(node, size), what="the held body is charged to the budget"
+    )
+    try:
+        yield writer
+        writer.write(b"x")
+        await writer.drain()
+        status = await reader.readline()
+        assert status.startswith(b"HTTP/1.1 201"), status
+    finally:
+        writer.close()
+
+
+async def _in_flight_at_least(node: NodeProcess, size: int) -> bool:
+    return await metric(node, "forum_body_bytes_in_flight") >= size
+
+
+async def _waiting(node: NodeProcess) -> bool:
+    return await metric(node, "forum_body_budget_waiting") >= 1
+
+
+async def test_past_the_budget_a_body_is_refused_503_with_retry_after(
+    forum_nodes: ForumNodes,
+) -> None:
+    """t0: A's body is being sent (held); t1: B's would put the node past its
+    budget and finds no room within body_budget_wait (0): 503 busy,
+    Retry-After, nothing written; t2: A ends (201); t3: B again: 201."""
+    node = await forum_nodes.start(
+        "tight", "--body-budget", BUDGET, "--body-budget-wait", "0", "--fsync", "never"
+    )
+    async with aiohttp.ClientSession() as http:
+        async with held(node):
+            async with http.post(f"{node.url}/v1/tuples", data=b"b-" + b"x" * BODY) as response:
+                assert response.status == 503, await response.text()
+                assert response.headers["Retry-After"] == "1"
+                document = await response.json()
+            assert document["error"] == "busy" and "body_budget" in document["message"]
+            assert await live(node) == 0
+            # A small body is not held back by the large ones.
+            async with http.post(f"{node.url}/v1/tuples", data=b"small-1") as response:
+                assert response.status == 201
+        async with http.post(f"{node.url}/v1/tuples", data=b"b-" + b"x" * BODY) as response:
+            assert response.status == 201, await response.text()
+    assert await live(node) == 3
+    assert await metric(node, "forum_body_budget_refusals_total") == 1
+    assert await metric(node, "forum_body_bytes_in_flight") == 0
+
+
+async def test_past_the_budget_a_body_waits_for_room(forum_nodes: ForumNodes) -> None:
+    """t0: A's body is being sent (held); t1: B's waits for room, its body
+    unread; t2: A ends: its bytes go back, B is charged and written: 201."""
+    node = await forum_nodes.start(
+        "patient", "--body-budget", BUDGET, "--body-budget-wait", "60", "--fsync", "never"
+    )
+    async with aiohttp.ClientSession() as http:
+        async with held(node):
+            second = asyncio.create_task(
+                http.post(f"{node.url}/v1/tuples", data=b"b-" + b"x" * BODY)
+            )
+            await eventually(lambda: _waiting(node), what="the second body waits for room")
+            assert not second.done()
+        async with await second as response:
+            assert response.status == 201, await response.text()
+    assert await live(node) == 2
+    assert await metric(node, "forum_body_budget_waits_total") == 1
+    assert await metric(node, "forum_body_budget_refusals_total") == 0
+
+
+async def test_a_stream_frame_past_the_budget_is_answered_503_and_the_stream_goes_on(
+    forum_nodes: ForumNodes,
+) -> None:
+    """The stream's frames are held to the same budget: with no room, the
+    request is answered 503 busy (its body has ``retry_after`` nowhere to go
+    but the message), nothing is written, and the next request is served."""
+    node = await forum_nodes.start(
+        "tight-stream", "--body-budget", BUDGET, "--body-budget-wait", "0", "--fsync", "never"
+    )
+    async with raw_stream(node.url) as ws:
+        async with held(node):
+            await send(ws, 1, "write", payload=b"s-" + b"x" * BODY)
+            await send(ws, 2, "count", prefix=b"")
+            got = {i: (s, b) for i, s, b in await answers(ws, 2)}
+        assert got[1][0] == 503 and got[1][1]["error"] == "busy"
+        assert got[2] == (200, {"count": 0})
+        await send(ws, 3, "write", payload=b"s-" + b"x" * BODY)
+        assert (await answers(ws, 1))[0][:2] == (3, 201)
+    assert await live(node) == 2
+
+
+@pytest.mark.slow
+async def test_many_concurrent_batches_all_land_within_the_budget(
+    forum_nodes: ForumNodes,
+) -> None:
+    """Twelve 2 MB batches at once against a budget of three: each is written
+    (those that wait get room as others end), none refused, and the node never
+    charged more than its budget."""
+    node = await forum_nodes.start(
+        "crowd", "--body-budget", "6500000", "--body-budget-wait", "60", "--fsync", "never"
+    )
+    batch = msgspec.msgpack.encode({"payloads": [b"c-" + b"x" * 200_000] * 10})
+    headers = {"Content-Type": "application/msgpack"}
+    async with aiohttp.ClientSession() as http:
+
+        async def post() -> int:
+            url = f"{node.url}/v1/tuples/batch"
+            async with http.post(url, data=io.BytesIO(batch), headers=headers) as response:
+                return response.status
+
+        statuses = await asyncio.gather(*(post() for _ in range(12)))
+    assert statuses == [201] * 12
+    assert await live(node) == 120
+    assert await metric(node, "forum_body_bytes_in_flight_peak") <= 6_500_000
