@@ -24,25 +24,32 @@ not ``origin:seq``, a lease too long) is an answer with its 4xx status and
 
 A frame that is not of this protocol closes the stream, having changed
 nothing: not binary (1003), an unknown op (1003), not a msgpack
-``[uint, str, map]`` or arguments of the wrong names or types, or an id
-already in flight (1007), over the node's largest HTTP body (1009).
+``[uint, str, map]`` or arguments of the wrong names or types (a take's
+missing prefix too), or an id already in flight (1007), over the node's
+largest HTTP body (1009, sent before the frame is read: ``_Socket``). A
+frame over ``max_batch_bytes`` but within that is refused as an HTTP body
+over it is: a 413 answer, and the stream goes on.
 
 Backpressure: at most ``max_in_flight`` requests of one stream are in
 flight; at that many the node reads no more from the socket until one is
 answered, so a client that sends faster than the node applies fills its
 own TCP window instead of the node's memory. A request whose answer cannot
-be written (the client reads none) stays in flight.
+be written (the client reads none) stays in flight. Every frame is charged
+to the node's body budget (:mod:`node.web_budget`) until its request ends;
+while one waits for room, the stream reads nothing more.
 
 When the stream drops, what is in flight is cancelled, as an HTTP request
 whose client left (``NodeRunner``'s ``handler_cancellation``): a waiting
 take or reserve hands nothing over (the Forum puts back a tuple it was
 handing out), a take already durable is written back, and a reservation
 already made comes back when its lease runs out. A ``cancel`` request does
-the same for one request (a client that stopped waiting for it).
+the same for one request (a client that stopped waiting for it), and frees
+its id at once.
 
-On shutdown the long polls end first; then each stream answers what it has
-in flight (new requests get 503), within ``shutdown_timeout``, and closes
-with 1001.
+On shutdown the long polls end first (and the writes waiting for room: 503);
+then each stream answers what it has in flight, within
+``shutdown_timeout``, and closes with 1001. Its connection is read on
+meanwhile (``node.web_server`` keeps it open), so new requests get 503.
 """
 
 from __future__ import annotations
@@ -422,6 +429,10 @@ class Streams:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/stream``: upgrade, then serve the stream until it closes."""
+        if request.method != "GET":  # the router's HEAD: an upgrade is a GET only
+            raise ApiProblem(
+                405, "method_not_allowed", "the stream is opened with a GET", {"Allow": "GET"}
+            )
         Query(request, STREAM, self.space.limits)
         if self.draining:
             raise ApiProblem(503, "unavailable", "the node is shutting down", {"Retry-After": "1"})
@@ -632,9 +643,12 @@ class _Stream:
             in_flight[request_id] = self._loop.create_task(outcome.finish())
 
     def _cancel(self, request_id: int) -> None:
+        """Cancel a request still running: it never answers, and its id is free
+        at once (for the next frame). One whose answer is on its way (no task)
+        is left to answer: what it says is what was done."""
         task = self._in_flight.get(request_id)
-        if task is not None:
-            task.cancel()
+        if task is not None and task.cancel():
+            self._done([request_id])
 
     async def _run(
         self,
@@ -649,7 +663,10 @@ class _Stream:
                 raise ApiProblem(503, "unavailable", "the node is shutting down")
             status, body = await run(self._streams.space, args)
         except asyncio.CancelledError:
-            self._done([request_id])  # no answer: nobody waits for one
+            # No answer: nobody waits for one. A ``cancel`` freed the id
+            # already (and it may be in use again); a dropped stream did not.
+            if self._in_flight.get(request_id, None) is asyncio.current_task():
+                self._done([request_id])
             raise
         except Exception as exc:
             if not isinstance(exc, ApiProblem | ForumError):

@@ -191,3 +191,64 @@ async def test_a_stream_take_or_reserve_needs_a_prefix(forum_node: NodeProcess) 
         await send(ws, 1, "take_many", prefix=b"", limit=2)
         ((_, status, body),) = await answers(ws, 1)
     assert status == 200 and len(body["tuples"]) == 2
+
+
+async def test_a_cancelled_requests_id_is_free_at_once(forum_node: NodeProcess) -> None:
+    """t0: a take waits (id 5); t1: ``cancel`` 5 and a new take with id 5,
+    back to back: the id is free from the cancel on (no 1007), the first take
+    never answers, the second gets the tuple written at t2."""
+    async with raw_stream(forum_node.url) as ws:
+        await send(ws, 5, "take", prefix=b"c-", wait=30.0)
+        await eventually(lambda: _in_flight(forum_node, 1), what="the take waits")
+        # Back to back: the node reads both in the turn that reads the first.
+        await send(ws, 6, "cancel", id=5)
+        await send(ws, 5, "take", prefix=b"c-", wait=30.0)
+        await eventually(lambda: _in_flight(forum_node, 1), what="the second take waits")
+        async with ForumClient(forum_node.url, transport="http") as client:
+            written = await client.write(b"c-1")
+        ((request_id, status, body),) = await answers(ws, 1)
+    assert (request_id, status, body["id"]) == (5, 200, str(written))
+    assert (await streams(forum_node))["bad_frames"] == 0
+
+
+def _send_a_frame_with_a_reserved_bit(url: str) -> int:
+    ws = websocket.create_connection(url.replace("http://", "ws://") + "/v1/stream", timeout=30)
+    try:
+        frame = websocket.ABNF(
+            fin=1, rsv1=1, opcode=websocket.ABNF.OPCODE_BINARY, data=b"\x93\x01\xa5count\x80"
+        )
+        ws.send_frame(frame)
+        opcode, answer = ws.recv_data_frame(True)
+    finally:
+        ws.shutdown()
+    assert opcode == websocket.ABNF.OPCODE_CLOSE
+    return int.from_bytes(answer.data[:2], "big")
+
+
+async def test_a_frame_that_breaks_rfc_6455_closes_the_stream_with_1002(
+    forum_node: NodeProcess,
+) -> None:
+    """docs/wire.md's close code 1002: a reserved bit set (no extension was agreed)."""
+    assert await asyncio.to_thread(_send_a_frame_with_a_reserved_bit, forum_node.url) == 1002
+    assert (await streams(forum_node))["bad_frames"] == 1
+
+
+async def test_the_stream_is_opened_with_a_get_only(forum_node: NodeProcess) -> None:
+    """docs/wire.md's handshake answers: a HEAD (which the router takes for a
+    GET) or a POST is 405, a Content-Encoding 415, with the API's error body."""
+    upgrade = {
+        "Connection": "Upgrade",
+        "Upgrade": "websocket",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+    }
+    async with aiohttp.ClientSession() as http:
+        for method in ("HEAD", "POST"):
+            async with http.request(
+                method, f"{forum_node.url}/v1/stream", headers=upgrade
+            ) as response:
+                assert response.status == 405, method
+        headers = {**upgrade, "Content-Encoding": "gzip"}
+        async with http.get(f"{forum_node.url}/v1/stream", headers=headers) as response:
+            assert response.status == 415
+            assert (await response.json())["error"] == "unsupported_encoding"
