@@ -2,14 +2,16 @@
 this checkout (its body budget) against a baseline (none).
 
 Usage: ``python bench/body_budget_bench.py [--batches 16] [--batch-mib 60]
-[--rounds 2] [--baseline main] [--budget-mib 256] [--out PATH]``
+[--rounds 2] [--baseline main] [--budget-mib 256] [--transport http|stream]
+[--out PATH]``
 
 Each round starts, for each source in turn (the order alternates from round
 to round), a fresh ``forum serve --fsync never`` from that source
 (``PYTHONPATH``; its data on tmpfs when ``/dev/shm`` is there, so the disk
 is not what is measured) and sends it ``--batches`` batch writes of
-``--batch-mib`` MiB each, all at once, over HTTP in msgpack (each a
-separate connection, as separate clients would). A 503 ``busy`` (the budget
+``--batch-mib`` MiB each, all at once, in msgpack, over HTTP or with
+``--transport stream`` as ``write_many`` frames of the stream (each batch on
+a connection of its own, as separate clients would). A 503 ``busy`` (the budget
 found no room within its wait) is sent again after its ``Retry-After``, and
 counted. Figures, per source, medians over rounds:
 
@@ -73,27 +75,37 @@ def batch_body(batch_mib: int) -> tuple[bytes, int]:
     return msgspec.msgpack.encode({"payloads": payloads}), size * PER_BATCH
 
 
-async def send_all(url: str, body: bytes, batches: int) -> tuple[int, float]:
+async def send_all(url: str, body: bytes, batches: int, transport: str) -> tuple[int, float]:
     """Every batch at once; how many 503s were sent again, and the seconds taken."""
     retried = 0
     headers = {"Content-Type": "application/msgpack"}
     timeout = aiohttp.ClientTimeout(total=600)
+    frame = b"\x93\x01\xaawrite_many" + body  # [1, "write_many", {"payloads": [...]}]
+
+    async def over_http(http: aiohttp.ClientSession) -> int:
+        async with http.post(
+            f"{url}/v1/tuples/batch", data=io.BytesIO(body), headers=headers
+        ) as response:
+            await response.read()
+            return response.status
+
+    async def over_stream(http: aiohttp.ClientSession) -> int:
+        async with http.ws_connect(f"{url}/v1/stream", max_msg_size=0) as ws:
+            await ws.send_bytes(frame)
+            _, status, _ = msgspec.msgpack.decode((await ws.receive()).data)
+            return int(status)
 
     async def one() -> None:
         nonlocal retried
         # A connection each: separate clients, not one pipelined connection.
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            while True:
-                async with http.post(
-                    f"{url}/v1/tuples/batch", data=io.BytesIO(body), headers=headers
-                ) as response:
-                    await response.read()
-                    if response.status == 201:
-                        return
-                    if response.status != 503:
-                        raise RuntimeError(f"a batch answered {response.status}")
-                    retried += 1
-                    await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+            while (
+                status := await (over_http if transport == "http" else over_stream)(http)
+            ) != 201:
+                if status != 503:
+                    raise RuntimeError(f"a batch answered {status}")
+                retried += 1
+                await asyncio.sleep(1)  # Retry-After
 
     started = time.perf_counter()
     async with asyncio.TaskGroup() as group:
@@ -114,7 +126,7 @@ async def one_run(
         try:
             assert node.pid is not None
             before = await steady_rss(node.pid)
-            retried, seconds = await send_all(node.url, body, args.batches)
+            retried, seconds = await send_all(node.url, body, args.batches, args.transport)
             after = await steady_rss(node.pid)
             peak = peak_rss(node.pid)
         finally:
@@ -151,6 +163,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "batches": args.batches,
         "batch_mib": args.batch_mib,
         "body_budget_mib": args.budget_mib,
+        "transport": args.transport,
         "baseline": args.baseline,
         "rounds": args.rounds,
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
@@ -161,7 +174,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(report: dict[str, Any]) -> str:
     lines = [
-        f"{report['batches']} concurrent batches of {report['batch_mib']} MiB, "
+        f"{report['batches']} concurrent batches of {report['batch_mib']} MiB "
+        f"over {report['transport']}, "
         f"body_budget {report['body_budget_mib']} MiB, medians of {report['rounds']} rounds",
         f"{'':10}{'before':>10}{'peak':>10}{'after':>10}{'live':>10}{'over':>10}"
         f"{'503s':>6}{'s':>8}",
@@ -183,6 +197,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--baseline", default="main")
     parser.add_argument("--budget-mib", type=int, default=256)
+    parser.add_argument("--transport", choices=("http", "stream"), default="http")
     parser.add_argument("--out", type=Path, default=RESULTS)
     arguments = parser.parse_args()
     result = asyncio.run(main(arguments))

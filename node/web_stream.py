@@ -436,7 +436,7 @@ class Streams:
         Query(request, STREAM, self.space.limits)
         if self.draining:
             raise ApiProblem(503, "unavailable", "the node is shutting down", {"Retry-After": "1"})
-        socket = _Socket(self.max_frame, self._too_big)
+        socket = _Socket(self.max_frame)
         await socket.prepare(request)
         stream = _Stream(self, socket)
         self._open.add(stream)
@@ -448,15 +448,14 @@ class Streams:
         finally:
             self._open.discard(stream)
             self._connections.discard(request.protocol)
+            if socket.too_big:  # counted here: the client's leaving may end serve first
+                self.bad_frames += 1
             await stream.abandon()
         return socket
 
     def holds(self, connection: object) -> bool:
         """Whether ``connection`` (an aiohttp ``RequestHandler``) carries a stream."""
         return connection in self._connections
-
-    def _too_big(self) -> None:
-        self.bad_frames += 1
 
     async def drain(self) -> None:
         """Answer what is in flight (new requests get 503), then close every stream."""
@@ -476,9 +475,10 @@ class _Socket(web.WebSocketResponse):
     """aiohttp's WebSocket, whose own closes (a frame too big) say why, and
     reach a client still sending that frame."""
 
-    def __init__(self, max_frame: int, on_too_big: Callable[[], None]) -> None:
+    def __init__(self, max_frame: int) -> None:
         super().__init__(max_msg_size=max_frame, compress=False, autoping=True)
-        self._on_too_big = on_too_big
+        #: Closed for a frame too big (1009).
+        self.too_big = False
         self.reasons: dict[int, str] = {
             c: r.format(max_frame=max_frame) for c, r in _CLOSE_REASONS.items()
         }
@@ -494,6 +494,7 @@ class _Socket(web.WebSocketResponse):
         if not message and code in self.reasons:
             message = self.reasons[code].encode()
         if code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:
+            self.too_big = True
             await self._linger(code, message)
         return await super().close(code=code, message=message, drain=drain)
 
@@ -514,7 +515,6 @@ class _Socket(web.WebSocketResponse):
             return
         with contextlib.suppress(ConnectionError):
             await self.send_frame(code.to_bytes(2, "big") + message, WSMsgType.CLOSE)
-        self._on_too_big()
         try:
             # The client closing the connection ends this at once: the node's
             # runner cancels the handler of a connection lost
@@ -571,7 +571,7 @@ class _Stream:
                         WSCloseCode.UNSUPPORTED_DATA, "frames are binary (msgpack), not text"
                     )
                 elif message.type is WSMsgType.ERROR:  # aiohttp closed it: not RFC 6455
-                    if socket.close_code != WSCloseCode.MESSAGE_TOO_BIG:  # counted already
+                    if not socket.too_big:  # (that one is counted as the stream ends)
                         self._streams.bad_frames += 1
                     return
                 else:  # closed, by the client or by drain
