@@ -195,7 +195,8 @@ class NodeConfig:
     #: 64 KiB) the node holds at once, from the first byte read until the
     #: request is answered (its payloads durable): past it a request waits up
     #: to ``body_budget_wait`` for room, then gets 503 ``busy`` with
-    #: ``Retry-After``. A body larger than the whole budget runs alone.
+    #: ``Retry-After`` (a stream's message waits unread as long as it takes).
+    #: A body larger than the whole budget runs alone.
     body_budget: Size = 256 * MiB
     #: Seconds a request over ``body_budget`` waits for room before its 503.
     body_budget_wait: Seconds = 5.0

@@ -110,7 +110,9 @@ def build_app(
         forum, CompactionPolicy(config.compact_interval, config.compact_dead_ratio)
     )
     metrics = NodeMetrics(registry, forum, long_polls, compactor)
-    budget = BodyBudget.of(config, backstop=config.max_batch_bytes + _BODY_SLACK)
+    budget = BodyBudget.of(
+        config, backstop=config.max_batch_bytes + _BODY_SLACK, exempt=CLUSTER_PREFIX
+    )
     app = web.Application(
         middlewares=[metrics.middleware, _errors, authenticate, _bodies, budget.middleware],
         # A backstop only: handlers read bodies with their own, tighter limits.

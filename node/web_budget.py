@@ -8,7 +8,10 @@ to one :class:`BodyBudget` from its first byte read until its request is
 answered, which covers the payloads waiting in the write path for their
 append to be durable. Past the budget a request waits up to ``wait``
 seconds for room (first come, first served), then is refused
-``503 busy`` with ``Retry-After``, having changed nothing.
+``503 busy`` with ``Retry-After``, having changed nothing. A stream's
+message is charged as its first frame's header arrives
+(:mod:`node.web_frames`), and waits unread for room as long as it takes
+(``patient``): the stream has no 503 for it, only its TCP window.
 
 Timeline, a budget of 128 MiB, two 60 MiB batches in flight::
 
@@ -40,7 +43,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from node.config import NodeConfig
-from node.web_auth import CLUSTER_PREFIX
 from node.web_bodies import ApiProblem
 
 #: Bodies up to this many bytes are not charged (an ack's, a take's, a small write's).
@@ -53,12 +55,14 @@ class BodyBudget(Collector):
     """Bytes of request bodies the node holds at once, at most ``limit``
     (see the module docstring)."""
 
-    def __init__(self, limit: int, wait: float, backstop: int) -> None:
+    def __init__(self, limit: int, wait: float, backstop: int, exempt: str) -> None:
         self.limit = limit
         self.wait = wait
         #: What an HTTP body of unknown length (chunked) is charged: the app's
         #: largest body, as it may be that big.
         self.backstop = backstop
+        #: The paths under this are not charged (the cluster's routes).
+        self.exempt = exempt
         self.in_use = 0
         self.peak = 0
         self.waited = 0
@@ -66,8 +70,8 @@ class BodyBudget(Collector):
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
     @classmethod
-    def of(cls, config: NodeConfig, backstop: int) -> BodyBudget:
-        return cls(config.body_budget, config.body_budget_wait, backstop)
+    def of(cls, config: NodeConfig, backstop: int, exempt: str) -> BodyBudget:
+        return cls(config.body_budget, config.body_budget_wait, backstop, exempt)
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         """Its figures for ``/metrics`` (a Prometheus collector)."""
@@ -103,26 +107,33 @@ class BodyBudget(Collector):
     def _fits(self, size: int) -> bool:
         return self.in_use == 0 or self.in_use + size <= self.limit
 
+    @staticmethod
+    def due(size: int) -> int:
+        """What a body of ``size`` bytes is charged: nothing for a small one."""
+        return size if size > SMALL else 0
+
     def try_charge(self, size: int) -> bool:
         """Charge ``size`` bytes now if they fit (and nobody waits before them)."""
-        if size <= SMALL:
+        if not size:
             return True
         if self._waiters or not self._fits(size):
             return False
         self._take(size)
         return True
 
-    async def charge(self, size: int) -> None:
-        """Charge ``size`` bytes, waiting up to ``wait`` seconds for room;
-        :class:`ApiProblem` 503 ``busy`` when there is none by then."""
+    async def charge(self, size: int, *, patient: bool = False) -> None:
+        """Charge ``size`` bytes, waiting up to ``wait`` seconds for room
+        (``patient``: as long as it takes); :class:`ApiProblem` 503 ``busy``
+        when there is none by then."""
         if self.try_charge(size):
             return
+        wait = None if patient else self.wait
         self.waited += 1
         room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (size, room)
         self._waiters.append(entry)
         try:
-            async with asyncio.timeout(self.wait):
+            async with asyncio.timeout(wait):
                 await room
         except BaseException as exc:
             charged = room.done() and not room.cancelled()
@@ -140,8 +151,8 @@ class BodyBudget(Collector):
                 self._wake()  # the first one may have been held back by this one
 
     def release(self, size: int) -> None:
-        """Give back ``size`` bytes charged (nothing for a small body)."""
-        if size <= SMALL:
+        """Give back ``size`` bytes charged."""
+        if not size:
             return
         self.in_use -= size
         self._wake()
@@ -171,12 +182,13 @@ class BodyBudget(Collector):
 
     @asynccontextmanager
     async def held(self, size: int) -> AsyncIterator[None]:
-        """``size`` bytes charged for the duration of the block."""
-        await self.charge(size)
+        """A body of ``size`` bytes charged (:meth:`due`) for the duration of the block."""
+        due = self.due(size)
+        await self.charge(due)
         try:
             yield
         finally:
-            self.release(size)
+            self.release(due)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -185,7 +197,7 @@ class BodyBudget(Collector):
         The cluster routes are not charged: what peers send is bounded by
         their number, and a push refused would only come again.
         """
-        if not request.body_exists or request.path.startswith(CLUSTER_PREFIX):
+        if not request.body_exists or request.path.startswith(self.exempt):
             return await handler(request)
         size = request.content_length
         async with self.held(self.backstop if size is None else size):

@@ -34,9 +34,11 @@ Backpressure: at most ``max_in_flight`` requests of one stream are in
 flight; at that many the node reads no more from the socket until one is
 answered, so a client that sends faster than the node applies fills its
 own TCP window instead of the node's memory. A request whose answer cannot
-be written (the client reads none) stays in flight. Every frame is charged
-to the node's body budget (:mod:`node.web_budget`) until its request ends;
-while one waits for room, the stream reads nothing more.
+be written (the client reads none) stays in flight. Every message is
+charged to the node's body budget (:mod:`node.web_budget`) as its first
+frame's header arrives (:mod:`node.web_frames`, before aiohttp reads it)
+until its request ends; while one waits for room, the stream reads nothing
+more.
 
 When the stream drops, what is in flight is cancelled, as an HTTP request
 whose client left (``NodeRunner``'s ``handler_cancellation``): a waiting
@@ -59,7 +61,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -85,6 +87,8 @@ from node.web_bodies import (
     too_large,
     tuple_body,
 )
+from node.web_budget import BodyBudget
+from node.web_frames import FrameMeter
 from node.web_model import (
     BATCH_LIMIT,
     CURSOR,
@@ -104,9 +108,6 @@ from node.web_model import (
 )
 from node.web_ops import Space, problem_of
 from node.web_status import StreamFigures
-
-if TYPE_CHECKING:  # web_budget imports web_auth, which imports the app's keys, hence this
-    from node.web_budget import BodyBudget
 
 log = logging.getLogger(__name__)
 
@@ -436,9 +437,15 @@ class Streams:
         Query(request, STREAM, self.space.limits)
         if self.draining:
             raise ApiProblem(503, "unavailable", "the node is shutting down", {"Retry-After": "1"})
-        socket = _Socket(self.max_frame)
+        socket = _Socket(self.max_frame, self._too_big)
+        transport = request.transport
+        if transport is None:  # the client left already
+            raise ApiProblem(400, "bad_request", "the connection closed")
+        # Before the upgrade: the meter must see the first frame's header.
+        meter = FrameMeter(transport.get_protocol(), transport, self.budget, self.max_frame)
+        transport.set_protocol(meter)
         await socket.prepare(request)
-        stream = _Stream(self, socket)
+        stream = _Stream(self, socket, meter)
         self._open.add(stream)
         self._connections.add(request.protocol)
         try:
@@ -448,10 +455,12 @@ class Streams:
         finally:
             self._open.discard(stream)
             self._connections.discard(request.protocol)
-            if socket.too_big:  # counted here: the client's leaving may end serve first
-                self.bad_frames += 1
             await stream.abandon()
+            meter.close()
         return socket
+
+    def _too_big(self) -> None:
+        self.bad_frames += 1
 
     def holds(self, connection: object) -> bool:
         """Whether ``connection`` (an aiohttp ``RequestHandler``) carries a stream."""
@@ -475,8 +484,9 @@ class _Socket(web.WebSocketResponse):
     """aiohttp's WebSocket, whose own closes (a frame too big) say why, and
     reach a client still sending that frame."""
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(self, max_frame: int, on_too_big: Callable[[], None]) -> None:
         super().__init__(max_msg_size=max_frame, compress=False, autoping=True)
+        self._on_too_big = on_too_big
         #: Closed for a frame too big (1009).
         self.too_big = False
         self.reasons: dict[int, str] = {
@@ -495,6 +505,7 @@ class _Socket(web.WebSocketResponse):
             message = self.reasons[code].encode()
         if code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:
             self.too_big = True
+            self._on_too_big()
             await self._linger(code, message)
         return await super().close(code=code, message=message, drain=drain)
 
@@ -532,9 +543,10 @@ class _Stream:
     (the client reads none) holds its place against ``max_in_flight``.
     """
 
-    def __init__(self, streams: Streams, socket: _Socket) -> None:
+    def __init__(self, streams: Streams, socket: _Socket, meter: FrameMeter) -> None:
         self._streams = streams
         self._socket = socket
+        self._meter = meter
         self._loop = asyncio.get_running_loop()
         #: Each request in flight: its task while it runs (``None``: it ran
         #: at once, or its answer waits to be written).
@@ -565,13 +577,13 @@ class _Stream:
             message = await socket.receive()
             try:
                 if message.type is WSMsgType.BINARY:
-                    await self._charge_and_start(message.data)
+                    self._charge_and_start(message.data)
                 elif message.type is WSMsgType.TEXT:
                     raise BadFrame(
                         WSCloseCode.UNSUPPORTED_DATA, "frames are binary (msgpack), not text"
                     )
                 elif message.type is WSMsgType.ERROR:  # aiohttp closed it: not RFC 6455
-                    if not socket.too_big:  # (that one is counted as the stream ends)
+                    if not socket.too_big:  # (that one is counted as it is refused)
                         self._streams.bad_frames += 1
                     return
                 else:  # closed, by the client or by drain
@@ -582,28 +594,20 @@ class _Stream:
                 await socket.close(code=bad.code, message=_reason(bad.reason))
                 return
 
-    async def _charge_and_start(self, data: bytes) -> None:
-        """Charge the frame to the node's body budget (as an HTTP body is), then
-        start its request. Waiting for room, the stream reads nothing more;
-        with none in time, the request is answered 503, as over HTTP."""
-        budget = self._streams.budget
-        size = len(data)
-        if not budget.try_charge(size):
-            try:
-                await budget.charge(size)
-            except ApiProblem as refused:
-                self._start(data, 0, refused)
-                return
+    def _charge_and_start(self, data: bytes) -> None:
+        """Start the request ``data`` holds, which takes over the charge its
+        bytes got as they came (:class:`~node.web_frames.FrameMeter`)."""
+        charged = self._meter.hand_over(len(data))
         try:
-            self._start(data, size)
+            self._start(data, charged)
         except BadFrame:
-            budget.release(size)
+            self._streams.budget.release(charged)
             raise
 
-    def _start(self, data: bytes, charged: int, refusal: ApiProblem | None = None) -> None:
-        """Start the request ``data`` holds (answer ``refusal`` to it, if given),
-        or raise :class:`BadFrame` having started nothing. The request gives
-        back ``charged`` bytes of the body budget when it ends."""
+    def _start(self, data: bytes, charged: int) -> None:
+        """Start the request ``data`` holds, or raise :class:`BadFrame` having
+        started nothing. The request gives back ``charged`` bytes of the body
+        budget when it ends."""
         try:
             request_id, name, raw = _FRAME.decode(data)
         except msgspec.ValidationError as exc:
@@ -624,10 +628,10 @@ class _Stream:
                 WSCloseCode.INVALID_TEXT, f"request id {request_id} is already in flight"
             )
         limit = streams.space.limits.max_batch_bytes
-        if refusal is None and len(data) > limit:
+        refusal = None
+        if len(data) > limit:
             # As an HTTP body over it: refused whole, its args not even decoded.
             refusal = too_large(f"the frame is {len(data)} bytes; the limit here is {limit}")
-        if refusal is not None:
             run, args = _refuse(refusal), None
         else:
             run, args = op.run, _args(op.decoder, name, raw)
