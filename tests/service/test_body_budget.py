@@ -13,10 +13,12 @@ import io
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import aiohttp
 import msgspec
 import pytest
+import websocket
 
 from node import Pattern
 from node.client import ForumClient
@@ -179,3 +181,43 @@ async def test_many_concurrent_batches_all_land_within_the_budget(
     assert statuses == [201] * 12
     assert await live(node) == 120
     assert await metric(node, "forum_body_bytes_in_flight_peak") <= 6_500_000
+
+
+def _send_fragmented(url: str, frame: bytes, parts: int) -> tuple[int, Any]:
+    """Send ``frame`` as one message of ``parts`` fragments (RFC 6455 5.4),
+    with websocket-client; the answer's status and body."""
+    ws = websocket.create_connection(url.replace("http://", "ws://") + "/v1/stream", timeout=30)
+    try:
+        step = -(-len(frame) // parts)
+        chunks = [frame[i : i + step] for i in range(0, len(frame), step)]
+        for i, chunk in enumerate(chunks):
+            opcode = websocket.ABNF.OPCODE_BINARY if i == 0 else websocket.ABNF.OPCODE_CONT
+            ws.send_frame(websocket.ABNF(fin=int(i == len(chunks) - 1), opcode=opcode, data=chunk))
+        ws.ping(b"between")  # a control frame after it, read as the next frame
+        while True:  # the pong may come first
+            opcode, answer = ws.recv_data_frame(True)
+            if opcode == websocket.ABNF.OPCODE_BINARY:
+                break
+        _, status, body = msgspec.msgpack.decode(answer.data)
+    finally:
+        ws.shutdown()
+    return status, body
+
+
+async def test_a_fragmented_message_is_charged_whole_and_given_back(
+    forum_nodes: ForumNodes,
+) -> None:
+    """A message sent in fragments (each under 64 KiB, the whole over it) is
+    charged as a whole as its fragments arrive, written, and its charge given
+    back: nothing stays charged once it is answered."""
+    node = await forum_nodes.start("fragments", "--body-budget", BUDGET, "--fsync", "never")
+    frame = msgspec.msgpack.encode([1, "write", {"payload": b"f-" + b"x" * 600_000}])
+    status, body = await asyncio.to_thread(_send_fragmented, node.url, frame, 12)
+    assert status == 201 and body["id"]
+    assert await metric(node, "forum_body_bytes_in_flight_peak") >= 600_000
+    await eventually(lambda: _nothing_charged(node), what="the charge is given back")
+    assert await live(node) == 1
+
+
+async def _nothing_charged(node: NodeProcess) -> bool:
+    return await metric(node, "forum_body_bytes_in_flight") == 0
