@@ -121,6 +121,11 @@ class BodyBudget(Collector):
         self._take(size)
         return True
 
+    def force(self, size: int) -> None:
+        """Charge ``size`` bytes whether they fit or not (the rest of a stream
+        message already charged in part: waiting there could deadlock)."""
+        self._take(size)
+
     async def charge(self, size: int, *, patient: bool = False) -> None:
         """Charge ``size`` bytes, waiting up to ``wait`` seconds for room
         (``patient``: as long as it takes); :class:`ApiProblem` 503 ``busy``

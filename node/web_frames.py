@@ -17,7 +17,13 @@ A data frame's payload is charged as its header arrives (a message over
 message), before aiohttp reads it. With no room, the connection's reading
 pauses (the client's TCP window fills) until there is; the frame goes on
 then. So a stream holds at most its messages charged, never one the budget
-has no room for. Control frames (pings, the close) are never held.
+has no room for. Control frames (pings, the close) are never held, and
+neither are the later fragments of a message charged in part (RFC 6455 5.4):
+they are charged as they come, room or not, since streams each holding part
+of a message and waiting for room for the rest could wait on each other for
+ever. (A client that fragments its messages can so overshoot the budget by
+what remains of one message per stream; clients send a message whole, in one
+frame, as the Python client does.)
 
 When aiohttp hands the message over, the request it carries takes its
 charge over (:meth:`FrameMeter.hand_over`) and gives it back when it is
@@ -110,9 +116,18 @@ class FrameMeter(asyncio.Protocol):
                 continue
             self._head.append(data[position])
             position += 1
-            due = self._header_read()
-            if due is None or self._budget.try_charge(due):
-                self.charged += due or 0
+            header = self._header_read()
+            if header is None:
+                continue
+            due, continuing = header
+            if continuing:
+                # The rest of a message charged in part: never held, or two
+                # streams each holding part of a message could wait on each other.
+                self._budget.force(due)
+                self.charged += due
+                continue
+            if self._budget.try_charge(due):
+                self.charged += due
                 continue
             # No room: what came before goes on, the rest waits with the reading.
             self._inner.data_received(bytes(data[start:position]))
@@ -123,9 +138,10 @@ class FrameMeter(asyncio.Protocol):
         if start < len(data):
             self._inner.data_received(bytes(data[start:]))
 
-    def _header_read(self) -> int | None:
+    def _header_read(self) -> tuple[int, bool] | None:
         """Once ``_head`` holds a whole frame header: start its payload, and
-        say what it is to be charged (``None``: the header is not whole yet)."""
+        say what it is to be charged, and whether its message was charged in
+        part already (``None``: the header is not whole yet)."""
         head = self._head
         if len(head) < 2:
             return None
@@ -140,14 +156,15 @@ class FrameMeter(asyncio.Protocol):
         head.clear()
         self._payload_left = length
         if opcode >= _CONTROL:
-            return 0
+            return 0, False
         before = self._message
         total = before + length
         self._message = 0 if final else total
         if total >= self._max_frame:
-            return 0  # aiohttp refuses it at its header (1009): none of it is read
+            return 0, False  # aiohttp refuses it at its header (1009): none of it is read
         # The whole message is charged once it is over SMALL: what came before too.
-        return self._budget.due(total) - self._budget.due(before)
+        charged_before = self._budget.due(before)
+        return self._budget.due(total) - charged_before, charged_before > 0
 
     async def _wait_for_room(self, due: int) -> None:
         try:
