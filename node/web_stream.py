@@ -439,12 +439,19 @@ class Streams:
             raise ApiProblem(503, "unavailable", "the node is shutting down", {"Retry-After": "1"})
         socket = _Socket(self.max_frame, self._too_big)
         transport = request.transport
-        if transport is None:  # the client left already
+        if transport is None or not socket.can_prepare(request).ok:
+            await socket.prepare(request)  # raises what is wrong with the handshake
             raise ApiProblem(400, "bad_request", "the connection closed")
         # Before the upgrade: the meter must see the first frame's header.
-        meter = FrameMeter(transport.get_protocol(), transport, self.budget, self.max_frame)
+        inner = transport.get_protocol()
+        meter = FrameMeter(inner, transport, self.budget, self.max_frame)
         transport.set_protocol(meter)
-        await socket.prepare(request)
+        try:
+            await socket.prepare(request)
+        except BaseException:
+            transport.set_protocol(inner)  # still HTTP: not frames to meter
+            meter.close()
+            raise
         stream = _Stream(self, socket, meter)
         self._open.add(stream)
         self._connections.add(request.protocol)

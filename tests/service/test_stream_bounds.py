@@ -252,3 +252,10 @@ async def test_the_stream_is_opened_with_a_get_only(forum_node: NodeProcess) -> 
         async with http.get(f"{forum_node.url}/v1/stream", headers=headers) as response:
             assert response.status == 415
             assert (await response.json())["error"] == "unsupported_encoding"
+        # Not a handshake: 400, and the connection serves HTTP on as before.
+        for _ in range(2):
+            async with http.get(f"{forum_node.url}/v1/stream") as response:
+                assert response.status == 400
+                assert (await response.json())["error"] == "bad_request"
+            async with http.get(f"{forum_node.url}/v1/count?prefix=") as response:
+                assert response.status == 200
