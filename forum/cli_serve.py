@@ -152,6 +152,17 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
     add("--max-payload", metavar="BYTES", help="largest tuple (default 1MiB)")
     add("--max-batch", metavar="N", help="most tuples in one batch (default 10000)")
     add("--max-batch-bytes", metavar="BYTES", help="largest batch body (default 64MiB)")
+    add(
+        "--body-budget",
+        metavar="BYTES",
+        help="most bytes of request bodies held at once; past it requests wait, "
+        "then get 503 (default 256MiB)",
+    )
+    add(
+        "--body-budget-wait",
+        metavar="SECONDS",
+        help="how long a request over --body-budget waits for room (default 5)",
+    )
     add("--max-wait", metavar="SECONDS", help="longest long-poll wait (default 60)")
     add("--max-waiters", metavar="N", help="most requests waiting at once (default 10000)")
     add(

@@ -227,6 +227,15 @@ class NodeConfig:
     max_batch: PositiveInt = 10_000
     #: The largest batch request body, in bytes.
     max_batch_bytes: Size = 64 * MiB
+    #: The most bytes of request bodies (HTTP bodies and stream frames over
+    #: 64 KiB) the node holds at once, from the first byte read until the
+    #: request is answered (its payloads durable): past it a request waits up
+    #: to ``body_budget_wait`` for room, then gets 503 ``busy`` with
+    #: ``Retry-After`` (a stream's message waits unread as long as it takes).
+    #: A body larger than the whole budget runs alone.
+    body_budget: Size = 256 * MiB
+    #: Seconds a request over ``body_budget`` waits for room before its 503.
+    body_budget_wait: Seconds = 5.0
     #: The longest a long-poll take or read may wait, in seconds; longer asks are cut to it.
     max_wait: Seconds = 60.0
     #: The most requests waiting at once in long polls; more get 503 and Retry-After.

@@ -403,6 +403,8 @@ class Forum(AsyncResource):
         self._pause_markers: dict[EntryId, bytes] = {}
         # Writers waiting for room under a limit, woken when tuples leave.
         self._room_waiters: builtins.list[asyncio.Future[None]] = []
+        #: Set on shutdown: a write finds room now or not at all (end_room_waits).
+        self._room_ended = False
         # Local writes under way, per limited prefix (counted against its limit).
         self._limited_writing: dict[bytes, int] = {}
         self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
@@ -616,6 +618,8 @@ class Forum(AsyncResource):
             left = deadline - loop.time()
             if left <= 0:
                 raise LimitExceeded(full, self._limits[full], retry_after=ROOM_RETRY_AFTER)
+            if self._room_ended:
+                raise ForumError("the node is shutting down: it no longer waits for room")
             room: asyncio.Future[None] = loop.create_future()
             self._room_waiters.append(room)
             try:
@@ -625,6 +629,13 @@ class Forum(AsyncResource):
             finally:
                 with contextlib.suppress(ValueError):
                     self._room_waiters.remove(room)
+
+    def end_room_waits(self) -> None:
+        """End the waits of writes for room under a prefix's limit, now and
+        later (a node shutting down): such a write raises ``ForumError``,
+        having written nothing, instead of waiting out its ``wait``."""
+        self._room_ended = True
+        self._free_room()
 
     def _free_room(self) -> None:
         """Tuples left: writers waiting for room look again."""

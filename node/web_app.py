@@ -17,6 +17,8 @@ Middlewares, outermost first::
                    (replication), nothing on the health probes
     bodies         refuses a Content-Encoding (415) and a body on a route
                    that takes none (400); bounds the time a body may take
+    budget         (node.web_budget) charges a body to the node's body_budget
+                   until it is answered; past it: wait, then 503
 
 What never reaches the app (a request the HTTP parser refuses, a slow
 client's connection) is :mod:`node.web_server`'s.
@@ -40,6 +42,7 @@ from node.forum import Forum
 from node.watch import WatchHub
 from node.web_auth import CLUSTER_PREFIX, authenticate, browser_guard, cluster_key
 from node.web_bodies import ApiProblem, BodyTimeout, bad_request
+from node.web_budget import BodyBudget
 from node.web_handlers import HANDLERS
 from node.web_keys import (
     COMPACTOR,
@@ -111,8 +114,18 @@ def build_app(
         forum, CompactionPolicy(config.compact_interval, config.compact_dead_ratio)
     )
     metrics = NodeMetrics(registry, forum, long_polls, compactor)
+    budget = BodyBudget.of(
+        config, backstop=config.max_batch_bytes + _BODY_SLACK, exempt=CLUSTER_PREFIX
+    )
     app = web.Application(
-        middlewares=[metrics.middleware, _errors, browser_guard(config), authenticate, _bodies],
+        middlewares=[
+            metrics.middleware,
+            _errors,
+            browser_guard(config),
+            authenticate,
+            _bodies,
+            budget.middleware,
+        ],
         # A backstop only: handlers read bodies with their own, tighter limits.
         client_max_size=config.max_batch_bytes + _BODY_SLACK,
     )
@@ -124,8 +137,10 @@ def build_app(
         space,
         max_frame=config.max_batch_bytes + _BODY_SLACK,
         shutdown_timeout=config.shutdown_timeout,
+        budget=budget,
     )
     app[METRICS_REGISTRY] = registry
+    registry.register(budget)
     app[LONG_POLLS] = long_polls
     app[COMPACTOR] = compactor
     app[PEERS] = _no_peers

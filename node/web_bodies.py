@@ -41,6 +41,7 @@ matches every prefix.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -67,6 +68,7 @@ from node.web_model import (
     MSGPACK_ALIASES,
     PROPERTY_HEADERS,
     RAW,
+    TAKE_PREFIX,
     TEXT,
     WRITE_OPTION_FIELDS,
     WRITE_OPTIONS,
@@ -206,8 +208,15 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     if declared is not None:
         if declared > limit:
             raise too_large(f"the body is {declared} bytes; the limit here is {limit}")
-        # Within the app's client_max_size (at least every route's limit).
-        return await request.read()
+        # Not request.read(), which keeps the body on the request until it is
+        # answered: a batch's body is dropped once decoded, so a write holds
+        # its payloads, not its payloads and its body (node/web_budget.py).
+        try:
+            return await request.content.readexactly(declared) if declared else b""
+        except asyncio.IncompleteReadError as exc:
+            raise bad_request(
+                "bad_request", f"the body ended after {len(exc.partial)} of {declared} bytes"
+            ) from None
     chunks: list[bytes] = []
     size = 0
     while chunk := await request.content.read(64 * 1024):
@@ -524,6 +533,7 @@ class Query:
             ) from None
         self._query: MultiMapping[str] = request.query
         self._limits = limits
+        self._pattern_required = TAKE_PREFIX in operation.parameters
         names = operation.names
         unknown = sorted(k for k in self._query if k not in names)
         if unknown:
@@ -550,10 +560,17 @@ class Query:
         return self._get(parameter)
 
     def pattern(self) -> Pattern:
-        """``prefix`` (UTF-8 text) or ``prefix_b64`` (any bytes); neither matches all."""
+        """``prefix`` (UTF-8 text) or ``prefix_b64`` (any bytes); neither matches
+        all, but where the operation takes (``TAKE_PREFIX``): there one is required."""
         text, encoded = self._query.get("prefix"), self._query.get("prefix_b64")
         if text is not None and encoded is not None:
             raise bad_request("invalid_parameter", "give prefix or prefix_b64, not both")
+        if text is None and encoded is None and self._pattern_required:
+            raise bad_request(
+                "missing_parameter",
+                "prefix is required: name what to take (prefix=job- or prefix_b64=...); "
+                "prefix= (empty) takes from every prefix",
+            )
         if encoded is not None:
             try:
                 # validate=True: a lenient decoder drops bad characters, and an

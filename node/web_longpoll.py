@@ -67,8 +67,10 @@ class LongPolls(AsyncResource):
         return self._draining
 
     def drain(self) -> None:
-        """End every wait now, and make later requests answer without waiting."""
+        """End every wait now, and make later requests answer without waiting
+        (writes waiting for room under a prefix's limit too: they answer 503)."""
         self._draining = True
+        self._forum.end_room_waits()
         now = asyncio.get_running_loop().time()
         for timeout in self._timeouts:
             timeout.reschedule(now)

@@ -454,6 +454,15 @@ ENTRY_ID = Parameter(
     required=True,
 )
 PATTERN = (PREFIX, PREFIX_B64)
+#: What a take or reserve takes from: a prefix it must name (either way). An
+#: absent one took from every prefix: a forgotten parameter emptied all queues.
+TAKE_PREFIX = Parameter(
+    "prefix",
+    "text",
+    "UTF-8 byte prefix of the tuples to take. This or prefix_b64 is required: "
+    "an explicit empty prefix= takes from every prefix.",
+)
+TAKE_PATTERN = (TAKE_PREFIX, PREFIX_B64)
 
 # The write options in the query string (a raw body has no fields for them);
 # a JSON or msgpack body may give them as fields instead (WriteOptionFields).
@@ -568,22 +577,22 @@ WRITE_BATCH = Operation(
 TAKE = Operation(
     "POST", "/v1/take", "Take the oldest live tuple that starts with the prefix",
     Answer(200, "The tuple, now taken.", TupleBody, _SINGLE, (ENTRY_ID_HEADER,)),
-    (*PATTERN, WAIT), none=True,
+    (*TAKE_PATTERN, WAIT), none=True,
 )  # fmt: skip
 TAKE_BATCH = Operation(
     "POST", "/v1/take/batch", "Take up to limit tuples: all or none",
-    Answer(200, "The tuples taken (possibly none).", Tuples), (*PATTERN, WAIT, BATCH_LIMIT),
+    Answer(200, "The tuples taken (possibly none).", Tuples), (*TAKE_PATTERN, WAIT, BATCH_LIMIT),
 )  # fmt: skip
 RESERVE = Operation(
     "POST", "/v1/reserve", "Reserve the oldest live match for lease s (then ack or release)",
     Answer(200, "The tuple, reserved: out of reach until acked, released or its lease ends.",
            ReservedBody, _SINGLE, (ENTRY_ID_HEADER, DELIVERIES_HEADER)),
-    (*PATTERN, WAIT, LEASE), none=True,
+    (*TAKE_PATTERN, WAIT, LEASE), none=True,
 )  # fmt: skip
 RESERVE_BATCH = Operation(
     "POST", "/v1/reserve/batch", "Reserve up to limit matches for lease seconds",
     Answer(200, "The tuples reserved (possibly none).", ReservedTuples),
-    (*PATTERN, WAIT, LEASE, BATCH_LIMIT),
+    (*TAKE_PATTERN, WAIT, LEASE, BATCH_LIMIT),
 )  # fmt: skip
 ACK = Operation(
     "POST", "/v1/ack", "Take a reserved tuple for good",
@@ -600,7 +609,7 @@ ACK_RESERVE = Operation(
     "Ack reserved tuples (body ids), then reserve up to limit matches for lease seconds",
     Answer(200, "One flag per id acked (false if it was no longer here), and the tuples "
            "reserved (possibly none).", AckedReserved),
-    (*PATTERN, WAIT, LEASE, BATCH_LIMIT), body=Ids,
+    (*TAKE_PATTERN, WAIT, LEASE, BATCH_LIMIT), body=Ids,
 )  # fmt: skip
 EXTEND = Operation(
     "POST", "/v1/reserve/extend", "Renew many reservations to lease seconds from now (a heartbeat)",

@@ -136,6 +136,10 @@ def _schemas(limits: Limits) -> dict[str, Any]:
         schemas[model.__name__]["description"] += (
             f" A payload is at most max_payload ({limits.max_payload}) bytes; more is a 413."
         )
+    schemas[BatchWriteBody.__name__]["description"] += (
+        f" The whole body (a stream frame too) is at most max_batch_bytes "
+        f"({limits.max_batch_bytes}) bytes; more is a 413."
+    )
     schemas[ExtendBody.__name__]["properties"]["lease"]["maximum"] = limits.max_lease
     for model in (WriteBody, BatchWriteBody):
         # Spelt as a payload is (a Payload), but it is the write's key.
@@ -284,13 +288,37 @@ _CLUSTER_PATHS = {
 }
 
 
+#: The kinds of event a watch sends (docs/http-api.md, Watch).
+WATCH_EVENTS = ("write", "take", "expire", "ready", "gap", "reset", "overflow")
+#: One event of a watch, as an SSE reader sees it (the WHATWG fields; Schemathesis
+#: reads an event-stream body as a list of these, and checks each against the
+#: schema): ``data`` is a JSON document.
+_WATCH_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "enum": list(WATCH_EVENTS)},
+        "data": {
+            "type": "string",
+            "contentMediaType": JSON,
+            "description": "The event's document, in JSON (docs/http-api.md, Watch).",
+        },
+        "id": {"type": "string", "pattern": r"^[0-9a-f]+-[0-9]{1,19}$"},
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
+
+
 def _describe_watch(operation: dict[str, Any]) -> None:
-    """What the table does not say of ``GET /v1/watch``: its resumption header."""
+    """What the table does not say of ``GET /v1/watch``: its events and its
+    resumption header."""
     operation["description"] = (
         "Events `write`, `take`, `expire` (and `ready`, `gap`, `reset`, `overflow`), each "
         "`id: <boot>-<n>`, `event: <kind>`, `data: <JSON>` and a blank line; `: keepalive` "
         "comments while idle. See docs/http-api.md, Watch."
     )
+    # The schema of one event: an SSE reader (Schemathesis 4 too) checks each.
+    operation["responses"]["200"]["content"][EVENT_STREAM] = {"schema": _WATCH_EVENT}
     operation.setdefault("parameters", []).append(
         {
             "name": "Last-Event-ID",

@@ -30,6 +30,7 @@ import asyncio
 import json
 import logging
 import resource
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -39,6 +40,7 @@ from aiohttp.streams import StreamReader
 
 from node.config import NodeConfig
 from node.web_app import ERROR_CODES
+from node.web_keys import STREAMS
 from node.web_model import JSON
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,13 @@ class _JsonErrors(web.RequestHandler):
 class _NodeServer(web.Server):
     """aiohttp's low-level server with :class:`_JsonErrors` connections and a cap."""
 
-    def __init__(self, app_server: web.Server, max_connections: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app_server: web.Server,
+        max_connections: int,
+        streaming: Callable[[web.RequestHandler], bool],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(
             app_server.request_handler,
             request_factory=self._seen_head,
@@ -97,6 +105,7 @@ class _NodeServer(web.Server):
         self._app_request = app_server.request_factory
         self._handler_kwargs = kwargs
         self._max_connections = max_connections
+        self._streaming = streaming
         #: Open connections, oldest first, each with whether it has sent a whole head.
         self._open: dict[web.RequestHandler, bool] = {}
 
@@ -128,6 +137,18 @@ class _NodeServer(web.Server):
         )
         del self._open[silent]
         silent.force_close()
+
+    def pre_shutdown(self) -> None:
+        """Stop reading new requests on every connection but the streams'.
+
+        aiohttp's own closes every connection, and a closed one drops what it
+        is sent: a stream's requests went unanswered from SIGTERM on. A
+        stream's connection reads on until ``Streams.drain`` has answered
+        what is in flight (a new request: 503) and closed it with 1001.
+        """
+        for connection in self._open:
+            if not self._streaming(connection):
+                connection.close()
 
     def connection_lost(
         self, handler: web.RequestHandler, exc: BaseException | None = None
@@ -163,4 +184,5 @@ class NodeRunner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         # AppRunner's own starts the app; its server lends the app's handler.
         app_server = await super()._make_server()
-        return _NodeServer(app_server, self._max_connections, **self._handler_kwargs)
+        streaming = self.app[STREAMS].holds
+        return _NodeServer(app_server, self._max_connections, streaming, **self._handler_kwargs)

@@ -24,25 +24,34 @@ not ``origin:seq``, a lease too long) is an answer with its 4xx status and
 
 A frame that is not of this protocol closes the stream, having changed
 nothing: not binary (1003), an unknown op (1003), not a msgpack
-``[uint, str, map]`` or arguments of the wrong names or types, or an id
-already in flight (1007), over the node's largest HTTP body (1009).
+``[uint, str, map]`` or arguments of the wrong names or types (a take's
+missing prefix too), or an id already in flight (1007), over the node's
+largest HTTP body (1009, sent before the frame is read: ``_Socket``). A
+frame over ``max_batch_bytes`` but within that is refused as an HTTP body
+over it is: a 413 answer, and the stream goes on.
 
 Backpressure: at most ``max_in_flight`` requests of one stream are in
 flight; at that many the node reads no more from the socket until one is
 answered, so a client that sends faster than the node applies fills its
 own TCP window instead of the node's memory. A request whose answer cannot
-be written (the client reads none) stays in flight.
+be written (the client reads none) stays in flight. Every message is
+charged to the node's body budget (:mod:`node.web_budget`) as its first
+frame's header arrives (:mod:`node.web_frames`, before aiohttp reads it)
+until its request ends; while one waits for room, the stream reads nothing
+more.
 
 When the stream drops, what is in flight is cancelled, as an HTTP request
 whose client left (``NodeRunner``'s ``handler_cancellation``): a waiting
 take or reserve hands nothing over (the Forum puts back a tuple it was
 handing out), a take already durable is written back, and a reservation
 already made comes back when its lease runs out. A ``cancel`` request does
-the same for one request (a client that stopped waiting for it).
+the same for one request (a client that stopped waiting for it), and frees
+its id at once.
 
-On shutdown the long polls end first; then each stream answers what it has
-in flight (new requests get 503), within ``shutdown_timeout``, and closes
-with 1001.
+On shutdown the long polls end first (and the writes waiting for room: 503);
+then each stream answers what it has in flight, within
+``shutdown_timeout``, and closes with 1001. Its connection is read on
+meanwhile (``node.web_server`` keeps it open), so new requests get 503.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ from typing import Annotated, Any
 
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.abc import AbstractStreamWriter
 
 from node.eager import Suspended, start
 from node.errors import ForumError
@@ -74,8 +84,11 @@ from node.web_bodies import (
     check_seconds,
     check_write_options,
     reserved_body,
+    too_large,
     tuple_body,
 )
+from node.web_budget import BodyBudget
+from node.web_frames import FrameMeter
 from node.web_model import (
     BATCH_LIMIT,
     CURSOR,
@@ -104,6 +117,9 @@ MAX_IN_FLIGHT = 256
 _REASON_BYTES = 123
 #: What a close for a frame too big says (aiohttp sends that close itself).
 _CLOSE_REASONS = {WSCloseCode.MESSAGE_TOO_BIG: "a frame is over {max_frame} bytes"}
+#: Seconds a stream closed for a frame too big still reads (and drops) what
+#: the client sends, so that the client reads the close frame (``_Socket._linger``).
+LINGER = 10.0
 
 RequestId = Annotated[int, msgspec.Meta(ge=0)]
 _FRAME = msgspec.msgpack.Decoder(tuple[RequestId, str, msgspec.Raw])
@@ -167,15 +183,23 @@ class WaitArgs(PatternArgs, frozen=True):
     wait: float = 0.0
 
 
-class BatchArgs(WaitArgs, frozen=True):
+class TakeArgs(Args, frozen=True, kw_only=True):
+    """A take's or reserve's: the prefix is required (``b""``: every prefix), as
+    over HTTP, where an absent one is a 400."""
+
+    prefix: bytes
+    wait: float = 0.0
+
+
+class BatchArgs(TakeArgs, frozen=True, kw_only=True):
     limit: int = DEFAULT_LIMIT
 
 
-class ReserveArgs(WaitArgs, frozen=True, kw_only=True):
+class ReserveArgs(TakeArgs, frozen=True, kw_only=True):
     lease: float
 
 
-class ReserveBatchArgs(ReserveArgs, frozen=True):
+class ReserveBatchArgs(ReserveArgs, frozen=True, kw_only=True):
     limit: int = DEFAULT_LIMIT
 
 
@@ -223,7 +247,7 @@ async def _read(space: Space, a: WaitArgs) -> Answer:
     return (204, None) if found is None else (200, tuple_body(found, MSGPACK))
 
 
-async def _take(space: Space, a: WaitArgs) -> Answer:
+async def _take(space: Space, a: TakeArgs) -> Answer:
     found = await space.take(Pattern(a.prefix), check_seconds(WAIT, a.wait, space.limits))
     return (204, None) if found is None else (200, tuple_body(found, MSGPACK))
 
@@ -302,7 +326,7 @@ async def _list(space: Space, a: PageArgs) -> Answer:
     return 200, Page([tuple_body(t, MSGPACK) for t in page.tuples], page.next_cursor)
 
 
-def _waits(a: WaitArgs | WriteOptionArgs) -> bool:
+def _waits(a: WaitArgs | TakeArgs | WriteOptionArgs) -> bool:
     return bool(a.wait)
 
 
@@ -340,7 +364,7 @@ OPS: dict[str, StreamOp] = {
     "write": StreamOp.of(PayloadArgs, _write, _waits),
     "write_many": StreamOp.of(PayloadsArgs, _write_many, _waits),
     "read": StreamOp.of(WaitArgs, _read, _waits),
-    "take": StreamOp.of(WaitArgs, _take, _waits),
+    "take": StreamOp.of(TakeArgs, _take, _waits),
     "take_many": StreamOp.of(BatchArgs, _take_many, _waits),
     "reserve": StreamOp.of(ReserveArgs, _reserve, _waits),
     "reserve_many": StreamOp.of(ReserveBatchArgs, _reserve_many, _waits),
@@ -377,13 +401,18 @@ class Streams:
         *,
         max_frame: int,
         shutdown_timeout: float,
+        budget: BodyBudget,
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.space = space
+        self.budget = budget
         self.max_frame = max_frame
         self.max_in_flight = max_in_flight
         self._shutdown_timeout = shutdown_timeout
         self._open: set[_Stream] = set()
+        #: The connections the open streams run on (the server keeps them
+        #: reading on shutdown: :meth:`drain` ends them).
+        self._connections: set[object] = set()
         self.draining = False
         self.peak_in_flight = 0
         self.requests = 0
@@ -401,21 +430,48 @@ class Streams:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/stream``: upgrade, then serve the stream until it closes."""
+        if request.method != "GET":  # the router's HEAD: an upgrade is a GET only
+            raise ApiProblem(
+                405, "method_not_allowed", "the stream is opened with a GET", {"Allow": "GET"}
+            )
         Query(request, STREAM, self.space.limits)
         if self.draining:
             raise ApiProblem(503, "unavailable", "the node is shutting down", {"Retry-After": "1"})
-        socket = _Socket(self.max_frame)
-        await socket.prepare(request)
-        stream = _Stream(self, socket)
+        socket = _Socket(self.max_frame, self._too_big)
+        transport = request.transport
+        if transport is None or not socket.can_prepare(request).ok:
+            await socket.prepare(request)  # raises what is wrong with the handshake
+            raise ApiProblem(400, "bad_request", "the connection closed")
+        # Before the upgrade: the meter must see the first frame's header.
+        inner = transport.get_protocol()
+        meter = FrameMeter(inner, transport, self.budget, self.max_frame)
+        transport.set_protocol(meter)
+        try:
+            await socket.prepare(request)
+        except BaseException:
+            transport.set_protocol(inner)  # still HTTP: not frames to meter
+            meter.close()
+            raise
+        stream = _Stream(self, socket, meter)
         self._open.add(stream)
+        self._connections.add(request.protocol)
         try:
             # A task of its own: each frame read wakes it alone, not the
             # handler and its middlewares (cancelling the handler cancels it).
             await asyncio.get_running_loop().create_task(stream.serve())
         finally:
             self._open.discard(stream)
+            self._connections.discard(request.protocol)
             await stream.abandon()
+            meter.close()
         return socket
+
+    def _too_big(self) -> None:
+        self.bad_frames += 1
+
+    def holds(self, connection: object) -> bool:
+        """Whether ``connection`` (an aiohttp ``RequestHandler``) carries a stream."""
+        return connection in self._connections
 
     async def drain(self) -> None:
         """Answer what is in flight (new requests get 503), then close every stream."""
@@ -432,20 +488,58 @@ class Streams:
 
 
 class _Socket(web.WebSocketResponse):
-    """aiohttp's WebSocket, whose own closes (a frame too big) say why."""
+    """aiohttp's WebSocket, whose own closes (a frame too big) say why, and
+    reach a client still sending that frame."""
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(self, max_frame: int, on_too_big: Callable[[], None]) -> None:
         super().__init__(max_msg_size=max_frame, compress=False, autoping=True)
+        self._on_too_big = on_too_big
+        #: Closed for a frame too big (1009).
+        self.too_big = False
         self.reasons: dict[int, str] = {
             c: r.format(max_frame=max_frame) for c, r in _CLOSE_REASONS.items()
         }
+        self._transport: asyncio.Transport | None = None
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter:
+        self._transport = request.transport
+        return await super().prepare(request)
 
     async def close(
         self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True
     ) -> bool:
         if not message and code in self.reasons:
             message = self.reasons[code].encode()
+        if code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:
+            self.too_big = True
+            self._on_too_big()
+            await self._linger(code, message)
         return await super().close(code=code, message=message, drain=drain)
+
+    async def _linger(self, code: int, message: bytes) -> None:
+        """Send the close frame, then drop what the client still sends until it
+        closes the connection, for at most :data:`LINGER` seconds.
+
+        aiohttp refuses a frame too big as soon as its header is read and
+        closes the connection at once: the rest of the frame, still coming,
+        then meets a closed socket, whose kernel answers with a reset that
+        throws away the close frame unread (a client that sends its frame whole
+        before it reads, as WebSocket libraries do, saw a bare disconnect, not
+        1009). The connection reads on meanwhile (aiohttp drops the bytes of a
+        connection it closes, holding none), as HTTP servers linger on close.
+        """
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        with contextlib.suppress(ConnectionError):
+            await self.send_frame(code.to_bytes(2, "big") + message, WSMsgType.CLOSE)
+        try:
+            # The client closing the connection ends this at once: the node's
+            # runner cancels the handler of a connection lost
+            # (``handler_cancellation``), and this with it.
+            await asyncio.sleep(LINGER)
+        finally:
+            transport.close()
 
 
 class _Stream:
@@ -456,9 +550,10 @@ class _Stream:
     (the client reads none) holds its place against ``max_in_flight``.
     """
 
-    def __init__(self, streams: Streams, socket: _Socket) -> None:
+    def __init__(self, streams: Streams, socket: _Socket, meter: FrameMeter) -> None:
         self._streams = streams
         self._socket = socket
+        self._meter = meter
         self._loop = asyncio.get_running_loop()
         #: Each request in flight: its task while it runs (``None``: it ran
         #: at once, or its answer waits to be written).
@@ -489,13 +584,14 @@ class _Stream:
             message = await socket.receive()
             try:
                 if message.type is WSMsgType.BINARY:
-                    self._start(message.data)
+                    self._charge_and_start(message.data)
                 elif message.type is WSMsgType.TEXT:
                     raise BadFrame(
                         WSCloseCode.UNSUPPORTED_DATA, "frames are binary (msgpack), not text"
                     )
-                elif message.type is WSMsgType.ERROR:  # aiohttp closed it: a frame too big
-                    self._streams.bad_frames += 1
+                elif message.type is WSMsgType.ERROR:  # aiohttp closed it: not RFC 6455
+                    if not socket.too_big:  # (that one is counted as it is refused)
+                        self._streams.bad_frames += 1
                     return
                 else:  # closed, by the client or by drain
                     return
@@ -505,31 +601,51 @@ class _Stream:
                 await socket.close(code=bad.code, message=_reason(bad.reason))
                 return
 
-    def _start(self, data: bytes) -> None:
-        """Start the request ``data`` holds, or raise :class:`BadFrame` having started nothing."""
+    def _charge_and_start(self, data: bytes) -> None:
+        """Start the request ``data`` holds, which takes over the charge its
+        bytes got as they came (:class:`~node.web_frames.FrameMeter`)."""
+        charged = self._meter.hand_over(len(data))
+        try:
+            self._start(data, charged)
+        except BadFrame:
+            self._streams.budget.release(charged)
+            raise
+
+    def _start(self, data: bytes, charged: int) -> None:
+        """Start the request ``data`` holds, or raise :class:`BadFrame` having
+        started nothing. The request gives back ``charged`` bytes of the body
+        budget when it ends."""
         try:
             request_id, name, raw = _FRAME.decode(data)
         except msgspec.ValidationError as exc:
             raise BadFrame(WSCloseCode.INVALID_TEXT, f"a frame is [id, op, args]: {exc}") from None
         except msgspec.DecodeError as exc:
             raise BadFrame(WSCloseCode.INVALID_TEXT, f"a frame is msgpack: {exc}") from None
+        streams = self._streams
         if name == CANCEL:
             self._cancel(_args(_CANCEL, name, raw).id)
+            streams.budget.release(charged)
             return
         op = OPS.get(name)
         if op is None:
             raise BadFrame(WSCloseCode.UNSUPPORTED_DATA, f"unknown op {name[:40]!r}")
-        args = _args(op.decoder, name, raw)
         in_flight = self._in_flight
         if request_id in in_flight:
             raise BadFrame(
                 WSCloseCode.INVALID_TEXT, f"request id {request_id} is already in flight"
             )
+        limit = streams.space.limits.max_batch_bytes
+        refusal = None
+        if len(data) > limit:
+            # As an HTTP body over it: refused whole, its args not even decoded.
+            refusal = too_large(f"the frame is {len(data)} bytes; the limit here is {limit}")
+            run, args = _refuse(refusal), None
+        else:
+            run, args = op.run, _args(op.decoder, name, raw)
         in_flight[request_id] = None
-        streams = self._streams
         streams.peak_in_flight = max(streams.peak_in_flight, len(in_flight))
-        running = self._run(request_id, op, args)
-        if op.waits(args):
+        running = self._run(request_id, run, args, charged)
+        if refusal is None and op.waits(args):
             in_flight[request_id] = self._loop.create_task(running)
             return
         # Its first step now: most answer in it, and need no task.
@@ -538,18 +654,30 @@ class _Stream:
             in_flight[request_id] = self._loop.create_task(outcome.finish())
 
     def _cancel(self, request_id: int) -> None:
+        """Cancel a request still running: it never answers, and its id is free
+        at once (for the next frame). One whose answer is on its way (no task)
+        is left to answer: what it says is what was done."""
         task = self._in_flight.get(request_id)
-        if task is not None:
-            task.cancel()
+        if task is not None and task.cancel():
+            self._done([request_id])
 
-    async def _run(self, request_id: int, op: StreamOp, args: Any) -> None:
+    async def _run(
+        self,
+        request_id: int,
+        run: Callable[[Space, Any], Awaitable[Answer]],
+        args: Any,
+        charged: int,
+    ) -> None:
         body: msgspec.Struct | None
         try:
             if self._streams.draining:
                 raise ApiProblem(503, "unavailable", "the node is shutting down")
-            status, body = await op.run(self._streams.space, args)
+            status, body = await run(self._streams.space, args)
         except asyncio.CancelledError:
-            self._done([request_id])  # no answer: nobody waits for one
+            # No answer: nobody waits for one. A ``cancel`` freed the id
+            # already (and it may be in use again); a dropped stream did not.
+            if self._in_flight.get(request_id, None) is asyncio.current_task():
+                self._done([request_id])
             raise
         except Exception as exc:
             if not isinstance(exc, ApiProblem | ForumError):
@@ -557,6 +685,8 @@ class _Stream:
             problem = problem_of(exc)
             status = problem.status
             body = Problem(problem.code, problem.message, **problem.details)
+        finally:
+            self._streams.budget.release(charged)
         self._streams.requests += 1
         self._answer(request_id, _ENCODE((request_id, status, body)))
 
@@ -641,6 +771,15 @@ class _Stream:
             # Shielded: a handler cancelled as its client left still lets the
             # Forum put back what the cancelled requests were handed.
             await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+
+
+def _refuse(problem: ApiProblem) -> Callable[[Space, Any], Awaitable[Answer]]:
+    """An op that answers ``problem`` (a request refused before its args were read)."""
+
+    async def refused(space: Space, args: Any) -> Answer:
+        raise problem
+
+    return refused
 
 
 def _args(decoder: msgspec.msgpack.Decoder[Any], name: str, raw: msgspec.Raw) -> Any:

@@ -165,17 +165,17 @@ async def test_identity_encoding_is_a_plain_body(node: NodeProcess) -> None:
         "/v1/tuples?limit=5%20",
         "/v1/tuples?limit=1_0",
         "/v1/tuples?cursor=" + "9" * 40,
-        "/v1/take/batch?limit=%D9%A3",
-        "/v1/take?wait=0_1",  # float() accepts underscores
-        "/v1/take?wait=1e1",
-        "/v1/take?wait=.5",
-        "/v1/take?wait=5.",
-        "/v1/take?wait=inf",
-        "/v1/take?wait=%D9%A3",
-        "/v1/take?wait=" + "1" * 40,
-        "/v1/reserve?lease=1_0",
-        "/v1/reserve?lease=0x10",
-        "/v1/reserve/batch?lease=%D9%A3",
+        "/v1/take/batch?prefix=&limit=%D9%A3",
+        "/v1/take?prefix=&wait=0_1",  # float() accepts underscores
+        "/v1/take?prefix=&wait=1e1",
+        "/v1/take?prefix=&wait=.5",
+        "/v1/take?prefix=&wait=5.",
+        "/v1/take?prefix=&wait=inf",
+        "/v1/take?prefix=&wait=%D9%A3",
+        "/v1/take?prefix=&wait=" + "1" * 40,
+        "/v1/reserve?prefix=&lease=1_0",
+        "/v1/reserve?prefix=&lease=0x10",
+        "/v1/reserve/batch?prefix=&lease=%D9%A3",
     ],
 )
 async def test_numbers_outside_the_documented_grammar_are_refused(
@@ -188,7 +188,7 @@ async def test_numbers_outside_the_documented_grammar_are_refused(
 @pytest.mark.parametrize("query", ["prefix=%FF", "prefix=job-%ED%A0%80", "wait=0&prefix=%C3"])
 async def test_a_query_that_is_not_utf8_is_refused(node: NodeProcess, query: str) -> None:
     # It used to be decoded with U+FFFD in place of the bytes: another prefix.
-    await refused(node, "POST", f"/v1/take?{query}", 400, "invalid_parameter")
+    await refused(node, "POST", f"/v1/take?prefix=&{query}", 400, "invalid_parameter")
 
 
 async def test_numbers_in_the_grammar_are_taken(node: NodeProcess) -> None:
@@ -250,8 +250,8 @@ async def test_a_lone_surrogate_in_a_batch_is_refused(node: NodeProcess) -> None
     [
         ("POST", "/v1/take"),
         ("POST", "/v1/take/batch"),
-        ("POST", "/v1/reserve?lease=5"),
-        ("POST", "/v1/reserve/batch?lease=5"),
+        ("POST", "/v1/reserve?prefix=&lease=5"),
+        ("POST", "/v1/reserve/batch?prefix=&lease=5"),
         ("POST", "/v1/ack?id=hard-x:1"),
         ("POST", "/v1/release?id=hard-x:1"),
         ("GET", "/v1/read"),

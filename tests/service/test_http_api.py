@@ -122,6 +122,38 @@ async def test_take_in_each_representation(
     assert (status, body) == (204, b"")
 
 
+#: The routes that take (or reserve): each must be told from which prefix.
+TAKING_ROUTES = {
+    "/v1/take": "",
+    "/v1/take/batch": "",
+    "/v1/reserve": "&lease=30",
+    "/v1/reserve/batch": "&lease=30",
+    "/v1/ack/reserve": "&lease=30",
+}
+
+
+@pytest.mark.parametrize("route", TAKING_ROUTES)
+async def test_a_take_without_a_prefix_is_refused_and_an_empty_one_takes_any(
+    forum_node: NodeProcess, http: aiohttp.ClientSession, route: str
+) -> None:
+    """A forgotten ``prefix`` took from every prefix: now a 400 that takes
+    nothing; ``prefix=`` (empty, explicit) still takes from every prefix."""
+    body = {"json": {"ids": []}} if route == "/v1/ack/reserve" else {}
+    async with ForumClient(forum_node.url) as client:
+        await client.write_many([b"a-1", b"b-1"])
+        extra = TAKING_ROUTES[route]
+        status, _, answer = await call(http, "POST", f"{forum_node.url}{route}?{extra[1:]}", **body)
+        assert status == 400, answer
+        document = json.loads(answer)
+        assert document["error"] == "missing_parameter" and "prefix" in document["message"]
+        assert await client.count(Pattern(b"")) == 2
+        status, _, answer = await call(
+            http, "POST", f"{forum_node.url}{route}?prefix={extra}", **body
+        )
+        assert status == 200, answer
+        assert await client.count(Pattern(b"")) < 2
+
+
 async def test_read_leaves_the_tuple_live(
     forum_node: NodeProcess, http: aiohttp.ClientSession
 ) -> None:

@@ -102,7 +102,7 @@ async def test_a_node_advertises_the_limits_it_enforces(forum_nodes: ForumNodes)
         assert "1 to 7;" in parameters["limit"]
         assert "2.5 s here" in parameters["wait"]
         for limit, status in (("7", 200), ("8", 400)):
-            async with http.post(f"{node.url}/v1/take/batch?limit={limit}") as response:
+            async with http.post(f"{node.url}/v1/take/batch?prefix=&limit={limit}") as response:
                 assert response.status == status, await response.text()
         ids = {"ids": [f"limited-x:{i}" for i in range(1, 9)]}
         async with http.post(f"{node.url}/v1/ack/batch", json=ids) as response:

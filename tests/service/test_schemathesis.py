@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 import msgpack
 import pytest
 import pytest_asyncio
+import requests
 import schemathesis
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis.errors import Unsatisfiable
@@ -33,7 +36,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.fixtures.nodes import ForumNodes, NodeProcess
+from node import Pattern
+from node.client import ForumClient
+from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 
 TOKEN = "fuzz-token"
 CHECKS = [
@@ -132,3 +137,34 @@ async def test_the_node_conforms_to_its_own_openapi(
     reached = {(method, path) for method, path, _ in answers}
     assert len(reached) >= (19 if mode is GenerationMode.POSITIVE else 13)
     assert node.running
+
+
+async def test_the_watch_conforms_to_its_own_openapi(nodes: ForumNodes) -> None:
+    """``GET /v1/watch``, which the fuzzing above leaves out (it never ends), as
+    Schemathesis 4 validates an event stream: its body read as a list of
+    events, each ``{event, data, id}`` checked against the document. The
+    node's shutdown ends the stream; every event it sent (``ready``, the
+    writes and takes made meanwhile) must fit (the document said a string,
+    which no event is)."""
+    node = await nodes.start("watched", "--fsync", "never")
+    schema = schemathesis.openapi.from_url(f"{node.url}/v1/openapi.json")
+    case = schema["/v1/watch"]["GET"].Case(query={"prefix": "w-"})
+    connected = threading.Event()
+
+    def watch() -> requests.Response:
+        response = requests.get(f"{node.url}/v1/watch?prefix=w-", stream=True, timeout=30)
+        connected.set()
+        assert response.content  # read to its end: the node's shutdown
+        return response
+
+    watching = asyncio.create_task(asyncio.to_thread(watch))
+    await eventually(connected.is_set, what="the watch is open")
+    async with ForumClient(node.url) as client:
+        for i in range(3):
+            await client.write(f"w-{i}".encode())
+            assert await client.take(Pattern(b"w-")) is not None
+    assert await node.end(signal.SIGTERM) == 0
+    response = await watching
+    case.validate_response(response, checks=CHECKS)
+    for kind in (b"ready", b"write", b"take"):
+        assert b"event: " + kind in response.content
