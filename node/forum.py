@@ -1276,21 +1276,54 @@ class Forum(AsyncResource):
         self._applying.difference_update(entry.id for entry in new)
         if durable.cancelled() or durable.exception() is not None:
             return
-        now = None
         for entry in new:
-            if isinstance(entry, Write):
-                if entry.id in self._pending_kills:
-                    self._pending_kills.discard(entry.id)
-                elif entry.props is PLAIN:
-                    self._surface_later(Tuple(entry.id, entry.payload))
-                else:
-                    now = now or self._schedule.now_ms()
-                    placed = self._place(Tuple(entry.id, entry.payload, entry.props), now)
-                    if placed is not None:
-                        self._surface_later(placed)
-            else:
-                self._apply_take(entry)
+            self._arrive(entry)
         self._notify(new, provenance)
+
+    def _arrive(self, entry: Entry) -> None:
+        """A remote entry, durable here: a Write waits for its turn (or is
+        dead already: its Take came first), a Take is applied."""
+        if isinstance(entry, Take):
+            self._apply_take(entry)
+        elif entry.id in self._pending_kills:
+            self._pending_kills.discard(entry.id)
+        elif entry.props is PLAIN:
+            self._surface_later(Tuple(entry.id, entry.payload))
+        else:
+            placed = self._place(
+                Tuple(entry.id, entry.payload, entry.props), self._schedule.now_ms()
+            )
+            if placed is not None:
+                self._surface_later(placed)
+
+    async def replace(self, pairs: Sequence[tuple[Entry, Entry]]) -> builtins.list[Entry]:
+        """Put an origin's own entries in place of the copies held here that
+        differ: ``(held, real)`` pairs with one id each (replication finds
+        them, docs/replication.md "Divergence"). Returns the real entries put in.
+
+        Nothing taken comes back and no id is handed out twice: a held Write
+        live or waiting here is swapped for the real one (a real Write waits
+        for its turn, a real Take is applied); one taken, reserved or being
+        taken here stays so; what a held Take killed stays dead."""
+        self._check_open()
+        pairs = [(held, real) for held, real in pairs if real.id not in self._applying]
+        self._applying.update(real.id for _, real in pairs)
+        try:
+            done = await self.strand.replace([real for _, real in pairs])
+        finally:
+            self._applying.difference_update(real.id for _, real in pairs)
+        swapped = {entry.id for entry in done}
+        for held, real in pairs:
+            if real.id not in swapped:
+                continue
+            was_live = isinstance(held, Take) or (
+                real.id not in self._reservations
+                and real.id not in self._taking
+                and self._remove_anywhere(real.id) is not None
+            )
+            if was_live or isinstance(real, Take):
+                self._arrive(real)
+        return done
 
     def set_ranking(self, ranking: Ranking | None) -> None:
         """Rank remote tuples with ``ranking`` from now on (``None``: the

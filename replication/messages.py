@@ -12,11 +12,13 @@ push_ack   ``{v: 1, kind: "push_ack", from, applied: int, vector}``
 pull       ``{v: 1, kind: "pull", from, vector, exclude: [origin, ...],``
            ``members: [[origin, url], ...], limit: int, max_bytes: int}``
            (POST .../pull): "here is what I hold; send what I lack"
-           v2 adds ``recheck: [origin, first, last] | nil``
+           v2 adds ``recheck: [origin, first, last] | nil``; v3 adds
+           ``digest: [lo, upto, count, xor] | nil``
 page       ``{v: 1, kind: "page", from, vector, entries, more: bool, members}``
            ``more`` says the page was cut short by ``limit``/``max_bytes``;
            v2 adds ``dead: {origin: [first, last, first, last, ...]}`` and
-           ``floors: {origin: seq}``
+           ``floors: {origin: seq}``; v3 adds ``digest: [lo, upto, block,
+           count, xor, ...] | nil``
 members    ``{v: 1, kind: "members", from, members}``  (GET .../members)
 ========== ================================================================
 
@@ -37,6 +39,14 @@ read, so a v1 peer keeps working with a v2 one until compaction drops
 something the v1 peer lacks; it then refuses the v2 page ("unsupported page
 version 2") and stays behind, visibly, rather than keeping a tuple
 alive that the others took.
+
+Version 3 (divergence, docs/replication.md "Divergence"): a pull's
+``digest`` is the asker's digest of the *receiver's own* origin over seqs
+``lo + 1 .. upto`` (:mod:`replication.digest`); the receiver, the authority
+for its own entries, compares it with its own and, when they differ,
+answers with its per-block digests of that range in the page's ``digest``
+(``lo`` raised to its own floor if that is higher), so the asker can recheck
+the blocks that differ. A v3 message carries the v2 keys too.
 """
 
 from __future__ import annotations
@@ -51,13 +61,14 @@ import msgpack
 from node.codec import encode_entry, entry_from_fields
 from node.entries import Entry, check_origin
 from node.errors import SerializationError
+from replication.digest import BlockDigest, RangeDigest
 from replication.errors import BadMessage
 from replication.vector import MAX_ORIGINS, VersionVector
 
 #: The versions read (2 for pulls and pages only); a message is written in
 #: the lowest version that carries it.
-VERSION = 2
-VERSIONS = (1, 2)
+VERSION = 3
+VERSIONS = (1, 2, 3)
 #: The routes, under the node's /v1/cluster/ prefix (peers only: the cluster secret).
 ROUTE_PREFIX = "/v1/cluster/replication/"
 PUSH_PATH = "/v1/cluster/replication/push"
@@ -70,6 +81,10 @@ MAX_URL = 2_048
 MAX_LIMIT = 100_000
 #: Seq ranges ``(first, last)``, inclusive.
 SeqRange = tuple[int, int]
+#: The most blocks a page's digest lists (256 Ki seqs at 256 a block).
+MAX_BLOCKS = 1_024
+#: A page's digest: ``(lo, upto, blocks)``, see :class:`PullPage`.
+PageDigest = tuple[int, int, tuple[BlockDigest, ...]]
 
 T = TypeVar("T")
 
@@ -121,6 +136,8 @@ class PullRequest:
     max_bytes: int
     #: ``(origin, first, last)``: serve these seqs again, held or not (v2).
     recheck: tuple[str, int, int] | None = None
+    #: The asker's digest of the receiver's own origin (v3).
+    digest: RangeDigest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +151,9 @@ class PullPage:
     dead: Mapping[str, tuple[SeqRange, ...]] = field(default_factory=dict)
     #: The sender's compaction floors (v2; sent with ``dead``).
     floors: Mapping[str, int] = field(default_factory=dict)
+    #: The sender's blocks of its own origin over ``(lo, upto]``, when the
+    #: pull's digest differed from its own (v3).
+    digest: PageDigest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +188,12 @@ def encode(message: Message) -> bytes:
                 "limit": message.limit,
                 "max_bytes": message.max_bytes,
             }
-            if message.recheck is not None:
-                fields |= {"v": 2, "recheck": list(message.recheck)}
+            if message.recheck is not None or message.digest is not None:
+                recheck = list(message.recheck) if message.recheck is not None else None
+                fields |= {"v": 2, "recheck": recheck}
+            if message.digest is not None:
+                d = message.digest
+                fields |= {"v": 3, "digest": [d.lo, d.upto, d.count, d.xor]}
         case PullPage():
             fields |= {
                 "kind": "page",
@@ -177,12 +201,16 @@ def encode(message: Message) -> bytes:
                 "more": message.more,
                 "members": _members_wire(message.members),
             }
-            if message.dead or message.floors:
+            if message.dead or message.floors or message.digest is not None:
                 fields |= {
                     "v": 2,
                     "dead": {o: [s for r in rs for s in r] for o, rs in message.dead.items()},
                     "floors": dict(message.floors),
                 }
+            if message.digest is not None:
+                lo, upto, blocks = message.digest
+                flat = [value for block in blocks for value in block]
+                fields |= {"v": 3, "digest": [lo, upto, *flat]}
             entries = message.entries
         case MemberList():
             fields |= {"kind": "members", "members": _members_wire(message.members)}
@@ -214,8 +242,9 @@ _KEYS = {
     "page": {"vector", "entries", "more", "members"},
     "members": {"members"},
 }
-#: What version 2 adds, per kind.
+#: What version 2 adds, per kind; and version 3.
 _KEYS_V2 = {"pull": {"recheck"}, "page": {"dead", "floors"}}
+_KEYS_V3 = {"pull": {"digest"}, "page": {"digest"}}
 
 
 def decode_push(body: bytes) -> Push:
@@ -246,6 +275,7 @@ def decode_pull(body: bytes) -> PullRequest:
         _count(fields["limit"], "limit", MAX_LIMIT),
         _count(fields["max_bytes"], "max_bytes", 2**40),
         _recheck(fields.get("recheck")),
+        _range_digest(fields.get("digest")),
     )
 
 
@@ -262,6 +292,7 @@ def decode_page(body: bytes) -> PullPage:
         _members(fields["members"]),
         _dead(fields.get("dead", {})),
         _floors(fields.get("floors", {})),
+        _page_digest(fields.get("digest")),
     )
 
 
@@ -286,8 +317,10 @@ def _fields(body: bytes, kind: str) -> dict[str, Any]:
     if fields.get("kind") != kind:
         raise BadMessage(f"expected a {kind!r} message, got {fields.get('kind')!r}")
     expected = _KEYS[kind] | {"v", "kind", "from"}
-    if version == 2:
+    if version in (2, 3):
         expected |= _KEYS_V2.get(kind, set())
+    if version == 3:
+        expected |= _KEYS_V3.get(kind, set())
     if fields.keys() != expected:
         extra = sorted(map(str, fields.keys() - expected))
         missing = sorted(expected - fields.keys())
@@ -348,6 +381,38 @@ def _recheck(value: Any) -> tuple[str, int, int] | None:
     first = _count(value[1], "recheck first", 2**63)
     last = _count(value[2], "recheck last", 2**63, minimum=first)
     return origin, first, last
+
+
+def _range_digest(value: Any) -> RangeDigest | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 4:
+        raise BadMessage("digest is [lo, upto, count, xor] or nil")
+    lo = _count(value[0], "digest lo", 2**63, minimum=0)
+    upto = _count(value[1], "digest upto", 2**63, minimum=lo)
+    count = _count(value[2], "digest count", 2**63, minimum=0)
+    return RangeDigest(lo, upto, count, _count(value[3], "digest xor", 2**64 - 1, minimum=0))
+
+
+def _page_digest(value: Any) -> PageDigest | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) < 2 or len(value) % 3 != 2:
+        raise BadMessage("digest is [lo, upto, block, count, xor, ...] or nil")
+    if (len(value) - 2) // 3 > MAX_BLOCKS:
+        raise BadMessage(f"digest holds more than {MAX_BLOCKS} blocks")
+    lo = _count(value[0], "digest lo", 2**63, minimum=0)
+    upto = _count(value[1], "digest upto", 2**63, minimum=lo)
+    blocks: list[BlockDigest] = []
+    for number, count, xor in zip(value[2::3], value[3::3], value[4::3], strict=True):
+        blocks.append(
+            (
+                _count(number, "digest block", 2**63, minimum=0),
+                _count(count, "digest count", 2**63),
+                _count(xor, "digest xor", 2**64 - 1, minimum=0),
+            )
+        )
+    return lo, upto, tuple(blocks)
 
 
 def _dead(value: Any) -> dict[str, tuple[SeqRange, ...]]:

@@ -35,13 +35,16 @@ from node.web_status import PeerStatus
 from replication.antientropy import Fetching, Syncer, fill_page, fill_recheck
 from replication.clocks import ClockWatch
 from replication.config import ReplicationConfig
+from replication.digest import Digests
 from replication.errors import BadMessage
 from replication.horizon import horizon
 from replication.lag import floors, lag
 from replication.membership import Membership, Peer, PeerState
 from replication.messages import (
+    MAX_BLOCKS,
     Member,
     MemberList,
+    PageDigest,
     PullPage,
     PullRequest,
     Push,
@@ -102,6 +105,7 @@ class Replicator(AsyncResource):
         self._transport = transport
         self._metrics = metrics
         self._fetching = Fetching()
+        self._digests = Digests(forum.strand)
         self._links: dict[str, _Link] = {}
         self._group: asyncio.TaskGroup | None = None
         self._task: asyncio.Task[None] | None = None
@@ -142,6 +146,7 @@ class Replicator(AsyncResource):
                 # The Forum notes when it came to hold what; the lag needs the
                 # marks of what some peer heard from lacks (replication.lag).
                 self.forum.need_arrivals(self._lag_floors)
+                group.create_task(self._digests.build(), name="digests")
                 started.set_result(None)
                 await asyncio.Event().wait()  # until cancelled by aclose()
         finally:
@@ -182,6 +187,8 @@ class Replicator(AsyncResource):
             fetching=self._fetching,
             metrics=self._metrics,
             config=config,
+            digests=self._digests,
+            heal=self._heal,
         )
         link = _Link(peer, outbox, pusher, syncer)
         self._links[peer.url] = link
@@ -232,6 +239,7 @@ class Replicator(AsyncResource):
 
     def _on_entries(self, entries: Sequence[Entry], provenance: Provenance) -> None:
         """Listener: queue new entries for the peers that lack them. Never blocks."""
+        self._digests.add(entries)
         held_by = provenance.held_by
         if held_by is None:
             return
@@ -267,6 +275,42 @@ class Replicator(AsyncResource):
         for origin, ranges in sorted(page.dead.items()):
             await self.forum.apply_dead(origin, ranges)
         return new
+
+    async def _heal(self, url: str, pairs: list[tuple[Entry, Entry]]) -> None:
+        """Put the origin's own entries (from the peer at ``url``) in place of
+        the copies held here that differ, and say so once: healed, they
+        differ no more."""
+        done = await self.forum.replace(pairs)
+        self._digests.add(done)
+        if not done:
+            return
+        self._metrics.divergent(url, len(done))
+        ids = ", ".join(str(entry.id) for entry in done[:5])
+        more = f" and {len(done) - 5} more" if len(done) > 5 else ""
+        log.warning(
+            "divergence: %d entr%s held here differed from %s's own (%s%s); "
+            "replaced by its entries (a forged or corrupted copy came from a peer)",
+            len(done),
+            "y" if len(done) == 1 else "ies",
+            url,
+            ids,
+            more,
+        )
+
+    def _answer_digest(self, request: PullRequest) -> PageDigest | None:
+        """Our blocks of our own origin, if the asker's digest of it differs
+        from ours (over the same seqs, above both floors)."""
+        asked, digests = request.digest, self._digests
+        if asked is None or not digests.ready:
+            return None
+        origin = self.me.origin
+        lo = max(asked.lo, digests.floor(origin))
+        upto = min(asked.upto, self.forum.strand.vector().get(origin, 0))
+        upto = max(upto, lo)
+        mine = digests.range(origin, lo, upto)
+        if (lo, upto, mine.count, mine.xor) == (asked.lo, asked.upto, asked.count, asked.xor):
+            return None
+        return lo, upto, tuple(digests.blocks(origin, lo, upto)[:MAX_BLOCKS])
 
     def _check(
         self, entries: Sequence[Entry], dead: Mapping[str, Sequence[SeqRange]] | None = None
@@ -351,6 +395,7 @@ class Replicator(AsyncResource):
             self.membership.members(),
             dead={origin: tuple(ranges) for origin, ranges in filled.dead.items()},
             floors=strand.floors() if filled.dead else {},
+            digest=self._answer_digest(request),
         )
 
     def member_list(self) -> MemberList:

@@ -1,0 +1,187 @@
+"""Divergence is found, not hidden: two nodes with equal vectors and different
+entries under one id find it by their digests, say so once, and heal to the
+origin's entry (the origin is the authority for its own seqs).
+
+In one process over the memory transport (real Forums and Strands); the
+same over ``forum serve`` processes with a push forged with the cluster
+secret is in ``test_divergence_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+
+from node import EntryId, Pattern, Write
+from node.forum import Provenance
+from replication.digest import BLOCK, Digests, entry_hash
+from tests.fixtures.nodes import eventually
+from tests.replication.peers import Node, Nodes
+from tests.replication.test_antientropy import FAST, converged, live, mesh
+
+JOBS = Pattern(b"job-")
+
+
+@pytest.fixture
+async def memory(tmp_path: Path) -> AsyncIterator[Nodes]:
+    async with AsyncExitStack() as stack:
+        yield Nodes("memory", tmp_path, stack, FAST)
+
+
+async def forge_next(origin: Node, receiver: Node, payload: bytes) -> EntryId:
+    """``receiver`` takes in, as if pushed, a Write under ``origin``'s next
+    seq that ``origin`` never wrote (an insider with the cluster key)."""
+    forged = EntryId(origin.me.origin, origin.forum.strand.vector()[origin.me.origin] + 1)
+    held_by = Provenance(frozenset({origin.me.origin}))
+    assert await receiver.forum.apply([Write(forged, payload)], held_by)
+    return forged
+
+
+def divergence_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("divergence")]
+
+
+async def test_a_forged_write_under_equal_vectors_is_found_once_and_healed_to_the_origin(
+    memory: Nodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """t0 a and b hold a's 5 jobs; t1 b takes in a forgery at a:6; t2 a writes
+    its real a:6, which b skips (held): equal vectors, different live sets;
+    t3 b's round with a finds the digests differ and puts a's a:6 in place."""
+    caplog.set_level(logging.WARNING, logger="replication")
+    a, b = await mesh(memory, "ab")
+    await a.forum.write_many([b"job-%d" % i for i in range(5)])
+    await converged([a, b], "a's jobs on b")
+
+    forged = await forge_next(a, b, b"job-forged")
+    await eventually(lambda: (str(forged), b"job-forged") in live(b.forum), 5, "forgery live")
+    assert await a.forum.write(b"job-real") == forged
+
+    healed = await converged([a, b], "b healed to a's entry")
+    assert (str(forged), b"job-real") in healed
+    assert all(payload != b"job-forged" for _, payload in healed)
+    # Found once, not per round: later rounds compare equal digests.
+    rounds = b.replicator._links[a.url].syncer
+    before = b.forum.strand.vector()
+    await a.forum.write(b"job-after")
+    await converged([a, b], "a later write")
+    assert b.forum.strand.vector() != before
+    assert len(divergence_lines(caplog)) == 1, divergence_lines(caplog)
+    assert str(forged) in divergence_lines(caplog)[0]
+    assert rounds._unexplained is None
+
+
+async def test_a_healed_node_restarts_with_the_origins_entry(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The replacement is durable: the forged record is gone from the log,
+    so b, reopened, holds a's entry (replay keeps the first copy of an id)."""
+    async with AsyncExitStack() as stack:
+        memory = Nodes("memory", tmp_path, stack, FAST)
+        a, b = await mesh(memory, "ab")
+        await a.forum.write(b"job-0")
+        await converged([a, b], "a's job on b")
+        forged = await forge_next(a, b, b"job-forged")
+        await a.forum.write(b"job-real")
+        await converged([a, b], "healed")
+    async with AsyncExitStack() as stack:
+        again = Nodes("memory", tmp_path, stack, FAST)
+        b = await again.node("b")
+        assert (str(forged), b"job-real") in live(b.forum)
+        page = await b.forum.strand.read_page(forged.origin, forged.seq - 1, 1)
+        assert page.entries == [Write(forged, b"job-real")]
+
+
+async def test_a_forgery_taken_before_healing_stays_taken(memory: Nodes) -> None:
+    """t0 b takes in a forgery at a:2; t1 a writes a:2; t2 b's worker takes a:2
+    (the forged bytes: its id was handed out) before b's round with a; t3 the
+    Take reaches a and kills a:2 there. Healing swaps the bytes b holds but
+    brings nothing back: a:2 is dead on both, never handed out again."""
+    a, b = await mesh(memory, "ab")
+    await a.forum.write(b"job-0")
+    await converged([a, b], "a's job on b")
+    forged = await forge_next(a, b, b"job-forged")
+    taken = await b.forum.take_entry(Pattern(b"job-forged"), timeout=5)
+    assert taken is not None and taken.id == forged
+    await a.forum.write(b"job-real")
+    final = await converged([a, b], "a:2 dead on both")
+    assert final == {(f"{a.me.origin}:1", b"job-0")}
+    await eventually(
+        lambda: (
+            b.replicator._links[a.url].syncer._unexplained is None
+            and b.replicator._digests.range(a.me.origin, 0, 2)
+            == a.replicator._digests.range(a.me.origin, 0, 2)
+        ),
+        5,
+        "b's copy of a:2 replaced",
+    )
+    assert await b.forum.take(JOBS) == b"job-0"
+    assert await b.forum.take(JOBS) is None
+
+
+async def test_a_forgery_reserved_when_found_is_not_handed_out_again(memory: Nodes) -> None:
+    """A reservation of the forged id stands (the id was handed out); its
+    ack takes a:2 everywhere; the real bytes are never handed out as a second copy."""
+    a, b = await mesh(memory, "ab")
+    await a.forum.write(b"job-0")
+    await converged([a, b], "a's job on b")
+    forged = await forge_next(a, b, b"job-forged")
+    await eventually(lambda: (str(forged), b"job-forged") in live(b.forum), 5, "forgery live")
+    [held] = await b.forum.reserve_many(Pattern(b"job-forged"), lease=30, limit=1)
+    assert held.id == forged
+    await a.forum.write(b"job-real")
+    await eventually(
+        lambda: (
+            b.replicator._digests.range(a.me.origin, 0, 2)
+            == a.replicator._digests.range(a.me.origin, 0, 2)
+        ),
+        5,
+        "b's copy of a:2 replaced",
+    )
+    assert (str(forged), b"job-real") not in live(b.forum)
+    assert await b.forum.ack(forged)
+    final = await converged([a, b], "a:2 dead on both")
+    assert final == {(f"{a.me.origin}:1", b"job-0")}
+
+
+async def test_compaction_on_one_node_is_no_divergence(
+    memory: Nodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Digests compare only above both floors: a node that compacted what the
+    other still holds finds nothing to blame, and logs nothing."""
+    caplog.set_level(logging.WARNING, logger="replication")
+    a, b = await mesh(memory, "ab")
+    await a.forum.write_many([b"job-%d" % i for i in range(300)])
+    await converged([a, b], "a's jobs on b")
+    assert len(await a.forum.take_many(JOBS, limit=290)) == 290
+    await converged([a, b], "the takes on b")
+    report = await a.forum.compact(a.replicator.horizon(), seal=True)
+    assert report.entries_dropped > 0
+    await a.forum.write(b"job-after")
+    await converged([a, b], "a's later write")
+    syncer = b.replicator._links[a.url].syncer
+    await eventually(lambda: syncer._their_floor > 0, 5, "b learns a's floor")
+    assert divergence_lines(caplog) == []
+
+
+async def test_digests_are_kept_as_entries_arrive_and_let_go_below_the_floor(
+    memory: Nodes,
+) -> None:
+    a = await memory.node("a")
+    digests = Digests(a.forum.strand)
+    await digests.build()
+    written = [Write(i, b"x") for i in await a.forum.write_many([b"x"] * 300)]
+    digests.add(written)
+    origin = a.me.origin
+    whole = digests.range(origin, 0, 300)
+    assert whole.count == 300
+    rebuilt = Digests(a.forum.strand)
+    await rebuilt.build()
+    assert rebuilt.range(origin, 0, 300) == whole
+    parts = digests.blocks(origin, 10, 300)
+    assert [n for n, _, _ in parts] == [0, 1]
+    assert parts[0][1] == BLOCK - 10
+    assert digests.range(origin, 299, 300).xor == entry_hash(written[-1])
