@@ -13,9 +13,9 @@ to which every entry is held here or was dropped as dead. Replay reads it
 back, so "held up to seq N" keeps meaning "every entry up to N is here or is
 dead", and an entry that was dropped is never taken in again.
 
-``HORIZON`` is a msgpack map ``{"version": 1, "floors": {origin: seq}}``
-followed by its CRC-32 (u32 BE), replaced atomically: written to
-``HORIZON.tmp``, fsynced, renamed, the directory fsynced.
+``HORIZON`` is a document of :mod:`node.checked_file` (a msgpack map and
+its CRC-32, replaced atomically and durably): ``{"version": 1, "floors":
+{origin: seq}}``.
 
 A segment is rewritten in the same way, under its own number so that log
 order holds: the survivors, in batches of the current format (a version 1
@@ -38,23 +38,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import struct
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-import msgpack
-
 from node import segment
+from node.checked_file import TMP_SUFFIX, fsync_dir, read_document, replace_file, write_document
 from node.codec import TakeRaw, decode_raw
 from node.errors import StrandCorrupt
 
 HORIZON_FILE = "HORIZON"
 HORIZON_VERSION = 1
-_CRC = struct.Struct(">I")
-TMP_SUFFIX = ".tmp"
+#: node.manifest's file, named here too: a crashed write of it is a leftover.
+MANIFEST_FILE = "MANIFEST"
 
 #: An entry's id as plain values, as replay and compaction handle them.
 Key = tuple[str, int]
@@ -63,34 +60,29 @@ Key = tuple[str, int]
 def read_floors(directory: Path) -> dict[str, int]:
     """The floors written by the last compaction (empty if none ran)."""
     path = directory / HORIZON_FILE
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    document = read_document(path)
+    if document is None:
         return {}
-    body, crc = data[: -_CRC.size], data[-_CRC.size :]
-    if len(crc) != _CRC.size or zlib.crc32(body) != _CRC.unpack(crc)[0]:
-        raise StrandCorrupt(str(path), 0, "the HORIZON file does not check out")
     try:
-        document = msgpack.unpackb(body, raw=False)
         floors = document["floors"]
         if document["version"] != HORIZON_VERSION or not isinstance(floors, dict):
             raise ValueError("unknown version or layout")
         return {str(origin): int(seq) for origin, seq in floors.items()}
-    except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise StrandCorrupt(str(path), 0, f"the HORIZON file is not one: {exc}") from exc
 
 
 def write_floors(directory: Path, floors: Mapping[str, int]) -> None:
     """Replace the HORIZON file atomically and durably."""
-    body = msgpack.packb({"version": HORIZON_VERSION, "floors": dict(floors)}, use_bin_type=True)
-    _replace(directory / HORIZON_FILE, body + _CRC.pack(zlib.crc32(body)))
+    write_document(directory / HORIZON_FILE, {"version": HORIZON_VERSION, "floors": dict(floors)})
 
 
 def remove_leftovers(directory: Path) -> None:
-    """Remove what a compaction that crashed left half written."""
+    """Remove what a compaction (or a MANIFEST write) that crashed left half written."""
     for name in os.listdir(directory):
         if name.endswith(TMP_SUFFIX) and (
-            name.startswith(HORIZON_FILE) or name.endswith(segment.SUFFIX + TMP_SUFFIX)
+            name in (HORIZON_FILE + TMP_SUFFIX, MANIFEST_FILE + TMP_SUFFIX)
+            or name.endswith(segment.SUFFIX + TMP_SUFFIX)
         ):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(directory / name)
@@ -149,11 +141,23 @@ class Rewritten:
     dropped: list[Key]
 
 
-def rewrite(directory: Path, number: int, drop: frozenset[Key] | set[Key]) -> Rewritten:
+#: Told a rewritten segment's length and entries before it replaces the old
+#: one ((0, 0): before the segment is removed), so the MANIFEST accepts both.
+Accept = Callable[[int, int], None]
+
+
+def rewrite(
+    directory: Path,
+    number: int,
+    drop: frozenset[Key] | set[Key],
+    accept: Accept | None = None,
+) -> Rewritten:
     """Rewrite sealed segment ``number`` without the entries in ``drop``.
 
     The survivors are written in the current format (batches of up to
-    ``REWRITE_BATCH`` bytes), whatever the format they were read in."""
+    ``REWRITE_BATCH`` bytes), whatever the format they were read in.
+    ``accept`` is called between the new file's fsync and its rename (or
+    before the unlink of a segment with no survivors)."""
     path = segment.segment_path(directory, number)
     scan = segment.read_segment(path, number, last=False)
     kept: list[tuple[Key, bytes]] = []
@@ -171,8 +175,10 @@ def rewrite(directory: Path, number: int, drop: frozenset[Key] | set[Key]) -> Re
         unmoved = [(key, offset) for (key, _), offset in zip(kept, offsets, strict=True)]
         return Rewritten(number, scan.good_end, scan.good_end, unmoved, [])
     if not kept:
+        if accept is not None:
+            accept(0, 0)
         os.unlink(path)
-        _fsync_dir(directory)
+        fsync_dir(directory)
         return Rewritten(number, scan.good_end, 0, [], dropped)
     chunks = [segment.header(number)]
     size = segment.HEADER.size
@@ -182,7 +188,9 @@ def rewrite(directory: Path, number: int, drop: frozenset[Key] | set[Key]) -> Re
         survivors.extend((key, size + at) for (key, _), at in zip(group, within, strict=True))
         chunks.append(record)
         size += len(record)
-    _replace(path, b"".join(chunks))
+    replace_file(
+        path, b"".join(chunks), None if accept is None else lambda: accept(size, len(kept))
+    )
     return Rewritten(number, scan.good_end, size, survivors, dropped)
 
 
@@ -202,25 +210,3 @@ def _groups(kept: list[tuple[Key, bytes]]) -> list[list[tuple[Key, bytes]]]:
         groups[-1].append(item)
         size += grows
     return groups
-
-
-def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

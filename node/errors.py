@@ -5,6 +5,7 @@
     ForumError                      anything Forum raises on purpose
     ├── StrandError                 the log could not be written or read
     │   ├── StrandCorrupt           a record before the tail fails its checksum
+    │   │   └── StrandDamaged       a segment missing, cut or emptied (MANIFEST)
     │   ├── RecordTooLarge          an entry too large for one record (never written)
     │   └── DataDirLocked           another Strand (process) holds the directory
     ├── SerializationError          an entry could not be encoded or decoded
@@ -74,6 +75,23 @@ class StrandCorrupt(StrandError):
         self.path = path
         self.offset = offset
         self.reason = reason
+
+
+class StrandDamaged(StrandCorrupt):
+    """The data directory does not hold what its ``MANIFEST`` says it should:
+    a segment missing, cut short, emptied or failing its checksums, or the
+    ``MANIFEST`` itself missing or unreadable. The log will not open (unless
+    in repair mode, ``StrandConfig.repair``). ``str()`` is one line naming the
+    file and what is wrong with it; ``problems`` has one line per problem."""
+
+    def __init__(
+        self, path: str, reason: str, problems: tuple[str, ...] = (), offset: int = 0
+    ) -> None:
+        StrandError.__init__(self, f"{path}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        self.problems = problems or (f"{path}: {reason}",)
 
 
 class RecordTooLarge(StrandError, ValueError):

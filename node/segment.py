@@ -6,7 +6,10 @@ segment number, eight decimal digits, from 1). Each file is::
     header, 16 bytes
         magic           8 bytes   b"FORUMSTR"
         version         u16 BE    1 or 2 (the records below)
-        reserved        u16 BE    0
+        flags           u16 BE    bit 0 (MANIFESTED): a MANIFEST accounts for
+                                  this segment (see node.manifest); the
+                                  other bits 0. Written before MANIFESTs
+                                  existed, the field was 0 ("reserved").
         segment number  u32 BE    the number in the file name
     records, one after another, to the end of the file
         length          u32 BE    length of body, 1 .. MAX_BODY (see max_body)
@@ -37,7 +40,10 @@ segment is complete when the next one exists. A crash can leave a *torn
 tail* on the last segment: a record cut short or not yet on disk when power
 went. Reading stops at the first record that does not check out; if a good
 record can still be found after it, the damage is not a tail (it is
-corruption) and reading fails. A batch is all or nothing: torn, it loses
+corruption) and reading fails. What the last segment held for sure (its
+durable length checkpoint), and which segments there are, is in the
+``MANIFEST`` (:mod:`node.manifest`): damage before the checkpoint is not a
+tail either. A batch is all or nothing: torn, it loses
 every entry in it, none of which was acknowledged (the fsync that
 acknowledges them covers the whole record).
 """
@@ -59,6 +65,11 @@ FORMAT_VERSION = 2
 SINGLE_VERSION = 1
 READABLE = (SINGLE_VERSION, FORMAT_VERSION)
 HEADER = struct.Struct(">8sHHI")
+#: The header flag of a segment a MANIFEST accounts for: found without one, the MANIFEST is missing.
+MANIFESTED = 1
+#: Where the flags lie in the header, and their format (to flag an old segment in place).
+FLAGS_AT = 10
+FLAGS = struct.Struct(">H")
 FRAME = struct.Struct(">II")
 #: An entry's head inside a batch: its length, and how far it lies after the record's start.
 ENTRY = struct.Struct(">II")
@@ -83,7 +94,7 @@ def segment_numbers(directory: Path) -> list[int]:
 
 
 def header(number: int, version: int = FORMAT_VERSION) -> bytes:
-    return HEADER.pack(MAGIC, version, 0, number)
+    return HEADER.pack(MAGIC, version, MANIFESTED, number)
 
 
 def max_body(segment_bytes: int) -> int:
@@ -144,30 +155,47 @@ class SegmentScan:
     good_end: int
     torn_bytes: int
     version: int = FORMAT_VERSION
+    flags: int = 0
+    #: Why reading stopped before the end (``tolerant`` reads only), or ``None``.
+    damage: str | None = None
 
 
-def read_segment(path: Path, number: int, *, last: bool) -> SegmentScan:
+def read_segment(path: Path, number: int, *, last: bool, tolerant: bool = False) -> SegmentScan:
     """Read every entry of one segment file (blocking; run it in a thread).
 
     A damaged tail is tolerated only in the ``last`` segment, and only when no
-    good record follows the damage; anything else raises ``StrandCorrupt``.
+    good record follows the damage; anything else raises ``StrandCorrupt``,
+    unless ``tolerant``: then the records before the damage are returned,
+    and ``damage`` says what stopped the read (a bad header still raises).
     """
     data = memoryview(path.read_bytes())
     if len(data) < HEADER.size:
-        if last:
-            return SegmentScan([], 0, len(data))
+        if last or tolerant:
+            reason = None if last else "segment shorter than its header"
+            return SegmentScan([], 0, len(data), damage=reason)
         raise StrandCorrupt(str(path), 0, "segment shorter than its header")
     version = check_header(str(path), data[: HEADER.size], number)
+    flags = HEADER.unpack_from(data, 0)[2]
     frames, end = _scan(data, HEADER.size)
-    records = frames if version == SINGLE_VERSION else _entries(str(path), frames)
+    try:
+        records = frames if version == SINGLE_VERSION else _entries(str(path), frames)
+    except StrandCorrupt as exc:
+        if not tolerant:
+            raise
+        return SegmentScan([], HEADER.size, len(data) - HEADER.size, version, flags, exc.reason)
     if end == len(data):
-        return SegmentScan(records, end, 0, version)
+        return SegmentScan(records, end, 0, version, flags)
+    reason = None
     damage = _first_good_record_after(data, end)
     if damage is not None:
-        raise StrandCorrupt(str(path), end, f"damaged record (a good one follows at {damage})")
-    if not last:
-        raise StrandCorrupt(str(path), end, "damaged record at the end of a complete segment")
-    return SegmentScan(records, end, len(data) - end, version)
+        reason = f"damaged record (a good one follows at {damage})"
+    elif not last:
+        reason = "damaged record at the end of a complete segment"
+    if reason is not None and not tolerant:
+        raise StrandCorrupt(str(path), end, reason)
+    if reason is not None:
+        reason = f"{reason}, at offset {end}"
+    return SegmentScan(records, end, len(data) - end, version, flags, reason)
 
 
 def check_header(name: str, data: bytes | memoryview, number: int) -> int:

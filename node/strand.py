@@ -51,15 +51,17 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from array import array
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from node import compaction, segment
+from node import compaction, damage, segment
+from node.checked_file import fsync_dir
 from node.codec import (
     MAX_KEY_BYTES,
     EntryEncoder,
@@ -68,6 +70,7 @@ from node.codec import (
     decode_raw,
     encode_entry,
 )
+from node.damage import Damage, Problem
 from node.entries import (
     MAX_ORIGIN_LENGTH,
     PLAIN,
@@ -83,8 +86,10 @@ from node.errors import (
     RecordTooLarge,
     SerializationError,
     StrandCorrupt,
+    StrandDamaged,
     StrandError,
 )
+from node.manifest import Manifest, Sealed, manifest_path, read_manifest, write_manifest
 from node.resource import AsyncResource
 
 log = logging.getLogger(__name__)
@@ -137,6 +142,14 @@ class StrandConfig:
     fsync_interval: float = 0.05
     segment_bytes: int = 64 * 1024 * 1024
     node_name: str = field(default_factory=_default_node_name)
+    #: Open a damaged directory anyway: set the damaged files aside, replay
+    #: what can be read, and say what was found (``Strand.damage``). Without
+    #: it, damage is refused (``StrandDamaged``).
+    repair: bool = False
+    #: Seconds between two durable checkpoints of the current segment's
+    #: length in the ``MANIFEST`` (see :mod:`node.manifest`): a cut of the
+    #: current segment is found down to the last one.
+    checkpoint_interval: float = 1.0
 
     def __post_init__(self) -> None:
         if self.fsync not in get_args(FsyncPolicy):
@@ -145,6 +158,8 @@ class StrandConfig:
             raise ValueError("fsync_interval must be positive")
         if self.segment_bytes < MIN_SEGMENT_BYTES:
             raise ValueError(f"segment_bytes must be at least {MIN_SEGMENT_BYTES}")
+        if not self.checkpoint_interval > 0:
+            raise ValueError("checkpoint_interval must be positive")
         check_origin(self.node_name)
 
     def with_storage(self, path: str | os.PathLike[str]) -> StrandConfig:
@@ -160,6 +175,12 @@ class StrandConfig:
 
     def with_node_name(self, name: str) -> StrandConfig:
         return dataclasses.replace(self, node_name=name)
+
+    def with_repair(self, repair: bool = True) -> StrandConfig:
+        return dataclasses.replace(self, repair=repair)
+
+    def with_checkpoint_interval(self, seconds: float) -> StrandConfig:
+        return dataclasses.replace(self, checkpoint_interval=seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,9 +244,9 @@ _SPLIT_ANSWERS = 8
 class _Written:
     """Appends written to the OS, waiting to be durable: the appends with
     their entries, where each entry lies, the first seq when all of them are
-    local (else 0), and the offset the write began at."""
+    local (else 0), and the offsets the write began and ended at."""
 
-    __slots__ = ("appends", "entries", "first", "positions", "start")
+    __slots__ = ("appends", "end", "entries", "first", "positions", "start")
 
     def __init__(
         self,
@@ -234,12 +255,15 @@ class _Written:
         positions: list[int],
         first: int,
         start: int,
+        *,
+        end: int,
     ) -> None:
         self.appends = appends
         self.entries = entries
         self.positions = positions
         self.first = first
         self.start = start
+        self.end = end
 
 
 class _OriginLog:
@@ -381,6 +405,21 @@ class _OriginLog:
         del self.positions[:]
         self.base = self.contiguous = last
 
+    def lower_base(self, floor: int) -> None:
+        """Seqs above ``floor`` are no longer known to be held or dead (a
+        file that held some was lost): those not held are absent again, so
+        that peers' copies are taken in (repair mode)."""
+        if floor >= self.base:
+            return
+        slots = array("q", [_ABSENT]) * (self.base - floor)
+        cut = bisect_right(self.below_seqs, floor)
+        for seq in self.below_seqs[cut:]:
+            slots[seq - floor - 1] = self.below.pop(seq)
+        del self.below_seqs[cut:]
+        self.positions = slots + self.positions
+        self.base = self.contiguous = floor
+        self._extend_contiguous()
+
     def raise_base(self, floor: int) -> None:
         """Seqs up to ``floor`` (at most ``contiguous``) are now all held or
         dead: keep only the survivors' positions among them."""
@@ -428,6 +467,29 @@ class _OriginLog:
                 found.append(position)
             seq += 1
         return found, dead, seq - 1
+
+    def absent(self, upto: int) -> list[tuple[int, int]]:
+        """The ranges ``(first, last)`` of seqs up to ``upto`` never seen here
+        (neither held nor dead), ascending."""
+        ranges: list[tuple[int, int]] = []
+        positions, base = self.positions, self.base
+        end = min(upto - base, len(positions))
+        i = max(0, self.contiguous - base)
+        while i < end:
+            try:
+                i = positions.index(_ABSENT, i, end)
+            except ValueError:
+                break
+            first = i
+            while i < end and positions[i] == _ABSENT:
+                i += 1
+            ranges.append((base + 1 + first, base + i))
+        if upto > self.highest:
+            first = self.highest + 1
+            if ranges and ranges[-1][1] == first - 1:
+                first = ranges.pop()[0]
+            ranges.append((first, upto))
+        return ranges
 
     def _extend_contiguous(self) -> None:
         positions, base = self.positions, self.base
@@ -529,6 +591,16 @@ class Strand(AsyncResource):
         self._compactions = 0
         self._bytes_reclaimed = 0
         self._entries_dropped = 0
+        #: What repair mode found on open (``None``: the directory was whole).
+        self.damage: Damage | None = None
+        self._own_floor = 0  # no local seq at or below it is ever issued again
+        self._manifest = Manifest(origin)  # as written last (or about to be)
+        self._manifest_lock = threading.Lock()
+        self._active_entries = 0  # entries written to the current segment
+        self._active_ranges: dict[str, list[int]] = {}  # per origin, its lowest and highest seq
+        #: (segment, length, own seq) known durable; and as last written to the MANIFEST.
+        self._mark = self._mark_saved = (0, 0, 0)
+        self._checkpointer: asyncio.Task[None] | None = None
 
     # -- opening ---------------------------------------------------------------
 
@@ -544,6 +616,10 @@ class Strand(AsyncResource):
         strand._writer.add_done_callback(strand._on_writer_done)
         if cfg.fsync == "interval":
             strand._syncer = asyncio.create_task(strand._sync_loop(), name="strand-syncer")
+        if cfg.fsync != "never":  # under never, only a roll makes a length durable
+            strand._checkpointer = asyncio.create_task(
+                strand._checkpoint_loop(), name="strand-checkpointer"
+            )
         return strand
 
     @classmethod
@@ -564,67 +640,207 @@ class Strand(AsyncResource):
         return strand
 
     def _replay_files(self) -> None:
-        """Read every segment back into the index and open the last for appending."""
-        directory = self.config.storage
+        """Read every segment back into the index, check the directory
+        against its MANIFEST (damage is refused, or set aside in repair mode:
+        see :mod:`node.damage`), and open the last segment for appending."""
+        directory = self._dir
         compaction.remove_leftovers(directory)
-        numbers = segment.segment_numbers(directory)
-        replayed: list[RawEntry] = []
-        logs = self._logs
-        last_version = segment.FORMAT_VERSION
+        problems: list[Problem] = []
+        try:
+            found = read_manifest(directory)
+        except StrandDamaged as exc:
+            found = None
+            problems.append(Problem(Path(exc.path), exc.reason, None, True))
+        if found is not None and found.origin != self.origin:
+            reason = f"it belongs to origin {found.origin}, the directory's is {self.origin}"
+            problems.append(Problem(manifest_path(directory), reason, None, True))
+            found = None
+        expected, missing = damage.plan(directory, found, segment.segment_numbers(directory))
+        problems += missing
         for origin, floor in compaction.read_floors(directory).items():
-            logs[origin] = _OriginLog(base=floor)
-        for i, number in enumerate(numbers):
-            path = segment.segment_path(directory, number)
-            last = i == len(numbers) - 1
-            scan = segment.read_segment(path, number, last=last)
-            base = number << _OFFSET_BITS
-            # The hot loop of start-up: plain values, no entry objects.
-            for offset, body in scan.records:
-                try:
-                    raw = decode_raw(body)
-                except SerializationError as exc:
-                    raise StrandCorrupt(str(path), offset, str(exc)) from exc
-                origin_log = logs.get(raw[0])
-                if origin_log is None:
-                    origin_log = logs[raw[0]] = _OriginLog()
-                # False for a second copy of an entry (should a crash ever
-                # leave one): it is replayed once.
-                if origin_log.replay(raw[1], base | offset):
-                    replayed.append(raw)
-                    self._entries += 1
-            if scan.torn_bytes:
-                log.warning(
-                    "strand: cut a torn tail of %d bytes from %s at offset %d",
-                    scan.torn_bytes,
-                    path,
-                    scan.good_end,
+            self._logs[origin] = _OriginLog(base=floor)
+        replayed: list[RawEntry] = []
+        kept: list[tuple[damage.Expected, segment.SegmentScan, dict[str, list[int]]]] = []
+        flagged = False
+        for exp in expected:
+            path = segment.segment_path(directory, exp.number)
+            try:
+                scan = segment.read_segment(path, exp.number, last=exp.last, tolerant=True)
+            except StrandCorrupt as exc:  # its header: nothing in it can be read
+                problems.append(Problem(path, exc.reason, exp.ranges, True))
+                continue
+            flagged = flagged or bool(scan.flags & segment.MANIFESTED)
+            problem = damage.check(path, exp, scan, scan.good_end + scan.torn_bytes)
+            if problem is not None:
+                problems.append(problem)
+                if not problem.keep:
+                    continue
+            kept.append((exp, scan, self._replay_scan(path, exp.number, scan, replayed)))
+        if found is None and flagged and not problems:
+            reason = "missing, but the segments say a MANIFEST accounted for them"
+            problems.append(Problem(manifest_path(directory), reason, None, False))
+        own = self._logs.get(self.origin)
+        held = own.highest if own is not None else 0
+        if found is not None and found.own > held and not problems:
+            reason = (
+                f"it says seq {found.own} of {self.origin} was written; the log holds up to {held}"
+            )
+            problems.append(
+                Problem(
+                    manifest_path(directory), reason, {self.origin: (held + 1, found.own)}, False
                 )
-                self._tails_cut += 1
-                with open(path, "r+b") as f:
-                    f.truncate(scan.good_end)
-                    os.fsync(f.fileno())
-            if last:
-                self._segment_size = scan.good_end
-                last_version = scan.version
-            else:
-                self._sealed_bytes += scan.good_end
+            )
+        if problems:
+            self._repair(problems, found)
         self._replayed = replayed
-        self._segments = len(numbers)
-        if numbers and last_version != segment.FORMAT_VERSION and self._segment_size:
+        self._open_last(kept, found, problems)
+
+    def _replay_scan(
+        self, path: Path, number: int, scan: segment.SegmentScan, replayed: list[RawEntry]
+    ) -> dict[str, list[int]]:
+        """Index one segment's entries (the hot loop of start-up: plain
+        values, no entry objects); per origin, the lowest and highest seq."""
+        logs = self._logs
+        ranges: dict[str, list[int]] = {}
+        base = number << _OFFSET_BITS
+        for offset, body in scan.records:
+            try:
+                raw = decode_raw(body)
+            except SerializationError as exc:
+                raise StrandCorrupt(str(path), offset, str(exc)) from exc
+            origin, seq = raw[0], raw[1]
+            origin_log = logs.get(origin)
+            if origin_log is None:
+                origin_log = logs[origin] = _OriginLog()
+            # False for a second copy of an entry (should a crash ever
+            # leave one): it is replayed once.
+            if origin_log.replay(seq, base | offset):
+                replayed.append(raw)
+                self._entries += 1
+            seqs = ranges.get(origin)
+            if seqs is None:
+                ranges[origin] = [seq, seq]
+            elif seq > seqs[1]:
+                seqs[1] = seq
+            elif seq < seqs[0]:
+                seqs[0] = seq
+        return ranges
+
+    def _repair(self, problems: list[Problem], found: Manifest | None) -> None:
+        """Refuse a damaged directory (``StrandDamaged``, one line) or, in
+        repair mode, set the damaged files aside, lower the floors of the
+        origins they held (so peers' copies are taken in again), and keep
+        the own seqs they held from being issued again."""
+        lines = tuple(problem.line() for problem in problems)
+        first = problems[0]
+        more = len(problems) - 1
+        reason = first.reason + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+        if not self.config.repair:
+            raise StrandDamaged(str(first.path), reason, lines, first.offset)
+        where, moved = damage.set_aside(self._dir, problems, time.time())
+        own_floor = found.own if found is not None else 0
+        floors: dict[str, int] = {}
+        for problem in problems:
+            if problem.ranges is None:  # what it held is unknown: every origin's floor
+                floors = {origin: 0 for origin in self._logs}
+                break
+            for origin, (lo, _) in problem.ranges.items():
+                floors[origin] = min(floors.get(origin, lo - 1), lo - 1)
+        for problem in problems:
+            own = (problem.ranges or {}).get(self.origin)
+            own_floor = max(own_floor, own[1] if own else 0)
+        lowered = False
+        for origin, floor in floors.items():
+            origin_log = self._logs.get(origin)
+            if origin_log is not None and floor < origin_log.base:
+                origin_log.lower_base(max(floor, 0))
+                lowered = True
+        if lowered:
+            compaction.write_floors(self._dir, self.floors())
+        self._own_floor = max(self._own_floor, own_floor)
+        self.damage = Damage(
+            f"{first.path}: {reason}", lines, tuple(moved), where, self.own_seq_floor
+        )
+        for line in lines:
+            log.warning("strand: repair: %s", line)
+        log.warning(
+            "strand: repair: %d damaged file(s) set aside in %s; own seqs up to %d were issued, "
+            "missing: %s",
+            len(moved),
+            where,
+            self.own_seq_floor,
+            self.missing_own() or "none",
+        )
+
+    def _open_last(
+        self,
+        kept: list[tuple[damage.Expected, segment.SegmentScan, dict[str, list[int]]]],
+        found: Manifest | None,
+        problems: list[Problem],
+    ) -> None:
+        """Seal every replayed segment but the last, cut the last one's torn
+        tail and open it for appending (or start a new one), and write the
+        MANIFEST if it changed."""
+        directory = self._dir
+        last = None
+        if kept and kept[-1][0].last and kept[-1][0].role != "sealed":
+            last = kept.pop()
+        sealed = {}
+        for exp, scan, ranges in kept:
+            sealed[exp.number] = Sealed(scan.good_end, len(scan.records), _frozen(ranges))
+            self._sealed_bytes += scan.good_end
+        self._segments = len(kept)
+        self._manifest = Manifest(self.origin, own=self.own_seq_floor, sealed=sealed)
+        if last is None:  # none, or the last one was set aside: the next number
+            numbers = set(sealed) | {p.number for p in problems}
+            if found is not None:
+                numbers |= set(found.sealed) | {found.active}
+            self._start_segment(max(numbers, default=0) + 1)
+            return
+        exp, scan, ranges = last
+        path = segment.segment_path(directory, exp.number)
+        self._segments += 1
+        if scan.torn_bytes and os.path.getsize(path) > scan.good_end:  # not set aside
+            log.warning(
+                "strand: cut a torn tail of %d bytes from %s at offset %d",
+                scan.torn_bytes,
+                path,
+                scan.good_end,
+            )
+            self._tails_cut += 1
+            with open(path, "r+b") as f:
+                f.truncate(scan.good_end)
+                os.fsync(f.fileno())
+        self._segment_size = scan.good_end
+        self._active_entries = len(scan.records)
+        self._active_ranges = ranges
+        if scan.version != segment.FORMAT_VERSION and self._segment_size > segment.HEADER.size:
             # Batches go into segments of their own format: seal the old one
             # (durably, as a roll does) and go on in the next.
-            old = segment.segment_path(directory, numbers[-1])
-            _sync_and_close(os.open(old, os.O_WRONLY), True)
-            self._sealed_bytes += self._segment_size
-            self._start_segment(numbers[-1] + 1)
-        elif numbers and self._segment_size >= segment.HEADER.size:
-            self._segment = numbers[-1]
-            self._fd = os.open(segment.segment_path(directory, self._segment), os.O_WRONLY)
+            _sync_and_close(os.open(path, os.O_WRONLY), True)
+            self._manifest = dataclasses.replace(self._manifest, active=exp.number)
+            self._start_segment(exp.number + 1, self._sealing())
+            self._sealed_bytes += scan.good_end
+        elif self._segment_size >= segment.HEADER.size:
+            self._segment = exp.number
+            self._fd = os.open(path, os.O_WRONLY)
             os.lseek(self._fd, self._segment_size, os.SEEK_SET)
-        else:
-            if numbers:  # the last segment lost even its header: start it again
-                self._segments -= 1
-            self._start_segment(numbers[-1] if numbers else 1)
+            # What replay found is the checkpoint: fsynced first, as a crash
+            # of the process alone leaves written bytes in the page cache.
+            os.fsync(self._fd)
+            self._mark = (exp.number, self._segment_size, self.own_seq_floor)
+            self._manifest = self._manifest.rolled(
+                None, exp.number, self._segment_size, self.own_seq_floor
+            ).checkpointed(exp.number, self._segment_size, self.own_seq_floor, self._ranges())
+            if self._manifest != found:
+                self._save_manifest()
+            if not scan.flags & segment.MANIFESTED:  # an old directory's: flagged from now on
+                os.pwrite(self._fd, segment.FLAGS.pack(segment.MANIFESTED), segment.FLAGS_AT)
+                os.fsync(self._fd)
+            self._mark_saved = self._mark
+        else:  # the last segment lost even its header in a crash mid-roll: start it again
+            self._segments -= 1
+            self._start_segment(exp.number)
 
     def take_replayed(self) -> list[RawEntry]:
         """The entries found on open, in log order, as plain values; handed out
@@ -657,6 +873,34 @@ class Strand(AsyncResource):
         """Per origin, the compaction floor: every seq up to it is held here
         or was dropped (dead); origins with no floor are left out."""
         return {origin: o.base for origin, o in self._logs.items() if o.base}
+
+    @property
+    def own_seq_floor(self) -> int:
+        """The highest seq of this node's origin ever issued, as far as the
+        Strand knows (held, or shown by the ``MANIFEST`` of a damaged
+        directory, or given to :meth:`reserve_own`): its next local entry
+        gets a higher one."""
+        own = self._logs.get(self.origin)
+        return max(self._own_floor, own.highest if own is not None else 0)
+
+    def reserve_own(self, seq: int) -> None:
+        """Never issue a local seq at or below ``seq`` (a peer was found to
+        hold this node's own entries up to it: a damaged directory lost
+        them). The seqs up to it that are not held are then missing
+        (:meth:`missing_own`)."""
+        self._own_floor = max(self._own_floor, seq)
+
+    def missing_own(self) -> list[tuple[int, int]]:
+        """The ranges ``(first, last)`` of this node's own seqs, up to
+        :attr:`own_seq_floor`, that it neither holds nor knows to be dead:
+        what a damaged directory lost, to be fetched back from peers (a
+        range may include seqs compaction dropped; a peer's page says so).
+        Empty for a whole directory."""
+        own = self._logs.get(self.origin)
+        floor = self.own_seq_floor
+        if own is None:
+            return [(1, floor)] if floor else []
+        return own.absent(floor)
 
     def stats(self) -> StrandStats:
         return StrandStats(
@@ -763,6 +1007,8 @@ class Strand(AsyncResource):
                     for origin, floor in floors.items():
                         self._logs[origin].raise_base(floor)
                 rewritten, removed, dropped = await self._drop(found, writes)
+                if rewritten:  # what was rewritten is in place: the old files are gone
+                    await asyncio.to_thread(self._save_manifest, Manifest.settled)
             except OSError as exc:
                 raise StrandError(f"compaction failed: {exc}") from exc
             self._compactions += 1
@@ -855,7 +1101,7 @@ class Strand(AsyncResource):
 
     async def _swap(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
         async with self._gate.swapping():
-            result = await asyncio.to_thread(compaction.rewrite, self._dir, number, drop)
+            result = await asyncio.to_thread(self._rewrite_segment, number, drop)
             base = number << _OFFSET_BITS
             for (origin, seq), offset in result.survivors:
                 self._logs[origin].move(seq, base | offset)
@@ -903,6 +1149,20 @@ class Strand(AsyncResource):
                 self._logs[entry_id.origin].forget(entry_id.seq)
             await self.append_remote(list(held.values()))
         return list(held.values())
+
+    def _rewrite_segment(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
+        """Rewrite one sealed segment (blocking), the MANIFEST told first
+        that the new file is whole too, and then that it is the one."""
+
+        def accept(length: int, entries: int) -> None:
+            self._save_manifest(lambda m: m.rewriting(number, length, entries))
+
+        result = compaction.rewrite(self._dir, number, drop, accept)
+        with self._manifest_lock:  # written with the next change (or the pass's end)
+            self._manifest = self._manifest.rewritten(
+                number, result.bytes_after, len(result.survivors)
+            )
+        return result
 
     async def _seal(self) -> None:
         """Have the writer roll to a new segment now (if the current one holds
@@ -1024,7 +1284,7 @@ class Strand(AsyncResource):
             self._fail(batches, self._broken_error())
             return
         own = self._logs.get(self.origin)
-        first = (own.highest if own else 0) + 1 + self._ahead
+        first = max(own.highest if own else 0, self._own_floor) + 1 + self._ahead
         written, entries, bodies = self._encode_all(batches, first)
         if not written:
             return
@@ -1040,7 +1300,8 @@ class Strand(AsyncResource):
         self._failing = None
         base = (number << _OFFSET_BITS) | start
         positions = [base + offset for offset in offsets]
-        done = _Written(written, entries, positions, first if given == len(entries) else 0, start)
+        local = first if given == len(entries) else 0
+        done = _Written(written, entries, positions, local, start, end=start + len(data))
         if self.config.fsync == "always":
             # Durable once an fsync that starts after this write ends: the
             # syncer's next one. Meanwhile the writer goes on with the next.
@@ -1084,6 +1345,7 @@ class Strand(AsyncResource):
                 for done in finished:
                     self._ahead -= sum(len(b.payloads) + len(b.targets) for b, _ in done.appends)
                     self._durable(done)
+                self._mark = (self._segment, finished[-1].end, self.own_seq_floor)
         except Exception as exc:  # a bug, not a disk fault: refuse from now on, say why
             log.exception("strand: the syncer failed")
             self._break(f"the syncer failed: {exc!r}")
@@ -1345,35 +1607,105 @@ class Strand(AsyncResource):
             self._break(f"sealing segment {self._segment} failed: {exc}")
             raise
         sealed = self._segment_size
-        full = self._start_segment(self._segment + 1)
+        full = self._start_segment(self._segment + 1, self._sealing())
         self._sealed_bytes += sealed
         try:
             os.close(full)
         except OSError as exc:  # sealed already; nothing is lost
             log.warning("strand: closing a sealed segment failed: %s", exc)
 
-    def _start_segment(self, number: int) -> int:
+    def _start_segment(self, number: int, sealed: Sealed | None = None) -> int:
         """Make segment ``number`` (header fsynced, and its directory entry) the
-        current one; the descriptor of the one it replaces (-1 if none).
+        current one, and the MANIFEST say so (with the one it replaces as
+        ``sealed``); the descriptor of the one it replaces (-1 if none).
 
-        On failure nothing changes, and the file is removed again.
+        On failure nothing changes, and the file is removed again; unless the
+        MANIFEST on disk names it already (its rename done, the directory's
+        fsync failed): then the Strand is broken, and the next open finds
+        the directory as that MANIFEST says.
         """
         path = segment.segment_path(self._dir, number)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        own = self.own_seq_floor
         try:
             _write_all(fd, segment.header(number))
             os.fsync(fd)
-            _fsync_dir(self._dir)
-        except BaseException:
+            fsync_dir(self._dir)
+            self._save_manifest(lambda m: m.rolled(sealed, number, segment.HEADER.size, own))
+        except BaseException as exc:
             os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # a log that ends in an empty segment opens, too
+            if self._active_on_disk() == number:
+                self._break(f"the MANIFEST naming segment {number} is not durable: {exc}")
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)  # a log that ends in an empty segment opens, too
             raise
         previous, self._fd = self._fd, fd
         self._segment = number
         self._segment_size = segment.HEADER.size
         self._segments += 1
+        self._active_entries = 0
+        self._active_ranges = {}
+        self._mark = self._mark_saved = (number, segment.HEADER.size, own)
         return previous
+
+    def _active_on_disk(self) -> int:
+        """The active segment the MANIFEST on disk names (-1 if it cannot be read)."""
+        try:
+            found = read_manifest(self._dir)
+        except (StrandError, OSError):
+            return -1
+        return -1 if found is None else found.active
+
+    # -- the MANIFEST ----------------------------------------------------------
+
+    def _save_manifest(self, change: Callable[[Manifest], Manifest] | None = None) -> None:
+        """Write the MANIFEST, after ``change`` (blocking: the roll, compaction
+        and the checkpoints write it from their threads, one at a time, each
+        change made to the latest)."""
+        with self._manifest_lock:
+            new = self._manifest if change is None else change(self._manifest)
+            write_manifest(self._dir, new)
+            self._manifest = new
+
+    def _sealing(self) -> Sealed:
+        """What the MANIFEST is to say of the current segment once sealed."""
+        return Sealed(self._segment_size, self._active_entries, self._ranges())
+
+    def _ranges(self) -> dict[str, tuple[int, int]]:
+        return _frozen(self._active_ranges)
+
+    def _note_active(self, origin: str, lo: int, hi: int, count: int) -> None:
+        """``count`` entries of ``origin``, seqs ``lo`` to ``hi``, were written
+        to the current segment."""
+        self._active_entries += count
+        seqs = self._active_ranges.get(origin)
+        if seqs is None:
+            self._active_ranges[origin] = [lo, hi]
+        else:
+            seqs[0] = min(seqs[0], lo)
+            seqs[1] = max(seqs[1], hi)
+
+    async def _checkpoint_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.config.checkpoint_interval)
+            await self._checkpoint()
+
+    async def _checkpoint(self) -> None:
+        """Write the current segment's durable length to the MANIFEST, if it grew."""
+        mark = self._mark
+        if mark == self._mark_saved or self._rolling or self._broken is not None:
+            return
+        number, size, own = mark
+        ranges = self._ranges()
+        try:
+            await asyncio.to_thread(
+                self._save_manifest, lambda m: m.checkpointed(number, size, own, ranges)
+            )
+        except OSError as exc:  # the last checkpoint still holds: a shorter one
+            log.warning("strand: could not write a checkpoint to the MANIFEST: %s", exc)
+            return
+        self._mark_saved = mark
 
     def _record_all(self, entries: list[Entry], positions: list[int], first: int) -> None:
         """Note where each entry now lies: in one go when all are local,
@@ -1384,17 +1716,20 @@ class Strand(AsyncResource):
                 own = self._logs[self.origin] = _OriginLog()
             if own.add_next(first, positions):
                 self._entries += len(positions)
+                self._note_active(self.origin, first, first + len(positions) - 1, len(positions))
                 return
         for entry, position in zip(entries, positions, strict=True):
             self._record(entry, position)
 
     def _record(self, entry: Entry, position: int) -> None:
-        origin_log = self._logs.get(entry.id.origin)
+        origin, seq = entry.id.origin, entry.id.seq
+        origin_log = self._logs.get(origin)
         if origin_log is None:
-            origin_log = self._logs[entry.id.origin] = _OriginLog()
+            origin_log = self._logs[origin] = _OriginLog()
         # replay(), not add(): an entry put back below the floor (replace) is a survivor.
-        origin_log.replay(entry.id.seq, position)
+        origin_log.replay(seq, position)
         self._entries += 1
+        self._note_active(origin, seq, seq, 1)
 
     async def _sync_loop(self) -> None:
         while not self._closed:
@@ -1408,12 +1743,15 @@ class Strand(AsyncResource):
         if not self._dirty or self._rolling or self._broken is not None:
             return
         self._dirty = False
+        mark = (self._segment, self._segment_size, self.own_seq_floor)
         t0 = time.perf_counter()
         try:
             await asyncio.to_thread(_sync_and_close, os.dup(self._fd), True)
         except OSError as exc:
             self._break(f"background fsync failed: {exc}")
             return
+        if mark[0] == self._segment:  # else a roll came between: it set its own
+            self._mark = mark
         for callback in self._fsync_observers:
             callback(time.perf_counter() - t0)
 
@@ -1462,14 +1800,18 @@ class Strand(AsyncResource):
                 await asyncio.wait(list(self._swaps))
             if self._writer is not None:
                 await asyncio.wait([self._writer])  # never raises, nor cancels it
-            if self._syncer is not None:
-                self._syncer.cancel()  # its thread fsyncs and closes its own descriptor
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._syncer
+            for task in (self._syncer, self._checkpointer):
+                if task is not None:
+                    task.cancel()  # a thread under way finishes its own file work
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             if self._fd >= 0:
                 fd, self._fd = self._fd, -1
+                synced = self.config.fsync != "never"
                 try:
-                    await asyncio.to_thread(_sync_and_close, fd, self.config.fsync != "never")
+                    await asyncio.to_thread(_sync_and_close, fd, synced)
+                    if self._broken is None:
+                        await asyncio.to_thread(self._save_manifest, self._closing(synced))
                 except OSError as exc:
                     if self._broken is None:
                         raise StrandError(f"closing the Strand failed: {exc}") from exc
@@ -1478,6 +1820,15 @@ class Strand(AsyncResource):
             if self._lock_fd >= 0:
                 lock_fd, self._lock_fd = self._lock_fd, -1
                 os.close(lock_fd)
+
+    def _closing(self, synced: bool) -> Callable[[Manifest], Manifest]:
+        """The MANIFEST's last change on a clean close: the whole current
+        segment is the checkpoint, if it was fsynced (not under ``never``)."""
+        number, size, own = (
+            (self._segment, self._segment_size, self.own_seq_floor) if synced else self._mark
+        )
+        ranges = self._ranges()
+        return lambda m: m.settled().checkpointed(number, size, own, ranges)
 
     async def aclose(self) -> None:
         """:meth:`close`, by the name every resource here is closed with."""
@@ -1534,12 +1885,8 @@ def _sync_and_close(fd: int, sync: bool) -> None:
         os.close(fd)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _frozen(ranges: Mapping[str, list[int]]) -> dict[str, tuple[int, int]]:
+    return {origin: (seqs[0], seqs[1]) for origin, seqs in ranges.items()}
 
 
 def _load_or_create_origin(directory: Path, node_name: str) -> str:
@@ -1559,7 +1906,7 @@ def _load_or_create_origin(directory: Path, node_name: str) -> str:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(directory)
+        fsync_dir(directory)
         return origin
     try:
         return check_origin(origin)

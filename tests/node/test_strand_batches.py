@@ -14,6 +14,7 @@ import pytest
 from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write, segment
 from node.entries import Entry, Properties
 from node.errors import StrandCorrupt
+from tests.node.images import crash_image
 
 FIXTURE = Path(__file__).parent / "fixtures" / "strand-v1"
 ALL = Pattern(b"")
@@ -122,10 +123,14 @@ async def test_a_group_commits_appends_with_one_callback_and_props_are_told_in_o
     assert [[w.id.seq for w in a] for a in answers] == [[1], [2, 3], [4], [5], [6], [7], [8]]
 
 
-async def test_a_torn_batch_loses_all_its_entries_and_no_other(cfg: StrandConfig) -> None:
-    async with await _open(cfg) as forum:
+async def test_a_torn_batch_loses_all_its_entries_and_no_other(
+    cfg: StrandConfig, tmp_path: Path
+) -> None:
+    async with await _open(cfg.with_checkpoint_interval(3600)) as forum:
         await forum.write(b"kept")
         await forum.write_many([b"torn/1", b"torn/2", b"torn/3"])  # one record
+        # The power goes now (no checkpoint covers the records yet).
+        cfg = cfg.with_storage(crash_image(cfg.storage, tmp_path / "crashed"))
     (path,) = cfg.storage.glob("*.strand")
     _, second = _records(path)
     with open(path, "r+b") as f:

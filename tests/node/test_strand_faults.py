@@ -363,8 +363,10 @@ async def test_a_disk_full_mid_segment_refuses_fast_then_works_again(
 async def test_no_inode_left_for_the_next_segment_refuses_fast_then_works_again(
     tmpfs: Callable[..., Path],
 ) -> None:
-    # Inodes: the root, the data directory, ORIGIN, LOCK, one segment, and one spare.
-    point = tmpfs("1m", inodes=6)
+    # Inodes: the root, the data directory, ORIGIN, LOCK, MANIFEST, one segment,
+    # one spare, and one for a roll: it needs two (the next segment, and
+    # MANIFEST.tmp while the MANIFEST is replaced), so with the spare taken it fails.
+    point = tmpfs("1m", inodes=8)
     cfg = StrandConfig(storage=point / "s", segment_bytes=SEGMENT).with_node_name("ino")
     ledger = Ledger()
     strand = await Strand.open(cfg)
