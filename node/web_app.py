@@ -50,6 +50,7 @@ from node.web_keys import (
     OPEN_ROUTES,
     PAGES_ROOT,
     PEERS,
+    REPAIR,
     SELF_AUTHENTICATED,
     SPACE,
     STARTED,
@@ -125,6 +126,7 @@ def build_app(
     app[LONG_POLLS] = long_polls
     app[COMPACTOR] = compactor
     app[PEERS] = _no_peers
+    app[REPAIR] = _no_repair
     app[SELF_AUTHENTICATED] = frozenset()
     app[OPEN_ROUTES] = frozenset()
     app[LOGIN_PAGE] = ""
@@ -181,6 +183,10 @@ async def _end_watches(app: web.Application) -> None:
 
 def _no_peers() -> list[PeerStatus]:
     return []
+
+
+def _no_repair() -> None:
+    return None
 
 
 async def _listening(app: web.Application) -> AsyncIterator[None]:

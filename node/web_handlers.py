@@ -37,6 +37,7 @@ from node.web_keys import (
     LIMITS,
     LONG_POLLS,
     PEERS,
+    REPAIR,
     SPACE,
     STARTED,
     STREAMS,
@@ -304,6 +305,7 @@ def node_status(app: web.Application) -> NodeStatus:
         long_polls=app[LONG_POLLS].waiting,
         fsync=forum.strand.config.fsync,
         peers=tuple(app[PEERS]()),
+        repair=app[REPAIR](),
         horizon=app[COMPACTOR].horizon(),
         streams=app[STREAMS].figures(),
     )

@@ -11,7 +11,7 @@ metrics in the app's own registry, and fill the ``peers`` section of status::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +29,8 @@ from node.web_stream import Streams
 
 #: Returns one row per peer (url, state, lag, ...), for ``/v1/status``.
 PeersProvider = Callable[[], Sequence[PeerStatus]]
+#: Returns what a repair from peers found and did, for ``/v1/status`` (``None``: none ran).
+RepairProvider = Callable[[], Mapping[str, Any] | None]
 #: Adds routes, startup/cleanup handlers or metrics to the node's app before it starts.
 Extension = Callable[[web.Application], None]
 
@@ -39,6 +41,8 @@ LIMITS = web.AppKey("limits", Limits)
 #: One registry per app, so two nodes in one process (tests) keep their metrics apart.
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 PEERS = web.AppKey[PeersProvider]("peers")
+#: Filled by replication when ``forum serve --repair`` repairs the node (replication.repair).
+REPAIR = web.AppKey[RepairProvider]("repair")
 LONG_POLLS = web.AppKey("long_polls", LongPolls)
 #: The operations both the HTTP handlers and the stream call (node.web_ops).
 SPACE = web.AppKey("space", Space)

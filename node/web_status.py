@@ -130,6 +130,9 @@ class NodeStatus:
     #: The prefixes paused here, and per limited prefix [tuples held, limit].
     paused: tuple[str, ...] = ()
     limits: dict[str, list[int]] = field(default_factory=dict)
+    #: What ``forum serve --repair`` found and fetched back from peers
+    #: (replication.repair's report); ``None`` when no repair ran.
+    repair: dict[str, Any] | None = None
 
     @classmethod
     def of(
@@ -145,6 +148,7 @@ class NodeStatus:
         peers: tuple[PeerStatus, ...],
         horizon: dict[str, int] | None = None,
         streams: StreamFigures = StreamFigures(),
+        repair: Mapping[str, Any] | None = None,
     ) -> NodeStatus:
         """The status of a node whose Forum reports ``stats``: every figure of
         ``stats`` is taken as it is; the rest is the node's."""
@@ -159,6 +163,7 @@ class NodeStatus:
             fsync=fsync,
             peers=peers,
             horizon=horizon or {},
+            repair=None if repair is None else dict(repair),
             **{f"streams_{f.name}": getattr(streams, f.name) for f in fields(StreamFigures)},
         )
 

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 from node.config import FORGET_AFTER
 from node.entries import Entry
@@ -54,6 +54,7 @@ from replication.messages import (
 from replication.metrics import ReplicationMetrics
 from replication.push import Outbox, Pusher
 from replication.ranking import MemberRanking
+from replication.repair import REPAIR_WAIT, Repair, RepairReport
 from replication.transport import PeerTransport
 from replication.vector import VersionVector
 
@@ -106,6 +107,7 @@ class Replicator(AsyncResource):
         self._metrics = metrics
         self._fetching = Fetching()
         self._digests = Digests(forum.strand)
+        self._repair: Repair | None = None
         self._links: dict[str, _Link] = {}
         self._group: asyncio.TaskGroup | None = None
         self._task: asyncio.Task[None] | None = None
@@ -270,11 +272,55 @@ class Replicator(AsyncResource):
     async def _apply_page(self, page: PullPage) -> list[Entry]:
         """A page pulled from a peer: checked whole, then its entries stored
         and its dead ranges applied (``Forum.apply_dead``)."""
+        repair = self._repair
+        if repair is not None and repair.running:
+            self._reserve_own(page.vector)
         self._check(page.entries, page.dead)
         new = await self.forum.apply(page.entries, _PULLED) if page.entries else []
         for origin, ranges in sorted(page.dead.items()):
             await self.forum.apply_dead(origin, ranges)
+        if repair is not None and repair.running:
+            for entry in new:
+                repair.count(entry.id.origin, 1)
         return new
+
+    def _reserve_own(self, theirs: VersionVector) -> None:
+        """A repairing node: a peer holds our own seqs up to here, so we
+        issued them (the directory lost the tail that said so); never issue
+        them again. Bounded by ``max_seq_gap``, as any seq a peer shows us."""
+        strand, origin = self.forum.strand, self.me.origin
+        runs = theirs.held(origin)
+        top = runs[-1][1] if runs else 0
+        if strand.own_seq_floor < top <= strand.own_seq_floor + self.config.max_seq_gap:
+            strand.reserve_own(top)
+
+    # -- repair from peers (replication.repair) -------------------------------------------
+
+    async def repair(self, wait: float = REPAIR_WAIT) -> RepairReport:
+        """Rebuild what a damaged data directory lost, from the peers (see
+        :mod:`replication.repair`); the report says what came back."""
+        self._repair = Repair(self.forum, self.membership, self._repair_pass)
+        return await self._repair.run(wait)
+
+    def repair_report(self) -> RepairReport | None:
+        """The last repair's report (while it runs: ``repairing``), or ``None``."""
+        return None if self._repair is None else self._repair.report
+
+    def repair_document(self) -> dict[str, Any] | None:
+        """:meth:`repair_report` as ``/v1/status`` shows it."""
+        report = self.repair_report()
+        return None if report is None else report.to_document()
+
+    async def _repair_pass(self, peer: Peer) -> None:
+        """A round with ``peer`` (what we lack, our own entries among them),
+        then a recheck of all we hold at or below what it holds (what it
+        dropped, a Take among it, dies here)."""
+        link = self._links.get(peer.url)
+        if link is None:
+            raise BadMessage(f"{peer.url} left the peer table")
+        await link.syncer.sync()
+        held = VersionVector.of(self.forum.strand)
+        await link.syncer.recheck(held, dict(peer.vector.contiguous))
 
     async def _heal(self, url: str, pairs: list[tuple[Entry, Entry]]) -> None:
         """Put the origin's own entries (from the peer at ``url``) in place of
@@ -317,8 +363,11 @@ class Replicator(AsyncResource):
     ) -> None:
         """Refuse what no honest peer sends. ``BadMessage`` before anything is applied.
 
-        Entries of our own origin that we never wrote, or dead ranges of it
-        past what we wrote, are forged. Past a gap, no seq may be more than
+        Entries of our own origin past the highest seq we ever issued, or
+        dead ranges of it past that, are forged. One at or below it that we
+        do not hold is ours, lost with a damaged directory (a healthy node
+        holds every seq it issued, or knows it dead): taken in, never blamed
+        on the peer that kept it (docs/replication.md "Repair"). Past a gap, no seq may be more than
         ``max_seq_gap`` past the highest held (each seq past a gap takes
         room). What follows on from the gap-free prefix (as the page covers
         it, entries and dead ranges) leaves no gap, so a dead range there may
@@ -326,14 +375,15 @@ class Replicator(AsyncResource):
         """
         strand = self.forum.strand
         highest, contiguous = strand.highest(), strand.vector()
+        issued = strand.own_seq_floor
         covered: dict[str, list[SeqRange]] = {}
         for entry in entries:
             origin = entry.id.origin
-            if origin == self.me.origin and entry.id not in strand:
+            if origin == self.me.origin and entry.id.seq > issued:
                 raise BadMessage(f"forged entry {entry.id}: this node never wrote it")
             covered.setdefault(origin, []).append((entry.id.seq, entry.id.seq))
         for origin, ranges in (dead or {}).items():
-            if origin == self.me.origin and ranges and ranges[-1][1] > highest.get(origin, 0):
+            if origin == self.me.origin and ranges and ranges[-1][1] > issued:
                 raise BadMessage(f"forged dead range of {origin}: past what this node wrote")
             covered.setdefault(origin, []).extend(ranges)
         for origin, runs in covered.items():
