@@ -36,6 +36,15 @@ says which, for the readiness probe. No record is written that replay would
 not read back (``RecordTooLarge``), and one directory is held by one open
 Strand at a time (an exclusive ``flock`` on its ``LOCK`` file).
 
+What the directory should hold is in its ``MANIFEST`` (:mod:`node.manifest`):
+the segments, each sealed one's length and entries, and a durable length
+checkpoint of the current one. On open every file is checked against it,
+and a segment missing, cut or emptied (the last one included) is refused
+with ``StrandDamaged``, one line, before anything is changed. With
+``StrandConfig.repair`` the damaged files are set aside instead
+(:mod:`node.damage`), what can be read is replayed, and ``damage`` says
+what was found; ``missing_own()`` lists the own seqs to fetch from peers.
+
 Ids: the local origin's seqs are given out in the batch that writes them,
 and given back if the batch fails, so an origin's seqs never have gaps
 (peers rely on that to find what they miss).
@@ -679,17 +688,10 @@ class Strand(AsyncResource):
         if found is None and flagged and not problems:
             reason = "missing, but the segments say a MANIFEST accounted for them"
             problems.append(Problem(manifest_path(directory), reason, None, False))
-        own = self._logs.get(self.origin)
-        held = own.highest if own is not None else 0
-        if found is not None and found.own > held and not problems:
-            reason = (
-                f"it says seq {found.own} of {self.origin} was written; the log holds up to {held}"
-            )
-            problems.append(
-                Problem(
-                    manifest_path(directory), reason, {self.origin: (held + 1, found.own)}, False
-                )
-            )
+        if found is not None:
+            # Own seqs it shows as issued are never issued again; those not
+            # held (a repaired directory's, not yet fetched) are missing.
+            self._own_floor = found.own
         if problems:
             self._repair(problems, found)
         self._replayed = replayed
@@ -764,10 +766,8 @@ class Strand(AsyncResource):
         for line in lines:
             log.warning("strand: repair: %s", line)
         log.warning(
-            "strand: repair: %d damaged file(s) set aside in %s; own seqs up to %d were issued, "
-            "missing: %s",
-            len(moved),
-            where,
+            "strand: repair: %s; own seqs up to %d were issued, missing: %s",
+            f"{len(moved)} file(s) set aside in {where}" if moved else "no file to set aside",
             self.own_seq_floor,
             self.missing_own() or "none",
         )
@@ -1007,7 +1007,7 @@ class Strand(AsyncResource):
                     for origin, floor in floors.items():
                         self._logs[origin].raise_base(floor)
                 rewritten, removed, dropped = await self._drop(found, writes)
-                if rewritten:  # what was rewritten is in place: the old files are gone
+                if rewritten and not self._closed:  # what was rewritten is in place
                     await asyncio.to_thread(self._save_manifest, Manifest.settled)
             except OSError as exc:
                 raise StrandError(f"compaction failed: {exc}") from exc
