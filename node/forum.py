@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -1316,6 +1317,12 @@ class Forum(AsyncResource):
         for held, real in pairs:
             if real.id not in swapped:
                 continue
+            reservation = self._reservations.get(real.id)
+            if reservation is not None and isinstance(real, Write):
+                # Still reserved: a release, or a lease run out, puts back the real bytes.
+                arrival, handed, expiry = reservation
+                kept = dataclasses.replace(handed, payload=real.payload, props=real.props)
+                self._reservations[real.id] = (arrival, kept, expiry)
             was_live = isinstance(held, Take) or (
                 real.id not in self._reservations
                 and real.id not in self._taking

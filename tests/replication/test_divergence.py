@@ -147,6 +147,29 @@ async def test_a_forgery_reserved_when_found_is_not_handed_out_again(memory: Nod
     assert final == {(f"{a.me.origin}:1", b"job-0")}
 
 
+async def test_a_forgery_reserved_when_found_and_released_puts_back_the_real_bytes(
+    memory: Nodes,
+) -> None:
+    a, b = await mesh(memory, "ab")
+    await a.forum.write(b"job-0")
+    await converged([a, b], "a's job on b")
+    forged = await forge_next(a, b, b"job-forged")
+    await eventually(lambda: (str(forged), b"job-forged") in live(b.forum), 5, "forgery live")
+    [held] = await b.forum.reserve_many(Pattern(b"job-forged"), lease=30, limit=1)
+    await a.forum.write(b"job-real")
+    await eventually(
+        lambda: (
+            b.replicator._digests.range(a.me.origin, 0, 2)
+            == a.replicator._digests.range(a.me.origin, 0, 2)
+        ),
+        5,
+        "b's copy of a:2 replaced",
+    )
+    assert await b.forum.release(held.id)
+    final = await converged([a, b], "the real a:2 live on both")
+    assert (str(forged), b"job-real") in final
+
+
 async def test_compaction_on_one_node_is_no_divergence(
     memory: Nodes, caplog: pytest.LogCaptureFixture
 ) -> None:
