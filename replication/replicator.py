@@ -107,7 +107,13 @@ class Replicator(AsyncResource):
         self._metrics = metrics
         self._fetching = Fetching()
         self._digests = Digests(forum.strand)
-        self._repair: Repair | None = None
+        # A damaged Strand: the repair is under way from the first page on
+        # (the links' first rounds start before repair() is called).
+        self._repair = (
+            Repair(forum, self.membership, self._repair_pass)
+            if forum.strand.damage is not None
+            else None
+        )
         self._links: dict[str, _Link] = {}
         self._group: asyncio.TaskGroup | None = None
         self._task: asyncio.Task[None] | None = None
@@ -299,7 +305,8 @@ class Replicator(AsyncResource):
     async def repair(self, wait: float = REPAIR_WAIT) -> RepairReport:
         """Rebuild what a damaged data directory lost, from the peers (see
         :mod:`replication.repair`); the report says what came back."""
-        self._repair = Repair(self.forum, self.membership, self._repair_pass)
+        if self._repair is None or not self._repair.running:
+            self._repair = Repair(self.forum, self.membership, self._repair_pass)
         return await self._repair.run(wait)
 
     def repair_report(self) -> RepairReport | None:

@@ -92,3 +92,25 @@ async def test_repair_of_a_whole_directory_changes_nothing(
         await client.write(b"job-1")
         assert (await client.status()).repair is None
     assert "nothing to repair" in node.log_path.read_text()
+
+
+async def test_a_repair_waiting_for_peers_stops_on_sigterm(
+    forum_nodes: ForumNodes, clients: Clients
+) -> None:
+    """A damaged node whose peer does not answer waits (not serving, saying
+    so), and SIGTERM ends that wait: it exits 0 without a traceback."""
+    a, b = mesh(forum_nodes, "ab", *SMALL)
+    await forum_nodes.start_all()
+    cb = clients(b)
+    for first in range(0, 200, 20):
+        await cb.write_many([b"job-%03d-" % i + b"x" * 100 for i in range(first, first + 20)])
+    await converged([clients(a), cb])
+    await a.stop()
+    await stop_and_lose_a_segment(b)
+    b.args += ["--repair"]
+    with pytest.raises(TimeoutError):
+        await b.start(deadline=3)
+    assert "fetching them from peers" in b.log_path.read_text()
+    assert await b.stop() == 0
+    assert "Traceback" not in b.log_path.read_text()
+    assert "stopped while starting" in b.log_path.read_text()
