@@ -69,14 +69,14 @@ class _Block:
         self.count = 0
         self.xor = 0
 
-    def set(self, index: int, value: int) -> None:
+    def set(self, index: int, value: int) -> tuple[int, int]:
+        """Put ``value`` at ``index``; the change of ``(count, xor)``."""
         old = self.hashes[index]
-        if old:
-            self.count -= 1
-            self.xor ^= old
         self.hashes[index] = value
-        self.count += 1
-        self.xor ^= value
+        self.count += not old
+        change = old ^ value
+        self.xor ^= change
+        return int(not old), change
 
     def part(self, first: int, last: int) -> tuple[int, int]:
         """``(count, xor)`` of the hashes at indexes ``first..last``."""
@@ -90,12 +90,56 @@ class _Block:
         return count, xor
 
 
+class _Origin:
+    """One origin's blocks, and their sum: a range that covers every block
+    held (the usual case: a peer caught up) is read in one step."""
+
+    __slots__ = ("blocks", "count", "high", "low", "xor")
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, _Block] = {}
+        self.count = self.xor = 0
+        self.low = self.high = -1  # the lowest and highest block numbers held
+
+    def set(self, seq: int, value: int) -> None:
+        number, index = divmod(seq - 1, BLOCK)
+        block = self.blocks.get(number)
+        if block is None:
+            block = self.blocks[number] = _Block()
+            self.low = number if self.low < 0 else min(self.low, number)
+            self.high = max(self.high, number)
+        count, change = block.set(index, value)
+        self.count += count
+        self.xor ^= change
+
+    def drop_below(self, floor: int) -> None:
+        """Let go of the blocks wholly at or below ``floor``."""
+        for number in [n for n in self.blocks if (n + 1) * BLOCK <= floor]:
+            block = self.blocks.pop(number)
+            self.count -= block.count
+            self.xor ^= block.xor
+        self.low = min(self.blocks, default=-1)
+        self.high = max(self.blocks, default=-1)
+
+    def outside(self, lo: int, upto: int) -> tuple[int, int]:
+        """``(count, xor)`` of what the first and last blocks hold outside
+        ``lo + 1 .. upto``, when every block held touches that range."""
+        count = xor = 0
+        first, last = lo // BLOCK, (upto - 1) // BLOCK
+        if first in self.blocks and lo > first * BLOCK:
+            count, xor = self.blocks[first].part(0, lo - first * BLOCK - 1)
+        if last in self.blocks and upto < (last + 1) * BLOCK:
+            c, x = self.blocks[last].part(upto - last * BLOCK, BLOCK - 1)
+            count, xor = count + c, xor ^ x
+        return count, xor
+
+
 class Digests:
     """Per origin, the hashes of the entries held above the floor, by block."""
 
     def __init__(self, strand: Strand) -> None:
         self._strand = strand
-        self._origins: dict[str, dict[int, _Block]] = {}
+        self._origins: dict[str, _Origin] = {}
         self._floors: dict[str, int] = {}
         #: False until :meth:`build` has read the Strand: no digest is offered before.
         self.ready = False
@@ -123,14 +167,10 @@ class Digests:
             origin, seq = entry.id.origin, entry.id.seq
             if seq <= floors.get(origin, 0):
                 continue  # never compared: below the floor
-            blocks = self._origins.get(origin)
-            if blocks is None:
-                blocks = self._origins[origin] = {}
-            number, index = divmod(seq - 1, BLOCK)
-            block = blocks.get(number)
-            if block is None:
-                block = blocks[number] = _Block()
-            block.set(index, entry_hash(entry))
+            held = self._origins.get(origin)
+            if held is None:
+                held = self._origins[origin] = _Origin()
+            held.set(seq, entry_hash(entry))
 
     def prune(self) -> None:
         """Let go of the blocks wholly at or below their origin's floor (once
@@ -140,16 +180,24 @@ class Digests:
             return
         self._floors = floors
         for origin, floor in floors.items():
-            blocks = self._origins.get(origin)
-            if blocks:
-                for number in [n for n in blocks if (n + 1) * BLOCK <= floor]:
-                    del blocks[number]
+            held = self._origins.get(origin)
+            if held is not None and held.low >= 0 and (held.low + 1) * BLOCK <= floor:
+                held.drop_below(floor)
 
     def floor(self, origin: str) -> int:
         return self._strand.floors().get(origin, 0)
 
     def range(self, origin: str, lo: int, upto: int) -> RangeDigest:
-        """The digest of ``origin``'s seqs ``lo + 1 .. upto`` held here."""
+        """The digest of ``origin``'s seqs ``lo + 1 .. upto`` held here: the
+        origin's sum less the ends of its first and last blocks when the
+        range spans every block held, else block by block."""
+        self.prune()
+        held = self._origins.get(origin)
+        if held is None or upto <= lo or held.low < 0:
+            return RangeDigest(lo, upto, 0, 0)
+        if lo // BLOCK <= held.low and held.high <= (upto - 1) // BLOCK:
+            count, xor = held.outside(lo, upto)
+            return RangeDigest(lo, upto, held.count - count, held.xor ^ xor)
         count = xor = 0
         for _, c, x in self.blocks(origin, lo, upto):
             count += c
@@ -160,9 +208,10 @@ class Digests:
         """Per block touching ``lo + 1 .. upto`` (ascending), the digest of
         its seqs in that range; blocks with nothing held are left out."""
         self.prune()
-        blocks = self._origins.get(origin)
-        if not blocks or upto <= lo:
+        held = self._origins.get(origin)
+        if held is None or upto <= lo:
             return []
+        blocks = held.blocks
         first_block, last_block = lo // BLOCK, (upto - 1) // BLOCK
         if last_block - first_block + 1 > len(blocks):
             numbers: Sequence[int] = sorted(n for n in blocks if first_block <= n <= last_block)
