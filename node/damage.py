@@ -1,14 +1,20 @@
-"""What a Strand opened in repair mode found wrong with its data directory.
+"""A damaged data directory: finding what does not match the MANIFEST, and setting it aside.
 
-A Strand opened with ``StrandConfig.repair`` does not refuse a damaged
-directory (a segment missing, cut, emptied or failing its checksums; the
-``MANIFEST`` missing or unreadable): it sets the damaged files aside under
-``<data-dir>/damaged/<timestamp>/`` (never deleting them), replays what can
-still be read, and says here what it found. Repair from peers starts from
+On open the Strand reads each segment file against what its ``MANIFEST``
+(:mod:`node.manifest`) says it must be (:func:`plan`, :func:`check`): a
+sealed segment exactly its length and entries, the current one at least its
+checkpoint, nothing missing, nothing unknown. Every :class:`Problem` found
+is collected before anything is changed. Without repair mode the open is
+refused with the first, in one line (:class:`node.errors.StrandDamaged`).
+
+A Strand opened with ``StrandConfig.repair`` does not refuse: it sets the
+damaged files aside under ``<data-dir>/damaged/<timestamp>/``
+(:func:`set_aside`, never deleting them), replays what can still be read,
+and says in :class:`Damage` what it found. Repair from peers starts from
 this: :meth:`node.strand.Strand.missing_own` lists the node's own seqs to
-fetch back, and peers are asked for every other origin's entries again
-(the floors of the origins the lost files held were lowered, so the node
-takes them in).
+fetch back, and peers are asked for every other origin's entries again (the
+floors of the origins the lost files held were lowered, so the node takes
+them in).
 
 Until the lost entries are back, the node's live set is not to be trusted:
 a Take that lay in a lost file leaves its Write live here.

@@ -610,6 +610,7 @@ class Strand(AsyncResource):
         #: (segment, length, own seq) known durable; and as last written to the MANIFEST.
         self._mark = self._mark_saved = (0, 0, 0)
         self._checkpointer: asyncio.Task[None] | None = None
+        self._checkpoint_failing = False
 
     # -- opening ---------------------------------------------------------------
 
@@ -666,7 +667,12 @@ class Strand(AsyncResource):
             found = None
         expected, missing = damage.plan(directory, found, segment.segment_numbers(directory))
         problems += missing
-        for origin, floor in compaction.read_floors(directory).items():
+        try:
+            floors = compaction.read_floors(directory)
+        except StrandCorrupt as exc:  # no floor is known: every seq may come in again
+            floors = {}
+            problems.append(Problem(Path(exc.path), exc.reason, None, True))
+        for origin, floor in floors.items():
             self._logs[origin] = _OriginLog(base=floor)
         replayed: list[RawEntry] = []
         kept: list[tuple[damage.Expected, segment.SegmentScan, dict[str, list[int]]]] = []
@@ -887,8 +893,12 @@ class Strand(AsyncResource):
         """Never issue a local seq at or below ``seq`` (a peer was found to
         hold this node's own entries up to it: a damaged directory lost
         them). The seqs up to it that are not held are then missing
-        (:meth:`missing_own`)."""
+        (:meth:`missing_own`). The MANIFEST has it within
+        ``checkpoint_interval`` (under fsync ``never``, at the next roll or
+        close), or sooner with the next durable append's checkpoint."""
         self._own_floor = max(self._own_floor, seq)
+        number, size, own = self._mark
+        self._mark = (number, size, max(own, seq))
 
     def missing_own(self) -> list[tuple[int, int]]:
         """The ranges ``(first, last)`` of this node's own seqs, up to
@@ -1703,8 +1713,13 @@ class Strand(AsyncResource):
                 self._save_manifest, lambda m: m.checkpointed(number, size, own, ranges)
             )
         except OSError as exc:  # the last checkpoint still holds: a shorter one
-            log.warning("strand: could not write a checkpoint to the MANIFEST: %s", exc)
+            if not self._checkpoint_failing:  # once, not every interval of a full disk
+                log.warning("strand: cannot write a checkpoint to the MANIFEST: %s", exc)
+            self._checkpoint_failing = True
             return
+        if self._checkpoint_failing:
+            log.info("strand: checkpoints are written to the MANIFEST again")
+            self._checkpoint_failing = False
         self._mark_saved = mark
 
     def _record_all(self, entries: list[Entry], positions: list[int], first: int) -> None:
@@ -1810,12 +1825,15 @@ class Strand(AsyncResource):
                 synced = self.config.fsync != "never"
                 try:
                     await asyncio.to_thread(_sync_and_close, fd, synced)
-                    if self._broken is None:
-                        await asyncio.to_thread(self._save_manifest, self._closing(synced))
                 except OSError as exc:
                     if self._broken is None:
                         raise StrandError(f"closing the Strand failed: {exc}") from exc
                     log.warning("strand: closing a broken Strand: %s", exc)
+                if self._broken is None:
+                    try:
+                        await asyncio.to_thread(self._save_manifest, self._closing(synced))
+                    except OSError as exc:  # all is durable; the last checkpoint is shorter
+                        log.warning("strand: cannot write the MANIFEST on close: %s", exc)
         finally:
             if self._lock_fd >= 0:
                 lock_fd, self._lock_fd = self._lock_fd, -1

@@ -1,6 +1,7 @@
 """Child process for the crash tests: writes (and sometimes takes) forever,
 printing ``W <id> <payload>`` once a write returned, ``T <payload>`` once a
-take returned. Run as ``python -m tests.node.crash_writer DIR``."""
+take returned. Run as ``python -m tests.node.crash_writer DIR [SEGMENT_BYTES
+FSYNC CHECKPOINT_INTERVAL]``."""
 
 from __future__ import annotations
 
@@ -11,8 +12,13 @@ import sys
 from node import Forum, Pattern, Strand, StrandConfig
 
 
-async def main(directory: str) -> None:
-    forum = Forum(await Strand.open(StrandConfig().with_storage(directory)))
+async def main(directory: str, *options: str) -> None:
+    config = StrandConfig().with_storage(directory)
+    if options:
+        segment_bytes, fsync, checkpoint = options
+        config = config.with_segment_bytes(int(segment_bytes)).with_fsync(fsync)  # type: ignore[arg-type]
+        config = config.with_checkpoint_interval(float(checkpoint))
+    forum = Forum(await Strand.open(config))
     out = sys.stdout
     run = os.getpid()  # payloads are unique across runs
     n = 0
@@ -29,4 +35,4 @@ async def main(directory: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(main(*sys.argv[1:]))

@@ -277,3 +277,26 @@ async def test_forum_serve_refuses_a_damaged_directory_with_one_line(
     (line,) = err.splitlines()
     assert line.startswith(f"forum serve: {small.storage}/0000000"), line
     assert what in line, line
+
+
+async def test_a_batch_format_directory_from_before_manifests_is_trusted_once(
+    small: StrandConfig,
+) -> None:
+    """Segments of format 2 with the header's flags field 0 (as written
+    before MANIFESTs) and no MANIFEST: opened as they are, and from then on
+    the current segment is flagged, so a MANIFEST deleted later is found."""
+    history = await History(small).make()
+    (small.storage / "MANIFEST").unlink()
+    for path in _segments(small.storage):
+        with open(path, "r+b") as f:
+            f.seek(segment.FLAGS_AT)
+            f.write(segment.FLAGS.pack(0))
+    async with Forum(await Strand.open(small), remote_delay=0) as forum:
+        assert forum.strand.damage is None
+        assert {t.payload for t in forum.list(Pattern(b""), limit=1000).tuples} == history.live
+    last = _segments(small.storage)[-1]
+    flags = segment.HEADER.unpack_from(last.read_bytes())[2]
+    assert flags == segment.MANIFESTED
+    (small.storage / "MANIFEST").unlink()
+    with pytest.raises(StrandError, match="MANIFEST: missing"):
+        await Strand.open(small)
