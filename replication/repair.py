@@ -28,9 +28,10 @@ A pass with a peer is one round (:meth:`Syncer.sync`) and one recheck. The
 repair ends once every peer known has given its pass, or, after
 :data:`REPAIR_WAIT` seconds, once at least one has (the rest are reported as
 not reached; the node's rounds with them go on as usual). Own seqs that no
-peer had are reported; when every member known answered, they are lost for
-good and recorded dead (peers then pass them, instead of waiting for ever
-for a gap in this origin). Alone (no peers), a node repairs nothing and says so.
+peer had are reported; when every member known answered, those that no
+peer's vector shows it holds (past a gap of its own) are lost for good and
+recorded dead (peers then pass them, instead of waiting for ever for a gap
+in this origin). Alone (no peers), a node repairs nothing and says so.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from node.forum import Forum
 from replication.errors import BadMessage, BadSignature, PeerError
 from replication.membership import Membership, Peer
 from replication.messages import SeqRange
+from replication.vector import size, subtract, union
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,10 @@ class RepairReport:
     own_found: int = 0
     #: Seqs of the node's own origin no peer had: ``[first, last]`` ranges.
     missing_own: tuple[SeqRange, ...] = ()
-    #: Whether those were recorded dead (every member known answered).
-    missing_recorded_dead: bool = False
+    #: Of those, the ones recorded dead: every member known answered and no
+    #: peer's vector holds them (the rest a peer holds past a gap of its own,
+    #: or a peer not reached may hold: they stay missing).
+    recorded_dead: tuple[SeqRange, ...] = ()
     #: The peers that gave their pass, and those that did not answer (with why).
     peers_repaired_from: tuple[str, ...] = ()
     peers_not_reached: dict[str, str] = field(default_factory=dict)
@@ -88,6 +92,7 @@ class RepairReport:
     def to_document(self) -> dict[str, Any]:
         document = asdict(self)
         document["missing_own"] = [list(r) for r in self.missing_own]
+        document["recorded_dead"] = [list(r) for r in self.recorded_dead]
         document["set_aside"] = list(self.set_aside)
         document["peers_repaired_from"] = list(self.peers_repaired_from)
         return document
@@ -108,7 +113,7 @@ class Repair:
         )
         self.recovered = 0
         self.recovered_own = 0
-        self._missing_before = _size(forum.strand.missing_own())
+        self._missing_before = size(forum.strand.missing_own())
 
     @property
     def running(self) -> bool:
@@ -160,12 +165,17 @@ class Repair:
     ) -> RepairReport:
         strand = self._forum.strand
         missing = strand.missing_own()
-        recorded = False
-        if missing and not unreached and done:
-            # Every member known answered and none had them: lost for good.
-            await self._forum.apply_dead(strand.origin, missing)
-            recorded = True
-        found = max(0, self._missing_before - _size(missing))
+        found = max(0, self._missing_before - size(missing))
+        # What a peer holds past a gap of its own is not served (a page holds
+        # only the gap-free prefix), but its vector lists it: not lost.
+        held: list[SeqRange] = []
+        for peer in self._membership.peers():
+            held = union(held, peer.vector.held(strand.origin))
+        lost = subtract(missing, held)
+        if lost and done and not unreached:
+            # Every member known answered and none holds them: lost for good.
+            await self._forum.apply_dead(strand.origin, lost)
+        recorded = tuple(lost) if done and not unreached else ()
         state = "alone" if not done and not unreached else "repaired"
         if missing:
             state = "incomplete"
@@ -177,7 +187,7 @@ class Repair:
             recovered_own=self.recovered_own,
             own_found=found,
             missing_own=tuple(missing),
-            missing_recorded_dead=recorded,
+            recorded_dead=recorded,
             peers_repaired_from=tuple(done),
             peers_not_reached=unreached,
             seconds=round(asyncio.get_running_loop().time() - begun, 3),
@@ -194,14 +204,10 @@ class Repair:
             found,
             self._missing_before,
             _ranges(missing),
-            " (recorded dead: lost for good)" if recorded else "",
+            f" (recorded dead, lost for good: {_ranges(recorded)})" if recorded else "",
             f"; not reached: {', '.join(unreached)}" if unreached else "",
         )
         return self.report
-
-
-def _size(ranges: Sequence[SeqRange]) -> int:
-    return sum(last - first + 1 for first, last in ranges)
 
 
 def _ranges(ranges: Sequence[SeqRange]) -> str:

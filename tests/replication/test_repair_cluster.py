@@ -114,3 +114,37 @@ async def test_a_repair_waiting_for_peers_stops_on_sigterm(
     assert await b.stop() == 0
     assert "Traceback" not in b.log_path.read_text()
     assert "stopped while starting" in b.log_path.read_text()
+
+
+async def test_own_entries_no_peer_had_are_reported_and_recorded_dead(
+    forum_nodes: ForumNodes, clients: Clients
+) -> None:
+    """t0 a is down while b writes 200 jobs; t1 b loses a segment of them:
+    no peer ever had those. The repair says which own seqs are gone, and,
+    every member having answered, records them dead, so a's vector of b
+    passes the gap instead of waiting for it for ever."""
+    a, b = mesh(forum_nodes, "ab", *SMALL)
+    await forum_nodes.start_all()
+    ca, cb = clients(a), clients(b)
+    await cb.write_many([b"job-before"])
+    await converged([ca, cb])
+    await a.stop()
+    for first in range(0, 200, 20):
+        await cb.write_many([b"job-%03d-" % i + b"x" * 100 for i in range(first, first + 20)])
+    b_origin = (await cb.status()).origin
+    await stop_and_lose_a_segment(b)
+    await a.start()
+    b.args += ["--repair"]
+    await b.start()
+
+    status = await cb.status()
+    assert status.repair is not None
+    report = status.repair
+    assert report["state"] == "incomplete", report
+    assert report["missing_own"] and report["recorded_dead"] == report["missing_own"], report
+    highest = status.vector[b_origin]
+    final = await converged([ca, cb])
+    assert b"job-before" in {payload for _, payload in final}
+    assert len(final) < 201
+    assert (await ca.status()).vector[b_origin] == highest
+    assert "no peer had" in b.log_path.read_text()
