@@ -360,8 +360,10 @@ class Replicator(AsyncResource):
         lo = max(asked.lo, digests.floor(origin))
         upto = min(asked.upto, self.forum.strand.vector().get(origin, 0))
         upto = max(upto, lo)
+        if lo != asked.lo:
+            return lo, upto, ()  # our floor is higher: compare above it next round
         mine = digests.range(origin, lo, upto)
-        if (lo, upto, mine.count, mine.xor) == (asked.lo, asked.upto, asked.count, asked.xor):
+        if (upto, mine.count, mine.xor) == (asked.upto, asked.count, asked.xor):
             return None
         return lo, upto, tuple(digests.blocks(origin, lo, upto)[:MAX_BLOCKS])
 
