@@ -27,13 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from node.codec import encode_entry
 from node.entries import Entry
+from node.errors import StrandError
 from node.strand import Strand
+
+log = logging.getLogger(__name__)
 
 #: Seqs per block: the unit a mismatch is narrowed down to and rechecked.
 BLOCK = 256
@@ -146,18 +150,24 @@ class Digests:
 
     async def build(self) -> None:
         """Hash what the Strand holds above each origin's floor (the entries
-        the listener saw meanwhile are hashed again, to the same value)."""
+        the listener saw meanwhile are hashed again, to the same value). If
+        the Strand cannot be read, no digest is offered (said once): the
+        rounds compare vectors only, as before."""
         strand = self._strand
         floors = strand.floors()
-        for origin, held in sorted(strand.vector().items()):
-            after = floors.get(origin, 0)
-            while after < held:
-                page = await strand.read_page(origin, after, _READ_CHUNK)
-                self.add(page.entries)
-                if page.upto <= after:
-                    break
-                after = page.upto
-                await asyncio.sleep(0)  # a large Strand does not stall the loop
+        try:
+            for origin, held in sorted(strand.vector().items()):
+                after = floors.get(origin, 0)
+                while after < held:
+                    page = await strand.read_page(origin, after, _READ_CHUNK)
+                    self.add(page.entries)
+                    if page.upto <= after:
+                        break
+                    after = page.upto
+                    await asyncio.sleep(0)  # a large Strand does not stall the loop
+        except StrandError as exc:
+            log.error("digests: cannot read the Strand (%s); content is not compared", exc)
+            return
         self.ready = True
 
     def add(self, entries: Iterable[Entry]) -> None:
