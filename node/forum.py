@@ -764,6 +764,28 @@ class Forum(AsyncResource):
         # Called by the Strand's writer in log order, whether or not the caller waits,
         # with the writes of one append or of a row of appends in one group
         # commit that share their Properties (Strand._answer_now).
+        live = writes
+        if self._pending_kills:  # empty unless a peer took one of ours before we wrote it
+            live = self._not_taken_yet(writes)
+        if live:
+            self._make_live(live)
+        if writes[0].props.pause:
+            self._notify(writes, LOCAL)
+            return
+        self._writes += len(writes)
+        self._notify(writes, LOCAL)
+
+    def _not_taken_yet(self, writes: builtins.list[Write]) -> builtins.list[Write]:
+        """``writes`` but those a Take here already killed: a peer took an id
+        of ours before we wrote it, which only a forgery of our next seq
+        taken there makes happen (docs/replication.md "Divergence"). Taken
+        is taken: it is dead here at birth too, as everywhere."""
+        taken = {w.id for w in writes} & self._pending_kills
+        self._pending_kills -= taken
+        return [w for w in writes if w.id not in taken]
+
+    def _make_live(self, writes: builtins.list[Write]) -> None:
+        """Local writes, durable and sharing their Properties: live, or waiting (due later)."""
         props = writes[0].props
         if props is PLAIN:
             for entry in writes:
@@ -795,11 +817,6 @@ class Forum(AsyncResource):
                 placed = self._place(Tuple(entry.id, entry.payload, props), now)
                 if placed is not None:
                     self._add_live(placed)
-            if writes[0].props.pause:
-                self._notify(writes, LOCAL)
-                return
-        self._writes += len(writes)
-        self._notify(writes, LOCAL)
 
     def _expiry_run_for(self, props: Properties) -> bool:
         """Whether local writes with ``props`` (not the open run's) expire and

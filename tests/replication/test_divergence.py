@@ -115,6 +115,25 @@ async def test_a_forgery_taken_before_healing_stays_taken(memory: Nodes) -> None
     assert await b.forum.take(JOBS) is None
 
 
+async def test_a_forgery_taken_before_the_origin_writes_its_seq_leaves_that_seq_taken(
+    memory: Nodes,
+) -> None:
+    """t0 b takes in a forgery at a:2, a's next seq; t1 b's worker takes it,
+    and the Take reaches a before a writes a:2; t2 a writes a:2: taken is
+    taken, it is dead at birth on a too (else it would be live there alone)."""
+    a, b = await mesh(memory, "ab")
+    await a.forum.write(b"job-0")
+    await converged([a, b], "a's job on b")
+    forged = await forge_next(a, b, b"job-forged")
+    taken = await b.forum.take_entry(Pattern(b"job-forged"), timeout=5)
+    assert taken is not None and taken.id == forged
+    await eventually(lambda: a.forum.strand.vector().get(b.me.origin), 5, "b's Take on a")
+    assert await a.forum.write(b"job-real") == forged
+    assert live(a.forum) == {(f"{a.me.origin}:1", b"job-0")}
+    final = await converged([a, b], "a:2 dead on both")
+    assert final == {(f"{a.me.origin}:1", b"job-0")}
+
+
 def same_copy(a: Node, b: Node, upto: int) -> bool:
     """b holds what a holds of a's seqs 1..upto, byte for byte."""
     return b.replicator._digests.range(a.me.origin, 0, upto) == a.replicator._digests.range(
