@@ -96,31 +96,9 @@ async def test_a_healed_node_restarts_with_the_origins_entry(
         assert page.entries == [Write(forged, b"job-real")]
 
 
-async def test_a_forgery_taken_before_healing_stays_taken(memory: Nodes) -> None:
-    """t0 b takes in a forgery at a:2; t1 a writes a:2; t2 b's worker takes a:2
-    (the forged bytes: its id was handed out) before b's round with a; t3 the
-    Take reaches a and kills a:2 there. Healing swaps the bytes b holds but
-    brings nothing back: a:2 is dead on both, never handed out again."""
-    a, b = await mesh(memory, "ab")
-    await a.forum.write(b"job-0")
-    await converged([a, b], "a's job on b")
-    forged = await forge_next(a, b, b"job-forged")
-    taken = await b.forum.take_entry(Pattern(b"job-forged"), timeout=5)
-    assert taken is not None and taken.id == forged
-    await a.forum.write(b"job-real")
-    final = await converged([a, b], "a:2 dead on both")
-    assert final == {(f"{a.me.origin}:1", b"job-0")}
-    await eventually(lambda: same_copy(a, b, 2), 5, "b's copy of a:2 replaced")
-    assert await b.forum.take(JOBS) == b"job-0"
-    assert await b.forum.take(JOBS) is None
-
-
-async def test_a_forgery_taken_before_the_origin_writes_its_seq_leaves_that_seq_taken(
-    memory: Nodes,
-) -> None:
-    """t0 b takes in a forgery at a:2, a's next seq; t1 b's worker takes it,
-    and the Take reaches a before a writes a:2; t2 a writes a:2: taken is
-    taken, it is dead at birth on a too (else it would be live there alone)."""
+async def forged_and_taken(memory: Nodes) -> tuple[Node, Node, EntryId]:
+    """t0 b takes in a forgery at a:2, a's next seq; t1 b's worker takes it
+    (the forged bytes: the id was handed out), and the Take reaches a."""
     a, b = await mesh(memory, "ab")
     await a.forum.write(b"job-0")
     await converged([a, b], "a's job on b")
@@ -128,10 +106,23 @@ async def test_a_forgery_taken_before_the_origin_writes_its_seq_leaves_that_seq_
     taken = await b.forum.take_entry(Pattern(b"job-forged"), timeout=5)
     assert taken is not None and taken.id == forged
     await eventually(lambda: a.forum.strand.vector().get(b.me.origin), 5, "b's Take on a")
+    return a, b, forged
+
+
+async def test_a_forgery_taken_before_the_origin_writes_its_seq_leaves_that_seq_taken(
+    memory: Nodes,
+) -> None:
+    """t2 a writes a:2: taken is taken, it is dead at birth on a too (else it
+    would be live there alone); t3 b's round with a swaps the bytes b holds
+    and brings nothing back: a:2 is never handed out again."""
+    a, b, forged = await forged_and_taken(memory)
     assert await a.forum.write(b"job-real") == forged
     assert live(a.forum) == {(f"{a.me.origin}:1", b"job-0")}
     final = await converged([a, b], "a:2 dead on both")
     assert final == {(f"{a.me.origin}:1", b"job-0")}
+    await eventually(lambda: same_copy(a, b, 2), 5, "b's copy of a:2 replaced")
+    assert await b.forum.take(JOBS) == b"job-0"
+    assert await b.forum.take(JOBS) is None
 
 
 def same_copy(a: Node, b: Node, upto: int) -> bool:
