@@ -8,6 +8,7 @@ import msgpack
 import pytest
 
 from node import EntryId, Take, Write
+from replication.digest import RangeDigest
 from replication.errors import BadMessage
 from replication.messages import (
     Member,
@@ -155,3 +156,62 @@ def test_a_malformed_recheck_is_refused(recheck: Any) -> None:
     fields = msgpack.unpackb(encode(pull), raw=False) | {"recheck": recheck}
     with pytest.raises(BadMessage):
         decode_pull(pack(fields))
+
+
+DIGEST = RangeDigest(4, 600, 590, 2**64 - 1)
+BLOCKS = ((0, 252, 7), (1, 256, 2**63), (2, 82, 1))
+
+
+def test_digests_are_version_3_and_round_trip() -> None:
+    pull = PullRequest(ME, VECTOR, frozenset(), (), 10, 99, digest=DIGEST)
+    fields = msgpack.unpackb(encode(pull), raw=False)
+    assert fields["v"] == 3 and fields["digest"] == [4, 600, 590, 2**64 - 1]
+    assert fields["recheck"] is None
+    assert decode_pull(encode(pull)) == pull
+    page = PullPage(ME, VECTOR, (W,), False, (), digest=(4, 600, BLOCKS))
+    fields = msgpack.unpackb(encode(page), raw=False)
+    assert fields["v"] == 3 and fields["digest"][:5] == [4, 600, 0, 252, 7]
+    assert fields["dead"] == {} and fields["floors"] == {}
+    assert decode_page(encode(page)) == page
+    empty = PullPage(ME, VECTOR, (), False, (), digest=(9, 600, ()))
+    assert decode_page(encode(empty)) == empty
+
+
+@pytest.mark.parametrize(
+    "digest",
+    [[4, 600, 590], [4, 3, 1, 1], [-1, 600, 1, 1], [4, 600, 1, -1], [4, 600, 1, "x"], "x"],
+)
+def test_a_malformed_pull_digest_is_refused(digest: Any) -> None:
+    pull = PullRequest(ME, VECTOR, frozenset(), (), 10, 99, digest=DIGEST)
+    fields = msgpack.unpackb(encode(pull), raw=False) | {"digest": digest}
+    with pytest.raises(BadMessage):
+        decode_pull(pack(fields))
+
+
+@pytest.mark.parametrize(
+    "digest",
+    [
+        [4],
+        [4, 600, 0, 252],  # a block cut short
+        [4, 600, 0, 0, 7],  # a block of nothing
+        [4, 600, 0, 1, -1],
+        [600, 4],
+        [4, 600, *([0, 1, 1] * 1_025)],  # more blocks than MAX_BLOCKS
+    ],
+)
+def test_a_malformed_page_digest_is_refused(digest: Any) -> None:
+    page = PullPage(ME, VECTOR, (), False, (), digest=(4, 600, BLOCKS))
+    fields = msgpack.unpackb(encode(page), raw=False) | {"digest": digest}
+    with pytest.raises(BadMessage):
+        decode_page(pack(fields))
+
+
+def test_a_version_2_reader_refuses_a_digest_and_a_version_3_one_refuses_it_missing() -> None:
+    pull = msgpack.unpackb(
+        encode(PullRequest(ME, VECTOR, frozenset(), (), 10, 99, digest=DIGEST)), raw=False
+    )
+    with pytest.raises(BadMessage, match="unknown keys"):
+        decode_pull(pack(pull | {"v": 2}))
+    del pull["digest"]
+    with pytest.raises(BadMessage, match="missing keys"):
+        decode_pull(pack(pull))
