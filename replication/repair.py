@@ -26,8 +26,9 @@ peers. What a lost file held is of three kinds, and each comes back its own way:
 
 A pass with a peer is one round (:meth:`Syncer.sync`) and one recheck. The
 repair ends once every peer known has given its pass, or, after
-:data:`REPAIR_WAIT` seconds, once at least one has (the rest are reported as
-not reached; the node's rounds with them go on as usual). Own seqs that no
+``repair_wait`` seconds (``FORUM_REPL_REPAIR_WAIT``), once at least one has
+(the rest are reported as not reached; the node's rounds with them go on as
+usual). Own seqs that no
 peer had are reported; when every member known answered, those that no
 peer's vector shows it holds (past a gap of its own) are lost for good and
 recorded dead (peers then pass them, instead of waiting for ever for a gap
@@ -50,8 +51,6 @@ from replication.vector import size, subtract, union
 
 log = logging.getLogger(__name__)
 
-#: Seconds a repair waits for every peer before it settles for those that answered.
-REPAIR_WAIT = 30.0
 #: Seconds between two tries of a peer that did not answer.
 _RETRY = 0.5
 #: Seconds between two "still waiting" lines.
@@ -125,7 +124,9 @@ class Repair:
         if origin == self._forum.strand.origin:
             self.recovered_own += entries
 
-    async def run(self, wait: float = REPAIR_WAIT) -> RepairReport:
+    async def run(self, wait: float) -> RepairReport:
+        """Pass with every peer known, or after ``wait`` seconds with those
+        that answered (at least one); the report."""
         strand = self._forum.strand
         loop_time = asyncio.get_running_loop().time
         begun = said = loop_time()

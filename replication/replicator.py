@@ -54,7 +54,7 @@ from replication.messages import (
 from replication.metrics import ReplicationMetrics
 from replication.push import Outbox, Pusher
 from replication.ranking import MemberRanking
-from replication.repair import REPAIR_WAIT, Repair, RepairReport
+from replication.repair import Repair, RepairReport
 from replication.transport import PeerTransport
 from replication.vector import VersionVector
 
@@ -302,12 +302,12 @@ class Replicator(AsyncResource):
 
     # -- repair from peers (replication.repair) -------------------------------------------
 
-    async def repair(self, wait: float = REPAIR_WAIT) -> RepairReport:
+    async def repair(self) -> RepairReport:
         """Rebuild what a damaged data directory lost, from the peers (see
         :mod:`replication.repair`); the report says what came back."""
         if self._repair is None or not self._repair.running:
             self._repair = Repair(self.forum, self.membership, self._repair_pass)
-        return await self._repair.run(wait)
+        return await self._repair.run(self.config.repair_wait)
 
     def repair_report(self) -> RepairReport | None:
         """The last repair's report (while it runs: ``repairing``), or ``None``."""

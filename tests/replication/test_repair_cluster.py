@@ -149,3 +149,34 @@ async def test_own_entries_no_peer_had_are_reported_and_recorded_dead(
     assert len(final) < 201
     assert (await ca.status()).vector[b_origin] == highest
     assert "no peer had" in b.log_path.read_text()
+
+
+async def test_a_repair_settles_for_the_peers_that_answer_and_says_which_did_not(
+    forum_nodes: ForumNodes, clients: Clients
+) -> None:
+    """Three nodes; c is down when b repairs: after ``repair_wait`` b settles
+    for a, says c was not reached, records nothing dead (c may hold what a
+    lacks), and serves; c back, all three agree."""
+    a, b, c = mesh(forum_nodes, "abc", *SMALL, env={"FORUM_REPL_REPAIR_WAIT": "1"})
+    await forum_nodes.start_all()
+    ca, cb, cc = clients(a), clients(b), clients(c)
+    for first in range(0, 200, 20):
+        await cb.write_many([b"job-%03d-" % i + b"x" * 100 for i in range(first, first + 20)])
+    taken = [t.payload for _ in range(10) for t in await cb.take_many(Pattern(b"job-"), limit=10)]
+    before = await converged([ca, cb, cc])
+    await c.stop()
+    await stop_and_lose_a_segment(b)
+    b.args += ["--repair"]
+    await b.start()
+
+    report = (await cb.status()).repair
+    assert report is not None
+    assert report["peers_repaired_from"] == [a.url], report
+    assert list(report["peers_not_reached"]) == [c.url], report
+    assert report["recorded_dead"] == [], report
+    assert report["missing_own"] == [], report  # a had them all
+    assert await converged([ca, cb]) == before
+    await c.start()
+    assert await converged([ca, cb, cc]) == before
+    assert not {payload for _, payload in before} & set(taken)
+    assert "not reached" in b.log_path.read_text()
