@@ -166,7 +166,9 @@ def check(path: Path, expected: Expected, scan: SegmentScan, size: int) -> Probl
     """What is wrong with a segment file ``size`` bytes long, read as
     ``scan``, that should be as ``expected``; ``None`` if nothing."""
     entries = len(scan.records)
-    reason = scan.damage
+    # A file shorter than its header was emptied (or cut to nothing): say so,
+    # rather than how reading it failed.
+    reason = scan.damage if size >= segment.HEADER.size else None
     if reason is None and expected.sealed is not None:
         sealed = expected.sealed
         if not sealed.accepts(scan.good_end, entries):

@@ -84,6 +84,11 @@ def _cut_two_at_a_record_boundary(history: History) -> str:
     return "cut short"
 
 
+def _empty_a_sealed_segment(history: History) -> str:
+    os.truncate(_segments(history.cfg.storage)[2], 0)
+    return "emptied: 0 of its"
+
+
 def _empty_the_last_segment(history: History) -> str:
     os.truncate(_segments(history.cfg.storage)[-1], 0)
     return "emptied"
@@ -98,6 +103,7 @@ DAMAGE: list[Callable[[History], str]] = [
     _delete_a_sealed_segment,
     _delete_the_takes_segment,
     _cut_two_at_a_record_boundary,
+    _empty_a_sealed_segment,
     _empty_the_last_segment,
     _delete_the_last_segment,
 ]
