@@ -177,9 +177,8 @@ class Repair:
             # Every member known answered and none holds them: lost for good.
             await self._forum.apply_dead(strand.origin, lost)
         recorded = tuple(lost) if done and not unreached else ()
-        state = "alone" if not done and not unreached else "repaired"
-        if missing:
-            state = "incomplete"
+        alone = not done and not unreached
+        state = "alone" if alone else "incomplete" if missing else "repaired"
         self.report = RepairReport(
             state=state,
             damage=self.report.damage,

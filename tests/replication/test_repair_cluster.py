@@ -16,7 +16,7 @@ from node import Pattern
 from node.client import ForumClient
 from node.segment import segment_numbers, segment_path
 from tests.fixtures.nodes import ForumNodes, NodeProcess
-from tests.replication.conftest import Clients, converged, mesh
+from tests.replication.conftest import Clients, converged, live_set, mesh
 
 pytestmark = pytest.mark.slow
 
@@ -180,3 +180,22 @@ async def test_a_repair_settles_for_the_peers_that_answer_and_says_which_did_not
     assert await converged([ca, cb, cc]) == before
     assert not {payload for _, payload in before} & set(taken)
     assert "not reached" in b.log_path.read_text()
+
+
+async def test_a_node_alone_repairs_nothing_and_says_what_is_gone(
+    forum_nodes: ForumNodes, clients: Clients
+) -> None:
+    node = forum_nodes.make("solo", *SMALL)
+    await node.start()
+    client = clients(node)
+    for first in range(0, 200, 20):
+        await client.write_many([b"job-%03d-" % i + b"x" * 100 for i in range(first, first + 20)])
+    await stop_and_lose_a_segment(node)
+    node.args += ["--repair"]
+    await node.start()
+    report = (await client.status()).repair
+    assert report is not None
+    assert report["state"] == "alone", report
+    assert report["missing_own"] and report["recorded_dead"] == [], report
+    assert report["set_aside"] == [] or all("damaged" in p for p in report["set_aside"])
+    assert len(await live_set(client)) < 200
