@@ -197,5 +197,4 @@ async def test_a_node_alone_repairs_nothing_and_says_what_is_gone(
     assert report is not None
     assert report["state"] == "alone", report
     assert report["missing_own"] and report["recorded_dead"] == [], report
-    assert report["set_aside"] == [] or all("damaged" in p for p in report["set_aside"])
     assert len(await live_set(client)) < 200
