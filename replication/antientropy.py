@@ -29,14 +29,15 @@ Entries learned here are not pushed on: every node pulls from every peer,
 so forwarding them would only send them twice.
 
 Content, not only vectors (docs/replication.md "Divergence"): the first pull
-of a round carries A's digest of B's own origin above both floors
-(:mod:`replication.digest`). B is the authority for its own seqs: when the
-digest differs from its own, its page lists its per-block digests, and A
-rechecks the blocks that differ (the ``recheck`` pull above, for those seqs)
-and puts B's entry in place of each copy it holds that differs
-(``heal``, :meth:`node.forum.Forum.replace`). A digest that differed with no
-entry to blame (nothing differs once rechecked) is not sent again until it
-changes: a round costs one digest, never a recheck per round.
+of a round carries A's digest of B's own origin above both floors, in its
+``X-Forum-Digest`` header (:mod:`replication.digest`, :mod:`replication.messages`).
+B is the authority for its own seqs: when the digest differs from its own,
+its page lists its per-block digests, and A rechecks the blocks that differ
+(the ``recheck`` pull above, for those seqs) and puts B's entry in place of
+each copy it holds that differs (``heal``, :meth:`node.forum.Forum.replace`).
+A digest that differed with no entry to blame (nothing differs once
+rechecked) is not sent again until it changes: a round costs one digest,
+never a recheck per round.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from replication.messages import (
     PullRequest,
     SeqRange,
     decode_page,
+    digest_header,
     encode,
 )
 from replication.metrics import ReplicationMetrics
@@ -451,7 +453,10 @@ class Syncer:
         body = encode(request)
         self._metrics.sent_bytes(peer.url, "pull", len(body))
         # For anyone: how a seed's origin (or a wiped peer's new one) is learned.
-        answer = await self._transport.call(peer.url, "POST", PULL_PATH, body, to=ANYONE)
+        headers = digest_header(digest) if digest is not None else None
+        answer = await self._transport.call(
+            peer.url, "POST", PULL_PATH, body, to=ANYONE, headers=headers
+        )
         page = decode_page(answer)
         found = self._membership.contacted(peer.url, page.sender)
         if found is None:

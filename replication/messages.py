@@ -12,8 +12,8 @@ push_ack   ``{v: 1, kind: "push_ack", from, applied: int, vector}``
 pull       ``{v: 1, kind: "pull", from, vector, exclude: [origin, ...],``
            ``members: [[origin, url], ...], limit: int, max_bytes: int}``
            (POST .../pull): "here is what I hold; send what I lack"
-           v2 adds ``recheck: [origin, first, last] | nil``; v3 adds
-           ``digest: [lo, upto, count, xor] | nil``
+           v2 adds ``recheck: [origin, first, last] | nil``; the asker's
+           digest travels in the ``X-Forum-Digest`` header (see below)
 page       ``{v: 1, kind: "page", from, vector, entries, more: bool, members}``
            ``more`` says the page was cut short by ``limit``/``max_bytes``;
            v2 adds ``dead: {origin: [first, last, first, last, ...]}`` and
@@ -40,17 +40,25 @@ something the v1 peer lacks; it then refuses the v2 page ("unsupported page
 version 2") and stays behind, visibly, rather than keeping a tuple
 alive that the others took.
 
-Version 3 (divergence, docs/replication.md "Divergence"): a pull's
-``digest`` is the asker's digest of the *receiver's own* origin over seqs
-``lo + 1 .. upto`` (:mod:`replication.digest`); the receiver, the authority
-for its own entries, compares it with its own and, when they differ,
-answers with its per-block digests of that range in the page's ``digest``
-(``lo`` raised to its own floor if that is higher), so the asker can recheck
-the blocks that differ. A v3 message carries the v2 keys too.
+Divergence (docs/replication.md "Divergence"): a pull may carry the
+asker's digest of the *receiver's own* origin over seqs ``lo + 1 .. upto``
+(:mod:`replication.digest`) in the header ``X-Forum-Digest: lo,upto,count,xor``
+(decimal), outside the body and its signature, as the clock stamp: a node
+of the previous release ignores it and answers as before, so nodes are
+upgraded one by one. The receiver, the authority for its own entries,
+compares it with its own and, when they differ, answers with its per-block
+digests of that range in a version 3 page's ``digest`` (``lo`` raised to
+its own floor if that is higher), so the asker can recheck the blocks that
+differ. A v3 page carries the v2 keys too, and is sent only in answer to a
+pull with the header, so an old asker never gets one. (Unsigned: who can
+alter traffic can only strip it, which stops a comparison as dropping the
+request would, or make the receiver list its blocks; the healing itself
+rests on the signed pages of the recheck.)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -65,10 +73,15 @@ from replication.digest import BlockDigest, RangeDigest
 from replication.errors import BadMessage
 from replication.vector import MAX_ORIGINS, VersionVector
 
-#: The versions read (2 for pulls and pages only); a message is written in
-#: the lowest version that carries it.
+#: The versions read (2 for pulls, 3 for pages: ``_HIGHEST``); a message is
+#: written in the lowest version that carries it.
 VERSION = 3
 VERSIONS = (1, 2, 3)
+#: The highest version read, per kind (pages only are at 3).
+_HIGHEST = {"pull": 2, "page": 3}
+#: The header of a pull's digest (see the module docstring).
+DIGEST_HEADER = "X-Forum-Digest"
+_DIGEST_TEXT = re.compile(r"\d{1,19},\d{1,19},\d{1,19},\d{1,20}")
 #: The routes, under the node's /v1/cluster/ prefix (peers only: the cluster secret).
 ROUTE_PREFIX = "/v1/cluster/replication/"
 PUSH_PATH = "/v1/cluster/replication/push"
@@ -136,7 +149,8 @@ class PullRequest:
     max_bytes: int
     #: ``(origin, first, last)``: serve these seqs again, held or not (v2).
     recheck: tuple[str, int, int] | None = None
-    #: The asker's digest of the receiver's own origin (v3).
+    #: The asker's digest of the receiver's own origin (the ``X-Forum-Digest``
+    #: header, not the body: :func:`digest_header`, :func:`read_digest`).
     digest: RangeDigest | None = None
 
 
@@ -188,12 +202,8 @@ def encode(message: Message) -> bytes:
                 "limit": message.limit,
                 "max_bytes": message.max_bytes,
             }
-            if message.recheck is not None or message.digest is not None:
-                recheck = list(message.recheck) if message.recheck is not None else None
-                fields |= {"v": 2, "recheck": recheck}
-            if message.digest is not None:
-                d = message.digest
-                fields |= {"v": 3, "digest": [d.lo, d.upto, d.count, d.xor]}
+            if message.recheck is not None:
+                fields |= {"v": 2, "recheck": list(message.recheck)}
         case PullPage():
             fields |= {
                 "kind": "page",
@@ -244,7 +254,7 @@ _KEYS = {
 }
 #: What version 2 adds, per kind; and version 3.
 _KEYS_V2 = {"pull": {"recheck"}, "page": {"dead", "floors"}}
-_KEYS_V3 = {"pull": {"digest"}, "page": {"digest"}}
+_KEYS_V3 = {"page": {"digest"}}
 
 
 def decode_push(body: bytes) -> Push:
@@ -275,7 +285,6 @@ def decode_pull(body: bytes) -> PullRequest:
         _count(fields["limit"], "limit", MAX_LIMIT),
         _count(fields["max_bytes"], "max_bytes", 2**40),
         _recheck(fields.get("recheck")),
-        _range_digest(fields.get("digest")),
     )
 
 
@@ -309,7 +318,7 @@ def _fields(body: bytes, kind: str) -> dict[str, Any]:
     if not isinstance(fields, dict):
         raise BadMessage("a replication message is a msgpack map")
     version = fields.get("v")
-    versions = VERSIONS if kind in _KEYS_V2 else VERSIONS[:1]
+    versions = VERSIONS[: _HIGHEST.get(kind, 1)]
     if version not in versions:
         raise BadMessage(
             f"unsupported {kind} version {version!r} (this node reads {list(versions)})"
@@ -383,15 +392,23 @@ def _recheck(value: Any) -> tuple[str, int, int] | None:
     return origin, first, last
 
 
-def _range_digest(value: Any) -> RangeDigest | None:
-    if value is None:
+def digest_header(digest: RangeDigest) -> dict[str, str]:
+    """The header carrying a pull's digest."""
+    return {DIGEST_HEADER: f"{digest.lo},{digest.upto},{digest.count},{digest.xor}"}
+
+
+def read_digest(headers: Mapping[str, str]) -> RangeDigest | None:
+    """A pull's digest from its headers; ``None`` without one (an older node);
+    ``BadMessage`` if it is not ``lo,upto,count,xor`` with ``lo <= upto``."""
+    text = headers.get(DIGEST_HEADER)
+    if text is None:
         return None
-    if not isinstance(value, list) or len(value) != 4:
-        raise BadMessage("digest is [lo, upto, count, xor] or nil")
-    lo = _count(value[0], "digest lo", 2**63, minimum=0)
-    upto = _count(value[1], "digest upto", 2**63, minimum=lo)
-    count = _count(value[2], "digest count", 2**63, minimum=0)
-    return RangeDigest(lo, upto, count, _count(value[3], "digest xor", 2**64 - 1, minimum=0))
+    if not _DIGEST_TEXT.fullmatch(text):
+        raise BadMessage(f"{DIGEST_HEADER} must be lo,upto,count,xor in decimal, not {text[:80]!r}")
+    lo, upto, count, xor = (int(part) for part in text.split(","))
+    if not lo <= upto < 2**63 or count >= 2**63 or xor >= 2**64:
+        raise BadMessage(f"{DIGEST_HEADER}: out of range: {text}")
+    return RangeDigest(lo, upto, count, xor)
 
 
 def _page_digest(value: Any) -> PageDigest | None:

@@ -9,6 +9,7 @@ secret is in ``test_divergence_cluster.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -20,6 +21,8 @@ import pytest
 from node import EntryId, Pattern, Write
 from node.forum import Provenance
 from replication.digest import BLOCK, Digests, RangeDigest, entry_hash
+from replication.messages import PullRequest
+from replication.vector import VersionVector
 from tests.fixtures.nodes import eventually
 from tests.replication.peers import Node, Nodes
 from tests.replication.test_antientropy import FAST, converged, live, mesh
@@ -223,3 +226,21 @@ async def test_a_range_digest_is_the_xor_of_the_hashes_it_covers(memory: Nodes) 
         for value in kept:
             xor ^= value
         assert digests.range(a.me.origin, lo, upto) == RangeDigest(lo, upto, len(kept), xor)
+
+
+async def test_only_a_pull_with_a_digest_gets_a_page_with_blocks(memory: Nodes) -> None:
+    """A pull of the previous release (no ``X-Forum-Digest``) is answered
+    as before, whatever it holds; one whose digest differs gets the blocks."""
+    a, b = await mesh(memory, "ab")
+    await a.forum.write_many([b"job-%d" % i for i in range(300)])
+    await converged([a, b], "a's jobs on b")
+    vector = VersionVector.of(b.forum.strand)
+    old = PullRequest(b.me, vector, frozenset(), (), 10, 1000)
+    assert (await a.replicator.serve_pull(old)).digest is None
+    wrong = RangeDigest(0, 300, 300, 12345)
+    answer = await a.replicator.serve_pull(dataclasses.replace(old, digest=wrong))
+    assert answer.digest is not None
+    lo, upto, blocks = answer.digest
+    assert (lo, upto, [n for n, _, _ in blocks]) == (0, 300, [0, 1])
+    same = a.replicator._digests.range(a.me.origin, 0, 300)
+    assert (await a.replicator.serve_pull(dataclasses.replace(old, digest=same))).digest is None
