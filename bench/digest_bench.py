@@ -17,8 +17,11 @@ main     the tree in ``--main-tree DIR`` (e.g. ``git worktree add DIR
          <commit>``): its nodes run with ``PYTHONPATH=DIR``; vectors only
 
 The variants alternate within a round (the order reversed every other
-round), so both see the same machine. Medians over rounds. Prints a table;
-writes ``bench/results/digest_bench.json``.
+round), so both see the same machine. Medians over rounds. First, in this
+process, what one entry's hash costs (``replication.digest.entry_hash`` of a
+Write of 104 bytes, median of 5 runs of 20,000): every node pays it for each
+entry it comes to hold. Prints a table; writes
+``bench/results/digest_bench.json``.
 
 Target (issue 27): the digest does not make idle anti-entropy noticeably
 dearer (incremental digests, not a rehash of the log each round).
@@ -33,13 +36,16 @@ import os
 import platform
 import statistics
 import sys
+import timeit
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from scaling_bench import cpu_seconds  # a sibling script: bench/ is on sys.path when run
 
 from deploy.cluster import Cluster, ClusterConfig
+from node import EntryId, Write
 from node.client import ForumClient
+from replication.digest import entry_hash
 
 RESULTS = Path(__file__).parent / "results" / "digest_bench.json"
 _BATCH = 1_000
@@ -87,7 +93,16 @@ async def agreed(clients: list[ForumClient], deadline: float = 120.0) -> None:
         await asyncio.sleep(0.2)
 
 
+def hash_cost_us() -> float:
+    """Microseconds per ``entry_hash`` of a typical Write (median of 5 runs)."""
+    write = Write(EntryId("node-a-1f2e3d4c", 123_456), b"job/" + b"x" * 100)
+    runs = [timeit.timeit(lambda: entry_hash(write), number=20_000) for _ in range(5)]
+    return round(statistics.median(runs) / 20_000 * 1e6, 2)
+
+
 async def main(args: argparse.Namespace) -> dict[str, object]:
+    hash_us = hash_cost_us()
+    print(f"entry_hash: {hash_us} us per entry", file=sys.stderr)
     runs: list[Run] = []
     variants = ["digest", "main"]
     for round_ in range(args.rounds):
@@ -101,9 +116,12 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     summary = {
         str(backlog): {
             variant: statistics.median(
-                r.idle_node_cpu_ms_per_s
-                for r in runs
-                if r.backlog == backlog and r.variant == variant
+                [
+                    r.idle_node_cpu_ms_per_s
+                    for r in runs
+                    if r.backlog == backlog and r.variant == variant
+                ]
+                or [0.0]
             )
             for variant in variants
         }
@@ -115,6 +133,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "rounds": args.rounds,
         "idle_s": args.idle,
         "main_tree": str(args.main_tree),
+        "entry_hash_us": hash_us,
         "summary_idle_node_cpu_ms_per_s": summary,
         "runs": [asdict(r) for r in runs],
     }
