@@ -1345,6 +1345,8 @@ class Forum(AsyncResource):
                 and real.id not in self._taking
                 and self._remove_anywhere(real.id) is not None
             )
+            if was_live and isinstance(held, Write) and self._props:
+                self._props.forget(real.id)  # the held copy's ttl or due time goes with it
             if was_live or isinstance(real, Take):
                 self._arrive(real)
         return done

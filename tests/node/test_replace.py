@@ -5,9 +5,12 @@ a sealed segment, the current one, or among the survivors below the floor."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write
+from node.entries import Properties
+from tests.fixtures.nodes import eventually
 
 ALL = Pattern(b"")
 
@@ -75,3 +78,20 @@ async def test_replacing_a_taken_write_brings_nothing_back(tmp_path: Path) -> No
         assert await forum.replace([(held, real)]) == [real]
         assert await forum.read(ALL) is None
         assert await stored(forum.strand, real.id) == [real]
+
+
+async def test_a_live_write_replaced_keeps_none_of_the_held_copys_properties(
+    tmp_path: Path,
+) -> None:
+    """A held copy with a short ttl, replaced by a plain Write: the tuple does
+    not expire with the copy's ttl (a control tuple with the same ttl does)."""
+    async with Forum(await Strand.open(config(tmp_path)), remote_delay=0) as forum:
+        expires = Properties(expires=int((time.time() + 0.3) * 1000))
+        held = Write(EntryId("peer-1", 1), b"job-forged", expires)
+        control = Write(EntryId("peer-1", 2), b"job-control", expires)
+        await forum.apply([held, control])
+        real = Write(EntryId("peer-1", 1), b"job-real")
+        assert await forum.replace([(held, real)]) == [real]
+        await eventually(lambda: forum.stats().expired >= 1, 5, "the control expired")
+        assert forum.stats().expired == 1
+        assert await forum.read(Pattern(b"job-")) == b"job-real"
