@@ -180,6 +180,9 @@ async def test_compaction_on_one_node_is_no_divergence(
     await converged([a, b], "a's jobs on b")
     assert len(await a.forum.take_many(JOBS, limit=290)) == 290
     await converged([a, b], "the takes on b")
+    await eventually(
+        lambda: a.replicator.horizon() == a.forum.strand.vector(), 5, "a hears b holds it all"
+    )
     report = await a.forum.compact(a.replicator.horizon(), seal=True)
     assert report.entries_dropped > 0
     await a.forum.write(b"job-after")
