@@ -62,7 +62,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         print(f"forum: node listening on {url} (data in {config.data_dir})", flush=True)
 
     try:
-        return await serve(config, extensions, on_listening=announce)
+        return await serve(config, extensions, on_listening=announce, repair=args.repair)
     except OSError as exc:
         raise UsageError(f"cannot listen on {config.listen}: {exc.strerror}") from None
     except DataDirLocked as exc:  # another node runs on it: a configuration mistake
@@ -214,6 +214,13 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
         metavar="PREFIX=N,...",
         help="the most live tuples each prefix may hold here; writes past it get 429 "
         "(default: none)",
+    )
+    add(
+        "--repair",
+        action="store_true",
+        default=False,
+        help="open a damaged data directory anyway (the damaged files are set aside) and "
+        "fetch what it lost from the peers before serving; see docs/operations.md",
     )
     add("--log-format", choices=("text", "json"), help="log lines as text or JSON")
     add("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING, ERROR")

@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -787,6 +788,28 @@ class Forum(AsyncResource):
         # Called by the Strand's writer in log order, whether or not the caller waits,
         # with the writes of one append or of a row of appends in one group
         # commit that share their Properties (Strand._answer_now).
+        live = writes
+        if self._pending_kills:  # empty unless a peer took one of ours before we wrote it
+            live = self._not_taken_yet(writes)
+        if live:
+            self._make_live(live)
+        if writes[0].props.pause:
+            self._notify(writes, LOCAL)
+            return
+        self._writes += len(writes)
+        self._notify(writes, LOCAL)
+
+    def _not_taken_yet(self, writes: builtins.list[Write]) -> builtins.list[Write]:
+        """``writes`` but those a Take here already killed: a peer took an id
+        of ours before we wrote it, which only a forgery of our next seq
+        taken there makes happen (docs/replication.md "Divergence"). Taken
+        is taken: it is dead here at birth too, as everywhere."""
+        taken = {w.id for w in writes} & self._pending_kills
+        self._pending_kills -= taken
+        return [w for w in writes if w.id not in taken]
+
+    def _make_live(self, writes: builtins.list[Write]) -> None:
+        """Local writes, durable and sharing their Properties: live, or waiting (due later)."""
         props = writes[0].props
         if props is PLAIN:
             for entry in writes:
@@ -818,11 +841,6 @@ class Forum(AsyncResource):
                 placed = self._place(Tuple(entry.id, entry.payload, props), now)
                 if placed is not None:
                     self._add_live(placed)
-            if writes[0].props.pause:
-                self._notify(writes, LOCAL)
-                return
-        self._writes += len(writes)
-        self._notify(writes, LOCAL)
 
     def _expiry_run_for(self, props: Properties) -> bool:
         """Whether local writes with ``props`` (not the open run's) expire and
@@ -1312,22 +1330,67 @@ class Forum(AsyncResource):
         self._applying.difference_update(entry.id for entry in new)
         if durable.cancelled() or durable.exception() is not None:
             return
-        now = None
         taken: builtins.list[Tuple] = []
         for entry in new:
-            if isinstance(entry, Write):
-                if entry.id in self._pending_kills:
-                    self._pending_kills.discard(entry.id)
-                elif entry.props is PLAIN:
-                    self._surface_later(Tuple(entry.id, entry.payload))
-                else:
-                    now = now or self._schedule.now_ms()
-                    placed = self._place(Tuple(entry.id, entry.payload, entry.props), now)
-                    if placed is not None:
-                        self._surface_later(placed)
-            elif (removed := self._apply_take(entry)) is not None:
+            removed = self._arrive(entry)
+            if removed is not None:
                 taken.append(removed)
         self._notify(new, provenance, taken)
+
+    def _arrive(self, entry: Entry) -> Tuple | None:
+        """A remote entry, durable here: a Write waits for its turn (or is
+        dead already: its Take came first), a Take is applied. Returns the
+        tuple a Take removed here, for the watchers."""
+        if isinstance(entry, Take):
+            return self._apply_take(entry)
+        if entry.id in self._pending_kills:
+            self._pending_kills.discard(entry.id)
+        elif entry.props is PLAIN:
+            self._surface_later(Tuple(entry.id, entry.payload))
+        else:
+            placed = self._place(
+                Tuple(entry.id, entry.payload, entry.props), self._schedule.now_ms()
+            )
+            if placed is not None:
+                self._surface_later(placed)
+        return None
+
+    async def replace(self, pairs: Sequence[tuple[Entry, Entry]]) -> builtins.list[Entry]:
+        """Put an origin's own entries in place of the copies held here that
+        differ: ``(held, real)`` pairs with one id each (replication finds
+        them, docs/replication.md "Divergence"). Returns the real entries put in.
+
+        Nothing taken comes back and no id is handed out twice: a held Write
+        live or waiting here is swapped for the real one (a real Write waits
+        for its turn, a real Take is applied); one taken, reserved or being
+        taken here stays so; what a held Take killed stays dead."""
+        self._check_open()
+        pairs = [(held, real) for held, real in pairs if real.id not in self._applying]
+        self._applying.update(real.id for _, real in pairs)
+        try:
+            done = await self.strand.replace([real for _, real in pairs])
+        finally:
+            self._applying.difference_update(real.id for _, real in pairs)
+        swapped = {entry.id for entry in done}
+        for held, real in pairs:
+            if real.id not in swapped:
+                continue
+            reservation = self._reservations.get(real.id)
+            if reservation is not None and isinstance(real, Write):
+                # Still reserved: a release, or a lease run out, puts back the real bytes.
+                arrival, handed, expiry = reservation
+                kept = dataclasses.replace(handed, payload=real.payload, props=real.props)
+                self._reservations[real.id] = (arrival, kept, expiry)
+            was_live = isinstance(held, Take) or (
+                real.id not in self._reservations
+                and real.id not in self._taking
+                and self._remove_anywhere(real.id) is not None
+            )
+            if was_live and isinstance(held, Write) and self._props:
+                self._props.forget(real.id)  # the held copy's ttl or due time goes with it
+            if was_live or isinstance(real, Take):
+                self._arrive(real)
+        return done
 
     def set_ranking(self, ranking: Ranking | None) -> None:
         """Rank remote tuples with ``ranking`` from now on (``None``: the

@@ -2,8 +2,15 @@
 
 Start-up::
 
-    open the Strand (replays the log) -> build the app -> listen -> "listening on ..."
+    open the Strand (replays the log) -> build the app -> start the extensions
+    -> listen -> "listening on ..."
     (and a warning when the node is reachable beyond loopback with no --token)
+
+With ``repair`` (``forum serve --repair``) a damaged data directory opens
+anyway (the Strand sets the damaged files aside, :mod:`node.damage`), and
+replication repairs it from the peers while the extensions start, so the
+node listens only once it holds what its peers could give back
+(:mod:`replication.repair`). SIGTERM during that start-up stops the node.
 
 Shutdown, on SIGTERM or SIGINT::
 
@@ -22,7 +29,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TextIO
 
 from aiohttp import web
@@ -63,12 +70,13 @@ def configure_logging(config: NodeConfig, stream: TextIO = sys.stderr) -> None:
     root.setLevel(config.log_level.upper())
 
 
-def strand_config(config: NodeConfig) -> StrandConfig:
+def strand_config(config: NodeConfig, repair: bool = False) -> StrandConfig:
     strand = (
         StrandConfig()
         .with_storage(config.data_dir)
         .with_fsync(config.fsync, config.fsync_interval)
         .with_segment_bytes(config.segment_bytes)
+        .with_repair(repair)
     )
     return strand if config.node_id is None else strand.with_node_name(config.node_id)
 
@@ -79,10 +87,12 @@ async def serve(
     *,
     stop: asyncio.Event | None = None,
     on_listening: Callable[[str], None] | None = None,
+    repair: bool = False,
 ) -> int:
     """Run a node until ``stop`` is set or SIGTERM/SIGINT arrives; returns the exit code.
 
     ``on_listening`` is called with the URL once the node accepts connections.
+    ``repair``: open a damaged data directory and repair it (module docstring).
     """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -90,14 +100,16 @@ async def serve(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _stop_on_signal, stop, signum)
             stack.callback(loop.remove_signal_handler, signum)
-        strand = await stack.enter_async_context(await Strand.open(strand_config(config)))
+        strand = await stack.enter_async_context(await Strand.open(strand_config(config, repair)))
         forum = await stack.enter_async_context(
             Forum(strand, config.remote_delay, config.remote_hold, limits=config.prefix_limits)
         )
         app = build_app(forum, config, extensions)
         # Timeouts, the connection cap and JSON parser errors: node.web_server.
         runner = NodeRunner(app, config)
-        await runner.setup()
+        if not await _until_stopped(runner.setup(), stop):
+            log.info("stopped while starting")
+            return 0
         stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(runner, config.host or None, config.port, reuse_address=True)
         await site.start()
@@ -146,6 +158,24 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:  # a wildcard ("") or a host name: it may be reachable from anywhere
         return False
+
+
+async def _until_stopped(start: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Run ``start`` unless ``stop`` is set first (a repair waiting for peers
+    must not outlast a SIGTERM); ``False`` if it was stopped."""
+    starting = asyncio.ensure_future(start)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if starting.done():
+        await starting
+        return True
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    return False
 
 
 def _stop_on_signal(stop: asyncio.Event, signum: int) -> None:

@@ -365,6 +365,11 @@ class _OriginLog:
         else:
             self.positions[seq - self.base - 1] = position
 
+    def forget(self, seq: int) -> None:
+        """A dropped seq is to be stored again (``Strand.replace``): absent, not dead."""
+        if seq > self.base:
+            self.positions[seq - self.base - 1] = _ABSENT
+
     def drop(self, seq: int) -> None:
         """A stored entry was dropped by compaction: dead from now on."""
         if seq <= self.base:
@@ -1132,6 +1137,37 @@ class Strand(AsyncResource):
             self._segments -= 1
         return result
 
+    async def replace(self, entries: Sequence[Entry]) -> list[Entry]:
+        """Store each of ``entries`` in place of the stored entry with its id
+        (an origin's own entry replacing a copy that differs: a forgery, or a
+        buggy peer's); returns those replaced (ids not stored are left out).
+
+        The old record is dropped from its segment (the current one is
+        sealed first if it holds one), then the new one appended: replay
+        keeps the first copy of an id, so the old one goes first. A crash in
+        between leaves the id absent: above the floor a gap, which
+        anti-entropy fills from the origin again."""
+        async with self._compacting:
+            held = {e.id: e for e in entries if self.position(e.id) is not None}
+            if not held:
+                return []
+            where = {entry_id: self.position(entry_id) or 0 for entry_id in held}
+            if any(position >> _OFFSET_BITS == self._segment for position in where.values()):
+                await self._seal()
+            by_segment: dict[int, set[compaction.Key]] = {}
+            for entry_id, position in where.items():
+                keys = by_segment.setdefault(position >> _OFFSET_BITS, set())
+                keys.add((entry_id.origin, entry_id.seq))
+            try:
+                for number, keys in sorted(by_segment.items()):
+                    await self._rewrite(number, keys)
+            except OSError as exc:
+                raise StrandError(f"cannot replace entries: {exc}") from exc
+            for entry_id in held:
+                self._logs[entry_id.origin].forget(entry_id.seq)
+            await self.append_remote(list(held.values()))
+        return list(held.values())
+
     def _rewrite_segment(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
         """Rewrite one sealed segment (blocking), the MANIFEST told first
         that the new file is whole too, and then that it is the one."""
@@ -1713,7 +1749,8 @@ class Strand(AsyncResource):
         origin_log = self._logs.get(origin)
         if origin_log is None:
             origin_log = self._logs[origin] = _OriginLog()
-        origin_log.add(seq, position)
+        # replay(), not add(): an entry put back below the floor (replace) is a survivor.
+        origin_log.replay(seq, position)
         self._entries += 1
         self._note_active(origin, seq, seq, 1)
 

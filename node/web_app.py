@@ -57,6 +57,7 @@ from node.web_keys import (
     PAGES_ROOT,
     PEERS,
     READINESS,
+    REPAIR,
     SELF_AUTHENTICATED,
     SPACE,
     STARTED,
@@ -145,6 +146,7 @@ def build_app(
     app[COMPACTOR] = compactor
     app[PEERS] = _no_peers
     app[READINESS] = Readiness
+    app[REPAIR] = _no_repair
     app[SELF_AUTHENTICATED] = frozenset()
     app[OPEN_ROUTES] = frozenset()
     app[LOGIN_PAGE] = ""
@@ -202,6 +204,10 @@ async def _end_watches(app: web.Application) -> None:
 
 def _no_peers() -> list[PeerStatus]:
     return []
+
+
+def _no_repair() -> None:
+    return None
 
 
 async def _listening(app: web.Application) -> AsyncIterator[None]:

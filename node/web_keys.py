@@ -11,7 +11,7 @@ metrics in the app's own registry, and fill the ``peers`` section of status::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -32,6 +32,8 @@ PeersProvider = Callable[[], Sequence[PeerStatus]]
 #: What replication says of this node taking writes (its clock against its
 #: peers'), for ``/readyz`` and ``/v1/status``.
 ReadinessProvider = Callable[[], Readiness]
+#: Returns what a repair from peers found and did, for ``/v1/status`` (``None``: none ran).
+RepairProvider = Callable[[], Mapping[str, Any] | None]
 #: Adds routes, startup/cleanup handlers or metrics to the node's app before it starts.
 Extension = Callable[[web.Application], None]
 
@@ -43,6 +45,8 @@ LIMITS = web.AppKey("limits", Limits)
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 PEERS = web.AppKey[PeersProvider]("peers")
 READINESS = web.AppKey[ReadinessProvider]("readiness")
+#: Filled by replication when ``forum serve --repair`` repairs the node (replication.repair).
+REPAIR = web.AppKey[RepairProvider]("repair")
 LONG_POLLS = web.AppKey("long_polls", LongPolls)
 #: The operations both the HTTP handlers and the stream call (node.web_ops).
 SPACE = web.AppKey("space", Space)

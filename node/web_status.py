@@ -150,6 +150,9 @@ class NodeStatus:
     #: and what degrades it without stopping it (:class:`Readiness`).
     not_ready: str | None = None
     degraded: tuple[str, ...] = ()
+    #: What ``forum serve --repair`` found and fetched back from peers
+    #: (replication.repair's report); ``None`` when no repair ran.
+    repair: dict[str, Any] | None = None
 
     @classmethod
     def of(
@@ -166,6 +169,7 @@ class NodeStatus:
         horizon: dict[str, int] | None = None,
         streams: StreamFigures = StreamFigures(),
         readiness: Readiness = Readiness(),
+        repair: Mapping[str, Any] | None = None,
     ) -> NodeStatus:
         """The status of a node whose Forum reports ``stats``: every figure of
         ``stats`` is taken as it is; the rest is the node's."""
@@ -180,6 +184,7 @@ class NodeStatus:
             fsync=fsync,
             peers=peers,
             horizon=horizon or {},
+            repair=None if repair is None else dict(repair),
             **{f"streams_{f.name}": getattr(streams, f.name) for f in fields(StreamFigures)},
             not_ready=readiness.not_ready,
             degraded=readiness.degraded,

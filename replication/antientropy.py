@@ -27,6 +27,17 @@ pulls from A after ``settle_delay`` (pushes in flight have landed by then).
 
 Entries learned here are not pushed on: every node pulls from every peer,
 so forwarding them would only send them twice.
+
+Content, not only vectors (docs/replication.md "Divergence"): the first pull
+of a round carries A's digest of B's own origin above both floors, in its
+``X-Forum-Digest`` header (:mod:`replication.digest`, :mod:`replication.messages`).
+B is the authority for its own seqs: when the digest differs from its own,
+its page lists its per-block digests, and A rechecks the blocks that differ
+(the ``recheck`` pull above, for those seqs) and puts B's entry in place of
+each copy it holds that differs (``heal``, :meth:`node.forum.Forum.replace`).
+A digest that differed with no entry to blame (nothing differs once
+rechecked) is not sent again until it changes: a round costs one digest,
+never a recheck per round.
 """
 
 from __future__ import annotations
@@ -43,15 +54,19 @@ from node.entries import Entry
 from node.strand import Strand
 from replication.auth import ANYONE
 from replication.config import ReplicationConfig
+from replication.digest import BLOCK, Digests, RangeDigest
 from replication.errors import BadMessage, BadSignature, PeerError
 from replication.membership import Membership, Peer
 from replication.messages import (
+    MAX_BLOCKS,
     PULL_PATH,
     Member,
+    PageDigest,
     PullPage,
     PullRequest,
     SeqRange,
     decode_page,
+    digest_header,
     encode,
 )
 from replication.metrics import ReplicationMetrics
@@ -68,6 +83,11 @@ _READ_CHUNK = 512
 #: apply its dead ranges; returns the new entries. ``BadMessage`` (nothing
 #: applied) for a page no honest peer sends.
 Apply = Callable[[PullPage], Awaitable[list[Entry]]]
+#: ``heal(url, pairs)``: ``(held, real)`` pairs, the copies held here that
+#: differ from their origin's (the peer at ``url``): put the real ones in.
+Heal = Callable[[str, list[tuple[Entry, Entry]]], Awaitable[None]]
+#: Blocks that differ rechecked per round at most (the rest in the next rounds).
+_RECHECK_BLOCKS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +226,8 @@ class Syncer:
         fetching: Fetching,
         metrics: ReplicationMetrics,
         config: ReplicationConfig,
+        digests: Digests | None = None,
+        heal: Heal | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self._peer = peer
@@ -222,6 +244,12 @@ class Syncer:
         self._kicked = asyncio.Event()
         self._kick_delay = 0.0
         self._kick_checks = False
+        self._digests = digests
+        self._heal = heal
+        #: The peer's floor of its own origin, as its last digest answer said.
+        self._their_floor = 0
+        #: A digest that differed from the peer's with no entry to blame.
+        self._unexplained: RangeDigest | None = None
 
     def kick(self, delay: float = 0.0, unless_caught_up: bool = False) -> None:
         """Run a round after ``delay`` seconds (or sooner if already asked).
@@ -286,12 +314,16 @@ class Syncer:
         self._fetching.claim(
             peer.url, {o for o in peer.vector.origins if _ahead(peer.vector, mine, o)}
         )
+        digest = self._digest()
         try:
             while True:
-                pulled = await self._pull(mine, None)
+                pulled = await self._pull(mine, None, digest)
                 if pulled is None:
                     return
                 page, answer_bytes = pulled
+                if page.digest is not None and digest is not None:
+                    await self._compare(digest, page.digest)
+                digest = None
                 if page.dead and not rechecked:
                     await self.recheck(held_before, page.floors)
                     rechecked = True
@@ -331,8 +363,79 @@ class Syncer:
                     break
                 first = covered + 1
 
+    def _digest(self) -> RangeDigest | None:
+        """Our digest of the peer's own origin above both floors, if there is
+        one to compare (and it is not the one that differed unexplained)."""
+        origin, digests = self._peer.origin, self._digests
+        if origin is None or digests is None or not digests.ready or self._heal is None:
+            return None
+        lo = max(digests.floor(origin), self._their_floor)
+        upto = self._strand.vector().get(origin, 0)
+        if upto <= lo:
+            return None
+        digest = digests.range(origin, lo, upto)
+        return None if digest == self._unexplained else digest
+
+    async def _compare(self, sent: RangeDigest, theirs: PageDigest) -> None:
+        """The peer's blocks of its own origin differ from our ``sent`` digest:
+        recheck the blocks that differ and put its entries in place of ours
+        that differ."""
+        origin, digests, heal = self._peer.origin, self._digests, self._heal
+        if origin is None or digests is None or heal is None:
+            return
+        lo, upto, blocks = theirs
+        self._their_floor = lo
+        if lo != sent.lo:
+            return  # its floor is higher: the next round compares above it
+        if len(blocks) == MAX_BLOCKS:  # a long range: the rest in later rounds
+            upto = min(upto, (blocks[-1][0] + 1) * BLOCK)
+        mine = {number: (count, xor) for number, count, xor in digests.blocks(origin, lo, upto)}
+        listed = {number: (count, xor) for number, count, xor in blocks}
+        differ = sorted(n for n in mine.keys() | listed.keys() if mine.get(n) != listed.get(n))
+        pairs: list[tuple[Entry, Entry]] = []
+        for number in differ[:_RECHECK_BLOCKS]:
+            first, last = max(lo, number * BLOCK) + 1, min(upto, (number + 1) * BLOCK)
+            pairs += await self._differing(origin, first, last)
+        if pairs:
+            await heal(self._peer.url, pairs)
+        elif len(differ) <= _RECHECK_BLOCKS and upto == sent.upto:
+            # Compared over the very seqs we sent, and no entry differs:
+            # not again until ours change (the origin's never do up there).
+            self._unexplained = sent
+
+    async def _differing(self, origin: str, first: int, last: int) -> list[tuple[Entry, Entry]]:
+        """Pull the peer's entries of its own ``first..last`` again; the
+        ``(ours, theirs)`` pairs that differ. Our copies are hashed again on
+        the way (a hash we missed would make the block differ for ever)."""
+        digests = self._digests
+        theirs: dict[int, Entry] = {}
+        seq = first
+        while seq <= last:
+            pulled = await self._pull(VersionVector.of(self._strand), (origin, seq, last))
+            if pulled is None:
+                return []
+            page, answer_bytes = pulled
+            await self._take(page, answer_bytes)
+            got = [e.id.seq for e in page.entries if e.id.origin == origin]
+            theirs.update((e.id.seq, e) for e in page.entries if e.id.origin == origin)
+            covered = max((*got, *(end for _, end in page.dead.get(origin, ()))), default=seq - 1)
+            if not page.more or covered < seq:
+                break
+            seq = covered + 1
+        ours = (await self._strand.read_page(origin, first - 1, last - first + 1)).entries
+        if digests is not None:
+            digests.add(ours)
+        return [
+            (entry, real)
+            for entry in ours
+            if (real := theirs.get(entry.id.seq)) is not None and real != entry
+        ]
+
     async def _pull(
-        self, mine: VersionVector, recheck: tuple[str, int, int] | None
+        self,
+        mine: VersionVector,
+        recheck: tuple[str, int, int] | None,
+        digest: RangeDigest | None = None,
     ) -> tuple[PullPage, int] | None:
         """One pull: the page and its size, or ``None`` if the URL turned out
         not to be this peer."""
@@ -345,11 +448,15 @@ class Syncer:
             self._config.page_entries,
             self._config.page_bytes,
             recheck,
+            digest,
         )
         body = encode(request)
         self._metrics.sent_bytes(peer.url, "pull", len(body))
         # For anyone: how a seed's origin (or a wiped peer's new one) is learned.
-        answer = await self._transport.call(peer.url, "POST", PULL_PATH, body, to=ANYONE)
+        headers = digest_header(digest) if digest is not None else None
+        answer = await self._transport.call(
+            peer.url, "POST", PULL_PATH, body, to=ANYONE, headers=headers
+        )
         page = decode_page(answer)
         found = self._membership.contacted(peer.url, page.sender)
         if found is None:

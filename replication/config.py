@@ -89,6 +89,9 @@ class ReplicationConfig:
     #: the members alive, the writer first (:mod:`replication.ranking`);
     #: ``slots``, 1 to 4 by a hash, as a node alone does (kept to compare).
     ranking: Literal["members", "slots"] = "members"
+    #: ``forum serve --repair``: seconds a repair waits for every peer before
+    #: it settles for those that answered (at least one) (:mod:`replication.repair`).
+    repair_wait: PositiveSeconds = 30.0
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -36,6 +36,7 @@ from node.web_keys import (
     METRICS_REGISTRY,
     PEERS,
     READINESS,
+    REPAIR,
     SELF_AUTHENTICATED,
 )
 from replication.auth import ClusterAuth
@@ -95,8 +96,14 @@ async def _replicating(config: ReplicationConfig, app: web.Application) -> Async
         app[PEERS] = lambda: clocks.annotate(replicator.status())
         # A node whose clock its peers refuse takes writes that reach no one.
         app[READINESS] = clocks.readiness
-        app[COMPACTOR].set_horizon(replicator.horizon)
         metrics.watch_peers(replicator.status)
+        app[REPAIR] = replicator.repair_document
+        if forum.strand.damage is not None:
+            # Before the node listens: clients never see the damaged live set.
+            await replicator.repair()
+        elif forum.strand.config.repair:
+            log.info("repair: the data directory is whole; nothing to repair")
+        app[COMPACTOR].set_horizon(replicator.horizon)
         log.info(
             "replication: advertising %s, %d seed peer(s), requests signed with %s",
             me.url or "nothing (port 0 and no --advertise: peers cannot learn this node)",

@@ -12,11 +12,13 @@ push_ack   ``{v: 1, kind: "push_ack", from, applied: int, vector}``
 pull       ``{v: 1, kind: "pull", from, vector, exclude: [origin, ...],``
            ``members: [[origin, url], ...], limit: int, max_bytes: int}``
            (POST .../pull): "here is what I hold; send what I lack"
-           v2 adds ``recheck: [origin, first, last] | nil``
+           v2 adds ``recheck: [origin, first, last] | nil``; the asker's
+           digest travels in the ``X-Forum-Digest`` header (see below)
 page       ``{v: 1, kind: "page", from, vector, entries, more: bool, members}``
            ``more`` says the page was cut short by ``limit``/``max_bytes``;
            v2 adds ``dead: {origin: [first, last, first, last, ...]}`` and
-           ``floors: {origin: seq}``
+           ``floors: {origin: seq}``; v3 adds ``digest: [lo, upto, block,
+           count, xor, ...] | nil``
 members    ``{v: 1, kind: "members", from, members}``  (GET .../members)
 ========== ================================================================
 
@@ -37,10 +39,26 @@ read, so a v1 peer keeps working with a v2 one until compaction drops
 something the v1 peer lacks; it then refuses the v2 page ("unsupported page
 version 2") and stays behind, visibly, rather than keeping a tuple
 alive that the others took.
+
+Divergence (docs/replication.md "Divergence"): a pull may carry the
+asker's digest of the *receiver's own* origin over seqs ``lo + 1 .. upto``
+(:mod:`replication.digest`) in the header ``X-Forum-Digest: lo,upto,count,xor``
+(decimal), outside the body and its signature, as the clock stamp: a node
+of the previous release ignores it and answers as before, so nodes are
+upgraded one by one. The receiver, the authority for its own entries,
+compares it with its own and, when they differ, answers with its per-block
+digests of that range in a version 3 page's ``digest`` (``lo`` raised to
+its own floor if that is higher), so the asker can recheck the blocks that
+differ. A v3 page carries the v2 keys too, and is sent only in answer to a
+pull with the header, so an old asker never gets one. (Unsigned: who can
+alter traffic can only strip it, which stops a comparison as dropping the
+request would, or make the receiver list its blocks; the healing itself
+rests on the signed pages of the recheck.)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -51,13 +69,19 @@ import msgpack
 from node.codec import encode_entry, entry_from_fields
 from node.entries import Entry, check_origin
 from node.errors import SerializationError
+from replication.digest import BlockDigest, RangeDigest
 from replication.errors import BadMessage
 from replication.vector import MAX_ORIGINS, VersionVector
 
-#: The versions read (2 for pulls and pages only); a message is written in
-#: the lowest version that carries it.
-VERSION = 2
-VERSIONS = (1, 2)
+#: The versions read (2 for pulls, 3 for pages: ``_HIGHEST``); a message is
+#: written in the lowest version that carries it.
+VERSION = 3
+VERSIONS = (1, 2, 3)
+#: The highest version read, per kind (pages only are at 3).
+_HIGHEST = {"pull": 2, "page": 3}
+#: The header of a pull's digest (see the module docstring).
+DIGEST_HEADER = "X-Forum-Digest"
+_DIGEST_TEXT = re.compile(r"\d{1,19},\d{1,19},\d{1,19},\d{1,20}")
 #: The routes, under the node's /v1/cluster/ prefix (peers only: the cluster secret).
 ROUTE_PREFIX = "/v1/cluster/replication/"
 PUSH_PATH = "/v1/cluster/replication/push"
@@ -70,6 +94,10 @@ MAX_URL = 2_048
 MAX_LIMIT = 100_000
 #: Seq ranges ``(first, last)``, inclusive.
 SeqRange = tuple[int, int]
+#: The most blocks a page's digest lists (256 Ki seqs at 256 a block).
+MAX_BLOCKS = 1_024
+#: A page's digest: ``(lo, upto, blocks)``, see :class:`PullPage`.
+PageDigest = tuple[int, int, tuple[BlockDigest, ...]]
 
 T = TypeVar("T")
 
@@ -121,6 +149,9 @@ class PullRequest:
     max_bytes: int
     #: ``(origin, first, last)``: serve these seqs again, held or not (v2).
     recheck: tuple[str, int, int] | None = None
+    #: The asker's digest of the receiver's own origin (the ``X-Forum-Digest``
+    #: header, not the body: :func:`digest_header`, :func:`read_digest`).
+    digest: RangeDigest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +165,9 @@ class PullPage:
     dead: Mapping[str, tuple[SeqRange, ...]] = field(default_factory=dict)
     #: The sender's compaction floors (v2; sent with ``dead``).
     floors: Mapping[str, int] = field(default_factory=dict)
+    #: The sender's blocks of its own origin over ``(lo, upto]``, when the
+    #: pull's digest differed from its own (v3).
+    digest: PageDigest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,12 +211,16 @@ def encode(message: Message) -> bytes:
                 "more": message.more,
                 "members": _members_wire(message.members),
             }
-            if message.dead or message.floors:
+            if message.dead or message.floors or message.digest is not None:
                 fields |= {
                     "v": 2,
                     "dead": {o: [s for r in rs for s in r] for o, rs in message.dead.items()},
                     "floors": dict(message.floors),
                 }
+            if message.digest is not None:
+                lo, upto, blocks = message.digest
+                flat = [value for block in blocks for value in block]
+                fields |= {"v": 3, "digest": [lo, upto, *flat]}
             entries = message.entries
         case MemberList():
             fields |= {"kind": "members", "members": _members_wire(message.members)}
@@ -214,8 +252,9 @@ _KEYS = {
     "page": {"vector", "entries", "more", "members"},
     "members": {"members"},
 }
-#: What version 2 adds, per kind.
+#: What version 2 adds, per kind; and version 3.
 _KEYS_V2 = {"pull": {"recheck"}, "page": {"dead", "floors"}}
+_KEYS_V3 = {"page": {"digest"}}
 
 
 def decode_push(body: bytes) -> Push:
@@ -262,6 +301,7 @@ def decode_page(body: bytes) -> PullPage:
         _members(fields["members"]),
         _dead(fields.get("dead", {})),
         _floors(fields.get("floors", {})),
+        _page_digest(fields.get("digest")),
     )
 
 
@@ -278,7 +318,7 @@ def _fields(body: bytes, kind: str) -> dict[str, Any]:
     if not isinstance(fields, dict):
         raise BadMessage("a replication message is a msgpack map")
     version = fields.get("v")
-    versions = VERSIONS if kind in _KEYS_V2 else VERSIONS[:1]
+    versions = VERSIONS[: _HIGHEST.get(kind, 1)]
     if version not in versions:
         raise BadMessage(
             f"unsupported {kind} version {version!r} (this node reads {list(versions)})"
@@ -286,8 +326,10 @@ def _fields(body: bytes, kind: str) -> dict[str, Any]:
     if fields.get("kind") != kind:
         raise BadMessage(f"expected a {kind!r} message, got {fields.get('kind')!r}")
     expected = _KEYS[kind] | {"v", "kind", "from"}
-    if version == 2:
+    if version in (2, 3):
         expected |= _KEYS_V2.get(kind, set())
+    if version == 3:
+        expected |= _KEYS_V3.get(kind, set())
     if fields.keys() != expected:
         extra = sorted(map(str, fields.keys() - expected))
         missing = sorted(expected - fields.keys())
@@ -348,6 +390,46 @@ def _recheck(value: Any) -> tuple[str, int, int] | None:
     first = _count(value[1], "recheck first", 2**63)
     last = _count(value[2], "recheck last", 2**63, minimum=first)
     return origin, first, last
+
+
+def digest_header(digest: RangeDigest) -> dict[str, str]:
+    """The header carrying a pull's digest."""
+    return {DIGEST_HEADER: f"{digest.lo},{digest.upto},{digest.count},{digest.xor}"}
+
+
+def read_digest(headers: Mapping[str, str]) -> RangeDigest | None:
+    """A pull's digest from its headers; ``None`` without one (an older node);
+    ``BadMessage`` if it is not ``lo,upto,count,xor`` with ``lo <= upto``."""
+    text = headers.get(DIGEST_HEADER)
+    if text is None:
+        return None
+    if not _DIGEST_TEXT.fullmatch(text):
+        raise BadMessage(f"{DIGEST_HEADER} must be lo,upto,count,xor in decimal, not {text[:80]!r}")
+    lo, upto, count, xor = (int(part) for part in text.split(","))
+    if not lo <= upto < 2**63 or count >= 2**63 or xor >= 2**64:
+        raise BadMessage(f"{DIGEST_HEADER}: out of range: {text}")
+    return RangeDigest(lo, upto, count, xor)
+
+
+def _page_digest(value: Any) -> PageDigest | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) < 2 or len(value) % 3 != 2:
+        raise BadMessage("digest is [lo, upto, block, count, xor, ...] or nil")
+    if (len(value) - 2) // 3 > MAX_BLOCKS:
+        raise BadMessage(f"digest holds more than {MAX_BLOCKS} blocks")
+    lo = _count(value[0], "digest lo", 2**63, minimum=0)
+    upto = _count(value[1], "digest upto", 2**63, minimum=lo)
+    blocks: list[BlockDigest] = []
+    for number, count, xor in zip(value[2::3], value[3::3], value[4::3], strict=True):
+        blocks.append(
+            (
+                _count(number, "digest block", 2**63, minimum=0),
+                _count(count, "digest count", 2**63),
+                _count(xor, "digest xor", 2**64 - 1, minimum=0),
+            )
+        )
+    return lo, upto, tuple(blocks)
 
 
 def _dead(value: Any) -> dict[str, tuple[SeqRange, ...]]:

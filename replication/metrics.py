@@ -12,6 +12,8 @@ Counters (``peer`` is the peer's URL; ``kind`` the message)::
     forum_replication_anti_entropy_rounds_total{peer,result}
     forum_replication_requests_refused_total{reason}      unauthorized, clock_skew, bad_message,
                                                           self
+    forum_replication_divergent_entries_total{peer}       entries held here that differed from
+                                                          their origin's (that peer), replaced
 
 Gauges, read from the peer table at each scrape::
 
@@ -70,6 +72,11 @@ class ReplicationMetrics:
             "anti_entropy_rounds", "Anti-entropy exchanges with a peer.", ("peer", "result")
         )
         self._refused = counter("requests_refused", "Replication requests refused.", ("reason",))
+        self._divergent = counter(
+            "divergent_entries",
+            "Entries held here that differed from their origin's copy, replaced by it.",
+            ("peer",),
+        )
         self._registry = registry
         self._collector: Collector | None = None
 
@@ -99,6 +106,9 @@ class ReplicationMetrics:
 
     def refused(self, reason: str) -> None:
         self._refused.labels(reason).inc()
+
+    def divergent(self, peer: str, entries: int) -> None:
+        self._divergent.labels(peer).inc(entries)
 
     def watch_peers(self, gauges: Callable[[], list[PeerStatus]]) -> None:
         """Expose the per-peer gauges that ``gauges()`` reads at each scrape."""

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 from node.config import FORGET_AFTER
 from node.entries import Entry
@@ -35,13 +35,16 @@ from node.web_status import PeerStatus
 from replication.antientropy import Fetching, Syncer, fill_page, fill_recheck
 from replication.clocks import ClockWatch
 from replication.config import ReplicationConfig
+from replication.digest import Digests
 from replication.errors import BadMessage
 from replication.horizon import horizon
 from replication.lag import floors, lag
 from replication.membership import Membership, Peer, PeerState
 from replication.messages import (
+    MAX_BLOCKS,
     Member,
     MemberList,
+    PageDigest,
     PullPage,
     PullRequest,
     Push,
@@ -51,6 +54,7 @@ from replication.messages import (
 from replication.metrics import ReplicationMetrics
 from replication.push import Outbox, Pusher
 from replication.ranking import MemberRanking
+from replication.repair import Repair, RepairReport
 from replication.transport import PeerTransport
 from replication.vector import VersionVector
 
@@ -102,6 +106,14 @@ class Replicator(AsyncResource):
         self._transport = transport
         self._metrics = metrics
         self._fetching = Fetching()
+        self._digests = Digests(forum.strand)
+        # A damaged Strand: the repair is under way from the first page on
+        # (the links' first rounds start before repair() is called).
+        self._repair = (
+            Repair(forum, self.membership, self._repair_pass)
+            if forum.strand.damage is not None
+            else None
+        )
         self._links: dict[str, _Link] = {}
         self._group: asyncio.TaskGroup | None = None
         self._task: asyncio.Task[None] | None = None
@@ -142,6 +154,7 @@ class Replicator(AsyncResource):
                 # The Forum notes when it came to hold what; the lag needs the
                 # marks of what some peer heard from lacks (replication.lag).
                 self.forum.need_arrivals(self._lag_floors)
+                group.create_task(self._digests.build(), name="digests")
                 started.set_result(None)
                 await asyncio.Event().wait()  # until cancelled by aclose()
         finally:
@@ -182,6 +195,8 @@ class Replicator(AsyncResource):
             fetching=self._fetching,
             metrics=self._metrics,
             config=config,
+            digests=self._digests,
+            heal=self._heal,
         )
         link = _Link(peer, outbox, pusher, syncer)
         self._links[peer.url] = link
@@ -232,6 +247,7 @@ class Replicator(AsyncResource):
 
     def _on_entries(self, entries: Sequence[Entry], provenance: Provenance) -> None:
         """Listener: queue new entries for the peers that lack them. Never blocks."""
+        self._digests.add(entries)
         held_by = provenance.held_by
         if held_by is None:
             return
@@ -262,19 +278,105 @@ class Replicator(AsyncResource):
     async def _apply_page(self, page: PullPage) -> list[Entry]:
         """A page pulled from a peer: checked whole, then its entries stored
         and its dead ranges applied (``Forum.apply_dead``)."""
+        repair = self._repair
+        if repair is not None and repair.running:
+            self._reserve_own(page.vector)
         self._check(page.entries, page.dead)
         new = await self.forum.apply(page.entries, _PULLED) if page.entries else []
         for origin, ranges in sorted(page.dead.items()):
             await self.forum.apply_dead(origin, ranges)
+        if repair is not None and repair.running:
+            for entry in new:
+                repair.count(entry.id.origin, 1)
         return new
+
+    def _reserve_own(self, theirs: VersionVector) -> None:
+        """A repairing node: a peer holds our own seqs up to here, so we
+        issued them (the directory lost the tail that said so); never issue
+        them again. Bounded by ``max_seq_gap``, as any seq a peer shows us."""
+        strand, origin = self.forum.strand, self.me.origin
+        runs = theirs.held(origin)
+        top = runs[-1][1] if runs else 0
+        if strand.own_seq_floor < top <= strand.own_seq_floor + self.config.max_seq_gap:
+            strand.reserve_own(top)
+
+    # -- repair from peers (replication.repair) -------------------------------------------
+
+    async def repair(self) -> RepairReport:
+        """Rebuild what a damaged data directory lost, from the peers (see
+        :mod:`replication.repair`); the report says what came back."""
+        if self._repair is None or not self._repair.running:
+            self._repair = Repair(self.forum, self.membership, self._repair_pass)
+        return await self._repair.run(self.config.repair_wait)
+
+    def repair_report(self) -> RepairReport | None:
+        """The last repair's report (while it runs: ``repairing``), or ``None``."""
+        return None if self._repair is None else self._repair.report
+
+    def repair_document(self) -> dict[str, Any] | None:
+        """:meth:`repair_report` as ``/v1/status`` shows it."""
+        report = self.repair_report()
+        return None if report is None else report.to_document()
+
+    async def _repair_pass(self, peer: Peer) -> None:
+        """A round with ``peer`` (what we lack, our own entries among them),
+        then a recheck of all we hold at or below what it holds (what it
+        dropped, a Take among it, dies here)."""
+        link = self._links.get(peer.url)
+        if link is None:
+            raise BadMessage(f"{peer.url} left the peer table")
+        await link.syncer.sync()
+        held = VersionVector.of(self.forum.strand)
+        await link.syncer.recheck(held, dict(peer.vector.contiguous))
+
+    async def _heal(self, url: str, pairs: list[tuple[Entry, Entry]]) -> None:
+        """Put the origin's own entries (from the peer at ``url``) in place of
+        the copies held here that differ, and say so once: healed, they
+        differ no more."""
+        done = await self.forum.replace(pairs)
+        self._digests.add(done)
+        if not done:
+            return
+        self._metrics.divergent(url, len(done))
+        ids = ", ".join(str(entry.id) for entry in done[:5])
+        more = f" and {len(done) - 5} more" if len(done) > 5 else ""
+        log.warning(
+            "divergence: %d entr%s held here differed from %s's own (%s%s); "
+            "replaced by its entries (a forged or corrupted copy came from a peer)",
+            len(done),
+            "y" if len(done) == 1 else "ies",
+            url,
+            ids,
+            more,
+        )
+
+    def _answer_digest(self, request: PullRequest) -> PageDigest | None:
+        """Our blocks of our own origin, if the asker's digest of it differs
+        from ours (over the same seqs, above both floors)."""
+        asked, digests = request.digest, self._digests
+        if asked is None or not digests.ready:
+            return None
+        origin = self.me.origin
+        lo = max(asked.lo, digests.floor(origin))
+        upto = min(asked.upto, self.forum.strand.vector().get(origin, 0))
+        upto = max(upto, lo)
+        if lo != asked.lo:
+            return lo, upto, ()  # our floor is higher: compare above it next round
+        mine = digests.range(origin, lo, upto)
+        if (upto, mine.count, mine.xor) == (asked.upto, asked.count, asked.xor):
+            return None
+        return lo, upto, tuple(digests.blocks(origin, lo, upto)[:MAX_BLOCKS])
 
     def _check(
         self, entries: Sequence[Entry], dead: Mapping[str, Sequence[SeqRange]] | None = None
     ) -> None:
         """Refuse what no honest peer sends. ``BadMessage`` before anything is applied.
 
-        Entries of our own origin that we never wrote, or dead ranges of it
-        past what we wrote, are forged. Past a gap, no seq may be more than
+        Entries of our own origin past the highest seq we ever issued, or
+        dead ranges of it past that, are forged. One at or below it that we
+        do not hold is ours, lost with a damaged directory (a healthy node
+        holds every seq it issued, or knows it dead): taken in, never blamed
+        on the peer that kept it (docs/replication.md "Repair"). Past a gap, no seq may be more than
         ``max_seq_gap`` past the highest held (each seq past a gap takes
         room). What follows on from the gap-free prefix (as the page covers
         it, entries and dead ranges) leaves no gap, so a dead range there may
@@ -282,14 +384,15 @@ class Replicator(AsyncResource):
         """
         strand = self.forum.strand
         highest, contiguous = strand.highest(), strand.vector()
+        issued = strand.own_seq_floor
         covered: dict[str, list[SeqRange]] = {}
         for entry in entries:
             origin = entry.id.origin
-            if origin == self.me.origin and entry.id not in strand:
+            if origin == self.me.origin and entry.id.seq > issued:
                 raise BadMessage(f"forged entry {entry.id}: this node never wrote it")
             covered.setdefault(origin, []).append((entry.id.seq, entry.id.seq))
         for origin, ranges in (dead or {}).items():
-            if origin == self.me.origin and ranges and ranges[-1][1] > highest.get(origin, 0):
+            if origin == self.me.origin and ranges and ranges[-1][1] > issued:
                 raise BadMessage(f"forged dead range of {origin}: past what this node wrote")
             covered.setdefault(origin, []).extend(ranges)
         for origin, runs in covered.items():
@@ -351,6 +454,7 @@ class Replicator(AsyncResource):
             self.membership.members(),
             dead={origin: tuple(ranges) for origin, ranges in filled.dead.items()},
             floors=strand.floors() if filled.dead else {},
+            digest=self._answer_digest(request),
         )
 
     def member_list(self) -> MemberList:

@@ -33,6 +33,7 @@ sockets), so both take the same checks and give the same answers.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from replication.messages import (
     decode_pull,
     decode_push,
     encode,
+    read_digest,
 )
 from replication.replicator import Replicator
 from replication.transport import MSGPACK
@@ -144,6 +146,9 @@ async def _pull(replication: Replication, request: Request) -> Answer:
     try:
         clock = read_stamp(request.headers)
         message = decode_pull(request.body)
+        digest = read_digest(request.headers)
+        if digest is not None:
+            message = dataclasses.replace(message, digest=digest)
     except BadMessage as exc:
         raise _refuse(replicator, 400, "bad_message", str(exc)) from None
     _not_self(replicator, message.sender)

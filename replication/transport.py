@@ -69,7 +69,14 @@ class PeerTransport(Protocol):
     """
 
     async def call(
-        self, peer: str, method: str, path: str, body: bytes = b"", *, to: str = ANYONE
+        self,
+        peer: str,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        *,
+        to: str = ANYONE,
+        headers: Mapping[str, str] | None = None,
     ) -> bytes: ...
 
 
@@ -92,24 +99,35 @@ class SignedTransport(AsyncResource):
         return None
 
     async def call(
-        self, peer: str, method: str, path: str, body: bytes = b"", *, to: str = ANYONE
+        self,
+        peer: str,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        *,
+        to: str = ANYONE,
+        headers: Mapping[str, str] | None = None,
     ) -> bytes:
         """Call ``peer`` (its base URL) at ``path``, for the node of origin ``to``,
-        retrying what is worth retrying."""
+        retrying what is worth retrying. ``headers``: more to send (outside
+        the signature, as the clock stamp: what a node of the previous
+        release ignores, e.g. the digest of a pull)."""
         attempt = 0
         while True:
             try:
-                return await self._attempt(peer, method, path, body, to)
+                return await self._attempt(peer, method, path, body, to=to, extra=headers or {})
             except PeerError as exc:
                 attempt += 1
                 if not exc.retriable or attempt >= self._attempts:
                     raise
             await asyncio.sleep(self._backoff.delay(attempt))
 
-    async def _attempt(self, peer: str, method: str, path: str, body: bytes, to: str) -> bytes:
+    async def _attempt(
+        self, peer: str, method: str, path: str, body: bytes, *, to: str, extra: Mapping[str, str]
+    ) -> bytes:
         signed = self._auth.sign_request(method, path, body, to)
         sent = time.time()
-        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK} | signed | stamp(sent)
+        headers = {"Content-Type": MSGPACK, "Accept": MSGPACK, **extra} | signed | stamp(sent)
         status, answer_headers, answer = await self._exchange(peer, method, path, headers, body)
         if len(answer) > self._max_answer:
             raise BadMessage(f"{peer}: answer over {self._max_answer} bytes")

@@ -124,7 +124,7 @@ class VersionVector:
         """How many entries ``other`` holds that this vector does not."""
         total = 0
         for origin in other.origins:
-            total += _size(_subtract(other.held(origin), self.held(origin)))
+            total += size(subtract(other.held(origin), self.held(origin)))
         return total
 
     def compare(self, other: VersionVector) -> Order:
@@ -143,7 +143,7 @@ class VersionVector:
         contiguous: dict[str, int] = {}
         above: dict[str, tuple[SeqRange, ...]] = {}
         for origin in self.origins | other.origins:
-            runs = _union(self.held(origin), other.held(origin))
+            runs = union(self.held(origin), other.held(origin))
             if runs and runs[0][0] == 1:
                 contiguous[origin] = runs.pop(0)[1]
             if runs:
@@ -214,7 +214,8 @@ def _runs(log: HeldLog, origin: str, start: int, highest: int, limit: int) -> tu
     return tuple(runs)
 
 
-def _union(a: list[SeqRange], b: list[SeqRange]) -> list[SeqRange]:
+def union(a: list[SeqRange], b: list[SeqRange]) -> list[SeqRange]:
+    """The seqs in ``a`` or ``b`` (each sorted), as sorted disjoint runs."""
     merged: list[SeqRange] = []
     for start, end in sorted(a + b):
         if merged and start <= merged[-1][1] + 1:
@@ -224,7 +225,7 @@ def _union(a: list[SeqRange], b: list[SeqRange]) -> list[SeqRange]:
     return merged
 
 
-def _subtract(a: list[SeqRange], b: list[SeqRange]) -> list[SeqRange]:
+def subtract(a: list[SeqRange], b: list[SeqRange]) -> list[SeqRange]:
     """The seqs in ``a`` not in ``b`` (both sorted and disjoint)."""
     result: list[SeqRange] = []
     for start, end in a:
@@ -244,5 +245,6 @@ def _subtract(a: list[SeqRange], b: list[SeqRange]) -> list[SeqRange]:
     return result
 
 
-def _size(runs: list[SeqRange]) -> int:
+def size(runs: list[SeqRange]) -> int:
+    """How many seqs ``runs`` hold."""
     return sum(end - start + 1 for start, end in runs)

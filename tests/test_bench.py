@@ -2,9 +2,9 @@
 environment, no timing asserted): bench/peers_bench.py (the raw Worker and
 the task layer, with their ratios to each other and to a peer's figure,
 and a profile of each run),
-bench/http_bench.py and bench/node_bench.py --scheduling each leave a
-complete report, and peers_bench kills a run that overruns its timeout, says
-so, and goes on."""
+bench/http_bench.py, bench/node_bench.py --scheduling and bench/digest_bench.py
+each leave a complete report, and peers_bench kills a run that overruns its
+timeout, says so, and goes on."""
 
 from __future__ import annotations
 
@@ -254,3 +254,21 @@ def test_watch_bench_reports_each_case(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert set(report["writes_per_s"]) == {"plain", "hub", "hub+10"}
     assert report["http_events_per_s"] > 0
+
+
+def test_digest_bench_leaves_a_complete_report(tmp_path: Path) -> None:
+    """bench/digest_bench.py end to end, tiny, with this very tree as the
+    tree to compare with (so both variants run)."""
+    out = tmp_path / "digest.json"
+    done = run("digest_bench.py", "--main-tree", str(BENCH.parent), "--rounds", "1",
+               "--idle", "1", "--backlogs", "0,100", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["entry_hash_us"] > 0
+    assert set(report["summary_idle_node_cpu_ms_per_s"]) == {"0", "100"}
+    assert {(r["variant"], r["backlog"]) for r in report["runs"]} == {
+        ("digest", 0),
+        ("main", 0),
+        ("digest", 100),
+        ("main", 100),
+    }

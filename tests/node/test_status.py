@@ -52,7 +52,7 @@ JSON_NOW = JSON_BEFORE.removesuffix("}]}") + (
     '"entries_dropped": 0, "vector": {}, "horizon": {}, "streams_open": 0, '
     '"streams_in_flight": 0, "streams_peak_in_flight": 0, "streams_max_in_flight": 0, '
     '"streams_requests": 0, "streams_bad_frames": 0, "delayed": 0, "expired": 0, '
-    '"paused": [], "limits": {}, "not_ready": null, "degraded": []}'
+    '"paused": [], "limits": {}, "not_ready": null, "degraded": [], "repair": null}'
 )
 
 

@@ -8,6 +8,7 @@ import msgpack
 import pytest
 
 from node import EntryId, Take, Write
+from replication.digest import RangeDigest
 from replication.errors import BadMessage
 from replication.messages import (
     Member,
@@ -21,7 +22,9 @@ from replication.messages import (
     decode_pull,
     decode_push,
     decode_push_ack,
+    digest_header,
     encode,
+    read_digest,
 )
 from replication.vector import VersionVector
 
@@ -155,3 +158,63 @@ def test_a_malformed_recheck_is_refused(recheck: Any) -> None:
     fields = msgpack.unpackb(encode(pull), raw=False) | {"recheck": recheck}
     with pytest.raises(BadMessage):
         decode_pull(pack(fields))
+
+
+DIGEST = RangeDigest(4, 600, 590, 2**64 - 1)
+BLOCKS = ((0, 252, 7), (1, 256, 2**63), (2, 82, 1))
+
+
+def test_a_pulls_digest_travels_in_a_header_and_its_page_is_version_3() -> None:
+    """The body of a pull with a digest is what a node of the previous
+    release reads (v1); the digest is a header it ignores."""
+    pull = PullRequest(ME, VECTOR, frozenset(), (), 10, 99, digest=DIGEST)
+    fields = msgpack.unpackb(encode(pull), raw=False)
+    assert fields["v"] == 1 and "digest" not in fields
+    header = digest_header(DIGEST)
+    assert header == {"X-Forum-Digest": f"4,600,590,{2**64 - 1}"}
+    assert read_digest(header) == DIGEST and read_digest({}) is None
+    page = PullPage(ME, VECTOR, (W,), False, (), digest=(4, 600, BLOCKS))
+    fields = msgpack.unpackb(encode(page), raw=False)
+    assert fields["v"] == 3 and fields["digest"][:5] == [4, 600, 0, 252, 7]
+    assert fields["dead"] == {} and fields["floors"] == {}
+    assert decode_page(encode(page)) == page
+    empty = PullPage(ME, VECTOR, (), False, (), digest=(9, 600, ()))
+    assert decode_page(encode(empty)) == empty
+
+
+@pytest.mark.parametrize(
+    "text", ["4,600,590", "4,3,1,1", "-1,600,1,1", f"4,600,1,{2**64}", "4,600,1,x", "", "1e3,1,1,1"]
+)
+def test_a_malformed_digest_header_is_refused(text: str) -> None:
+    with pytest.raises(BadMessage):
+        read_digest({"X-Forum-Digest": text})
+
+
+@pytest.mark.parametrize(
+    "digest",
+    [
+        [4],
+        [4, 600, 0, 252],  # a block cut short
+        [4, 600, 0, 0, 7],  # a block of nothing
+        [4, 600, 0, 1, -1],
+        [600, 4],
+        [4, 600, *([0, 1, 1] * 1_025)],  # more blocks than MAX_BLOCKS
+    ],
+)
+def test_a_malformed_page_digest_is_refused(digest: Any) -> None:
+    page = PullPage(ME, VECTOR, (), False, (), digest=(4, 600, BLOCKS))
+    fields = msgpack.unpackb(encode(page), raw=False) | {"digest": digest}
+    with pytest.raises(BadMessage):
+        decode_page(pack(fields))
+
+
+def test_a_pull_is_never_version_3_and_a_version_3_page_needs_its_digest() -> None:
+    pull = msgpack.unpackb(encode(PullRequest(ME, VECTOR, frozenset(), (), 10, 99)), raw=False)
+    with pytest.raises(BadMessage, match="unsupported pull version 3"):
+        decode_pull(pack(pull | {"v": 3}))
+    page = msgpack.unpackb(
+        encode(PullPage(ME, VECTOR, (), False, (), digest=(4, 9, ()))), raw=False
+    )
+    del page["digest"]
+    with pytest.raises(BadMessage, match="missing keys"):
+        decode_page(pack(page))
