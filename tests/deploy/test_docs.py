@@ -59,8 +59,9 @@ def forum_commands(text: str) -> list[list[str]]:
     commands = []
     for block in code_blocks(text):
         for line in block.replace("\\\n", " ").splitlines():
-            # Only shell lines that run forum (code blocks hold Python too).
-            if not re.match(r"\s*([A-Z_]+=\S+\s+)*forum\s+[a-z-]", line):
+            # Only shell lines that run forum (code blocks hold Python too, and
+            # what forum prints: "forum serve: <why it stopped>" is no command).
+            if not re.match(r"\s*([A-Z_]+=\S+\s+)*forum\s+[a-z-]+(\s|$)", line):
                 continue
             words = shlex.split(line, comments=True)
             while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
