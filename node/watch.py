@@ -265,6 +265,18 @@ class Subscription:
         least one, if any): they count as sent."""
         if self.closed:
             return []
+        return self._next(most)
+
+    def leftover(self, most: int = PIECE) -> list[bytes]:
+        """What a watch the node's stop ended had not sent yet, about ``most``
+        bytes of it: its stream ends with them, so events made just before a
+        stop (gathered for :data:`GATHER` s) still reach the client. Past
+        them it resumes with ``Last-Event-ID``, as after any end."""
+        if not self.closed or self.overflowed:
+            return []
+        return self._next(most)
+
+    def _next(self, most: int) -> list[bytes]:
         channel = self._channel
         at = self.position - channel.base
         if at >= len(channel.frames):

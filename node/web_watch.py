@@ -160,6 +160,8 @@ async def _stream(
                 "Last-Event-ID to resume from the node's buffer"
             },
         )
+    else:  # the node stopping: what was made just before still goes out
+        final = b"".join(subscription.leftover())
     await _finish(request, response, final)
     return response
 
