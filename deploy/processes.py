@@ -30,6 +30,10 @@ START_DEADLINE = 20.0
 STOP_DEADLINE = 20.0
 #: Between readiness checks (the start deadline bounds the total).
 _READY_POLL = 0.05
+#: Starts of a service whose port was taken before it bound it, then a new port.
+_PORT_TRIES = 3
+#: What a process says when its port was taken (Python's and aiohttp's words).
+_PORT_TAKEN = "address already in use"
 
 
 def free_port() -> int:
@@ -88,8 +92,27 @@ class Service:
         except FileNotFoundError:
             return ""
 
+    #: Whether the service may take another port when its own was taken
+    #: between :func:`free_port` and its bind (no one else dials it by that port).
+    movable_port = False
+
     async def start(self, deadline: float = START_DEADLINE) -> None:
-        """Start the process and wait until it is ready."""
+        """Start the process and wait until it is ready. A service whose
+        port another process took first (:func:`free_port` only says the port
+        was free a moment ago) starts again on a new one, if it may move."""
+        for _ in range(_PORT_TRIES - 1):
+            try:
+                return await self._start(deadline)
+            except RuntimeError:
+                if not (self.movable_port and _PORT_TAKEN in self._this_start_log()):
+                    raise
+                self.port = free_port()
+        await self._start(deadline)
+
+    def _this_start_log(self) -> str:
+        return self.log_text().rpartition("--- start ")[2]
+
+    async def _start(self, deadline: float) -> None:
         if self.running:
             raise RuntimeError(f"{self} is already running")
         self.root.mkdir(parents=True, exist_ok=True)
@@ -211,6 +234,8 @@ class NodeService(Service):
 
 class WorkerService(Service):
     """``forum worker`` against one node and the Lens's Redis."""
+
+    movable_port = True  # its metrics port: only the launcher reads it
 
     def __init__(self, name: str, root: Path, args: Sequence[str]) -> None:
         super().__init__(name, root)
