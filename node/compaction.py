@@ -38,8 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import cast
 
@@ -88,19 +91,92 @@ def remove_leftovers(directory: Path) -> None:
                 os.unlink(directory / name)
 
 
+class Ids:
+    """Entry ids, per origin an array of seqs and one of a value each (the
+    segment an id lies in, its offset): 16 bytes an id. A pass handles
+    every entry it drops several times over; as ``(origin, seq)`` tuples in
+    sets and lists that was about 1 KB of small objects per entry, and the
+    few of them that outlived the pass kept the allocator's arenas (the
+    node's RSS) the size of its peak."""
+
+    __slots__ = ("_columns",)
+
+    def __init__(self) -> None:
+        self._columns: dict[str, tuple[array[int], array[int]]] = {}
+
+    def add(self, origin: str, seq: int, value: int = 0) -> None:
+        columns = self._columns.get(origin)
+        if columns is None:
+            columns = self._columns[origin] = (array("q"), array("q"))
+        columns[0].append(seq)
+        columns[1].append(value)
+
+    def __len__(self) -> int:
+        return sum(len(seqs) for seqs, _ in self._columns.values())
+
+    def columns(self) -> Iterator[tuple[str, array[int], array[int]]]:
+        """Per origin, its seqs and their values, in the order added."""
+        for origin, (seqs, values) in self._columns.items():
+            yield origin, seqs, values
+
+
+class IdIndex:
+    """:class:`Ids` sorted per origin, to look ids up by bisection: an id
+    added more than once has the value added last."""
+
+    __slots__ = ("_columns",)
+
+    def __init__(self, ids: Ids) -> None:
+        self._columns: dict[str, tuple[array[int], array[int]]] = {}
+        for origin, seqs, values in ids.columns():
+            if any(a > b for a, b in pairwise(seqs)):  # rare: log order is mostly seq order
+                order = sorted(range(len(seqs)), key=seqs.__getitem__)  # stable
+                self._columns[origin] = (
+                    array("q", [seqs[i] for i in order]),
+                    array("q", [values[i] for i in order]),
+                )
+            else:
+                self._columns[origin] = (seqs, values)
+
+    def get(self, origin: str, seq: int) -> int | None:
+        """The value of id ``(origin, seq)``; ``None`` if it is not here."""
+        columns = self._columns.get(origin)
+        if columns is None:
+            return None
+        seqs, values = columns
+        i = bisect_right(seqs, seq) - 1
+        return values[i] if i >= 0 and seqs[i] == seq else None
+
+    def __contains__(self, key: object) -> bool:
+        origin, seq = cast(Key, key)
+        return self.get(origin, seq) is not None
+
+    def items(self) -> Iterator[tuple[str, int, int]]:
+        """Each id once, with its value: ``(origin, seq, value)``."""
+        for origin, (seqs, values) in self._columns.items():
+            last = len(seqs) - 1
+            for i, seq in enumerate(seqs):
+                if i == last or seqs[i + 1] != seq:
+                    yield origin, seq, values[i]
+
+
 @dataclass(slots=True)
 class Survey:
     """What the sealed segments hold at or below the horizon (one read of each)."""
 
     #: Per segment number, its size in bytes.
     sizes: dict[int, int] = field(default_factory=dict)
-    #: Writes at or below the horizon, by id: the segment each lies in.
-    writes: dict[Key, int] = field(default_factory=dict)
-    #: Takes at or below the horizon: (take id, target id, segment).
-    takes: list[tuple[Key, Key, int]] = field(default_factory=list)
-    #: Writes at or below the horizon whose tuples had expired when read
-    #: (dead without a Take: dropped as a taken one is).
-    expired: set[Key] = field(default_factory=set)
+    #: Writes at or below the horizon, with the segment each lies in.
+    writes: Ids = field(default_factory=Ids)
+    #: Per segment, its Takes at or below the horizon, per (origin, target's
+    #: origin): their seqs and their targets' seqs.
+    takes: dict[int, dict[tuple[str, str], tuple[array[int], array[int]]]] = field(
+        default_factory=dict
+    )
+    #: The ids of Writes dead if at or below the horizon: the targets of its
+    #: Takes, and its Writes whose tuples had expired when read (dead
+    #: without a Take: dropped as a taken one is).
+    dead: Ids = field(default_factory=Ids)
 
 
 def survey(
@@ -113,20 +189,28 @@ def survey(
         path = segment.segment_path(directory, number)
         scan = segment.read_segment(path, number, last=False)
         found.sizes[number] = scan.good_end
+        takes: dict[tuple[str, str], tuple[array[int], array[int]]] = {}
         for _, body in scan.records:
             raw = decode_raw(body)
             if raw[1] > horizon.get(raw[0], 0):
                 continue
             if len(raw) == 3:
-                found.writes[(raw[0], raw[1])] = number
+                found.writes.add(raw[0], raw[1], number)
             elif type(raw[2]) is bytes:
-                found.writes[(raw[0], raw[1])] = number
+                found.writes.add(raw[0], raw[1], number)
                 expires = raw[3].expires
                 if expires and expires <= now_ms:
-                    found.expired.add((raw[0], raw[1]))
+                    found.dead.add(raw[0], raw[1])
             else:
                 take = cast(TakeRaw, raw)
-                found.takes.append(((take[0], take[1]), (take[2], take[3]), number))
+                found.dead.add(take[2], take[3])
+                columns = takes.get((take[0], take[2]))
+                if columns is None:
+                    columns = takes[(take[0], take[2])] = (array("q"), array("q"))
+                columns[0].append(take[1])
+                columns[1].append(take[3])
+        if takes:
+            found.takes[number] = takes
     return found
 
 
@@ -137,8 +221,8 @@ class Rewritten:
     number: int
     bytes_before: int
     bytes_after: int  # 0: the segment was removed
-    survivors: list[tuple[Key, int]]  # id, new offset
-    dropped: list[Key]
+    survivors: Ids  # each with its new offset
+    dropped: Ids
 
 
 #: Told a rewritten segment's length and entries before it replaces the old
@@ -149,7 +233,7 @@ Accept = Callable[[int, int], None]
 def rewrite(
     directory: Path,
     number: int,
-    drop: frozenset[Key] | set[Key],
+    drop: Container[Key],
     accept: Accept | None = None,
 ) -> Rewritten:
     """Rewrite sealed segment ``number`` without the entries in ``drop``.
@@ -160,34 +244,35 @@ def rewrite(
     before the unlink of a segment with no survivors)."""
     path = segment.segment_path(directory, number)
     scan = segment.read_segment(path, number, last=False)
-    kept: list[tuple[Key, bytes]] = []
-    offsets: list[int] = []  # where each kept entry lies now
-    dropped: list[Key] = []
+    kept = array("q")  # the offsets of the entries kept, ascending
+    survivors = Ids()  # with their offsets (the old ones, until they move)
+    dropped = Ids()
     for offset, body in scan.records:
         raw = decode_raw(body)
-        key = (raw[0], raw[1])
-        if key in drop:
-            dropped.append(key)
+        if (raw[0], raw[1]) in drop:
+            dropped.add(raw[0], raw[1])
         else:
-            kept.append((key, bytes(body)))
-            offsets.append(offset)
+            kept.append(offset)
+            survivors.add(raw[0], raw[1], offset)
     if not dropped:
-        unmoved = [(key, offset) for (key, _), offset in zip(kept, offsets, strict=True)]
-        return Rewritten(number, scan.good_end, scan.good_end, unmoved, [])
+        return Rewritten(number, scan.good_end, scan.good_end, survivors, dropped)
     if not kept:
         if accept is not None:
             accept(0, 0)
         os.unlink(path)
         fsync_dir(directory)
-        return Rewritten(number, scan.good_end, 0, [], dropped)
+        return Rewritten(number, scan.good_end, 0, survivors, dropped)
     chunks = [segment.header(number)]
     size = segment.HEADER.size
-    survivors: list[tuple[Key, int]] = []
-    for group in _groups(kept):
-        record, within = segment.batch([body for _, body in group])
-        survivors.extend((key, size + at) for (key, _), at in zip(group, within, strict=True))
+    moved = array("q")  # where each kept entry lies now, as ``kept``
+    for group in _groups(map(scan.records.at, kept)):
+        record, within = segment.batch(group)
+        moved.extend([size + at for at in within])
         chunks.append(record)
         size += len(record)
+    for _, _, offsets in survivors.columns():
+        for i, offset in enumerate(offsets):
+            offsets[i] = moved[bisect_left(kept, offset)]
     replace_file(
         path, b"".join(chunks), None if accept is None else lambda: accept(size, len(kept))
     )
@@ -198,15 +283,17 @@ def rewrite(
 REWRITE_BATCH = 1024 * 1024
 
 
-def _groups(kept: list[tuple[Key, bytes]]) -> list[list[tuple[Key, bytes]]]:
-    """``kept`` cut into runs that each fit one batch of ``REWRITE_BATCH``."""
-    groups: list[list[tuple[Key, bytes]]] = [[]]
+def _groups(entries: Iterable[memoryview]) -> Iterator[list[memoryview]]:
+    """``entries`` cut into runs that each fit one batch of ``REWRITE_BATCH``."""
+    group: list[memoryview] = []
     size = 0
-    for item in kept:
-        grows = segment.batch_size(len(item[1]))
-        if groups[-1] and size + grows > REWRITE_BATCH:
-            groups.append([])
+    for entry in entries:
+        grows = segment.batch_size(len(entry))
+        if group and size + grows > REWRITE_BATCH:
+            yield group
+            group = []
             size = 0
-        groups[-1].append(item)
+        group.append(entry)
         size += grows
-    return groups
+    if group:
+        yield group

@@ -53,7 +53,8 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +72,8 @@ MANIFESTED = 1
 FLAGS_AT = 10
 FLAGS = struct.Struct(">H")
 FRAME = struct.Struct(">II")
+#: The length both a record's frame and a batch entry's head start with.
+_LENGTH = struct.Struct(">I")
 #: An entry's head inside a batch: its length, and how far it lies after the record's start.
 ENTRY = struct.Struct(">II")
 #: One record's body may not exceed this, whatever the segment size: replay
@@ -111,11 +114,11 @@ def frame(body: bytes, limit: int = MAX_BODY) -> bytes:
     return FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
-def batch(entries: Sequence[bytes], limit: int = MAX_BODY) -> tuple[bytes, list[int]]:
+def batch(entries: Sequence[bytes | memoryview], limit: int = MAX_BODY) -> tuple[bytes, list[int]]:
     """One version 2 record holding ``entries`` (at least one), and each
     entry's offset from the record's start. ``RecordTooLarge`` if the body
     would be over ``limit``."""
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     offsets: list[int] = []
     at = FRAME.size
     pack = ENTRY.pack
@@ -142,6 +145,41 @@ def _check_size(size: int, limit: int) -> None:
         )
 
 
+class Entries:
+    """A segment's entries, as ``(offset, entry)`` pairs made one at a time
+    when iterated: the file's bytes and an array of offsets (8 bytes an
+    entry) rather than a tuple and a memoryview held for each (some 280
+    bytes, and objects enough that the allocator keeps their arenas after a
+    compaction pass has read a few hundred thousand)."""
+
+    __slots__ = ("_data", "offsets")
+
+    def __init__(self, data: memoryview, offsets: array[int]) -> None:
+        self._data = data
+        #: Each entry's offset (see the module docstring), ascending.
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __iter__(self) -> Iterator[tuple[int, memoryview]]:
+        at = self.at
+        for offset in self.offsets:
+            yield offset, at(offset)
+
+    def at(self, offset: int) -> memoryview:
+        """The entry at ``offset`` (one of ``offsets``)."""
+        # A version 1 record's frame and a batch entry's head both start
+        # with the length of what follows them, and are as long.
+        (length,) = _LENGTH.unpack_from(self._data, offset)
+        start = offset + FRAME.size
+        return self._data[start : start + length]
+
+
+#: A segment with no entries.
+NO_ENTRIES = Entries(memoryview(b""), array("q"))
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentScan:
     """What reading one segment found.
@@ -151,7 +189,7 @@ class SegmentScan:
     past the last good record; ``torn_bytes`` is how much follows it.
     """
 
-    records: list[tuple[int, memoryview]]
+    records: Entries
     good_end: int
     torn_bytes: int
     version: int = FORMAT_VERSION
@@ -172,17 +210,20 @@ def read_segment(path: Path, number: int, *, last: bool, tolerant: bool = False)
     if len(data) < HEADER.size:
         if last or tolerant:
             reason = None if last else "segment shorter than its header"
-            return SegmentScan([], 0, len(data), damage=reason)
+            return SegmentScan(NO_ENTRIES, 0, len(data), damage=reason)
         raise StrandCorrupt(str(path), 0, "segment shorter than its header")
     version = check_header(str(path), data[: HEADER.size], number)
     flags = HEADER.unpack_from(data, 0)[2]
     frames, end = _scan(data, HEADER.size)
     try:
-        records = frames if version == SINGLE_VERSION else _entries(str(path), frames)
+        offsets = frames if version == SINGLE_VERSION else _entries(str(path), data, frames)
     except StrandCorrupt as exc:
         if not tolerant:
             raise
-        return SegmentScan([], HEADER.size, len(data) - HEADER.size, version, flags, exc.reason)
+        return SegmentScan(
+            NO_ENTRIES, HEADER.size, len(data) - HEADER.size, version, flags, exc.reason
+        )
+    records = Entries(data, offsets)
     if end == len(data):
         return SegmentScan(records, end, 0, version, flags)
     reason = None
@@ -246,9 +287,9 @@ class RecordReader:
         return body
 
 
-def _scan(data: memoryview, offset: int) -> tuple[list[tuple[int, memoryview]], int]:
-    """Good records from ``offset`` on, and where the good part ends."""
-    records = []
+def _scan(data: memoryview, offset: int) -> tuple[array[int], int]:
+    """The offsets of good records from ``offset`` on, and where the good part ends."""
+    records = array("q")
     size = len(data)
     unpack = FRAME.unpack_from
     crc32 = zlib.crc32
@@ -258,30 +299,31 @@ def _scan(data: memoryview, offset: int) -> tuple[list[tuple[int, memoryview]], 
         end = start + length
         if not 0 < length <= MAX_BODY or end > size:
             break
-        body = data[start:end]
-        if crc32(body) != crc:
+        if crc32(data[start:end]) != crc:
             break
-        records.append((offset, body))
+        records.append(offset)
         offset = end
     return records, offset
 
 
-def _entries(name: str, batches: list[tuple[int, memoryview]]) -> list[tuple[int, memoryview]]:
-    """The entries of good batch records. A batch that checks out but does
-    not hold entries end to end was written wrong: that is corruption."""
-    entries = []
+def _entries(name: str, data: memoryview, batches: array[int]) -> array[int]:
+    """The offsets of the entries of good batch records at ``batches``. A
+    batch that checks out but does not hold entries end to end was written
+    wrong: that is corruption."""
+    entries = array("q")
     unpack = ENTRY.unpack_from
-    for start, body in batches:
-        at = 0
-        size = len(body)
+    for start in batches:
+        (length,) = _LENGTH.unpack_from(data, start)
+        at = start + FRAME.size
+        size = at + length
         while at < size:
             if at + ENTRY.size > size:
                 raise StrandCorrupt(name, start, "a batch's last entry is cut short")
-            length, back = unpack(body, at)
+            length, back = unpack(data, at)
             end = at + ENTRY.size + length
-            if length < 1 or end > size or back != at + FRAME.size:
+            if length < 1 or end > size or back != at - start:
                 raise StrandCorrupt(name, start, "a batch's entries do not fill it")
-            entries.append((start + back, body[at + ENTRY.size : end]))
+            entries.append(at)
             at = end
     return entries
 

@@ -64,7 +64,15 @@ import threading
 import time
 from array import array
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Container,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
@@ -1008,8 +1016,7 @@ class Strand(AsyncResource):
                     compaction.survey, self._dir, lambda n: n < current, stable, now_ms
                 )
                 alive = await live()
-                dead = {target for _, target, _ in found.takes} | found.expired
-                writes = {w for w in found.writes if w in dead and w not in alive}
+                writes = self._doomed(found, alive)
                 floors = {o: max(self._logs[o].base, seq) for o, seq in stable.items()}
                 raised = floors != {o: self._logs[o].base for o in floors}
                 if raised:
@@ -1070,31 +1077,44 @@ class Strand(AsyncResource):
         floors.update(raised)
         return floors
 
+    @staticmethod
+    def _doomed(found: compaction.Survey, alive: Collection[compaction.Key]) -> compaction.IdIndex:
+        """The Writes of ``found`` to drop: dead, and not named ``alive``;
+        each with the segment it lies in."""
+        dead = compaction.IdIndex(found.dead)
+        doomed = compaction.Ids()
+        for origin, seqs, numbers in found.writes.columns():
+            for seq, number in zip(seqs, numbers, strict=True):
+                if dead.get(origin, seq) is not None and (origin, seq) not in alive:
+                    doomed.add(origin, seq, number)
+        return compaction.IdIndex(doomed)
+
     async def _drop(
-        self, found: compaction.Survey, writes: set[compaction.Key]
+        self, found: compaction.Survey, writes: compaction.IdIndex
     ) -> tuple[int, int, int]:
         """Rewrite, oldest first, each segment with something to drop; a Take
         goes only with or after its target. Returns segments rewritten and
         removed, and entries dropped."""
-        gone: set[compaction.Key] = set()
-        takes_in: dict[int, list[tuple[compaction.Key, compaction.Key]]] = {}
-        for take, target, number in found.takes:
-            takes_in.setdefault(number, []).append((take, target))
-        writes_in: dict[int, set[compaction.Key]] = {}
-        for write in writes:
-            writes_in.setdefault(found.writes[write], set()).add(write)
+        writes_in: dict[int, compaction.Ids] = {}
+        for origin, seq, number in writes.items():
+            ids = writes_in.get(number)
+            if ids is None:
+                ids = writes_in[number] = compaction.Ids()
+            ids.add(origin, seq)
         rewritten = removed = dropped = 0
         for number in sorted(found.sizes):
             if self._closed:
                 break  # what is done holds; the rest waits for the next pass
-            drop = set(writes_in.get(number, ()))
-            gone |= drop
-            for take, target in takes_in.get(number, ()):
-                if target in gone or self._dead(target):
-                    drop.add(take)
+            drop = writes_in.pop(number, None) or compaction.Ids()
+            for (origin, target_origin), (seqs, targets) in found.takes.get(number, {}).items():
+                for seq, target in zip(seqs, targets, strict=True):
+                    # Gone: dropped with this segment or an earlier one, or by an earlier pass.
+                    at = writes.get(target_origin, target)
+                    if (at is not None and at <= number) or self._dead((target_origin, target)):
+                        drop.add(origin, seq)
             if not drop:
                 continue
-            result = await self._rewrite(number, drop)
+            result = await self._rewrite(number, compaction.IdIndex(drop))
             rewritten += 1
             removed += result.bytes_after == 0
             dropped += len(result.dropped)
@@ -1105,7 +1125,7 @@ class Strand(AsyncResource):
         origin_log = self._logs.get(key[0])
         return origin_log is not None and key[1] in origin_log and origin_log.get(key[1]) is None
 
-    async def _rewrite(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
+    async def _rewrite(self, number: int, drop: Container[compaction.Key]) -> compaction.Rewritten:
         """Swap segment ``number`` for a copy without ``drop``, and move the
         survivors' positions, with no read of the segment under way.
 
@@ -1117,14 +1137,18 @@ class Strand(AsyncResource):
         swap.add_done_callback(self._swaps.discard)
         return await asyncio.shield(swap)
 
-    async def _swap(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
+    async def _swap(self, number: int, drop: Container[compaction.Key]) -> compaction.Rewritten:
         async with self._gate.swapping():
             result = await asyncio.to_thread(self._rewrite_segment, number, drop)
             base = number << _OFFSET_BITS
-            for (origin, seq), offset in result.survivors:
-                self._logs[origin].move(seq, base | offset)
-            for origin, seq in result.dropped:
-                self._logs[origin].drop(seq)
+            for origin, seqs, offsets in result.survivors.columns():
+                origin_log = self._logs[origin]
+                for seq, offset in zip(seqs, offsets, strict=True):
+                    origin_log.move(seq, base | offset)
+            for origin, seqs, _ in result.dropped.columns():
+                origin_log = self._logs[origin]
+                for seq in seqs:
+                    origin_log.drop(seq)
         self._entries -= len(result.dropped)
         self._sealed_bytes -= result.bytes_before - result.bytes_after
         # The segment's own shrinking, never the Strand's size before and
@@ -1168,7 +1192,9 @@ class Strand(AsyncResource):
             await self.append_remote(list(held.values()))
         return list(held.values())
 
-    def _rewrite_segment(self, number: int, drop: set[compaction.Key]) -> compaction.Rewritten:
+    def _rewrite_segment(
+        self, number: int, drop: Container[compaction.Key]
+    ) -> compaction.Rewritten:
         """Rewrite one sealed segment (blocking), the MANIFEST told first
         that the new file is whole too, and then that it is the one."""
 
