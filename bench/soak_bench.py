@@ -41,6 +41,7 @@ import asyncio
 import json
 import platform
 import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -218,6 +219,14 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             asyncio.TaskGroup() as tasks,
         ):
             tasks.create_task(produce(cluster, args.rate, load, stop))
+            # SIGTERM or SIGINT ends the soak early, the cluster stopped and
+            # what was sampled reported (a signal that killed this process
+            # would leave the cluster's processes running: they have sessions
+            # of their own).
+            ended = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, ended.set)
             t0 = time.monotonic()
             try:
                 while True:
@@ -225,11 +234,13 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     result.samples.append(row)
                     print_row(row, cluster, header=len(result.samples) == 1)
                     left = seconds - (time.monotonic() - t0)
-                    if left <= 0:
+                    if left <= 0 or ended.is_set():
                         break
-                    await asyncio.sleep(min(args.every, left))
+                    await wait_event(ended, min(args.every, left))
             finally:
                 stop.set()
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
     return {
         "machine": platform.platform(),
         "python": platform.python_version(),
