@@ -106,7 +106,10 @@ async def test_tuples_with_a_ttl_or_a_delay_add_no_object_for_the_collector(foru
     await forum.write(b"other")  # the Strand's writer holds on to its last append till the next
     gc.collect()
     assert await forum.count(JOBS) == 1001 and forum.stats().delayed == 1001
-    assert len(gc.get_objects()) - before < 50  # 2000 tuples
+    # 2,000 tuples: one object each would be 2,000 more. What else the event
+    # loop and the Strand's group commits hold varies by a few dozen with the
+    # machine's load (50 were seen in a loaded CI run).
+    assert len(gc.get_objects()) - before < 200
 
 
 async def test_a_write_with_a_ttl_and_a_priority_costs_one_call_more_than_a_plain_one(
