@@ -51,9 +51,10 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from memory_bench import export, steady_rss  # noqa: E402
+from memory_bench import steady_rss  # noqa: E402
+from trees import export, pythonpath  # noqa: E402
 
-from deploy.processes import NodeService  # noqa: E402
+from forum.deploy.processes import NodeService  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "body_budget_bench.json"
 MiB = 1024 * 1024
@@ -120,7 +121,10 @@ async def one_run(
     shm = Path("/dev/shm")
     with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as root:
         node = NodeService(
-            "budget", Path(root), ["--fsync", "never", *flags], env={"PYTHONPATH": str(source)}
+            "budget",
+            Path(root),
+            ["--fsync", "never", *flags],
+            env={"PYTHONPATH": pythonpath(source)},
         )
         await node.start()
         try:

@@ -20,9 +20,11 @@ job         ``N`` reliable jobs (write, reserve, ack) by as many
 
 Issue 13's mypyc experiment (branch ``h-mypyc``) used it to ask whether
 compiling the node's hot modules would reach the issue's targets. A compiled
-tree was made with ``mypyc node/codec.py node/segment.py node/index.py
-node/entries.py node/kept_properties.py node/schedule.py node/strand.py
-node/forum.py`` in a copy (mypyc refuses two things there: the
+tree was made with ``mypyc node/forum/node/core/codec.py node/forum/node/storage/segment.py
+node/forum/node/space/index.py
+node/forum/node/core/entries.py node/forum/node/space/kept_properties.py
+node/forum/node/space/schedule.py node/forum/node/storage/strand.py
+node/forum/node/space/forum.py`` in a copy (mypyc refuses two things there: the
 ``asynccontextmanager`` generators of strand's ``_Gate``, which became two
 small classes with ``__aenter__``/``__aexit__``, and ``EntryId.__dict__`` in
 index's fast tuple maker, which became ``vars(EntryId)``, with the plain
@@ -62,6 +64,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trees import pythonpath
+
 PAYLOAD = b"job/" + b"x" * 96
 PHASES = ("write", "write_opts", "take", "job")
 
@@ -69,7 +73,9 @@ PHASES = ("write", "write_opts", "take", "job")
 async def workload(phase: str, n: int, workers: int) -> None:
     """``n`` operations of ``phase`` by ``workers`` coroutines (``take`` writes first)."""
     # Imported here: the tree under test is the workload process's PYTHONPATH.
-    from node import Forum, Pattern, Strand, StrandConfig  # noqa: PLC0415
+    from forum.node.core.space import Pattern  # noqa: PLC0415
+    from forum.node.space.forum import Forum  # noqa: PLC0415
+    from forum.node.storage.strand import Strand, StrandConfig  # noqa: PLC0415
 
     pattern = Pattern(b"job/")
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,7 +121,7 @@ def paced_clock(step: float = 8e-6) -> Callable[[], float]:
 
 def instructions(tree: Path, phase: str, n: int, workers: int) -> int:
     """The instructions callgrind counts for one workload process on ``tree``."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    env = {**os.environ, "PYTHONPATH": pythonpath(tree), "PYTHONHASHSEED": "0"}
     with tempfile.TemporaryDirectory() as tmp:
         command = [
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out",

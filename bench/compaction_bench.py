@@ -50,11 +50,14 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from deploy.processes import NodeService  # noqa: E402
-from node import Pattern, Write  # noqa: E402
-from node.client import ForumClient  # noqa: E402
-from node.codec import encode_entry  # noqa: E402
-from node.entries import EntryId  # noqa: E402
+from forum.deploy.processes import NodeService  # noqa: E402
+from forum.node.client.remote import ForumClient  # noqa: E402
+from forum.node.core.codec import encode_entry  # noqa: E402
+from forum.node.core.entries import (  # noqa: E402
+    EntryId,
+    Write,
+)
+from forum.node.core.space import Pattern  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "compaction_bench.json"
 PAYLOAD = 1024

@@ -48,13 +48,16 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 # Run as a child (below), ``node`` is the source's under test: its PYTHONPATH
 # comes first, and the checkout is not the working directory.
-from memory_bench import export, rss_bytes, steady_rss  # noqa: E402
+from memory_bench import rss_bytes, steady_rss  # noqa: E402
+from trees import export, pythonpath  # noqa: E402
 
-import node  # noqa: E402
-from deploy.processes import NodeService  # noqa: E402
-from node import Forum, Pattern, Strand, StrandConfig  # noqa: E402
-from node.client import ForumClient  # noqa: E402
-from node.compactor import CompactionPolicy, Compactor  # noqa: E402
+from forum import node  # noqa: E402
+from forum.deploy.processes import NodeService  # noqa: E402
+from forum.node.client.remote import ForumClient  # noqa: E402
+from forum.node.core.space import Pattern  # noqa: E402
+from forum.node.space.compactor import CompactionPolicy, Compactor  # noqa: E402
+from forum.node.space.forum import Forum  # noqa: E402
+from forum.node.storage.strand import Strand, StrandConfig  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "compaction_memory_bench.json"
 #: What runs, and the environment it runs with (the baseline's source, or ours).
@@ -78,7 +81,7 @@ async def serve(
 ) -> dict[str, Any]:
     """A real ``forum serve`` from ``source``: its RSS before the first pass and after each."""
     args = ["--fsync", "never", "--compact-interval", "0"]
-    service = NodeService("serve", root, args, env={"PYTHONPATH": str(source), **env})
+    service = NodeService("serve", root, args, env={"PYTHONPATH": pythonpath(source), **env})
     await service.start()
     try:
         if service.pid is None:
@@ -146,7 +149,7 @@ async def child(passes: int, writes: int) -> dict[str, Any]:
 
 
 def run_child(source: Path, env: dict[str, str], passes: int, writes: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(source), **env}
+    env = {**os.environ, "PYTHONPATH": pythonpath(source), **env}
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, str(Path(__file__)), str(passes), str(writes)],
         env=env,

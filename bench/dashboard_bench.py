@@ -22,8 +22,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from node.entries import EntryId, Tuple
-from node.index import LiveIndex
+from forum.node.core.entries import EntryId, Tuple
+from forum.node.space.index import LiveIndex
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "dashboard_bench.json"
 SEPARATOR = b"/"

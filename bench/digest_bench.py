@@ -3,7 +3,7 @@
 Usage: ``.venv/bin/python bench/digest_bench.py --main-tree DIR [--backlogs 0,20000]
 [--rounds 3] [--idle 10] [--out PATH]``
 
-Each run starts three ``forum serve`` nodes in a mesh (``deploy.cluster``,
+Each run starts three ``forum serve`` nodes in a mesh (``forum.deploy.cluster``,
 no Redis used), writes ``backlog`` live tuples on each (so every node holds
 3 x backlog entries above every floor: the digests cover all of them),
 waits until the three vectors agree, then measures the nodes' CPU (user +
@@ -12,13 +12,13 @@ anti-entropy rounds every second with each peer, and membership. Variants:
 
 digest   this tree: every first pull of a round carries the asker's digest
          of the peer's origin, which the peer compares with its own
-         (:mod:`replication.digest`: per-block XORs kept as entries arrive)
+         (:mod:`forum.replication.digest`: per-block XORs kept as entries arrive)
 main     the tree in ``--main-tree DIR`` (e.g. ``git worktree add DIR
          <commit>``): its nodes run with ``PYTHONPATH=DIR``; vectors only
 
 The variants alternate within a round (the order reversed every other
 round), so both see the same machine. Medians over rounds. First, in this
-process, what one entry's hash costs (``replication.digest.entry_hash`` of a
+process, what one entry's hash costs (``forum.replication.digest.entry_hash`` of a
 Write of 104 bytes, median of 5 runs of 20,000): every node pays it for each
 entry it comes to hold. Prints a table; writes
 ``bench/results/digest_bench.json``.
@@ -41,11 +41,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from scaling_bench import cpu_seconds  # a sibling script: bench/ is on sys.path when run
+from trees import pythonpath
 
-from deploy.cluster import Cluster, ClusterConfig
-from node import EntryId, Write
-from node.client import ForumClient
-from replication.digest import entry_hash
+from forum.deploy.cluster import Cluster, ClusterConfig
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import EntryId, Write
+from forum.replication.digest import entry_hash
 
 RESULTS = Path(__file__).parent / "results" / "digest_bench.json"
 _BATCH = 1_000
@@ -59,7 +60,7 @@ class Run:
 
 
 async def one_run(variant: str, backlog: int, idle: float, main_tree: Path | None) -> Run:
-    tree = {"PYTHONPATH": str(main_tree)} if variant == "main" and main_tree else {}
+    tree = {"PYTHONPATH": pythonpath(main_tree)} if variant == "main" and main_tree else {}
     cfg = ClusterConfig(nodes=3, workers=0, node_env=tree)
     async with Cluster(cfg) as cluster:
         clients = [ForumClient(node.url, timeout=60) for node in cluster.nodes]
@@ -158,8 +159,8 @@ if __name__ == "__main__":
     parser.add_argument("--idle", type=float, default=10.0, help="seconds idle measured")
     parser.add_argument("--out", type=Path, default=RESULTS)
     arguments = parser.parse_args()
-    if not (arguments.main_tree / "node/forum.py").is_file():
-        parser.error(f"--main-tree {arguments.main_tree}: not a Forum tree (no node/forum.py)")
+    if not (arguments.main_tree / "forum" / "__init__.py").is_file():
+        parser.error(f"--main-tree {arguments.main_tree}: not a Forum tree (no forum/__init__.py)")
     results = asyncio.run(main(arguments))
     report(results["summary_idle_node_cpu_ms_per_s"])  # type: ignore[arg-type]
     arguments.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """What a producer's background ``enqueued`` record costs the producer's
-process: a ``lens.record_enqueued`` call each (A: what tasks/enqueued.py did
+process: a ``lens.record_enqueued`` call each (A: what tasks/forum/tasks/enqueued.py did
 before, one task per record, at most 64 at once) against
-``tasks.enqueued.EnqueuedRecords`` (B: batches, ``record_enqueued_many``),
+``forum.tasks.enqueued.EnqueuedRecords`` (B: batches, ``record_enqueued_many``),
 in one run, alternating.
 
 Usage: ``python bench/enqueued_bench.py [--records 2000] [--rounds 3]
@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from http_bench import redis_server
 
-from coordinator import Lens
-from tasks.enqueued import EnqueuedRecords
+from forum.coordinator import Lens
+from forum.tasks.enqueued import EnqueuedRecords
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "enqueued_bench.json"
 Note = Callable[[int], Awaitable[None]]

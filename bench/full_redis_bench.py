@@ -3,7 +3,7 @@
 Usage: ``.venv/bin/python bench/full_redis_bench.py --main-tree DIR [--rounds 3]
 [--window 5] [--out PATH]``
 
-Each run is a one-node :class:`deploy.cluster.Cluster` (a ``forum serve``, a
+Each run is a one-node :class:`forum.deploy.cluster.Cluster` (a ``forum serve``, a
 ``redis-server`` for the Lens with AOF, one ``forum worker`` of 8 slots
 running the demo handler, its effects in database 1). 200 jobs run; then
 Redis is made full the way the recommended settings fill one (``maxmemory``
@@ -24,7 +24,7 @@ Variants, alternated within each round (their order reversed every other
 round), so both see the same machine:
 
 backoff        this tree: the worker checks every shard with a write and
-               backs off (coordinator.availability)
+               backs off (forum.coordinator.availability)
 main           the tree in ``--main-tree DIR`` (e.g. ``git archive <commit> |
                tar -x -C DIR``): its worker runs with ``PYTHONPATH=DIR``
 
@@ -49,11 +49,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from scaling_bench import cpu_seconds  # noqa: E402
+from trees import pythonpath  # noqa: E402
 
-from deploy.cluster import Cluster, ClusterConfig  # noqa: E402
-from deploy.demo import WORK_MS_ENV  # noqa: E402
-from deploy.sink import EffectSink  # noqa: E402
-from node.client import ForumClient  # noqa: E402
+from forum.deploy.cluster import Cluster, ClusterConfig  # noqa: E402
+from forum.deploy.demo import WORK_MS_ENV  # noqa: E402
+from forum.deploy.sink import EffectSink  # noqa: E402
+from forum.node.client.remote import ForumClient  # noqa: E402
 from tests.coordinator.full_redis import fill, make_room  # noqa: E402
 
 JOBS = 200
@@ -95,7 +96,7 @@ def warnings(path: Path) -> int:
 
 
 async def run_once(variant: str, window: float, main_tree: Path | None) -> Run:
-    tree = {"PYTHONPATH": str(main_tree)} if variant == "main" and main_tree else {}
+    tree = {"PYTHONPATH": pythonpath(main_tree)} if variant == "main" and main_tree else {}
     cfg = ClusterConfig(nodes=1, workers=1, worker_env={WORK_MS_ENV: "1", **tree})
     async with Cluster(cfg) as cluster:
         assert cluster.redis is not None
@@ -176,7 +177,10 @@ if __name__ == "__main__":
     parser.add_argument("--main-tree", type=Path, help="the tree variant main runs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/full_redis_bench.json")
     arguments = parser.parse_args()
-    if arguments.main_tree and not (arguments.main_tree / "coordinator/worker.py").exists():
+    if (
+        arguments.main_tree
+        and not (arguments.main_tree / "coordinator/forum/coordinator/worker.py").exists()
+    ):
         parser.error(f"--main-tree {arguments.main_tree}: not a Forum tree")
     results = asyncio.run(main(arguments))
     arguments.out.write_text(json.dumps(results, indent=2) + "\n")

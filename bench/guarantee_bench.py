@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 
 from worker_bench import CONCURRENCIES, medians, rate  # noqa: E402
 
-from coordinator import Lens  # noqa: E402
+from forum.coordinator import Lens  # noqa: E402
 from tests.fixtures.redis_server import (  # noqa: E402
     RedisClusterServers,
     RedisServer,

@@ -53,8 +53,8 @@ from pathlib import Path
 import redis.asyncio as aioredis
 import uvloop
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 1000

@@ -40,10 +40,12 @@ import tracemalloc
 from itertools import islice
 from pathlib import Path
 
+from trees import pythonpath
+
 # In a child (below) ``node`` is the source's under test: its PYTHONPATH
 # comes first, and the working directory is not the checkout.
-from node.entries import EntryId, Properties, Tuple
-from node.index import LiveIndex
+from forum.node.core.entries import EntryId, Properties, Tuple
+from forum.node.space.index import LiveIndex
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "index_bench.json"
@@ -146,7 +148,7 @@ def one_round(live: int, samples: int) -> dict[str, float]:
 
 
 def run_child(source: Path, args: argparse.Namespace) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(source)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(source)}
     cmd = [
         sys.executable,
         __file__,

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from http_bench import forum_node, redis_server
 
-from tasks import App, Context
+from forum.tasks import App, Context
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "jobs_list_bench.json"
 

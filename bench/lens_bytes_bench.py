@@ -49,6 +49,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "lens_bytes_bench.json"
+sys.path.insert(0, str(ROOT / "bench"))
+
+from trees import export, pythonpath  # noqa: E402
+
 BATCH = 1000
 WARM = 1000
 VARIANTS = ("baseline", "this", "this_no_history", "hash_buckets")
@@ -72,7 +76,7 @@ def job_keys(start: int, stop: int) -> list[str]:
 async def child_lens(url: str, jobs: int, settings: dict[str, Any]) -> dict[str, Any]:
     import redis.asyncio  # noqa: PLC0415
 
-    import coordinator  # noqa: PLC0415  (the source under test: imported in the child only)
+    from forum import coordinator  # noqa: PLC0415  (the source under test: imported in the child only)
 
     async with (
         coordinator.Lens.from_url(url, **settings) as lens,
@@ -187,7 +191,7 @@ def run_child(source: Path, what: str, url: str, jobs: int) -> dict[str, Any]:
     (the working directory is not a checkout), on a flushed Redis."""
     flushall(url)
     command = [sys.executable, str(Path(__file__)), "--child", what, url, str(jobs)]
-    env = {**os.environ, "PYTHONPATH": str(source)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(source)}
     out = subprocess.run(command, env=env, cwd=tempfile.gettempdir(), check=True,
                          capture_output=True, text=True).stdout  # fmt: skip
     return dict(json.loads(out))
@@ -226,7 +230,6 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "head": head,
         "runs": {name: [] for name in VARIANTS},
     }
-    from memory_bench import export  # noqa: PLC0415  (the parent only: it imports ``node``)
 
     with tempfile.TemporaryDirectory() as tmp:
         sources = {"baseline": export(args.baseline, Path(tmp)), "this": ROOT}

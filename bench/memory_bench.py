@@ -33,7 +33,6 @@ import os
 import platform
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import tracemalloc
@@ -46,11 +45,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 # Run as a child (below), ``node`` is the source's under test: its PYTHONPATH
 # comes first, and the checkout is not the working directory.
 from node_bench import latency_at_scale  # noqa: E402
+from trees import export, pythonpath  # noqa: E402
 
-import node  # noqa: E402
-from deploy.processes import NodeService  # noqa: E402
-from node import Forum, Pattern, Strand, StrandConfig  # noqa: E402
-from node.client import ForumClient  # noqa: E402
+from forum import node  # noqa: E402
+from forum.deploy.processes import NodeService  # noqa: E402
+from forum.node.client.remote import ForumClient  # noqa: E402
+from forum.node.core.space import Pattern  # noqa: E402
+from forum.node.space.forum import Forum  # noqa: E402
+from forum.node.storage.strand import Strand, StrandConfig  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "memory_bench.json"
 PAYLOAD = 100
@@ -83,7 +85,7 @@ async def steady_rss(pid: int, wait: float = 0.5, rounds: int = 20) -> int:
 
 
 async def measure_rss(source: Path, root: Path, tuples: int) -> dict[str, Any]:
-    node = NodeService("rss", root, ["--fsync", "never"], env={"PYTHONPATH": str(source)})
+    node = NodeService("rss", root, ["--fsync", "never"], env={"PYTHONPATH": pythonpath(source)})
     await node.start()
     try:
         assert node.pid is not None
@@ -158,7 +160,7 @@ async def child_latency(live: int) -> dict[str, Any]:
 
 def run_child(source: Path, what: str, n: int) -> dict[str, Any]:
     """Run this script's ``--child`` ``what`` on ``source``; its JSON answer."""
-    env = {**os.environ, "PYTHONPATH": str(source)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(source)}
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, str(Path(__file__)), what, str(n)],
         env=env,
@@ -180,20 +182,6 @@ spec.loader.exec_module(bench)
 child = getattr(bench, "child_" + sys.argv[2])
 print(json.dumps({"node": bench.node.__file__, **asyncio.run(child(int(sys.argv[3])))}))
 """
-
-
-def export(ref: str, into: Path) -> Path:
-    """``git archive`` of ``ref``, unpacked under ``into``."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", ref], check=True, capture_output=True
-    ).stdout
-    target = into / "baseline"
-    target.mkdir()
-    tar = into / "baseline.tar"
-    tar.write_bytes(archive)
-    with tarfile.open(tar) as unpacked:
-        unpacked.extractall(target, filter="data")
-    return target
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:

@@ -77,10 +77,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from node import Forum, Pattern, Strand, StrandConfig, Tuple
-from node.entries import EntryId
-from node.index import LiveIndex
-from node.segment import frame
+from trees import pythonpath
+
+from forum.node.core.entries import EntryId, Tuple
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.space.index import LiveIndex
+from forum.node.storage.segment import frame
+from forum.node.storage.strand import Strand, StrandConfig
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -497,7 +501,7 @@ def _env_of(tree: Path | None) -> dict[str, str]:
     """The environment of a round on ``tree``'s packages (``None``: this one's)."""
     env = dict(os.environ)
     if tree is not None:  # the other version's packages come first
-        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([pythonpath(tree), env.get("PYTHONPATH", "")])
     return env
 
 

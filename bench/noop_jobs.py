@@ -31,7 +31,7 @@ a completion in different orders, so the last job's final write may fall
 just before or after the clock stops: one write in N):
 
 * ``forum``: ``ForumClient.write`` against a ``forum serve`` → ``Worker``
-  (coordinator/worker.py: reserve → Lens claim → handler → complete → ack),
+  (coordinator/forum/coordinator/worker.py: reserve → Lens claim → handler → complete → ack),
   counted by ``WorkerStats.done`` (the Lens holds the done marker);
 * ``forum-tasks``: the task layer on the same: ``App.enqueue("noop",
   _key=...)`` of an ``@app.task`` returning ``None`` (each job its own key,
@@ -85,9 +85,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from coordinator import Worker
-    from coordinator.spaces import WorkSpace
-    from node import Pattern
+    from forum.coordinator import Worker
+    from forum.coordinator.spaces import WorkSpace
+    from forum.node.core.space import Pattern
 
 ROOT = Path(__file__).resolve().parents[1]
 POLL = 0.002  # s between looks at a worker's count of completions
@@ -152,8 +152,8 @@ async def forum_jobs(
     """N no-op jobs written to ``space`` and run by a ``Worker`` with the Lens at
     ``lens_url``: an in-process ``Forum`` (bench/worker_bench.py) or a
     ``ForumClient`` (bench/peers_bench.py)."""
-    from coordinator import Job, Lens, Worker
-    from node import Pattern
+    from forum.coordinator import Job, Lens, Worker
+    from forum.node.core.space import Pattern
 
     pattern = Pattern(b"job/")
 
@@ -190,7 +190,7 @@ async def worked(
 
 
 async def run_forum(args: argparse.Namespace) -> dict[str, float]:
-    from node.client import ForumClient
+    from forum.node.client.remote import ForumClient
 
     if args.forum_url is None:
         raise SystemExit("noop_jobs: forum needs --forum-url (a running forum serve)")
@@ -200,8 +200,8 @@ async def run_forum(args: argparse.Namespace) -> dict[str, float]:
 
 async def run_forum_tasks(args: argparse.Namespace) -> dict[str, float]:
     """``forum``'s run through the task layer (the module docstring)."""
-    from node import Pattern
-    from tasks import App, Context
+    from forum.node.core.space import Pattern
+    from forum.tasks import App, Context
 
     if args.forum_url is None:
         raise SystemExit("noop_jobs: forum-tasks needs --forum-url (a running forum serve)")

@@ -13,9 +13,9 @@ lag             from a write acknowledged by A (the client has the answer) to
                 the tuple held on B *and* C. Probes: one write in ten (one in
                 fifty at max rate) writes a tuple for B and one for C, awaited by
                 blocking takes already waiting there; a take answers when its
-                tuple is live, which the node delays on purpose (node.forum's
+                tuple is live, which the node delays on purpose (forum.node.space.forum's
                 ``REMOTE_DELAY`` stagger: 10 ms times the node's rank among the
-                live members, 1 or 2 here, ``replication.ranking``): "visible"
+                live members, 1 or 2 here, ``forum.replication.ranking``): "visible"
                 is that, "replicated" takes the known stagger out. Both also hold one HTTP
                 answer, so they err high. At 1,000 writes/s (paced, open loop)
                 and at the writer's maximum (16 writers, closed loop).
@@ -23,7 +23,7 @@ bytes           bytes sent between nodes per replicated entry (per entry per
                 receiving node), over 5 s at 1,000 writes/s: message bodies from
                 the nodes' metrics, and bytes on the wire (HTTP included) counted
                 by a relay the links pass through for that phase; against the
-                entry's own msgpack size (``node.codec``).
+                entry's own msgpack size (``forum.node.core.codec``).
 heal            A cut off from B and C for ``--partition`` seconds while 10,000
                 writes are made on B; then the time from heal until every node
                 holds the same entries and the same live set.
@@ -52,13 +52,14 @@ from pathlib import Path
 import aiohttp
 import uvloop
 
-from deploy.processes import NodeService, ToxiproxyService, free_port
-from deploy.toxiproxy import Proxy, Toxiproxy
-from node import EntryId, Pattern, Write
-from node.client import ForumClient
-from node.codec import encode_entry
-from node.forum import REMOTE_DELAY
-from replication.ranking import rank_among
+from forum.deploy.processes import NodeService, ToxiproxyService, free_port
+from forum.deploy.toxiproxy import Proxy, Toxiproxy
+from forum.node.client.remote import ForumClient
+from forum.node.core.codec import encode_entry
+from forum.node.core.entries import EntryId, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import REMOTE_DELAY
+from forum.replication.ranking import rank_among
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,8 +4,8 @@ Usage: ``.venv/bin/python bench/scaling_bench.py [--jobs 2000] [--rounds 1]
 [--nodes 3,5,7] [--variants slots,rank,pool] [--main-tree DIR] [--work-ms 5]
 [--idle 5] [--out PATH]``
 
-Each run is ``forum cluster demo`` (:func:`deploy.workload.run_demo`'s steps,
-on a fresh :class:`deploy.cluster.Cluster`): N nodes peered in a mesh, one
+Each run is ``forum cluster demo`` (:func:`forum.deploy.workload.run_demo`'s steps,
+on a fresh :class:`forum.deploy.cluster.Cluster`): N nodes peered in a mesh, one
 worker per node (8 slots, the demo handler, ``--work-ms`` of work per job),
 a Redis for the Lens; the jobs are written in batches of 100 round-robin over
 the nodes, and the run ends when every job has its effect. The history
@@ -33,11 +33,11 @@ machine. The variants are settings of this code, and one other tree:
 slots          the old stagger: a remote tuple waits 1 to 4 remote delays by
                a hash (``FORUM_REPL_RANKING=slots``), live at its slot
                (``FORUM_REMOTE_HOLD=0``)
-rank           the rank among the live members (:mod:`replication.ranking`),
+rank           the rank among the live members (:mod:`forum.replication.ranking`),
                live at its turn (``FORUM_REMOTE_HOLD=0``)
 pool           the defaults: the rank, and a turn no taker wanted puts the
                tuple in the node's pool, held (``remote_hold``, 2 s) then
-               aired, taken in the node's rank order (``node.forum``)
+               aired, taken in the node's rank order (``forum.node.space.forum``)
 main           the code in ``--main-tree DIR`` (e.g. ``git -C /work/main
                archive HEAD | tar -x -C DIR``) at its defaults: its nodes and
                workers run with ``PYTHONPATH=DIR``
@@ -61,12 +61,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from deploy.cluster import Cluster, ClusterConfig
-from deploy.demo import WORK_MS_ENV
-from deploy.history import History
-from deploy.processes import Service
-from deploy.workload import collect, wait_until_done, write_jobs
-from node.client import ForumClient
+from trees import pythonpath
+
+from forum.deploy.cluster import Cluster, ClusterConfig
+from forum.deploy.demo import WORK_MS_ENV
+from forum.deploy.history import History
+from forum.deploy.processes import Service
+from forum.deploy.workload import collect, wait_until_done, write_jobs
+from forum.node.client.remote import ForumClient
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The node environment of each variant (see above); ``main``'s is made from ``--main-tree``.
@@ -149,7 +151,7 @@ async def settled(cluster: Cluster) -> tuple[int, int]:
 async def run_once(
     nodes: int, variant: str, jobs: int, work_ms: float, main_tree: Path | None, idle: float
 ) -> Run:
-    tree = {"PYTHONPATH": str(main_tree)} if variant == "main" and main_tree else {}
+    tree = {"PYTHONPATH": pythonpath(main_tree)} if variant == "main" and main_tree else {}
     cfg = ClusterConfig(
         nodes=nodes,
         workers=1,
@@ -289,8 +291,11 @@ if __name__ == "__main__":
     arguments = parser.parse_args()
     if "main" in arguments.variants and arguments.main_tree is None:
         parser.error("variant main needs --main-tree DIR")
-    if arguments.main_tree is not None and not (arguments.main_tree / "node/forum.py").is_file():
-        parser.error(f"--main-tree {arguments.main_tree}: not a Forum tree (no node/forum.py)")
+    if (
+        arguments.main_tree is not None
+        and not (arguments.main_tree / "forum" / "__init__.py").is_file()
+    ):
+        parser.error(f"--main-tree {arguments.main_tree}: not a Forum tree (no forum/__init__.py)")
     results = asyncio.run(main(arguments))
     report(results["summary"])  # type: ignore[arg-type]
     arguments.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ Usage: ``python bench/soak_bench.py [--nodes 3] [--rate 150] [--minutes 120]
 
 Starts ``--nodes`` ``forum serve`` processes wired as peers, a
 ``redis-server`` for the Lens (AOF, ``appendfsync always``, as deploy/
-starts it) and one ``forum worker`` per node (``deploy.cluster.Cluster``)
+starts it) and one ``forum worker`` per node (``forum.deploy.cluster.Cluster``)
 whose handler does nothing (:func:`noop`, so Redis holds only the Lens's
 keys). A producer writes ``--rate`` jobs a second, spread over the nodes in
 turn, in a batch every 0.1 s; the workers keep the backlog near 0. Every
@@ -51,13 +51,13 @@ from typing import Any
 import aiohttp
 from redis.asyncio import Redis
 
-from coordinator import Job
-from coordinator.keys import HISTORY_TTL
-from deploy.cluster import Cluster, ClusterConfig
-from node import Pattern
-from node.cancellation import wait_event
-from node.client import ForumClient
-from node.config import FORGET_AFTER
+from forum.coordinator import Job
+from forum.coordinator.keys import HISTORY_TTL
+from forum.deploy.cluster import Cluster, ClusterConfig
+from forum.node.client.remote import ForumClient
+from forum.node.config.node import FORGET_AFTER
+from forum.node.core.cancellation import wait_event
+from forum.node.core.space import Pattern
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "soak_bench.json"

@@ -31,9 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from trees import pythonpath
+
 # In a child (below) ``node`` is the source's under test: its PYTHONPATH
 # comes first, and the working directory is not the checkout.
-from node import Strand, StrandConfig
+from forum.node.storage.strand import Strand, StrandConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "strand_manifest_bench.json"
@@ -90,7 +92,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run(source: Path | None, what: str, directory: Path, args: argparse.Namespace) -> float:
-    env = {**os.environ, "PYTHONPATH": str(source or ROOT)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(source or ROOT)}
     cmd = [sys.executable, __file__, "--child", what, "--dir", str(directory)]
     cmd += ["--seconds", str(args.seconds), "--entries", str(args.entries)]
     done = subprocess.run(

@@ -42,8 +42,8 @@ from pathlib import Path
 import uvloop
 from http_bench import forum_node, run_for
 
-from node import Pattern
-from node.client import ForumClient, Transport
+from forum.node.client.remote import ForumClient, Transport
+from forum.node.core.space import Pattern
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = b"job-" + b"x" * 60

@@ -45,15 +45,18 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from memory_bench import ROOT, export, rss_bytes
+from memory_bench import ROOT, rss_bytes
+from trees import export, pythonpath
 
-from deploy.processes import NodeService
-from node import Forum, Pattern, Strand, StrandConfig
-from node.client import ForumClient
-from node.config import NodeConfig
-from node.watch import Subscription, WatchHub
-from node.web_app import build_app
-from node.web_server import NodeRunner
+from forum.deploy.processes import NodeService
+from forum.node.client.remote import ForumClient
+from forum.node.config.node import NodeConfig
+from forum.node.core.space import Pattern
+from forum.node.http.app import build_app
+from forum.node.http.server import NodeRunner
+from forum.node.space.forum import Forum
+from forum.node.space.watch import Subscription, WatchHub
+from forum.node.storage.strand import Strand, StrandConfig
 
 BATCH = 100
 PAYLOAD = b"job-" + b"x" * 60
@@ -183,7 +186,7 @@ async def stalled_round(
     source: Path, root: Path, name: str, stalled: int, writes: int, after: float, within: float
 ) -> dict[str, Any]:
     """One fresh node from ``source``, ``stalled`` watchers, one burst."""
-    node = NodeService(name, root, ["--fsync", "never"], env={"PYTHONPATH": str(source)})
+    node = NodeService(name, root, ["--fsync", "never"], env={"PYTHONPATH": pythonpath(source)})
     await node.start()
     socks: list[socket.socket] = []
     try:

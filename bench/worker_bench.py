@@ -11,7 +11,7 @@
   same Redis, the same durability, a pool of the same (unbounded) size on
   both sides, two calls per pair on both, each awaited by its caller (the
   Lens carries the calls that concurrent callers make in one turn of the
-  loop in one pipeline, coordinator.scripts; plain redis-py sends a command
+  loop in one pipeline, forum.coordinator.scripts; plain redis-py sends a command
   per call, which is what the raw side measures).
   The candidates take turns in ``--slices`` slices per round (a burst of
   load from elsewhere falls on all alike). ``--baseline DIR`` adds another
@@ -56,8 +56,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: ``--baseline`` starts) another's.
 sys.path.insert(0, os.environ.get(BASELINE_ROOT := "WORKER_BENCH_LENS_ROOT", str(ROOT)))
 
-from coordinator import Lens  # noqa: E402
-from node import Forum, Strand, StrandConfig  # noqa: E402
+from forum.coordinator import Lens  # noqa: E402
+from forum.node.space.forum import Forum  # noqa: E402
+from forum.node.storage.strand import Strand, StrandConfig  # noqa: E402
 from tests.fixtures.redis_server import RedisServer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "worker_bench.json"

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from node.client import ForumClient, Transport
+from forum.node.client.remote import ForumClient, Transport
 
 OUT = Path(__file__).resolve().parent / "results" / "write_options_bench.json"
 OPTIONS: dict[str, dict[str, Any]] = {"plain": {}, "ttl+priority": {"ttl": 3600.0, "priority": 5}}

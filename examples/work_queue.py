@@ -13,7 +13,9 @@ import sys
 import tempfile
 import time
 
-from node import Forum, Pattern, Strand, StrandConfig
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 
 async def main() -> int:

@@ -1,53 +1,39 @@
 """Forum: a replicated tuple space run as a multi-machine work queue.
 
 ``import forum`` is the public face: the in-process node and its client
-(:mod:`node`), the worker runtime and its Redis-backed Lens
-(:mod:`coordinator`), the task layer (:mod:`tasks`: ``forum.App``), and the
-errors callers catch, each the same object as in its home package. The
-``forum`` command lives here too (:mod:`forum.cli`).
+(:mod:`forum.node`), the worker runtime and its Redis-backed Lens
+(:mod:`forum.coordinator`), the task layer (:mod:`forum.tasks`:
+``forum.App``), and the errors callers catch, each the same object as in its
+home module. The ``forum`` command lives here too (:mod:`forum.cli`).
 
-Which package may import which (``tests/test_layers.py`` checks it)::
+Every part of Forum is under this one name (docs/layout.md), so a user's
+``tasks.py`` or ``node.py`` shadows nothing. Which part may import which
+(``tests/test_layers.py`` checks it)::
 
-    forum        this face: the command, the wiring        uses all below
-    deploy       local clusters, the demo, its checker     uses coordinator, replication, node
-    dashboard    the web pages every node serves at /ui    uses tasks, coordinator, replication,
-                                                           node
-    tasks        named tasks, results, status, cron        uses coordinator, node
-    coordinator  the Lens and the worker runtime           uses node
-    replication  gossip between nodes                      uses node
-    node         one node: the Strand, the API, the HTTP   uses none of them
+    forum              this face: the command, the wiring        uses all below
+    forum.deploy       local clusters, the demo, its checker     uses coordinator, replication,
+                                                                 node
+    forum.dashboard    the web pages every node serves at /ui    uses tasks, coordinator,
+                                                                 replication, node
+    forum.tasks        named tasks, results, status, cron        uses coordinator, node
+    forum.coordinator  the Lens and the worker runtime           uses node
+    forum.replication  gossip between nodes                      uses node
+    forum.node         one node: the Strand, the API, the HTTP   uses none of them
 
-The names of ``coordinator``, ``tasks`` and ``replication`` are imported
-when first used (:func:`__getattr__`): every ``forum`` command imports this
-package, and ``forum serve`` must run without Redis, ``forum take`` without
-replication.
+Every name here is imported when first used (:func:`__getattr__`): every
+``forum`` command imports this package, and ``forum serve`` must run without
+Redis, ``forum take`` without replication, and a program that imports only
+the client (:mod:`forum.node.client`) loads no server.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import TYPE_CHECKING
 
-from node import Forum, ForumClient, Pattern, Strand, StrandConfig
-from node.errors import (
-    ClientError,
-    DataDirLocked,
-    ForumError,
-    LimitExceeded,
-    NodeRejected,
-    NodeTimeout,
-    NodeUnavailable,
-    PayloadTooLarge,
-    RecordTooLarge,
-    SerializationError,
-    StrandCorrupt,
-    StrandError,
-    Throttled,
-    Unauthorized,
-)
-
 if TYPE_CHECKING:
-    from coordinator import (
+    from forum.coordinator import (
         AlreadyClaimed,
         AlreadyDone,
         Backoff,
@@ -59,8 +45,28 @@ if TYPE_CHECKING:
         LensUnavailable,
         Worker,
     )
-    from replication import ReplicationError
-    from tasks import (
+    from forum.node.client.remote import ForumClient
+    from forum.node.core.errors import (
+        ClientError,
+        DataDirLocked,
+        ForumError,
+        LimitExceeded,
+        NodeRejected,
+        NodeTimeout,
+        NodeUnavailable,
+        PayloadTooLarge,
+        RecordTooLarge,
+        SerializationError,
+        StrandCorrupt,
+        StrandError,
+        Throttled,
+        Unauthorized,
+    )
+    from forum.node.core.space import Pattern
+    from forum.node.space.forum import Forum
+    from forum.node.storage.strand import Strand, StrandConfig
+    from forum.replication import ReplicationError
+    from forum.tasks import (
         App,
         Context,
         InvalidJob,
@@ -126,9 +132,16 @@ __all__ = [
     "Worker",
 ]
 
-#: The names imported on first use, by home package.
+# Installed, every part is under this folder. In a checkout the parts are in
+# folders of their own (``node/forum/node``, docs/layout.md), which an
+# editable install maps; a checkout run without installing it (a benchmark's
+# baseline, ``PYTHONPATH=<tree>:<tree>/node:...``, bench/trees.py) has them
+# found as portions of this package on the path instead.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+#: Each public name's home module, imported on first use.
 _LAZY = {
-    "coordinator": frozenset(
+    "forum.coordinator": frozenset(
         {
             "AlreadyClaimed",
             "AlreadyDone",
@@ -142,8 +155,30 @@ _LAZY = {
             "Worker",
         }
     ),
-    "replication": frozenset({"ReplicationError"}),
-    "tasks": frozenset(
+    "forum.node.client.remote": frozenset({"ForumClient"}),
+    "forum.node.core.errors": frozenset(
+        {
+            "ClientError",
+            "DataDirLocked",
+            "ForumError",
+            "LimitExceeded",
+            "NodeRejected",
+            "NodeTimeout",
+            "NodeUnavailable",
+            "PayloadTooLarge",
+            "RecordTooLarge",
+            "SerializationError",
+            "StrandCorrupt",
+            "StrandError",
+            "Throttled",
+            "Unauthorized",
+        }
+    ),
+    "forum.node.core.space": frozenset({"Pattern"}),
+    "forum.node.space.forum": frozenset({"Forum"}),
+    "forum.node.storage.strand": frozenset({"Strand", "StrandConfig"}),
+    "forum.replication": frozenset({"ReplicationError"}),
+    "forum.tasks": frozenset(
         {
             "App",
             "Context",

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 import uvloop
 
 from forum.cli_args import EXIT_NODE, EXIT_USAGE, OneLineParser, UsageError
-from node.errors import ClientError
+from forum.node.core.errors import ClientError
 
 if TYPE_CHECKING:
     _SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]

@@ -23,8 +23,8 @@ import os
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
-from node.client import node_url
-from node.config import DEFAULT_LISTEN
+from forum.node.client.remote import node_url
+from forum.node.config.node import DEFAULT_LISTEN
 
 T = TypeVar("T")
 

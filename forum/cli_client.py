@@ -1,6 +1,6 @@
 """``forum write``, ``take``, ``read``, ``count``, ``status``, ``compact``,
 ``pause`` and ``resume``: a node's API from the shell, through
-:class:`~node.client.ForumClient`.
+:class:`~forum.node.client.remote.ForumClient`.
 
 ``take`` and ``read`` write the tuple's bytes as they are to stdout (a
 newline after them only on a terminal) and exit 1 when nothing matched.
@@ -23,9 +23,9 @@ from forum.cli_args import (
     UsageError,
     node_options,
 )
-from node.client import ForumClient
-from node.space import Pattern
-from node.web_status import PeerStatus
+from forum.node.api.status import PeerStatus
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 
 Command = Callable[[argparse.Namespace], Awaitable[int]]
 

@@ -1,6 +1,6 @@
 """``forum cluster up`` and ``forum cluster demo``: a local cluster of real
-processes (:class:`deploy.cluster.Cluster`), and the demo workload run on it
-(:mod:`deploy.workload`).
+processes (:class:`forum.deploy.cluster.Cluster`), and the demo workload run on it
+(:mod:`forum.deploy.workload`).
 
 ``forum cluster up --nodes 3 [--redis auto|URL] [--workers N] [--chaos]``
 (``URL``: any Redis URL a worker takes, Sentinel's and Cluster's included)
@@ -21,10 +21,10 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from deploy.cluster import Cluster, ClusterConfig
-from deploy.demo import WORK_MS_ENV
-from deploy.workload import run_demo
 from forum.cli_args import UsageError
+from forum.deploy.cluster import Cluster, ClusterConfig
+from forum.deploy.demo import WORK_MS_ENV
+from forum.deploy.workload import run_demo
 
 
 def add_cluster(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """``forum dead list`` and ``forum dead requeue``: the jobs parked after their
-last attempt (:mod:`coordinator.deadletter`), read and put back through a node.
+last attempt (:mod:`forum.coordinator.deadletter`), read and put back through a node.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import os
 import sys
 
-from coordinator.deadletter import DEFAULT_DEAD_PREFIX, DeadLetter, dead_letters, requeue
 from forum.cli_args import EXIT_NO_MATCH, EXIT_OK, NONEMPTY, UsageError, node_options
-from node.client import ForumClient
+from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX, DeadLetter, dead_letters, requeue
+from forum.node.client.remote import ForumClient
 
 
 def dead_letter_options(parser: argparse.ArgumentParser) -> None:

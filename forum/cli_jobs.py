@@ -4,7 +4,7 @@ Each action opens the app (``--app module:name``, for its prefix and
 serializer; an ``App()`` with the defaults without it) against ``--node``
 and ``--redis-url`` (each: the flag, else ``$FORUM_NODE`` /
 ``$FORUM_REDIS_URL``, else the app's own), and calls the app's own
-inspection (:mod:`tasks.admin`): a listing reads both the space and the
+inspection (:mod:`forum.tasks.admin`): a listing reads both the space and the
 Lens, so a job in flight or waiting for a retry is listed too.
 
 Exit codes as every ``forum`` command's (:mod:`forum.cli_args`): 0 done;
@@ -26,8 +26,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from coordinator.errors import LensError
-from coordinator.records import HistoryEvent
 from forum.cli_args import (
     COUNT,
     EXIT_NO_MATCH,
@@ -38,7 +36,9 @@ from forum.cli_args import (
     node_options,
 )
 from forum.cli_worker import Where, app_option, load_app, node_from_app, redis_options
-from tasks import App, InvalidJob, JobNotFound, JobState, JobStatus, TaskError
+from forum.coordinator.errors import LensError
+from forum.coordinator.records import HistoryEvent
+from forum.tasks import App, InvalidJob, JobNotFound, JobState, JobStatus, TaskError
 
 #: An action's body, given the open app and the arguments; its exit code.
 Action = Callable[[App, argparse.Namespace], Awaitable[int]]

@@ -15,14 +15,14 @@ import dataclasses
 import os
 import sys
 
-from dashboard import dashboard
 from forum.cli_args import EXIT_NODE, UsageError
-from node.config import DEFAULT_LISTEN, REPEATED_FLAGS, NodeConfig
-from node.errors import DataDirLocked, ForumError
-from node.serve import configure_logging, serve
-from node.web_keys import Extension
-from replication import ReplicationConfig
-from replication.extension import configured
+from forum.dashboard import dashboard
+from forum.node.config.node import DEFAULT_LISTEN, REPEATED_FLAGS, NodeConfig
+from forum.node.core.errors import DataDirLocked, ForumError
+from forum.node.http.keys import Extension
+from forum.node.serve import configure_logging, serve
+from forum.replication import ReplicationConfig
+from forum.replication.extension import configured
 
 
 def node_extensions(config: NodeConfig) -> list[Extension]:
@@ -35,7 +35,7 @@ def node_extensions(config: NodeConfig) -> list[Extension]:
 
 def serve_flags(args: argparse.Namespace) -> dict[str, object]:
     """The ``NodeConfig`` keys that ``forum serve``'s flags set (the top layer
-    over the file and the environment; see :mod:`node.config`)."""
+    over the file and the environment; see :mod:`forum.node.config.node`)."""
     flags: dict[str, object] = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(NodeConfig)

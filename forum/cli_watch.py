@@ -23,9 +23,9 @@ import sys
 from contextlib import aclosing
 
 from forum.cli_args import EXIT_NODE, EXIT_OK, node_options
-from node.client import ForumClient
-from node.client_watch import WatchEvent
-from node.space import Pattern
+from forum.node.client.remote import ForumClient
+from forum.node.client.watch import WatchEvent
+from forum.node.core.space import Pattern
 
 _LINE_BREAKS = str.maketrans({"\n": "\\n", "\r": "\\r"})
 

@@ -39,22 +39,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.deadletter import DEFAULT_DEAD_PREFIX
-from coordinator.errors import LensError, LensUnavailable
-from coordinator.job import Backoff, Handler, KeyFunction
-from coordinator.keys import DEFAULT_NAMESPACE, HISTORY_TTL
-from coordinator.lens import Lens
-from coordinator.metrics import serve_metrics, worker_registry
-from coordinator.redis_url import RedisTarget, masked
-from coordinator.worker import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_DRAIN_TIMEOUT,
-    DEFAULT_LEASE,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_TAKE_WAIT,
-    Worker,
-    WorkerStats,
-)
 from forum.cli_args import (
     COUNT,
     COUNT_OR_ZERO,
@@ -68,13 +52,29 @@ from forum.cli_args import (
     checked,
 )
 from forum.cli_dead import dead_letter_options
-from node import Pattern
-from node.cancellation import wait_event
-from node.client import ForumClient, node_url
-from node.config import FORGET_AFTER
-from node.errors import ClientError, Unauthorized
-from tasks import App
-from tasks.errors import TaskError
+from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
+from forum.coordinator.errors import LensError, LensUnavailable
+from forum.coordinator.job import Backoff, Handler, KeyFunction
+from forum.coordinator.keys import DEFAULT_NAMESPACE, HISTORY_TTL
+from forum.coordinator.lens import Lens
+from forum.coordinator.metrics import serve_metrics, worker_registry
+from forum.coordinator.redis_url import RedisTarget, masked
+from forum.coordinator.worker import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_LEASE,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_TAKE_WAIT,
+    Worker,
+    WorkerStats,
+)
+from forum.node.client.remote import ForumClient, node_url
+from forum.node.config.node import FORGET_AFTER
+from forum.node.core.cancellation import wait_event
+from forum.node.core.errors import ClientError, Unauthorized
+from forum.node.core.space import Pattern
+from forum.tasks import App
+from forum.tasks.errors import TaskError
 
 # The name its log lines had when this was coordinator/cli.py: log filters keep working.
 log = logging.getLogger("coordinator.cli")
@@ -91,7 +91,7 @@ def _directory(text: str) -> str:
 
 
 def _redis_url(text: str) -> str:
-    RedisTarget.from_url(text)  # one server or a cluster (coordinator.redis_url)
+    RedisTarget.from_url(text)  # one server or a cluster (forum.coordinator.redis_url)
     return text
 
 

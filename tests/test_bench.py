@@ -143,7 +143,9 @@ def test_peers_bench_profiles_each_run_into_a_file_of_its_own(tmp_path: Path) ->
         # Stats.stats: (file, line, function) -> counts; undeclared in typeshed,
         # and get_stats_profile() keys by bare function name (one __call__ for all).
         stats = pstats.Stats(str(profiles / name)).stats  # type: ignore[attr-defined]
-        runner = {function for file, _, function in stats if file.endswith("tasks/runner.py")}
+        runner = {
+            function for file, _, function in stats if file.endswith("tasks/forum/tasks/runner.py")
+        }
         assert "__call__" in runner, sorted(runner)
 
 

@@ -1,8 +1,11 @@
-"""The packages depend one way: ``forum`` on all, ``deploy`` on the three
-below it, ``tasks`` on ``coordinator`` and ``node``, ``dashboard`` on
-``node``, ``replication``, ``coordinator`` and ``tasks``, ``coordinator`` and
-``replication`` on ``node`` only, ``node`` on none of them (the table in
-``forum/__init__.py``).
+"""The parts of ``forum`` depend one way: the face (``forum`` itself) on all,
+``forum.deploy`` on the three below it, ``forum.tasks`` on
+``forum.coordinator`` and ``forum.node``, ``forum.dashboard`` on ``node``,
+``replication``, ``coordinator`` and ``tasks``, ``forum.coordinator`` and
+``forum.replication`` on ``forum.node`` only, ``forum.node`` on none of them
+(the table in ``forum/__init__.py``). Inside ``forum.node`` its concepts
+depend one way too (the table in ``forum/node/__init__.py``), and the client
+loads no server.
 
 Every module is parsed, and every import counts wherever it is (inside a
 function, under ``TYPE_CHECKING``), and so does ``importlib.import_module``
@@ -12,13 +15,15 @@ of a literal name: a lazy import is still a dependency.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: What each package may import of the others.
+#: What each part may import of the others.
 ALLOWED = {
     "node": set(),
     "replication": {"node"},
@@ -30,7 +35,20 @@ ALLOWED = {
     # workers through tasks and coordinator (with ``--lens-url``); nothing
     # imports it but forum, which mounts it in ``forum serve``.
     "dashboard": {"node", "replication", "coordinator", "tasks"},
-    "forum": {"node", "replication", "coordinator", "deploy", "tasks", "dashboard"},
+    "": {"node", "replication", "coordinator", "deploy", "tasks", "dashboard"},
+}
+
+#: What each concept of ``forum.node`` may import of the others (``serve`` is
+#: the one module at the top: ``forum serve``'s process).
+NODE_ALLOWED = {
+    "core": set(),
+    "storage": {"core"},
+    "space": {"core", "storage"},
+    "api": {"core"},
+    "config": {"core", "storage", "space", "api"},
+    "client": {"core", "api"},
+    "http": {"core", "storage", "space", "config", "api"},
+    "serve": {"core", "storage", "space", "config", "api", "http"},
 }
 
 
@@ -55,24 +73,78 @@ def imported(module: Path) -> set[str]:
     return names
 
 
-def uses(package: str) -> dict[str, set[str]]:
-    """Each other package of :data:`ALLOWED` that ``package`` imports, and the
-    modules of ``package`` that import it."""
+def folder(part: str) -> Path:
+    """Where a part's modules are: ``<part>/forum/<part>/`` (``forum/`` for the face)."""
+    return REPO / "forum" if part == "" else REPO / part / "forum" / part
+
+
+def uses(part: str) -> dict[str, set[str]]:
+    """Each other part of :data:`ALLOWED` that ``part`` imports, and the modules
+    of ``part`` that import it."""
     found: dict[str, set[str]] = {}
-    for module in sorted((REPO / package).rglob("*.py")):
+    for module in sorted(folder(part).rglob("*.py")):
         for name in imported(module):
-            top = name.partition(".")[0]
-            if top in ALLOWED and top != package:
-                found.setdefault(top, set()).add(str(module.relative_to(REPO)))
+            top, _, rest = name.partition(".")
+            other = rest.partition(".")[0] if top == "forum" else ""
+            if top == "forum" and other in ALLOWED and other != part:
+                found.setdefault(other, set()).add(str(module.relative_to(REPO)))
     return found
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_each_package_imports_only_the_packages_it_may(package: str) -> None:
+def concept(module: Path) -> str:
+    """The concept of ``forum.node`` that ``module`` belongs to."""
+    rel = module.relative_to(folder("node"))
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+@pytest.mark.parametrize("part", sorted(ALLOWED), ids=lambda p: f"forum.{p}".rstrip("."))
+def test_each_part_imports_only_the_parts_it_may(part: str) -> None:
     forbidden = {
-        other: modules for other, modules in uses(package).items() if other not in ALLOWED[package]
+        other: modules for other, modules in uses(part).items() if other not in ALLOWED[part]
     }
     assert forbidden == {}
+
+
+def test_every_part_is_a_folder_of_its_own_and_nothing_else_is_importable() -> None:
+    """The top-level folders hold the parts; none is a package of its own."""
+    for part in ALLOWED:
+        assert (folder(part) / "__init__.py").is_file(), part
+        if part:
+            assert not (REPO / part / "__init__.py").exists(), part
+            assert not (REPO / part / "forum" / "__init__.py").exists(), part
+
+
+def test_each_concept_of_the_node_imports_only_the_concepts_it_may() -> None:
+    modules = sorted(p for p in folder("node").rglob("*.py") if p.name != "__init__.py")
+    assert {concept(m) for m in modules} == set(NODE_ALLOWED)
+    forbidden = set()
+    for module in modules:
+        own = concept(module)
+        for name in imported(module):
+            if name.startswith("forum.node."):
+                other = name.split(".")[2]
+                if other != own and other not in NODE_ALLOWED[own]:
+                    forbidden.add(f"{module.relative_to(REPO)} imports {name}")
+            elif name.startswith("forum.") and name.split(".")[1] in ALLOWED:
+                forbidden.add(f"{module.relative_to(REPO)} imports {name}")
+    assert forbidden == set()
+
+
+def test_the_client_loads_no_server_module_and_not_aiohttp_web() -> None:
+    """In a fresh interpreter: what importing the client (both of them) loads."""
+    probe = (
+        "import sys\n"
+        "import forum.node.client.remote, forum.node.client.sync\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    allowed = ("forum.node.core", "forum.node.api", "forum.node.client")
+    ours = [m for m in loaded if m.startswith("forum.") and m != "forum.node"]
+    assert [m for m in ours if m not in allowed and not m.startswith(allowed)] == []
+    assert not [m for m in loaded if m == "aiohttp.web" or m.startswith("aiohttp.web_")]
+    assert "forum.node.client.remote" in loaded  # the probe did import it
 
 
 def test_the_check_sees_imports_inside_functions_and_lazy_ones(tmp_path: Path) -> None:
@@ -80,8 +152,13 @@ def test_the_check_sees_imports_inside_functions_and_lazy_ones(tmp_path: Path) -
     module.write_text(
         "import importlib\n"
         "def f():\n"
-        "    from coordinator.cli import x\n"
-        "    import deploy.cluster\n"
+        "    from forum.coordinator.cli import x\n"
+        "    import forum.deploy.cluster\n"
         "    return importlib.import_module('forum.cli')\n"
     )
-    assert imported(module) == {"importlib", "coordinator.cli", "deploy.cluster", "forum.cli"}
+    assert imported(module) == {
+        "importlib",
+        "forum.coordinator.cli",
+        "forum.deploy.cluster",
+        "forum.cli",
+    }

@@ -28,7 +28,7 @@ token is appended to an audit list, so a test (or an operator) can count how
 many times each job's effect was applied.
 
 Every key of the store carries the hash tag of the job's Lens shard
-(``{<lens ns>:<shard>}``, coordinator.keys), so the script's keys share the
+(``{<lens ns>:<shard>}``, forum.coordinator.keys), so the script's keys share the
 claim key's slot and the store works on a Redis Cluster as the Lens does
 (its URL then is ``redis+cluster://...``). So the audit list is one per shard.
 
@@ -43,11 +43,11 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 
-from coordinator import ClaimLost, Handler, Job
-from coordinator.keys import DEFAULT_NAMESPACE, DEFAULT_SHARDS, KeySchema
-from coordinator.redis_url import RedisClient, RedisTarget, close
-from node.cancellation import keep_cancellation
-from node.resource import AsyncResource
+from forum.coordinator import ClaimLost, Handler, Job
+from forum.coordinator.keys import DEFAULT_NAMESPACE, DEFAULT_SHARDS, KeySchema
+from forum.coordinator.redis_url import RedisClient, RedisTarget, close
+from forum.node.core.cancellation import keep_cancellation
+from forum.node.core.resource import AsyncResource
 
 #: KEYS[1] {<lens ns>:<s>}:claim:<job key> (the Lens's claim: the live holder's token)
 #: KEYS[2] <ns>:{<lens ns>:<s>}:result:<job key> (hash: token, value)
@@ -61,7 +61,7 @@ from node.resource import AsyncResource
 #:
 #: Tokens are compared as the strings the Lens wrote (claim.lua formats them
 #: with %d, as redis-py sends an int), so no precision is at stake there; the
-#: order check uses Lua numbers, exact below 2^53 (coordinator.keys).
+#: order check uses Lua numbers, exact below 2^53 (forum.coordinator.keys).
 _STORE_IF_CLAIM_LIVE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
@@ -130,7 +130,7 @@ class FencedRedisStore(AsyncResource):
         and no higher token wrote first; :class:`StaleToken` otherwise."""
         shard = self._lens.shard(key)
         keys = [self._lens.claim(key), self._result(key), self._applied(shard)]
-        # keep_cancellation: redis-py on Python 3.11 can lose one (node.cancellation).
+        # keep_cancellation: redis-py on Python 3.11 can lose one (forum.node.core.cancellation).
         stored = await keep_cancellation(self._store(keys=keys, args=[token, value, key]))
         if stored == _NOT_LIVE:
             raise StaleToken(

@@ -41,9 +41,9 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from coordinator import Handler, Job
 from examples.handlers.fenced_redis import StaleToken
 from examples.handlers.sqlite_file import SqliteFile
+from forum.coordinator import Handler, Job
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (

@@ -26,8 +26,8 @@ import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from coordinator import Handler, Job
 from examples.handlers.sqlite_file import SqliteFile
+from forum.coordinator import Handler, Job
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS charges (

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from node.resource import AsyncResource
+from forum.node.core.resource import AsyncResource
 
 T = TypeVar("T")
 

@@ -3,7 +3,7 @@ workload, a fault, then heal, drain and judge.
 
 Every run:
 
-1. starts 3 nodes and one worker per node (``deploy.cluster.Cluster`` with
+1. starts 3 nodes and one worker per node (``forum.deploy.cluster.Cluster`` with
    ``chaos=True``: one Toxiproxy proxy per directed node-to-node link and per
    worker-to-Redis link), with short leases and short replication intervals;
 2. runs producers on every node, writing uniquely named jobs at a random
@@ -11,7 +11,7 @@ Every run:
 3. heals (every proxy enabled, every toxic removed, every process running),
    waits until every acknowledged job's effect is applied, and until all
    nodes hold the same live set;
-4. checks the history (``deploy.history``): lost = 0, unexpected = 0,
+4. checks the history (``forum.deploy.history``): lost = 0, unexpected = 0,
    duplicate effects = 0; prints the verdict, the seed, the double takes the
    nodes counted and the re-offers the workers made.
 
@@ -32,15 +32,15 @@ from pathlib import Path
 
 import aiohttp
 
-from deploy.cluster import Cluster, ClusterConfig
-from deploy.demo import WORK_MS_ENV
-from deploy.history import History, Verdict
-from deploy.processes import NodeService
-from deploy.toxiproxy import Toxiproxy
-from deploy.workload import collect
-from node import Pattern
-from node.client import ForumClient
-from node.errors import ClientError
+from forum.deploy.cluster import Cluster, ClusterConfig
+from forum.deploy.demo import WORK_MS_ENV
+from forum.deploy.history import History, Verdict
+from forum.deploy.processes import NodeService
+from forum.deploy.toxiproxy import Toxiproxy
+from forum.deploy.workload import collect
+from forum.node.client.remote import ForumClient
+from forum.node.core.errors import ClientError
+from forum.node.core.space import Pattern
 
 PREFIX = "job/"
 #: One line per finished run, printed at the end of the pytest session (see

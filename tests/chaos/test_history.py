@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deploy.history import History
+from forum.deploy.history import History
 
 
 def _history() -> History:

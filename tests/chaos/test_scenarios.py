@@ -17,8 +17,8 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from node.client import ForumClient
-from node.segment import segment_numbers, segment_path
+from forum.node.client.remote import ForumClient
+from forum.node.storage.segment import segment_numbers, segment_path
 from tests.chaos.harness import LEASE, Run, run_scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(300)]

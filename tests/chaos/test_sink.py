@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deploy.sink import EffectSink, StaleToken
+from forum.deploy.sink import EffectSink, StaleToken
 
 
 async def test_sink_fences_stale_tokens_and_tells_reruns_from_duplicates(redis_url: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from coordinator import Handler, Job
+from forum.coordinator import Handler, Job
 
 
 def sync_handler(job: Job) -> None:

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Lens
-from coordinator.memory import MemoryAuthority
 from examples.handlers.fenced_redis import FencedRedisStore
-from node import Forum, Strand, StrandConfig
+from forum.coordinator import Lens
+from forum.coordinator.memory import MemoryAuthority
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 __all__ = ["ForumFactory", "authority", "fenced", "forum", "lens", "make_forum"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import forum_test_package_that_is_not_installed  # noqa: F401  # type: ignore[import-not-found]
 
-from coordinator import Job
+from forum.coordinator import Job
 
 
 async def handle(job: Job) -> None:

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from coordinator import Worker
-from deploy.processes import WorkerService
+from forum.coordinator import Worker
+from forum.deploy.processes import WorkerService
 from tests.fixtures.nodes import eventually
 
 __all__ = ["REPO", "WorkerProcess", "eventually", "running", "worker_processes"]
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess(WorkerService):
-    """One ``forum worker`` subprocess (``deploy.processes.WorkerService``)
+    """One ``forum worker`` subprocess (``forum.deploy.processes.WorkerService``)
     whose handlers are imported from this repository; ``start`` returns once
     it is spawned, without waiting for it to serve metrics."""
 

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
 
-from coordinator import Handler, Job
 from examples.handlers.fenced_redis import FencedRedisStore, open_handler
+from forum.coordinator import Handler, Job
 
 #: A Redis list of "<key> <token> <owner>", one per handler start.
 STARTED = "test:started"

@@ -1,5 +1,5 @@
 """The ``ClaimAuthority`` contract, run against the in-memory fake
-(``coordinator.memory.MemoryAuthority``) and a real ``Lens`` on a real
+(``forum.coordinator.memory.MemoryAuthority``) and a real ``Lens`` on a real
 redis-server: the fake answers as the Lens does, so worker logic tested on
 the fake holds on the Lens."""
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from coordinator import (
+from forum.coordinator import (
     AlreadyClaimed,
     AlreadyDone,
     CancelOutcome,
@@ -23,9 +23,9 @@ from coordinator import (
     Lens,
     LensStateLost,
 )
-from coordinator.keys import HISTORY_LENGTH
-from coordinator.memory import MemoryAuthority
-from coordinator.records import NewRecord
+from forum.coordinator.keys import HISTORY_LENGTH
+from forum.coordinator.memory import MemoryAuthority
+from forum.coordinator.records import NewRecord
 from tests.coordinator.harness import eventually
 from tests.fixtures.redis_server import RedisServer
 
@@ -210,7 +210,7 @@ async def _due(authority: ClaimAuthority, key: str) -> bool:
     return key in await authority.due(10)
 
 
-# -- what is known about a key (coordinator.records) -----------------------------------
+# -- what is known about a key (forum.coordinator.records) -----------------------------------
 
 
 async def test_inspect_shows_the_holder_with_its_attempt_then_the_done_token(

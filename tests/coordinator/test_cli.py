@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client.exposition import generate_latest
 
-from coordinator.metrics import worker_registry
-from coordinator.worker import WorkerStats
 from forum.cli_worker import progress_line
+from forum.coordinator.metrics import worker_registry
+from forum.coordinator.worker import WorkerStats
 
 
 def test_progress_line_names_every_counter() -> None:

@@ -11,10 +11,10 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from coordinator import Backoff, Lens, Worker
 from examples.handlers.fenced_redis import FencedRedisStore, fenced_handler
-from node import Pattern
-from node.client import ForumClient
+from forum.coordinator import Backoff, Lens, Worker
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.coordinator.harness import eventually, running
 from tests.fixtures.clusters import peers_are, proxied_cluster
 from tests.fixtures.nodes import ForumNodes

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Backoff, DeadLetter, Job, Lens, Worker
-from coordinator.worker import LOST_WORKER
 from examples.handlers.fenced_redis import FencedRedisStore
-from node import Forum, Pattern
-from node.client import ForumClient
-from node.errors import NodeUnavailable
+from forum.coordinator import Backoff, DeadLetter, Job, Lens, Worker
+from forum.coordinator.worker import LOST_WORKER
+from forum.node.client.remote import ForumClient
+from forum.node.core.errors import NodeUnavailable
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.coordinator.harness import WorkerProcess, eventually, running, worker_processes
 from tests.coordinator.test_worker_process import started, worker_args
 from tests.fixtures.nodes import NodeProcess

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.deadletter import DeadLetter, bury
-from coordinator.envelope import MAGIC, Envelope
-from node import EntryId, Tuple
+from forum.coordinator.deadletter import DeadLetter, bury
+from forum.coordinator.envelope import MAGIC, Envelope
+from forum.node.core.entries import EntryId, Tuple
 
 envelopes = st.builds(
     Envelope,

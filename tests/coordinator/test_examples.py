@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from coordinator import Lens
 from examples.handlers.fenced_redis import FencedRedisStore, StaleToken
 from examples.handlers.fenced_sqlite import FencedSqliteStore
 from examples.handlers.idempotency_key import Ledger
+from forum.coordinator import Lens
 
 
 async def test_sqlite_store_refuses_a_lower_token(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The coordinator package's public surface: exactly these names."""
 
-import coordinator
+from forum import coordinator
 
 EXPORTED = [
     "AlreadyClaimed",

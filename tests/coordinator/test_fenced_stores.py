@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from coordinator import Claim, ClaimLost, Job, Lens
 from examples.handlers import fenced_sqlite
 from examples.handlers.fenced_redis import FencedRedisStore, StaleToken
 from examples.handlers.fenced_sqlite import FencedSqliteStore
-from node import EntryId
-from node.client import ForumClient
+from forum.coordinator import Claim, ClaimLost, Job, Lens
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import EntryId
 from tests.coordinator.harness import WorkerProcess, eventually, worker_processes
 from tests.coordinator.process_handlers import STARTED
 from tests.fixtures.nodes import NodeProcess

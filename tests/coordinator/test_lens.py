@@ -8,8 +8,8 @@ import time
 import pytest
 import redis
 
-from coordinator import AlreadyClaimed, AlreadyDone, Claim, ClaimLost, Lens, LensUnavailable
-from coordinator.lens import LensConfig
+from forum.coordinator import AlreadyClaimed, AlreadyDone, Claim, ClaimLost, Lens, LensUnavailable
+from forum.coordinator.lens import LensConfig
 from tests.coordinator.harness import eventually
 from tests.fixtures.redis_server import RedisServer
 

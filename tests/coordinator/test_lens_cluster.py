@@ -9,9 +9,16 @@ import time
 import pytest
 import redis
 
-from coordinator import AlreadyDone, ClaimLost, Lens, LensError, LensStateLost, LensUnavailable
-from coordinator.records import NewRecord
 from examples.handlers.fenced_redis import FencedRedisStore, StaleToken
+from forum.coordinator import (
+    AlreadyDone,
+    ClaimLost,
+    Lens,
+    LensError,
+    LensStateLost,
+    LensUnavailable,
+)
+from forum.coordinator.records import NewRecord
 from tests.fixtures.redis_server import RedisClusterServers
 
 pytestmark = pytest.mark.slow  # a cluster takes a second or two to form

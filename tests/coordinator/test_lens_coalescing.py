@@ -1,5 +1,5 @@
 """Single Lens calls from many tasks at once are coalesced into pipelines
-(coordinator.scripts ``Scripts.run``): each still gets its own outcome, a
+(forum.coordinator.scripts ``Scripts.run``): each still gets its own outcome, a
 cancelled one is never sent, and a cancellation always ends its call."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 
 import redis
 
-from coordinator import AlreadyClaimed, Claim, Lens
+from forum.coordinator import AlreadyClaimed, Claim, Lens
 from tests.coordinator.test_lens import cancellation_lost
 
 

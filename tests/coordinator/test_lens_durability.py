@@ -7,7 +7,7 @@ from pathlib import Path
 
 import redis
 
-from coordinator import Lens
+from forum.coordinator import Lens
 from tests.fixtures.redis_server import RedisServer
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from coordinator import ClaimLost, Lens
+from forum.coordinator import ClaimLost, Lens
 from tests.coordinator.harness import eventually
 from tests.coordinator.test_authority_contract import _claim_when_free
 

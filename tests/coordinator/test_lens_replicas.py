@@ -10,7 +10,14 @@ import time
 import pytest
 import redis
 
-from coordinator import AlreadyClaimed, AlreadyDone, Lens, LensConfig, LensError, LensUnavailable
+from forum.coordinator import (
+    AlreadyClaimed,
+    AlreadyDone,
+    Lens,
+    LensConfig,
+    LensError,
+    LensUnavailable,
+)
 from tests.fixtures.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow  # two redis-servers and a replication link

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from coordinator import Lens, LensConfig
-from coordinator.keys import DONE_MARGIN, HISTORY_TTL
-from node.config import FORGET_AFTER
+from forum.coordinator import Lens, LensConfig
+from forum.coordinator.keys import DONE_MARGIN, HISTORY_TTL
+from forum.node.config.node import FORGET_AFTER
 from tests.coordinator.harness import eventually
 
 #: Jobs completed per test: enough that a per-job key shows as N of them.

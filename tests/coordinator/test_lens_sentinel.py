@@ -10,7 +10,7 @@ import time
 import pytest
 import redis
 
-from coordinator import AlreadyDone, Lens, LensUnavailable
+from forum.coordinator import AlreadyDone, Lens, LensUnavailable
 from tests.fixtures.redis_server import SENTINEL_SERVICE, RedisServer
 
 pytestmark = pytest.mark.slow  # three redis-servers and a failover

@@ -9,9 +9,9 @@ import time
 import pytest
 import redis
 
-from coordinator import Lens, LensError, LensUnavailable
-from coordinator.keys import KeySchema
-from coordinator.redis_url import RedisTarget
+from forum.coordinator import Lens, LensError, LensUnavailable
+from forum.coordinator.keys import KeySchema
+from forum.coordinator.redis_url import RedisTarget
 from tests.fixtures.redis_server import RedisServer
 
 

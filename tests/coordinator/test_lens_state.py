@@ -16,9 +16,18 @@ from typing import Any
 import pytest
 import redis
 
-from coordinator import Backoff, Claim, ClaimLost, Lens, LensStateLost, LensUnavailable, Worker
 from examples.handlers.fenced_sqlite import FencedSqliteStore, fenced_handler
-from node import Forum, Pattern
+from forum.coordinator import (
+    Backoff,
+    Claim,
+    ClaimLost,
+    Lens,
+    LensStateLost,
+    LensUnavailable,
+    Worker,
+)
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.coordinator.harness import eventually, running
 from tests.fixtures.redis_server import RedisServer
 
@@ -125,7 +134,7 @@ async def test_a_flushall_mid_use_raises_state_lost_once_then_the_lens_works(
         redis_server.flushall()
 
         with (
-            caplog.at_level(logging.ERROR, logger="coordinator.lens"),
+            caplog.at_level(logging.ERROR, logger="forum.coordinator.lens"),
             pytest.raises(LensStateLost) as lost,
         ):
             await lens.claim("k:3", owner="w", lease=60)
@@ -190,7 +199,7 @@ async def test_calls_in_flight_at_a_loss_all_raise_but_count_it_once(
 ) -> None:
     await lens.claim("k:0", owner="w", lease=60)
     redis_server.flushall()
-    with caplog.at_level(logging.ERROR, logger="coordinator.lens"):
+    with caplog.at_level(logging.ERROR, logger="forum.coordinator.lens"):
         outcomes = await asyncio.gather(
             *(lens.claim(f"k:{i}", owner="w", lease=60) for i in range(1, 11)),
             return_exceptions=True,
@@ -238,7 +247,7 @@ async def test_a_restart_without_persistence_raises_state_lost(
 async def test_lenses_on_one_redis_share_one_marker_and_count_no_loss(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="coordinator.lens"):
+    with caplog.at_level(logging.WARNING, logger="forum.coordinator.lens"):
         async with Lens.from_url(redis_url) as a, Lens.from_url(redis_url) as b:
             await a.claim("k:1", owner="a", lease=60)
             await b.claim("k:2", owner="b", lease=60)

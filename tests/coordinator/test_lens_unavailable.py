@@ -1,5 +1,5 @@
 """A Lens that cannot take writes: the check that finds it, the reason it
-gives, and the worker's back-off (coordinator.availability).
+gives, and the worker's back-off (forum.coordinator.availability).
 
 Real servers throughout: a ``redis-server`` filled past ``maxmemory`` with
 ``noeviction`` (the recommended policy), a replica, a stopped server, one
@@ -15,11 +15,11 @@ import random
 import pytest
 import redis
 
-from coordinator import Lens, LensUnavailable
-from coordinator.availability import Availability
-from coordinator.errors import UNAVAILABLE
 from forum.cli_args import UsageError
 from forum.cli_worker import check_lens
+from forum.coordinator import Lens, LensUnavailable
+from forum.coordinator.availability import Availability
+from forum.coordinator.errors import UNAVAILABLE
 from tests.coordinator.full_redis import fill, make_room
 from tests.fixtures.redis_server import RedisServer
 
@@ -105,7 +105,7 @@ def test_one_line_per_state_change_and_a_rate_limited_reminder(
     clock = _Clock()
     availability = Availability("w", random.Random(1), reminder=60.0, clock=clock)
     full = LensUnavailable("OOM command not allowed", "full")
-    with caplog.at_level(logging.INFO, logger="coordinator.worker"):
+    with caplog.at_level(logging.INFO, logger="forum.coordinator.worker"):
         availability.failed(full, put_back=8)
         for _ in range(1000):
             clock.now += 0.05

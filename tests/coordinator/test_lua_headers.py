@@ -1,6 +1,6 @@
 """Each Lens script's header (its ``KEYS`` and ``ARGV`` comments) agrees with
 ``KEY_ROLES``, which builds the ``KEYS`` the Lens sends, and with the
-conventions coordinator.scripts states: the claim key first in ``ARGV`` for
+conventions forum.coordinator.scripts states: the claim key first in ``ARGV`` for
 a script about one key, the shard's epoch marker last in ``KEYS`` and the
 epoch the Lens saw last in ``ARGV``, and no ``KEYS[n]`` or ``ARGV[n]`` in a
 body that its header does not document."""
@@ -13,10 +13,10 @@ from importlib.resources import files
 
 import pytest
 
-from coordinator.keys import HISTORY_LENGTH
-from coordinator.scripts import BATCH_ROLES, KEY_ROLES
+from forum.coordinator.keys import HISTORY_LENGTH
+from forum.coordinator.scripts import BATCH_ROLES, KEY_ROLES
 
-LUA = files("coordinator.lua")
+LUA = files("forum.coordinator.lua")
 _PER_KEY = {"claim", "done", "job", "task", "history"}
 
 

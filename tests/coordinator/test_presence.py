@@ -1,4 +1,4 @@
-"""Worker presence records (coordinator.presence) on a real Redis: a running
+"""Worker presence records (forum.coordinator.presence) on a real Redis: a running
 worker is listed with its slots, running keys and counters, the heads of
 the jobs it runs and of the retries it holds parked, and is gone after a
 clean stop."""
@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from coordinator import Backoff, Job, Lens, Worker
-from coordinator.memory import MemoryAuthority
-from coordinator.presence import HEAD, WorkerPresence, list_workers
-from node import Forum, Pattern
+from forum.coordinator import Backoff, Job, Lens, Worker
+from forum.coordinator.memory import MemoryAuthority
+from forum.coordinator.presence import HEAD, WorkerPresence, list_workers
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.coordinator.harness import eventually, running
 
 

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from coordinator import Job, Lens, Worker
 from examples.handlers.fenced_redis import FencedRedisStore
-from node import Forum, Pattern, Tuple
-from node.client import ForumClient
+from forum.coordinator import Job, Lens, Worker
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import Tuple
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.coordinator.harness import WorkerProcess, eventually, worker_processes
 from tests.coordinator.test_worker_process import started
 from tests.fixtures.nodes import NodeProcess

@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import (
+from examples.handlers.fenced_redis import FencedRedisStore, fenced_handler
+from examples.handlers.fenced_sqlite import FencedSqliteStore
+from examples.handlers.fenced_sqlite import fenced_handler as sqlite_handler
+from examples.handlers.idempotency_key import Ledger, idempotent_handler
+from forum.coordinator import (
     Backoff,
     ClaimAuthority,
     ClaimLost,
@@ -22,14 +26,12 @@ from coordinator import (
     LensUnavailable,
     Worker,
 )
-from coordinator.deadletter import requeue
-from coordinator.envelope import Envelope
-from coordinator.memory import MemoryAuthority
-from examples.handlers.fenced_redis import FencedRedisStore, fenced_handler
-from examples.handlers.fenced_sqlite import FencedSqliteStore
-from examples.handlers.fenced_sqlite import fenced_handler as sqlite_handler
-from examples.handlers.idempotency_key import Ledger, idempotent_handler
-from node import EntryId, Forum, Pattern, Tuple, TupleSpace, Write
+from forum.coordinator.deadletter import requeue
+from forum.coordinator.envelope import Envelope
+from forum.coordinator.memory import MemoryAuthority
+from forum.node.core.entries import EntryId, Tuple, Write
+from forum.node.core.space import Pattern, TupleSpace
+from forum.node.space.forum import Forum
 from tests.coordinator.conftest import ForumFactory
 from tests.coordinator.harness import eventually, running
 from tests.fixtures.redis_server import RedisServer

@@ -21,11 +21,11 @@ import aiohttp
 import pytest
 import redis
 
-from coordinator import Job, Lens, Worker
-from deploy.demo import SINK_URL_ENV, WORK_MS_ENV
-from deploy.sink import EffectSink
-from node import Pattern
-from node.client import ForumClient
+from forum.coordinator import Job, Lens, Worker
+from forum.deploy.demo import SINK_URL_ENV, WORK_MS_ENV
+from forum.deploy.sink import EffectSink
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.coordinator.full_redis import fill, make_room
 from tests.coordinator.harness import WorkerProcess, eventually, running, worker_processes
 from tests.fixtures.nodes import NodeProcess
@@ -86,7 +86,7 @@ async def test_a_full_redis_makes_a_worker_process_back_off_then_resume(
     env = {SINK_URL_ENV: redis_url, WORK_MS_ENV: "1"}
     args = [
         "--node", forum_node.url, "--redis-url", private_redis.url, "--prefix", "job/",
-        "--handler", "deploy.demo:open_handler", "--take-wait", "0.5", "--concurrency", "8",
+        "--handler", "forum.deploy.demo:open_handler", "--take-wait", "0.5", "--concurrency", "8",
     ]  # fmt: skip
     async with (
         ForumClient(forum_node.url) as space,

@@ -1,5 +1,5 @@
 """Worker logic on an in-process Forum and the in-memory claim authority
-(``coordinator.memory``, held to the Lens's contract by
+(``forum.coordinator.memory``, held to the Lens's contract by
 test_authority_contract.py): outages, state losses and the take-only
 adapter, each in well under a second."""
 
@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 from dataclasses import fields
 
-from coordinator import Backoff, Job, Worker, WorkerStats
-from coordinator.envelope import Envelope
-from coordinator.holding import Acks
-from coordinator.memory import MemoryAuthority
-from coordinator.spaces import TakeOnly
-from coordinator.worker import _Counts
-from node import EntryId, Forum, Pattern
+from forum.coordinator import Backoff, Job, Worker, WorkerStats
+from forum.coordinator.envelope import Envelope
+from forum.coordinator.holding import Acks
+from forum.coordinator.memory import MemoryAuthority
+from forum.coordinator.spaces import TakeOnly
+from forum.coordinator.worker import _Counts
+from forum.node.core.entries import EntryId
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.coordinator.harness import eventually, running
 from tests.coordinator.test_worker import PlainSpace
 

@@ -12,12 +12,13 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from coordinator import Lens
-from coordinator.deadletter import bury
-from coordinator.envelope import Envelope
 from examples.handlers.fenced_redis import FencedRedisStore
-from node import Pattern, Tuple
-from node.client import ForumClient
+from forum.coordinator import Lens
+from forum.coordinator.deadletter import bury
+from forum.coordinator.envelope import Envelope
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import Tuple
+from forum.node.core.space import Pattern
 from tests.coordinator.harness import REPO, WorkerProcess, eventually, worker_processes
 from tests.coordinator.process_handlers import STARTED
 from tests.fixtures.nodes import NodeProcess, free_port

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from coordinator import Lens
-from coordinator.keys import DONE_MARGIN
-from node.client import ForumClient
+from forum.coordinator import Lens
+from forum.coordinator.keys import DONE_MARGIN
+from forum.node.client.remote import ForumClient
 from tests.coordinator.harness import WorkerProcess, eventually, worker_processes
 from tests.coordinator.test_worker_process import JOBS, worker_args
 from tests.fixtures.nodes import NodeProcess
@@ -67,7 +67,7 @@ def test_a_retention_shorter_than_forget_after_is_one_line(
     env: dict[str, str], flags: list[str], said: str
 ) -> None:
     command = [sys.executable, "-m", "forum", "worker", "--prefix", "job/",
-               "--handler", "deploy.demo:open_handler", *flags]  # fmt: skip
+               "--handler", "forum.deploy.demo:open_handler", *flags]  # fmt: skip
     done = subprocess.run(
         command, env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=False
     )

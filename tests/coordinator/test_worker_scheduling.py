@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import time
 
-from coordinator import Lens, Worker
 from examples.handlers.fenced_redis import FencedRedisStore, fenced_handler
-from node import Forum, Pattern, Write
+from forum.coordinator import Lens, Worker
+from forum.node.core.entries import Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.coordinator.conftest import ForumFactory
 from tests.coordinator.harness import eventually, running
 from tests.coordinator.test_worker import FAST, assert_each_applied_once

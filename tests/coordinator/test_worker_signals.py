@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from coordinator import DeadLetter, GiveUp, Job, RetryAfter
-from coordinator.envelope import MAX_DEAD_ERROR, MAX_ERROR, Envelope
-from coordinator.memory import MemoryAuthority
-from node import Forum, Pattern
+from forum.coordinator import DeadLetter, GiveUp, Job, RetryAfter
+from forum.coordinator.envelope import MAX_DEAD_ERROR, MAX_ERROR, Envelope
+from forum.coordinator.memory import MemoryAuthority
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.coordinator.harness import eventually, running
 from tests.coordinator.test_worker import JOBS, worker
 

@@ -22,9 +22,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from coordinator import Backoff, Job, Lens, Worker
-from coordinator.metrics import worker_registry
-from node import Forum, Pattern
+from forum.coordinator import Backoff, Job, Lens, Worker
+from forum.coordinator.metrics import worker_registry
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.coordinator.harness import eventually, running
 from tests.fixtures.redis_server import RedisServer
 
@@ -56,7 +57,7 @@ def _loss_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         record.getMessage()
         for record in caplog.records
-        if record.name == "coordinator.worker"
+        if record.name == "forum.coordinator.worker"
         and record.levelno == logging.ERROR
         and "LOST THE LENS'S STATE" in record.getMessage()
     ]

@@ -1,5 +1,5 @@
 """Who may see and do what through the dashboard, over plain HTTP against a
-real ``forum serve`` with a token and a read token (node/web_auth.py): the
+real ``forum serve`` with a token and a read token (node/forum/node/http/auth.py): the
 pages need a credential, the read token reads and is refused every action
 (which changes nothing), the cookie the login sets stands for the header,
 and an action on the cookie's strength must come from the node's own pages.
@@ -230,7 +230,7 @@ async def test_a_node_only_install_serves_the_dashboard_and_refuses_a_lens_url()
     probe = (
         "import sys; sys.modules['redis'] = None\n"
         "from forum.cli_serve import node_extensions\n"
-        "from node.config import NodeConfig\n"
+        "from forum.node.config.node import NodeConfig\n"
         "node_extensions(NodeConfig())\n"
         "print(sorted(m for m in ('tasks', 'coordinator') if m in sys.modules))\n"
         "from forum.cli import main\n"

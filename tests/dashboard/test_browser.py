@@ -12,8 +12,8 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.dashboard.browser import Browser, browser
 from tests.fixtures.clusters import FAST, peers_are
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually

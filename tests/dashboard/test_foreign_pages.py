@@ -10,7 +10,7 @@ very same scripts act (so a refusal is the node's, not the script's); a
 frame of the signed-in dashboard there shows none of its buttons. A
 DNS-rebound page (Chromium told that ``rebound.test`` is 127.0.0.1) is
 same-origin with the node in the browser's eyes: the node's ``Host`` check
-refuses it. The server-side rule is node/web_auth.py's ``browser_guard``.
+refuses it. The server-side rule is node/forum/node/http/auth.py's ``browser_guard``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import pytest
 import pytest_asyncio
 from selenium.webdriver.common.by import By
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.dashboard.browser import Browser, launch
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually, free_port
 

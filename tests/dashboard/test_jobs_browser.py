@@ -19,13 +19,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from coordinator import Backoff, Job, Lens, LensConfig, Worker
-from coordinator.checks import store_check
-from coordinator.presence import list_workers
-from node import Pattern
-from node.client import ForumClient
-from tasks import App, Context, JobState
-from tasks.message import key_prefix
+from forum.coordinator import Backoff, Job, Lens, LensConfig, Worker
+from forum.coordinator.checks import store_check
+from forum.coordinator.presence import list_workers
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
+from forum.tasks import App, Context, JobState
+from forum.tasks.message import key_prefix
 from tests.dashboard.browser import Browser, browser
 from tests.dashboard.test_browser import no_console_errors
 from tests.fixtures.clusters import peers_are, proxied_cluster
@@ -166,7 +166,7 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
         assert "reachable" in browser.find("#lens-reach").text
         assert "appendonly" in browser.find("#durability").text
         assert "none has run" in browser.find("#last-check").text
-        # What `forum cluster demo` keeps at its end (deploy/workload.py keep_verdict).
+        # What `forum cluster demo` keeps at its end (deploy/forum/deploy/workload.py keep_verdict).
         await store_check(LensConfig(url=volatile_redis.url), "OK: attempted=3 lost=0", True)
         await until(browser, lambda: "OK: attempted=3" in browser.find("#last-check").text,
                     "the demo's verdict")  # fmt: skip

@@ -12,13 +12,14 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from dashboard import dashboard
-from dashboard.pages import SAMPLER
-from node import Forum, Strand, StrandConfig
-from node.config import NodeConfig
-from node.web_app import build_app
-from node.web_keys import PEERS
-from node.web_status import PeerStatus
+from forum.dashboard import dashboard
+from forum.dashboard.pages import SAMPLER
+from forum.node.api.status import PeerStatus
+from forum.node.config.node import NodeConfig
+from forum.node.http.app import build_app
+from forum.node.http.keys import PEERS
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually, free_port
 
 INTERVAL = 0.05

@@ -1,4 +1,4 @@
-"""The Prefixes panel's writes/s and takes/s per group (dashboard/throughput.py):
+"""The Prefixes panel's writes/s and takes/s per group (dashboard/forum/dashboard/throughput.py):
 counted from the node's own watch hub only while the panel is looked at, in
 a real node app and Forum; and the arithmetic of the window on events with
 the times given."""
@@ -10,14 +10,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from dashboard import dashboard
-from dashboard import throughput as throughput_module
-from dashboard.pages import RATES
-from dashboard.throughput import GroupRates, Rate
-from node import Pattern
-from node.entries import EntryId, Take, Write
-from node.watch import HubEvent
-from node.web_keys import FORUM, WATCH_HUB
+from forum.dashboard import dashboard
+from forum.dashboard import throughput as throughput_module
+from forum.dashboard.pages import RATES
+from forum.dashboard.throughput import GroupRates, Rate
+from forum.node.core.entries import EntryId, Take, Write
+from forum.node.core.space import Pattern
+from forum.node.http.keys import FORUM, WATCH_HUB
+from forum.node.space.watch import HubEvent
 from tests.dashboard.test_sampler import running_app
 from tests.fixtures.nodes import eventually
 

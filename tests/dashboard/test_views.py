@@ -8,11 +8,11 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 
-from coordinator.deadletter import DEFAULT_DEAD_PREFIX
-from coordinator.presence import WorkerPresence
-from dashboard.sampler import NodeHistory, Sample
-from dashboard.throughput import Rate
-from dashboard.views import (
+from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
+from forum.coordinator.presence import WorkerPresence
+from forum.dashboard.sampler import NodeHistory, Sample
+from forum.dashboard.throughput import Rate
+from forum.dashboard.views import (
     DEAD_PREFIX,
     LensGroups,
     Sparkline,
@@ -22,10 +22,10 @@ from dashboard.views import (
     peer_state,
     prefix_rows,
 )
-from node.web_bodies import prefix_body
-from node.web_model import JSON
-from node.web_status import NodeStatus, PeerStatus
-from tasks import App
+from forum.node.api.model import JSON
+from forum.node.api.status import NodeStatus, PeerStatus
+from forum.node.http.bodies import prefix_body
+from forum.tasks import App
 
 BASE = NodeStatus(
     node_id="a", origin="a-1", advertise="http://a", version="0", uptime_seconds=1.0,

@@ -29,7 +29,7 @@ import yaml
 
 from forum.cli import build_parser
 from forum.cli_serve import serve_flags
-from node.config import NodeConfig
+from forum.node.config.node import NodeConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -1,5 +1,5 @@
 """``forum cluster demo --redis URL`` takes every Redis URL a worker takes: a
-primary found through Sentinel, and a Redis Cluster (coordinator.redis_url)."""
+primary found through Sentinel, and a Redis Cluster (forum.coordinator.redis_url)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cluster import Cluster, ClusterConfig
+from forum.deploy.cluster import Cluster, ClusterConfig
 from tests.fixtures.cli import run_forum
 from tests.fixtures.redis_server import SENTINEL_SERVICE, RedisClusterServers, RedisServer
 

@@ -19,8 +19,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from node.config import NodeConfig
-from replication.config import ReplicationConfig
+from forum.node.config.node import NodeConfig
+from forum.replication.config import ReplicationConfig
 from tests.deploy.artifacts import (
     COMPOSE_TEST_ENV,
     REPO,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from node.config import NodeConfig
+from forum.node.config.node import NodeConfig
 from tests.deploy.artifacts import CONFIGS, url_host_port
 
 LOCAL = tuple(sorted(CONFIGS.glob("local-*.toml")))

@@ -18,16 +18,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from coordinator.metrics import worker_registry
-from coordinator.worker import WorkerStats
-from deploy.history import Verdict
 from forum.cli import build_parser
-from node import config
-from node.config import NodeConfig
-from node.web_status import PeerStatus
-from replication.config import ReplicationConfig
-from replication.messages import PUSH_PATH
-from replication.metrics import ReplicationMetrics
+from forum.coordinator.metrics import worker_registry
+from forum.coordinator.worker import WorkerStats
+from forum.deploy.history import Verdict
+from forum.node.api.status import PeerStatus
+from forum.node.config import node as config
+from forum.node.config.node import NodeConfig
+from forum.replication.config import ReplicationConfig
+from forum.replication.messages import PUSH_PATH
+from forum.replication.metrics import ReplicationMetrics
 from tests.deploy.artifacts import DEPLOY, OPERATIONS, REPO
 from tests.fixtures.nodes import ForumNodes
 
@@ -115,6 +115,27 @@ def test_every_forum_variable_in_the_docs_is_a_real_setting() -> None:
 def test_every_relative_link_leads_to_a_file(path: Path) -> None:
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text()):
         assert (path.parent / target).exists(), f"{path.name} links to missing {target}"
+
+
+#: A file of the repository named in prose: a path with a folder and a suffix.
+_FILE_PATH = re.compile(
+    r"(?<![\w/.-])((?:[\w.-]+/)+[\w.-]+\.(?:py|lua|md|toml|yml|yaml|json|html|sh))"
+)
+
+
+@pytest.mark.parametrize(
+    "path", [*(REPO / "docs").glob("*.md"), REPO / "README.md", DEPLOY / "README.md"],
+    ids=lambda p: p.name,
+)  # fmt: skip
+def test_every_file_the_docs_name_exists(path: Path) -> None:
+    """The docs name modules by their path (``node/forum/node/storage/strand.py``):
+    each is there, so a move that forgets the docs fails here."""
+    missing = {
+        named
+        for named in _FILE_PATH.findall(path.read_text())
+        if not (REPO / named).exists() and not (path.parent / named).exists()
+    }
+    assert missing == set(), f"{path.name} names files that are not there"
 
 
 def exposed_names(exposition: str) -> set[str]:

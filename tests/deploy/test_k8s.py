@@ -22,7 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from node.config import NodeConfig
+from forum.node.config.node import NodeConfig
 from tests.deploy.artifacts import (
     KUSTOMIZATION,
     OPERATIONS,

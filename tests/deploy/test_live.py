@@ -31,7 +31,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from deploy.processes import (
+from forum.deploy.processes import (
     NodeService,
     RedisService,
     Service,
@@ -40,8 +40,8 @@ from deploy.processes import (
     find_binary,
     free_port,
 )
-from node.client import ForumClient
-from node.space import Pattern
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.deploy.artifacts import (
     CONFIGS,
     REPO,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.demo import SINK_URL_ENV
-from deploy.processes import WorkerService
+from forum.deploy.demo import SINK_URL_ENV
+from forum.deploy.processes import WorkerService
 from tests.fixtures.nodes import NodeProcess
 
 
@@ -22,7 +22,7 @@ async def test_a_worker_whose_metrics_port_was_taken_starts_on_another(
         "w",
         tmp_path,
         ["--node", forum_node.url, "--redis-url", redis_url, "--no-progress",
-         "--handler", "deploy.demo:open_handler", "--prefix", "job/"],
+         "--handler", "forum.deploy.demo:open_handler", "--prefix", "job/"],
     )  # fmt: skip
     worker.env[SINK_URL_ENV] = redis_url.rsplit("/", 1)[0] + "/1"
     with socket.socket() as taken:

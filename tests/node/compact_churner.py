@@ -11,7 +11,9 @@ import os
 import random
 import sys
 
-from node import Forum, Pattern, Strand, StrandConfig
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 
 async def churn(forum: Forum, rng: random.Random) -> None:

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from node import Forum, Strand, StrandConfig
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 
 @pytest.fixture

@@ -9,7 +9,9 @@ import asyncio
 import os
 import sys
 
-from node import Forum, Pattern, Strand, StrandConfig
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 
 async def main(directory: str, *options: str) -> None:

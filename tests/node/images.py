@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from node import segment
-from node.strand import LOCK_FILE
+from forum.node.storage import segment
+from forum.node.storage.strand import LOCK_FILE
 
 
 def crash_image(directory: Path, to: Path) -> Path:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from node import Entry, EntryId, Forum, Pattern, Strand, StrandConfig, Take, Tuple, Write
-from node.forum import LOCAL, Provenance
+from forum.node.core.entries import Entry, EntryId, Take, Tuple, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import LOCAL, Forum, Provenance
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually
 
 W1 = Write(EntryId("peer-a", 1), b"job/1")

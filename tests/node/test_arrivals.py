@@ -1,4 +1,4 @@
-"""When this node came to hold what (node/arrivals.py): the marks of its
+"""When this node came to hold what (node/forum/node/space/arrivals.py): the marks of its
 vector, the dates they give entries, and the marks a Forum keeps so that
 its live and reserved tuples stay dated, with no peer (the lag's side of
 the marks is tests/replication/test_lag.py). Pure computations with the
@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from node import Forum, Pattern
-from node import arrivals as arrivals_module
-from node import forum as forum_module
-from node.arrivals import Arrivals, below, lowest
-from node.entries import EntryId
+from forum.node.core.entries import EntryId
+from forum.node.core.space import Pattern
+from forum.node.space import arrivals as arrivals_module
+from forum.node.space import forum as forum_module
+from forum.node.space.arrivals import Arrivals, below, lowest
+from forum.node.space.forum import Forum
 
 
 def noted(*held: tuple[float, dict[str, int]]) -> Arrivals:

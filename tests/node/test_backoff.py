@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from node.backoff import Backoff
+from forum.node.core.backoff import Backoff
 
 
 def test_equal_jitter_waits_half_to_all_of_a_doubling_capped_ceiling() -> None:

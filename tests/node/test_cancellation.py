@@ -1,4 +1,4 @@
-"""node.cancellation: waits and calls that a cancellation always ends.
+"""forum.node.core.cancellation: waits and calls that a cancellation always ends.
 
 The failure they guard against is CPython 3.11's ``asyncio.wait_for``
 returning normally when its task is cancelled in the turn its inner awaitable
@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from node.cancellation import keep_cancellation, wait_event
+from forum.node.core.cancellation import keep_cancellation, wait_event
 
 
 async def test_wait_event_says_whether_the_event_was_set() -> None:

@@ -16,8 +16,8 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from node.client_stream import StreamConnection
-from node.errors import NodeTimeout
+from forum.node.client.stream import StreamConnection
+from forum.node.core.errors import NodeTimeout
 
 
 class SilentNode:

@@ -1,4 +1,4 @@
-"""The entry codec's bytes (node/codec.py, docs/wire.md): the kept encoder
+"""The entry codec's bytes (node/forum/node/core/codec.py, docs/wire.md): the kept encoder
 writes exactly the documented msgpack arrays, whether Writes share their
 Properties object or not, and they decode back to the same entries."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import msgpack
 
-from node.codec import EntryEncoder, decode_entry, encode_entry
-from node.entries import PLAIN, Entry, EntryId, Properties, Take, Write
+from forum.node.core.codec import EntryEncoder, decode_entry, encode_entry
+from forum.node.core.entries import PLAIN, Entry, EntryId, Properties, Take, Write
 
 ORIGIN = "node-a.1"
 

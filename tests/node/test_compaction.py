@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write, segment
-from node import compaction as compaction_files
-from node.compactor import CompactionPolicy, Compactor
+from forum.node.core.entries import EntryId, Take, Write
+from forum.node.core.space import Pattern
+from forum.node.space.compactor import CompactionPolicy, Compactor
+from forum.node.space.forum import Forum
+from forum.node.storage import compaction as compaction_files
+from forum.node.storage import segment
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually
 
 ALL = Pattern(b"")

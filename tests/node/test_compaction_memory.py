@@ -13,10 +13,12 @@ import tracemalloc
 
 import pytest
 
-from node import Forum, Pattern, Strand, StrandConfig
-from node.allocator import give_back
-from node.compaction import Key
-from node.compactor import CompactionPolicy, Compactor
+from forum.node.core.space import Pattern
+from forum.node.space.allocator import give_back
+from forum.node.space.compactor import CompactionPolicy, Compactor
+from forum.node.space.forum import Forum
+from forum.node.storage.compaction import Key
+from forum.node.storage.strand import Strand, StrandConfig
 
 #: Writes (each then taken) per cycle: a pass drops twice as many entries.
 PER_CYCLE = 10_000
@@ -61,7 +63,7 @@ async def test_compaction_passes_leave_nothing_the_size_of_a_pass(cfg: StrandCon
     # room for the last pass: each origin's map of those below the floor
     # kept a table for every entry of the pass (655 KB for 20,000) when the
     # floor was raised before the drops.
-    assert held_by(snapshot, "node/strand.py") < 64 * 1024
+    assert held_by(snapshot, "node/forum/node/storage/strand.py") < 64 * 1024
     # And nothing grows with the cycles (a cycle's objects are gone by the next).
     assert max(objects[1:]) - min(objects[1:]) < 100, objects
 

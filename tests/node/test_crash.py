@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from node import Entry, EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write
+from forum.node.core.entries import Entry, EntryId, Take, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,10 @@ import os
 
 import pytest
 
-from node import Pattern, Strand, StrandConfig
-from node.errors import DataDirLocked
-from node.forum import Forum
+from forum.node.core.errors import DataDirLocked
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 
 async def test_a_second_strand_on_a_held_directory_is_refused(cfg: StrandConfig) -> None:

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from node import Forum, Pattern, Strand, StrandConfig
-from node.dedup import KEYS_FILE, DedupTable
-from node.entries import EntryId
-from node.errors import StrandCorrupt
-from node.write_options import MAX_SECONDS
+from forum.node.core.entries import EntryId
+from forum.node.core.errors import StrandCorrupt
+from forum.node.core.space import Pattern
+from forum.node.core.write_options import MAX_SECONDS
+from forum.node.space.dedup import KEYS_FILE, DedupTable
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 JOBS = Pattern(b"job/")
 #: Keyed writes with the longest window there is (the issue's ten years).
@@ -121,7 +123,7 @@ async def test_a_keys_file_of_another_data_directory_is_left_out_and_said(
     theirs.add(b"k", EntryId("a-1111", 7), now + 60_000)
     assert await theirs.save(tmp_path, now) == 1
     ours = DedupTable("b-2222")
-    with caplog.at_level(logging.WARNING, logger="node.dedup"):
+    with caplog.at_level(logging.WARNING, logger="forum.node.space.dedup"):
         assert ours.load(tmp_path, now) == 0
     assert ours.get(b"k", now) is None
     assert "dedup keys of a-1111, not of this node (b-2222)" in caplog.text

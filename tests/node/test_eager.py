@@ -1,4 +1,4 @@
-"""node.eager.start: a coroutine's first step at once, the rest only if it waits."""
+"""forum.node.core.eager.start: a coroutine's first step at once, the rest only if it waits."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from node.eager import Suspended, start
+from forum.node.core.eager import Suspended, start
 
 
 async def test_a_coroutine_that_does_not_wait_ends_in_its_first_step() -> None:

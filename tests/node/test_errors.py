@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from node.errors import (
+from forum.node.core.errors import (
     ClientError,
     ForumError,
     NodeRejected,
@@ -14,7 +14,7 @@ from node.errors import (
     NodeUnavailable,
     error_body,
 )
-from replication.errors import (
+from forum.replication.errors import (
     PeerError,
     PeerIsSelf,
     PeerRejected,

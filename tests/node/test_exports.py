@@ -1,37 +1,38 @@
-"""The node package's public surface: exactly these names."""
+"""The node's packages export nothing: the public names are ``forum``'s
+(tests/test_exports.py), and each package of ``forum.node`` is a folder of
+modules whose ``__init__`` imports nothing, so importing one module (the
+client, say) loads only what that module needs."""
 
 from __future__ import annotations
 
-import node
+import ast
+import importlib
+from pathlib import Path
 
-EXPORTED = [
-    "Entry",
-    "EntryId",
-    "Forum",
-    "ForumClient",
-    "ForumError",
-    "ForumStats",
-    "ListPage",
-    "NodeConfig",
-    "Pattern",
-    "Reserved",
-    "ReservingSpace",
-    "SerializationError",
-    "Strand",
-    "StrandConfig",
-    "StrandError",
-    "SyncForumClient",
-    "Take",
-    "Tuple",
-    "TupleSpace",
-    "Write",
-]
+import pytest
+
+from forum import node
+
+PACKAGES = sorted(
+    f"forum.node.{init.parent.name}" for init in Path(node.__file__).parent.glob("*/__init__.py")
+)
 
 
-def test_all_is_exactly_the_public_names_sorted() -> None:
-    assert node.__all__ == EXPORTED
+def test_the_concepts_are_these_packages() -> None:
+    assert PACKAGES == [
+        "forum.node.api",
+        "forum.node.client",
+        "forum.node.config",
+        "forum.node.core",
+        "forum.node.http",
+        "forum.node.space",
+        "forum.node.storage",
+    ]
 
 
-def test_every_public_class_is_in_all() -> None:
-    # Submodules (lowercase) become attributes when imported; classes are all exported.
-    assert {name for name in dir(node) if name[0].isupper()} == set(EXPORTED)
+@pytest.mark.parametrize("name", ["forum.node", *PACKAGES])
+def test_a_package_init_is_a_docstring_only(name: str) -> None:
+    init = Path(importlib.import_module(name).__file__ or "")
+    body = ast.parse(init.read_text()).body
+    assert len(body) == 1, f"{init}: more than a docstring"
+    assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)

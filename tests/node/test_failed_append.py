@@ -14,7 +14,10 @@ from tests.fixtures.children import run_python
 CHILD = textwrap.dedent(
     """
     import asyncio, resource, signal, sys
-    from node import Forum, Pattern, Strand, StrandConfig, StrandError
+    from forum.node.space.forum import Forum
+    from forum.node.core.space import Pattern
+    from forum.node.storage.strand import Strand, StrandConfig
+    from forum.node.core.errors import StrandError
 
     async def main(directory):
         forum = Forum(await Strand.open(StrandConfig().with_storage(directory)))
@@ -55,7 +58,9 @@ def test_failed_tombstone_append_keeps_the_tuple_live(tmp_path: Path) -> None:
     reopen = run_python(
         """
         import asyncio, sys
-        from node import Forum, Pattern, Strand, StrandConfig
+        from forum.node.space.forum import Forum
+        from forum.node.core.space import Pattern
+        from forum.node.storage.strand import Strand, StrandConfig
         async def main():
             f = Forum(await Strand.open(StrandConfig().with_storage(sys.argv[1])))
             print(sorted(t.payload.decode() for t in f.list(Pattern(b"")).tuples))

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import node
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, Tuple
+from forum.node.core.entries import EntryId, Tuple
+from forum.node.core.errors import ForumError
+from forum.node.core.space import Pattern, TupleSpace
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually
 
 
@@ -146,13 +149,13 @@ async def test_bad_arguments_are_refused(forum: Forum) -> None:
 async def test_closed_forum_refuses_work(cfg: StrandConfig) -> None:
     forum = Forum(await Strand.open(cfg))
     await forum.close()
-    with pytest.raises(node.ForumError):
+    with pytest.raises(ForumError):
         await forum.write(b"x")
     await forum.close()  # idempotent
 
 
 async def test_forum_satisfies_the_tuple_space_protocol(forum: Forum) -> None:
-    assert isinstance(forum, node.TupleSpace)
+    assert isinstance(forum, TupleSpace)
 
 
 async def test_concurrent_writes_all_land_in_order_of_acknowledgement(forum: Forum) -> None:

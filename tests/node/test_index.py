@@ -30,9 +30,9 @@ from hypothesis.stateful import (
 )
 from sortedcontainers import SortedList
 
-from node import index as index_module
-from node.entries import PLAIN, EntryId, Properties, Tuple
-from node.index import LiveIndex, _IntMap
+from forum.node.core.entries import PLAIN, EntryId, Properties, Tuple
+from forum.node.space import index as index_module
+from forum.node.space.index import LiveIndex, _IntMap
 
 #: Short payloads over an alphabet with the bytes the keys' encoding is about
 #: (00 is escaped, 00 00 ends a payload, ff ends prefix ranges).

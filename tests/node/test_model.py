@@ -15,7 +15,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from node import Entry, EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write
+from forum.node.core.entries import Entry, EntryId, Take, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 PAYLOADS = st.sampled_from([b"a", b"ab", b"abc", b"b", b"ba", b""])
 PREFIXES = st.sampled_from([b"", b"a", b"ab", b"b", b"abc", b"c"])

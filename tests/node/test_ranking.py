@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write
+from forum.node.core.entries import EntryId, Take, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually
 
 W1 = Write(EntryId("peer-a", 1), b"job/1")

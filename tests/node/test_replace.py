@@ -8,8 +8,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write
-from node.entries import Properties
+from forum.node.core.entries import EntryId, Properties, Take, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually
 
 ALL = Pattern(b"")

@@ -6,7 +6,10 @@ import asyncio
 
 import pytest
 
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take
+from forum.node.core.entries import EntryId, Take
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually
 
 

@@ -4,7 +4,9 @@ bury it instead of running it forever."""
 
 from __future__ import annotations
 
-from node import Forum, Pattern, Reserved, Tuple
+from forum.node.core.entries import Reserved, Tuple
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.fixtures.nodes import eventually
 
 JOBS = Pattern(b"job/")

@@ -6,7 +6,9 @@ import asyncio
 
 import pytest
 
-from node import EntryId, Forum, Pattern
+from forum.node.core.entries import EntryId
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 
 P = Pattern(b"x/")
 

@@ -15,10 +15,12 @@ from types import FrameType
 
 import pytest
 
-import node as node_package
-from node import Forum, Pattern, Strand, StrandConfig, Tuple
-from node.entries import EntryId
-from node.errors import LimitExceeded
+from forum import node as node_package
+from forum.node.core.entries import EntryId, Tuple
+from forum.node.core.errors import LimitExceeded
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually
 
 JOBS = Pattern(b"job/")
@@ -94,7 +96,8 @@ async def test_a_ttl_counts_from_when_the_tuple_is_due(forum: Forum) -> None:
 
 async def test_tuples_with_a_ttl_or_a_delay_add_no_object_for_the_collector(forum: Forum) -> None:
     """The times are ints in arrays and the Properties are shared by a write
-    (node/schedule.py, node/kept_properties.py): the cyclic collector's full
+    (node/forum/node/space/schedule.py, node/forum/node/space/kept_properties.py): the cyclic
+    collector's full
     passes do not grow with the tuples waiting or expiring (a heap entry and
     an id kept per tuple were two objects each)."""
     await forum.write_many([b"job/warm-up"], ttl=3600, priority=3)
@@ -118,8 +121,8 @@ async def test_a_write_with_a_ttl_and_a_priority_costs_one_call_more_than_a_plai
     """Calls of the node's Python functions per write, counted: a write given
     the ttl and priority objects of the write before is not checked again,
     its Properties are shared within a millisecond, and its expiry is
-    appended to the open run (node/write_options.py ``expiring_properties``,
-    node/schedule.py ``Schedule.expire_run``): one call more than a plain
+    appended to the open run (node/forum/node/core/write_options.py ``expiring_properties``,
+    node/forum/node/space/schedule.py ``Schedule.expire_run``): one call more than a plain
     write, for the Properties. (Six more when each was checked, kept and
     timed by calls of their own.) The event loop's calls are not counted:
     an armed timer costs the default loop a ``time()`` per turn."""

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import msgpack
 
-from node import Forum, ForumStats, Pattern, Strand, StrandConfig
-from node.web_status import NodeStatus, PeerStatus
+from forum.node.api.status import NodeStatus, PeerStatus
+from forum.node.core.reports import ForumStats
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 
 PEER = PeerStatus(
     url="http://b:7070",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from node.config import NodeConfig
-from node.serve import strand_config
-from node.strand import payload_limit
+from forum.node.config.node import NodeConfig
+from forum.node.serve import strand_config
+from forum.node.storage.strand import payload_limit
 
 
 def test_fsync_interval_and_segment_bytes_reach_the_strand() -> None:

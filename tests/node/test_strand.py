@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, StrandError, Take, Write, segment
-from node.errors import StrandCorrupt, StrandDamaged
+from forum.node.core.entries import EntryId, Take, Write
+from forum.node.core.errors import StrandCorrupt, StrandDamaged, StrandError
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage import segment
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.node.images import crash_image
 
 

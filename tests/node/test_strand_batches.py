@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write, segment
-from node.entries import Entry, Properties
-from node.errors import StrandCorrupt
+from forum.node.core.entries import Entry, EntryId, Properties, Take, Write
+from forum.node.core.errors import StrandCorrupt
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage import segment
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.node.images import crash_image
 
 FIXTURE = Path(__file__).parent / "fixtures" / "strand-v1"

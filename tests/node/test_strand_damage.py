@@ -19,8 +19,13 @@ from pathlib import Path
 import pytest
 
 from forum.cli_args import EXIT_NODE
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, StrandError, segment
-from node.codec import decode_raw
+from forum.node.core.codec import decode_raw
+from forum.node.core.entries import EntryId
+from forum.node.core.errors import StrandError
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage import segment
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.cli import run_forum
 from tests.node.images import record_starts
 

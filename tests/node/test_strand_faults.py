@@ -30,11 +30,11 @@ from typing import Any
 
 import pytest
 
-from node import EntryId, Strand, StrandConfig, StrandError, Write, segment
-from node.codec import encode_entry
-from node.entries import MAX_ORIGIN_LENGTH
-from node.errors import RecordTooLarge
-from node.strand import payload_limit
+from forum.node.core.codec import encode_entry
+from forum.node.core.entries import MAX_ORIGIN_LENGTH, EntryId, Write
+from forum.node.core.errors import RecordTooLarge, StrandError
+from forum.node.storage import segment
+from forum.node.storage.strand import Strand, StrandConfig, payload_limit
 from tests.fixtures.children import run_python
 from tests.fixtures.tmpfs import fill, remount
 
@@ -408,7 +408,8 @@ async def test_a_read_only_filesystem_cannot_be_written_nor_lose_anything(
 EFBIG_CHILD = textwrap.dedent(
     """
     import asyncio, resource, signal, sys
-    from node import Strand, StrandConfig, StrandError
+    from forum.node.storage.strand import Strand, StrandConfig
+    from forum.node.core.errors import StrandError
 
     async def main(directory):
         cfg = StrandConfig(segment_bytes=4096).with_storage(directory).with_node_name("efbig")

@@ -11,10 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from node import Forum, Pattern, Strand, StrandConfig, StrandError, Write, segment
-from node import strand as strand_module
-from node.compaction import read_floors
-from node.manifest import Manifest, read_manifest
+from forum.node.core.entries import Write
+from forum.node.core.errors import StrandError
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage import segment
+from forum.node.storage import strand as strand_module
+from forum.node.storage.compaction import read_floors
+from forum.node.storage.manifest import Manifest, read_manifest
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.tmpfs import fill
 from tests.node.images import crash_image, record_starts
 
@@ -189,7 +194,7 @@ async def test_repair_lowers_the_floor_over_a_lost_survivor_so_a_peer_copy_comes
 async def test_a_failing_checkpoint_is_said_once_and_its_recovery_once(
     cfg: StrandConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="node.strand")
+    caplog.set_level(logging.INFO, logger="forum.node.storage.strand")
     cfg = cfg.with_checkpoint_interval(0.01)
     real = strand_module.write_manifest
     calls = 0

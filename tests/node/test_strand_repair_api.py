@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from node import EntryId, Strand, StrandConfig, Write
-from node.errors import StrandDamaged
+from forum.node.core.entries import EntryId, Write
+from forum.node.core.errors import StrandDamaged
+from forum.node.storage.strand import Strand, StrandConfig
 
 
 async def test_a_reserved_own_seq_is_never_issued_and_those_below_are_missing(

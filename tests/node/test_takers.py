@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from node import Forum, Pattern
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
 from tests.fixtures.nodes import eventually
 
 

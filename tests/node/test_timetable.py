@@ -1,4 +1,4 @@
-"""The Schedule's timetable (node/schedule.py): ids handed back at their exact
+"""The Schedule's timetable (node/forum/node/space/schedule.py): ids handed back at their exact
 times, in time order, ties in the order added, whichever bucket (second)
 they were kept in; checked case by case and against a heap, on times the
 test chooses (no clock)."""
@@ -9,8 +9,8 @@ import heapq
 import random
 from array import array
 
-from node.entries import EntryId
-from node.schedule import TICK_MS, Timetable
+from forum.node.core.entries import EntryId
+from forum.node.space.schedule import TICK_MS, Timetable
 
 A, B = "a-1", "b-2"
 

@@ -1,4 +1,4 @@
-"""The watch hub (node.watch) on a real Forum: events in order with ids of
+"""The watch hub (forum.node.space.watch) on a real Forum: events in order with ids of
 this run, resumption from the ring, gaps and resets, the prefix filter (takes
 by their target's payload, whoever took it and whenever it was written),
 expiries, one encoding of an event shared by every watcher, and the cut-off
@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from node import Forum, Pattern
-from node.entries import EntryId, Properties, Take, Tuple, Write
-from node.watch import HubEvent, WatchHub, parse_event_id
+from forum.node.core.entries import EntryId, Properties, Take, Tuple, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.space.watch import HubEvent, WatchHub, parse_event_id
 
 
 @pytest.fixture

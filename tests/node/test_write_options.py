@@ -1,4 +1,4 @@
-"""The write options' checks and Properties (node/write_options.py): the
+"""The write options' checks and Properties (node/forum/node/core/write_options.py): the
 fast way of a write with a ttl, a priority or both (``expiring_properties``)
 gives what ``write_properties`` gives, and refuses what it refuses, whatever
 the write before it was."""
@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from node.entries import Properties
-from node.write_options import expiring_properties, is_priority_alone, write_properties
+from forum.node.core.entries import Properties
+from forum.node.core.write_options import expiring_properties, is_priority_alone, write_properties
 
 NOW = 1_800_000_000.1205  # mid-millisecond
 

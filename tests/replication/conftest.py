@@ -12,8 +12,8 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.fixtures.clusters import FAST
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 

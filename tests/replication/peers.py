@@ -16,17 +16,18 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from node import Forum, Strand, StrandConfig
-from node.config import FORGET_AFTER
-from replication.auth import ClusterAuth
-from replication.clocks import ClockSamples
-from replication.config import ReplicationConfig
-from replication.memory import MemoryNetwork, MemoryTransport
-from replication.messages import Member
-from replication.metrics import ReplicationMetrics
-from replication.replicator import Replicator
-from replication.routes import REPLICATION, Replication, add_routes
-from replication.transport import HttpTransport, SignedTransport
+from forum.node.config.node import FORGET_AFTER
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
+from forum.replication.auth import ClusterAuth
+from forum.replication.clocks import ClockSamples
+from forum.replication.config import ReplicationConfig
+from forum.replication.memory import MemoryNetwork, MemoryTransport
+from forum.replication.messages import Member
+from forum.replication.metrics import ReplicationMetrics
+from forum.replication.replicator import Replicator
+from forum.replication.routes import REPLICATION, Replication, add_routes
+from forum.replication.transport import HttpTransport, SignedTransport
 from tests.fixtures.nodes import free_port
 
 SECRET = "s3cret"

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from node import Forum, Pattern
-from replication.config import ReplicationConfig
-from replication.membership import PeerState
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.replication.config import ReplicationConfig
+from forum.replication.membership import PeerState
 from tests.fixtures.nodes import eventually
 from tests.replication.peers import Node, Nodes
 

@@ -24,15 +24,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from node import Entry, EntryId, Forum, Pattern, Strand, StrandConfig, Take, Write
-from replication.antientropy import fill_page
-from replication.auth import ClusterAuth
-from replication.config import ReplicationConfig
-from replication.memory import MemoryNetwork, MemoryTransport
-from replication.messages import Member, Push, decode_push, encode
-from replication.metrics import ReplicationMetrics
-from replication.replicator import Replicator
-from replication.vector import VersionVector
+from forum.node.core.entries import Entry, EntryId, Take, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
+from forum.replication.antientropy import fill_page
+from forum.replication.auth import ClusterAuth
+from forum.replication.config import ReplicationConfig
+from forum.replication.memory import MemoryNetwork, MemoryTransport
+from forum.replication.messages import Member, Push, decode_push, encode
+from forum.replication.metrics import ReplicationMetrics
+from forum.replication.replicator import Replicator
+from forum.replication.vector import VersionVector
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

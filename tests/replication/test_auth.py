@@ -7,8 +7,8 @@ import hmac
 
 import pytest
 
-from replication.auth import ANYONE, SIGNATURE_HEADER, ClusterAuth
-from replication.errors import BadSignature
+from forum.replication.auth import ANYONE, SIGNATURE_HEADER, ClusterAuth
+from forum.replication.errors import BadSignature
 
 PATH = "/v1/cluster/replication/push"
 #: The receiver's origin.

@@ -21,14 +21,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from node.client import ForumClient
-from node.web_status import NodeStatus, PeerStatus
-from replication.auth import SIGNATURE_HEADER, ClusterAuth
-from replication.clocks import ClockWatch
-from replication.config import ReplicationConfig
-from replication.errors import Unauthenticated
-from replication.messages import PULL_PATH
-from replication.transport import SignedTransport
+from forum.node.api.status import NodeStatus, PeerStatus
+from forum.node.client.remote import ForumClient
+from forum.replication.auth import SIGNATURE_HEADER, ClusterAuth
+from forum.replication.clocks import ClockWatch
+from forum.replication.config import ReplicationConfig
+from forum.replication.errors import Unauthenticated
+from forum.replication.messages import PULL_PATH
+from forum.replication.transport import SignedTransport
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 from tests.replication.conftest import FAST
 
@@ -38,7 +38,7 @@ SKEW = 600
 #: The measure's slack: half a round trip on a loaded machine, and the
 #: signature's whole seconds.
 SLACK = 5.0
-#: The one line each node logs when a peer is refused for skew (replication.clocks).
+#: The one line each node logs when a peer is refused for skew (forum.replication.clocks).
 REFUSED_LINE = re.compile(
     r"peer (\S+): its clock is ([+-][\d.]+) s from ours, more than max_clock_skew"
 )
@@ -176,7 +176,7 @@ def test_two_nodes_cannot_tell_whose_clock_is_wrong_so_both_stay_ready(
 ) -> None:
     watch = ClockWatch(max_skew=1.0, refuse_skew=60.0)
     watch.watch("http://b:7070")
-    with caplog.at_level(logging.INFO, logger="replication.clocks"):
+    with caplog.at_level(logging.INFO, logger="forum.replication.clocks"):
         for _ in range(5):
             watch.refused("http://b:7070", -600.2)
         readiness = watch.readiness()

@@ -15,19 +15,20 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from node import EntryId, Pattern, Write
-from node.client import ForumClient
-from node.web_status import PeerStatus
-from replication.auth import ClusterAuth
-from replication.clocks import CLOCK_HEADER, ClockWatch
-from replication.messages import PULL_PATH, PUSH_PATH, Member, PullRequest, Push, encode
-from replication.vector import VersionVector
+from forum.node.api.status import PeerStatus
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import EntryId, Write
+from forum.node.core.space import Pattern
+from forum.replication.auth import ClusterAuth
+from forum.replication.clocks import CLOCK_HEADER, ClockWatch
+from forum.replication.messages import PULL_PATH, PUSH_PATH, Member, PullRequest, Push, encode
+from forum.replication.vector import VersionVector
 from tests.fixtures.cli import assert_usage_error, run_forum
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually, free_port
 from tests.replication.conftest import FAST, mesh
 
 SECRET = "s3cret"
-#: The warning's words (replication.clocks), and the line when it is over.
+#: The warning's words (forum.replication.clocks), and the line when it is over.
 WARNING = "delayed and expiring tuples fall due and expire that much apart"
 BACK = "back within warn_clock_skew"
 
@@ -159,7 +160,7 @@ def test_one_late_message_does_not_move_the_offset_a_step_does(
     watch.sample(peer, 9.0)  # not in the table (yet): ignored
     watch.watch(peer)
     assert watch.offset(peer) is None
-    with caplog.at_level(logging.INFO, logger="replication.clocks"):
+    with caplog.at_level(logging.INFO, logger="forum.replication.clocks"):
         for offset in (0.001, 0.002, -3.0, 0.001, 0.0, 0.002):  # one held up by 3 s
             watch.sample(peer, offset)
         assert watch.offset(peer) == 0.001

@@ -15,19 +15,27 @@ from collections.abc import AsyncIterator, Mapping
 import aiohttp
 import pytest
 
-from node import EntryId, Pattern, Take, Write
-from node.client import ForumClient
-from node.config import NodeConfig
-from node.serve import exposure_warning
-from replication.auth import ClusterAuth
-from replication.messages import MEMBERS_PATH, PUSH_PATH, Member, Push, decode_push_ack, encode
+from forum.node.client.remote import ForumClient
+from forum.node.config.node import NodeConfig
+from forum.node.core.entries import EntryId, Take, Write
+from forum.node.core.space import Pattern
+from forum.node.serve import exposure_warning
+from forum.replication.auth import ClusterAuth
+from forum.replication.messages import (
+    MEMBERS_PATH,
+    PUSH_PATH,
+    Member,
+    Push,
+    decode_push_ack,
+    encode,
+)
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually, free_port
 from tests.replication.conftest import FAST, live_set, mesh
 
 TOKEN = "t0ken"
 SECRET = "s3cret"
 INTRUDER = Member("intruder-1", "http://127.0.0.1:9")
-#: The start-up warning of a node open to the network (node.serve).
+#: The start-up warning of a node open to the network (forum.node.serve).
 WARNING = "anyone who can reach"
 
 

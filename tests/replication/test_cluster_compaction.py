@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually, free_port
 from tests.replication.conftest import Clients, converged, live_set, mesh
 

@@ -17,11 +17,13 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from node import EntryId, Forum, Pattern
-from node.web_status import PeerStatus
-from replication.config import ReplicationConfig
-from replication.errors import BadMessage
-from replication.messages import (
+from forum.node.api.status import PeerStatus
+from forum.node.core.entries import EntryId
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.replication.config import ReplicationConfig
+from forum.replication.errors import BadMessage
+from forum.replication.messages import (
     PULL_PATH,
     Member,
     PullPage,
@@ -31,7 +33,7 @@ from replication.messages import (
     decode_push,
     encode,
 )
-from replication.vector import VersionVector
+from forum.replication.vector import VersionVector
 from tests.fixtures.nodes import eventually
 from tests.replication.peers import Node, Nodes
 

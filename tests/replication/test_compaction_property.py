@@ -22,13 +22,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from node import EntryId, Forum, Strand, StrandConfig
-from replication.auth import ClusterAuth
-from replication.memory import MemoryNetwork, MemoryTransport
-from replication.messages import Member
-from replication.metrics import ReplicationMetrics
-from replication.replicator import Replicator
-from replication.routes import Replication
+from forum.node.core.entries import EntryId
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
+from forum.replication.auth import ClusterAuth
+from forum.replication.memory import MemoryNetwork, MemoryTransport
+from forum.replication.messages import Member
+from forum.replication.metrics import ReplicationMetrics
+from forum.replication.replicator import Replicator
+from forum.replication.routes import Replication
 from tests.fixtures.nodes import eventually
 from tests.replication.test_compaction import FAST, JOBS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replication.config import ReplicationConfig
+from forum.replication.config import ReplicationConfig
 
 
 def test_environment_overrides_defaults() -> None:

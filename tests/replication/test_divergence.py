@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from node import EntryId, Pattern, Write
-from node.forum import Provenance
-from replication.digest import BLOCK, Digests, RangeDigest, entry_hash
-from replication.messages import PullRequest
-from replication.vector import VersionVector
+from forum.node.core.entries import EntryId, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Provenance
+from forum.replication.digest import BLOCK, Digests, RangeDigest, entry_hash
+from forum.replication.messages import PullRequest
+from forum.replication.vector import VersionVector
 from tests.fixtures.nodes import eventually
 from tests.replication.peers import Node, Nodes
 from tests.replication.test_antientropy import FAST, converged, live, mesh

@@ -11,10 +11,10 @@ import re
 import aiohttp
 import pytest
 
-from node import EntryId, Write
-from node.client import ForumClient
-from replication.auth import ClusterAuth
-from replication.messages import PUSH_PATH, Member, Push, decode_push_ack, encode
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import EntryId, Write
+from forum.replication.auth import ClusterAuth
+from forum.replication.messages import PUSH_PATH, Member, Push, decode_push_ack, encode
 from tests.fixtures.nodes import ForumNodes, eventually
 from tests.replication.conftest import Clients, converged, live_set, mesh
 

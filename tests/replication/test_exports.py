@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import replication
+from forum import replication
 
 EXPORTED = [
     "BadMessage",

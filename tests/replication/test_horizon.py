@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from replication.horizon import holds_back, horizon
-from replication.messages import Member
-from replication.vector import VersionVector
+from forum.replication.horizon import holds_back, horizon
+from forum.replication.messages import Member
+from forum.replication.vector import VersionVector
 from tests.replication.test_membership import Clock, table
 
 MINE = {"a-1": 10, "b-1": 5}

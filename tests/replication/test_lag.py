@@ -1,6 +1,7 @@
-"""Replication lag in seconds (replication/lag.py): how long ago a peer last
+"""Replication lag in seconds (replication/forum/replication/lag.py): how long ago a peer last
 held everything this node held then, from this node's vector noted at a
-fixed interval (node/arrivals.py) and the peer's vector as last heard. Pure computations on
+fixed interval (node/forum/node/space/arrivals.py) and the peer's vector as last heard. Pure
+computations on
 real vectors, with the times given; the figure in a running cluster is in
 tests/dashboard/test_browser.py (a stopped node's lag grows)."""
 
@@ -8,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from node import arrivals as arrivals_module
-from node.arrivals import Arrivals
-from replication.lag import floors, lag
-from replication.vector import VersionVector
+from forum.node.space import arrivals as arrivals_module
+from forum.node.space.arrivals import Arrivals
+from forum.replication.lag import floors, lag
+from forum.replication.vector import VersionVector
 
 
 def noted(*held: tuple[float, dict[str, int]]) -> Arrivals:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from replication.errors import PeerUnavailable
-from replication.membership import Membership, Peer, PeerState
-from replication.messages import Member
+from forum.replication.errors import PeerUnavailable
+from forum.replication.membership import Membership, Peer, PeerState
+from forum.replication.messages import Member
 
 ME = Member("me-1", "http://me:1")
 

@@ -7,10 +7,10 @@ from typing import Any
 import msgpack
 import pytest
 
-from node import EntryId, Take, Write
-from replication.digest import RangeDigest
-from replication.errors import BadMessage
-from replication.messages import (
+from forum.node.core.entries import EntryId, Take, Write
+from forum.replication.digest import RangeDigest
+from forum.replication.errors import BadMessage
+from forum.replication.messages import (
     Member,
     MemberList,
     PullPage,
@@ -26,7 +26,7 @@ from replication.messages import (
     encode,
     read_digest,
 )
-from replication.vector import VersionVector
+from forum.replication.vector import VersionVector
 
 ME = Member("a-1234", "http://127.0.0.1:7070")
 W = Write(EntryId("a-1234", 1), b"job-\x00\xff")

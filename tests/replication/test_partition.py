@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.fixtures.clusters import peers_are, proxied_cluster
 from tests.fixtures.nodes import ForumNodes, eventually
 from tests.fixtures.toxiproxy import Toxiproxy

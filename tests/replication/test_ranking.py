@@ -1,13 +1,13 @@
-"""The turns of a remote tuple among the live members (replication.ranking)."""
+"""The turns of a remote tuple among the live members (forum.replication.ranking)."""
 
 from __future__ import annotations
 
 import random
 
-from node import EntryId
-from replication.membership import Membership, PeerState
-from replication.messages import Member
-from replication.ranking import MemberRanking, rank_among, turn_order
+from forum.node.core.entries import EntryId
+from forum.replication.membership import Membership, PeerState
+from forum.replication.messages import Member
+from forum.replication.ranking import MemberRanking, rank_among, turn_order
 from tests.replication.test_membership import Clock, Events
 
 MEMBERS = frozenset("node-" + c for c in "abcdefg")

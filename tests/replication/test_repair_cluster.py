@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from node import Pattern
-from node.client import ForumClient
-from node.segment import segment_numbers, segment_path
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
+from forum.node.storage.segment import segment_numbers, segment_path
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 from tests.replication.conftest import Clients, converged, live_set, mesh
 

@@ -11,14 +11,17 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from node import EntryId, Forum, Pattern, Strand, StrandConfig, Write
-from replication.auth import ClusterAuth
-from replication.config import ReplicationConfig
-from replication.messages import Member, PullPage, Push
-from replication.metrics import ReplicationMetrics
-from replication.replicator import Replicator
-from replication.transport import HttpTransport
-from replication.vector import VersionVector
+from forum.node.core.entries import EntryId, Write
+from forum.node.core.space import Pattern
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
+from forum.replication.auth import ClusterAuth
+from forum.replication.config import ReplicationConfig
+from forum.replication.messages import Member, PullPage, Push
+from forum.replication.metrics import ReplicationMetrics
+from forum.replication.replicator import Replicator
+from forum.replication.transport import HttpTransport
+from forum.replication.vector import VersionVector
 from tests.fixtures.nodes import free_port
 
 

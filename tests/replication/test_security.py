@@ -9,10 +9,11 @@ import aiohttp
 import msgpack
 import pytest
 
-from node import EntryId, Pattern, Take, Write
-from node.client import ForumClient
-from replication.auth import SIGNATURE_HEADER, ClusterAuth
-from replication.messages import (
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import EntryId, Take, Write
+from forum.node.core.space import Pattern
+from forum.replication.auth import SIGNATURE_HEADER, ClusterAuth
+from forum.replication.messages import (
     MEMBERS_PATH,
     PULL_PATH,
     PUSH_PATH,
@@ -23,7 +24,7 @@ from replication.messages import (
     decode_push_ack,
     encode,
 )
-from replication.vector import VersionVector
+from forum.replication.vector import VersionVector
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 from tests.replication.conftest import FAST
 
@@ -98,7 +99,7 @@ async def test_unauthenticated_pushes_are_refused_and_change_nothing(
     ClusterAuth(SECRET).verify_response(signed, headers, answer)  # the answer is signed too
     assert decode_push_ack(answer).applied == 1
     async with ForumClient(secured.url) as client:
-        # A remote write surfaces after the node's short stagger (node.forum).
+        # A remote write surfaces after the node's short stagger (forum.node.space.forum).
         await eventually(lambda: _count(client, 1), what="the pushed tuple live")
 
 

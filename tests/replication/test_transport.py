@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from replication.auth import ClusterAuth
-from replication.config import ReplicationConfig
-from replication.errors import (
+from forum.replication.auth import ClusterAuth
+from forum.replication.config import ReplicationConfig
+from forum.replication.errors import (
     BadMessage,
     BadSignature,
     PeerIsSelf,
@@ -22,7 +22,7 @@ from replication.errors import (
     PeerUnavailable,
     Unauthenticated,
 )
-from replication.transport import HttpTransport
+from forum.replication.transport import HttpTransport
 from tests.fixtures.nodes import free_port
 
 SECRET = "s3cret"

@@ -16,16 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from node import EntryId, Pattern, Write
-from replication.auth import ANYONE
-from replication.errors import (
+from forum.node.core.entries import EntryId, Write
+from forum.node.core.space import Pattern
+from forum.replication.auth import ANYONE
+from forum.replication.errors import (
     BadSignature,
     PeerIsSelf,
     PeerRejected,
     PeerUnavailable,
     Unauthenticated,
 )
-from replication.messages import (
+from forum.replication.messages import (
     MEMBERS_PATH,
     PULL_PATH,
     PUSH_PATH,
@@ -36,7 +37,7 @@ from replication.messages import (
     decode_push_ack,
     encode,
 )
-from replication.vector import VersionVector
+from forum.replication.vector import VersionVector
 from tests.replication.peers import SECRET, Node, Nodes
 
 

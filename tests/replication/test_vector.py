@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node import EntryId, Strand, StrandConfig, Write
-from replication.vector import Order, VersionVector
+from forum.node.core.entries import EntryId, Write
+from forum.node.storage.strand import Strand, StrandConfig
+from forum.replication.vector import Order, VersionVector
 
 ORIGINS = ("a", "b", "c")
 

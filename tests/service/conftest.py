@@ -9,8 +9,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from node import Forum, Strand, StrandConfig
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import NodeProcess
 
 

@@ -1,4 +1,4 @@
-"""The node-wide body budget (``body_budget``, node/web_budget.py) against a real node.
+"""The node-wide body budget (``body_budget``, node/forum/node/http/budget.py) against a real node.
 
 A body being sent holds its bytes of the budget from its head on: a second
 large body past the budget waits for room, or with no room in time is
@@ -20,8 +20,8 @@ import msgspec
 import pytest
 import websocket
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 from tests.service.test_stream import answers, raw_stream, send
 

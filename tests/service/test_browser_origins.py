@@ -1,6 +1,6 @@
 """A browser's request from another site's page, or by another host name,
 against real ``forum serve`` processes, with the headers a browser sends
-spelt out (node/web_auth.py, ``browser_guard``; Chromium itself is
+spelt out (node/forum/node/http/auth.py, ``browser_guard``; Chromium itself is
 tests/dashboard/test_foreign_pages.py):
 
 * every route family (tuples, take, reserve and the acks, the stream's
@@ -32,10 +32,10 @@ import msgpack
 import pytest
 import pytest_asyncio
 
-from node.client import ForumClient
-from node.config import NodeConfig
-from node.space import Pattern
-from tasks import App, Context, JobState
+from forum.node.client.remote import ForumClient
+from forum.node.config.node import NodeConfig
+from forum.node.core.space import Pattern
+from forum.tasks import App, Context, JobState
 from tests.deploy.artifacts import Dockerfile, Launch, compose_launches, load_compose, load_k8s
 from tests.deploy.test_k8s import node_launches, worker_launch
 from tests.fixtures.cli import assert_usage_error, run_main
@@ -420,7 +420,7 @@ def test_every_name_the_deploy_files_dial_a_node_by_is_one_it_answers_to(where: 
     """deploy/: peers, workers and clients reach nodes by a proxy's or a
     Service's name, which a node without a token must answer to (the k8s
     nodes have one; they would answer without it too)."""
-    from node.web_auth import Browsers  # noqa: PLC0415  (here: the module runs on older code)
+    from forum.node.http.auth import Browsers  # noqa: PLC0415  (here: the module runs on older code)
 
     docker = Dockerfile()
     if where == "compose":
@@ -448,7 +448,7 @@ def test_every_name_the_deploy_files_dial_a_node_by_is_one_it_answers_to(where: 
 
 
 def test_the_rule_knows_the_names_an_operator_wrote() -> None:
-    from node.web_auth import Browsers  # noqa: PLC0415  (here: the module runs on older code)
+    from forum.node.http.auth import Browsers  # noqa: PLC0415  (here: the module runs on older code)
 
     config = NodeConfig(
         listen="node-a:7070",
@@ -470,7 +470,7 @@ def test_the_rule_knows_the_names_an_operator_wrote() -> None:
 
 
 def test_origins_and_host_names_compare_as_browsers_write_them() -> None:
-    from node.web_origin import WebOrigin, split_host  # noqa: PLC0415  (as above)
+    from forum.node.config.origin import WebOrigin, split_host  # noqa: PLC0415  (as above)
 
     assert WebOrigin.parse("HTTP://Forum.Example.com") == WebOrigin.parse(
         "http://forum.example.com:80/"

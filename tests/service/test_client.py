@@ -9,17 +9,18 @@ import socket
 import aiohttp
 import pytest
 
-from node import ForumError, Pattern
-from node.client import ForumClient
-from node.errors import (
+from forum.node.client.remote import ForumClient
+from forum.node.client.sync import SyncForumClient
+from forum.node.core.errors import (
     ClientError,
+    ForumError,
     NodeRejected,
     NodeTimeout,
     NodeUnavailable,
     PayloadTooLarge,
     Unauthorized,
 )
-from node.sync_client import SyncForumClient
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import ForumNodes, NodeProcess, free_port
 
 

@@ -8,8 +8,8 @@ import json
 
 import aiohttp
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.fixtures.cli import run_forum
 from tests.fixtures.nodes import NodeProcess
 

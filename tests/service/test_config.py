@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from node.config import NodeConfig
+from forum.node.config.node import NodeConfig
 
 
 def test_defaults_work_on_a_fresh_machine() -> None:
@@ -250,7 +250,7 @@ def test_a_value_built_in_code_is_held_to_the_same_rules() -> None:
 def test_the_error_examples_in_the_operations_guide_are_what_the_loader_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from replication.config import ReplicationConfig  # noqa: PLC0415
+    from forum.replication.config import ReplicationConfig  # noqa: PLC0415
     from tests.deploy.artifacts import OPERATIONS  # noqa: PLC0415
 
     monkeypatch.chdir(tmp_path)

@@ -11,11 +11,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Counter
 
-from node import Forum
-from node.config import NodeConfig
-from node.web_app import CLUSTER_PREFIX, build_app
-from node.web_keys import CONFIG, FORUM, METRICS_REGISTRY, PEERS
-from node.web_status import PeerStatus
+from forum.node.api.status import PeerStatus
+from forum.node.config.node import NodeConfig
+from forum.node.http.app import CLUSTER_PREFIX, build_app
+from forum.node.http.keys import CONFIG, FORUM, METRICS_REGISTRY, PEERS
+from forum.node.space.forum import Forum
 from tests.fixtures.nodes import free_port
 
 PEER_B = PeerStatus(

@@ -10,11 +10,11 @@ import aiohttp
 import msgpack
 import pytest
 
-from node import Pattern
-from node.client import ForumClient
-from node.config import NodeConfig
-from node.web_app import build_app
-from node.web_openapi import OPENAPI
+from forum.node.client.remote import ForumClient
+from forum.node.config.node import NodeConfig
+from forum.node.core.space import Pattern
+from forum.node.http.app import build_app
+from forum.node.http.openapi import OPENAPI
 from tests.fixtures.nodes import NodeProcess
 
 RAW = "application/octet-stream"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from node.client import ForumClient
-from node.config import NodeConfig
-from node.space import Pattern
+from forum.node.client.remote import ForumClient
+from forum.node.config.node import NodeConfig
+from forum.node.core.space import Pattern
 from tests.fixtures.cli import assert_usage_error, run_forum
 from tests.fixtures.nodes import ForumNodes, NodeProcess
 

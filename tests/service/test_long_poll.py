@@ -10,8 +10,8 @@ import json
 import aiohttp
 import pytest
 
-from node import Pattern
-from node.client import ForumClient, Transport
+from forum.node.client.remote import ForumClient, Transport
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 
 

@@ -10,15 +10,15 @@ from typing import Any
 import aiohttp
 import jsonschema
 
-from dashboard import dashboard
-from dashboard.openapi import JOB_STATES
-from dashboard.pages import is_page_path
-from node.config import NodeConfig
-from node.forum import Forum
-from node.web_app import build_app
-from node.web_openapi import openapi_document
-from replication import extension
-from tasks import JobState
+from forum.dashboard import dashboard
+from forum.dashboard.openapi import JOB_STATES
+from forum.dashboard.pages import is_page_path
+from forum.node.config.node import NodeConfig
+from forum.node.http.app import build_app
+from forum.node.http.openapi import openapi_document
+from forum.node.space.forum import Forum
+from forum.replication import extension
+from forum.tasks import JobState
 from tests.fixtures.nodes import ForumNodes
 
 

@@ -9,8 +9,9 @@ import json
 import aiohttp
 import msgpack
 
-from node import EntryId, Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import EntryId
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import NodeProcess
 
 

@@ -36,8 +36,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 
 TOKEN = "fuzz-token"

@@ -9,9 +9,10 @@ import signal
 import aiohttp
 import pytest
 
-from node import EntryId, Pattern
-from node.client import ForumClient
-from node.errors import ClientError
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import EntryId
+from forum.node.core.errors import ClientError
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 
 

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from node import Forum, Pattern, Strand, StrandConfig, Tuple, TupleSpace
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import Tuple
+from forum.node.core.space import Pattern, TupleSpace
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import ForumNodes
 
 

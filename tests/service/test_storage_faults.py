@@ -17,9 +17,10 @@ from typing import Any
 
 import aiohttp
 
-from node import EntryId, Pattern
-from node.client import ForumClient
-from node.errors import NodeRejected
+from forum.node.client.remote import ForumClient
+from forum.node.core.entries import EntryId
+from forum.node.core.errors import NodeRejected
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import ForumNodes, eventually, free_port
 from tests.fixtures.tmpfs import fill
 

@@ -21,8 +21,8 @@ import msgpack
 import msgspec
 import websocket
 
-from node import Pattern
-from node.client import ForumClient
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 from tests.service.test_stream import answers, raw_stream, send, streams
 

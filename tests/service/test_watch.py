@@ -22,14 +22,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from node import Forum, Pattern, Strand, StrandConfig
-from node.client import ForumClient
-from node.client_watch import WatchEvent
-from node.config import NodeConfig
-from node.errors import NodeRejected
-from node.web_app import build_app
-from node.web_keys import WATCH_HUB
-from node.web_server import NodeRunner
+from forum.node.client.remote import ForumClient
+from forum.node.client.watch import WatchEvent
+from forum.node.config.node import NodeConfig
+from forum.node.core.errors import NodeRejected
+from forum.node.core.space import Pattern
+from forum.node.http.app import build_app
+from forum.node.http.keys import WATCH_HUB
+from forum.node.http.server import NodeRunner
+from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually, free_port
 
 FORUM = [sys.executable, "-m", "forum"]

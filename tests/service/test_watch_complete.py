@@ -23,10 +23,10 @@ from contextlib import aclosing
 
 import pytest
 
-from node import Pattern
-from node.client import ForumClient
-from node.client_watch import WatchEvent
-from node.entries import EntryId
+from forum.node.client.remote import ForumClient
+from forum.node.client.watch import WatchEvent
+from forum.node.core.entries import EntryId
+from forum.node.core.space import Pattern
 from tests.fixtures.nodes import ForumNodes, eventually
 
 JOBS = Pattern(b"job-")

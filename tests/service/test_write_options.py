@@ -16,12 +16,12 @@ import aiohttp
 import msgpack
 import pytest
 
-from node.client import ForumClient
-from node.entries import PLAIN
-from node.errors import LimitExceeded, NodeRejected, Throttled
-from node.space import Pattern
-from node.sync_client import SyncForumClient
-from node.web_openapi import OPENAPI
+from forum.node.client.remote import ForumClient
+from forum.node.client.sync import SyncForumClient
+from forum.node.core.entries import PLAIN
+from forum.node.core.errors import LimitExceeded, NodeRejected, Throttled
+from forum.node.core.space import Pattern
+from forum.node.http.openapi import OPENAPI
 from tests.fixtures.nodes import ForumNodes, NodeProcess
 
 JSON = "application/json"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from coordinator import Lens, Worker
-from node import ForumClient
-from tasks import App
+from forum.coordinator import Lens, Worker
+from forum.node.client.remote import ForumClient
+from forum.tasks import App
 from tests.coordinator.harness import running
 from tests.fixtures.nodes import NodeProcess
 

@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
-from coordinator import Backoff, KeyState, Lens
-from node import Pattern
-from tasks import Context, InvalidJob, JobFailed, JobNotFound, JobState
-from tasks.authority import TaskAuthority
+from forum.coordinator import Backoff, KeyState, Lens
+from forum.node.core.space import Pattern
+from forum.tasks import Context, InvalidJob, JobFailed, JobNotFound, JobState
+from forum.tasks.authority import TaskAuthority
 from tests.fixtures.nodes import eventually
 from tests.tasks.conftest import AppFactory, working
 

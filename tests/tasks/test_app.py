@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from node import Pattern
-from tasks import (
+from forum.node.core.space import Pattern
+from forum.tasks import (
     App,
     Context,
     InvalidJob,
@@ -18,7 +18,7 @@ from tasks import (
     MsgpackSerializer,
     UnknownTask,
 )
-from tasks.message import Message
+from forum.tasks.message import Message
 from tests.coordinator.full_redis import fill, make_room
 from tests.fixtures.nodes import NodeProcess, eventually, free_port
 from tests.fixtures.redis_server import RedisServer

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import ClaimLost, HeldClaim, Lens
 from examples.thumbnails.app import source_image, store
-from tasks import Context, JsonSerializer
+from forum.coordinator import ClaimLost, HeldClaim, Lens
+from forum.tasks import Context, JsonSerializer
 from tests.coordinator.harness import REPO, WorkerProcess, worker_processes
 from tests.fixtures.nodes import NodeProcess
 

@@ -23,8 +23,9 @@ import pytest
 
 from forum.cli_args import UsageError
 from forum.cli_worker import Where
-from node import ForumClient, Pattern
-from tasks import App, Context, JobHandle, JobState
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import Pattern
+from forum.tasks import App, Context, JobHandle, JobState
 from tests.coordinator.harness import REPO, WorkerProcess, worker_processes
 from tests.fixtures.cli import assert_usage_error, run_forum, run_main
 from tests.fixtures.nodes import NodeProcess, eventually, free_port

@@ -1,4 +1,4 @@
-"""The periodic tasks' schedules and slot loop (tasks.cron), on a clock of the test's own.
+"""The periodic tasks' schedules and slot loop (forum.tasks.cron), on a clock of the test's own.
 
 The loop runs against :class:`FakeClock`, whose waits move its time forward
 at once (by what was asked, or by more: a machine that slept), so a day of
@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from node.errors import NodeUnavailable
-from tasks.cron import (
+from forum.node.core.errors import NodeUnavailable
+from forum.tasks.cron import (
     SYSTEM_CLOCK,
     CronSchedule,
     Interval,
@@ -214,7 +214,7 @@ async def test_a_failed_enqueue_is_logged_and_the_next_slot_still_comes(
             raise NodeUnavailable("http://127.0.0.1:7000", "connection refused")
         stop.set()
 
-    with caplog.at_level(logging.WARNING, logger="tasks.cron"):
+    with caplog.at_level(logging.WARNING, logger="forum.tasks.cron"):
         async with asyncio.timeout(10):
             await run_periodic([Periodic("tick", Interval(1))], enqueue, stop, clock=clock)
     assert asked == [f"cron:tick:{int(NOON) + 1}", f"cron:tick:{int(NOON) + 2}"]

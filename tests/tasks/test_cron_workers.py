@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import App, Context
-from tasks.cron import Interval, slot_key
+from forum.tasks import App, Context
+from forum.tasks.cron import Interval, slot_key
 from tests.coordinator.harness import WorkerProcess, worker_processes
 from tests.fixtures.nodes import NodeProcess, eventually
 

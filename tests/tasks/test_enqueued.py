@@ -1,4 +1,4 @@
-"""The producer's background records (tasks/enqueued.py): batched into one
+"""The producer's background records (tasks/forum/tasks/enqueued.py): batched into one
 Lens call per flush, none lost, against a real Lens on a real redis-server."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from coordinator import Lens
-from coordinator.records import NewRecord
-from tasks.enqueued import EnqueuedRecords
+from forum.coordinator import Lens
+from forum.coordinator.records import NewRecord
+from forum.tasks.enqueued import EnqueuedRecords
 
 
 class Counting(Lens):

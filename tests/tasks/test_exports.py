@@ -6,28 +6,28 @@ import importlib
 
 import pytest
 
-import tasks
-from tasks import App, Context, InvalidJob
+from forum import tasks
+from forum.tasks import App, Context, InvalidJob
 
 HOMES = {
-    "App": "tasks.app",
-    "Context": "tasks.context",
-    "InvalidJob": "tasks.errors",
-    "JobCancelled": "tasks.errors",
-    "JobExpired": "tasks.errors",
-    "JobFailed": "tasks.errors",
-    "JobHandle": "tasks.handle",
-    "JobNotFound": "tasks.errors",
-    "JobState": "tasks.handle",
-    "JobStatus": "tasks.handle",
-    "JsonSerializer": "tasks.serializer",
-    "MsgpackSerializer": "tasks.serializer",
-    "ResultTimeout": "tasks.errors",
-    "Serializer": "tasks.serializer",
-    "Task": "tasks.task",
-    "TaskError": "tasks.errors",
-    "TaskOptions": "tasks.task",
-    "UnknownTask": "tasks.errors",
+    "App": "forum.tasks.app",
+    "Context": "forum.tasks.context",
+    "InvalidJob": "forum.tasks.errors",
+    "JobCancelled": "forum.tasks.errors",
+    "JobExpired": "forum.tasks.errors",
+    "JobFailed": "forum.tasks.errors",
+    "JobHandle": "forum.tasks.handle",
+    "JobNotFound": "forum.tasks.errors",
+    "JobState": "forum.tasks.handle",
+    "JobStatus": "forum.tasks.handle",
+    "JsonSerializer": "forum.tasks.serializer",
+    "MsgpackSerializer": "forum.tasks.serializer",
+    "ResultTimeout": "forum.tasks.errors",
+    "Serializer": "forum.tasks.serializer",
+    "Task": "forum.tasks.task",
+    "TaskError": "forum.tasks.errors",
+    "TaskOptions": "forum.tasks.task",
+    "UnknownTask": "forum.tasks.errors",
 }
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from node import ForumClient, Pattern
-from node.errors import NodeUnavailable
-from tasks import App, Context, JobFailed, JobNotFound, JobState
+from forum.node.client.remote import ForumClient
+from forum.node.core.errors import NodeUnavailable
+from forum.node.core.space import Pattern
+from forum.tasks import App, Context, JobFailed, JobNotFound, JobState
 from tests.fixtures.nodes import ForumNodes
 from tests.tasks.conftest import working
 

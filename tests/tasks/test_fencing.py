@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from coordinator import ClaimLost, Job, Lens
-from node import EntryId
-from tasks import Context, JobState
-from tasks.message import Message
-from tasks.runner import Runner
+from forum.coordinator import ClaimLost, Job, Lens
+from forum.node.core.entries import EntryId
+from forum.tasks import Context, JobState
+from forum.tasks.message import Message
+from forum.tasks.runner import Runner
 from tests.fixtures.nodes import eventually
 from tests.tasks.conftest import AppFactory
 

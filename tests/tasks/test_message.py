@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks import InvalidJob, JsonSerializer, MsgpackSerializer
-from tasks.message import Message, check_key, default_key, key_prefix, peek_key, peek_task
+from forum.tasks import InvalidJob, JsonSerializer, MsgpackSerializer
+from forum.tasks.message import Message, check_key, default_key, key_prefix, peek_key, peek_task
 
 SERIALIZERS = [JsonSerializer(), MsgpackSerializer()]
 

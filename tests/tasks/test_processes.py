@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks import App, Context, JobState
+from forum.tasks import App, Context, JobState
 from tests.coordinator.harness import WorkerProcess, worker_processes
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from coordinator import Backoff, GiveUp, RetryAfter
-from node import Pattern
-from tasks import Context, JobFailed, JobState
+from forum.coordinator import Backoff, GiveUp, RetryAfter
+from forum.node.core.space import Pattern
+from forum.tasks import Context, JobFailed, JobState
 from tests.fixtures.nodes import eventually
 from tests.tasks.conftest import AppFactory, working
 

@@ -1,5 +1,5 @@
 """A job's status in each state, and its result, against a real node and
-Redis (the algorithm: tasks/status.py)."""
+Redis (the algorithm: tasks/forum/tasks/status.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from coordinator import Backoff
-from coordinator.deadletter import bury
-from coordinator.envelope import Envelope
-from node import Pattern
-from tasks import (
+from forum.coordinator import Backoff
+from forum.coordinator.deadletter import bury
+from forum.coordinator.envelope import Envelope
+from forum.node.core.space import Pattern
+from forum.tasks import (
     App,
     Context,
     JobCancelled,
@@ -22,9 +22,9 @@ from tasks import (
     JobStatus,
     ResultTimeout,
 )
-from tasks.handle import JobHandle
-from tasks.message import Message
-from tasks.status import job_status
+from forum.tasks.handle import JobHandle
+from forum.tasks.message import Message
+from forum.tasks.status import job_status
 from tests.fixtures.nodes import eventually
 from tests.tasks.conftest import AppFactory, working
 
@@ -143,7 +143,7 @@ async def test_a_key_nothing_knows_is_not_found(make_app: AppFactory) -> None:
 
 
 async def test_a_dead_letter_outranks_a_retrying_record(make_app: AppFactory) -> None:
-    """A job buried by a worker (its workers kept dying: coordinator.worker's
+    """A job buried by a worker (its workers kept dying: forum.coordinator.worker's
     LOST_WORKER) leaves the record of its last failure as it was: the dead
     letter in the space decides."""
     app = make_app()

@@ -1,0 +1,49 @@
+"""Coordination for Forum workers: the Redis-backed Lens and the worker runtime."""
+
+from forum.coordinator.authority import ClaimAuthority, HeldClaim
+from forum.coordinator.deadletter import DeadLetter
+from forum.coordinator.errors import (
+    AlreadyClaimed,
+    AlreadyDone,
+    ClaimLost,
+    LensError,
+    LensStateLost,
+    LensUnavailable,
+)
+from forum.coordinator.job import Backoff, GiveUp, Handler, Job, RetryAfter
+from forum.coordinator.lens import Claim, Lens, LensConfig
+from forum.coordinator.presence import WorkerPresence
+from forum.coordinator.reaper import Reaper
+from forum.coordinator.records import CancelOutcome, HistoryEvent, Holder, KeyState
+from forum.coordinator.spaces import TakeOnly, WorkSpace
+from forum.coordinator.worker import Worker, WorkerStats
+
+__all__ = [
+    "AlreadyClaimed",
+    "AlreadyDone",
+    "Backoff",
+    "CancelOutcome",
+    "Claim",
+    "ClaimAuthority",
+    "ClaimLost",
+    "DeadLetter",
+    "GiveUp",
+    "Handler",
+    "HeldClaim",
+    "HistoryEvent",
+    "Holder",
+    "Job",
+    "KeyState",
+    "Lens",
+    "LensConfig",
+    "LensError",
+    "LensStateLost",
+    "LensUnavailable",
+    "Reaper",
+    "RetryAfter",
+    "TakeOnly",
+    "WorkSpace",
+    "Worker",
+    "WorkerPresence",
+    "WorkerStats",
+]

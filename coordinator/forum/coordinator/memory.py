@@ -1,0 +1,546 @@
+"""An in-memory :class:`forum.coordinator.authority.ClaimAuthority`, for tests.
+
+:class:`MemoryAuthority` keeps in one process what the Lens keeps in Redis
+(claims, fencing tokens, done markers, in-flight records; forum.coordinator.keys)
+and answers as the Lens does, outcome for outcome:
+``tests/coordinator/test_authority_contract.py`` runs the same tests against
+both. It lets worker logic be tested in milliseconds, and it can fail on
+purpose as Redis does:
+
+* ``available = False``: every call raises :class:`LensUnavailable` (an
+  outage) until it is set back;
+* :meth:`MemoryAuthority.forget`: the state is gone (a ``FLUSHALL``, a restart
+  without persistence); the next call raises :class:`LensStateLost`, counted
+  once in ``state_losses``, and the one after works. Tokens still rise.
+
+Time is ``clock()`` (``time.monotonic`` unless given), for leases and due
+times alike: a test may pass a clock it moves by hand.
+
+Not for production: nothing is shared between processes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from forum.coordinator import keys
+from forum.coordinator.authority import Grab, HeldClaim
+from forum.coordinator.errors import (
+    AlreadyClaimed,
+    AlreadyDone,
+    ClaimLost,
+    LensError,
+    LensStateLost,
+    LensUnavailable,
+)
+from forum.coordinator.records import (
+    CancelOutcome,
+    FieldValue,
+    HistoryEvent,
+    Holder,
+    KeyState,
+    NewRecord,
+    ScanKind,
+    attempts_of,
+    checked_ttl,
+    encode_fields,
+    with_live_claim,
+)
+from forum.node.config.node import FORGET_AFTER
+
+_GONE = "expired, released or taken over"
+
+
+@dataclass(slots=True)
+class _Record:
+    """An in-flight record (``<tag>:job:<key>``), due for re-offer at ``due``."""
+
+    token: int
+    payload: bytes | None
+    due: float
+    grab: str | None = None
+    handed: int | None = None
+    owner: str = ""
+    attempt: int = 0
+
+
+@dataclass(slots=True)
+class _Held:
+    """A live claim (``<tag>:claim:<key>`` and what its record says of it)."""
+
+    token: int
+    owner: str
+    deadline: float
+    attempt: int
+    #: When it was granted, Unix seconds.
+    since: float
+
+
+@dataclass(slots=True)
+class _Expiring:
+    """A job record or a history (``<tag>:task:<key>``, ``<tag>:history:<key>``)
+    and when, by ``clock()``, it expires."""
+
+    expires: float
+    fields: dict[str, bytes] = field(default_factory=dict)
+    events: list[HistoryEvent] = field(default_factory=list)
+
+
+class MemoryClaim:
+    """One claim granted by a :class:`MemoryAuthority` (a ``HeldClaim``)."""
+
+    __slots__ = ("_authority", "_deadline", "_ended", "_key", "_lease", "_owner", "_token")
+
+    def __init__(
+        self, authority: MemoryAuthority, key: str, owner: str, token: int, lease: float
+    ) -> None:
+        self._authority = authority
+        self._key = key
+        self._owner = owner
+        self._token = token
+        self._lease = lease
+        self._deadline = authority.clock() + lease
+        self._ended: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def owner(self) -> str:
+        return self._owner
+
+    @property
+    def token(self) -> int:
+        return self._token
+
+    @property
+    def lease(self) -> float:
+        return self._lease
+
+    def __repr__(self) -> str:
+        return f"<MemoryClaim {self._key!r} token={self._token} owner={self._owner!r}>"
+
+    def remaining(self) -> float:
+        return self._deadline - self._authority.clock()
+
+    @property
+    def margin(self) -> float:
+        return min(keys.SAFETY_MARGIN, self._lease * keys.MARGIN_FRACTION)
+
+    async def verify(self) -> None:
+        self._check_open()
+        if self.remaining() < self.margin:
+            raise ClaimLost(self._key, self._token, "less than the safety margin of lease left")
+        self._authority._enter()
+        if not self._authority._holds(self):
+            self._ended = _GONE
+            raise ClaimLost(self._key, self._token, self._ended)
+
+    async def extend(self, lease: float | None = None) -> None:
+        self._check_open()
+        lease = self._lease if lease is None else lease
+        if lease <= 0:
+            raise ValueError("lease must be positive")
+        self._authority._enter()
+        lost = self._authority._extend(self, lease)
+        if lost is not None:
+            raise lost
+
+    async def complete(self) -> None:
+        self._check_open()
+        self._authority._enter()
+        lost = self._authority._complete(self)
+        if lost is not None:
+            raise lost
+
+    async def release(self) -> None:
+        self._check_open()
+        self._authority._enter()
+        self._authority._end(self, "released")
+
+    async def hand_back(self, payload: bytes, delay: float = 0.0) -> None:
+        self._check_open()
+        if delay < 0:
+            raise ValueError("delay must not be negative")
+        self._authority._enter()
+        held = self._authority._live(self._key)
+        attempt = held.attempt if held is not None else 0
+        self._authority._end(self, "handed back")
+        self._authority._records[self._key] = _Record(
+            self._token, payload, self._authority.clock() + delay, handed=self._token,
+            owner=self._owner, attempt=attempt,
+        )  # fmt: skip
+
+    def _check_open(self) -> None:
+        if self._ended is not None:
+            raise ClaimLost(self._key, self._token, self._ended)
+
+
+class MemoryAuthority:
+    """Claims on keys, in this process's memory (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        reaper_lease: float = keys.REAPER_LEASE,
+        retention: float = FORGET_AFTER + keys.DONE_MARGIN,
+        history_ttl: float = keys.HISTORY_TTL,
+    ) -> None:
+        self.clock = clock
+        self.reaper_lease = reaper_lease
+        #: How long a done marker lasts (the Lens's ``LensConfig.retention``).
+        self.retention = retention
+        #: How long a history lasts after its last event; 0: none is kept
+        #: (the Lens's ``history_ttl``).
+        self.history_ttl = history_ttl
+        #: False: every call raises LensUnavailable, as while Redis is down.
+        self.available = True
+        self._fence = 0
+        self._claims: dict[str, _Held] = {}
+        #: Done markers: key -> (token, when it expires by ``clock()``).
+        self._done: dict[str, tuple[int, float]] = {}
+        self._records: dict[str, _Record] = {}
+        self._tasks: dict[str, _Expiring] = {}
+        self._histories: dict[str, _Expiring] = {}
+        self._forgotten = False
+        self._state_losses = 0
+
+    @property
+    def state_losses(self) -> int:
+        return self._state_losses
+
+    def forget(self) -> None:
+        """Lose every claim, done marker and in-flight record, as a Redis
+        that was flushed; the fence is kept, as the Lens's clock-based tokens
+        stay above every earlier one."""
+        self._claims.clear()
+        self._done.clear()
+        self._records.clear()
+        self._tasks.clear()
+        self._histories.clear()
+        self._forgotten = True
+
+    async def ping(self) -> None:
+        if not self.available:
+            raise LensUnavailable("the memory authority is unavailable")
+
+    async def claim(
+        self,
+        key: str,
+        owner: str,
+        lease: float,
+        *,
+        reoffer: bytes | None = None,
+        attempt: int = 1,
+    ) -> MemoryClaim:
+        (outcome,) = await self.claim_many([(key, reoffer)], owner, lease, [attempt])
+        if isinstance(outcome, LensError):
+            raise outcome
+        return outcome
+
+    async def claim_many(
+        self,
+        requests: Sequence[tuple[str, bytes | None]],
+        owner: str,
+        lease: float,
+        attempts: Sequence[int] | None = None,
+    ) -> list[MemoryClaim | AlreadyClaimed | AlreadyDone]:
+        for key, _ in requests:
+            if not key:
+                raise ValueError("a claim key must not be empty")
+        if lease <= 0:
+            raise ValueError("lease must be positive")
+        numbers = attempts_of(len(requests), attempts)
+        self._enter()
+        return [
+            self._claim(key, owner, lease, reoffer, attempt)
+            for (key, reoffer), attempt in zip(requests, numbers, strict=True)
+        ]
+
+    async def extend_many(self, claims: Sequence[HeldClaim]) -> list[ClaimLost | None]:
+        own = [self._own(claim) for claim in claims]
+        self._enter()
+        return [
+            ClaimLost(c.key, c.token, c._ended) if c._ended else self._extend(c, c.lease)
+            for c in own
+        ]
+
+    async def complete_many(self, claims: Sequence[HeldClaim]) -> list[ClaimLost | None]:
+        own = [self._own(claim) for claim in claims]
+        self._enter()
+        return [ClaimLost(c.key, c.token, c._ended) if c._ended else self._complete(c) for c in own]
+
+    async def done_token(self, key: str) -> int | None:
+        self._enter()
+        return self._done_token(key)
+
+    async def due(self, limit: int = 100) -> list[str]:
+        self._enter()
+        now = self.clock()
+        due = sorted((r.due, key) for key, r in self._records.items() if r.due <= now)
+        return [key for _, key in due[:limit]]
+
+    async def grab(self, key: str) -> Grab | None:
+        self._enter()
+        record = self._records.get(key)
+        now = self.clock()
+        if record is None or record.due > now:
+            return None
+        held = self._live(key)
+        if held is not None:
+            record.due = held.deadline  # due when that claim's lease ends
+            return None
+        if self._done_token(key) is not None or record.payload is None:
+            del self._records[key]
+            return None
+        record.grab = uuid.uuid4().hex
+        record.due = now + self.reaper_lease
+        return Grab(key=key, grab_id=record.grab, payload=record.payload)
+
+    async def reaped(self, grab: Grab) -> bool:
+        self._enter()
+        record = self._records.get(grab.key)
+        if record is None or record.grab != grab.grab_id or self._live(grab.key) is not None:
+            return False
+        del self._records[grab.key]
+        self._push(grab.key, HistoryEvent(time.time(), "reoffered", record.handed or 0,
+                                          record.owner, record.attempt))  # fmt: skip
+        return True
+
+    # -- what is known about a key (forum.coordinator.records) --------------------------------
+
+    async def inspect(self, key: str) -> KeyState:
+        self._enter()
+        held = self._live(key)
+        holder = None
+        if held is not None:
+            remaining = max(0.0, held.deadline - self.clock())
+            holder = Holder(held.token, held.owner, held.attempt, held.since, remaining)
+        record = self._kept(self._tasks, key)
+        fields = dict(record.fields) if record else {}
+        return KeyState(key, holder, self._done_token(key), fields)
+
+    async def record(self, claim: HeldClaim, fields: Mapping[str, FieldValue], ttl: float) -> None:
+        own = self._own(claim)
+        own._check_open()
+        pairs = encode_fields(fields, fenced=True)
+        expires = self.clock() + checked_ttl(ttl)
+        self._enter()
+        if not self._holds(own):
+            own._ended = _GONE
+            raise ClaimLost(own.key, own.token, f"{_GONE}: its record was not written")
+        record = self._kept(self._tasks, own.key)
+        kept = record.fields.get("token") if record is not None else None
+        if record is None or (kept is not None and int(kept) < own.token):
+            record = self._tasks[own.key] = _Expiring(expires)
+        record.fields.update(pairs, token=str(own.token).encode())
+        record.expires = expires
+
+    async def record_enqueued(self, key: str, fields: Mapping[str, FieldValue], ttl: float) -> bool:
+        if not key:
+            raise ValueError("a claim key must not be empty")
+        pairs = encode_fields(fields, fenced=False)
+        expires = self.clock() + checked_ttl(ttl)
+        self._enter()
+        if self._kept(self._tasks, key) is not None:
+            return False
+        self._tasks[key] = _Expiring(expires, dict(pairs))
+        return True
+
+    async def record_enqueued_many(self, records: Sequence[NewRecord]) -> list[bool]:
+        for new in records:  # all checked before any is written, as the Lens does
+            if not new.key:
+                raise ValueError("a claim key must not be empty")
+            encode_fields(new.fields, fenced=False)
+            checked_ttl(new.ttl)
+        return [await self.record_enqueued(new.key, new.fields, new.ttl) for new in records]
+
+    async def inspect_many(self, keys: Sequence[str]) -> list[KeyState]:
+        return [await self.inspect(key) for key in keys]
+
+    async def forget_record(self, key: str) -> bool:
+        if not key:
+            raise ValueError("a claim key must not be empty")
+        self._enter()
+        if self._live(key) is not None:
+            raise AlreadyClaimed(key, None)
+        found = self._kept(self._tasks, key) is not None
+        self._tasks.pop(key, None)
+        return found
+
+    async def history(self, key: str) -> list[HistoryEvent]:
+        self._enter()
+        kept = self._kept(self._histories, key)
+        held = self._live(key)
+        live = None if held is None else Holder(held.token, held.owner, held.attempt, held.since, 0)
+        return with_live_claim(list(kept.events) if kept else [], live, keys.HISTORY_LENGTH)
+
+    async def scan(self, kind: ScanKind, count: int = 100) -> AsyncIterator[str]:
+        if kind not in ("task", "claim"):
+            raise ValueError(f"scan lists 'task' or 'claim' keys, not {kind!r}")
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        self._enter()
+        if kind == "task":
+            found = [key for key in self._tasks if self._kept(self._tasks, key) is not None]
+        else:
+            found = [key for key in self._claims if self._live(key) is not None]
+        for key in found:
+            yield key
+
+    async def cancel(self, key: str) -> CancelOutcome:
+        if not key:
+            raise ValueError("a claim key must not be empty")
+        self._enter()
+        done = self._done_token(key)
+        if done is not None:
+            return CancelOutcome("done", token=done)
+        held = self._live(key)
+        if held is not None:
+            remaining = max(0.0, held.deadline - self.clock())
+            return CancelOutcome("running", owner=held.owner or None, remaining=remaining)
+        self._expired(key)
+        self._fence += 1
+        self._done[key] = (self._fence, self.clock() + self.retention)
+        record = self._kept(self._tasks, key)
+        if record is None:
+            record = self._tasks[key] = _Expiring(self.clock() + self.retention)
+        record.fields["cancelled"] = str(self._fence).encode()
+        self._push(key, HistoryEvent(time.time(), "cancelled", self._fence, "", 0))
+        return CancelOutcome("cancelled", token=self._fence)
+
+    async def durability(self) -> list[str]:
+        """Nothing to warn of: this authority promises nothing beyond its process."""
+        self._enter()
+        return []
+
+    # -- the state, as the Lua scripts change it -----------------------------------------
+
+    def _enter(self) -> None:
+        """What every call meets first: an outage, or a state loss (once)."""
+        if not self.available:
+            raise LensUnavailable("the memory authority is unavailable")
+        if self._forgotten:
+            self._forgotten = False
+            self._state_losses += 1
+            raise LensStateLost("memory", "before", None)
+
+    def _live(self, key: str) -> _Held | None:
+        """The live claim on ``key``. One whose lease ran out is kept (as the
+        Lens keeps its in-flight record) until the next claim or cancel
+        ends it in the history (:meth:`_expired`)."""
+        held = self._claims.get(key)
+        if held is not None and held.deadline <= self.clock():
+            return None
+        return held
+
+    def _expired(self, key: str) -> None:
+        """End the claim on ``key`` whose lease ran out, if there is one."""
+        held = self._claims.pop(key, None)
+        if held is not None:
+            self._ended(key, held, "expired")
+
+    def _ended(self, key: str, held: _Held, event: str) -> None:
+        """Push a claim's "claimed" and its end, as ended() in lua/prelude.lua."""
+        self._push(
+            key,
+            HistoryEvent(held.since, "claimed", held.token, held.owner, held.attempt),
+            HistoryEvent(time.time(), event, held.token, held.owner, held.attempt),
+        )
+
+    def _holds(self, claim: MemoryClaim) -> bool:
+        held = self._live(claim.key)
+        return held is not None and held.token == claim.token
+
+    def _kept(self, kept: dict[str, _Expiring], key: str) -> _Expiring | None:
+        """``kept[key]`` unless it expired (then it is dropped)."""
+        found = kept.get(key)
+        if found is not None and found.expires <= self.clock():
+            del kept[key]
+            return None
+        return found
+
+    def _done_token(self, key: str) -> int | None:
+        """The token of ``key``'s done marker unless it expired (then it is dropped)."""
+        found = self._done.get(key)
+        if found is not None and found[1] <= self.clock():
+            del self._done[key]
+            return None
+        return None if found is None else found[0]
+
+    def _push(self, key: str, *events: HistoryEvent) -> None:
+        """Append to ``key``'s history, as push_history() in lua/prelude.lua
+        (nothing with ``history_ttl`` 0)."""
+        if not self.history_ttl:
+            return
+        history = self._kept(self._histories, key)
+        if history is None:
+            history = self._histories[key] = _Expiring(0.0)
+        history.events += events
+        del history.events[: -keys.HISTORY_LENGTH]
+        history.expires = self.clock() + self.history_ttl
+
+    def _claim(
+        self, key: str, owner: str, lease: float, reoffer: bytes | None, attempt: int
+    ) -> MemoryClaim | AlreadyClaimed | AlreadyDone:
+        done = self._done_token(key)
+        if done is not None:
+            return AlreadyDone(key, done)
+        held = self._live(key)
+        if held is not None:
+            return AlreadyClaimed(key, held.owner or None, max(0.0, held.deadline - self.clock()))
+        self._expired(key)
+        self._fence += 1
+        granted = MemoryClaim(self, key, owner, self._fence, lease)
+        self._claims[key] = _Held(granted.token, owner, granted._deadline, attempt, time.time())
+        if reoffer is None:
+            self._records.pop(key, None)
+        else:
+            self._records[key] = _Record(
+                granted.token, reoffer, granted._deadline, owner=owner, attempt=attempt
+            )
+        return granted
+
+    def _extend(self, claim: MemoryClaim, lease: float) -> ClaimLost | None:
+        if not self._holds(claim):
+            claim._ended = _GONE
+            return ClaimLost(claim.key, claim.token, _GONE)
+        claim._lease = lease
+        claim._deadline = self.clock() + lease
+        self._claims[claim.key].deadline = claim._deadline
+        record = self._records.get(claim.key)
+        if record is not None:
+            record.due = claim._deadline
+        return None
+
+    def _complete(self, claim: MemoryClaim) -> ClaimLost | None:
+        if not self._holds(claim):
+            claim._ended = "expired, released or taken over before completion"
+            return ClaimLost(claim.key, claim.token, claim._ended)
+        held = self._claims.pop(claim.key)
+        self._records.pop(claim.key, None)
+        self._done[claim.key] = (claim.token, self.clock() + self.retention)
+        claim._ended = "completed"
+        self._ended(claim.key, held, "completed")
+        return None
+
+    def _end(self, claim: MemoryClaim, how: str) -> None:
+        """Release ``claim``'s key (its record goes too); ``ClaimLost`` if it
+        does not hold it."""
+        if not self._holds(claim):
+            claim._ended = _GONE
+            raise ClaimLost(claim.key, claim.token, _GONE)
+        held = self._claims.pop(claim.key)
+        self._records.pop(claim.key, None)
+        claim._ended = how
+        self._ended(claim.key, held, "released" if how == "released" else "handed_back")
+
+    def _own(self, claim: HeldClaim) -> MemoryClaim:
+        if not isinstance(claim, MemoryClaim) or claim._authority is not self:
+            raise TypeError(f"{claim!r} was not granted by this authority")
+        return claim

@@ -1,0 +1,1034 @@
+"""The worker runtime: reserve → claim → handler(job) → complete → ack.
+
+::
+
+    worker = Worker(space, lens, Pattern(b"job/"), handler, concurrency=8, lease=30)
+    await worker.run()          # until worker.stop() (the CLI calls it on SIGTERM)
+
+The space is a :class:`forum.coordinator.spaces.WorkSpace` (``Forum``,
+``ForumClient``): the node keeps a copy of every job until the job is
+completed, so Redis losing everything (a FLUSHALL, a restart without
+persistence) costs re-runs, never a job. (A plain take-only space is wrapped
+in :class:`forum.coordinator.spaces.TakeOnly`, which gives that up: see there.)
+For each job:
+
+1. **reserve** tuples matching the pattern, as many as there are free
+   handler slots; when none is live, one blocking reserve with a timeout, so
+   an idle worker waits on the space instead of polling it. A reservation
+   takes the tuple out of reach for the lease without taking it for good:
+   if this worker dies, or the answer is lost, the tuple comes back. A retry
+   whose backoff is not over (``not_before`` in its trailer,
+   :mod:`forum.coordinator.envelope`) is not claimed: it is parked, reserved until
+   it is due, then released (:class:`forum.coordinator.holding.Parked`).
+   While the space has more than the free slots, the next batch is reserved
+   ahead, while this one is claimed and run, so a slot that frees is filled
+   with one Lens round trip instead of a node's and the Lens's in a row.
+   What is reserved ahead waits at most ``_AHEAD_HOLD`` (0.2 s) for a slot,
+   then is released for other workers; a stop releases it at once.
+2. **claim** each one's key in the Lens, all in one round trip: the key that
+   travels in the tuple's trailer, else the key it was written with
+   (``write(..., key=...)``), else ``key(payload)`` when given, else the
+   tuple's entry id. The claim carries no re-offer bytes: the reservation is
+   the job's copy, and records the delivery's attempt (``Lens.inspect``
+   shows it). Nothing is acked yet.
+3. run ``handler(job)`` while a heartbeat, each third of a lease, extends the
+   Lens claims of all running jobs in one call and their node reservations in
+   one more (``extend_many``); if a claim is lost, the handler is cancelled.
+   The handler calls ``await job.verify()`` right before irreversible work;
+4. **complete** the claim (a done marker turns copies away), batched with
+   other finished jobs, off the slot's critical path
+   (:mod:`forum.coordinator.completions`), and only then
+5. **ack** the reservations of the completed jobs (the Takes are appended),
+   in one call: the next reserve ahead carries them (``ack_reserve``, one
+   request for the acks and the next batch, where the space has it), or, when
+   none is sent within ``_ACK_DELAY`` (50 ms), an ``ack_many`` of their own.
+
+At every moment a durable copy exists on a node::
+
+    t0  reserve e1            the node holds e1, reserved
+    t1  claim k               the node holds e1; the Lens holds the claim
+    t2  handler runs          heartbeats renew both leases
+    t3  complete k            done marker; the node still holds e1
+    t4  ack e1                the Take is appended: the job is over
+
+A worker killed anywhere in t0..t4 lets e1's reservation run out: e1 comes
+back, and its claim key dedups it (``AlreadyDone`` after t3: acked away;
+``AlreadyClaimed`` while a live holder still runs it: parked for what is
+left of that holder's lease, then offered again). Redis forgetting anywhere
+in t1..t3 leaves e1 on the node: the job comes back and runs again (a
+re-run, not a loss).
+
+Outcomes other than success:
+
+* ``AlreadyDone`` at the claim: a copy of a finished job, acked away.
+  ``AlreadyClaimed``: a copy of a job another holder runs now, parked (see
+  above). Both are counted as ``double_takes`` and the handler does not run.
+* The handler raised: the claim is released, then the next attempt (the
+  attempt count and error in the trailer, ``not_before`` after a jittered
+  exponential backoff) is written into the space, *then* the failed
+  reservation is acked: the job is always in the space, as e1 or as the
+  retry (a worker dying between the write and the ack leaves both; the claim
+  key lets one of them run at a time). After ``max_attempts`` the written
+  bytes are a dead letter under ``dead_prefix``. A handler that raised
+  :class:`forum.coordinator.job.RetryAfter` chose the delay itself, and is retried
+  past ``max_attempts``; one that raised :class:`forum.coordinator.job.GiveUp` is
+  buried at once (forum.coordinator.job).
+* The job killed its worker (or the worker died while running it): the node
+  counts the leases of a tuple that ran out unsettled
+  (``Reserved.deliveries``), and the worker counts each as an attempt: a
+  delivery is attempt ``envelope.attempt + deliveries - 1``. One past
+  ``max_attempts`` is not run: once claimed (so not a copy of a job done or
+  running elsewhere), it is buried as a dead letter with the error
+  :data:`LOST_WORKER` (write the dead letter, then ack). So a job that
+  crashes every worker that runs it ends in ``dead/`` after ``max_attempts``
+  deliveries, not in a crash loop. The count lives in the node's memory: a
+  node restart starts it again.
+* The Lens is unavailable at the claim (Redis unreachable, full, read-only,
+  a shard without a master, refusing: forum.coordinator.errors, UNAVAILABLE): fail
+  closed. No handler runs; the reservations are released, once, so the
+  tuples are live again in their places under their own ids, and the worker
+  reserves nothing more until a check finds every shard taking writes again,
+  checking with a jittered, capped back-off that only a granted claim resets
+  (:mod:`forum.coordinator.availability`, which also says what is logged).
+* Redis lost the Lens's state (``LensStateLost``: flushed, or restarted
+  without persistence): fail closed as above, and more (see
+  :meth:`Worker._note_state_loss`). One error line per loss, counted in
+  ``lens_state_losses``. The handlers still running under claims from before
+  the loss are cancelled and their reservations released (``rescued``); no
+  job is claimed for ``lens_loss_pause`` seconds (default: one lease), so
+  every holder from before the loss, on any worker, has stopped before a job
+  can be claimed again. Completed jobs whose acks had not landed come back
+  and run again: the done markers are gone.
+* ``stop()``: stop taking at once (a blocking reserve still waiting is
+  abandoned; reservations not yet claimed, and parked ones, are released),
+  let running handlers finish for ``drain_timeout`` seconds, then cancel the
+  rest and release their claims and reservations.
+
+Every worker also runs a reaper (:mod:`forum.coordinator.reaper`): this runtime
+leaves no in-flight records in the Lens, but workers of earlier versions
+did, and the reaper writes theirs back.
+
+A job that comes back more than one way is one claim key, so its effect
+still happens once while the Lens remembers (see docs/coordination.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from forum.coordinator.authority import ClaimAuthority, HeldClaim
+from forum.coordinator.availability import OUTAGE_BACKOFF, Availability, LensState
+from forum.coordinator.completions import Completions
+from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
+from forum.coordinator.envelope import Envelope
+from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError
+from forum.coordinator.holding import Acks, Parked, Slots
+from forum.coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
+from forum.coordinator.presence import HEAD, Presence
+from forum.coordinator.reaper import Reaper
+from forum.coordinator.spaces import TakeOnly, WorkSpace, ack_then_reserve
+from forum.node.core.cancellation import wait_event
+from forum.node.core.entries import EntryId, Reserved
+from forum.node.core.errors import ForumError
+from forum.node.core.space import Pattern, TupleSpace
+
+log = logging.getLogger(__name__)
+
+#: The error a dead letter carries when the job's workers died running it.
+LOST_WORKER = "the worker was lost: its lease expired"
+
+#: The defaults of :class:`Worker`, which ``forum worker``'s flags share.
+DEFAULT_CONCURRENCY = 1
+DEFAULT_LEASE = 30.0
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_DRAIN_TIMEOUT = 30.0
+#: How long one blocking reserve waits on an idle space before the worker
+#: asks again. A stop does not wait for it: the outstanding reserve is abandoned.
+DEFAULT_TAKE_WAIT = 2.0
+#: The node's longest lease. A parked reservation is held this long at most,
+#: less the time its release is given to land (_PARK_SLACK); a retry due
+#: later is parked again when it comes back.
+_LONGEST_LEASE = 3600.0
+_PARK_SLACK = 60.0
+#: The longest a reservation made ahead waits for a slot before it is
+#: released (see Worker._reserve_ahead): what a busy worker may keep from others.
+_AHEAD_HOLD = 0.2
+#: The longest a completed job's ack waits for a reserve ahead to carry it
+#: (see Worker._ack_later) before it is sent on its own.
+_ACK_DELAY = 0.05
+#: The shortest a copy of a job that another holder runs is parked.
+_MIN_HOLD = 0.1
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """Counts since the worker started, and its state now."""
+
+    taken: int = 0
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    double_takes: int = 0
+    claims_lost: int = 0
+    lens_unavailable: int = 0
+    handed_back: int = 0
+    reoffered: int = 0
+    #: Retries reserved before they were due, put off on the node until then.
+    deferred: int = 0
+    #: Jobs whose claims Redis forgot while they ran, put back by this worker.
+    rescued: int = 0
+    #: Times Redis was found to have lost the Lens's state (each loss once).
+    lens_state_losses: int = 0
+    running: int = 0
+    #: False while the Lens is unavailable, or in the pause after a state
+    #: loss: either way the worker claims nothing.
+    lens_reachable: bool = True
+    #: Why the Lens is unavailable now (a word of forum.coordinator.errors.UNAVAILABLE),
+    #: ``"paused"`` in the pause after a state loss; ``None`` while it serves.
+    lens_unavailable_reason: str | None = None
+
+
+@dataclass(slots=True)
+class _Counts:
+    """The counters of :class:`WorkerStats`, as the worker adds to them."""
+
+    taken: int = 0
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    double_takes: int = 0
+    claims_lost: int = 0
+    lens_unavailable: int = 0
+    handed_back: int = 0
+    reoffered: int = 0
+    deferred: int = 0
+    rescued: int = 0
+    lens_state_losses: int = 0
+
+    def frozen(self, *, running: int, lens: LensState, paused: bool) -> WorkerStats:
+        return WorkerStats(
+            taken=self.taken, done=self.done, retried=self.retried, dead=self.dead,
+            double_takes=self.double_takes, claims_lost=self.claims_lost,
+            lens_unavailable=self.lens_unavailable, handed_back=self.handed_back,
+            reoffered=self.reoffered, deferred=self.deferred, rescued=self.rescued,
+            lens_state_losses=self.lens_state_losses,
+            running=running, lens_reachable=lens.available and not paused,
+            lens_unavailable_reason=lens.reason or ("paused" if paused else None),
+        )  # fmt: skip
+
+
+_Interrupted = Literal["lost", "abandoned"]
+
+
+@dataclass(slots=True)
+class _Running:
+    """A job whose handler runs now, as the heartbeat and the drain see it."""
+
+    claim: HeldClaim
+    #: The Lens's ``state_losses`` when the claim was asked for: a claim from
+    #: before a loss the worker has since seen is gone with Redis's state.
+    generation: int
+    #: The reserved tuple the job came from (the heartbeat renews it).
+    entry_id: EntryId
+    #: The start of the job's payload, for the presence record (a group of jobs).
+    head: bytes = b""
+    #: Why the worker cancelled the handler, if it did.
+    interrupted: _Interrupted | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Offer:
+    """A reserved tuple, its envelope (with its claim key), counted as the
+    attempt it is (see "The job killed its worker" in the module docstring)."""
+
+    item: Reserved
+    key: str
+    envelope: Envelope
+
+
+class Worker:
+    """Runs ``handler`` on jobs reserved from ``space`` under claims from ``lens``.
+
+    ``space`` is a :class:`WorkSpace`; a plain take-only ``TupleSpace`` is
+    wrapped in :class:`TakeOnly` (a crash then loses the jobs it held).
+    """
+
+    def __init__(
+        self,
+        space: WorkSpace | TupleSpace,
+        lens: ClaimAuthority,
+        pattern: Pattern,
+        handler: Handler,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease: float = DEFAULT_LEASE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        backoff: Backoff | None = None,
+        key: KeyFunction | None = None,
+        owner: str | None = None,
+        dead_prefix: bytes = DEFAULT_DEAD_PREFIX,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        take_wait: float = DEFAULT_TAKE_WAIT,
+        reaper_interval: float = 1.0,
+        lens_loss_pause: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if concurrency < 1 or max_attempts < 1:
+            raise ValueError("concurrency and max_attempts must be at least 1")
+        if lease <= 0 or drain_timeout < 0 or take_wait <= 0:
+            raise ValueError("lease and take_wait must be positive, drain_timeout not negative")
+        if lens_loss_pause is not None and lens_loss_pause < 0:
+            raise ValueError("lens_loss_pause must not be negative")
+        if dead_prefix.startswith(pattern.prefix):
+            # The worker would take its own dead letters and run them forever.
+            raise ValueError(f"dead prefix {dead_prefix!r} matches the job pattern")
+        if not isinstance(space, WorkSpace):
+            log.warning("the space cannot reserve: a worker that dies loses the jobs it holds")
+            space = TakeOnly(space, key)
+        self._space: WorkSpace = space
+        self._lens = lens
+        self._pattern = pattern
+        self._handler = handler
+        self.concurrency = concurrency
+        self.lease = lease
+        self.max_attempts = max_attempts
+        self.backoff = backoff or Backoff()
+        self._key = key
+        self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        #: This worker's record in the Lens's Redis, for dashboards (forum.coordinator.presence).
+        self._presence = Presence.for_lens(
+            lens, self.owner, concurrency, lease, str(getattr(self._space, "url", ""))
+        )
+        self.dead_prefix = dead_prefix
+        self.drain_timeout = drain_timeout
+        #: How long no job is claimed after a state loss (see _note_state_loss).
+        self.lens_loss_pause = lease if lens_loss_pause is None else lens_loss_pause
+        self._take_wait = take_wait
+        self._rng = random.Random(seed)
+        self._counts = _Counts()
+        self._reaper = Reaper(space, lens, interval=reaper_interval, on_reoffer=self._reoffered)
+        self._completions = Completions(
+            lens, self._completed, limit=4 * concurrency, ack=self._ack_later
+        )
+        #: Completed jobs' reservations, acked with the next reserve ahead.
+        self._acks = Acks(min(_ACK_DELAY, lease / 10))
+        self._slots = Slots(concurrency)
+        self._parked = Parked()
+        #: The retries parked until their backoff is over, with the start of
+        #: their payloads (the presence record names them: "retrying").
+        self._retrying: dict[EntryId, bytes] = {}
+        #: Reservations made ahead of free slots, and the reserve under way.
+        self._ahead: list[Reserved] = []
+        self._filling: asyncio.Task[list[Reserved]] | None = None
+        self._stopping = asyncio.Event()
+        self._started = False
+        #: Whether the Lens takes claims now, and the back-off while it does not.
+        self._availability = Availability(self.owner, self._rng)
+        #: The Lens's state_losses as this worker last saw it.
+        self._generation = lens.state_losses
+        #: time.monotonic() before which no job is claimed (after a state loss).
+        self._claim_after = 0.0
+        self._jobs: set[asyncio.Task[None]] = set()
+        #: The running handlers: each is its own task, cancelled to stop it.
+        self._running: dict[asyncio.Task[None], _Running] = {}
+        self._drain_expired = False
+        self._stop_deadline: float | None = None
+
+    def stats(self) -> WorkerStats:
+        return self._counts.frozen(
+            running=len(self._running),
+            lens=self._availability.state(),
+            paused=self._loss_pause_left() > 0,
+        )
+
+    def stop(self) -> None:
+        """Begin a graceful drain; :meth:`run` returns when it is over."""
+        if not self._stopping.is_set():
+            self._stop_deadline = asyncio.get_running_loop().time() + self.drain_timeout
+        self._stopping.set()
+        self._slots.close()
+
+    def _past_stop_deadline(self) -> bool:
+        if self._stop_deadline is None:
+            return False
+        return asyncio.get_running_loop().time() > self._stop_deadline
+
+    async def run(self) -> None:
+        """Work until :meth:`stop`, then drain (see the module docstring)."""
+        if self._started:
+            raise RuntimeError("a Worker runs once")
+        self._started = True
+        try:
+            await self._announce()  # listed from the start, not a third of a lease on
+            await self._work()
+        finally:
+            if self._presence is not None:
+                # Stopped (or failed): no longer listed. Shielded: it must finish.
+                await asyncio.shield(self._presence.aclose())
+
+    async def _work(self) -> None:
+        reaper_stop = asyncio.Event()
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._reaper.run(reaper_stop), name="reaper")
+            completer = tasks.create_task(self._completions.run(), name="completions")
+            heartbeat_stop = asyncio.Event()
+            tasks.create_task(self._heartbeat(heartbeat_stop), name="heartbeat")
+            tasks.create_task(self._unpark(), name="parked")
+            acker = tasks.create_task(self._ack_overdue(), name="acks")
+            await self._fetch(tasks)
+            self._parked.close()  # nothing parks after the fetcher: release them all now
+            await self._drain()
+            heartbeat_stop.set()
+            self._completions.close()
+            await completer
+            self._acks.close()
+            await acker
+            # One last pass, so records of older workers that fell due are in
+            # the space before this worker is gone (any other reaper would do it too).
+            try:
+                await self._reaper.run_once()
+            except (LensError, ForumError, OSError) as exc:
+                log.warning("drain: final reaper pass failed (%s); other reapers will do it", exc)
+            reaper_stop.set()
+
+    # -- reserving and claiming ---------------------------------------------------------
+
+    async def _fetch(self, tasks: asyncio.TaskGroup) -> None:
+        """Reserve and claim jobs for free slots until the worker stops."""
+        while free := await self._free_slots():
+            self._note_state_loss()
+            if paused := self._loss_pause_left():
+                self._slots.release(free)
+                await self._drop_ahead()
+                await self._pause(paused)
+                continue
+            if not self._availability.may_try():
+                self._slots.release(free)
+                await self._drop_ahead()
+                await self._wait_for_lens()
+                continue
+            try:
+                items = await self._reserve(free, tasks)
+            except (ForumError, OSError) as exc:
+                self._slots.release(free)
+                log.warning("reserve failed (%s); retrying", exc)
+                await self._pause(OUTAGE_BACKOFF.cap)
+                continue
+            self._slots.release(free - len(items))
+            if items:
+                self._counts.taken += len(items)
+                await self._claim(items, tasks)
+            else:
+                self._availability.idle()
+        await self._drop_ahead()
+
+    async def _free_slots(self) -> int:
+        """Every free slot, once one is (0 once stopped). Reservations made
+        ahead are released if no slot frees within :data:`_AHEAD_HOLD`."""
+        if (self._ahead or self._filling) and not await self._slots.wait_free(_AHEAD_HOLD):
+            await self._drop_ahead()
+        return await self._slots.acquire_all()
+
+    async def _reserve(self, most: int, tasks: asyncio.TaskGroup) -> list[Reserved]:
+        """Up to ``most`` reservations without waiting, or one after a wait.
+
+        Those reserved ahead come first (see :meth:`_reserve_ahead`). A
+        stopping worker starts no job: its blocking wait is abandoned the
+        moment :meth:`stop` is called, and reservations that arrive anyway
+        (the answer crossed the stop) are released, live again at once rather
+        than after a lease::
+
+            t0  the reserve waits on the node (up to take_wait)
+            t1  SIGTERM: stop() -> the wait is cancelled; the node, seeing its
+                client gone, hands nothing over (or puts back what it had)
+            t2  a job is written: it stays in the space for the other workers
+        """
+        items = await self._take_ahead(most, wait=False)
+        try:
+            if len(items) < most:
+                items += await self._space.reserve_many(
+                    self._pattern, self.lease, most - len(items)
+                )
+        except BaseException:
+            self._ahead[:0] = items
+            raise
+        found_all = len(items) == most
+        if not items:
+            item = await self._unless_stopped(
+                lambda: self._space.reserve(self._pattern, self.lease, timeout=self._take_wait)
+            )
+            items = [] if item is None else [item]
+        if self._stopping.is_set() and items:
+            await self._release([item.id for item in items])
+            return []
+        if found_all:
+            self._reserve_ahead(len(items), tasks)
+        return items
+
+    def _reserve_ahead(self, most: int, tasks: asyncio.TaskGroup) -> None:
+        """Reserve up to ``most`` more (no more than ``concurrency`` ahead in
+        all) while this batch is claimed and run, so the next batch's claim
+        need not wait for the node's round trip. Only while the space had
+        more than was asked for; held at most :data:`_AHEAD_HOLD` for a slot."""
+        most = min(most, self.concurrency - len(self._ahead))
+        if self._filling is None and most > 0:
+            fill = self._fill_ahead(self._acks.take(), most)
+            self._filling = tasks.create_task(fill, name="reserve ahead")
+
+    async def _fill_ahead(self, acks: list[EntryId], most: int) -> list[Reserved]:
+        """The reserve ahead (with the acks it carries). It fails alone: its
+        task is in the worker's task group, where an error would stop the
+        worker (a node killed mid-request once did)."""
+        try:
+            return await ack_then_reserve(self._space, acks, self._pattern, self.lease, most)
+        except (ForumError, OSError) as exc:
+            # Whatever the node reserved, its answer lost, comes back after
+            # its lease; a job whose ack it carried, too, and is turned away.
+            log.warning("reserve ahead failed (%s)", exc)
+            return []
+
+    async def _take_ahead(self, most: int, *, wait: bool = True) -> list[Reserved]:
+        """Up to ``most`` of the reservations made ahead, with those of the
+        reserve under way if it is done (or, with ``wait``, once it is). Not
+        waiting keeps a slow ahead (its acks' fsync, say) off the path of a
+        free slot: the slot takes a reserve of its own, and what the reserve
+        ahead brings waits for the next."""
+        filling = self._filling
+        if filling is not None and (wait or filling.done()):
+            self._filling = None
+            self._ahead += await filling
+        taken, self._ahead = self._ahead[:most], self._ahead[most:]
+        return taken
+
+    async def _drop_ahead(self) -> None:
+        """Release every reservation made ahead: live again for any worker."""
+        ahead = await self._take_ahead(self.concurrency)
+        if ahead:
+            await self._release([item.id for item in ahead])
+
+    async def _unless_stopped(self, wait: Callable[[], Awaitable[_T | None]]) -> _T | None:
+        """What ``wait()`` (one blocking reserve) answers, or ``None`` once the
+        worker stops. ``wait`` is called only if the worker has not stopped
+        yet (a stop that landed during the reserve before it): a coroutine
+        made and never awaited would be a warning, and an error in the tests."""
+        if self._stopping.is_set():
+            return None
+        waiting = asyncio.ensure_future(wait())
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            waiting.cancel()  # no-op if it is done
+            # Cancelled, or done in a race with the cancel: either way, settled.
+            await asyncio.wait((waiting, stopping))
+        return None if waiting.cancelled() else waiting.result()
+
+    async def _ack(self, ids: Sequence[EntryId]) -> None:
+        """Take reserved tuples for good. Best effort: one not acked runs out
+        on the node and comes back, and the Lens turns the copy away (its
+        claim key is done, or held)."""
+        if not ids:
+            return
+        try:
+            await self._space.ack_many(ids)
+        except (ForumError, OSError) as exc:
+            log.warning("could not ack %d reservations (%s): they will come back "
+                        "and be turned away", len(ids), exc)  # fmt: skip
+
+    async def _ack_later(self, ids: list[EntryId]) -> None:
+        """Ack completed jobs' reservations with the next reserve ahead, in the
+        same request (:meth:`_reserve_ahead`); :meth:`_ack_overdue` acks those
+        that no reserve carried within ``_ACK_DELAY``. The claims are
+        completed already: this only ends the node's copies."""
+        self._acks.add(ids)
+
+    async def _ack_overdue(self) -> None:
+        while ids := await self._acks.overdue():
+            await self._ack(ids)
+
+    async def _release(self, ids: Sequence[EntryId]) -> None:
+        """Give reserved tuples back now, live again in their places. Best
+        effort: one not released runs out on the node and comes back."""
+        results = await asyncio.gather(
+            *(self._space.release(i) for i in ids), return_exceptions=True
+        )
+        for entry_id, result in zip(ids, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("could not release %s (%s): it comes back when its lease "
+                            "runs out", entry_id, result)  # fmt: skip
+
+    async def _claim(self, items: list[Reserved], tasks: asyncio.TaskGroup) -> None:
+        """Claim the reserved ``items`` in one round trip and start a job for
+        each one granted; settle the rest (see the module docstring)."""
+        offers = await self._offers(items)
+        offers = await self._defer_not_due(offers)
+        if not offers:
+            return
+        if self._note_state_loss():
+            # A loss another call found while these were reserved: pause first.
+            await self._put_back(offers)
+            return
+        generation = self._generation
+        try:
+            outcomes = await self._lens.claim_many(
+                [(offer.key, None) for offer in offers],
+                self.owner,
+                self.lease,
+                [offer.envelope.attempt for offer in offers],
+            )
+        except LensError as exc:
+            # Fail closed, lose nothing: no handler without a claim; the jobs go
+            # back into the space, each under its own id (and so its key),
+            # once: nothing is reserved again until a check passes.
+            self._counts.lens_unavailable += len(offers)
+            self._availability.failed(exc, put_back=len(offers))
+            self._note_state_loss()
+            await self._put_back(offers)
+            return
+        if not all(isinstance(outcome, LensError) for outcome in outcomes):
+            # A claim granted is a write Redis took. (A full Redis still
+            # answers AlreadyDone: that script writes nothing.)
+            self._availability.granted()
+        # A copy of a finished job: taken away. A copy of a job another holder
+        # runs: parked until that holder's lease can first end (done by then,
+        # or its holder dead), then offered again. Not released (it would come
+        # straight back), not acked, and not left to run out (see Parked).
+        pairs = list(zip(offers, outcomes, strict=True))
+        await self._ack([o.item.id for o, c in pairs if isinstance(c, AlreadyDone)])
+        await self._park([(o.item.id, self._held_for(c)) for o, c in pairs
+                          if isinstance(c, AlreadyClaimed)])  # fmt: skip
+        for offer, outcome in zip(offers, outcomes, strict=True):
+            if isinstance(outcome, LensError):
+                self._counts.double_takes += 1
+                log.warning("double take of %s caught, not run: %s", offer.item.id, outcome)
+                self._slots.release()
+                continue
+            job = Job(offer.envelope.payload, offer.item.id, offer.key, offer.envelope.attempt,
+                      outcome)  # fmt: skip
+            # Past max_attempts only by deliveries whose workers died: not run again.
+            lost = offer.item.deliveries > 1 and job.attempt > self.max_attempts
+            run = self._run_job(job, offer.envelope, generation, lost=lost)
+            task = tasks.create_task(run, name=f"job {job.key}")
+            self._jobs.add(task)
+            task.add_done_callback(self._jobs.discard)
+
+    def _held_for(self, held: AlreadyClaimed) -> float:
+        """How long to park a copy of a job that ``held``'s holder runs: what
+        its lease had left (a third of ours when the Lens did not say), and
+        never so little that the copy spins between the node and the Lens."""
+        remaining = self.lease / 3 if held.remaining is None else held.remaining
+        return max(remaining, _MIN_HOLD)
+
+    async def _offers(self, items: list[Reserved]) -> list[_Offer]:
+        """Each tuple with its claim key and its attempt; one whose key
+        function failed is parked as a dead letter (there is no claim without
+        a key, so no worker could ever run it), and its reservation acked."""
+        offers: list[_Offer] = []
+        unkeyable: list[EntryId] = []
+        for item in items:
+            opened = Envelope.open(item.payload)
+            try:
+                envelope = opened.keyed(self._key, str(item.id), item.props.key)
+            except Exception:
+                log.exception("the key function failed on %s: parking it as a dead letter", item.id)
+                self._slots.release()
+                if await self._write_back(bury(opened, self.dead_prefix)):
+                    self._counts.dead += 1
+                    unkeyable.append(item.id)
+                continue
+            attempt = envelope.attempt + item.deliveries - 1
+            offers.append(_Offer(item, str(envelope.key), envelope.at_attempt(attempt)))
+        await self._ack(unkeyable)
+        return offers
+
+    async def _defer_not_due(self, offers: list[_Offer]) -> list[_Offer]:
+        """The offers that may run now. A retry reserved before its backoff is
+        over (``not_before`` in its trailer) is parked until it is due: it
+        waits in the space, durably, without being polled or claimed."""
+        now = time.time()
+        later = [(o.item.id, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)]
+        if later:
+            self._retrying |= {o.item.id: o.envelope.payload[:HEAD] for o in offers
+                               if o.envelope.due_in(now)}  # fmt: skip
+            self._counts.deferred += len(later)
+            self._slots.release(len(later))
+            await self._park(later)
+        return [offer for offer in offers if not offer.envelope.due_in(now)]
+
+    async def _park(self, holds: list[tuple[EntryId, float]]) -> None:
+        """Keep each reservation for its hold (in seconds), then release it
+        (:class:`Parked`). Its lease is extended to last past the hold, so the
+        release comes first; should the extension fail, the reservation may
+        run out before (and come back sooner: parked again)."""
+        if not holds:
+            return
+        holds = [(entry_id, min(hold, _LONGEST_LEASE - _PARK_SLACK)) for entry_id, hold in holds]
+        lease = max(hold for _, hold in holds) + min(self.lease, _PARK_SLACK)
+        await self._extend_reservations([entry_id for entry_id, _ in holds], lease, self.lease / 3)
+        for entry_id, hold in holds:
+            self._parked.add(entry_id, hold)
+
+    async def _unpark(self) -> None:
+        """Release parked reservations as they fall due, and every one left
+        once the fetcher stopped."""
+        while due := await self._parked.due():
+            await self._release(due)
+            for entry_id in due:
+                self._retrying.pop(entry_id, None)
+
+    async def _put_back(self, offers: list[_Offer]) -> None:
+        """Release unclaimed jobs' reservations: live again in their places."""
+        await self._release([offer.item.id for offer in offers])
+        self._slots.release(len(offers))
+
+    # -- running a claimed job ----------------------------------------------------------
+
+    async def _run_job(self, job: Job, envelope: Envelope, generation: int, *, lost: bool) -> None:
+        try:
+            if lost:
+                made = job.attempt - 1
+                log.warning("%s: its worker was lost on attempt %d of %d: burying it",
+                            job.key, made, self.max_attempts)  # fmt: skip
+                await self._settle_failure(job, envelope.at_attempt(made), LOST_WORKER)
+                return
+            interrupted, error = await self._run_handler(job, generation)
+            self._note_state_loss()
+            await self._settle(job, envelope, interrupted, error, generation < self._generation)
+        finally:
+            self._slots.release()
+
+    async def _run_handler(
+        self, job: Job, generation: int
+    ) -> tuple[_Interrupted | None, Exception | None]:
+        """Run the handler in a task of its own, which the heartbeat, the
+        state loss or the drain cancel to stop it (marking why first); why it
+        was stopped, if it was, and what it raised, if it did."""
+        if generation < self._generation:
+            # Claimed before a loss the worker saw while this job waited to
+            # start: the claim is gone, so the handler must not run.
+            return None, ClaimLost(job.key, job.token, "Redis lost the Lens's state")
+        handler = asyncio.create_task(self._handler(job), name=f"handler {job.key}")
+        state = self._running[handler] = _Running(
+            job.claim, generation, job.entry_id, job.payload[:HEAD]
+        )
+        try:
+            await asyncio.wait((handler,))
+        finally:
+            del self._running[handler]
+            if not handler.done():  # this task is cancelled: the worker itself is
+                handler.cancel()
+                await asyncio.wait((handler,))
+        if handler.cancelled():
+            if state.interrupted is None:
+                # The handler let a CancelledError of its own out: a failure.
+                return None, RuntimeError("the handler was cancelled")
+            return state.interrupted, None
+        error = handler.exception()
+        if error is not None and not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt, SystemExit: not the job's failure
+        return state.interrupted, error
+
+    async def _settle(
+        self,
+        job: Job,
+        envelope: Envelope,
+        interrupted: _Interrupted | None,
+        error: Exception | None,
+        forgotten: bool,
+    ) -> None:
+        """The end of a job, where the node's reservation (``job.entry_id``)
+        holds the job until this settles it:
+
+        * done: complete the claim, then ack the reservation (batched);
+        * failed: release the claim, write the next attempt (due after the
+          backoff) or the dead letter into the space, *then* ack; should the
+          write fail, the reservation is left to run out and the job comes
+          back, its lapse counted as the failed attempt;
+        * abandoned in the drain, or its claim forgotten by Redis: release the
+          claim (if still held) and the reservation: live again at once;
+        * its claim lost to another holder: touch nothing. The reservation runs
+          out (or the new holder, who reserved the same tuple, settles it).
+        """
+        if interrupted == "abandoned" or (
+            forgotten and (interrupted == "lost" or isinstance(error, LensError))
+        ):
+            await self._release_claim(job.claim)  # a forgotten one is ClaimLost: fine
+            await self._release([job.entry_id])
+            if forgotten:
+                self._counts.rescued += 1
+                log.warning("%s: Redis forgot its claim; its reservation is released", job.key)
+            else:
+                self._counts.handed_back += 1
+            return
+        if interrupted == "lost" or isinstance(error, ClaimLost):
+            self._counts.claims_lost += 1
+            log.warning(
+                "claim on %s lost while its handler ran (%s)", job.key, error or "cancelled"
+            )
+            return
+        if error is None:
+            await self._completions.submit(job.claim, job.entry_id)
+        elif isinstance(error, GiveUp):
+            await self._settle_failure(job, envelope, error.error, last=True)
+        elif isinstance(error, RetryAfter):
+            await self._settle_failure(job, envelope, error.error, last=False, delay=error.delay)
+        else:
+            await self._settle_failure(job, envelope, f"{type(error).__name__}: {error}")
+
+    async def _settle_failure(
+        self,
+        job: Job,
+        envelope: Envelope,
+        error: str,
+        *,
+        last: bool | None = None,
+        delay: float | None = None,
+    ) -> None:
+        """Attempt ``envelope.attempt`` failed with ``error``: release the
+        claim, write the next attempt (or after the last, the dead letter),
+        then ack the failed reservation. The handler may have said whether
+        this was the last (``GiveUp``, ``RetryAfter``) and when the next is
+        due; else ``max_attempts`` and the backoff decide."""
+        log.info("%s attempt %d failed: %s", job.key, envelope.attempt, error)
+        if last is None:
+            last = envelope.attempt >= self.max_attempts
+        if last:
+            payload = bury(envelope.failed(error), self.dead_prefix)
+        else:
+            if delay is None:
+                delay = self.backoff.delay(envelope.attempt, self._rng)
+            payload = envelope.next_attempt(error, time.time() + delay if delay else None).seal()
+        # Released first, so the next attempt, once due, finds the key free.
+        await self._release_claim(job.claim)
+        if await self._write_back(payload):
+            await self._ack([job.entry_id])
+            if last:
+                self._counts.dead += 1
+            else:
+                self._counts.retried += 1
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        """Each third of a lease, extend every running job's claim in one round
+        trip and, beside it, its node reservation in one request; cancel the
+        handlers whose claims are lost, or whose claims can no longer be shown
+        to outlast the next beat."""
+        interval = self.lease / 3
+        while not stop.is_set():
+            await wait_event(stop, interval)
+            # A loss met by the completions, the reaper or a handler's verify().
+            self._note_state_loss()
+            running = list(self._running.items())
+            # Side by side: a slow node must not hold back the claims' extension.
+            ids = [state.entry_id for _, state in running]
+            await asyncio.gather(
+                self._beat(running, interval),
+                self._extend_reservations(ids, self.lease, interval),
+                self._announce(within=interval),
+            )
+
+    async def _announce(self, within: float | None = None) -> None:
+        """Write this worker's presence record (one command; none without a
+        Lens), giving up after ``within`` s: a slow write must not delay the
+        next beat, whose extensions keep the claims."""
+        if self._presence is not None:
+            running = list(self._running.values())
+            await self._presence.beat(
+                self.stats(),
+                [state.claim.key for state in running],
+                within or self.lease / 3,
+                heads=[state.head for state in running],
+                retrying=list(self._retrying.values()),
+            )
+
+    async def _beat(
+        self, running: list[tuple[asyncio.Task[None], _Running]], interval: float
+    ) -> None:
+        """Extend the claims of ``running`` (see :meth:`_heartbeat`)."""
+        if not running:
+            return
+        try:
+            outcomes = await self._lens.extend_many([state.claim for _, state in running])
+        except LensError as exc:
+            self._availability.failed(exc)
+            if self._note_state_loss():
+                return  # every claim sent was from before the loss: all interrupted
+            for handler, state in running:
+                if state.claim.remaining() <= interval:
+                    log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
+                    self._interrupt(handler, "lost")
+            return
+        for (handler, _), lost in zip(running, outcomes, strict=True):
+            if lost is not None:
+                self._interrupt(handler, "lost")
+
+    async def _extend_reservations(self, ids: list[EntryId], lease: float, within: float) -> None:
+        """Renew reservations to ``lease`` seconds from now, in one call that
+        may take up to ``within`` seconds (the next beat tries again). Best
+        effort: a reservation that ran out (or a node that restarted) puts the
+        tuple back; its copy meets the live claim and is parked, or, once
+        this job is completed, is turned away as done."""
+        if not ids:
+            return
+        try:
+            async with asyncio.timeout(within):
+                extended = await self._space.extend_many(ids, lease)
+        except (ForumError, OSError, TimeoutError) as exc:
+            log.warning("could not extend %d reservations (%s)", len(ids), exc)
+            return
+        gone = [str(i) for i, ok in zip(ids, extended, strict=True) if not ok]
+        if gone:
+            log.warning("reservations no longer held on the node: %s", ", ".join(gone))
+
+    def _interrupt(self, handler: asyncio.Task[None], why: _Interrupted) -> None:
+        """Cancel a running handler's task, if it still runs, saying ``why``."""
+        state = self._running.get(handler)
+        if state is not None and state.interrupted is None and handler.cancel():
+            state.interrupted = why
+
+    async def _drain(self) -> None:
+        """Let running jobs finish for ``drain_timeout``; then cancel their handlers."""
+        if not self._jobs:
+            return
+        _, late = await asyncio.wait(set(self._jobs), timeout=self.drain_timeout)
+        if late:
+            self._drain_expired = True
+            log.warning("drain: cancelling %d handlers past the drain timeout", len(late))
+            for handler in list(self._running):
+                self._interrupt(handler, "abandoned")
+            await asyncio.wait(late)
+
+    # -- outages ------------------------------------------------------------------------
+
+    async def _release_claim(self, claim: HeldClaim) -> bool:
+        """Release a claim, retrying while Redis is unreachable and the lease
+        lasts. ``False`` if it could not be done: the claim is then gone or
+        will expire by itself."""
+        waits = self._outage_waits()
+        while True:
+            try:
+                await claim.release()
+            except ClaimLost as exc:
+                self._counts.claims_lost += 1
+                log.warning("%s: %s", claim.key, exc)
+                return False
+            except LensError as exc:
+                self._availability.failed(exc)
+                if claim.remaining() <= 0:
+                    log.warning("%s: Redis unreachable past the lease (%s)", claim.key, exc)
+                    return False
+                await asyncio.sleep(min(next(waits), claim.remaining()))
+            else:
+                return True
+
+    def _note_state_loss(self) -> bool:
+        """Act on a state loss the Lens counted since the worker last looked
+        (any call can meet it: a claim, a heartbeat, a completion, the reaper,
+        a handler's ``verify()``); ``True`` if there was one.
+
+        Once per loss: one error line for the operator and the
+        ``lens_state_losses`` count; the handlers running under claims from
+        before the loss are cancelled (the claims are gone) and their
+        reservations released (:meth:`_settle`); and no job is claimed for
+        ``lens_loss_pause`` seconds.
+
+        Why pause, when the Lens works again at once: after a loss two holders
+        of one job can run at once, the one from before (until its heartbeat
+        finds the claim gone) and a new one. Every holder from before stops
+        within one lease of the loss: its heartbeat finds the loss within a
+        third of a lease, or its own clock ends its lease. So a worker that
+        waits one lease (the default) after it saw the loss claims nothing
+        that a holder from before may still be running, and the operator sees
+        the alarm before new work flows. Completions and the reaper go on
+        meanwhile: they only finish or re-offer.
+        """
+        losses = self._lens.state_losses
+        if losses <= self._generation:
+            return False
+        self._counts.lens_state_losses += losses - self._generation
+        self._generation = losses
+        self._claim_after = time.monotonic() + self.lens_loss_pause
+        forgotten = [task for task, state in self._running.items() if state.generation < losses]
+        log.error(
+            "worker %s: Redis LOST THE LENS'S STATE (flushed, or restarted without "
+            "persistence): every claim, done marker and in-flight record from before is gone. "
+            "Cancelling %d running handlers and putting their jobs back; claiming nothing "
+            "for %.1fs. Completed jobs may run again. Operator: fix Redis persistence "
+            "(appendonly yes, appendfsync always) and follow docs/coordination.md, "
+            "'A Redis that forgets'",
+            self.owner, len(forgotten), self.lens_loss_pause,
+        )  # fmt: skip
+        for task in forgotten:
+            self._interrupt(task, "lost")
+        return True
+
+    def _loss_pause_left(self) -> float:
+        """Seconds left of the pause after a state loss (0 when not paused).
+        On ``time.monotonic()``: ``stats()`` is also read from a metrics thread."""
+        return max(0.0, self._claim_after - time.monotonic())
+
+    async def _wait_for_lens(self) -> None:
+        """Back off while the Lens is unavailable: wait, then check that every
+        shard takes a write (``Lens.ping``: under Cluster, each shard's own
+        master), until one check passes or the worker stops. A passing check
+        lets one reserve and claim try; only granted claims end the outage
+        (:mod:`forum.coordinator.availability`)."""
+        while not self._availability.may_try() and not self._stopping.is_set():
+            await self._pause(self._availability.next_wait())
+            if self._stopping.is_set():
+                return
+            try:
+                await self._lens.ping()
+            except LensError as exc:
+                self._availability.failed(exc)
+            else:
+                self._availability.checked()
+
+    def _outage_waits(self) -> Iterator[float]:
+        """The waits between tries of one call while Redis or the space is
+        down (a claim's release, a job's write back): the worker's one
+        outage policy, :data:`forum.coordinator.availability.OUTAGE_BACKOFF`."""
+        return OUTAGE_BACKOFF.delays(self._rng)
+
+    async def _write_back(self, data: bytes) -> bool:
+        """Write a job into the space, retrying while the space is unreachable
+        (until the drain is over); ``False`` if it could not be written."""
+        waits = self._outage_waits()
+        while True:
+            try:
+                await self._space.write(data)
+            except (ForumError, OSError) as exc:
+                if self._drain_expired or self._past_stop_deadline():
+                    log.error("could not write a job back (%s): %r", exc, data)
+                    return False
+                log.warning("could not write a job back (%s); retrying", exc)
+                await self._pause(next(waits))
+            else:
+                return True
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake at once when the worker is told to stop."""
+        await wait_event(self._stopping, seconds)
+
+    # -- counting what others report ----------------------------------------------------
+
+    def _completed(self, outcome: str) -> None:
+        """:class:`Completions` reports each claim: ``"done"`` or ``"claims_lost"``."""
+        if outcome == "done":
+            self._counts.done += 1
+        else:
+            self._counts.claims_lost += 1
+
+    def _reoffered(self) -> None:
+        self._counts.reoffered += 1

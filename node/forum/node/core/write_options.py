@@ -1,0 +1,160 @@
+"""What a writer may ask of one write beyond its payload, checked.
+
+:func:`write_properties` takes what the Forum, the HTTP API, the client and
+the CLI take from a user (seconds, relative or absolute) and returns the
+:class:`~forum.node.core.entries.Properties` a Write carries (absolute wall-clock
+milliseconds, the same on every node). A bad value is a ``ValueError`` with
+a one-line message, which the HTTP API answers with 400: one set of rules,
+and its words, for every way in.
+"""
+
+from __future__ import annotations
+
+import math
+
+from forum.node.core.codec import MAX_KEY_BYTES
+from forum.node.core.entries import MAX_PRIORITY, MIN_PRIORITY, PLAIN, Properties
+
+#: The longest delay, ttl or dedup window, and the furthest ``not_before``
+#: from now: ten years (a larger one is a mistake, not a schedule).
+MAX_SECONDS = 10 * 365 * 24 * 3600.0
+
+
+def write_properties(  # noqa: C901, PLR0917 (one check per option, inline: the write path)
+    now: float,
+    delay: float | None = None,
+    not_before: float | None = None,
+    ttl: float | None = None,
+    priority: int = 0,
+    key: bytes | str | None = None,
+    dedup_window: float | None = None,
+) -> Properties:
+    """Check a write's options (``ValueError``, one line, for a bad one)
+    and return the Properties of a write made at ``now`` (Unix seconds).
+
+    ``delay``: seconds from now until the tuple is due (invisible until
+    then); ``not_before``: the same as an absolute time, the two exclusive.
+    ``ttl``: seconds the tuple lives once due. ``priority``: -128 to 127,
+    higher served first. ``key``: the write's key (the Lens's claim key of
+    the job); with ``dedup_window``, a second write with that key on the
+    same node within so many seconds returns the first one's id.
+    ``Forum.write`` calls this on every write with options (but those of
+    :func:`expiring_properties`): a check that passes costs a type test and
+    a comparison."""
+    if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError(f"priority is a whole number, not {priority!r}")
+        raise ValueError(f"priority must be {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority}")
+    if ttl is not None and not (type(ttl) in _NUMBERS and 0 < ttl <= MAX_SECONDS):
+        _check_seconds("ttl", ttl, zero=False)
+    if delay is not None and not (type(delay) in _NUMBERS and 0 <= delay <= MAX_SECONDS):
+        _check_seconds("delay", delay, zero=True)
+    key_bytes = key.encode() if isinstance(key, str) else key
+    if key is not None and not (type(key_bytes) is bytes and 0 < len(key_bytes) <= MAX_KEY_BYTES):
+        if not isinstance(key, bytes | str):
+            raise ValueError(f"key is text or bytes, not {type(key).__name__}")
+        raise ValueError(f"key must be 1 to {MAX_KEY_BYTES} bytes")
+    if dedup_window is not None:
+        _check_seconds("dedup_window", dedup_window, zero=False)
+        if key is None:
+            raise ValueError("dedup_window needs a key")
+    due = 0
+    live_from = now
+    if not_before is not None:
+        if not _is_number(not_before) or not math.isfinite(not_before):
+            raise ValueError(f"not_before is a Unix time in seconds, not {not_before!r}")
+        if not_before < 0:
+            raise ValueError("not_before must not be before 1970")
+        if delay is not None:
+            raise ValueError("give delay or not_before, not both")
+        if now and not_before - now > MAX_SECONDS:
+            raise ValueError("not_before is more than ten years ahead")
+        if not_before > now:
+            due, live_from = _ms(not_before), not_before
+    elif delay:
+        due, live_from = _ms(now + delay), now + delay
+    # _ms inline (a call less on the write path): a ttl > 0 makes it >= 1 ms.
+    expires = math.ceil((live_from + ttl) * 1000) if ttl is not None else 0
+    dedup_until = _ms(now + dedup_window) if dedup_window is not None else 0
+    if not (due or expires or key_bytes is not None):
+        return _BY_PRIORITY[priority]  # a plain write, or one with a priority alone
+    fields = (due, expires, priority, key_bytes, dedup_until, False)
+    props = _last[0]
+    if fields != props:
+        # Writes of one burst share their times to the millisecond: one object
+        # for them all, fewer for the collector to walk while they are live
+        # (and one properties map for the encoder to pack). Compared as a
+        # plain tuple: a named tuple's __new__ is a Python call.
+        props = _last[0] = _new_properties(Properties, fields)
+    if ttl is not None and not due and key_bytes is None:  # for expiring_properties
+        _expiring[0] = (ttl, priority, expires, props)
+    return props
+
+
+def expiring_properties(now: float, ttl: float | None, priority: int) -> Properties:
+    """``write_properties(now, ttl=ttl, priority=priority)``: a write with
+    a ttl, a priority or both and no other option, the options of most
+    jobs. A priority alone is one of the Properties made once each. The
+    ttl and priority of the last such write with a ttl, given again as the
+    same objects (a producer's constants), are not checked again: an
+    object that passed the checks passes them again, and an identity test
+    costs less. Only the expiry is new, and its Properties once it moves
+    on to the next millisecond."""
+    last_ttl, last_priority, last_expires, props = _expiring[0]
+    if ttl is last_ttl and priority is last_priority:
+        expires = _ceil((now + last_ttl) * 1000)
+        if expires != last_expires:
+            props = _new_properties(Properties, (0, expires, priority, None, 0, False))
+            _expiring[0] = (last_ttl, priority, expires, props)
+        return props
+    if ttl is None and type(priority) is int:  # a priority alone: made once each
+        alone = _BY_PRIORITY.get(priority)
+        if alone is not None:
+            return alone
+    return write_properties(now, ttl=ttl, priority=priority)
+
+
+def is_priority_alone(props: Properties) -> bool:
+    """Whether ``props`` says nothing but a priority (or nothing): what the
+    index keeps in its key, the only thing such a write needs beyond it."""
+    return props is _BY_PRIORITY.get(props.priority)
+
+
+#: The properties made last (see write_properties).
+_last: list[Properties] = [PLAIN]
+#: The last write with a ttl and no other option than a priority (see
+#: expiring_properties): the ttl and priority objects it was given, which
+#: passed the checks, its expiry and its Properties. One tuple, replaced
+#: whole (a reader never sees half of an update); it starts with a NaN of its
+#: own, which no caller gives.
+_expiring: list[tuple[float, int, int, Properties]] = [(float("nan"), 0, 0, PLAIN)]
+#: Properties from a tuple of all six fields, without the named tuple's __new__.
+_new_properties = tuple.__new__
+_ceil = math.ceil  # a global, not a module's attribute, on the fast path
+
+
+_NUMBERS = (int, float)
+#: The properties of a write with a priority and nothing else, made once each.
+_BY_PRIORITY = {
+    p: PLAIN if p == 0 else Properties(priority=p) for p in range(MIN_PRIORITY, MAX_PRIORITY + 1)
+}
+
+
+def _check_seconds(name: str, value: float | None, *, zero: bool) -> None:
+    if value is None:
+        return
+    if not _is_number(value) or not math.isfinite(value):
+        raise ValueError(f"{name} is a number of seconds, not {value!r}")
+    if value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{name} must be {'>= 0' if zero else '> 0'} seconds, not {value}")
+    if value > MAX_SECONDS:
+        raise ValueError(f"{name} must be at most ten years ({MAX_SECONDS:.0f} s)")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _ms(seconds: float) -> int:
+    """Whole milliseconds, rounded up (a due time never comes early)."""
+    return max(1, math.ceil(seconds * 1000))

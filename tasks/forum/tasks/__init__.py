@@ -1,0 +1,60 @@
+"""The task layer: named functions with arguments, results and status, on
+Forum's guarantees (issue 15; docs/tasks.md).
+
+One concept per module::
+
+    app.py         App: the registry of tasks, enqueue, status, workers
+    task.py        Task and TaskOptions: a function and its retry policy
+    message.py     the byte format of a job tuple, and the default job key
+    serializer.py  JSON and msgpack, or a Serializer of your own
+    context.py     Context: what a task is given (token, verify, progress)
+    handle.py      JobHandle, JobStatus, JobState
+    status.py      how a job's status is worked out
+    nodes.py       failing over across a cluster's nodes
+    enqueued.py    the producer's record of a job (best effort)
+    runner.py      the handler (and Worker) that runs an app's tasks
+    admin.py       listing, cancelling, retrying and purging jobs (the CLI's)
+    cron.py        periodic tasks
+    authority.py   what the task layer needs of the Lens
+    errors.py      every error, under TaskError
+
+Built on ``coordinator`` (the worker, the Lens) and ``node`` (the space):
+a job is a tuple, its run a claim, its result a fenced record.
+"""
+
+from forum.tasks.app import App
+from forum.tasks.context import Context
+from forum.tasks.errors import (
+    InvalidJob,
+    JobCancelled,
+    JobExpired,
+    JobFailed,
+    JobNotFound,
+    ResultTimeout,
+    TaskError,
+    UnknownTask,
+)
+from forum.tasks.handle import JobHandle, JobState, JobStatus
+from forum.tasks.serializer import JsonSerializer, MsgpackSerializer, Serializer
+from forum.tasks.task import Task, TaskOptions
+
+__all__ = [
+    "App",
+    "Context",
+    "InvalidJob",
+    "JobCancelled",
+    "JobExpired",
+    "JobFailed",
+    "JobHandle",
+    "JobNotFound",
+    "JobState",
+    "JobStatus",
+    "JsonSerializer",
+    "MsgpackSerializer",
+    "ResultTimeout",
+    "Serializer",
+    "Task",
+    "TaskError",
+    "TaskOptions",
+    "UnknownTask",
+]

@@ -1,0 +1,194 @@
+"""Looking after an app's jobs (what ``forum jobs`` does): listing them in
+every state, cancelling, retrying a dead one, purging the dead, a key's
+claim history.
+
+Jobs live in two places, and a listing reads both, so a queue never looks
+empty while work is in flight: the space (tuples under the app's prefix,
+queued; dead letters under ``dead/`` + the prefix) and the Lens (live claims:
+running; job records: retrying, done, dead, cancelled, delayed). The space
+is read first, a page of tuples at a time; then each key found is shown
+once, its status worked out as :mod:`forum.tasks.status` does from what the
+Lens holds of it, read a page of keys at a time (``inspect_many``: one
+round trip per page, not per job). A running job whose record never reached
+Redis is listed all the same (its task name from its tuples, else unknown:
+``None``). A listing is not a snapshot: jobs that move while it runs may be
+missed or shown twice in passing.
+
+Every call here reads and writes the space through the app's nodes,
+failing over from one that does not answer to the next as enqueue does
+(:mod:`forum.tasks.nodes`); a listing that fails over starts its pages again on
+the node that answered (the cursor is a node's own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from forum.coordinator.deadletter import DeadLetter, requeue
+from forum.coordinator.errors import AlreadyClaimed
+from forum.coordinator.records import CancelOutcome, HistoryEvent
+from forum.node.client.remote import ForumClient
+from forum.node.core.space import ListPage, Pattern
+from forum.tasks.errors import InvalidJob, JobNotFound
+from forum.tasks.handle import JobHandle, JobState, JobStatus
+from forum.tasks.message import check_key, key_prefix, peek_key
+from forum.tasks.status import status_of
+
+if TYPE_CHECKING:
+    from forum.tasks.app import App
+
+#: How many tuples one page of a listing asks a node for.
+_PAGE = 100
+
+
+async def jobs(app: App, state: JobState | None, limit: int) -> AsyncIterator[JobStatus]:
+    """Up to ``limit`` jobs of ``app`` (in ``state``, when given)."""
+    if limit < 1:
+        raise InvalidJob(f"limit must be at least 1, not {limit}")
+    live = {key: _head(payload, app.prefix) async for key, payload in _tuples(app, app.prefix)}
+    dead = dict([item async for item in _tuples(app, app.dead_prefix + app.prefix)])
+    shown = 0
+    async for page in _pages(_keys(app, [*live, *dead])):
+        for found in await app.lens.inspect_many(page):
+            try:
+                status = status_of(found, live.get(found.key), dead.get(found.key),
+                                   prefix=app.prefix, dead_prefix=app.dead_prefix,
+                                   serializer=app.serializer)  # fmt: skip
+            except JobNotFound:
+                continue  # gone since it was listed
+            if status.task is None and status.state is not JobState.RUNNING:
+                continue  # a raw Worker's job sharing the namespace
+            if state is not None and status.state is not state:
+                continue
+            yield status
+            shown += 1
+            if shown >= limit:
+                return
+
+
+async def _keys(app: App, in_space: list[str]) -> AsyncIterator[str]:
+    """Every job key the Lens and the space know, each once: running claims
+    first, then the space's tuples and dead letters, then the records."""
+    seen: set[str] = set()
+    for keys in (app.lens.scan("claim"), _listed(in_space), app.lens.scan("task")):
+        async for key in keys:
+            if key not in seen:
+                seen.add(key)
+                yield key
+
+
+async def _listed(keys: list[str]) -> AsyncIterator[str]:
+    for key in keys:
+        yield key
+
+
+async def _pages(keys: AsyncIterator[str]) -> AsyncIterator[list[str]]:
+    """``keys`` in lists of up to :data:`_PAGE`."""
+    page: list[str] = []
+    async for key in keys:
+        page.append(key)
+        if len(page) == _PAGE:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+async def _tuples(app: App, prefix: bytes) -> AsyncIterator[tuple[str, bytes]]:
+    """(job key, payload) of each live tuple under ``prefix``, a page at a
+    time from the app's nodes; from the start again on the node a failover
+    went to (a key may then come twice: the caller keeps one)."""
+    cursor: int | None = 0
+    answered: ForumClient | None = None
+    while cursor is not None:
+        read = functools.partial(_page, prefix=prefix, cursor=cursor, answered=answered)
+        answered, listed = await app.on_node(read)
+        for item in listed.tuples:
+            key = peek_key(item.payload, prefix)
+            if key is not None:
+                yield key, item.payload
+        cursor = listed.next_cursor
+
+
+async def _page(
+    space: ForumClient, *, prefix: bytes, cursor: int, answered: ForumClient | None
+) -> tuple[ForumClient, ListPage]:
+    """The page at ``cursor`` from the node that gave it, else the first."""
+    start = cursor if space is answered else 0
+    return space, await space.list(Pattern(prefix), start, _PAGE)
+
+
+def _head(payload: bytes, prefix: bytes) -> bytes:
+    """A job tuple's head, its key and task name: all a listing's status
+    needs of a live tuple (the arguments are not kept for the whole listing)."""
+    parts = payload[len(prefix) :].split(b"\n", 2)
+    return payload if len(parts) < 3 else payload[: len(payload) - len(parts[2])]
+
+
+async def cancel(app: App, key: str) -> CancelOutcome:
+    """Cancel job ``key`` unless it runs (``"running"``: refused) or is over
+    (``"done"``): every copy of it, wherever it waits, is turned away as
+    done. ``JobNotFound`` if nothing knows the key."""
+    await app.status(check_key(key))  # JobNotFound for a key no job has
+    return await app.lens.cancel(key)
+
+
+async def retry(app: App, key: str) -> JobHandle:
+    """Put dead job ``key`` back to work (its dead letter requeued: attempt
+    1 again, same key); ``InvalidJob`` if it has no dead letter."""
+    letter = await _dead_letter(app, check_key(key))
+    if letter is None:
+        raise InvalidJob(f"job {key!r} has no dead letter to retry")
+    await app.on_node(lambda space: requeue(space, letter))
+    return JobHandle(app, key)
+
+
+async def purge(app: App, state: JobState = JobState.DEAD) -> int:
+    """Take every dead letter of the app out of the space, and drop each
+    one's job record from the Lens; how many. Only ``dead`` jobs can be
+    purged (records of the others expire by themselves). A purged job is
+    then not found, as if never enqueued.
+
+    Each record goes first, its letter second: a purge cut short between the
+    two leaves the letter, which still says dead (tasks/forum/tasks/status.py). A record
+    is kept while a claim on the key is live (a retry put it back and a
+    worker runs it: the record is the worker's); its letter still goes."""
+    if state is not JobState.DEAD:
+        raise InvalidJob(f"only dead jobs can be purged, not {state.value}")
+    lens = app.lens
+    prefix = app.dead_prefix + app.prefix
+    taken = 0
+    while True:
+        page = await app.on_node(lambda space: space.list(Pattern(prefix), 0, _PAGE))
+        for item in page.tuples:
+            key = peek_key(item.payload, prefix)
+            if key is not None:
+                with contextlib.suppress(AlreadyClaimed):
+                    await lens.forget_record(key)
+            # By its exact bytes: this letter only, whatever came in meanwhile.
+            take = functools.partial(_take, letter=Pattern(item.payload))
+            if await app.on_node(take) is not None:
+                taken += 1
+        if not page.tuples:
+            return taken
+
+
+async def _take(space: ForumClient, *, letter: Pattern) -> object:
+    return await space.take(letter)
+
+
+async def history(app: App, key: str) -> list[HistoryEvent]:
+    """Job ``key``'s claim history, oldest first (forum.coordinator.records)."""
+    return await app.lens.history(check_key(key))
+
+
+async def _dead_letter(app: App, key: str) -> DeadLetter | None:
+    head = app.dead_prefix + key_prefix(app.prefix, key)
+    page = await app.on_node(lambda space: space.list(Pattern(head), 0, 1))
+    if not page.tuples:
+        return None
+    item = page.tuples[0]
+    return DeadLetter.parse(item, app.dead_prefix)

@@ -1,0 +1,556 @@
+"""The app: a registry of tasks, and the producer's and the worker's way in.
+
+::
+
+    app = App(nodes=["http://10.0.0.1:7000", "http://10.0.0.2:7000"],
+              redis="redis://10.0.0.9:6379/0")
+
+    @app.task(retries=5, timeout=30, retry_on=(IOError,))
+    async def resize(ctx, image_id: int, size: int) -> str:
+        ...
+
+    async with app:
+        job = await app.enqueue("resize", image_id=7, size=256, _delay=10)
+        print(await job.result(timeout=60))
+
+A worker runs all of an app's tasks: ``forum worker --app myapp:app``, or
+``await app.run_worker()``, or a :class:`coordinator.Worker` of your own from
+:meth:`App.worker`. What a job's bytes are: :mod:`forum.tasks.message`; how a job
+is run: :mod:`forum.tasks.runner`; how its status is found: :mod:`forum.tasks.status`.
+
+**Retention.** A result that is not ``None`` is kept ``result_ttl`` seconds
+(the app's, or the task's), and so is a dead job's error and traceback. The
+Lens's done marker, which turns every copy of a finished job away and says
+"done" with or without a result, lasts the Lens's retention
+(``LensConfig.retention``: ``forget_after`` + 1 h, 25 h by default, or
+``done_ttl``). A result kept longer than the marker is still served as done; once
+the marker has gone, the same key enqueued again runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, tzinfo
+from typing import Any, Protocol, TypeVar, overload
+
+from forum.coordinator import Backoff, Lens, Worker
+from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
+from forum.coordinator.errors import LensUnavailable
+from forum.coordinator.keys import DEFAULT_NAMESPACE
+from forum.node.client.remote import ForumClient
+from forum.node.config.node import DEFAULT_LISTEN
+from forum.node.core.resource import AsyncResource
+from forum.node.core.space import Pattern
+from forum.node.core.write_options import write_properties
+from forum.tasks import admin, cron
+from forum.tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
+from forum.tasks.cron import Periodic, Slot
+from forum.tasks.enqueued import EnqueuedRecords
+from forum.tasks.errors import InvalidJob, UnknownTask
+from forum.tasks.handle import JobHandle, JobState, JobStatus
+from forum.tasks.message import Message, check_key, check_task_name, default_key
+from forum.tasks.nodes import NodePool, node_urls
+from forum.tasks.runner import Runner, TaskWorker
+from forum.tasks.serializer import JsonSerializer, Serializer
+from forum.tasks.status import job_status
+from forum.tasks.task import ErrorTypes, Task, TaskOptions, errors_of
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The defaults of an app, which ``forum worker`` and ``forum jobs`` share.
+DEFAULT_NODE = f"http://{DEFAULT_LISTEN}"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+DEFAULT_PREFIX = b"task/"
+DEFAULT_RESULT_TTL = 86400.0
+DEFAULT_DEDUP_WINDOW = 3600.0
+DEFAULT_CONCURRENCY = 8
+DEFAULT_LEASE = 30.0
+
+
+class Writer(Protocol):
+    """Where an enqueue writes: ``call(operation)`` runs ``operation(space)``
+    on a node (:class:`forum.tasks.nodes.NodePool` fails over between several)."""
+
+    async def call(self, operation: Callable[[ForumClient], Awaitable[T]]) -> T: ...
+
+
+class OneNode:
+    """A :class:`Writer` of one space (a worker's, for its periodic tasks)."""
+
+    def __init__(self, space: Any) -> None:
+        self._space = space
+
+    async def call(self, operation: Callable[[Any], Awaitable[T]]) -> T:
+        return await operation(self._space)
+
+
+@dataclass(slots=True)
+class _Connections(AsyncResource):
+    """What an open app holds: the nodes (failing over), the Lens, and the
+    enqueued records on their way to it."""
+
+    nodes: NodePool
+    lens: Lens
+    records: EnqueuedRecords
+
+    async def aclose(self) -> None:
+        try:
+            await self.records.aclose()
+            await self.nodes.aclose()
+        finally:
+            await self.lens.aclose()
+
+
+class App:
+    """Tasks by name, and the nodes and Redis their jobs go through."""
+
+    def __init__(
+        self,
+        nodes: str | Sequence[str] = DEFAULT_NODE,
+        redis: str = DEFAULT_REDIS,
+        *,
+        prefix: bytes = DEFAULT_PREFIX,
+        serializer: Serializer | None = None,
+        result_ttl: float = DEFAULT_RESULT_TTL,
+        dedup_window: float = DEFAULT_DEDUP_WINDOW,
+        token: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        dead_prefix: bytes = DEFAULT_DEAD_PREFIX,
+    ) -> None:
+        if not isinstance(prefix, bytes) or not prefix or b"\n" in prefix:
+            raise ValueError(f"an app prefix is non-empty bytes without a newline, not {prefix!r}")
+        if dead_prefix.startswith(prefix) or prefix.startswith(dead_prefix):
+            raise ValueError(f"the dead prefix {dead_prefix!r} and the prefix {prefix!r} overlap")
+        for name, value in (("result_ttl", result_ttl), ("dedup_window", dedup_window)):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+        if serializer is not None and not isinstance(serializer, Serializer):
+            raise ValueError(f"a serializer has name, dumps and loads; {serializer!r} has not")
+        self.nodes = node_urls(nodes)
+        self.redis = redis
+        self.prefix = prefix
+        self.dead_prefix = dead_prefix
+        self.serializer: Serializer = serializer or JsonSerializer()
+        self.result_ttl = float(result_ttl)
+        self.dedup_window = float(dedup_window)
+        self.namespace = namespace
+        self._token = token
+        #: The app's tasks, by name.
+        self.tasks: dict[str, Task] = {}
+        #: The periodic tasks (``@app.cron``); each worker runs their slots.
+        self.periodic: list[Periodic] = []
+        self._open: _Connections | None = None
+
+    def __repr__(self) -> str:
+        return f"<App {self.prefix!r} tasks={sorted(self.tasks)}>"
+
+    @property
+    def token(self) -> str | None:
+        """The nodes' client token the app was given (``None``: none)."""
+        return self._token
+
+    def using(
+        self,
+        *,
+        nodes: str | Sequence[str] | None = None,
+        redis: str | None = None,
+        token: str | None = None,
+        namespace: str | None = None,
+    ) -> App:
+        """A closed copy of this app with other connection settings (those
+        given), sharing its tasks, periodic tasks, prefix, serializer and
+        retention: how ``forum worker --app`` and ``forum jobs`` apply their
+        flags to an app they import."""
+        copy = App(
+            self.nodes if nodes is None else nodes,
+            self.redis if redis is None else redis,
+            prefix=self.prefix, serializer=self.serializer, result_ttl=self.result_ttl,
+            dedup_window=self.dedup_window, token=self._token if token is None else token,
+            namespace=self.namespace if namespace is None else namespace,
+            dead_prefix=self.dead_prefix,
+        )  # fmt: skip
+        copy.tasks = self.tasks
+        copy.periodic = self.periodic
+        return copy
+
+    # -- defining tasks -----------------------------------------------------------------
+
+    @overload
+    def task(self, name: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        retries: int = 3,
+        backoff: Backoff | None = None,
+        timeout: float | None = None,
+        retry_on: type[BaseException] | ErrorTypes = (Exception,),
+        give_up_on: type[BaseException] | ErrorTypes = (),
+        result_ttl: float | None = None,
+        priority: int | None = None,
+        ttl: float | None = None,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(
+        self,
+        name: str | Callable[..., Any] | None = None,
+        *,
+        retries: int = 3,
+        backoff: Backoff | None = None,
+        timeout: float | None = None,
+        retry_on: type[BaseException] | ErrorTypes = (Exception,),
+        give_up_on: type[BaseException] | ErrorTypes = (),
+        result_ttl: float | None = None,
+        priority: int | None = None,
+        ttl: float | None = None,
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """``@app.task`` or ``@app.task(name, retries=..., ...)``: register
+        the function as a task (its name: ``name``, else the function's
+        ``__name__``); the options are :class:`forum.tasks.task.TaskOptions`."""
+        options = TaskOptions(
+            retries=retries, backoff=backoff or Backoff(), timeout=timeout,
+            retry_on=errors_of(retry_on), give_up_on=errors_of(give_up_on),
+            result_ttl=result_ttl, priority=priority, ttl=ttl,
+        )  # fmt: skip
+        if callable(name):
+            return self.add_task(name.__name__, name, options)
+
+        def register(function: Callable[..., Any]) -> Task:
+            return self.add_task(name or str(getattr(function, "__name__", "")), function, options)
+
+        return register
+
+    def add_task(self, name: str, function: Callable[..., Any], options: TaskOptions) -> Task:
+        """Register ``function`` as task ``name``; ``InvalidJob`` for a bad
+        name or one taken."""
+        check_task_name(name)
+        if name in self.tasks:
+            raise InvalidJob(f"the app has a task named {name!r} already")
+        task = self.tasks[name] = Task(self, name, function, options)
+        return task
+
+    def cron(
+        self,
+        expression: str | None = None,
+        *,
+        every: float | None = None,
+        name: str | None = None,
+        tz: tzinfo = UTC,
+        **options: Any,
+    ) -> Callable[[Callable[..., Any]], Task]:
+        """``@app.cron("*/5 * * * *")`` or ``@app.cron(every=seconds)``: a
+        task (``options`` as :meth:`task`'s) enqueued at each slot of its
+        schedule by every worker, and run once per slot: the slot is the job
+        key (:mod:`forum.tasks.cron`)."""
+        when = cron.schedule(expression, every=every, tz=tz)
+
+        def register(function: Callable[..., Any]) -> Task:
+            task = self.task(name, **options)(function)
+            self.periodic.append(cron.Periodic(task.name, when))
+            return task
+
+        return register
+
+    # -- connections --------------------------------------------------------------------
+
+    def connect(self) -> _Connections:
+        """New clients of the app's nodes and Redis (the caller closes them)."""
+        lens = Lens.from_url(self.redis, namespace=self.namespace)
+        return _Connections(NodePool(self.nodes, self._token), lens, EnqueuedRecords(lens))
+
+    async def __aenter__(self) -> App:
+        if self._open is not None:
+            raise RuntimeError("the app is open already")
+        self._open = self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        opened, self._open = self._open, None
+        if opened is not None:
+            await asyncio.shield(opened.aclose())
+
+    def _connections(self) -> _Connections:
+        if self._open is None:
+            raise RuntimeError("the app is not open: use `async with app:` around its calls")
+        return self._open
+
+    @property
+    def lens(self) -> TaskAuthority:
+        """The open app's Lens."""
+        return self._connections().lens
+
+    @property
+    def space(self) -> ForumClient:
+        """The open app's node that answered last."""
+        return self._connections().nodes.current
+
+    async def on_node(self, operation: Callable[[ForumClient], Awaitable[T]]) -> T:
+        """``operation(space)`` on the open app's node that answered last,
+        failing over to the next that answers (:class:`forum.tasks.nodes.NodePool`)."""
+        return await self._connections().nodes.call(operation)
+
+    # -- enqueueing ---------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        name: str,
+        /,
+        *args: Any,
+        _key: str | None = None,
+        _delay: float | None = None,
+        _not_before: float | None = None,
+        _priority: int | None = None,
+        _ttl: float | None = None,
+        _retries: int | None = None,
+        _timeout: float | None = None,
+        **kwargs: Any,
+    ) -> JobHandle:
+        """Write a job of task ``name`` (its arguments after it) and return
+        its handle. The job key is ``_key``, or the call's default key (the
+        same call, the same job: :mod:`forum.tasks.message`); ``_delay`` /
+        ``_not_before``, ``_priority`` and ``_ttl`` are the write's
+        (docs/scheduling.md; ``_priority`` and ``_ttl`` default to the
+        task's); ``_retries`` and ``_timeout`` override the task's.
+
+        The tuple goes to the first node that answers (:mod:`forum.tasks.nodes`);
+        then the Lens gets the job's ``enqueued`` record (for status), best
+        effort: Redis being down does not fail an enqueue that is safe in the
+        space. Bad input is an ``InvalidJob`` or ``UnknownTask`` and writes
+        nothing; ``NodeUnavailable`` when no node answered.
+        """
+        enqueue = Enqueue(_key, _delay, _not_before, _priority, _ttl, _retries, _timeout)
+        connections = self._connections()
+        return await self._enqueue(
+            connections.nodes, connections.records, name, args=args, kwargs=kwargs, given=enqueue
+        )
+
+    def enqueue_sync(self, name: str, /, *args: Any, **kwargs: Any) -> JobHandle:
+        """:meth:`enqueue` from code that is not async: on a loop of its own,
+        with connections of its own, closed before it returns. Refused
+        inside a running loop (it would block it): await :meth:`enqueue`."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._enqueue_once(name, args, kwargs))
+        raise RuntimeError("enqueue_sync() called inside an event loop: await enqueue() instead")
+
+    async def enqueue_slot(self, slot: Slot, space: Any, lens: TaskAuthority) -> JobHandle:
+        """A periodic task's job for ``slot``, written by a worker into its own
+        space (:func:`forum.tasks.cron.run_periodic` calls it)."""
+        given = Enqueue(key=slot.key, ttl=slot.ttl)  # with a ttl: its record is not deferred
+        records = EnqueuedRecords(lens)
+        return await self._enqueue(
+            OneNode(space), records, slot.task, args=(), kwargs={}, given=given
+        )
+
+    async def _enqueue_once(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> JobHandle:
+        given = {k[1:]: kwargs.pop(k) for k in list(kwargs) if k in _ENQUEUE_OPTIONS}
+        async with self.connect() as connections:
+            return await self._enqueue(
+                connections.nodes,
+                connections.records,
+                name,
+                args=args,
+                kwargs=kwargs,
+                given=Enqueue(**given),
+            )
+
+    async def _enqueue(
+        self,
+        nodes: Writer,
+        records: EnqueuedRecords,
+        name: str,
+        *,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        given: Enqueue,
+    ) -> JobHandle:
+        task = self.tasks.get(name)
+        if task is None:
+            raise UnknownTask(name, list(self.tasks))
+        key = given.key
+        key = default_key(self.serializer, name, args, kwargs) if key is None else check_key(key)
+        message = Message(key, name, tuple(args), kwargs, given.overrides())
+        payload = message.encode(self.prefix, self.serializer)
+        priority = task.options.priority if given.priority is None else given.priority
+        ttl = task.options.ttl if given.ttl is None else given.ttl
+        delay, not_before = given.delay, given.not_before
+        now = time.time()
+        try:  # the node's own check, here too: bad options are bad input, not a round trip
+            write_properties(now, delay, not_before, ttl, priority or 0, key, self.dedup_window)
+        except ValueError as exc:
+            raise InvalidJob(str(exc)) from None
+        await nodes.call(
+            lambda space: space.write(
+                payload, key=key, dedup_window=self.dedup_window, delay=delay,
+                not_before=not_before, priority=priority or 0, ttl=ttl,
+            )
+        )  # fmt: skip
+        due = not_before if not_before is not None else now + (delay or 0.0)
+        fields: dict[str, Field] = {"state": "enqueued", "task": name, "due": due, "updated": now}
+        if ttl is not None:
+            fields["expires"] = due + ttl
+        lasting = self.result_ttl + max(due - now, 0) + (ttl or 0)
+        await records.note(key, fields, lasting, background=due <= now and ttl is None)
+        return JobHandle(self, key, name)
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def job(self, key: str) -> JobHandle:
+        """The handle of job ``key`` (``InvalidJob`` for a key no job can have)."""
+        return JobHandle(self, check_key(key))
+
+    async def status(self, key: str) -> JobStatus:
+        """:meth:`JobHandle.status` of ``key``."""
+        connections = self._connections()
+        return await connections.nodes.call(
+            lambda space: job_status(
+                check_key(key), lens=connections.lens, space=space, prefix=self.prefix,
+                dead_prefix=self.dead_prefix, serializer=self.serializer,
+            )
+        )  # fmt: skip
+
+    # -- workers ------------------------------------------------------------------------
+
+    def worker(
+        self,
+        space: Any,
+        lens: TaskAuthority,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease: float = DEFAULT_LEASE,
+        **worker_options: Any,
+    ) -> Worker:
+        """A :class:`coordinator.Worker` that runs this app's tasks from
+        ``space`` (a ``WorkSpace``: ``ForumClient``, ``Forum``) under claims
+        from ``lens``, sync ones in a pool of ``concurrency`` threads (shut
+        down with the worker), and this app's periodic tasks beside them.
+        ``worker_options`` are the Worker's (``max_attempts`` defaults to
+        one past the most retries of any task: a job's own count decides its
+        retries, and this one only buries a job whose workers keep dying)."""
+        if not self.tasks:
+            raise InvalidJob("the app has no tasks: nothing for a worker to run")
+        worker_options.setdefault(
+            "max_attempts", 1 + max(t.options.retries for t in self.tasks.values())
+        )
+        worker_options.setdefault("dead_prefix", self.dead_prefix)
+        pool = ThreadPoolExecutor(concurrency, thread_name_prefix="task")
+        return TaskWorker(
+            self, pool, space, lens, Pattern(self.prefix), Runner(self, lens, pool),
+            concurrency=concurrency, lease=lease, **worker_options,
+        )  # fmt: skip
+
+    async def run_worker(
+        self,
+        node: str | None = None,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease: float = DEFAULT_LEASE,
+        stop: asyncio.Event | None = None,
+        **worker_options: Any,
+    ) -> Worker:
+        """Run a worker of this app against ``node`` (default: the app's
+        first) and the app's Redis until ``stop`` is set (or the task is
+        cancelled); the worker, drained, once it is over. ``LensError`` at
+        once when Redis cannot be reached."""
+        async with (
+            ForumClient(node or self.nodes[0], self._token) as space,
+            Lens.from_url(self.redis, namespace=self.namespace) as lens,
+        ):
+            try:
+                await lens.ping()
+            except LensUnavailable as exc:
+                if exc.misconfigured or exc.reason == "unreachable":
+                    raise
+                log.warning("the Lens is unavailable (%s: %s): waiting for it", exc.reason, exc)
+            worker = self.worker(space, lens, concurrency=concurrency, lease=lease,
+                                 **worker_options)  # fmt: skip
+            async with asyncio.TaskGroup() as group:
+                running = group.create_task(worker.run(), name="worker")
+                if stop is not None:
+                    group.create_task(_stop_when(stop, worker, running), name="worker stop")
+            return worker
+
+    # -- inspection (the CLI's) ---------------------------------------------------------
+
+    def jobs(self, state: JobState | None = None, limit: int = 100) -> AsyncIterator[JobStatus]:
+        """Up to ``limit`` jobs, in ``state`` when given, from the space and
+        the Lens (:func:`forum.tasks.admin.jobs`)."""
+        return admin.jobs(self, state, limit)
+
+    async def cancel(self, key: str) -> CancelOutcome:
+        """Cancel a job not yet running (:func:`forum.tasks.admin.cancel`)."""
+        return await admin.cancel(self, key)
+
+    async def retry(self, key: str) -> JobHandle:
+        """A dead job back to work (:func:`forum.tasks.admin.retry`)."""
+        return await admin.retry(self, key)
+
+    async def purge(self, state: JobState = JobState.DEAD) -> int:
+        """Drop the dead jobs' letters; how many (:func:`forum.tasks.admin.purge`)."""
+        return await admin.purge(self, state)
+
+    async def history(self, key: str) -> list[HistoryEvent]:
+        """A job's claim history, oldest first (:func:`forum.tasks.admin.history`)."""
+        return await admin.history(self, key)
+
+
+_ENQUEUE_OPTIONS = frozenset(
+    {"_key", "_delay", "_not_before", "_priority", "_ttl", "_retries", "_timeout"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """An enqueue's options (its ``_``-prefixed keyword arguments)."""
+
+    key: str | None = None
+    delay: float | None = None
+    not_before: float | None = None
+    priority: int | None = None
+    ttl: float | None = None
+    retries: int | None = None
+    timeout: float | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """A message's ``options``: the per-enqueue overrides given, checked."""
+        options: dict[str, Any] = {}
+        retries, timeout = self.retries, self.timeout
+        if retries is not None:
+            if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+                raise InvalidJob(f"_retries must be a whole number from 0, not {retries!r}")
+            options["retries"] = retries
+        if timeout is not None:
+            if (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, int | float)
+                or not (math.isfinite(timeout) and timeout > 0)
+            ):
+                raise InvalidJob(f"_timeout must be a positive number of seconds, not {timeout!r}")
+            options["timeout"] = timeout
+        return options
+
+
+async def _stop_when(stop: asyncio.Event, worker: Worker, running: asyncio.Task[None]) -> None:
+    """Stop ``worker`` once ``stop`` is set (or return when it ended by itself)."""
+    waiting = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((waiting, running), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    worker.stop()

@@ -1,0 +1,130 @@
+"""A task: a named function and its policy (:class:`TaskOptions`).
+
+``@app.task(...)`` makes one (:meth:`tasks.App.task`). The function's first
+parameter is the job's :class:`tasks.Context`; the rest are the enqueue's
+arguments. A coroutine function runs on the worker's event loop; a plain
+function runs in the worker's thread pool (bounded: ``concurrency`` threads).
+
+Policy, per task, each overridable per enqueue where it says so:
+
+* ``retries`` (per enqueue: ``_retries``): how many attempts after the first.
+  Attempt ``n`` failing with an error ``retry_on`` admits and ``give_up_on``
+  does not is tried again after ``backoff.delay(n)`` seconds while ``n <=
+  retries``; otherwise the job is dead, its traceback kept.
+* ``backoff``: a :class:`coordinator.Backoff` (per enqueue: the base and cap
+  in the body's options, from the CLI or another producer).
+* ``timeout`` (per enqueue: ``_timeout``), seconds: a coroutine still running
+  then is cancelled, and the attempt fails with ``TimeoutError``. A thread
+  cannot be stopped from outside: a sync task's attempt still fails at the
+  timeout (the job moves on), but its thread runs on to the end, holding one
+  thread of the pool, and whatever it returns is dropped (and a worker
+  process exits only once such a thread has ended: Python joins the pool's
+  threads at exit). Give a sync task that may hang a timeout of its own (a
+  socket timeout, say).
+* ``result_ttl``: how long a result (and a dead job's error) is kept; the
+  app's when ``None``.
+* ``priority``, ``ttl``: the defaults of ``_priority`` and ``_ttl``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from forum.coordinator import Backoff
+from forum.tasks.errors import InvalidJob
+
+if TYPE_CHECKING:
+    from forum.tasks.app import App
+    from forum.tasks.handle import JobHandle
+
+#: An exception class, or a tuple of them, as ``except`` takes them.
+ErrorTypes = tuple[type[BaseException], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """A task's policy (see the module docstring)."""
+
+    retries: int = 3
+    backoff: Backoff = field(default_factory=Backoff)
+    timeout: float | None = None
+    retry_on: ErrorTypes = (Exception,)
+    give_up_on: ErrorTypes = ()
+    result_ttl: float | None = None
+    priority: int | None = None
+    ttl: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise InvalidJob(f"retries must be a whole number from 0, not {self.retries!r}")
+        for name in ("timeout", "result_ttl", "ttl"):
+            value = getattr(self, name)
+            if value is not None and not (
+                isinstance(value, int | float) and math.isfinite(value) and value > 0
+            ):
+                raise InvalidJob(f"{name} must be a positive number of seconds, not {value!r}")
+        for name in ("retry_on", "give_up_on"):
+            value = getattr(self, name)
+            if not all(isinstance(t, type) and issubclass(t, BaseException) for t in value):
+                raise InvalidJob(f"{name} must be exception classes, not {value!r}")
+
+    def overridden(self, options: Mapping[str, Any]) -> TaskOptions:
+        """These options with a job's per-enqueue overrides (a message's
+        ``options``, :mod:`forum.tasks.message`)."""
+        if not options:
+            return self
+        backoff = self.backoff
+        if "backoff_base" in options or "backoff_cap" in options:
+            base = float(options.get("backoff_base", backoff.base))
+            cap = max(base, float(options.get("backoff_cap", backoff.cap)))
+            backoff = Backoff(base=base, cap=cap, jitter=backoff.jitter)
+        return replace(
+            self,
+            retries=int(options.get("retries", self.retries)),
+            timeout=options.get("timeout", self.timeout),
+            backoff=backoff,
+        )
+
+
+def errors_of(value: type[BaseException] | ErrorTypes) -> ErrorTypes:
+    """``retry_on=IOError`` or ``retry_on=(IOError, ...)``, as a tuple."""
+    return (value,) if isinstance(value, type) else tuple(value)
+
+
+class Task:
+    """A named function of an app, with its :class:`TaskOptions`. Calling it
+    calls the function (a test calls it with a context of its own);
+    :meth:`enqueue` makes a job of it."""
+
+    def __init__(
+        self, app: App, name: str, function: Callable[..., Any], options: TaskOptions
+    ) -> None:
+        if not callable(function):
+            raise InvalidJob(f"task {name!r} is not callable: {function!r}")
+        self.app = app
+        self.name = name
+        self.function = function
+        self.options = options
+        #: A coroutine function runs on the loop; anything else in a thread.
+        self.is_async = inspect.iscoroutinefunction(function)
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        kind = "async" if self.is_async else "sync"
+        return f"<Task {self.name!r} ({kind})>"
+
+    async def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """:meth:`tasks.App.enqueue` of this task."""
+        return await self.app.enqueue(self.name, *args, **kwargs)
+
+    def enqueue_sync(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """:meth:`tasks.App.enqueue_sync` of this task."""
+        return self.app.enqueue_sync(self.name, *args, **kwargs)
