@@ -58,7 +58,7 @@ from forum.coordinator.job import Backoff, Handler, KeyFunction
 from forum.coordinator.keys import DEFAULT_NAMESPACE, HISTORY_TTL
 from forum.coordinator.lens import Lens
 from forum.coordinator.metrics import serve_metrics, worker_registry
-from forum.coordinator.redis_url import RedisTarget, masked
+from forum.coordinator.redis_url import DEFAULT_REDIS_URL, RedisTarget, masked
 from forum.coordinator.worker import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DRAIN_TIMEOUT,
@@ -79,7 +79,6 @@ from forum.tasks.errors import TaskError
 # The name its log lines had when this was coordinator/cli.py: log filters keep working.
 log = logging.getLogger("coordinator.cli")
 
-_DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 #: How often the progress line is redrawn on a terminal, and printed to a log.
 _PROGRESS_TTY, _PROGRESS_LOG = 1.0, 10.0
 
@@ -118,7 +117,7 @@ def redis_options(parser: argparse.ArgumentParser) -> None:
         help="the Lens's Redis: redis://host:port/db, a Sentinel-managed primary as "
         "redis+sentinel://host:port[,...]/name, or a Redis Cluster as "
         "redis+cluster://host:port[,...]/ (default $FORUM_REDIS_URL, else --app's, else "
-        f"{_DEFAULT_REDIS})",
+        f"{DEFAULT_REDIS_URL})",
     )
     add(
         "--namespace",
@@ -446,7 +445,7 @@ class Where:
         redis = args.redis_url or _from_env("FORUM_REDIS_URL", _redis_url)
         return cls(
             node=node or (app.nodes[0] if app is not None else DEFAULT_NODE),
-            redis_url=redis or (app.redis if app is not None else _DEFAULT_REDIS),
+            redis_url=redis or (app.redis if app is not None else DEFAULT_REDIS_URL),
             namespace=args.namespace or (app.namespace if app is not None else DEFAULT_NAMESPACE),
             token=args.token or (app.token if app is not None else None),
         )

@@ -100,7 +100,7 @@ from forum.coordinator.records import (
     parse_event,
     with_live_claim,
 )
-from forum.coordinator.redis_url import RedisTarget, close, redacted
+from forum.coordinator.redis_url import DEFAULT_REDIS_URL, RedisTarget, close, redacted
 from forum.coordinator.scripts import Call, ReplicasBehind, Scripts, Wait
 from forum.node.config.node import FORGET_AFTER
 from forum.node.core.cancellation import keep_cancellation
@@ -222,7 +222,7 @@ def _ms(seconds: float) -> int:
 class LensConfig:
     """Where the Lens's Redis is and how the Lens behaves. Times in seconds."""
 
-    url: str = "redis://127.0.0.1:6379/0"
+    url: str = DEFAULT_REDIS_URL
     namespace: str = keys.DEFAULT_NAMESPACE
     #: The cluster's ``forget_after`` (the node setting; the largest of its
     #: nodes'): how long a member cut off can still hold a copy of a job the

@@ -29,6 +29,9 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
+#: The Redis the Lens uses when none is given: one on this machine, database 0.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
 #: Either client: both run the Lens's scripts, pipelines and plain commands.
 RedisClient = Redis | RedisCluster
 

@@ -146,8 +146,9 @@ log = logging.getLogger(__name__)
 #: The error a dead letter carries when the job's workers died running it.
 LOST_WORKER = "the worker was lost: its lease expired"
 
-#: The defaults of :class:`Worker`, which ``forum worker``'s flags share.
-DEFAULT_CONCURRENCY = 1
+#: The defaults of :class:`Worker`, which ``forum worker``'s flags and
+#: ``App.run_worker`` share.
+DEFAULT_CONCURRENCY = 8
 DEFAULT_LEASE = 30.0
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_DRAIN_TIMEOUT = 30.0

@@ -43,6 +43,8 @@ from forum.coordinator import Backoff, Lens, Worker
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from forum.coordinator.errors import LensUnavailable
 from forum.coordinator.keys import DEFAULT_NAMESPACE
+from forum.coordinator.redis_url import DEFAULT_REDIS_URL
+from forum.coordinator.worker import DEFAULT_CONCURRENCY, DEFAULT_LEASE
 from forum.node.client.remote import ForumClient
 from forum.node.config.node import DEFAULT_LISTEN
 from forum.node.core.resource import AsyncResource
@@ -67,12 +69,9 @@ T = TypeVar("T")
 
 #: The defaults of an app, which ``forum worker`` and ``forum jobs`` share.
 DEFAULT_NODE = f"http://{DEFAULT_LISTEN}"
-DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = b"task/"
 DEFAULT_RESULT_TTL = 86400.0
 DEFAULT_DEDUP_WINDOW = 3600.0
-DEFAULT_CONCURRENCY = 8
-DEFAULT_LEASE = 30.0
 
 
 class Writer(Protocol):
@@ -115,7 +114,7 @@ class App:
     def __init__(
         self,
         nodes: str | Sequence[str] = DEFAULT_NODE,
-        redis: str = DEFAULT_REDIS,
+        redis: str = DEFAULT_REDIS_URL,
         *,
         prefix: bytes = DEFAULT_PREFIX,
         serializer: Serializer | None = None,
