@@ -170,10 +170,10 @@ def strays(tree: Path) -> list[str]:
 
 def run_child(
     script: Path, function: str, tree: Path, args: Sequence[Any], env: Mapping[str, str] = {}
-) -> dict[str, Any]:
+) -> Any:
     """``function(*args)`` of ``script`` (run to its end if a coroutine) in
     a child on ``tree``, with ``env`` added to its environment; its JSON
-    answer. The child runs in no checkout, imports from the tree alone
+    answer (its output's last line). The child runs in no checkout, imports from the tree alone
     (:func:`import_from_tree`), and fails if a module of Forum it imported
     came from elsewhere (:func:`strays`)."""
     command = [sys.executable, "-c", _CHILD, str(script), function, json.dumps(args), str(tree)]
@@ -185,8 +185,7 @@ def run_child(
         capture_output=True,
         text=True,
     )
-    answer: dict[str, Any] = json.loads(done.stdout)
-    return answer
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def child() -> None:
