@@ -98,6 +98,20 @@ def older_name(name: str) -> str | None:
     return "node." + OLDER_NODE_NAMES.get(".".join(path), web + path[-1])
 
 
+def older_layout(tree: Path) -> bool:
+    """Whether ``tree`` is of the older layout (each part a top-level package)."""
+    return (tree / "node" / "__init__.py").is_file()
+
+
+def named_in(tree: Path, name: str) -> str:
+    """``name``, a module of the ``forum`` namespace or ``module:attribute``
+    (a worker's ``--handler``), as a process on ``tree`` must name it."""
+    module, colon, attribute = name.partition(":")
+    if older_layout(tree):
+        module = older_name(module) or module
+    return module + colon + attribute
+
+
 class _OlderLayout(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds each ``forum.<part>`` module as the older layout's module of
     that name (:func:`older_name`): the same module object, under both."""
@@ -152,7 +166,7 @@ def import_from_tree() -> None:
         for finder in sys.meta_path
         if not getattr(finder, "__module__", "").startswith("__editable__")
     ]
-    if (tree / "node" / "__init__.py").is_file():
+    if older_layout(tree):
         sys.meta_path.insert(0, _OlderLayout())
 
 
