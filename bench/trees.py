@@ -157,7 +157,8 @@ def import_from_tree() -> None:
     dropped (a module the tree does not have is an ``ImportError``, not this
     checkout's), and on a tree of the older layout each ``forum.<part>``
     name finds that tree's module (:func:`older_name`). In this checkout
-    (the parent) it does nothing. Call it before the first import of a part."""
+    (the parent) it does nothing, and a second call adds nothing. Call it
+    before the first import of a part."""
     tree = tree_of_forum()
     if tree == ROOT:
         return
@@ -166,7 +167,7 @@ def import_from_tree() -> None:
         for finder in sys.meta_path
         if not getattr(finder, "__module__", "").startswith("__editable__")
     ]
-    if older_layout(tree):
+    if older_layout(tree) and not any(isinstance(f, _OlderLayout) for f in sys.meta_path):
         sys.meta_path.insert(0, _OlderLayout())
 
 
