@@ -17,8 +17,8 @@ The same through a real ``forum serve`` (``--fsync never``, background
 compaction off): the writes and takes over the stream (``ForumClient``),
 each pass by ``POST /v1/compact``, the node's RSS read once steady.
 
-Each source runs in a process of its own, with its ``node`` first on
-``PYTHONPATH``: the baseline (``git archive`` of ``--baseline``), this
+Each source runs in a process of its own, importing from its tree alone
+(``bench/trees.py``): the baseline (``git archive`` of ``--baseline``), this
 checkout, and this checkout with ``PYTHONMALLOC=malloc`` (Python's small
 objects from glibc's allocator, which gives them back, rather than from
 its own arenas, which a few survivors of a pass keep), alternated for

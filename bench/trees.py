@@ -116,6 +116,11 @@ class _OlderLayout(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds each ``forum.<part>`` module as the older layout's module of
     that name (:func:`older_name`): the same module object, under both."""
 
+    def __init__(self) -> None:
+        #: Each module's own spec, which the import system replaces with
+        #: the one for its name here.
+        self.specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
@@ -123,11 +128,6 @@ class _OlderLayout(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if older is None:
             return None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=not older)
-
-    def __init__(self) -> None:
-        #: Each module's own spec, which the import system replaces with
-        #: the one for its name here.
-        self.specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         older = older_name(spec.name)
@@ -188,9 +188,9 @@ def run_child(
 ) -> Any:
     """``function(*args)`` of ``script`` (run to its end if a coroutine) in
     a child on ``tree``, with ``env`` added to its environment; its JSON
-    answer (its output's last line). The child runs in no checkout, imports from the tree alone
-    (:func:`import_from_tree`), and fails if a module of Forum it imported
-    came from elsewhere (:func:`strays`)."""
+    answer (its output's last line). The child runs in no checkout,
+    imports from the tree alone (:func:`import_from_tree`), and fails if a
+    module of Forum it imported came from elsewhere (:func:`strays`)."""
     command = [sys.executable, "-c", _CHILD, str(script), function, json.dumps(args), str(tree)]
     done = subprocess.run(
         command,
