@@ -64,7 +64,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from trees import pythonpath
+from trees import import_from_tree, pythonpath, strays, tree_of_forum
 
 PAYLOAD = b"job/" + b"x" * 96
 PHASES = ("write", "write_opts", "take", "job")
@@ -72,7 +72,8 @@ PHASES = ("write", "write_opts", "take", "job")
 
 async def workload(phase: str, n: int, workers: int) -> None:
     """``n`` operations of ``phase`` by ``workers`` coroutines (``take`` writes first)."""
-    # Imported here: the tree under test is the workload process's PYTHONPATH.
+    # Imported here, from the tree under test alone (trees.import_from_tree).
+    import_from_tree()
     from forum.node.core.space import Pattern  # noqa: PLC0415
     from forum.node.space.forum import Forum  # noqa: PLC0415
     from forum.node.storage.strand import Strand, StrandConfig  # noqa: PLC0415
@@ -161,6 +162,8 @@ def main() -> None:
 
         phase, n, workers = args.workload
         uvloop.run(workload(phase, int(n), int(workers)))
+        if stray := strays(tree_of_forum()):
+            raise SystemExit(f"callgrind_bench: imported from another tree: {', '.join(stray)}")
         return
     trees = args.tree or [Path(__file__).resolve().parent.parent]
     print(f"instructions per operation, {args.ops} by {args.writers} coroutines, fsync never")

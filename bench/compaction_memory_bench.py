@@ -17,8 +17,8 @@ The same through a real ``forum serve`` (``--fsync never``, background
 compaction off): the writes and takes over the stream (``ForumClient``),
 each pass by ``POST /v1/compact``, the node's RSS read once steady.
 
-Each source runs in a process of its own, with its ``node`` first on
-``PYTHONPATH``: the baseline (``git archive`` of ``--baseline``), this
+Each source runs in a process of its own, importing from its tree alone
+(``bench/trees.py``): the baseline (``git archive`` of ``--baseline``), this
 checkout, and this checkout with ``PYTHONMALLOC=malloc`` (Python's small
 objects from glibc's allocator, which gives them back, rather than from
 its own arenas, which a few survivors of a pass keep), alternated for
@@ -46,12 +46,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-# Run as a child (below), ``node`` is the source's under test: its PYTHONPATH
-# comes first, and the checkout is not the working directory.
-from memory_bench import rss_bytes, steady_rss  # noqa: E402
-from trees import export, pythonpath  # noqa: E402
+# Run as a child (trees.run_child), ``forum`` is the source's under test.
+from memory_bench import forum_file, rss_bytes, steady_rss  # noqa: E402
+from trees import export, pythonpath, run_child  # noqa: E402
 
-from forum import node  # noqa: E402
 from forum.deploy.processes import NodeService  # noqa: E402
 from forum.node.client.remote import ForumClient  # noqa: E402
 from forum.node.core.space import Pattern  # noqa: E402
@@ -140,36 +138,12 @@ async def child(passes: int, writes: int) -> dict[str, Any]:
                 rss.append(rss_bytes(os.getpid()))
             entries = forum.strand.stats().entries
     return {
-        "node": node.__file__,
+        "node": forum_file(),
         "rss": rss,
         "dropped": dropped,
         "entries_left": entries,
         "churn_seconds": churn,
     }
-
-
-def run_child(source: Path, env: dict[str, str], passes: int, writes: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": pythonpath(source), **env}
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(Path(__file__)), str(passes), str(writes)],
-        env=env,
-        cwd=tempfile.gettempdir(),  # not a checkout: ``node`` comes from PYTHONPATH
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
-
-
-#: The child imports this file by path (so ``node`` is the source's, not ours).
-_CHILD = """
-import asyncio, importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("compaction_memory_bench", sys.argv[1])
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
-print(json.dumps(asyncio.run(bench.child(int(sys.argv[2]), int(sys.argv[3])))))
-"""
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -195,7 +169,10 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             for name, env in VARIANTS.items():  # alternated: load drifts hit each
                 source = baseline if name == "baseline" else ROOT
                 runs = report["runs"]
-                runs["in_process"][name].append(run_child(source, env, args.passes, args.writes))
+                in_process = run_child(
+                    Path(__file__), "child", source, [args.passes, args.writes], env
+                )
+                runs["in_process"][name].append(in_process)
                 root = Path(tmp) / f"{name}-{i}"
                 runs["serve"][name].append(
                     asyncio.run(serve(source, env, root, args.passes, args.writes))

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -31,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from http_bench import redis_server
+from report import write_report
 
 from forum.coordinator import Lens
 from forum.tasks.enqueued import EnqueuedRecords
@@ -133,13 +132,8 @@ def main() -> None:
             cpu, wall = statistics.median(row["cpu_us"]), statistics.median(row["wall_s"])
             medians[f"{count} {way}"] = {"cpu_us": cpu, "net_cpu_us": cpu - base, "wall_s": wall}
             print(f"{count:>9} {way:>10} {cpu:>8.0f} {cpu - base:>8.0f} {wall:>8.2f}")
-    report = {
-        "records": args.records, "rounds": args.rounds, "runs": found, "median": medians,
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
-    }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"written to {args.out}")
+    report = {"records": args.records, "rounds": args.rounds, "runs": found, "median": medians}
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":

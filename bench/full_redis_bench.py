@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from scaling_bench import cpu_seconds  # noqa: E402
-from trees import pythonpath  # noqa: E402
+from trees import named_in, pythonpath  # noqa: E402
 
 from forum.deploy.cluster import Cluster, ClusterConfig  # noqa: E402
 from forum.deploy.demo import WORK_MS_ENV  # noqa: E402
@@ -96,8 +96,10 @@ def warnings(path: Path) -> int:
 
 
 async def run_once(variant: str, window: float, main_tree: Path | None) -> Run:
-    tree = {"PYTHONPATH": pythonpath(main_tree)} if variant == "main" and main_tree else {}
-    cfg = ClusterConfig(nodes=1, workers=1, worker_env={WORK_MS_ENV: "1", **tree})
+    tree = main_tree if variant == "main" and main_tree else ROOT
+    env = {"PYTHONPATH": pythonpath(tree)} if tree != ROOT else {}
+    handler = named_in(tree, ClusterConfig().handler)
+    cfg = ClusterConfig(nodes=1, workers=1, handler=handler, worker_env={WORK_MS_ENV: "1", **env})
     async with Cluster(cfg) as cluster:
         assert cluster.redis is not None
         node, worker = cluster.nodes[0], cluster.workers[0]
@@ -177,11 +179,8 @@ if __name__ == "__main__":
     parser.add_argument("--main-tree", type=Path, help="the tree variant main runs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/full_redis_bench.json")
     arguments = parser.parse_args()
-    if (
-        arguments.main_tree
-        and not (arguments.main_tree / "coordinator/forum/coordinator/worker.py").exists()
-    ):
-        parser.error(f"--main-tree {arguments.main_tree}: not a Forum tree")
+    if arguments.main_tree and not (arguments.main_tree / "forum" / "__init__.py").is_file():
+        parser.error(f"--main-tree {arguments.main_tree}: not a Forum tree (no forum/__init__.py)")
     results = asyncio.run(main(arguments))
     arguments.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results["medians"]))

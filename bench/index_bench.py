@@ -30,20 +30,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
-import sys
 import time
 import tracemalloc
 from itertools import islice
 from pathlib import Path
 
-from trees import pythonpath
+from trees import run_child
 
-# In a child (below) ``node`` is the source's under test: its PYTHONPATH
-# comes first, and the working directory is not the checkout.
+# In a child (trees.run_child) ``forum`` is the source's under test.
 from forum.node.core.entries import EntryId, Properties, Tuple
 from forum.node.space.index import LiveIndex
 
@@ -147,25 +143,6 @@ def one_round(live: int, samples: int) -> dict[str, float]:
     return out
 
 
-def run_child(source: Path, args: argparse.Namespace) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": pythonpath(source)}
-    cmd = [
-        sys.executable,
-        __file__,
-        "--one-round",
-        "--live",
-        str(args.live),
-        "--samples",
-        str(args.samples),
-    ]
-    # Run from the bench directory, so the checkout's node is not found first.
-    done = subprocess.run(
-        cmd, env=env, cwd=Path(__file__).parent, capture_output=True, text=True, check=True
-    )
-    result: dict[str, float] = json.loads(done.stdout)
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--live", type=int, default=1_000_000)
@@ -173,16 +150,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--against", type=Path, help="version A's tree (none: B only)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one_round:
-        print(json.dumps(one_round(args.live, args.samples)))
-        return
     sources = {"B": ROOT} if args.against is None else {"A": args.against.resolve(), "B": ROOT}
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
     for _ in range(args.rounds):
         for name, source in sources.items():
-            rounds[name].append(run_child(source, args))
+            child = [args.live, args.samples]
+            rounds[name].append(run_child(Path(__file__), "one_round", source, child))
     medians = {
         n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in rounds.items()
     }

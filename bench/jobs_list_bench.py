@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -28,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from http_bench import forum_node, redis_server
+from report import write_report
 
 from forum.tasks import App, Context
 
@@ -80,13 +79,8 @@ def main() -> None:
     for way, median in medians.items():
         print(f"{way:>10} {median:>8.3f} {median * 1000 / args.jobs:>8.3f}")
     print(f"A/B: {medians['A per key'] / medians['B batched']:.1f}x")
-    report = {
-        "jobs": args.jobs, "rounds": args.rounds, "seconds": seconds, "median": medians,
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
-    }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"written to {args.out}")
+    report = {"jobs": args.jobs, "rounds": args.rounds, "seconds": seconds, "median": medians}
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":

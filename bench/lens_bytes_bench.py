@@ -33,9 +33,7 @@ to ``bench/results/lens_bytes_bench.json``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
 import platform
 import shutil
 import socket
@@ -51,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "lens_bytes_bench.json"
 sys.path.insert(0, str(ROOT / "bench"))
 
-from trees import export, pythonpath  # noqa: E402
+from trees import export, run_child  # noqa: E402
 
 BATCH = 1000
 WARM = 1000
@@ -140,14 +138,6 @@ async def child_hash_buckets(url: str, jobs: int) -> dict[str, Any]:
     return {"bytes_per_job": (after - before) / jobs, "keys_per_job": keys / (jobs + WARM)}
 
 
-def child_main(what: str, url: str, jobs: int) -> None:
-    if what == "hash_buckets":
-        found = asyncio.run(child_hash_buckets(url, jobs))
-    else:
-        found = asyncio.run(child_lens(url, jobs, SETTINGS[what]))
-    print(json.dumps(found))
-
-
 # -- the parent ---------------------------------------------------------------------
 
 
@@ -186,15 +176,13 @@ def flushall(url: str) -> None:
         s.recv(16)
 
 
-def run_child(source: Path, what: str, url: str, jobs: int) -> dict[str, Any]:
-    """This file's ``--child`` ``what`` with ``source`` first on the path
-    (the working directory is not a checkout), on a flushed Redis."""
+def run_variant(source: Path, what: str, url: str, jobs: int) -> dict[str, Any]:
+    """This file's child for variant ``what``, on ``source``
+    (:func:`trees.run_child`), on a flushed Redis."""
     flushall(url)
-    command = [sys.executable, str(Path(__file__)), "--child", what, url, str(jobs)]
-    env = {**os.environ, "PYTHONPATH": pythonpath(source)}
-    out = subprocess.run(command, env=env, cwd=tempfile.gettempdir(), check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
-    return dict(json.loads(out))
+    if what == "hash_buckets":
+        return run_child(Path(__file__), "child_hash_buckets", source, [url, jobs])
+    return run_child(Path(__file__), "child_lens", source, [url, jobs, SETTINGS[what]])
 
 
 def sizing(report: dict[str, Any], jobs_per_day: float = 1e6) -> dict[str, float]:
@@ -239,7 +227,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                 order = VARIANTS if round_ % 2 == 0 else tuple(reversed(VARIANTS))
                 for name in order:
                     source = sources["baseline" if name == "baseline" else "this"]
-                    found = run_child(source, name, url, args.jobs)
+                    found = run_variant(source, name, url, args.jobs)
                     # The child's coordinator was the source's: said, not where it was.
                     imported = found.pop("coordinator", None)
                     if imported is not None and not imported.startswith(str(source)):
@@ -278,9 +266,6 @@ def print_table(report: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child"]:
-        child_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-        sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)

@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import gc
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -42,12 +41,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-# Run as a child (below), ``node`` is the source's under test: its PYTHONPATH
-# comes first, and the checkout is not the working directory.
+# Run as a child (trees.run_child), ``forum`` is the source's under test.
 from node_bench import latency_at_scale  # noqa: E402
-from trees import export, pythonpath  # noqa: E402
+from trees import export, pythonpath, run_child, tree_of_forum  # noqa: E402
 
-from forum import node  # noqa: E402
 from forum.deploy.processes import NodeService  # noqa: E402
 from forum.node.client.remote import ForumClient  # noqa: E402
 from forum.node.core.space import Pattern  # noqa: E402
@@ -140,7 +137,7 @@ async def child_where(tuples: int) -> dict[str, Any]:
             after = tracemalloc.take_snapshot()
             tracemalloc.stop()
     stats = after.compare_to(before, "lineno")
-    root = str(Path(node.__file__).parents[1]) + "/"
+    root = f"{tree_of_forum()}/"
     lines = [
         {
             "line": f"{s.traceback[0].filename.removeprefix(root)}:{s.traceback[0].lineno}",
@@ -149,39 +146,19 @@ async def child_where(tuples: int) -> dict[str, Any]:
         }
         for s in stats[:8]
     ]
-    return {"total_per_tuple": sum(s.size_diff for s in stats) / tuples, "top": lines}
+    total = sum(s.size_diff for s in stats) / tuples
+    return {"node": forum_file(), "total_per_tuple": total, "top": lines}
 
 
 async def child_latency(live: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         samples = max(10, min(2000, live // 400))
-        return await latency_at_scale(Path(tmp), live, samples)
+        return {"node": forum_file(), **await latency_at_scale(Path(tmp), live, samples)}
 
 
-def run_child(source: Path, what: str, n: int) -> dict[str, Any]:
-    """Run this script's ``--child`` ``what`` on ``source``; its JSON answer."""
-    env = {**os.environ, "PYTHONPATH": pythonpath(source)}
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(Path(__file__)), what, str(n)],
-        env=env,
-        cwd=tempfile.gettempdir(),  # not a checkout: ``node`` comes from PYTHONPATH
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
-
-
-#: The child imports this file by path (so ``node`` is the source's, not ours).
-_CHILD = """
-import asyncio, importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("memory_bench", sys.argv[1])
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
-child = getattr(bench, "child_" + sys.argv[2])
-print(json.dumps({"node": bench.node.__file__, **asyncio.run(child(int(sys.argv[3])))}))
-"""
+def forum_file() -> str:
+    """The file this process's :class:`Forum` comes from (the source's)."""
+    return str(sys.modules[Forum.__module__].__file__)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -202,9 +179,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for name, source in sources.items():
             entry: dict[str, Any] = {"source": str(source)}
             entry["rss"] = await measure_rss(source, Path(tmp) / name, args.tuples)
-            entry["where"] = run_child(source, "where", args.tuples)
+            entry["where"] = run_child(Path(__file__), "child_where", source, [args.tuples])
             if args.live:
-                entry["latency"] = run_child(source, "latency", args.live)
+                entry["latency"] = run_child(Path(__file__), "child_latency", source, [args.live])
             report[name] = entry
     return report
 

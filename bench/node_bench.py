@@ -77,14 +77,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trees import pythonpath
+from trees import import_from_tree, pythonpath
 
-from forum.node.core.entries import EntryId, Tuple
-from forum.node.core.space import Pattern
-from forum.node.space.forum import Forum
-from forum.node.space.index import LiveIndex
-from forum.node.storage.segment import frame
-from forum.node.storage.strand import Strand, StrandConfig
+# A round on another tree (--against) imports that tree's Forum.
+import_from_tree()
+
+from forum.node.core.entries import EntryId, Tuple  # noqa: E402
+from forum.node.core.space import Pattern  # noqa: E402
+from forum.node.space.forum import Forum  # noqa: E402
+from forum.node.space.index import LiveIndex  # noqa: E402
+from forum.node.storage.segment import frame  # noqa: E402
+from forum.node.storage.strand import Strand, StrandConfig  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

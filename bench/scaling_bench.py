@@ -61,7 +61,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trees import pythonpath
+from trees import named_in, pythonpath
 
 from forum.deploy.cluster import Cluster, ClusterConfig
 from forum.deploy.demo import WORK_MS_ENV
@@ -151,12 +151,14 @@ async def settled(cluster: Cluster) -> tuple[int, int]:
 async def run_once(
     nodes: int, variant: str, jobs: int, work_ms: float, main_tree: Path | None, idle: float
 ) -> Run:
-    tree = {"PYTHONPATH": pythonpath(main_tree)} if variant == "main" and main_tree else {}
+    tree = main_tree if variant == "main" and main_tree else ROOT
+    env = {"PYTHONPATH": pythonpath(tree)} if tree != ROOT else {}
     cfg = ClusterConfig(
         nodes=nodes,
         workers=1,
-        node_env={**VARIANTS[variant], **tree},
-        worker_env={WORK_MS_ENV: str(work_ms), **tree},
+        handler=named_in(tree, ClusterConfig().handler),
+        node_env={**VARIANTS[variant], **env},
+        worker_env={WORK_MS_ENV: str(work_ms), **env},
     )
     history = History()
     names = [f"{i:06d}" for i in range(jobs)]

@@ -25,16 +25,13 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from trees import pythonpath
+from trees import run_child
 
-# In a child (below) ``node`` is the source's under test: its PYTHONPATH
-# comes first, and the working directory is not the checkout.
+# In a child (trees.run_child) ``forum`` is the source's under test.
 from forum.node.storage.strand import Strand, StrandConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,8 +40,8 @@ SEGMENT = 8 * 1024 * 1024
 PAYLOAD = b"." * 100
 
 
-async def appends(directory: Path, seconds: float) -> float:
-    cfg = StrandConfig(storage=directory, segment_bytes=SEGMENT).with_node_name("bench")
+async def appends(directory: str, seconds: float) -> float:
+    cfg = StrandConfig(storage=Path(directory), segment_bytes=SEGMENT).with_node_name("bench")
     strand = await Strand.open(cfg)
     done = 0
     stop = time.perf_counter() + seconds
@@ -64,16 +61,16 @@ async def appends(directory: Path, seconds: float) -> float:
     return done / elapsed
 
 
-async def make_log(directory: Path, entries: int) -> None:
-    cfg = StrandConfig(storage=directory, segment_bytes=SEGMENT, fsync="never")
+async def make_log(directory: str, entries: int) -> None:
+    cfg = StrandConfig(storage=Path(directory), segment_bytes=SEGMENT, fsync="never")
     strand = await Strand.open(cfg.with_node_name("bench"))
     for _ in range(0, entries, 1000):
         await strand.append_writes([PAYLOAD] * 1000)
     await strand.close()
 
 
-async def replay(directory: Path) -> float:
-    cfg = StrandConfig(storage=directory, segment_bytes=SEGMENT).with_node_name("bench")
+async def replay(directory: str) -> float:
+    cfg = StrandConfig(storage=Path(directory), segment_bytes=SEGMENT).with_node_name("bench")
     started = time.perf_counter()
     strand = await Strand.open(cfg)
     elapsed = time.perf_counter() - started
@@ -81,24 +78,11 @@ async def replay(directory: Path) -> float:
     return elapsed
 
 
-def child(args: argparse.Namespace) -> None:
-    if args.child == "appends":
-        result = asyncio.run(appends(args.dir, args.seconds))
-    elif args.child == "make":
-        result = asyncio.run(make_log(args.dir, args.entries)) or 0.0
-    else:
-        result = asyncio.run(replay(args.dir))
-    print(json.dumps(result))
-
-
 def run(source: Path | None, what: str, directory: Path, args: argparse.Namespace) -> float:
-    env = {**os.environ, "PYTHONPATH": pythonpath(source or ROOT)}
-    cmd = [sys.executable, __file__, "--child", what, "--dir", str(directory)]
-    cmd += ["--seconds", str(args.seconds), "--entries", str(args.entries)]
-    done = subprocess.run(
-        cmd, env=env, cwd=Path(__file__).parent, capture_output=True, text=True, check=True
-    )
-    return float(json.loads(done.stdout.splitlines()[-1]))
+    """``what`` (appends or replay) on ``directory``, in a child on ``source``."""
+    child = [args.seconds] if what == "appends" else []
+    seconds: float = run_child(Path(__file__), what, source or ROOT, [str(directory), *child])
+    return seconds
 
 
 def main() -> None:
@@ -107,19 +91,14 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=300_000)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--child", choices=("appends", "make", "replay"), help=argparse.SUPPRESS)
-    parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child(args)
-        return
     sources: dict[str, Path | None] = {"B": None}
     if args.against:
         sources = {"A": args.against, "B": None}
     rounds: dict[str, dict[str, list[float]]] = {s: {"appends": [], "replay": []} for s in sources}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         log = Path(tmp) / "log"
-        run(None, "make", log, args)
+        run_child(Path(__file__), "make_log", ROOT, [str(log), args.entries])  # by B
         for _ in range(args.rounds):
             for name, source in sources.items():
                 target = Path(tmp) / f"appends-{name}"

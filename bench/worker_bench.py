@@ -50,11 +50,14 @@ from typing import Any
 
 from noop_jobs import concurrently, forum_jobs
 from redis.asyncio import Redis
+from trees import import_from_tree, pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Whose Lens this process runs: this checkout's, or (in the child that
-#: ``--baseline`` starts) another's.
-sys.path.insert(0, os.environ.get(BASELINE_ROOT := "WORKER_BENCH_LENS_ROOT", str(ROOT)))
+#: ``--baseline`` starts) another's, of either layout.
+_LENS_ROOT = Path(os.environ.get(BASELINE_ROOT := "WORKER_BENCH_LENS_ROOT", str(ROOT)))
+sys.path[:0] = pythonpath(_LENS_ROOT).split(os.pathsep)
+import_from_tree()
 
 from forum.coordinator import Lens  # noqa: E402
 from forum.node.space.forum import Forum  # noqa: E402

@@ -4,7 +4,9 @@ the task layer, with their ratios to each other and to a peer's figure,
 and a profile of each run),
 bench/http_bench.py, bench/node_bench.py --scheduling and bench/digest_bench.py
 each leave a complete report, and peers_bench kills a run that overruns its
-timeout, says so, and goes on."""
+timeout, says so, and goes on. A benchmark's child on another tree
+(bench/trees.py) imports that tree's modules, of either layout, and none of
+this checkout's."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import trees  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -274,3 +279,74 @@ def test_digest_bench_leaves_a_complete_report(tmp_path: Path) -> None:
         ("digest", 100),
         ("main", 100),
     }
+
+
+def files(root: Path, contents: dict[str, str]) -> Path:
+    for name, text in contents.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+#: A child's script: where the Forum, the Lens and the Worker it imported come from.
+WHERE = """
+import sys
+from forum.coordinator import Lens
+from forum.coordinator.worker import Worker
+from forum.node.space.forum import Forum
+
+def where():
+    return [sys.modules[kind.__module__].__file__ for kind in (Forum, Lens, Worker)]
+"""
+
+
+def test_a_child_on_a_tree_of_the_older_layout_imports_its_modules(tmp_path: Path) -> None:
+    """Each part a top-level package (node, coordinator, ...): the child's
+    forum.node.space.forum is the tree's node.forum, forum.coordinator its
+    coordinator, not this checkout's (which an editable install offers)."""
+    tree = files(tmp_path / "tree", {
+        "forum/__init__.py": "",
+        "node/__init__.py": "",
+        "node/forum.py": "class Forum: ...",
+        "coordinator/__init__.py": "class Lens: ...",
+        "coordinator/worker.py": "class Worker: ...",
+    })  # fmt: skip
+    script = files(tmp_path, {"where.py": WHERE}) / "where.py"
+    assert trees.run_child(script, "where", tree, []) == [
+        str(tree / "node/forum.py"),
+        str(tree / "coordinator/__init__.py"),
+        str(tree / "coordinator/worker.py"),
+    ]
+    assert [trees.older_name(name) for name in (
+        "forum.node.space.forum", "forum.node.core.space", "forum.node.http.app",
+        "forum.node.client.remote", "forum.node.config.node", "forum.node.space",
+        "forum.deploy.demo", "forum.cli",
+    )] == [
+        "node.forum", "node.space", "node.web_app",
+        "node.client", "node.config", "",
+        "deploy.demo", None,
+    ]  # fmt: skip
+    assert trees.named_in(tree, "forum.deploy.demo:open_handler") == "deploy.demo:open_handler"
+
+
+def test_a_child_on_a_tree_imports_nothing_of_this_checkout(tmp_path: Path) -> None:
+    """The parts as folders (node/forum/node/...): the child's modules are
+    the tree's, and one the tree lacks is an ImportError, not this checkout's."""
+    extend = "from pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n"
+    tree = files(tmp_path / "tree", {
+        "forum/__init__.py": extend,
+        "node/forum/node/__init__.py": "",
+        "node/forum/node/space/__init__.py": "",
+        "node/forum/node/space/forum.py": "class Forum: ...",
+        "coordinator/forum/coordinator/__init__.py": "class Lens: ...",
+    })  # fmt: skip
+    script = files(tmp_path, {"where.py": WHERE}) / "where.py"
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        trees.run_child(script, "where", tree, [])
+    assert "No module named 'forum.coordinator.worker'" in failed.value.stderr
+    files(tree, {"coordinator/forum/coordinator/worker.py": "class Worker: ..."})
+    assert trees.run_child(script, "where", tree, []) == [
+        str(tree / "node/forum/node/space/forum.py"),
+        str(tree / "coordinator/forum/coordinator/__init__.py"),
+        str(tree / "coordinator/forum/coordinator/worker.py"),
+    ]
