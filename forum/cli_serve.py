@@ -1,10 +1,11 @@
 """``forum serve``: one node, with replication plugged in.
 
 This is the composition root of a node: :func:`node_extensions` is where the
-``replication`` and ``dashboard`` packages are wired into the ``node``
-package's app (``node`` itself knows nothing of either). Neither imports Redis or the worker
-runtime, so a node runs without them installed; the dashboard loads the task layer
-only when given ``--lens-url`` (its Jobs and Workers panels).
+``forum.replication`` and ``forum.dashboard`` packages are wired into the
+``forum.node`` package's app (``forum.node`` itself knows nothing of either).
+Neither imports Redis or the worker runtime, so a node runs without them
+installed; the dashboard loads the task layer only when given ``--lens-url``
+(its Jobs and Workers panels).
 """
 
 from __future__ import annotations

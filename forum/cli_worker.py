@@ -2,7 +2,7 @@
 
 Two kinds of worker, one of them per process:
 
-* ``--app module:name`` names a task app (:class:`tasks.App`): the worker
+* ``--app module:name`` names a task app (:class:`forum.App`): the worker
   runs all of its tasks, and its periodic tasks' slots (docs/tasks.md). The
   prefix, the dead prefix and each task's retries come from the app; the
   node and Redis too, unless ``--node`` / ``--redis-url`` (or
@@ -76,7 +76,7 @@ from forum.node.core.space import Pattern
 from forum.tasks import App
 from forum.tasks.errors import TaskError
 
-# The name its log lines had when this was coordinator/cli.py: log filters keep working.
+# Its log lines' name, which log filters select them by.
 log = logging.getLogger("coordinator.cli")
 
 #: How often the progress line is redrawn on a terminal, and printed to a log.
@@ -138,7 +138,7 @@ def node_from_app(parser: argparse.ArgumentParser) -> None:
 
 
 def app_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    """``--app MODULE:NAME`` and ``--app-dir``: a task app (:class:`tasks.App`)."""
+    """``--app MODULE:NAME`` and ``--app-dir``: a task app (:class:`forum.App`)."""
     parser.add_argument(
         "--app",
         metavar="MODULE:NAME",

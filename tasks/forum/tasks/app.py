@@ -14,7 +14,7 @@
         print(await job.result(timeout=60))
 
 A worker runs all of an app's tasks: ``forum worker --app myapp:app``, or
-``await app.run_worker()``, or a :class:`coordinator.Worker` of your own from
+``await app.run_worker()``, or a :class:`forum.coordinator.Worker` of your own from
 :meth:`App.worker`. What a job's bytes are: :mod:`forum.tasks.message`; how a job
 is run: :mod:`forum.tasks.runner`; how its status is found: :mod:`forum.tasks.status`.
 
@@ -419,7 +419,7 @@ class App:
         lease: float = DEFAULT_LEASE,
         **worker_options: Any,
     ) -> Worker:
-        """A :class:`coordinator.Worker` that runs this app's tasks from
+        """A :class:`forum.coordinator.Worker` that runs this app's tasks from
         ``space`` (a ``WorkSpace``: ``ForumClient``, ``Forum``) under claims
         from ``lens``, sync ones in a pool of ``concurrency`` threads (shut
         down with the worker), and this app's periodic tasks beside them.
