@@ -139,65 +139,35 @@ __all__ = [
 # found as portions of this package on the path instead.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
-#: Each public name's home module, imported on first use.
+#: Each public name's home: the module that defines it, imported on first use.
 _LAZY = {
-    "forum.coordinator": frozenset(
-        {
-            "AlreadyClaimed",
-            "AlreadyDone",
-            "Backoff",
-            "ClaimLost",
-            "Job",
-            "Lens",
-            "LensError",
-            "LensStateLost",
-            "LensUnavailable",
-            "Worker",
-        }
-    ),
+    "forum.coordinator.errors": frozenset({
+        "AlreadyClaimed", "AlreadyDone", "ClaimLost", "LensError", "LensStateLost",
+        "LensUnavailable",
+    }),
+    "forum.coordinator.job": frozenset({"Job"}),
+    "forum.coordinator.lens": frozenset({"Lens"}),
+    "forum.coordinator.worker": frozenset({"Worker"}),
     "forum.node.client.remote": frozenset({"ForumClient"}),
-    "forum.node.core.errors": frozenset(
-        {
-            "ClientError",
-            "DataDirLocked",
-            "ForumError",
-            "LimitExceeded",
-            "NodeRejected",
-            "NodeTimeout",
-            "NodeUnavailable",
-            "PayloadTooLarge",
-            "RecordTooLarge",
-            "SerializationError",
-            "StrandCorrupt",
-            "StrandError",
-            "Throttled",
-            "Unauthorized",
-        }
-    ),
+    "forum.node.core.backoff": frozenset({"Backoff"}),
+    "forum.node.core.errors": frozenset({
+        "ClientError", "DataDirLocked", "ForumError", "LimitExceeded", "NodeRejected",
+        "NodeTimeout", "NodeUnavailable", "PayloadTooLarge", "RecordTooLarge",
+        "SerializationError", "StrandCorrupt", "StrandError", "Throttled", "Unauthorized",
+    }),
     "forum.node.core.space": frozenset({"Pattern"}),
     "forum.node.space.forum": frozenset({"Forum"}),
     "forum.node.storage.strand": frozenset({"Strand", "StrandConfig"}),
-    "forum.replication": frozenset({"ReplicationError"}),
-    "forum.tasks": frozenset(
-        {
-            "App",
-            "Context",
-            "InvalidJob",
-            "JobCancelled",
-            "JobExpired",
-            "JobFailed",
-            "JobHandle",
-            "JobNotFound",
-            "JobState",
-            "JobStatus",
-            "JsonSerializer",
-            "MsgpackSerializer",
-            "ResultTimeout",
-            "TaskError",
-            "UnknownTask",
-        }
-    ),
-}
+    "forum.replication.errors": frozenset({"ReplicationError"}),
+    "forum.tasks.app": frozenset({"App"}),
+    "forum.tasks.context": frozenset({"Context"}),
+    "forum.tasks.errors": frozenset({
+        "InvalidJob", "JobCancelled", "JobExpired", "JobFailed", "JobNotFound", "ResultTimeout",
+        "TaskError", "UnknownTask",
+    }),
+    "forum.tasks.handle": frozenset({"JobHandle", "JobState", "JobStatus"}),
+    "forum.tasks.serializer": frozenset({"JsonSerializer", "MsgpackSerializer"}),
+}  # fmt: skip
 
 
 def __getattr__(name: str) -> object:

@@ -16,8 +16,9 @@ argparse picks the subcommand; only then is that subcommand's module imported
 and its options added (:class:`Commands`). So ``forum serve`` never imports
 Redis or the worker runtime, and ``forum --help`` imports none of them.
 
-Exit codes are in :mod:`forum.cli_args`. Every error a user can cause is one
-line on stderr, never a traceback.
+Exit codes are in :mod:`forum.cli_args`; the options ``worker`` and ``jobs``
+share (``--app`` and where a command points) in :mod:`forum.cli_app`. Every
+error a user can cause is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from forum.cli_app import Where, app_option, load_app, node_from_app, redis_options
 from forum.cli_args import (
     COUNT,
     EXIT_NO_MATCH,
@@ -35,7 +36,6 @@ from forum.cli_args import (
     UsageError,
     node_options,
 )
-from forum.cli_worker import Where, app_option, load_app, node_from_app, redis_options
 from forum.coordinator.errors import LensError
 from forum.coordinator.records import HistoryEvent
 from forum.tasks import App, InvalidJob, JobNotFound, JobState, JobStatus, TaskError

@@ -1,10 +1,11 @@
 """``forum serve``: one node, with replication plugged in.
 
 This is the composition root of a node: :func:`node_extensions` is where the
-``replication`` and ``dashboard`` packages are wired into the ``node``
-package's app (``node`` itself knows nothing of either). Neither imports Redis or the worker
-runtime, so a node runs without them installed; the dashboard loads the task layer
-only when given ``--lens-url`` (its Jobs and Workers panels).
+``forum.replication`` and ``forum.dashboard`` packages are wired into the
+``forum.node`` package's app (``forum.node`` itself knows nothing of either).
+Neither imports Redis or the worker runtime, so a node runs without them
+installed; the dashboard loads the task layer only when given ``--lens-url``
+(its Jobs and Workers panels).
 """
 
 from __future__ import annotations
@@ -72,23 +73,94 @@ async def run_serve(args: argparse.Namespace) -> int:
         return EXIT_NODE
 
 
-def _add_watch_options(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add(
-        "--watch-buffer",
-        metavar="N",
-        help="latest events kept for watchers that resume (default 10000)",
-    )
-    add(
-        "--watch-queue",
-        metavar="N",
-        help="events a watcher may fall behind before it is cut off (default 10000)",
-    )
-    add(
-        "--watch-heartbeat",
-        metavar="SECONDS",
-        help="seconds between keep-alive comments on an idle watch (default 5)",
-    )
+#: The options of ``forum serve``, in ``--help``'s order: the flag, its metavar
+#: (a tuple: the values it may take; ``None``: a switch) and its help. A flag
+#: of ``REPEATED_FLAGS`` may be given more than once.
+OPTIONS: tuple[tuple[str, str | tuple[str, ...] | None, str], ...] = (
+    ("--config", "FILE",
+     "a TOML file of options (or $FORUM_CONFIG)"),
+    ("--listen", "HOST:PORT",
+     f"where to listen (default {DEFAULT_LISTEN})"),
+    ("--data-dir", "PATH",
+     "where the Strand lives (default ./forum-data)"),
+    ("--node-id", "NAME",
+     "the node's name (default: the host name)"),
+    ("--peer", "URL",
+     "a seed peer's URL (repeatable)"),
+    ("--advertise", "URL",
+     "the URL peers should use to reach this node"),
+    ("--fsync", ("always", "interval", "never"),
+     "when appends reach the disk (default always: no acknowledged write lost)"),
+    ("--fsync-interval", "SECONDS",
+     "with --fsync interval, seconds between fsyncs (default 0.05)"),
+    ("--segment-bytes", "BYTES",
+     "size of a Strand segment file (default 64MiB)"),
+    ("--token", "SECRET",
+     "clients must send 'Authorization: Bearer SECRET'"),
+    ("--read-token", "SECRET",
+     "a second token that may only read (GET: the dashboard, status); needs --token"),
+    ("--cluster-secret", "SECRET",
+     "peers must present this secret"),
+    ("--allow-origin", "ORIGIN",
+     "an origin (scheme://host[:port]) besides the node's own whose pages may call it from a "
+     "browser, e.g. a proxy's https://forum.example.com (repeatable)"),
+    ("--allow-host", "NAME",
+     "a host name besides its own (loopback, listen, advertise, peers) that a node without a "
+     "token answers to (repeatable)"),
+    ("--lens-url", "URL",
+     "the Lens's Redis (redis://HOST:PORT/DB) the dashboard shows jobs and workers from; the "
+     "node itself does not use it (default: none)"),
+    ("--max-payload", "BYTES",
+     "largest tuple (default 1MiB)"),
+    ("--max-batch", "N",
+     "most tuples in one batch (default 10000)"),
+    ("--max-batch-bytes", "BYTES",
+     "largest batch body (default 64MiB)"),
+    ("--body-budget", "BYTES",
+     "most bytes of request bodies held at once; past it requests wait, then get 503 (default "
+     "256MiB)"),
+    ("--body-budget-wait", "SECONDS",
+     "how long a request over --body-budget waits for room (default 5)"),
+    ("--max-wait", "SECONDS",
+     "longest long-poll wait (default 60)"),
+    ("--max-waiters", "N",
+     "most requests waiting at once (default 10000)"),
+    ("--remote-delay", "SECONDS",
+     "a peer's tuple waits this times the node's turn for it before it can be taken here "
+     "(default 0.01)"),
+    ("--remote-hold", "SECONDS",
+     "a peer's tuple no taker here wanted at its turn is held back this long, taken only when "
+     "nothing live matches (default 2)"),
+    ("--shutdown-timeout", "SECONDS",
+     "how long in-flight requests get on shutdown (default 10)"),
+    ("--idle-timeout", "SECONDS",
+     "close a connection that sends no whole request head this long (default 30)"),
+    ("--body-timeout", "SECONDS",
+     "longest a request body may take (default 60)"),
+    ("--forget-after", "SECONDS",
+     "a member unheard this long stops holding compaction back (default 86400)"),
+    ("--compact-interval", "SECONDS",
+     "seconds between looks of the background compactor; 0 turns it off (default 10)"),
+    ("--compact-dead-ratio", "SHARE",
+     "dead share of the Strand's entries that starts a compaction (default 0.5)"),
+    ("--max-connections", "N",
+     "most client connections at once (default: the open-file limit less 64)"),
+    ("--watch-buffer", "N",
+     "latest events kept for watchers that resume (default 10000)"),
+    ("--watch-queue", "N",
+     "events a watcher may fall behind before it is cut off (default 10000)"),
+    ("--watch-heartbeat", "SECONDS",
+     "seconds between keep-alive comments on an idle watch (default 5)"),
+    ("--limits", "PREFIX=N,...",
+     "the most live tuples each prefix may hold here; writes past it get 429 (default: none)"),
+    ("--repair", None,
+     "open a damaged data directory anyway (the damaged files are set aside) and fetch what it "
+     "lost from the peers before serving; see docs/operations.md"),
+    ("--log-format", ("text", "json"),
+     "log lines as text or JSON"),
+    ("--log-level", "LEVEL",
+     "DEBUG, INFO (default), WARNING, ERROR"),
+)  # fmt: skip
 
 
 def add_serve(parser: argparse.ArgumentParser) -> None:
@@ -104,124 +176,13 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
         "--node-id a\n  FORUM_TOKEN=s3cret forum serve --fsync interval"
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    add = parser.add_argument
-    add("--config", metavar="FILE", help="a TOML file of options (or $FORUM_CONFIG)")
-    add("--listen", metavar="HOST:PORT", help=f"where to listen (default {DEFAULT_LISTEN})")
-    add("--data-dir", metavar="PATH", help="where the Strand lives (default ./forum-data)")
-    add("--node-id", metavar="NAME", help="the node's name (default: the host name)")
-    add("--peer", metavar="URL", action="append", help="a seed peer's URL (repeatable)")
-    add("--advertise", metavar="URL", help="the URL peers should use to reach this node")
-    add(
-        "--fsync",
-        choices=("always", "interval", "never"),
-        help="when appends reach the disk (default always: no acknowledged write lost)",
-    )
-    add(
-        "--fsync-interval",
-        metavar="SECONDS",
-        help="with --fsync interval, seconds between fsyncs (default 0.05)",
-    )
-    add("--segment-bytes", metavar="BYTES", help="size of a Strand segment file (default 64MiB)")
-    add("--token", metavar="SECRET", help="clients must send 'Authorization: Bearer SECRET'")
-    add(
-        "--read-token",
-        metavar="SECRET",
-        help="a second token that may only read (GET: the dashboard, status); needs --token",
-    )
-    add("--cluster-secret", metavar="SECRET", help="peers must present this secret")
-    add(
-        "--allow-origin",
-        metavar="ORIGIN",
-        action="append",
-        help="an origin (scheme://host[:port]) besides the node's own whose pages may call it "
-        "from a browser, e.g. a proxy's https://forum.example.com (repeatable)",
-    )
-    add(
-        "--allow-host",
-        metavar="NAME",
-        action="append",
-        help="a host name besides its own (loopback, listen, advertise, peers) that a node "
-        "without a token answers to (repeatable)",
-    )
-    add(
-        "--lens-url",
-        metavar="URL",
-        help="the Lens's Redis (redis://HOST:PORT/DB) the dashboard shows jobs and workers "
-        "from; the node itself does not use it (default: none)",
-    )
-    add("--max-payload", metavar="BYTES", help="largest tuple (default 1MiB)")
-    add("--max-batch", metavar="N", help="most tuples in one batch (default 10000)")
-    add("--max-batch-bytes", metavar="BYTES", help="largest batch body (default 64MiB)")
-    add(
-        "--body-budget",
-        metavar="BYTES",
-        help="most bytes of request bodies held at once; past it requests wait, "
-        "then get 503 (default 256MiB)",
-    )
-    add(
-        "--body-budget-wait",
-        metavar="SECONDS",
-        help="how long a request over --body-budget waits for room (default 5)",
-    )
-    add("--max-wait", metavar="SECONDS", help="longest long-poll wait (default 60)")
-    add("--max-waiters", metavar="N", help="most requests waiting at once (default 10000)")
-    add(
-        "--remote-delay",
-        metavar="SECONDS",
-        help="a peer's tuple waits this times the node's turn for it before it can be "
-        "taken here (default 0.01)",
-    )
-    add(
-        "--remote-hold",
-        metavar="SECONDS",
-        help="a peer's tuple no taker here wanted at its turn is held back this long, "
-        "taken only when nothing live matches (default 2)",
-    )
-    add(
-        "--shutdown-timeout",
-        metavar="SECONDS",
-        help="how long in-flight requests get on shutdown (default 10)",
-    )
-    add(
-        "--idle-timeout",
-        metavar="SECONDS",
-        help="close a connection that sends no whole request head this long (default 30)",
-    )
-    add("--body-timeout", metavar="SECONDS", help="longest a request body may take (default 60)")
-    add(
-        "--forget-after",
-        metavar="SECONDS",
-        help="a member unheard this long stops holding compaction back (default 86400)",
-    )
-    add(
-        "--compact-interval",
-        metavar="SECONDS",
-        help="seconds between looks of the background compactor; 0 turns it off (default 10)",
-    )
-    add(
-        "--compact-dead-ratio",
-        metavar="SHARE",
-        help="dead share of the Strand's entries that starts a compaction (default 0.5)",
-    )
-    add(
-        "--max-connections",
-        metavar="N",
-        help="most client connections at once (default: the open-file limit less 64)",
-    )
-    _add_watch_options(parser)
-    add(
-        "--limits",
-        metavar="PREFIX=N,...",
-        help="the most live tuples each prefix may hold here; writes past it get 429 "
-        "(default: none)",
-    )
-    add(
-        "--repair",
-        action="store_true",
-        default=False,
-        help="open a damaged data directory anyway (the damaged files are set aside) and "
-        "fetch what it lost from the peers before serving; see docs/operations.md",
-    )
-    add("--log-format", choices=("text", "json"), help="log lines as text or JSON")
-    add("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING, ERROR")
+    for flag, metavar, text in OPTIONS:
+        if isinstance(metavar, tuple):
+            parser.add_argument(flag, choices=metavar, help=text)
+        elif flag in REPEATED_FLAGS.values():
+            parser.add_argument(flag, metavar=metavar, action="append", help=text)
+        elif metavar is None:
+            parser.add_argument(flag, action="store_true", default=False, help=text)
+        else:
+            parser.add_argument(flag, metavar=metavar, help=text)
     parser.set_defaults(func=run_serve)

@@ -2,7 +2,7 @@
 
 Two kinds of worker, one of them per process:
 
-* ``--app module:name`` names a task app (:class:`tasks.App`): the worker
+* ``--app module:name`` names a task app (:class:`forum.App`): the worker
   runs all of its tasks, and its periodic tasks' slots (docs/tasks.md). The
   prefix, the dead prefix and each task's retries come from the app; the
   node and Redis too, unless ``--node`` / ``--redis-url`` (or
@@ -17,6 +17,9 @@ Two kinds of worker, one of them per process:
         async with Store.connect() as store:
             yield lambda job: store.put(job.key, job.token, job.payload)
 
+The ``--app``, ``--node`` and ``--redis-url`` options, which ``forum jobs``
+has too, and loading the user's ``module:name`` are :mod:`forum.cli_app`'s.
+
 At start the worker prints, loudly, every way its Redis falls short of what
 the guarantees rest on (``Lens.durability``: AOF off, an eviction policy).
 An app's worker also refuses to start without Redis (one line, exit 2): a
@@ -29,36 +32,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
 import inspect
 import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from forum.cli_app import Where, app_option, load_app, node_from_app, redis_options, resolve
 from forum.cli_args import (
     COUNT,
     COUNT_OR_ZERO,
-    DEFAULT_NODE,
     EXIT_OK,
     NONEMPTY,
     PORT,
     SECONDS,
     SECONDS_OR_ZERO,
     UsageError,
-    checked,
 )
 from forum.cli_dead import dead_letter_options
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from forum.coordinator.errors import LensError, LensUnavailable
 from forum.coordinator.job import Backoff, Handler, KeyFunction
-from forum.coordinator.keys import DEFAULT_NAMESPACE, HISTORY_TTL
+from forum.coordinator.keys import HISTORY_TTL
 from forum.coordinator.lens import Lens
 from forum.coordinator.metrics import serve_metrics, worker_registry
-from forum.coordinator.redis_url import DEFAULT_REDIS_URL, RedisTarget, masked
+from forum.coordinator.redis_url import masked
 from forum.coordinator.worker import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DRAIN_TIMEOUT,
@@ -68,7 +69,7 @@ from forum.coordinator.worker import (
     Worker,
     WorkerStats,
 )
-from forum.node.client.remote import ForumClient, node_url
+from forum.node.client.remote import ForumClient
 from forum.node.config.node import FORGET_AFTER
 from forum.node.core.cancellation import wait_event
 from forum.node.core.errors import ClientError, Unauthorized
@@ -76,82 +77,15 @@ from forum.node.core.space import Pattern
 from forum.tasks import App
 from forum.tasks.errors import TaskError
 
-# The name its log lines had when this was coordinator/cli.py: log filters keep working.
+# Its log lines' name, which log filters select them by.
 log = logging.getLogger("coordinator.cli")
 
 #: How often the progress line is redrawn on a terminal, and printed to a log.
 _PROGRESS_TTY, _PROGRESS_LOG = 1.0, 10.0
-
-
-def _directory(text: str) -> str:
-    if not os.path.isdir(text):
-        raise ValueError(f"{text!r} is not a directory")
-    return text
-
-
-def _redis_url(text: str) -> str:
-    RedisTarget.from_url(text)  # one server or a cluster (forum.coordinator.redis_url)
-    return text
-
-
-DIRECTORY = checked(_directory, "directory")
-REDIS_URL = checked(_redis_url, "URL")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 # -- the options -------------------------------------------------------------------
-
-
-def redis_options(parser: argparse.ArgumentParser) -> None:
-    """``--redis-url`` (alias ``--redis``) and ``--namespace``: the Lens's
-    Redis, for ``forum worker`` and ``forum jobs``. Both default to ``None``:
-    :func:`redis_url` and :func:`namespace` resolve them (an app's own when
-    neither the flag nor ``$FORUM_REDIS_URL`` is given)."""
-    add = parser.add_argument
-    add(
-        "--redis-url",
-        "--redis",
-        dest="redis_url",
-        metavar="URL",
-        type=REDIS_URL,
-        help="the Lens's Redis: redis://host:port/db, a Sentinel-managed primary as "
-        "redis+sentinel://host:port[,...]/name, or a Redis Cluster as "
-        "redis+cluster://host:port[,...]/ (default $FORUM_REDIS_URL, else --app's, else "
-        f"{DEFAULT_REDIS_URL})",
-    )
-    add(
-        "--namespace",
-        metavar="NS",
-        type=NONEMPTY,
-        help=f"prefix of the Lens's Redis keys (default --app's, else {DEFAULT_NAMESPACE})",
-    )
-
-
-def node_from_app(parser: argparse.ArgumentParser) -> None:
-    """``--node`` (of :func:`forum.cli_args.node_options`, added already)
-    defaults to ``None``: :class:`Where` resolves it, the app's own when
-    neither the flag nor ``$FORUM_NODE`` is given."""
-    parser.set_defaults(node=None)
-    for action in parser._actions:
-        if action.dest == "node":
-            action.help = f"the node's URL (default $FORUM_NODE, else --app's, else {DEFAULT_NODE})"
-
-
-def app_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    """``--app MODULE:NAME`` and ``--app-dir``: a task app (:class:`tasks.App`)."""
-    parser.add_argument(
-        "--app",
-        metavar="MODULE:NAME",
-        required=required,
-        help="a task app (forum.App): its prefix, serializer, node and Redis",
-    )
-    parser.add_argument(
-        "--app-dir",
-        metavar="DIR",
-        type=DIRECTORY,
-        default=".",
-        help="where --app, --handler and --key modules are imported from (default .)",
-    )
 
 
 def add_worker(parser: argparse.ArgumentParser) -> None:
@@ -411,44 +345,8 @@ def _load_user_code(args: argparse.Namespace) -> UserCode:
     sys.path.insert(0, os.path.abspath(args.app_dir))
     if args.app is not None:
         return UserCode(app=load_app(args.app))
-    handler = _resolve("--handler", args.handler)
-    return UserCode(handler=handler, key=_resolve("--key", args.key) if args.key else None)
-
-
-def load_app(spec: str, *, need_tasks: bool = True) -> App:
-    """The task app ``module:name`` names; a worker's (``need_tasks``) has at
-    least one task, and each is callable."""
-    app = _resolve("--app", spec)
-    if not isinstance(app, App):
-        raise UsageError(f"--app {spec}: a {type(app).__name__}, not a task app (forum.App)")
-    if need_tasks and not app.tasks:
-        raise UsageError(f"--app {spec}: the app has no tasks: nothing for a worker to run")
-    for name, task in app.tasks.items():
-        if not callable(getattr(task, "function", None)):
-            raise UsageError(f"--app {spec}: task {name!r} is not callable")
-    return app
-
-
-@dataclass(frozen=True, slots=True)
-class Where:
-    """The node, Redis and key namespace a command uses: each flag, else its
-    environment variable, else the app's (with ``--app``), else the default."""
-
-    node: str
-    redis_url: str
-    namespace: str
-    token: str | None
-
-    @classmethod
-    def of(cls, args: argparse.Namespace, app: App | None) -> Where:
-        node = args.node or _from_env("FORUM_NODE", node_url)
-        redis = args.redis_url or _from_env("FORUM_REDIS_URL", _redis_url)
-        return cls(
-            node=node or (app.nodes[0] if app is not None else DEFAULT_NODE),
-            redis_url=redis or (app.redis if app is not None else DEFAULT_REDIS_URL),
-            namespace=args.namespace or (app.namespace if app is not None else DEFAULT_NAMESPACE),
-            token=args.token or (app.token if app is not None else None),
-        )
+    handler = resolve("--handler", args.handler)
+    return UserCode(handler=handler, key=resolve("--key", args.key) if args.key else None)
 
 
 def _forget_after(args: argparse.Namespace) -> float:
@@ -463,16 +361,6 @@ def _forget_after(args: argparse.Namespace) -> float:
         return float(SECONDS(text))
     except argparse.ArgumentTypeError as exc:
         raise UsageError(f"$FORUM_FORGET_AFTER: {exc}") from None
-
-
-def _from_env(name: str, check: Callable[[str], str]) -> str | None:
-    value = os.environ.get(name)
-    if not value:
-        return None
-    try:
-        return check(value)
-    except ValueError as exc:
-        raise UsageError(f"${name}: {exc}") from None
 
 
 async def _make_worker(
@@ -581,35 +469,6 @@ async def _serve_metrics(
     if port == 0:
         bound = ", ".join(f"{a[0]}:{a[1]}" for a in runner.addresses)
         print(f"forum worker: metrics on {bound}", file=sys.stderr, flush=True)
-
-
-def _resolve(flag: str, spec: str) -> Any:
-    """The object ``module:name`` names; a :class:`UsageError` that tells a
-    missing module from a module that fails to import."""
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise UsageError(f"{flag} {spec!r} is not module:name")
-    try:
-        found: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if module_name == missing or module_name.startswith(missing + "."):
-            raise UsageError(
-                f"{flag} {spec}: module {module_name!r} not found "
-                "(looked in --app-dir and the installed packages)"
-            ) from None
-        raise UsageError(f"{flag} {spec}: the module failed to import: {exc}") from None
-    except Exception as exc:
-        # The user's module raised while importing: say what, not where.
-        raise UsageError(
-            f"{flag} {spec}: the module failed to import: {type(exc).__name__}: {exc}"
-        ) from None
-    for part in attribute.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            raise UsageError(f"{flag} {spec}: {module_name!r} has no {attribute!r}") from None
-    return found
 
 
 def _is_async(function: Any) -> bool:

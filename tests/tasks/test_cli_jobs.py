@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from forum.cli_app import Where
 from forum.cli_args import UsageError
-from forum.cli_worker import Where
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
 from forum.tasks import App, Context, JobHandle, JobState

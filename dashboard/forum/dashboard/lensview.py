@@ -1,6 +1,6 @@
-"""How the dashboard reaches the Lens: the task layer's :class:`~tasks.App`
+"""How the dashboard reaches the Lens: the task layer's :class:`~forum.tasks.App`
 (jobs, their status, retry, cancel, purge, history) and a
-:class:`~coordinator.Lens` (workers' presence, durability, the demo's last
+:class:`~forum.coordinator.Lens` (workers' presence, durability, the demo's last
 check), opened on first use against ``forum serve --lens-url``.
 
 The node itself never talks to Redis; only these pages do. The app's node
@@ -59,7 +59,7 @@ class JobPage:
 
 @dataclass(frozen=True, slots=True)
 class RawJobPage:
-    """A job with no task record: a raw :class:`coordinator.Worker`'s, known
+    """A job with no task record: a raw :class:`forum.coordinator.Worker`'s, known
     by its claim key (the tuple's entry id, or the key it was written with).
     The Lens keeps the same of any claim key, whoever claims it: the live
     claim, the done marker and the history (forum.coordinator.records)."""

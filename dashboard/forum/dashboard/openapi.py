@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The states the Jobs panel filters by (tasks.JobState's values, which this
+#: The states the Jobs panel filters by (forum.tasks.JobState's values, which this
 #: module may not import: a node-only install has no task layer; a test
 #: holds the two equal).
 JOB_STATES = ("queued", "delayed", "running", "retrying", "done", "dead", "expired", "cancelled")

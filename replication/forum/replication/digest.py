@@ -152,7 +152,7 @@ class Digests:
         """Hash what the Strand holds above each origin's floor (the entries
         the listener saw meanwhile are hashed again, to the same value). If
         the Strand cannot be read, no digest is offered (said once): the
-        rounds compare vectors only, as before."""
+        rounds compare vectors alone."""
         strand = self._strand
         floors = strand.floors()
         try:

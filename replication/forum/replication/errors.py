@@ -1,4 +1,4 @@
-"""Every error the ``replication`` package raises, under one root.
+"""Every error the ``forum.replication`` package raises, under one root.
 
 ::
 

@@ -48,7 +48,7 @@ class Order(enum.Enum):
 
 
 class HeldLog(Protocol):
-    """What a vector is read from: a :class:`node.Strand`."""
+    """What a vector is read from: a :class:`forum.node.storage.strand.Strand`."""
 
     def vector(self) -> dict[str, int]: ...
 

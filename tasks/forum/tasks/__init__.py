@@ -1,5 +1,5 @@
 """The task layer: named functions with arguments, results and status, on
-Forum's guarantees (issue 15; docs/tasks.md).
+Forum's guarantees (docs/tasks.md).
 
 One concept per module::
 
@@ -18,7 +18,7 @@ One concept per module::
     authority.py   what the task layer needs of the Lens
     errors.py      every error, under TaskError
 
-Built on ``coordinator`` (the worker, the Lens) and ``node`` (the space):
+Built on ``forum.coordinator`` (the worker, the Lens) and ``forum.node`` (the space):
 a job is a tuple, its run a claim, its result a fenced record.
 """
 

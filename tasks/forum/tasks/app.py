@@ -14,7 +14,7 @@
         print(await job.result(timeout=60))
 
 A worker runs all of an app's tasks: ``forum worker --app myapp:app``, or
-``await app.run_worker()``, or a :class:`coordinator.Worker` of your own from
+``await app.run_worker()``, or a :class:`forum.coordinator.Worker` of your own from
 :meth:`App.worker`. What a job's bytes are: :mod:`forum.tasks.message`; how a job
 is run: :mod:`forum.tasks.runner`; how its status is found: :mod:`forum.tasks.status`.
 
@@ -35,7 +35,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, tzinfo
 from typing import Any, Protocol, TypeVar, overload
 
@@ -303,22 +303,11 @@ class App:
 
     # -- enqueueing ---------------------------------------------------------------------
 
-    async def enqueue(
-        self,
-        name: str,
-        /,
-        *args: Any,
-        _key: str | None = None,
-        _delay: float | None = None,
-        _not_before: float | None = None,
-        _priority: int | None = None,
-        _ttl: float | None = None,
-        _retries: int | None = None,
-        _timeout: float | None = None,
-        **kwargs: Any,
-    ) -> JobHandle:
+    async def enqueue(self, name: str, /, *args: Any, **kwargs: Any) -> JobHandle:
         """Write a job of task ``name`` (its arguments after it) and return
-        its handle. The job key is ``_key``, or the call's default key (the
+        its handle. The keyword arguments named ``_`` and a field of
+        :class:`Enqueue` are the enqueue's options, the others the task's.
+        The job key is ``_key``, or the call's default key (the
         same call, the same job: :mod:`forum.tasks.message`); ``_delay`` /
         ``_not_before``, ``_priority`` and ``_ttl`` are the write's
         (docs/scheduling.md; ``_priority`` and ``_ttl`` default to the
@@ -330,10 +319,10 @@ class App:
         space. Bad input is an ``InvalidJob`` or ``UnknownTask`` and writes
         nothing; ``NodeUnavailable`` when no node answered.
         """
-        enqueue = Enqueue(_key, _delay, _not_before, _priority, _ttl, _retries, _timeout)
+        given = Enqueue.taken_from(kwargs)
         connections = self._connections()
         return await self._enqueue(
-            connections.nodes, connections.records, name, args=args, kwargs=kwargs, given=enqueue
+            connections.nodes, connections.records, name, args=args, kwargs=kwargs, given=given
         )
 
     def enqueue_sync(self, name: str, /, *args: Any, **kwargs: Any) -> JobHandle:
@@ -358,15 +347,10 @@ class App:
     async def _enqueue_once(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> JobHandle:
-        given = {k[1:]: kwargs.pop(k) for k in list(kwargs) if k in _ENQUEUE_OPTIONS}
+        given = Enqueue.taken_from(kwargs)
         async with self.connect() as connections:
             return await self._enqueue(
-                connections.nodes,
-                connections.records,
-                name,
-                args=args,
-                kwargs=kwargs,
-                given=Enqueue(**given),
+                connections.nodes, connections.records, name, args=args, kwargs=kwargs, given=given
             )
 
     async def _enqueue(
@@ -435,7 +419,7 @@ class App:
         lease: float = DEFAULT_LEASE,
         **worker_options: Any,
     ) -> Worker:
-        """A :class:`coordinator.Worker` that runs this app's tasks from
+        """A :class:`forum.coordinator.Worker` that runs this app's tasks from
         ``space`` (a ``WorkSpace``: ``ForumClient``, ``Forum``) under claims
         from ``lens``, sync ones in a pool of ``concurrency`` threads (shut
         down with the worker), and this app's periodic tasks beside them.
@@ -509,14 +493,10 @@ class App:
         return await admin.history(self, key)
 
 
-_ENQUEUE_OPTIONS = frozenset(
-    {"_key", "_delay", "_not_before", "_priority", "_ttl", "_retries", "_timeout"}
-)
-
-
 @dataclass(frozen=True, slots=True)
 class Enqueue:
-    """An enqueue's options (its ``_``-prefixed keyword arguments)."""
+    """An enqueue's options: each field is the keyword argument of
+    :meth:`App.enqueue` named ``_`` and the field (``_key``, ``_delay``, ...)."""
 
     key: str | None = None
     delay: float | None = None
@@ -525,6 +505,12 @@ class Enqueue:
     ttl: float | None = None
     retries: int | None = None
     timeout: float | None = None
+
+    @classmethod
+    def taken_from(cls, kwargs: dict[str, Any]) -> Enqueue:
+        """The options among an enqueue's keyword arguments, taken out of
+        ``kwargs`` (what is left is the task's)."""
+        return cls(**{k[1:]: kwargs.pop(k) for k in list(kwargs) if k in _ENQUEUE_OPTIONS})
 
     def overrides(self) -> dict[str, Any]:
         """A message's ``options``: the per-enqueue overrides given, checked."""
@@ -543,6 +529,10 @@ class Enqueue:
                 raise InvalidJob(f"_timeout must be a positive number of seconds, not {timeout!r}")
             options["timeout"] = timeout
         return options
+
+
+#: The keyword arguments of :meth:`App.enqueue` that are its options.
+_ENQUEUE_OPTIONS = frozenset(f"_{field.name}" for field in fields(Enqueue))
 
 
 async def _stop_when(stop: asyncio.Event, worker: Worker, running: asyncio.Task[None]) -> None:

@@ -1,8 +1,8 @@
 """What the task layer needs of the Lens: the worker's claims
-(:class:`coordinator.ClaimAuthority`) and the job records beside them
+(:class:`forum.coordinator.ClaimAuthority`) and the job records beside them
 (:mod:`forum.coordinator.records`).
 
-``coordinator.Lens`` (Redis) and ``forum.coordinator.memory.MemoryAuthority`` are
+``forum.coordinator.Lens`` (Redis) and ``forum.coordinator.memory.MemoryAuthority`` are
 both one; the coordinator's contract test runs the same checks on the two
 (tests/coordinator/test_authority_contract.py).
 """

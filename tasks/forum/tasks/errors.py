@@ -1,4 +1,4 @@
-"""Every error the ``tasks`` package raises, under one root.
+"""Every error the ``forum.tasks`` package raises, under one root.
 
 ::
 
@@ -15,9 +15,9 @@
     └── ResultTimeout               no outcome within ``result(timeout=)``
                                     (also a TimeoutError)
 
-The errors of the layers below come through as they are: ``node``'s
+The errors of the layers below come through as they are: ``forum.node``'s
 ``NodeUnavailable`` once every node of an app refused an enqueue,
-``coordinator``'s ``LensUnavailable`` when Redis is down for a status.
+``forum.coordinator``'s ``LensUnavailable`` when Redis is down for a status.
 Every message is one line, fit for a command's error output.
 """
 

@@ -1,17 +1,17 @@
-"""The handler a :class:`coordinator.Worker` runs for an app: it decodes the
+"""The handler a :class:`forum.coordinator.Worker` runs for an app: it decodes the
 job tuple, runs the task it names, and turns the outcome into what the
 worker does next.
 
 ::
 
-    Worker(space, lens, Pattern(app.prefix), Runner(app, pool), concurrency=8)
+    Worker(space, lens, Pattern(app.prefix), Runner(app, lens, pool), concurrency=8)
 
-For each claimed job (``coordinator.Job``):
+For each claimed job (``forum.coordinator.Job``):
 
 1. decode the tuple (:mod:`forum.tasks.message`): bytes that are not a job of this
    app, or a task it does not have, give up at once (``GiveUp``: a dead
    letter saying why; no retry can mend them);
-2. run the task with a :class:`tasks.Context`: a coroutine function on the
+2. run the task with a :class:`forum.tasks.Context`: a coroutine function on the
    loop under ``asyncio.timeout(timeout)``, a plain one in the thread pool
    (a thread cannot be cancelled: its attempt fails at the timeout, and the
    thread runs on; :mod:`forum.tasks.task`);
@@ -179,7 +179,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 class TaskWorker(Worker):
-    """The :class:`coordinator.Worker` of an app (:meth:`tasks.App.worker`):
+    """The :class:`forum.coordinator.Worker` of an app (:meth:`forum.tasks.App.worker`):
     the worker, and beside it the app's periodic tasks (each slot enqueued
     into the worker's own space, :mod:`forum.tasks.cron`), stopped with it; its
     thread pool is shut down once it is drained."""

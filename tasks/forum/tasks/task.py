@@ -1,7 +1,7 @@
 """A task: a named function and its policy (:class:`TaskOptions`).
 
-``@app.task(...)`` makes one (:meth:`tasks.App.task`). The function's first
-parameter is the job's :class:`tasks.Context`; the rest are the enqueue's
+``@app.task(...)`` makes one (:meth:`forum.tasks.App.task`). The function's first
+parameter is the job's :class:`forum.tasks.Context`; the rest are the enqueue's
 arguments. A coroutine function runs on the worker's event loop; a plain
 function runs in the worker's thread pool (bounded: ``concurrency`` threads).
 
@@ -11,7 +11,7 @@ Policy, per task, each overridable per enqueue where it says so:
   Attempt ``n`` failing with an error ``retry_on`` admits and ``give_up_on``
   does not is tried again after ``backoff.delay(n)`` seconds while ``n <=
   retries``; otherwise the job is dead, its traceback kept.
-* ``backoff``: a :class:`coordinator.Backoff` (per enqueue: the base and cap
+* ``backoff``: a :class:`forum.coordinator.Backoff` (per enqueue: the base and cap
   in the body's options, from the CLI or another producer).
 * ``timeout`` (per enqueue: ``_timeout``), seconds: a coroutine still running
   then is cancelled, and the attempt fails with ``TimeoutError``. A thread
@@ -122,9 +122,9 @@ class Task:
         return f"<Task {self.name!r} ({kind})>"
 
     async def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
-        """:meth:`tasks.App.enqueue` of this task."""
+        """:meth:`forum.tasks.App.enqueue` of this task."""
         return await self.app.enqueue(self.name, *args, **kwargs)
 
     def enqueue_sync(self, *args: Any, **kwargs: Any) -> JobHandle:
-        """:meth:`tasks.App.enqueue_sync` of this task."""
+        """:meth:`forum.tasks.App.enqueue_sync` of this task."""
         return self.app.enqueue_sync(self.name, *args, **kwargs)

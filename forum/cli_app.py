@@ -1,0 +1,165 @@
+"""The task app a command names, and where the command points: the options
+``forum worker`` and ``forum jobs`` share.
+
+``--app MODULE:NAME`` (imported from ``--app-dir``: :func:`load_app`, or any
+``module:name`` with :func:`resolve`), and ``--node``, ``--token``,
+``--redis-url`` and ``--namespace``, each resolved by :class:`Where`: the
+flag, else its environment variable, else the app's, else the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from forum.cli_args import DEFAULT_NODE, NONEMPTY, UsageError, checked
+from forum.coordinator.keys import DEFAULT_NAMESPACE
+from forum.coordinator.redis_url import DEFAULT_REDIS_URL, RedisTarget
+from forum.node.client.remote import node_url
+from forum.tasks import App
+
+
+def _directory(text: str) -> str:
+    if not os.path.isdir(text):
+        raise ValueError(f"{text!r} is not a directory")
+    return text
+
+
+def _redis_url(text: str) -> str:
+    RedisTarget.from_url(text)  # one server or a cluster (forum.coordinator.redis_url)
+    return text
+
+
+DIRECTORY = checked(_directory, "directory")
+REDIS_URL = checked(_redis_url, "URL")
+
+
+def redis_options(parser: argparse.ArgumentParser) -> None:
+    """``--redis-url`` (alias ``--redis``) and ``--namespace``: the Lens's
+    Redis, for ``forum worker`` and ``forum jobs``. Both default to ``None``:
+    :class:`Where` resolves them (an app's own when neither the flag nor
+    ``$FORUM_REDIS_URL`` is given)."""
+    add = parser.add_argument
+    add(
+        "--redis-url",
+        "--redis",
+        dest="redis_url",
+        metavar="URL",
+        type=REDIS_URL,
+        help="the Lens's Redis: redis://host:port/db, a Sentinel-managed primary as "
+        "redis+sentinel://host:port[,...]/name, or a Redis Cluster as "
+        "redis+cluster://host:port[,...]/ (default $FORUM_REDIS_URL, else --app's, else "
+        f"{DEFAULT_REDIS_URL})",
+    )
+    add(
+        "--namespace",
+        metavar="NS",
+        type=NONEMPTY,
+        help=f"prefix of the Lens's Redis keys (default --app's, else {DEFAULT_NAMESPACE})",
+    )
+
+
+def node_from_app(parser: argparse.ArgumentParser) -> None:
+    """``--node`` (of :func:`forum.cli_args.node_options`, added already)
+    defaults to ``None``: :class:`Where` resolves it, the app's own when
+    neither the flag nor ``$FORUM_NODE`` is given."""
+    parser.set_defaults(node=None)
+    for action in parser._actions:
+        if action.dest == "node":
+            action.help = f"the node's URL (default $FORUM_NODE, else --app's, else {DEFAULT_NODE})"
+
+
+def app_option(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    """``--app MODULE:NAME`` and ``--app-dir``: a task app (:class:`forum.App`)."""
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:NAME",
+        required=required,
+        help="a task app (forum.App): its prefix, serializer, node and Redis",
+    )
+    parser.add_argument(
+        "--app-dir",
+        metavar="DIR",
+        type=DIRECTORY,
+        default=".",
+        help="where --app, --handler and --key modules are imported from (default .)",
+    )
+
+
+def resolve(flag: str, spec: str) -> Any:
+    """The object ``module:name`` names; a :class:`UsageError` that tells a
+    missing module from a module that fails to import."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"{flag} {spec!r} is not module:name")
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise UsageError(
+                f"{flag} {spec}: module {module_name!r} not found "
+                "(looked in --app-dir and the installed packages)"
+            ) from None
+        raise UsageError(f"{flag} {spec}: the module failed to import: {exc}") from None
+    except Exception as exc:
+        # The user's module raised while importing: say what, not where.
+        raise UsageError(
+            f"{flag} {spec}: the module failed to import: {type(exc).__name__}: {exc}"
+        ) from None
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise UsageError(f"{flag} {spec}: {module_name!r} has no {attribute!r}") from None
+    return found
+
+
+def load_app(spec: str, *, need_tasks: bool = True) -> App:
+    """The task app ``module:name`` names; a worker's (``need_tasks``) has at
+    least one task, and each is callable."""
+    app = resolve("--app", spec)
+    if not isinstance(app, App):
+        raise UsageError(f"--app {spec}: a {type(app).__name__}, not a task app (forum.App)")
+    if need_tasks and not app.tasks:
+        raise UsageError(f"--app {spec}: the app has no tasks: nothing for a worker to run")
+    for name, task in app.tasks.items():
+        if not callable(getattr(task, "function", None)):
+            raise UsageError(f"--app {spec}: task {name!r} is not callable")
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """The node, Redis and key namespace a command uses: each flag, else its
+    environment variable, else the app's (with ``--app``), else the default."""
+
+    node: str
+    redis_url: str
+    namespace: str
+    token: str | None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, app: App | None) -> Where:
+        node = args.node or _from_env("FORUM_NODE", node_url)
+        redis = args.redis_url or _from_env("FORUM_REDIS_URL", _redis_url)
+        return cls(
+            node=node or (app.nodes[0] if app is not None else DEFAULT_NODE),
+            redis_url=redis or (app.redis if app is not None else DEFAULT_REDIS_URL),
+            namespace=args.namespace or (app.namespace if app is not None else DEFAULT_NAMESPACE),
+            token=args.token or (app.token if app is not None else None),
+        )
+
+
+def _from_env(name: str, check: Callable[[str], str]) -> str | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise UsageError(f"${name}: {exc}") from None
