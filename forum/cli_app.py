@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from forum.cli_args import DEFAULT_NODE, NONEMPTY, UsageError, checked
+from forum.cli_args import NONEMPTY, UsageError, checked
 from forum.coordinator.keys import DEFAULT_NAMESPACE
 from forum.coordinator.redis_url import DEFAULT_REDIS_URL, RedisTarget
 from forum.node.client.remote import node_url
+from forum.node.config.node import DEFAULT_NODE
 from forum.tasks import App
 
 

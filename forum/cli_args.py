@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
 from forum.node.client.remote import node_url
-from forum.node.config.node import DEFAULT_LISTEN
+from forum.node.config.node import DEFAULT_NODE
 
 T = TypeVar("T")
 
@@ -107,8 +107,6 @@ COUNT = checked(lambda text: _whole(text, least=1), "count")
 COUNT_OR_ZERO = checked(lambda text: _whole(text, least=0), "count")
 PORT = checked(_port, "port")
 NONEMPTY = checked(_nonempty, "text")
-
-DEFAULT_NODE = f"http://{DEFAULT_LISTEN}"
 
 
 def node_options(parser: argparse.ArgumentParser) -> None:

@@ -46,7 +46,7 @@ from forum.coordinator.keys import DEFAULT_NAMESPACE
 from forum.coordinator.redis_url import DEFAULT_REDIS_URL
 from forum.coordinator.worker import DEFAULT_CONCURRENCY, DEFAULT_LEASE
 from forum.node.client.remote import ForumClient
-from forum.node.config.node import DEFAULT_LISTEN
+from forum.node.config.node import DEFAULT_NODE
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import Pattern
 from forum.node.core.write_options import write_properties
@@ -68,7 +68,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: The defaults of an app, which ``forum worker`` and ``forum jobs`` share.
-DEFAULT_NODE = f"http://{DEFAULT_LISTEN}"
 DEFAULT_PREFIX = b"task/"
 DEFAULT_RESULT_TTL = 86400.0
 DEFAULT_DEDUP_WINDOW = 3600.0

@@ -58,6 +58,8 @@ from forum.node.storage.strand import MIN_SEGMENT_BYTES, FsyncPolicy, payload_li
 LogFormat = Literal["text", "json"]
 
 DEFAULT_LISTEN = "127.0.0.1:7070"
+#: The node a client, a worker and an app talk to when told none: this machine's, on defaults.
+DEFAULT_NODE = f"http://{DEFAULT_LISTEN}"
 #: Seconds a member may go unheard before it is forgotten (one day; see
 #: ``NodeConfig.forget_after`` and docs/operations.md, "Forgetting a member").
 FORGET_AFTER = 86_400.0
