@@ -9,7 +9,7 @@ declared       checked by                      described by
 bodies         :mod:`forum.node.http.bodies` decodes  ``components/schemas`` (msgspec's
 (msgspec       JSON and msgpack into them      JSON Schema of the same Structs)
 Structs)
-parameters     :class:`forum.node.http.bodies.Query`  ``parameters`` of each operation
+parameters     :class:`forum.node.http.query.Query`   ``parameters`` of each operation
 limits         the handlers, per node          the numbers in both, per node
 operations     routing, ``Accept``, bodies     ``paths``
 =============  ==============================  ==================================

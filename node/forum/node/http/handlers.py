@@ -57,19 +57,7 @@ from forum.node.api.model import (
     Tuples,
 )
 from forum.node.api.status import NodeStatus
-from forum.node.http.bodies import (
-    ApiProblem,
-    Query,
-    negotiate,
-    parse_batch_write,
-    parse_extend,
-    parse_ids,
-    parse_write,
-    reserved_body,
-    respond,
-    respond_tuple,
-    tuple_body,
-)
+from forum.node.http.bodies import ApiProblem, negotiate, parse_extend, parse_ids
 from forum.node.http.keys import (
     COMPACTOR,
     CONFIG,
@@ -83,6 +71,9 @@ from forum.node.http.keys import (
     STARTED,
     STREAMS,
 )
+from forum.node.http.query import Query
+from forum.node.http.responses import reserved_body, respond, respond_tuple, tuple_body
+from forum.node.http.writes import parse_batch_write, parse_write
 
 
 def _version() -> str:

@@ -53,8 +53,8 @@ from forum.node.api.status import NodeStatus
 from forum.node.config.node import NodeConfig
 from forum.node.core.codec import MAX_KEY_BYTES
 from forum.node.http.auth import CLUSTER_PREFIX, bearer_secret
-from forum.node.http.bodies import Query
 from forum.node.http.keys import CONFIG, DESCRIBED, LIMITS, OPEN_ROUTES, SELF_AUTHENTICATED
+from forum.node.http.query import Query
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 #: What any route may answer besides its own: a bad query, or a body where

@@ -4,7 +4,8 @@ Two front ends reach them: the HTTP handlers (:mod:`forum.node.http.handlers`,
 one request each) and the stream (:mod:`forum.node.http.stream`, many requests in
 flight on one WebSocket). Each front end reads its own spelling of the
 arguments (a query string and a body; a msgpack map) and holds the values
-to the same checks (``check_*`` in :mod:`forum.node.http.bodies`) before it calls
+to the same checks (``check_*`` in :mod:`forum.node.http.bodies`,
+:mod:`forum.node.http.query` and :mod:`forum.node.http.writes`) before it calls
 an operation here, so a refused request changes nothing, whichever way it
 came. What an operation answers is the document of :mod:`forum.node.api.model`
 (the front end encodes it), and a failure is the same :class:`ApiProblem`
@@ -35,8 +36,10 @@ from forum.node.api.model import (
 from forum.node.core.entries import EntryId, Reserved, Tuple
 from forum.node.core.errors import ForumError, LimitExceeded, RecordTooLarge, StrandError
 from forum.node.core.space import ListPage, Pattern
-from forum.node.http.bodies import PLAIN_WRITE, ApiProblem, WriteRequest, bad_request, prefix_body
+from forum.node.http.bodies import ApiProblem, bad_request
 from forum.node.http.longpoll import LongPolls
+from forum.node.http.responses import prefix_body
+from forum.node.http.writes import PLAIN_WRITE, WriteRequest
 from forum.node.space.forum import Forum, prefix_text
 
 log = logging.getLogger(__name__)
