@@ -23,7 +23,7 @@ import msgpack
 import msgspec
 import pytest
 
-from forum.node.api.model import MAX_IN_FLIGHT, STREAM_OPS
+from forum.node.api.operations import MAX_IN_FLIGHT, STREAM_OPS
 from forum.node.client.remote import ForumClient, Transport
 from forum.node.client.stream import StreamConnection
 from forum.node.core.errors import NodeUnavailable, Unauthorized

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from forum.node.api.model import WRITE_OPTIONS, BatchWriteBody, WriteBody, WriteOptionFields
+from forum.node.api.model import BatchWriteBody, WriteBody, WriteOptionFields
+from forum.node.api.parameters import WRITE_OPTIONS
 from forum.node.client.remote import ForumClient
 from forum.node.client.sync import SyncForumClient
 from forum.node.core.write_options import WRITE_OPTION_NAMES

@@ -2,7 +2,7 @@
 
 Each answer is decoded by msgspec straight into the Struct the node declares
 for it in :mod:`forum.node.api.model` (an operation's ``answer.model``, as
-:data:`~forum.node.api.model.STREAM_OPS` names them), so both ends read one
+:data:`~forum.node.api.operations.STREAM_OPS` names them), so both ends read one
 declaration of each document, its types and bounds too. An answer that does
 not fit its Struct is a :class:`~forum.node.core.errors.SerializationError`
 naming the node; an error answer is the :class:`NodeRejected` its status
@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET
 
-from forum.node.api.model import STREAM_OPS, Problem, ReservedBody, TupleBody
+from forum.node.api.model import Problem, ReservedBody, TupleBody
+from forum.node.api.operations import STREAM_OPS
 from forum.node.core.entries import PLAIN, EntryId, Properties, Reserved, Tuple
 from forum.node.core.errors import (
     NodeRejected,

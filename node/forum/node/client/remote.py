@@ -12,7 +12,7 @@ operations go over one stream (``GET /v1/stream``, a WebSocket of msgpack
 frames, :mod:`forum.node.client.stream`) with many in flight at once; with
 ``transport="http"`` (or against a node older than the stream) each is an
 HTTP request of its own, on a pool of kept-alive connections. Either way an
-operation is the same request to the node (:data:`forum.node.api.model.STREAM_OPS`
+operation is the same request to the node (:data:`forum.node.api.operations.STREAM_OPS`
 names its route) with the same answer document, read here once. Status,
 compaction and readiness are HTTP requests. Failures are ``ClientError``s
 naming the node:
@@ -40,7 +40,6 @@ import msgspec
 
 from forum.node.api.model import (
     MSGPACK,
-    STREAM_OPS,
     Acked,
     AckedMany,
     AckedReserved,
@@ -59,9 +58,9 @@ from forum.node.api.model import (
     TupleBody,
     Tuples,
     Written,
-    bytes_query,
-    prefix_query,
 )
+from forum.node.api.operations import STREAM_OPS
+from forum.node.api.parameters import bytes_query, prefix_query
 from forum.node.api.status import NodeStatus
 from forum.node.client.answers import (
     document,

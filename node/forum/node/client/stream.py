@@ -31,13 +31,13 @@ import aiohttp
 import msgpack
 import msgspec
 
-from forum.node.api.model import CANCEL, MAX_IN_FLIGHT
+from forum.node.api.operations import CANCEL, MAX_IN_FLIGHT
 from forum.node.client.answers import read
 from forum.node.core.eager import Suspended, start
 from forum.node.core.errors import NodeRejected, NodeTimeout, NodeUnavailable, Unauthorized
 
 #: An answer, its body left encoded: the client decodes it as the document
-#: the node declares for the op (:data:`forum.node.api.model.STREAM_OPS`).
+#: the node declares for the op (:data:`forum.node.api.operations.STREAM_OPS`).
 _ANSWER = msgspec.msgpack.Decoder(tuple[int, int, msgspec.Raw])
 _ENCODE = msgspec.msgpack.Encoder().encode
 

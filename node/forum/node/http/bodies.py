@@ -62,9 +62,9 @@ from forum.node.api.model import (
     ExtendBody,
     Ids,
     Limits,
-    Operation,
     Payload,
 )
+from forum.node.api.operations import Operation
 from forum.node.core.entries import EntryId
 
 BodyKind = Literal["raw", "json", "msgpack"]

@@ -1,6 +1,7 @@
 """The OpenAPI 3.1 description of the node's API, served at ``/v1/openapi.json``.
 
-Made from the declarations the node serves by (:mod:`forum.node.api.model`): the
+Made from the declarations the node serves by (:mod:`forum.node.api.model`,
+:mod:`~forum.node.api.parameters`, :mod:`~forum.node.api.operations`): the
 paths from its operations, the schemas from its msgspec Structs (and the
 ``NodeStatus`` dataclass), the parameters from its parameter table, the
 numbers from the serving node's :class:`~forum.node.api.model.Limits`, and the
@@ -13,7 +14,7 @@ Tests check that every route the app serves is described and nothing more,
 and fuzz a real node against it (``tests/service/test_schemathesis.py``).
 
 Query numbers are described as the strings they are on the wire, with the
-grammar of :data:`forum.node.api.model.GRAMMAR` as their pattern.
+grammar of :data:`forum.node.api.parameters.GRAMMAR` as their pattern.
 """
 
 from __future__ import annotations
@@ -29,26 +30,20 @@ from forum.node.api.model import (
     DELIVERIES_HEADER,
     ENTRY_ID_HEADER,
     EVENT_STREAM,
-    GRAMMAR,
     JSON,
     MSGPACK,
-    OPERATIONS,
     RAW,
-    SPEC,
     TEXT,
-    WATCH,
-    WRITE,
-    WRITE_BATCH,
     BatchWriteBody,
     ExtendBody,
     Ids,
     Limits,
-    Operation,
-    Parameter,
     Payload,
     Problem,
     WriteBody,
 )
+from forum.node.api.operations import OPERATIONS, SPEC, WATCH, WRITE, WRITE_BATCH, Operation
+from forum.node.api.parameters import GRAMMAR, Parameter
 from forum.node.api.status import NodeStatus
 from forum.node.config.node import NodeConfig
 from forum.node.core.codec import MAX_KEY_BYTES

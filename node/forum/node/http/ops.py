@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from forum.node.api.model import (
-    MAX_GROUPS,
     Acked,
     AckedMany,
     Count,
@@ -33,6 +32,7 @@ from forum.node.api.model import (
     Resumed,
     Written,
 )
+from forum.node.api.parameters import MAX_GROUPS
 from forum.node.core.entries import EntryId, Reserved, Tuple
 from forum.node.core.errors import ForumError, LimitExceeded, RecordTooLarge, StrandError
 from forum.node.core.space import ListPage, Pattern
@@ -56,12 +56,12 @@ class Space:
     async def write(self, payload: bytes, asked: WriteRequest = PLAIN_WRITE) -> Written:
         if asked is PLAIN_WRITE:  # the hot path: no option given
             return Written(str(await self.forum.write(payload)))
-        return Written(str(await self.forum.write(payload, **asked.arguments())))
+        return Written(str(await self.forum.write(payload, **asked.options)))
 
     async def write_many(self, payloads: Sequence[bytes], asked: WriteRequest = PLAIN_WRITE) -> Ids:
         if not payloads:
             return Ids([])
-        ids = await self.forum.write_many(payloads, **asked.arguments())
+        ids = await self.forum.write_many(payloads, **asked.options)
         return Ids([str(i) for i in ids])
 
     async def read(self, pattern: Pattern, wait: float) -> Tuple | None:

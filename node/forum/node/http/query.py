@@ -1,6 +1,6 @@
 """The query string of a request, held to what its operation takes.
 
-:class:`Query` reads the parameters :mod:`forum.node.api.model` declares in
+:class:`Query` reads the parameters :mod:`forum.node.api.parameters` declares in
 their grammar (``GRAMMAR``: ASCII digits, no exponents, no ``inf``) and
 refuses any other (a typo must not widen a take); the ``check_*`` functions
 hold a value to its parameter's bounds, for the query string and the stream
@@ -17,7 +17,9 @@ from urllib.parse import parse_qsl
 from aiohttp import web
 from multidict import MultiMapping
 
-from forum.node.api.model import GRAMMAR, TAKE_PREFIX, Limits, Operation, Parameter
+from forum.node.api.model import Limits
+from forum.node.api.operations import Operation
+from forum.node.api.parameters import GRAMMAR, TAKE_PREFIX, Parameter
 from forum.node.core.entries import EntryId
 from forum.node.core.space import Pattern
 from forum.node.http.bodies import ApiProblem, bad_request

@@ -66,12 +66,8 @@ import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractStreamWriter
 
-from forum.node.api.model import (
-    CANCEL,
-    MAX_IN_FLIGHT,
-    STREAM,
-    Problem,
-)
+from forum.node.api.model import Problem
+from forum.node.api.operations import CANCEL, MAX_IN_FLIGHT, STREAM
 from forum.node.api.status import StreamFigures
 from forum.node.core.eager import Suspended, start
 from forum.node.core.errors import ForumError

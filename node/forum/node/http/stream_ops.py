@@ -3,7 +3,7 @@
 A request frame ``[id, op, args]`` (:mod:`forum.node.http.stream`, docs/wire.md)
 names an op of :data:`OPS`; its args are a msgpack map decoded into the op's
 :class:`Args` Struct, then held to the checks of the op's HTTP route
-(:data:`forum.node.api.model.STREAM_OPS`: the same ``check_*`` of
+(:data:`forum.node.api.operations.STREAM_OPS`: the same ``check_*`` of
 :mod:`forum.node.http.bodies`, :mod:`forum.node.http.query` and
 :mod:`forum.node.http.writes`) and run on :class:`forum.node.http.ops.Space`,
 so an op answers what its route answers: its status and document.
@@ -18,20 +18,15 @@ from typing import Any
 import msgspec
 
 from forum.node.api.model import (
-    BATCH_LIMIT,
-    CURSOR,
     DEFAULT_LIMIT,
-    ENTRY_ID,
-    LEASE,
     MSGPACK,
-    PAGE_LIMIT,
-    WAIT,
     AckedReserved,
     Limits,
     Page,
     ReservedTuples,
     Tuples,
 )
+from forum.node.api.parameters import BATCH_LIMIT, CURSOR, ENTRY_ID, LEASE, PAGE_LIMIT, WAIT
 from forum.node.core.space import Pattern
 from forum.node.core.write_options import WRITE_OPTION_NAMES
 from forum.node.http.bodies import check_extend_lease, check_ids, check_payload, check_payloads

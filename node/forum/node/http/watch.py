@@ -40,7 +40,8 @@ import msgspec
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
-from forum.node.api.model import EVENT_STREAM, WATCH
+from forum.node.api.model import EVENT_STREAM
+from forum.node.api.operations import WATCH
 from forum.node.core.entries import PLAIN, Properties, Take, Write
 from forum.node.http.bodies import ApiProblem, bad_request
 from forum.node.http.keys import LIMITS, WATCH_HUB

@@ -1,6 +1,6 @@
 """A write's request, read from each way in: its payloads and its options.
 
-The options come from the query string (:data:`~forum.node.api.model.WRITE_OPTIONS`,
+The options come from the query string (:data:`~forum.node.api.parameters.WRITE_OPTIONS`,
 for a raw body), a JSON or msgpack body's fields
 (:class:`~forum.node.api.model.WriteOptionFields`) or a stream frame's args
 (:class:`~forum.node.http.stream_ops.WriteOptionArgs`), each by the names of
@@ -16,19 +16,14 @@ import binascii
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from aiohttp import web
 
-from forum.node.api.model import (
-    WRITE_OPTION_FIELDS,
-    WRITE_OPTIONS,
-    BatchWriteBody,
-    Limits,
-    WriteBody,
-)
-from forum.node.core.write_options import write_properties
+from forum.node.api.model import WRITE_OPTION_FIELDS, BatchWriteBody, Limits, WriteBody
+from forum.node.api.parameters import WRITE_OPTIONS
+from forum.node.core.write_options import WriteOptions, write_properties
 from forum.node.http.bodies import (
     bad_request,
     body_kind,
@@ -47,16 +42,12 @@ _ENVELOPE_BYTES = 4096
 
 @dataclass(frozen=True, slots=True)
 class WriteRequest:
-    """A write's options, checked: those given, by ``Forum.write``'s keyword
-    names, and how long it may wait for room under a prefix's limit
-    (``None``: not at all, a 429 at once)."""
+    """A write's options, checked: the keyword arguments of ``Forum.write``
+    and ``write_many`` (:class:`~forum.node.core.write_options.WriteOptions`),
+    those given and ``wait`` only when the write may wait for room under a
+    prefix's limit (else a 429 at once)."""
 
-    options: Mapping[str, Any] = field(default_factory=dict)
-    wait: float | None = None
-
-    def arguments(self) -> dict[str, Any]:
-        """The keyword arguments of ``Forum.write`` / ``write_many``."""
-        return {**self.options, "wait": self.wait}
+    options: WriteOptions = field(default_factory=WriteOptions)
 
 
 #: What a plain write asks (no option given): known by identity.
@@ -84,7 +75,9 @@ def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) ->
         raise bad_request("invalid_option", str(exc)) from None
     if options.get("key") is not None and count != 1:
         raise bad_request("invalid_option", "a key names one write: give it with one payload")
-    return WriteRequest(options, wait or None)
+    if wait:
+        options["wait"] = wait
+    return WriteRequest(cast(WriteOptions, options))
 
 
 async def parse_write(
@@ -126,7 +119,7 @@ def given_options(args: msgspec.Struct, names: tuple[str, ...], absent: Any) -> 
 
 
 def _query_options(query: Query) -> dict[str, Any]:
-    """The write options the query gives (:data:`~forum.node.api.model.WRITE_OPTIONS`),
+    """The write options the query gives (:data:`~forum.node.api.parameters.WRITE_OPTIONS`),
     by their names, numbers parsed by the grammar, the key as bytes."""
     given: dict[str, Any] = {}
     for parameter in WRITE_OPTIONS:
