@@ -53,6 +53,18 @@ PROPERTY_HEADERS = {
     "priority": "Forum-Priority",
     "key": "Forum-Key",
 }
+#: The headers an operation's answer names (``Answer.headers``), as
+#: ``/v1/openapi.json`` describes them.
+HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
+    ENTRY_ID_HEADER: {
+        "description": "The tuple's entry id (raw answers).",
+        "schema": {"type": "string"},
+    },
+    DELIVERIES_HEADER: {
+        "description": "The reservation's delivery count (raw answers).",
+        "schema": {"type": "integer", "minimum": 1},
+    },
+}
 
 #: The longest reservation, in seconds.
 MAX_LEASE = 3600.0
@@ -332,7 +344,7 @@ class PrefixBody(msgspec.Struct, frozen=True):
     held: int | None = None
     limit: int | None = None
     #: With ``separator``: the group's tuples here that are live, not due yet
-    #: and reserved (absent without it, as from a node before it).
+    #: and reserved (absent without it).
     live: int | UnsetType = UNSET
     delayed: int | UnsetType = UNSET
     reserved: int | UnsetType = UNSET

@@ -10,15 +10,17 @@ It satisfies :class:`forum.node.core.space.TupleSpace`, so a worker written agai
 in-process ``Forum`` runs unchanged against a node. The tuple-space
 operations go over one stream (``GET /v1/stream``, a WebSocket of msgpack
 frames, :mod:`forum.node.client.stream`) with many in flight at once; with
-``transport="http"`` (or against a node older than the stream) each is an
+``transport="http"`` (or against a node that has no stream) each is an
 HTTP request of its own, on a pool of kept-alive connections. Either way an
-operation is the same request to the node (:data:`forum.node.api.operations.STREAM_OPS`
-names its route) with the same answer document, read here once. Status,
-compaction and readiness are HTTP requests. Failures are ``ClientError``s
-naming the node:
+operation is the same request to the node
+(:data:`forum.node.api.operations.STREAM_OPS` names its route) with the same
+answer, decoded into the Struct the node declares for it
+(:mod:`forum.node.client.answers`). Status, compaction, pauses and readiness
+are HTTP requests. Failures are ``ClientError``s naming the node:
 ``NodeUnavailable`` (no connection), ``NodeTimeout`` (no answer in time),
-``NodeRejected`` and its ``Unauthorized`` and ``PayloadTooLarge`` (an error
-status, with the node's error code and message).
+``NodeRejected`` and its ``Unauthorized``, ``PayloadTooLarge`` and
+``Throttled`` (an error status, with the node's error code and message).
+An answer that is not its document is a ``SerializationError``.
 
 A ``take`` that fails with ``NodeUnavailable`` may have taken a tuple on the
 node whose answer was lost: a take is not safe to retry blindly (that is what
@@ -38,27 +40,7 @@ import aiohttp
 import msgpack
 import msgspec
 
-from forum.node.api.model import (
-    MSGPACK,
-    Acked,
-    AckedMany,
-    AckedReserved,
-    Compacted,
-    Count,
-    Extended,
-    Ids,
-    Page,
-    Paused,
-    Prefixes,
-    Problem,
-    Released,
-    ReservedBody,
-    ReservedTuples,
-    Resumed,
-    TupleBody,
-    Tuples,
-    Written,
-)
+from forum.node.api import model
 from forum.node.api.operations import STREAM_OPS
 from forum.node.api.parameters import bytes_query, prefix_query
 from forum.node.api.status import NodeStatus
@@ -92,8 +74,8 @@ from forum.node.core.write_options import (
 
 T = TypeVar("T")
 #: The headers of a request answered in msgpack, and of one that sends msgpack too.
-_ACCEPT = {"Accept": MSGPACK}
-_SEND = {"Accept": MSGPACK, "Content-Type": MSGPACK}
+_ACCEPT = {"Accept": model.MSGPACK}
+_SEND = {"Accept": model.MSGPACK, "Content-Type": model.MSGPACK}
 #: A long poll is answered by the node up to this much after its wait ends.
 _WAIT_SLACK = 5.0
 #: Less wait than this left is no wait: answer rather than poll again.
@@ -199,7 +181,7 @@ class ForumClient(AsyncResource):
         if options:
             unknown_options(options, "ForumClient.write")
             args |= _write_args(options)
-        written: Written = await self._document("write", args, options.get("wait") or 0.0)
+        written: model.Written = await self._document("write", args, options.get("wait") or 0.0)
         return entry_id(self.url, written.id)
 
     async def write_many(
@@ -214,7 +196,7 @@ class ForumClient(AsyncResource):
         args: dict[str, Any] = {"payloads": list(payloads)}
         if options:
             args |= _write_args(options)
-        document: Ids = await self._document("write_many", args, options.get("wait") or 0.0)
+        document: model.Ids = await self._document("write_many", args, options.get("wait") or 0.0)
         return [entry_id(self.url, i) for i in document.ids]
 
     async def read(self, pattern: Pattern) -> bytes | None:
@@ -223,7 +205,7 @@ class ForumClient(AsyncResource):
 
     async def read_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """The oldest live match, left live; waits up to ``timeout`` s for one."""
-        found: TupleBody | None = await self._single("read", pattern, timeout)
+        found: model.TupleBody | None = await self._single("read", pattern, timeout)
         return None if found is None else tuple_of(self.url, found)
 
     async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None:
@@ -232,7 +214,7 @@ class ForumClient(AsyncResource):
 
     async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """Take the oldest live match; waits up to ``timeout`` s for one."""
-        found: TupleBody | None = await self._single("take", pattern, timeout)
+        found: model.TupleBody | None = await self._single("take", pattern, timeout)
         return None if found is None else tuple_of(self.url, found)
 
     async def reserve(
@@ -241,7 +223,7 @@ class ForumClient(AsyncResource):
         """Reserve the oldest live match for ``lease`` s (see ``Forum.reserve``):
         unlike a take, a reservation whose answer is lost, or whose holder dies,
         runs out and the tuple is live again."""
-        found: ReservedBody | None = await self._single(
+        found: model.ReservedBody | None = await self._single(
             "reserve", pattern, timeout, {"lease": lease}
         )
         return None if found is None else reserved_of(self.url, found)
@@ -254,19 +236,21 @@ class ForumClient(AsyncResource):
         if limit < 1:
             raise ValueError("limit must be at least 1")
         args = {"prefix": pattern.prefix, "limit": limit, "lease": lease}
-        found: builtins.list[ReservedBody] = await self._batch("reserve_many", args, timeout)
+        found: builtins.list[model.ReservedBody] = await self._batch("reserve_many", args, timeout)
         return [reserved_of(self.url, item) for item in found]
 
     async def ack(self, entry_id: EntryId) -> bool:
         """Take a reserved tuple for good; ``False`` if it is no longer there."""
-        acked: Acked = await self._document("ack", {"id": str(entry_id)})
+        acked: model.Acked = await self._document("ack", {"id": str(entry_id)})
         return acked.acked
 
     async def ack_many(self, entry_ids: Sequence[EntryId]) -> builtins.list[bool]:
         """Ack many reserved tuples in one request; one flag per id, in order."""
         if not entry_ids:
             return []
-        document: AckedMany = await self._document("ack_many", {"ids": [str(i) for i in entry_ids]})
+        document: model.AckedMany = await self._document(
+            "ack_many", {"ids": [str(i) for i in entry_ids]}
+        )
         return flags(self.url, document.acked, len(entry_ids), "acked")
 
     async def ack_reserve(
@@ -291,7 +275,7 @@ class ForumClient(AsyncResource):
         wait = timeout or 0.0
         if wait:
             args["wait"] = wait
-        document: AckedReserved = await self._document("ack_reserve", args, wait)
+        document: model.AckedReserved = await self._document("ack_reserve", args, wait)
         acked = flags(self.url, document.acked, len(ids), "acked")
         found = [reserved_of(self.url, t) for t in document.tuples]
         left = deadline - loop.time()
@@ -310,12 +294,12 @@ class ForumClient(AsyncResource):
         if not entry_ids:
             return []
         args = {"ids": [str(i) for i in entry_ids], "lease": float(lease)}
-        document: Extended = await self._document("extend_many", args)
+        document: model.Extended = await self._document("extend_many", args)
         return flags(self.url, document.extended, len(entry_ids), "extended")
 
     async def release(self, entry_id: EntryId) -> bool:
         """Give a reserved tuple back now; ``False`` if it was not reserved."""
-        released: Released = await self._document("release", {"id": str(entry_id)})
+        released: model.Released = await self._document("release", {"id": str(entry_id)})
         return released.released
 
     async def take_many(
@@ -326,7 +310,7 @@ class ForumClient(AsyncResource):
         if limit < 1:
             raise ValueError("limit must be at least 1")
         args = {"prefix": pattern.prefix, "limit": limit}
-        found: builtins.list[TupleBody] = await self._batch("take_many", args, timeout)
+        found: builtins.list[model.TupleBody] = await self._batch("take_many", args, timeout)
         return [tuple_of(self.url, item) for item in found]
 
     async def _batch(self, op: str, args: dict[str, Any], timeout: float | None) -> Any:
@@ -339,13 +323,13 @@ class ForumClient(AsyncResource):
             wait = max(0.0, deadline - loop.time())
             if wait:
                 args["wait"] = wait
-            document: Tuples | ReservedTuples = await self._document(op, args, wait)
+            document: model.Tuples | model.ReservedTuples = await self._document(op, args, wait)
             found = document.tuples
             if found or wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
                 return found
 
     async def count(self, pattern: Pattern) -> int:
-        counted: Count = await self._document("count", {"prefix": pattern.prefix})
+        counted: model.Count = await self._document("count", {"prefix": pattern.prefix})
         if counted.count < 0:
             raise SerializationError(f"{self.url}: a count is not negative: {counted.count}")
         return counted.count
@@ -353,11 +337,11 @@ class ForumClient(AsyncResource):
     async def list(self, pattern: Pattern, cursor: int = 0, limit: int = 100) -> ListPage:
         """Live matches, oldest first, a page at a time (start with cursor 0)."""
         args = {"prefix": pattern.prefix, "cursor": cursor, "limit": limit}
-        page: Page = await self._document("list", args)
+        page: model.Page = await self._document("list", args)
         return ListPage([tuple_of(self.url, t) for t in page.tuples], page.next_cursor)
 
     async def status(self) -> NodeStatus:
-        _, body = await self._request("GET", "/v1/status", headers=_ACCEPT)
+        body = await self._request("GET", "/v1/status")
         document = self._unpack(body)
         try:
             return NodeStatus.from_document(document)
@@ -367,7 +351,7 @@ class ForumClient(AsyncResource):
     async def compact(self, timeout: float = 600.0) -> CompactionReport:
         """Have the node run one compaction pass now (``POST /v1/compact``);
         what it did, once it is done (waits up to ``timeout`` s for that)."""
-        report = await self._route(Compacted, "POST", "/v1/compact", wait=timeout)
+        report = await self._route(model.Compacted, "POST", "/v1/compact", wait=timeout)
         return CompactionReport(**msgspec.structs.asdict(report))
 
     # -- pausing a prefix (HTTP requests, as status is) ----------------------------
@@ -375,12 +359,12 @@ class ForumClient(AsyncResource):
     async def pause(self, prefix: bytes) -> EntryId:
         """Pause the takes and reserves of ``prefix`` on every node (writes go
         on); the pause marker's id."""
-        paused = await self._route(Paused, "POST", _prefix_path(prefix, "pause"))
+        paused = await self._route(model.Paused, "POST", _prefix_path(prefix, "pause"))
         return entry_id(self.url, paused.id)
 
     async def resume(self, prefix: bytes) -> int:
         """End every pause of exactly ``prefix``; how many ended."""
-        resumed = await self._route(Resumed, "POST", _prefix_path(prefix, "resume"))
+        resumed = await self._route(model.Resumed, "POST", _prefix_path(prefix, "resume"))
         return resumed.resumed
 
     async def paused(self) -> builtins.list[bytes]:
@@ -390,7 +374,7 @@ class ForumClient(AsyncResource):
     async def prefixes(self) -> builtins.list[tuple[bytes, bool, tuple[int, int] | None]]:
         """Each prefix paused or limited on the node: ``(prefix, paused,
         (held, limit) or None)``, sorted."""
-        document = await self._route(Prefixes, "GET", "/v1/prefixes")
+        document = await self._route(model.Prefixes, "GET", "/v1/prefixes")
         rows: builtins.list[tuple[bytes, bool, tuple[int, int] | None]] = []
         for row in document.prefixes:
             if type(row.prefix) is not bytes:
@@ -406,7 +390,7 @@ class ForumClient(AsyncResource):
     async def ready(self) -> bool:
         """Whether the node says it is ready (``/readyz``); ``False`` if unreachable."""
         try:
-            await self._request("GET", "/readyz")
+            await self._request("GET", "/readyz", headers=None)
         except (NodeUnavailable, NodeRejected):
             return False
         return True
@@ -426,7 +410,7 @@ class ForumClient(AsyncResource):
             f"{self.url}/v1/watch",
             prefix_query(pattern),
             rejected=lambda status, code, message: rejected(
-                self.url, status, Problem(code, message)
+                self.url, status, model.Problem(code, message)
             ),
             last_event_id=last_event_id,
             connect_timeout=self._connect_timeout,
@@ -519,10 +503,10 @@ class ForumClient(AsyncResource):
 
     # -- requests --------------------------------------------------------------
 
-    async def _route(self, model: type[T], method: str, path: str, wait: float = 0.0) -> T:
-        """The answer of an HTTP route, as its Struct ``model``."""
-        _, body = await self._request(method, path, headers=_ACCEPT, wait=wait)
-        return document(self.url, model, body)
+    async def _route(self, answer: type[T], method: str, path: str, wait: float = 0.0) -> T:
+        """The answer of an HTTP route, as its Struct ``answer``."""
+        body = await self._request(method, path, wait=wait)
+        return document(self.url, answer, body)
 
     def _unpack(self, body: bytes) -> Any:
         try:
@@ -531,23 +515,14 @@ class ForumClient(AsyncResource):
             raise SerializationError(f"{self.url}: the answer is not msgpack: {exc}") from exc
 
     async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        data: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        wait: float = 0.0,
-    ) -> tuple[int, bytes]:
-        """One HTTP request: its status and body; an error status raises its
-        :class:`NodeRejected`."""
-        status, body, retry_after = await self._send(
-            method, path, params=params, data=data, headers=headers, wait=wait
-        )
+        self, method: str, path: str, headers: Mapping[str, str] | None = _ACCEPT, wait: float = 0.0
+    ) -> bytes:
+        """One HTTP request with no body: the body of its answer; an error
+        status raises its :class:`NodeRejected`."""
+        status, body, retry_after = await self._send(method, path, headers=headers, wait=wait)
         if status >= 400:
             raise rejected(self.url, status, http_problem(status, body, retry_after))
-        return status, body
+        return body
 
     async def _send(
         self,

@@ -85,7 +85,7 @@ class _Pending:
 
 
 class StreamUnsupported(Exception):
-    """The node has no stream (404: older than it); the client uses HTTP instead."""
+    """The node has no stream (it answers 404); the client uses HTTP instead."""
 
 
 class StreamConnection:

@@ -27,9 +27,8 @@ import msgspec
 from aiohttp import web
 
 from forum.node.api.model import (
-    DELIVERIES_HEADER,
-    ENTRY_ID_HEADER,
     EVENT_STREAM,
+    HEADER_SCHEMAS,
     JSON,
     MSGPACK,
     RAW,
@@ -62,16 +61,6 @@ _WITH_BODY = ("408", "413")
 _UNAVAILABLE = "503"
 #: The cluster routes (replication/forum/replication/routes.py), described when the app serves them.
 _CLUSTER = f"{CLUSTER_PREFIX}replication/"
-_HEADERS: dict[str, dict[str, Any]] = {
-    ENTRY_ID_HEADER: {
-        "description": "The tuple's entry id (raw answers).",
-        "schema": {"type": "string"},
-    },
-    DELIVERIES_HEADER: {
-        "description": "The reservation's delivery count (raw answers).",
-        "schema": {"type": "integer", "minimum": 1},
-    },
-}
 #: The operations a prefix's limit may refuse (429).
 _LIMITED = (WRITE, WRITE_BATCH)
 #: Component names where the Python name is not the API's.
@@ -204,7 +193,7 @@ def _operation(operation: Operation, limits: Limits, bearer: bool) -> dict[str, 
     answer = operation.answer
     success: dict[str, Any] = {"description": answer.description, "content": _content(operation)}
     if answer.headers:
-        success["headers"] = {name: _HEADERS[name] for name in answer.headers}
+        success["headers"] = {name: HEADER_SCHEMAS[name] for name in answer.headers}
     responses: dict[str, Any] = {str(answer.status): success}
     if operation.none:
         responses["204"] = {"description": "Nothing matched (within the wait)."}

@@ -35,9 +35,9 @@ def respond(
 ) -> web.Response:
     """``document`` in JSON or msgpack, or its values as lines of text.
 
-    JSON goes through the stdlib's encoder, as it always has (``", "`` and
-    ``": "`` separators, non-ASCII escaped): clients and people read those
-    bytes. msgspec's msgpack is byte for byte what ``msgpack.packb`` wrote.
+    JSON goes through the stdlib's encoder (``", "`` and ``": "``
+    separators, non-ASCII escaped): the bytes clients and people read.
+    msgspec's msgpack is byte for byte what ``msgpack.packb`` writes.
     """
     if media == MSGPACK:
         return web.Response(
@@ -80,7 +80,7 @@ def _bytes_fields(name: str, value: bytes, media: str) -> dict[str, Any]:
 
 def _property_fields(item: Tuple, media: str) -> dict[str, Any]:
     """The properties a client sees, each only when set: a plain tuple's
-    answer is what it was before there were properties."""
+    answer is its id and payload alone."""
     props = item.props
     fields: dict[str, Any] = {}
     if props.due:
