@@ -24,7 +24,7 @@ from forum.dashboard.views import (
 )
 from forum.node.api.model import JSON
 from forum.node.api.status import NodeStatus, PeerStatus
-from forum.node.http.bodies import prefix_body
+from forum.node.http.responses import prefix_body
 from forum.tasks import App
 
 BASE = NodeStatus(

@@ -39,7 +39,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from forum.node.api.model import OPERATIONS
+from forum.node.api.operations import OPERATIONS
 from tests.fixtures.nodes import ForumNodes, NodeProcess
 
 TOKEN = "fuzz"

@@ -23,12 +23,12 @@ import msgpack
 import msgspec
 import pytest
 
-from forum.node.api.model import MAX_IN_FLIGHT, STREAM_OPS
+from forum.node.api.operations import MAX_IN_FLIGHT, STREAM_OPS
 from forum.node.client.remote import ForumClient, Transport
 from forum.node.client.stream import StreamConnection
 from forum.node.core.errors import NodeUnavailable, Unauthorized
 from forum.node.core.space import Pattern
-from forum.node.http.stream import OPS
+from forum.node.http.stream_ops import OPS
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 
 Frame = tuple[int, int, Any]

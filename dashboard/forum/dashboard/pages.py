@@ -53,7 +53,8 @@ from forum.dashboard.views import (
     size,
     stamp,
 )
-from forum.node.api.model import JSON, MAX_GROUPS
+from forum.node.api.model import JSON
+from forum.node.api.parameters import MAX_GROUPS
 from forum.node.http.auth import TOKEN_COOKIE, Scope, scope_of
 from forum.node.http.bodies import ApiProblem, bad_request
 from forum.node.http.handlers import node_status

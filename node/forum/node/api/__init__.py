@@ -1,3 +1,4 @@
-"""The wire contract both ends share: the HTTP and stream bodies, the status
-document, media types. Imported by the server and the client alike, so it
-imports neither."""
+"""The wire contract both ends share: the HTTP and stream documents
+(``model``), the query parameters (``parameters``), the operations
+(``operations``), the status document (``status``). Imported by the server
+and the client alike, so it imports neither."""

@@ -122,8 +122,8 @@ class NodeStatus:
     fsync: str
     #: One row per peer, filled by replication (empty without it).
     peers: tuple[PeerStatus, ...] = ()
-    #: Compaction passes run, Strand bytes given back, entries dropped (0 from
-    #: a node older than compaction).
+    #: Compaction passes run, Strand bytes given back, entries dropped (0 when
+    #: a document has none).
     compactions: int = 0
     bytes_reclaimed: int = 0
     entries_dropped: int = 0
@@ -133,7 +133,7 @@ class NodeStatus:
     #: compaction may drop (the dead among it).
     horizon: dict[str, int] = field(default_factory=dict)
     #: The client streams' :class:`StreamFigures`, each as ``streams_<name>``
-    #: (0 from a node older than the stream).
+    #: (0 when a document has none).
     streams_open: int = 0
     streams_in_flight: int = 0
     streams_peak_in_flight: int = 0

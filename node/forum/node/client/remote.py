@@ -10,15 +10,17 @@ It satisfies :class:`forum.node.core.space.TupleSpace`, so a worker written agai
 in-process ``Forum`` runs unchanged against a node. The tuple-space
 operations go over one stream (``GET /v1/stream``, a WebSocket of msgpack
 frames, :mod:`forum.node.client.stream`) with many in flight at once; with
-``transport="http"`` (or against a node older than the stream) each is an
+``transport="http"`` (or against a node that has no stream) each is an
 HTTP request of its own, on a pool of kept-alive connections. Either way an
-operation is the same request to the node (:data:`forum.node.api.model.STREAM_OPS`
-names its route) with the same answer document, read here once. Status,
-compaction and readiness are HTTP requests. Failures are ``ClientError``s
-naming the node:
+operation is the same request to the node
+(:data:`forum.node.api.operations.STREAM_OPS` names its route) with the same
+answer, decoded into the Struct the node declares for it
+(:mod:`forum.node.client.answers`). Status, compaction, pauses and readiness
+are HTTP requests. Failures are ``ClientError``s naming the node:
 ``NodeUnavailable`` (no connection), ``NodeTimeout`` (no answer in time),
-``NodeRejected`` and its ``Unauthorized`` and ``PayloadTooLarge`` (an error
-status, with the node's error code and message).
+``NodeRejected`` and its ``Unauthorized``, ``PayloadTooLarge`` and
+``Throttled`` (an error status, with the node's error code and message).
+An answer that is not its document is a ``SerializationError``.
 
 A ``take`` that fails with ``NodeUnavailable`` may have taken a tuple on the
 node whose answer was lost: a take is not safe to retry blindly (that is what
@@ -30,34 +32,50 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar, Unpack
 from urllib.parse import quote_from_bytes, urlsplit
 
 import aiohttp
 import msgpack
-from multidict import CIMultiDictProxy
+import msgspec
 
-from forum.node.api.model import MSGPACK, STREAM_OPS, bytes_query, prefix_query
+from forum.node.api import model
+from forum.node.api.operations import STREAM_OPS
+from forum.node.api.parameters import bytes_query, prefix_query
 from forum.node.api.status import NodeStatus
+from forum.node.client.answers import (
+    document,
+    entry_id,
+    flags,
+    http_problem,
+    read,
+    rejected,
+    reserved_of,
+    tuple_of,
+)
 from forum.node.client.stream import StreamConnection, StreamUnsupported
 from forum.node.client.watch import WatchEvent, watch_events
-from forum.node.core.entries import PLAIN, EntryId, Properties, Reserved, Tuple
+from forum.node.core.entries import EntryId, Reserved, Tuple
 from forum.node.core.errors import (
     NodeRejected,
     NodeTimeout,
     NodeUnavailable,
-    PayloadTooLarge,
     SerializationError,
-    Throttled,
-    Unauthorized,
-    error_body,
 )
 from forum.node.core.reports import CompactionReport
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import ListPage, Pattern
+from forum.node.core.write_options import (
+    WRITE_OPTION_NAMES,
+    WriteOptions,
+    unknown_options,
+)
 
+T = TypeVar("T")
+#: The headers of a request answered in msgpack, and of one that sends msgpack too.
+_ACCEPT = {"Accept": model.MSGPACK}
+_SEND = {"Accept": model.MSGPACK, "Content-Type": model.MSGPACK}
 #: A long poll is answered by the node up to this much after its wait ends.
 _WAIT_SLACK = 5.0
 #: Less wait than this left is no wait: answer rather than poll again.
@@ -82,15 +100,6 @@ def node_url(url: str) -> str:
     if parts.query or parts.fragment:
         raise ValueError(f"{url!r} has a query or fragment; give one {example}")
     return url.rstrip("/")
-
-
-class _Response:
-    __slots__ = ("body", "headers", "status")
-
-    def __init__(self, status: int, headers: CIMultiDictProxy[str], body: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.body = body
 
 
 Transport = Literal["stream", "http"]
@@ -162,63 +171,33 @@ class ForumClient(AsyncResource):
 
     # -- the tuple-space interface ----------------------------------------------
 
-    async def write(
-        self,
-        payload: bytes,
-        *,
-        delay: float | None = None,
-        not_before: float | None = None,
-        ttl: float | None = None,
-        priority: int = 0,
-        key: bytes | str | None = None,
-        dedup_window: float | None = None,
-        wait: float | None = None,
-    ) -> EntryId:
+    async def write(self, payload: bytes, **options: Unpack[WriteOptions]) -> EntryId:
         """Write one tuple; its id once the node has made it durable. The
-        options are ``Forum.write``'s (docs/scheduling.md), judged by the node:
-        a bad one is a :class:`NodeRejected` 400 (``invalid_option``), a full
-        limited prefix a :class:`Throttled` (429) unless ``wait`` finds room."""
-        args = {"payload": payload}
-        args |= _write_options(
-            delay=delay,
-            not_before=not_before,
-            ttl=ttl,
-            priority=priority,
-            key=key,
-            dedup_window=dedup_window,
-            wait=wait,
-        )
-        document = await self._document("write", args, wait or 0.0)
-        return self._entry_id(document.get("id"))
+        options are ``Forum.write``'s (:class:`~forum.node.core.write_options.WriteOptions`,
+        docs/scheduling.md), judged by the node: a bad one is a
+        :class:`NodeRejected` 400 (``invalid_option``), a full limited prefix
+        a :class:`Throttled` (429) unless ``wait`` finds room."""
+        args: dict[str, Any] = {"payload": payload}
+        if options:
+            unknown_options(options, "ForumClient.write")
+            args |= _write_args(options)
+        written: model.Written = await self._document("write", args, options.get("wait") or 0.0)
+        return entry_id(self.url, written.id)
 
     async def write_many(
-        self,
-        payloads: Sequence[bytes],
-        *,
-        delay: float | None = None,
-        not_before: float | None = None,
-        ttl: float | None = None,
-        priority: int = 0,
-        key: bytes | str | None = None,
-        dedup_window: float | None = None,
-        wait: float | None = None,
+        self, payloads: Sequence[bytes], **options: Unpack[WriteOptions]
     ) -> list[EntryId]:
         """Write many tuples in one request: all become durable, or none;
         the options (:meth:`write`'s) hold for each."""
+        if options:
+            unknown_options(options, "ForumClient.write_many")
         if not payloads:
             return []
         args: dict[str, Any] = {"payloads": list(payloads)}
-        args |= _write_options(
-            delay=delay,
-            not_before=not_before,
-            ttl=ttl,
-            priority=priority,
-            key=key,
-            dedup_window=dedup_window,
-            wait=wait,
-        )
-        document = await self._document("write_many", args, wait or 0.0)
-        return [self._entry_id(i) for i in self._list(document, "ids")]
+        if options:
+            args |= _write_args(options)
+        document: model.Ids = await self._document("write_many", args, options.get("wait") or 0.0)
+        return [entry_id(self.url, i) for i in document.ids]
 
     async def read(self, pattern: Pattern) -> bytes | None:
         found = await self.read_entry(pattern)
@@ -226,7 +205,8 @@ class ForumClient(AsyncResource):
 
     async def read_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """The oldest live match, left live; waits up to ``timeout`` s for one."""
-        return await self._single("read", pattern, timeout)
+        found: model.TupleBody | None = await self._single("read", pattern, timeout)
+        return None if found is None else tuple_of(self.url, found)
 
     async def take(self, pattern: Pattern, timeout: float | None = None) -> bytes | None:
         found = await self.take_entry(pattern, timeout)
@@ -234,7 +214,8 @@ class ForumClient(AsyncResource):
 
     async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """Take the oldest live match; waits up to ``timeout`` s for one."""
-        return await self._single("take", pattern, timeout)
+        found: model.TupleBody | None = await self._single("take", pattern, timeout)
+        return None if found is None else tuple_of(self.url, found)
 
     async def reserve(
         self, pattern: Pattern, lease: float, timeout: float | None = None
@@ -242,8 +223,10 @@ class ForumClient(AsyncResource):
         """Reserve the oldest live match for ``lease`` s (see ``Forum.reserve``):
         unlike a take, a reservation whose answer is lost, or whose holder dies,
         runs out and the tuple is live again."""
-        found = await self._single("reserve", pattern, timeout, {"lease": lease})
-        return None if found is None else _as_reserved(found)
+        found: model.ReservedBody | None = await self._single(
+            "reserve", pattern, timeout, {"lease": lease}
+        )
+        return None if found is None else reserved_of(self.url, found)
 
     async def reserve_many(
         self, pattern: Pattern, lease: float, limit: int, timeout: float | None = None
@@ -253,20 +236,22 @@ class ForumClient(AsyncResource):
         if limit < 1:
             raise ValueError("limit must be at least 1")
         args = {"prefix": pattern.prefix, "limit": limit, "lease": lease}
-        found = await self._batch_of_tuples("reserve_many", args, timeout)
-        return [_as_reserved(item) for item in found]
+        found: builtins.list[model.ReservedBody] = await self._batch("reserve_many", args, timeout)
+        return [reserved_of(self.url, item) for item in found]
 
     async def ack(self, entry_id: EntryId) -> bool:
         """Take a reserved tuple for good; ``False`` if it is no longer there."""
-        document = await self._document("ack", {"id": str(entry_id)})
-        return document.get("acked") is True
+        acked: model.Acked = await self._document("ack", {"id": str(entry_id)})
+        return acked.acked
 
     async def ack_many(self, entry_ids: Sequence[EntryId]) -> builtins.list[bool]:
         """Ack many reserved tuples in one request; one flag per id, in order."""
         if not entry_ids:
             return []
-        document = await self._document("ack_many", {"ids": [str(i) for i in entry_ids]})
-        return self._flags(document, "acked", len(entry_ids))
+        document: model.AckedMany = await self._document(
+            "ack_many", {"ids": [str(i) for i in entry_ids]}
+        )
+        return flags(self.url, document.acked, len(entry_ids), "acked")
 
     async def ack_reserve(
         self,
@@ -290,9 +275,9 @@ class ForumClient(AsyncResource):
         wait = timeout or 0.0
         if wait:
             args["wait"] = wait
-        document = await self._document("ack_reserve", args, wait)
-        acked = self._flags(document, "acked", len(ids))
-        found = [_as_reserved(self._tuple(t)) for t in self._list(document, "tuples")]
+        document: model.AckedReserved = await self._document("ack_reserve", args, wait)
+        acked = flags(self.url, document.acked, len(ids), "acked")
+        found = [reserved_of(self.url, t) for t in document.tuples]
         left = deadline - loop.time()
         if not found and left > _MIN_WAIT:
             # The node waited its max_wait at most: the rest of the wait, without the acks.
@@ -309,13 +294,13 @@ class ForumClient(AsyncResource):
         if not entry_ids:
             return []
         args = {"ids": [str(i) for i in entry_ids], "lease": float(lease)}
-        document = await self._document("extend_many", args)
-        return self._flags(document, "extended", len(entry_ids))
+        document: model.Extended = await self._document("extend_many", args)
+        return flags(self.url, document.extended, len(entry_ids), "extended")
 
     async def release(self, entry_id: EntryId) -> bool:
         """Give a reserved tuple back now; ``False`` if it was not reserved."""
-        document = await self._document("release", {"id": str(entry_id)})
-        return document.get("released") is True
+        released: model.Released = await self._document("release", {"id": str(entry_id)})
+        return released.released
 
     async def take_many(
         self, pattern: Pattern, limit: int, timeout: float | None = None
@@ -325,11 +310,12 @@ class ForumClient(AsyncResource):
         if limit < 1:
             raise ValueError("limit must be at least 1")
         args = {"prefix": pattern.prefix, "limit": limit}
-        return await self._batch_of_tuples("take_many", args, timeout)
+        found: builtins.list[model.TupleBody] = await self._batch("take_many", args, timeout)
+        return [tuple_of(self.url, item) for item in found]
 
-    async def _batch_of_tuples(
-        self, op: str, args: dict[str, Any], timeout: float | None
-    ) -> builtins.list[Tuple]:
+    async def _batch(self, op: str, args: dict[str, Any], timeout: float | None) -> Any:
+        """The tuples of a batch take or reserve: the answer's ``tuples``,
+        waiting up to ``timeout`` s for the first."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or 0.0)
         while True:
@@ -337,29 +323,26 @@ class ForumClient(AsyncResource):
             wait = max(0.0, deadline - loop.time())
             if wait:
                 args["wait"] = wait
-            document = await self._document(op, args, wait)
-            found = [self._tuple(t) for t in self._list(document, "tuples")]
+            document: model.Tuples | model.ReservedTuples = await self._document(op, args, wait)
+            found = document.tuples
             if found or wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
                 return found
 
     async def count(self, pattern: Pattern) -> int:
-        count = (await self._document("count", {"prefix": pattern.prefix})).get("count")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise SerializationError(f"{self.url}: a count is an integer, not {count!r:.50}")
-        return count
+        counted: model.Count = await self._document("count", {"prefix": pattern.prefix})
+        if counted.count < 0:
+            raise SerializationError(f"{self.url}: a count is not negative: {counted.count}")
+        return counted.count
 
     async def list(self, pattern: Pattern, cursor: int = 0, limit: int = 100) -> ListPage:
         """Live matches, oldest first, a page at a time (start with cursor 0)."""
         args = {"prefix": pattern.prefix, "cursor": cursor, "limit": limit}
-        document = await self._document("list", args)
-        tuples = [self._tuple(t) for t in self._list(document, "tuples")]
-        next_cursor = document.get("next_cursor")
-        if next_cursor is not None and not isinstance(next_cursor, int):
-            raise SerializationError(f"{self.url}: next_cursor is not an integer")
-        return ListPage(tuples, next_cursor)
+        page: model.Page = await self._document("list", args)
+        return ListPage([tuple_of(self.url, t) for t in page.tuples], page.next_cursor)
 
     async def status(self) -> NodeStatus:
-        document = await self._msgpack("GET", "/v1/status")
+        body = await self._request("GET", "/v1/status")
+        document = self._unpack(body)
         try:
             return NodeStatus.from_document(document)
         except (KeyError, TypeError) as exc:
@@ -368,35 +351,21 @@ class ForumClient(AsyncResource):
     async def compact(self, timeout: float = 600.0) -> CompactionReport:
         """Have the node run one compaction pass now (``POST /v1/compact``);
         what it did, once it is done (waits up to ``timeout`` s for that)."""
-        document = await self._msgpack("POST", "/v1/compact", wait=timeout)
-        try:
-            return CompactionReport(
-                bytes_before=int(document["bytes_before"]),
-                bytes_after=int(document["bytes_after"]),
-                entries_dropped=int(document["entries_dropped"]),
-                segments_rewritten=int(document["segments_rewritten"]),
-                segments_removed=int(document["segments_removed"]),
-                floors={str(o): int(s) for o, s in document["floors"].items()},
-                seconds=float(document["seconds"]),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise SerializationError(f"{self.url}: not a compaction report: {exc}") from exc
+        report = await self._route(model.Compacted, "POST", "/v1/compact", wait=timeout)
+        return CompactionReport(**msgspec.structs.asdict(report))
 
     # -- pausing a prefix (HTTP requests, as status is) ----------------------------
 
     async def pause(self, prefix: bytes) -> EntryId:
         """Pause the takes and reserves of ``prefix`` on every node (writes go
         on); the pause marker's id."""
-        document = await self._msgpack("POST", _prefix_path(prefix, "pause"))
-        return self._entry_id(document.get("id"))
+        paused = await self._route(model.Paused, "POST", _prefix_path(prefix, "pause"))
+        return entry_id(self.url, paused.id)
 
     async def resume(self, prefix: bytes) -> int:
         """End every pause of exactly ``prefix``; how many ended."""
-        document = await self._msgpack("POST", _prefix_path(prefix, "resume"))
-        resumed = document.get("resumed")
-        if not isinstance(resumed, int) or isinstance(resumed, bool):
-            raise SerializationError(f"{self.url}: resumed is not a count: {resumed!r:.50}")
-        return resumed
+        resumed = await self._route(model.Resumed, "POST", _prefix_path(prefix, "resume"))
+        return resumed.resumed
 
     async def paused(self) -> builtins.list[bytes]:
         """The prefixes paused on the node, sorted."""
@@ -405,23 +374,23 @@ class ForumClient(AsyncResource):
     async def prefixes(self) -> builtins.list[tuple[bytes, bool, tuple[int, int] | None]]:
         """Each prefix paused or limited on the node: ``(prefix, paused,
         (held, limit) or None)``, sorted."""
-        document = await self._msgpack("GET", "/v1/prefixes")
-        try:
-            return [
-                (
-                    bytes(row["prefix"]),
-                    bool(row["paused"]),
-                    None if row.get("limit") is None else (int(row["held"]), int(row["limit"])),
-                )
-                for row in self._list(document, "prefixes")
-            ]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SerializationError(f"{self.url}: not a prefixes document: {exc}") from exc
+        document = await self._route(model.Prefixes, "GET", "/v1/prefixes")
+        rows: builtins.list[tuple[bytes, bool, tuple[int, int] | None]] = []
+        for row in document.prefixes:
+            if type(row.prefix) is not bytes:
+                raise SerializationError(f"{self.url}: a prefix is bytes, not {row.prefix!r:.50}")
+            if row.limit is None:
+                rows.append((row.prefix, row.paused, None))
+            elif row.held is None:
+                raise SerializationError(f"{self.url}: a limited prefix without its held count")
+            else:
+                rows.append((row.prefix, row.paused, (row.held, row.limit)))
+        return rows
 
     async def ready(self) -> bool:
         """Whether the node says it is ready (``/readyz``); ``False`` if unreachable."""
         try:
-            await self._request("GET", "/readyz")
+            await self._request("GET", "/readyz", headers=None)
         except (NodeUnavailable, NodeRejected):
             return False
         return True
@@ -440,8 +409,8 @@ class ForumClient(AsyncResource):
             self._open(),
             f"{self.url}/v1/watch",
             prefix_query(pattern),
-            rejected=lambda status, code, message: self._rejected(
-                status, {"error": code, "message": message}
+            rejected=lambda status, code, message: rejected(
+                self.url, status, model.Problem(code, message)
             ),
             last_event_id=last_event_id,
             connect_timeout=self._connect_timeout,
@@ -457,9 +426,10 @@ class ForumClient(AsyncResource):
         pattern: Pattern,
         timeout: float | None,
         extra: Mapping[str, Any] | None = None,
-    ) -> Tuple | None:
-        """One tuple by prefix. A node waits at most its own ``max_wait``, so a
-        longer timeout is several long polls, each for what is left of it."""
+    ) -> Any:
+        """The answer of one tuple by prefix (``None``: none). A node waits at
+        most its own ``max_wait``, so a longer timeout is several long polls,
+        each for what is left of it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or 0.0)
         args = {"prefix": pattern.prefix, **(extra or {})}
@@ -469,21 +439,20 @@ class ForumClient(AsyncResource):
                 args["wait"] = wait
             document = await self._call(op, args, wait)
             if document is not None:
-                return self._tuple(document)
+                return document
             if wait <= _MIN_WAIT or loop.time() >= deadline - _MIN_WAIT:
                 return None
 
-    async def _document(self, op: str, args: dict[str, Any], wait: float = 0.0) -> dict[str, Any]:
+    async def _document(self, op: str, args: dict[str, Any], wait: float = 0.0) -> Any:
         document = await self._call(op, args, wait)
         if document is None:
             raise SerializationError(f"{self.url}: {op} answered with no document")
         return document
 
-    async def _call(
-        self, op: str, args: dict[str, Any], wait: float = 0.0
-    ) -> dict[str, Any] | None:
-        """The answer document of one operation (``None``: nothing matched, a
-        204); an error status raises its :class:`NodeRejected`."""
+    async def _call(self, op: str, args: dict[str, Any], wait: float = 0.0) -> Any:
+        """The answer of one operation as the Struct the node declares for it
+        (``None``: nothing matched, a 204); an error status raises its
+        :class:`NodeRejected`."""
         limit = self._timeout + (wait + _WAIT_SLACK if wait else 0.0)
         if self._transport == "stream":
             try:
@@ -494,11 +463,7 @@ class ForumClient(AsyncResource):
         else:
             status, body = await self._over_http(op, args, wait)
         if status >= 400:
-            raise self._rejected(status, body)
-        if status == 204:
-            return None
-        if not isinstance(body, dict):
-            raise SerializationError(f"{self.url}: the answer to {op} is not a map")
+            raise rejected(self.url, status, body)
         return body
 
     def _stream_of(self) -> StreamConnection:
@@ -510,7 +475,8 @@ class ForumClient(AsyncResource):
 
     async def _over_http(self, op: str, args: Mapping[str, Any], wait: float) -> tuple[int, Any]:
         """One operation as the request to its route: the arguments the route
-        takes in its query string there, the others in a msgpack body."""
+        takes in its query string there, the others in a msgpack body; the
+        answer as the stream's (:func:`forum.node.client.answers.read`)."""
         route = STREAM_OPS[op]
         params: dict[str, str] = {}
         fields: dict[str, Any] = {}
@@ -523,35 +489,24 @@ class ForumClient(AsyncResource):
                 params[name] = _seconds(value) if isinstance(value, float) else str(value)
             else:
                 fields[name] = value
-        headers = {"Accept": MSGPACK}
+        headers = _ACCEPT
         data = None
         if fields:
-            headers["Content-Type"] = MSGPACK
+            headers = _SEND
             data = msgpack.packb(fields, use_bin_type=True)
-        response = await self._request(
-            route.method,
-            route.path,
-            params=params,
-            data=data,
-            headers=headers,
-            wait=wait,
-            errors=False,
+        status, body, retry_after = await self._send(
+            route.method, route.path, params=params, data=data, headers=headers, wait=wait
         )
-        if response.status >= 400:
-            return response.status, _error_document(response)
-        if response.status == 204:
-            return 204, None
-        return response.status, self._unpack(response.body)
+        if status >= 400:
+            return status, http_problem(status, body, retry_after)
+        return status, read(self.url, op, status, body)
 
     # -- requests --------------------------------------------------------------
 
-    async def _msgpack(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        headers = {"Accept": MSGPACK, **kwargs.pop("headers", {})}
-        response = await self._request(method, path, headers=headers, **kwargs)
-        document = self._unpack(response.body)
-        if not isinstance(document, dict):
-            raise SerializationError(f"{self.url}: the answer is not a map")
-        return document
+    async def _route(self, answer: type[T], method: str, path: str, wait: float = 0.0) -> T:
+        """The answer of an HTTP route, as its Struct ``answer``."""
+        body = await self._request(method, path, wait=wait)
+        return document(self.url, answer, body)
 
     def _unpack(self, body: bytes) -> Any:
         try:
@@ -560,6 +515,16 @@ class ForumClient(AsyncResource):
             raise SerializationError(f"{self.url}: the answer is not msgpack: {exc}") from exc
 
     async def _request(
+        self, method: str, path: str, headers: Mapping[str, str] | None = _ACCEPT, wait: float = 0.0
+    ) -> bytes:
+        """One HTTP request with no body: the body of its answer; an error
+        status raises its :class:`NodeRejected`."""
+        status, body, retry_after = await self._send(method, path, headers=headers, wait=wait)
+        if status >= 400:
+            raise rejected(self.url, status, http_problem(status, body, retry_after))
+        return body
+
+    async def _send(
         self,
         method: str,
         path: str,
@@ -568,10 +533,8 @@ class ForumClient(AsyncResource):
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         wait: float = 0.0,
-        errors: bool = True,
-    ) -> _Response:
-        """One HTTP request; an error status raises its :class:`NodeRejected`
-        unless ``errors`` is false."""
+    ) -> tuple[int, bytes, str]:
+        """One HTTP request: its status, body and ``Retry-After`` header."""
         session = self._open()
         timeout = aiohttp.ClientTimeout(
             total=self._timeout + (wait + _WAIT_SLACK if wait else 0.0),
@@ -594,92 +557,22 @@ class ForumClient(AsyncResource):
             raise NodeUnavailable(self.url, f"{what}: cannot connect: {exc.os_error}") from exc
         except aiohttp.ClientError as exc:
             raise NodeUnavailable(self.url, f"{what}: {type(exc).__name__}: {exc}") from exc
-        answer = _Response(response.status, response.headers, body)
-        if errors and response.status >= 400:
-            raise self._rejected(response.status, _error_document(answer))
-        return answer
-
-    def _rejected(self, status: int, document: Any) -> NodeRejected:
-        """The error of an error answer: its ``{"error", "message", ...}`` map
-        (over HTTP as :func:`_error_document` read it)."""
-        code, message = _error_fields(status, document)
-        if status == 429:
-            return _throttled(self.url, code, message, document)
-        kind = {401: Unauthorized, 413: PayloadTooLarge}.get(status, NodeRejected)
-        return kind(self.url, status, code, message)
-
-    # -- decoding --------------------------------------------------------------
-
-    def _entry_id(self, text: Any) -> EntryId:
-        try:
-            return EntryId.parse(text)
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise SerializationError(f"{self.url}: not an entry id: {text!r}") from exc
-
-    def _list(self, document: Mapping[str, Any], name: str) -> builtins.list[Any]:
-        value = document.get(name)
-        if not isinstance(value, list):
-            raise SerializationError(f"{self.url}: the answer has no list {name!r}")
-        return value
-
-    def _flags(self, document: Mapping[str, Any], name: str, count: int) -> builtins.list[bool]:
-        flags = self._list(document, name)
-        if len(flags) != count or not all(isinstance(f, bool) for f in flags):
-            raise SerializationError(f"{self.url}: {name} is not one flag per id")
-        return flags
-
-    def _tuple(self, document: Any) -> Tuple:
-        if not isinstance(document, dict) or not isinstance(document.get("payload"), bytes):
-            raise SerializationError(f"{self.url}: not a tuple: {document!r:.200}")
-        entry_id = self._entry_id(document.get("id"))
-        # A plain tuple's answer has no more than its id, payload (and deliveries).
-        plain = len(document) == (3 if "deliveries" in document else 2)
-        props = PLAIN if plain else self._props(document)
-        if "deliveries" not in document:
-            return Tuple(entry_id, document["payload"], props)
-        return Reserved(
-            entry_id,
-            document["payload"],
-            props,
-            deliveries=self._deliveries(document["deliveries"]),
-        )
-
-    def _props(self, document: Mapping[str, Any]) -> Properties:
-        """The properties an answer shows (``docs/http-api.md``): each only when set."""
-        due, expires = document.get("due", 0), document.get("expires", 0)
-        priority, key = document.get("priority", 0), document.get("key")
-        if not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in (due, expires, priority)
-        ):
-            raise SerializationError(f"{self.url}: not a tuple's properties: {document!r:.200}")
-        if key is not None and not isinstance(key, bytes):
-            raise SerializationError(f"{self.url}: a tuple's key is bytes, not {key!r:.50}")
-        props = Properties(due=due, expires=expires, priority=priority, key=key)
-        return PLAIN if props == PLAIN else props
-
-    def _deliveries(self, value: object) -> int:
-        if isinstance(value, str) and value.isascii() and value.isdigit():
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise SerializationError(f"{self.url}: deliveries is not a count: {value!r:.50}")
-        return value
+        return response.status, body, response.headers.get("Retry-After", "")
 
 
-def _as_reserved(item: Tuple) -> Reserved:
-    """A reserved tuple; from a node older than the delivery count, the first."""
-    return item if isinstance(item, Reserved) else Reserved(item.id, item.payload, item.props)
-
-
-def _write_options(**options: Any) -> dict[str, Any]:
-    """The options a write gives (``ForumClient.write``'s keywords), as the
-    op's arguments: only those set, so a plain write is the same request it
-    always was. The node judges them; a text key goes as its UTF-8 bytes."""
-    key = options.get("key")
+def _write_args(options: WriteOptions) -> dict[str, Any]:
+    """The options a write gives, as the op's arguments in their declared
+    order: only those set, so a plain write is the same request whatever its
+    caller spelt. The node judges them; a text key goes as its UTF-8 bytes."""
+    args: dict[str, Any] = {
+        name: value for name in WRITE_OPTION_NAMES if (value := options.get(name)) is not None
+    }
+    key = args.get("key")
     if isinstance(key, str):
-        options["key"] = key.encode()
-    if options.get("priority") == 0:
-        del options["priority"]
-    return {name: value for name, value in options.items() if value is not None}
+        args["key"] = key.encode()
+    if args.get("priority") == 0:
+        del args["priority"]
+    return args
 
 
 def _prefix_path(prefix: bytes, action: str) -> str:
@@ -687,47 +580,6 @@ def _prefix_path(prefix: bytes, action: str) -> str:
     if not prefix:
         raise ValueError("a prefix to pause or resume must not be empty")
     return f"/v1/prefixes/{quote_from_bytes(prefix, safe='')}/{action}"
-
-
-def _error_document(response: _Response) -> dict[str, Any]:
-    """An HTTP error answer as the map the stream would give: the node's JSON
-    error body (else :func:`error_body`'s reading), ``Retry-After`` too."""
-    try:
-        document = json.loads(response.body)
-    except ValueError:
-        document = None
-    if not isinstance(document, dict):
-        code, message = error_body(response.status, response.body)
-        document = {"error": code, "message": message}
-    retry_after = response.headers.get("Retry-After", "")
-    if "retry_after" not in document and retry_after.isdigit():
-        document["retry_after"] = float(retry_after)
-    return document
-
-
-def _throttled(url: str, code: str, message: str, document: Any) -> Throttled:
-    details = document if isinstance(document, dict) else {}
-    prefix, limit = details.get("prefix"), details.get("limit")
-    retry_after = details.get("retry_after")
-    return Throttled(
-        url,
-        429,
-        code,
-        message,
-        prefix=prefix.encode() if isinstance(prefix, str) else b"",
-        limit=limit if isinstance(limit, int) and not isinstance(limit, bool) else 0,
-        retry_after=float(retry_after) if isinstance(retry_after, int | float) else 1.0,
-    )
-
-
-def _error_fields(status: int, body: Any) -> tuple[str, str]:
-    """The ``(error, message)`` of an error answer's ``{"error", "message"}`` map."""
-    code = body.get("error") if isinstance(body, dict) else None
-    message = body.get("message") if isinstance(body, dict) else None
-    return (
-        code if isinstance(code, str) else f"http_{status}",
-        message if isinstance(message, str) else f"{body!r:.200}",
-    )
 
 
 def _seconds(value: float) -> str:

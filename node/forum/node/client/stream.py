@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import itertools
 import math
 from typing import Any
@@ -32,15 +31,18 @@ import aiohttp
 import msgpack
 import msgspec
 
-from forum.node.api.model import CANCEL, MAX_IN_FLIGHT
+from forum.node.api.operations import CANCEL, MAX_IN_FLIGHT
+from forum.node.client.answers import read
 from forum.node.core.eager import Suspended, start
 from forum.node.core.errors import NodeRejected, NodeTimeout, NodeUnavailable, Unauthorized
 
-_ANSWER = msgspec.msgpack.Decoder(tuple[int, int, Any])
+#: An answer, its body left encoded: the client decodes it as the document
+#: the node declares for the op (:data:`forum.node.api.operations.STREAM_OPS`).
+_ANSWER = msgspec.msgpack.Decoder(tuple[int, int, msgspec.Raw])
 _ENCODE = msgspec.msgpack.Encoder().encode
 
 
-def _answers(data: bytes) -> list[tuple[int, int, Any]]:
+def _answers(data: bytes) -> list[tuple[int, int, msgspec.Raw]]:
     """The answers one message holds: one, or several back to back (those the
     node had ready at once); ``ValueError`` if they are not answers."""
     try:
@@ -49,22 +51,22 @@ def _answers(data: bytes) -> list[tuple[int, int, Any]]:
         pass  # trailing bytes: several (or none that decode: found below)
     except msgspec.ValidationError as exc:
         raise ValueError(str(exc)) from None
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(data)
+    answers = []
+    view = memoryview(data)
+    start = 0
     try:
-        unpacked = list(msgpack.Unpacker(io.BytesIO(data), raw=False))
+        while start < len(data):
+            unpacker.skip()  # to the end of the next answer, building nothing
+            end = unpacker.tell()
+            answers.append(_ANSWER.decode(view[start:end]))
+            start = end
+    except msgspec.MsgspecError as exc:
+        raise ValueError(f"not a sequence of [id, status, body]: {exc}") from None
     except Exception as exc:  # msgpack raises several unrelated types
-        raise ValueError(f"not msgpack: {exc}") from None
-    if not all(_is_answer(a) for a in unpacked):
-        raise ValueError("not a sequence of [id, status, body]")
-    return [tuple(a) for a in unpacked]
-
-
-def _is_answer(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) == 3
-        and isinstance(value[0], int)
-        and isinstance(value[1], int)
-    )
+        raise ValueError(f"not msgpack: {str(exc) or type(exc).__name__}") from None
+    return answers
 
 
 class _Pending:
@@ -76,14 +78,14 @@ class _Pending:
         self.op = op
         self.timeout = timeout
         self.deadline = loop.time() + timeout
-        self.answer: asyncio.Future[tuple[int, Any]] = loop.create_future()
+        self.answer: asyncio.Future[tuple[int, msgspec.Raw]] = loop.create_future()
 
     def late(self, url: str) -> NodeTimeout:
         return NodeTimeout(url, f"{self.op}: no answer within {self.timeout:g} s")
 
 
 class StreamUnsupported(Exception):
-    """The node has no stream (404: older than it); the client uses HTTP instead."""
+    """The node has no stream (it answers 404); the client uses HTTP instead."""
 
 
 class StreamConnection:
@@ -116,7 +118,9 @@ class StreamConnection:
         self._due = math.inf
 
     async def call(self, op: str, args: dict[str, Any], timeout: float) -> tuple[int, Any]:
-        """The node's ``(status, body)`` for one request; ``NodeTimeout`` after ``timeout`` s."""
+        """The node's ``(status, body)`` for one request, its body decoded
+        (:func:`forum.node.client.answers.read`); ``NodeTimeout`` after
+        ``timeout`` s."""
         pending = _Pending(op, timeout, self._loop)
         socket = self._socket
         if socket is None or socket.closed or len(self._pending) >= self._max_in_flight:
@@ -158,7 +162,7 @@ class StreamConnection:
             except TimeoutError as exc:
                 self._cancel(socket, request_id)
                 raise pending.late(self.url) from exc
-            return await pending.answer
+            status, body = await pending.answer
         except asyncio.CancelledError:
             # The caller stopped waiting (awaiting it cancels the future too):
             # the node need not go on with it.
@@ -168,6 +172,7 @@ class StreamConnection:
             del self._pending[request_id]
             if self._blocked:
                 self._room.set()
+        return status, read(self.url, op, status, body)
 
     def _expire_at(self, due: float) -> None:
         if self._expiry is not None:

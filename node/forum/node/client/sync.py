@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, Unpack
 
 from forum.node.api.status import NodeStatus
 from forum.node.client.remote import ForumClient
 from forum.node.core.entries import EntryId, Tuple
 from forum.node.core.space import ListPage, Pattern
+from forum.node.core.write_options import WriteOptions, unknown_options
 
 T = TypeVar("T")
 
@@ -60,55 +61,15 @@ class SyncForumClient:
     def _run(self, call: Coroutine[Any, Any, T]) -> T:
         return self._runner.run(call)
 
-    def write(
-        self,
-        payload: bytes,
-        *,
-        delay: float | None = None,
-        not_before: float | None = None,
-        ttl: float | None = None,
-        priority: int = 0,
-        key: bytes | str | None = None,
-        dedup_window: float | None = None,
-        wait: float | None = None,
-    ) -> EntryId:
-        return self._run(
-            self._client.write(
-                payload,
-                delay=delay,
-                not_before=not_before,
-                ttl=ttl,
-                priority=priority,
-                key=key,
-                dedup_window=dedup_window,
-                wait=wait,
-            )
-        )
+    def write(self, payload: bytes, **options: Unpack[WriteOptions]) -> EntryId:
+        unknown_options(options, "SyncForumClient.write")
+        return self._run(self._client.write(payload, **options))
 
     def write_many(
-        self,
-        payloads: Sequence[bytes],
-        *,
-        delay: float | None = None,
-        not_before: float | None = None,
-        ttl: float | None = None,
-        priority: int = 0,
-        key: bytes | str | None = None,
-        dedup_window: float | None = None,
-        wait: float | None = None,
+        self, payloads: Sequence[bytes], **options: Unpack[WriteOptions]
     ) -> list[EntryId]:
-        return self._run(
-            self._client.write_many(
-                payloads,
-                delay=delay,
-                not_before=not_before,
-                ttl=ttl,
-                priority=priority,
-                key=key,
-                dedup_window=dedup_window,
-                wait=wait,
-            )
-        )
+        unknown_options(options, "SyncForumClient.write_many")
+        return self._run(self._client.write_many(payloads, **options))
 
     def pause(self, prefix: bytes) -> EntryId:
         return self._run(self._client.pause(prefix))

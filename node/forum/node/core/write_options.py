@@ -1,5 +1,10 @@
-"""What a writer may ask of one write beyond its payload, checked.
+"""What a writer may ask of one write beyond its payload, declared once and checked.
 
+:class:`WriteOptions` names the options and their types: every signature
+that takes them (``Forum.write``, ``ForumClient.write``,
+``SyncForumClient.write`` and their ``write_many``) spells them as
+``**options: Unpack[WriteOptions]``, and the wire's spellings
+(:mod:`forum.node.api.model`) are held to its names.
 :func:`write_properties` takes what the Forum, the HTTP API, the client and
 the CLI take from a user (seconds, relative or absolute) and returns the
 :class:`~forum.node.core.entries.Properties` a Write carries (absolute wall-clock
@@ -11,9 +16,48 @@ and its words, for every way in.
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 from forum.node.core.codec import MAX_KEY_BYTES
 from forum.node.core.entries import MAX_PRIORITY, MIN_PRIORITY, PLAIN, Properties
+
+
+class WriteOptions(TypedDict, total=False):
+    """The options of one write, each optional: none given is a plain write.
+
+    ``delay``: seconds from now until the tuple is due (invisible until
+    then); ``not_before``: the same as an absolute Unix time, the two
+    exclusive. ``ttl``: seconds the tuple lives once due. ``priority``:
+    -128 to 127, higher served first (0 when not given). ``key``: the
+    write's key (text is its UTF-8 bytes); with ``dedup_window``, a second
+    write with that key on the same node within so many seconds answers
+    with the first one's id. ``wait``: seconds a write to a limited prefix
+    that is full may wait for room (not given: refused at once). ``None``
+    for any but ``priority`` is the same as not given."""
+
+    delay: float | None
+    not_before: float | None
+    ttl: float | None
+    priority: int
+    key: bytes | str | None
+    dedup_window: float | None
+    wait: float | None
+
+
+#: The names of the write options, in their declared order.
+WRITE_OPTION_NAMES: tuple[str, ...] = tuple(WriteOptions.__annotations__)
+_NAMES = frozenset(WRITE_OPTION_NAMES)
+
+
+def unknown_options(options: WriteOptions, function: str) -> None:
+    """Raise the ``TypeError`` Python raises for a keyword ``function``
+    does not take, for the first name in ``options`` that is not a write
+    option (a signature of ``**options: Unpack[WriteOptions]`` takes any
+    name at run time; mypy checks them before)."""
+    if not options.keys() <= _NAMES:
+        name = next(n for n in options if n not in _NAMES)
+        raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+
 
 #: The longest delay, ttl or dedup window, and the furthest ``not_before``
 #: from now: ten years (a larger one is a mistake, not a schedule).

@@ -1,2 +1,3 @@
-"""The node's aiohttp server: the application, its routes, the stream, the
-long polls, authentication and the metrics."""
+"""The node's aiohttp server: the application, its routes, request bodies,
+query strings and answers, the stream, the long polls, authentication and
+the metrics."""

@@ -35,7 +35,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
-from forum.node.api.model import METRICS, SPEC, STREAM, WATCH
+from forum.node.api.operations import METRICS, SPEC, STREAM, WATCH
 from forum.node.api.status import PeerStatus, Readiness
 from forum.node.config.node import NodeConfig
 from forum.node.core.errors import ForumError, RecordTooLarge, StrandError

@@ -1,6 +1,6 @@
 """The handlers of the client API (``/v1``) and of the health probes.
 
-Each handler is one operation of :mod:`forum.node.api.model` (``HANDLERS`` binds
+Each handler is one operation of :mod:`forum.node.api.operations` (``HANDLERS`` binds
 them; the app routes by it): it takes the parameters, the body and the
 media types declared there and nothing else. It checks everything the
 request carries (query, Accept, body) before it touches the Forum, so a
@@ -18,20 +18,24 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from forum.node.api.model import (
+    JSON,
+    AckedReserved,
+    Compacted,
+    Health,
+    Page,
+    Ready,
+    ReservedTuples,
+    Tuples,
+)
+from forum.node.api.operations import (
     ACK,
     ACK_BATCH,
     ACK_RESERVE,
-    BATCH_LIMIT,
     COMPACT,
     COUNT,
-    CURSOR,
-    ENTRY_ID,
     EXTEND,
     HEALTHZ,
-    JSON,
-    LEASE,
     LIST,
-    PAGE_LIMIT,
     PAUSE,
     PREFIXES,
     READ,
@@ -40,36 +44,24 @@ from forum.node.api.model import (
     RESERVE,
     RESERVE_BATCH,
     RESUME,
-    SEPARATOR,
     STATUS,
     TAKE,
     TAKE_BATCH,
-    WAIT,
     WRITE,
     WRITE_BATCH,
-    AckedReserved,
-    Compacted,
-    Health,
     Operation,
-    Page,
-    Ready,
-    ReservedTuples,
-    Tuples,
+)
+from forum.node.api.parameters import (
+    BATCH_LIMIT,
+    CURSOR,
+    ENTRY_ID,
+    LEASE,
+    PAGE_LIMIT,
+    SEPARATOR,
+    WAIT,
 )
 from forum.node.api.status import NodeStatus
-from forum.node.http.bodies import (
-    ApiProblem,
-    Query,
-    negotiate,
-    parse_batch_write,
-    parse_extend,
-    parse_ids,
-    parse_write,
-    reserved_body,
-    respond,
-    respond_tuple,
-    tuple_body,
-)
+from forum.node.http.bodies import ApiProblem, negotiate, parse_extend, parse_ids
 from forum.node.http.keys import (
     COMPACTOR,
     CONFIG,
@@ -83,6 +75,9 @@ from forum.node.http.keys import (
     STARTED,
     STREAMS,
 )
+from forum.node.http.query import Query
+from forum.node.http.responses import reserved_body, respond, respond_tuple, tuple_body
+from forum.node.http.writes import parse_batch_write, parse_write
 
 
 def _version() -> str:

@@ -1,6 +1,7 @@
 """The OpenAPI 3.1 description of the node's API, served at ``/v1/openapi.json``.
 
-Made from the declarations the node serves by (:mod:`forum.node.api.model`): the
+Made from the declarations the node serves by (:mod:`forum.node.api.model`,
+:mod:`~forum.node.api.parameters`, :mod:`~forum.node.api.operations`): the
 paths from its operations, the schemas from its msgspec Structs (and the
 ``NodeStatus`` dataclass), the parameters from its parameter table, the
 numbers from the serving node's :class:`~forum.node.api.model.Limits`, and the
@@ -13,7 +14,7 @@ Tests check that every route the app serves is described and nothing more,
 and fuzz a real node against it (``tests/service/test_schemathesis.py``).
 
 Query numbers are described as the strings they are on the wire, with the
-grammar of :data:`forum.node.api.model.GRAMMAR` as their pattern.
+grammar of :data:`forum.node.api.parameters.GRAMMAR` as their pattern.
 """
 
 from __future__ import annotations
@@ -26,35 +27,28 @@ import msgspec
 from aiohttp import web
 
 from forum.node.api.model import (
-    DELIVERIES_HEADER,
-    ENTRY_ID_HEADER,
     EVENT_STREAM,
-    GRAMMAR,
+    HEADER_SCHEMAS,
     JSON,
     MSGPACK,
-    OPERATIONS,
     RAW,
-    SPEC,
     TEXT,
-    WATCH,
-    WRITE,
-    WRITE_BATCH,
     BatchWriteBody,
     ExtendBody,
     Ids,
     Limits,
-    Operation,
-    Parameter,
     Payload,
     Problem,
     WriteBody,
 )
+from forum.node.api.operations import OPERATIONS, SPEC, WATCH, WRITE, WRITE_BATCH, Operation
+from forum.node.api.parameters import GRAMMAR, Parameter
 from forum.node.api.status import NodeStatus
 from forum.node.config.node import NodeConfig
 from forum.node.core.codec import MAX_KEY_BYTES
 from forum.node.http.auth import CLUSTER_PREFIX, bearer_secret
-from forum.node.http.bodies import Query
 from forum.node.http.keys import CONFIG, DESCRIBED, LIMITS, OPEN_ROUTES, SELF_AUTHENTICATED
+from forum.node.http.query import Query
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 #: What any route may answer besides its own: a bad query, or a body where
@@ -67,16 +61,6 @@ _WITH_BODY = ("408", "413")
 _UNAVAILABLE = "503"
 #: The cluster routes (replication/forum/replication/routes.py), described when the app serves them.
 _CLUSTER = f"{CLUSTER_PREFIX}replication/"
-_HEADERS: dict[str, dict[str, Any]] = {
-    ENTRY_ID_HEADER: {
-        "description": "The tuple's entry id (raw answers).",
-        "schema": {"type": "string"},
-    },
-    DELIVERIES_HEADER: {
-        "description": "The reservation's delivery count (raw answers).",
-        "schema": {"type": "integer", "minimum": 1},
-    },
-}
 #: The operations a prefix's limit may refuse (429).
 _LIMITED = (WRITE, WRITE_BATCH)
 #: Component names where the Python name is not the API's.
@@ -209,7 +193,7 @@ def _operation(operation: Operation, limits: Limits, bearer: bool) -> dict[str, 
     answer = operation.answer
     success: dict[str, Any] = {"description": answer.description, "content": _content(operation)}
     if answer.headers:
-        success["headers"] = {name: _HEADERS[name] for name in answer.headers}
+        success["headers"] = {name: HEADER_SCHEMAS[name] for name in answer.headers}
     responses: dict[str, Any] = {str(answer.status): success}
     if operation.none:
         responses["204"] = {"description": "Nothing matched (within the wait)."}

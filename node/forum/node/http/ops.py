@@ -4,7 +4,8 @@ Two front ends reach them: the HTTP handlers (:mod:`forum.node.http.handlers`,
 one request each) and the stream (:mod:`forum.node.http.stream`, many requests in
 flight on one WebSocket). Each front end reads its own spelling of the
 arguments (a query string and a body; a msgpack map) and holds the values
-to the same checks (``check_*`` in :mod:`forum.node.http.bodies`) before it calls
+to the same checks (``check_*`` in :mod:`forum.node.http.bodies`,
+:mod:`forum.node.http.query` and :mod:`forum.node.http.writes`) before it calls
 an operation here, so a refused request changes nothing, whichever way it
 came. What an operation answers is the document of :mod:`forum.node.api.model`
 (the front end encodes it), and a failure is the same :class:`ApiProblem`
@@ -19,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from forum.node.api.model import (
-    MAX_GROUPS,
     Acked,
     AckedMany,
     Count,
@@ -32,11 +32,14 @@ from forum.node.api.model import (
     Resumed,
     Written,
 )
+from forum.node.api.parameters import MAX_GROUPS
 from forum.node.core.entries import EntryId, Reserved, Tuple
 from forum.node.core.errors import ForumError, LimitExceeded, RecordTooLarge, StrandError
 from forum.node.core.space import ListPage, Pattern
-from forum.node.http.bodies import PLAIN_WRITE, ApiProblem, WriteRequest, bad_request, prefix_body
+from forum.node.http.bodies import ApiProblem, bad_request
 from forum.node.http.longpoll import LongPolls
+from forum.node.http.responses import prefix_body
+from forum.node.http.writes import PLAIN_WRITE, WriteRequest
 from forum.node.space.forum import Forum, prefix_text
 
 log = logging.getLogger(__name__)
@@ -53,12 +56,12 @@ class Space:
     async def write(self, payload: bytes, asked: WriteRequest = PLAIN_WRITE) -> Written:
         if asked is PLAIN_WRITE:  # the hot path: no option given
             return Written(str(await self.forum.write(payload)))
-        return Written(str(await self.forum.write(payload, **asked.arguments())))
+        return Written(str(await self.forum.write(payload, **asked.options)))
 
     async def write_many(self, payloads: Sequence[bytes], asked: WriteRequest = PLAIN_WRITE) -> Ids:
         if not payloads:
             return Ids([])
-        ids = await self.forum.write_many(payloads, **asked.arguments())
+        ids = await self.forum.write_many(payloads, **asked.options)
         return Ids([str(i) for i in ids])
 
     async def read(self, pattern: Pattern, wait: float) -> Tuple | None:

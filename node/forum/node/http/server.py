@@ -72,7 +72,7 @@ class _JsonErrors(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        # The original logs, and raises if an answer was already under way.
+        # aiohttp's handle_error logs, and raises if an answer was already under way.
         super().handle_error(request, status, exc, message)
         code = ERROR_CODES.get(status, "bad_request" if status < 500 else "internal")
         if status >= 500 or not message:

@@ -15,11 +15,11 @@ once, in the turn that read its frame: one that needs nothing more (a
 reserve, a read, a count) is answered then, with no task; one that waits
 for its append (a write, an ack) goes on as a task from there. Answers go
 out as they are ready, by id, in any order; those ready in the same turn of
-the loop share one message (one write to the socket). The operations are
-:class:`forum.node.http.ops.Space`'s, with the checks of :mod:`forum.node.http.bodies`:
-those of the HTTP routes, so an operation answers the same whichever way it
-is asked. An operation's refusal (an id that is
-not ``origin:seq``, a lease too long) is an answer with its 4xx status and
+the loop share one message (one write to the socket). The operations
+(:mod:`forum.node.http.stream_ops`) are :class:`forum.node.http.ops.Space`'s,
+with the checks of the HTTP routes, so an operation answers the same
+whichever way it is asked. An operation's refusal (an id that is not
+``origin:seq``, a lease too long) is an answer with its 4xx status and
 ``{"error", "message"}`` body, and leaves the stream open.
 
 A frame that is not of this protocol closes the stream, having changed
@@ -60,56 +60,23 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractStreamWriter
 
-from forum.node.api.model import (
-    BATCH_LIMIT,
-    CANCEL,
-    CURSOR,
-    DEFAULT_LIMIT,
-    ENTRY_ID,
-    LEASE,
-    MAX_IN_FLIGHT,
-    MSGPACK,
-    PAGE_LIMIT,
-    STREAM,
-    WAIT,
-    AckedReserved,
-    Limits,
-    Page,
-    Problem,
-    ReservedTuples,
-    Tuples,
-)
+from forum.node.api.model import Problem
+from forum.node.api.operations import CANCEL, MAX_IN_FLIGHT, STREAM
 from forum.node.api.status import StreamFigures
 from forum.node.core.eager import Suspended, start
 from forum.node.core.errors import ForumError
-from forum.node.core.space import Pattern
-from forum.node.http.bodies import (
-    PLAIN_WRITE,
-    ApiProblem,
-    Query,
-    WriteRequest,
-    check_entry_id,
-    check_extend_lease,
-    check_ids,
-    check_integer,
-    check_payload,
-    check_payloads,
-    check_seconds,
-    check_write_options,
-    reserved_body,
-    too_large,
-    tuple_body,
-)
+from forum.node.http.bodies import ApiProblem, too_large
 from forum.node.http.budget import BodyBudget
 from forum.node.http.frames import FrameMeter
 from forum.node.http.ops import Space, problem_of
+from forum.node.http.query import Query
+from forum.node.http.stream_ops import OPS, Answer, Args
 
 log = logging.getLogger(__name__)
 
@@ -126,256 +93,12 @@ _FRAME = msgspec.msgpack.Decoder(tuple[RequestId, str, msgspec.Raw])
 _ENCODE = msgspec.msgpack.Encoder().encode
 
 
-# -- the arguments of each op: a msgpack map of these names and types ---------------
-
-
-class Args(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """An op's arguments. Another name, a missing one or another type is not a
-    frame of the protocol (1007); a value out of range is the op's refusal."""
-
-
-class WriteOptionArgs(Args, frozen=True):
-    """A write's options (``nil`` or absent: not given), held to the checks of
-    the HTTP routes (``check_write_options``). Their types too: a value of
-    another type is the op's refusal (400), not a bad frame, so a caller's
-    mistake in one option does not close the stream under everyone else."""
-
-    delay: Any = None
-    not_before: Any = None
-    ttl: Any = None
-    priority: Any = None
-    key: Any = None
-    dedup_window: Any = None
-    wait: Any = None
-
-    def asked(self, count: int, limits: Limits) -> WriteRequest:
-        if (
-            self.delay is None
-            and self.not_before is None
-            and self.ttl is None
-            and self.priority is None
-            and self.key is None
-            and self.dedup_window is None
-            and self.wait is None
-        ):
-            return PLAIN_WRITE  # the hot path: a plain write, no dict built
-        given = {
-            name: value
-            for name in WriteOptionArgs.__struct_fields__
-            if (value := getattr(self, name)) is not None
-        }
-        return check_write_options(given, count, limits)
-
-
-class PayloadArgs(WriteOptionArgs, frozen=True, kw_only=True):
-    payload: bytes
-
-
-class PayloadsArgs(WriteOptionArgs, frozen=True, kw_only=True):
-    payloads: list[bytes]
-
-
-class PatternArgs(Args, frozen=True):
-    prefix: bytes = b""
-
-
-class WaitArgs(PatternArgs, frozen=True):
-    wait: float = 0.0
-
-
-class TakeArgs(Args, frozen=True, kw_only=True):
-    """A take's or reserve's: the prefix is required (``b""``: every prefix), as
-    over HTTP, where an absent one is a 400."""
-
-    prefix: bytes
-    wait: float = 0.0
-
-
-class BatchArgs(TakeArgs, frozen=True, kw_only=True):
-    limit: int = DEFAULT_LIMIT
-
-
-class ReserveArgs(TakeArgs, frozen=True, kw_only=True):
-    lease: float
-
-
-class ReserveBatchArgs(ReserveArgs, frozen=True, kw_only=True):
-    limit: int = DEFAULT_LIMIT
-
-
-class AckReserveArgs(ReserveBatchArgs, frozen=True, kw_only=True):
-    ids: list[str]
-
-
-class IdArgs(Args, frozen=True):
-    id: str
-
-
-class IdsArgs(Args, frozen=True):
-    ids: list[str]
-
-
-class ExtendArgs(IdsArgs, frozen=True):
-    lease: float
-
-
-class PageArgs(PatternArgs, frozen=True):
-    cursor: int = 0
-    limit: int = DEFAULT_LIMIT
-
-
 class CancelArgs(Args, frozen=True):
+    """A ``cancel`` frame's: the id of the request to cancel."""
+
     id: RequestId
 
 
-#: An answer: the HTTP status and the document (``None``: no body, a 204).
-Answer = tuple[int, msgspec.Struct | None]
-
-
-async def _write(space: Space, a: PayloadArgs) -> Answer:
-    payload = check_payload("payload", a.payload, space.limits.max_payload)
-    return 201, await space.write(payload, a.asked(1, space.limits))
-
-
-async def _write_many(space: Space, a: PayloadsArgs) -> Answer:
-    payloads = check_payloads("payloads", a.payloads, space.limits)
-    return 201, await space.write_many(payloads, a.asked(len(payloads), space.limits))
-
-
-async def _read(space: Space, a: WaitArgs) -> Answer:
-    found = await space.read(Pattern(a.prefix), check_seconds(WAIT, a.wait, space.limits))
-    return (204, None) if found is None else (200, tuple_body(found, MSGPACK))
-
-
-async def _take(space: Space, a: TakeArgs) -> Answer:
-    found = await space.take(Pattern(a.prefix), check_seconds(WAIT, a.wait, space.limits))
-    return (204, None) if found is None else (200, tuple_body(found, MSGPACK))
-
-
-async def _take_many(space: Space, a: BatchArgs) -> Answer:
-    limits = space.limits
-    taken = await space.take_many(
-        Pattern(a.prefix),
-        check_integer(BATCH_LIMIT, a.limit, limits),
-        check_seconds(WAIT, a.wait, limits),
-    )
-    return 200, Tuples([tuple_body(t, MSGPACK) for t in taken])
-
-
-async def _reserve(space: Space, a: ReserveArgs) -> Answer:
-    limits = space.limits
-    found = await space.reserve(
-        Pattern(a.prefix),
-        check_seconds(LEASE, a.lease, limits),
-        check_seconds(WAIT, a.wait, limits),
-    )
-    return (204, None) if found is None else (200, reserved_body(found, MSGPACK))
-
-
-async def _reserve_many(space: Space, a: ReserveBatchArgs) -> Answer:
-    limits = space.limits
-    reserved = await space.reserve_many(
-        Pattern(a.prefix),
-        check_seconds(LEASE, a.lease, limits),
-        check_integer(BATCH_LIMIT, a.limit, limits),
-        check_seconds(WAIT, a.wait, limits),
-    )
-    return 200, ReservedTuples([reserved_body(t, MSGPACK) for t in reserved])
-
-
-async def _ack(space: Space, a: IdArgs) -> Answer:
-    return 200, await space.ack(check_entry_id(ENTRY_ID, a.id))
-
-
-async def _ack_many(space: Space, a: IdsArgs) -> Answer:
-    return 200, await space.ack_many(check_ids(a.ids, space.limits))
-
-
-async def _ack_reserve(space: Space, a: AckReserveArgs) -> Answer:
-    limits = space.limits
-    acked, reserved = await space.ack_reserve(
-        check_ids(a.ids, limits),
-        Pattern(a.prefix),
-        check_seconds(LEASE, a.lease, limits),
-        check_integer(BATCH_LIMIT, a.limit, limits),
-        check_seconds(WAIT, a.wait, limits),
-    )
-    return 200, AckedReserved(acked, [reserved_body(t, MSGPACK) for t in reserved])
-
-
-async def _extend_many(space: Space, a: ExtendArgs) -> Answer:
-    ids = check_ids(a.ids, space.limits)
-    return 200, await space.extend_many(ids, check_extend_lease(a.lease, space.limits))
-
-
-async def _release(space: Space, a: IdArgs) -> Answer:
-    return 200, await space.release(check_entry_id(ENTRY_ID, a.id))
-
-
-async def _count(space: Space, a: PatternArgs) -> Answer:
-    return 200, await space.count(Pattern(a.prefix))
-
-
-async def _list(space: Space, a: PageArgs) -> Answer:
-    limits = space.limits
-    page = space.list(
-        Pattern(a.prefix),
-        check_integer(CURSOR, a.cursor, limits),
-        check_integer(PAGE_LIMIT, a.limit, limits),
-    )
-    return 200, Page([tuple_body(t, MSGPACK) for t in page.tuples], page.next_cursor)
-
-
-def _waits(a: WaitArgs | TakeArgs | WriteOptionArgs) -> bool:
-    return bool(a.wait)
-
-
-def _never(_: Args) -> bool:
-    return False
-
-
-def _always(_: Args) -> bool:
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class StreamOp:
-    """One op of the stream: its arguments' decoder, what it does with them,
-    and whether a request with those arguments may wait (a long poll): such a
-    request starts in a task of its own, so its timeout is its own; any other
-    starts in the turn that read it (:meth:`_Stream._start`)."""
-
-    decoder: msgspec.msgpack.Decoder[Any]
-    run: Callable[[Space, Any], Awaitable[Answer]]
-    waits: Callable[[Any], bool]
-
-    @classmethod
-    def of(
-        cls,
-        args: type[Args],
-        run: Callable[[Space, Any], Awaitable[Answer]],
-        waits: Callable[[Any], bool] = _always,
-    ) -> StreamOp:
-        return cls(msgspec.msgpack.Decoder(args), run, waits)
-
-
-#: Every op, by the name a request gives (``cancel`` is the stream's own).
-OPS: dict[str, StreamOp] = {
-    "write": StreamOp.of(PayloadArgs, _write, _waits),
-    "write_many": StreamOp.of(PayloadsArgs, _write_many, _waits),
-    "read": StreamOp.of(WaitArgs, _read, _waits),
-    "take": StreamOp.of(TakeArgs, _take, _waits),
-    "take_many": StreamOp.of(BatchArgs, _take_many, _waits),
-    "reserve": StreamOp.of(ReserveArgs, _reserve, _waits),
-    "reserve_many": StreamOp.of(ReserveBatchArgs, _reserve_many, _waits),
-    "ack": StreamOp.of(IdArgs, _ack, _never),
-    "ack_many": StreamOp.of(IdsArgs, _ack_many, _never),
-    "ack_reserve": StreamOp.of(AckReserveArgs, _ack_reserve, _waits),
-    "extend_many": StreamOp.of(ExtendArgs, _extend_many, _never),
-    "release": StreamOp.of(IdArgs, _release, _never),
-    "count": StreamOp.of(PatternArgs, _count, _never),
-    "list": StreamOp.of(PageArgs, _list, _never),
-}
 _CANCEL = msgspec.msgpack.Decoder(CancelArgs)
 
 

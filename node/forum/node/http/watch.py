@@ -40,10 +40,12 @@ import msgspec
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
-from forum.node.api.model import EVENT_STREAM, WATCH
+from forum.node.api.model import EVENT_STREAM
+from forum.node.api.operations import WATCH
 from forum.node.core.entries import PLAIN, Properties, Take, Write
-from forum.node.http.bodies import ApiProblem, Query, bad_request
+from forum.node.http.bodies import ApiProblem, bad_request
 from forum.node.http.keys import LIMITS, WATCH_HUB
+from forum.node.http.query import Query
 from forum.node.space.watch import PIECE, HubEvent, Missed, Subscription, WatchHub
 
 _json = msgspec.json.Encoder().encode
