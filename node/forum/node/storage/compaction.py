@@ -31,7 +31,8 @@ the same or an earlier segment, or dropped in an earlier pass). Were a Take
 dropped first, a crash before its Write's segment was rewritten would leave
 the Write on disk without its Take: alive again.
 
-Everything here is blocking file work, run in a thread by the Strand.
+Everything here is blocking file work, run in a thread by the Strand
+(:mod:`forum.node.storage.compaction_pass` drives it).
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ class Compaction:
                 entries_dropped=dropped,
                 segments_rewritten=rewritten,
                 segments_removed=removed,
-                floors={o: log.base for o, log in logs.items() if log.base},
+                floors=segments.floors(),
                 seconds=time.perf_counter() - started,
             )
 
@@ -202,9 +202,7 @@ class Compaction:
 
     def _floors(self, raised: Mapping[str, int]) -> dict[str, int]:
         """Every origin's floor, with ``raised`` in."""
-        floors = {o: log.base for o, log in self._logs.items() if log.base}
-        floors.update(raised)
-        return floors
+        return {**self._segments.floors(), **raised}
 
     @staticmethod
     def _doomed(found: compaction.Survey, alive: Collection[compaction.Key]) -> compaction.IdIndex:

@@ -8,17 +8,17 @@ segment number, eight decimal digits, from 1). Each file is::
         version         u16 BE    1 or 2 (the records below)
         flags           u16 BE    bit 0 (MANIFESTED): a MANIFEST accounts for
                                   this segment (see forum.node.storage.manifest); the
-                                  other bits 0. Written before MANIFESTs
-                                  existed, the field was 0 ("reserved").
+                                  other bits 0. A segment of a directory that
+                                  has no MANIFEST has 0.
         segment number  u32 BE    the number in the file name
     records, one after another, to the end of the file
         length          u32 BE    length of body, 1 .. MAX_BODY (see max_body)
         crc             u32 BE    zlib.crc32(body)
         body            length bytes (below)
 
-In a version 1 segment (written before batches) a record's body is one
-entry, msgpack (see forum.node.core.codec). In a version 2 segment, the one written
-now, a record is a *batch*: the entries of one group commit under one
+In a version 1 segment (read, never written) a record's body is one
+entry, msgpack (see forum.node.core.codec). In a version 2 segment, the one the
+writer makes, a record is a *batch*: the entries of one group commit under one
 length and one checksum, as Kafka's record batches. Its body is one or
 more entries, one after another, each::
 
@@ -68,7 +68,7 @@ READABLE = (SINGLE_VERSION, FORMAT_VERSION)
 HEADER = struct.Struct(">8sHHI")
 #: The header flag of a segment a MANIFEST accounts for: found without one, the MANIFEST is missing.
 MANIFESTED = 1
-#: Where the flags lie in the header, and their format (to flag an old segment in place).
+#: Where the flags lie in the header, and their format (to flag a segment in place).
 FLAGS_AT = 10
 FLAGS = struct.Struct(">H")
 FRAME = struct.Struct(">II")

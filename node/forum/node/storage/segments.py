@@ -1,8 +1,8 @@
 """The segment files of an open Strand, where each entry lies in them, and
 the MANIFEST that accounts for them.
 
-:class:`Segments` is the state the Strand's parts share: the log
-(:mod:`forum.node.storage.strand`) fills it on open, the writer
+:class:`Segments` is the state the Strand's parts share: replay
+(:mod:`forum.node.storage.replay`) fills it on open, the writer
 (:mod:`forum.node.storage.writer`) appends to the current segment and rolls
 to the next, compaction (:mod:`forum.node.storage.compaction_pass`) rewrites
 sealed ones. It holds the current segment's descriptor, number and length;
@@ -89,7 +89,20 @@ class Segments:
         number, size, own = self.mark
         self.mark = (number, size, max(own, seq))
 
+    def missing_own(self) -> list[tuple[int, int]]:
+        """The ranges ``(first, last)`` of this node's own seqs, up to
+        :attr:`own_seq_floor`, neither held nor known to be dead."""
+        own = self.logs.get(self.origin)
+        floor = self.own_seq_floor
+        if own is None:
+            return [(1, floor)] if floor else []
+        return own.absent(floor)
+
     # -- where entries lie -----------------------------------------------------
+
+    def floors(self) -> dict[str, int]:
+        """Per origin, the compaction floor; origins with no floor are left out."""
+        return {origin: o.base for origin, o in self.logs.items() if o.base}
 
     def record_all(self, entries: list[Entry], positions: list[int], first: int) -> None:
         """Note where each written entry now lies: in one go when all are
@@ -288,7 +301,9 @@ class Segments:
             )
             if self.manifest != found:
                 self.save_manifest()
-            if not scan.flags & segment.MANIFESTED:  # an old directory's: flagged from now on
+            if (
+                not scan.flags & segment.MANIFESTED
+            ):  # no MANIFEST accounted for it: flagged from now on
                 os.pwrite(self.fd, segment.FLAGS.pack(segment.MANIFESTED), segment.FLAGS_AT)
                 os.fsync(self.fd)
             self.mark_saved = self.mark

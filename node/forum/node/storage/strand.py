@@ -6,6 +6,8 @@ it, finds any stored entry again by its id (so that entries can be served
 on to peers), says what is stored, and whether it can be written
 (``health``). Its parts, each a module of its own:
 
+* :mod:`forum.node.storage.replay`: reading the directory back on open,
+  checked against its ``MANIFEST``;
 * :mod:`forum.node.storage.segments`: the segment files, where each entry
   lies in them, and the ``MANIFEST`` kept as they change;
 * :mod:`forum.node.storage.writer`: appending, in group commits, under the
@@ -68,7 +70,6 @@ import dataclasses
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,7 +80,6 @@ from forum.node.core.codec import (
     EntryEncoder,
     RawEntry,
     decode_entry,
-    decode_raw,
 )
 from forum.node.core.entries import (
     MAX_ORIGIN_LENGTH,
@@ -92,20 +92,17 @@ from forum.node.core.entries import (
     check_origin,
 )
 from forum.node.core.errors import (
-    SerializationError,
-    StrandCorrupt,
-    StrandDamaged,
     StrandError,
 )
 from forum.node.core.reports import CompactionReport
 from forum.node.core.resource import AsyncResource
-from forum.node.storage import compaction, damage, segment
+from forum.node.storage import compaction, segment
 from forum.node.storage.compaction_pass import Compaction
-from forum.node.storage.damage import Damage, Problem
+from forum.node.storage.damage import Damage
 from forum.node.storage.files import load_or_create_origin, lock_directory, probe
-from forum.node.storage.manifest import Manifest, manifest_path, read_manifest
-from forum.node.storage.origin_log import OFFSET_BITS, OriginLog
-from forum.node.storage.segments import Replayed, Segments
+from forum.node.storage.origin_log import OFFSET_BITS
+from forum.node.storage.replay import replay
+from forum.node.storage.segments import Segments
 from forum.node.storage.writer import FsyncPolicy, Writer
 
 log = logging.getLogger(__name__)
@@ -215,11 +212,12 @@ class StrandStats:
 class Strand(AsyncResource):
     """An open log. Use ``await Strand.open(cfg)``; close with ``await strand.close()``.
 
-    The Strand is the log as its users see it: it opens and replays the
-    directory, reads entries back, answers what is stored, and says whether
-    it can be written (``health``). Its parts do the rest: the files and
-    the index in :class:`~forum.node.storage.segments.Segments`, appending
-    in the :class:`~forum.node.storage.writer.Writer`, compaction in
+    The Strand is the log as its users see it: it opens the directory
+    (replayed by :func:`~forum.node.storage.replay.replay`), reads entries
+    back, answers what is stored, and says whether it can be written
+    (``health``). Its parts do the rest: the files and the index in
+    :class:`~forum.node.storage.segments.Segments`, appending in the
+    :class:`~forum.node.storage.writer.Writer`, compaction in
     :class:`~forum.node.storage.compaction_pass.Compaction`.
     """
 
@@ -264,142 +262,13 @@ class Strand(AsyncResource):
         try:
             strand = cls(cfg, load_or_create_origin(directory, cfg.node_name))
             strand._lock_fd = lock_fd
-            strand._replay_files()
+            strand._replayed, strand.damage = replay(strand._segments, cfg.repair)
         except BaseException:
             if strand is not None and strand._segments.fd >= 0:
                 os.close(strand._segments.fd)
             os.close(lock_fd)  # also releases the lock
             raise
         return strand
-
-    def _replay_files(self) -> None:
-        """Read every segment back into the index, check the directory
-        against its MANIFEST (damage is refused, or set aside in repair mode:
-        see :mod:`forum.node.storage.damage`), and open the last segment for appending."""
-        directory = self._dir
-        compaction.remove_leftovers(directory)
-        problems: list[Problem] = []
-        try:
-            found = read_manifest(directory)
-        except StrandDamaged as exc:
-            found = None
-            problems.append(Problem(Path(exc.path), exc.reason, None, True))
-        if found is not None and found.origin != self.origin:
-            reason = f"it belongs to origin {found.origin}, the directory's is {self.origin}"
-            problems.append(Problem(manifest_path(directory), reason, None, True))
-            found = None
-        expected, missing = damage.plan(directory, found, segment.segment_numbers(directory))
-        problems += missing
-        try:
-            floors = compaction.read_floors(directory)
-        except StrandCorrupt as exc:  # no floor is known: every seq may come in again
-            floors = {}
-            problems.append(Problem(Path(exc.path), exc.reason, None, True))
-        for origin, floor in floors.items():
-            self._logs[origin] = OriginLog(base=floor)
-        replayed: list[RawEntry] = []
-        kept: list[Replayed] = []
-        flagged = False
-        for exp in expected:
-            path = segment.segment_path(directory, exp.number)
-            try:
-                scan = segment.read_segment(path, exp.number, last=exp.last, tolerant=True)
-            except StrandCorrupt as exc:  # its header: nothing in it can be read
-                problems.append(Problem(path, exc.reason, exp.ranges, True))
-                continue
-            flagged = flagged or bool(scan.flags & segment.MANIFESTED)
-            problem = damage.check(path, exp, scan, scan.good_end + scan.torn_bytes)
-            if problem is not None:
-                problems.append(problem)
-                if not problem.keep:
-                    continue
-            kept.append((exp, scan, self._replay_scan(path, exp.number, scan, replayed)))
-        if found is None and flagged and not problems:
-            reason = "missing, but the segments say a MANIFEST accounted for them"
-            problems.append(Problem(manifest_path(directory), reason, None, False))
-        if found is not None:
-            # Own seqs it shows as issued are never issued again; those not
-            # held (a repaired directory's, not yet fetched) are missing.
-            self._segments.own_floor = found.own
-        if problems:
-            self._repair(problems, found)
-        self._replayed = replayed
-        self._segments.open_last(kept, found, {p.number for p in problems})
-
-    def _replay_scan(
-        self, path: Path, number: int, scan: segment.SegmentScan, replayed: list[RawEntry]
-    ) -> dict[str, list[int]]:
-        """Index one segment's entries (the hot loop of start-up: plain
-        values, no entry objects); per origin, the lowest and highest seq."""
-        logs = self._logs
-        ranges: dict[str, list[int]] = {}
-        base = number << OFFSET_BITS
-        for offset, body in scan.records:
-            try:
-                raw = decode_raw(body)
-            except SerializationError as exc:
-                raise StrandCorrupt(str(path), offset, str(exc)) from exc
-            origin, seq = raw[0], raw[1]
-            origin_log = logs.get(origin)
-            if origin_log is None:
-                origin_log = logs[origin] = OriginLog()
-            # False for a second copy of an entry (should a crash ever
-            # leave one): it is replayed once.
-            if origin_log.replay(seq, base | offset):
-                replayed.append(raw)
-                self._segments.entries += 1
-            seqs = ranges.get(origin)
-            if seqs is None:
-                ranges[origin] = [seq, seq]
-            elif seq > seqs[1]:
-                seqs[1] = seq
-            elif seq < seqs[0]:
-                seqs[0] = seq
-        return ranges
-
-    def _repair(self, problems: list[Problem], found: Manifest | None) -> None:
-        """Refuse a damaged directory (``StrandDamaged``, one line) or, in
-        repair mode, set the damaged files aside, lower the floors of the
-        origins they held (so peers' copies are taken in again), and keep
-        the own seqs they held from being issued again."""
-        lines = tuple(problem.line() for problem in problems)
-        first = problems[0]
-        more = len(problems) - 1
-        reason = first.reason + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
-        if not self.config.repair:
-            raise StrandDamaged(str(first.path), reason, lines, first.offset)
-        where, moved = damage.set_aside(self._dir, problems, time.time())
-        own_floor = found.own if found is not None else 0
-        floors: dict[str, int] = {}
-        for problem in problems:
-            if problem.ranges is None:  # what it held is unknown: every origin's floor
-                floors = {origin: 0 for origin in self._logs}
-                break
-            for origin, (lo, _) in problem.ranges.items():
-                floors[origin] = min(floors.get(origin, lo - 1), lo - 1)
-        for problem in problems:
-            own = (problem.ranges or {}).get(self.origin)
-            own_floor = max(own_floor, own[1] if own else 0)
-        lowered = False
-        for origin, floor in floors.items():
-            origin_log = self._logs.get(origin)
-            if origin_log is not None and floor < origin_log.base:
-                origin_log.lower_base(max(floor, 0))
-                lowered = True
-        if lowered:
-            compaction.write_floors(self._dir, self.floors())
-        self._segments.own_floor = max(self._segments.own_floor, own_floor)
-        self.damage = Damage(
-            f"{first.path}: {reason}", lines, tuple(moved), where, self.own_seq_floor
-        )
-        for line in lines:
-            log.warning("strand: repair: %s", line)
-        log.warning(
-            "strand: repair: %s; own seqs up to %d were issued, missing: %s",
-            f"{len(moved)} file(s) set aside in {where}" if moved else "no file to set aside",
-            self.own_seq_floor,
-            self.missing_own() or "none",
-        )
 
     def take_replayed(self) -> list[RawEntry]:
         """The entries found on open, in log order, as plain values; handed out
@@ -431,7 +300,7 @@ class Strand(AsyncResource):
     def floors(self) -> dict[str, int]:
         """Per origin, the compaction floor: every seq up to it is held here
         or was dropped (dead); origins with no floor are left out."""
-        return {origin: o.base for origin, o in self._logs.items() if o.base}
+        return self._segments.floors()
 
     @property
     def own_seq_floor(self) -> int:
@@ -456,11 +325,7 @@ class Strand(AsyncResource):
         what a damaged directory lost, to be fetched back from peers (a
         range may include seqs compaction dropped; a peer's page says so).
         Empty for a whole directory."""
-        own = self._logs.get(self.origin)
-        floor = self.own_seq_floor
-        if own is None:
-            return [(1, floor)] if floor else []
-        return own.absent(floor)
+        return self._segments.missing_own()
 
     def stats(self) -> StrandStats:
         segments, compacted = self._segments, self._compaction
