@@ -136,7 +136,7 @@ def batches(
     group: list[bytes | memoryview] = []
     size = 0
     for entry in entries:
-        grows = ENTRY.size + len(entry)
+        grows = batch_size(len(entry))
         if group and size + grows > limit:
             at = _batch_into(group, at, records, offsets)
             group = []
