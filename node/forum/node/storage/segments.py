@@ -35,7 +35,7 @@ from forum.node.storage.files import fsync_dir, sync_and_close, write_all
 from forum.node.storage.manifest import Manifest, Sealed, read_manifest, write_manifest
 from forum.node.storage.origin_log import OriginLog
 
-log = logging.getLogger("forum.node.storage.strand")
+log = logging.getLogger("forum.node.storage.strand")  # the Strand's lines, under one name
 
 #: A replayed segment: what the MANIFEST expected of it, what reading it
 #: found, and per origin the lowest and highest seq in it.

@@ -10,11 +10,11 @@ depends on ``StrandConfig.fsync`` (the Strand's docstring says what each
 policy promises):
 
 ``always``
-    The writer hands the group to the fsync under way, or starts one in a
-    worker thread if the disk is idle, and goes on writing the next group
-    meanwhile; each fsync covers everything written before it started, and
-    the next one starts the moment it ends, before its appenders are
-    answered: the disk and the loop work at once.
+    The group waits for the next fsync to start after it was written (at
+    once, in a worker thread, if the disk is idle), and the writer goes on
+    writing the next group meanwhile; each fsync covers everything written
+    before it started, and the next one starts the moment it ends, before
+    its appenders are answered: the disk and the loop work at once.
 ``interval``
     The group is answered once written; a background task fsyncs every
     ``fsync_interval`` seconds if anything was written.
