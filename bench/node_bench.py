@@ -2,7 +2,7 @@
 
 Prints a table and writes ``bench/results/node_bench.json``. In one run:
 
-* raw append ceiling: 100-byte framed records written by one thread, one
+* raw append ceiling: records of one 100-byte entry written by one thread, one
   fsync per group of N (N = the number of concurrent appenders), no Forum;
 * Forum write and take rates, fsync ``always`` and ``never``, 1 and 64
   concurrent coroutines (the ratio to the raw ceiling is the target);
@@ -86,15 +86,15 @@ from forum.node.core.entries import EntryId, Tuple  # noqa: E402
 from forum.node.core.space import Pattern  # noqa: E402
 from forum.node.space.forum import Forum  # noqa: E402
 from forum.node.space.index import LiveIndex  # noqa: E402
-from forum.node.storage.segment import frame  # noqa: E402
+from forum.node.storage import segment  # noqa: E402
 from forum.node.storage.strand import Strand, StrandConfig  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
 
 def raw_append_rate(directory: Path, group: int, seconds: float) -> float:
-    """Records/s appending 100-byte records, one fsync per ``group`` records."""
-    record = frame(b"x" * 100)
+    """Records/s appending records of one 100-byte entry, one fsync per ``group`` records."""
+    record, _ = segment.batch([b"x" * 100])
     chunk = record * group
     path = directory / f"raw-{group}.bin"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 from forum.node.storage import segment
-from forum.node.storage.strand import LOCK_FILE
+from forum.node.storage.files import LOCK_FILE
 
 
 def crash_image(directory: Path, to: Path) -> Path:

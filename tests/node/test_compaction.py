@@ -334,7 +334,7 @@ async def test_the_background_compactor_runs_past_the_dead_share_and_not_twice_f
     async with Compactor(forum, CompactionPolicy(0.02, 0.5), lambda: horizon) as compactor:
         compactor.start()
         await _churn(forum, 400, keep_every=100)  # 396 of 400 taken: 99% dead
-        await forum.strand._seal()  # what the churn wrote is in sealed segments now
+        await forum.strand.seal()  # what the churn wrote is in sealed segments now
         await eventually(lambda: forum.stats().compactions >= 1, what="a pass")  # it ran ...
         assert forum.stats().entries_dropped == 0  # ... but nothing is stable yet
         runs = forum.stats().compactions

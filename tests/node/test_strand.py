@@ -72,7 +72,7 @@ async def test_torn_tail_is_cut_and_reported(
     path = _segments(cfg)[-1]
     good_size = path.stat().st_size
     with open(path, "ab") as f:
-        f.write(segment.frame(b"\x93\x01\x00\xa1x")[:7])  # a record cut short
+        f.write(segment.batch([b"\x93\x01\x00\xa1x"])[0][:7])  # a record cut short
     with caplog.at_level(logging.WARNING):
         forum = Forum(await Strand.open(cfg))
     assert "torn tail" in caplog.text

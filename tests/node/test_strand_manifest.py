@@ -16,7 +16,7 @@ from forum.node.core.errors import StrandError
 from forum.node.core.space import Pattern
 from forum.node.space.forum import Forum
 from forum.node.storage import segment
-from forum.node.storage import strand as strand_module
+from forum.node.storage import segments as segments_module
 from forum.node.storage.compaction import read_floors
 from forum.node.storage.manifest import Manifest, read_manifest
 from forum.node.storage.strand import Strand, StrandConfig
@@ -102,7 +102,7 @@ async def test_a_failed_manifest_write_fails_the_roll_and_the_next_one_works(
     cfg = cfg.with_segment_bytes(SEGMENT)
     acked: set[bytes] = set()
     strand = await Strand.open(cfg)
-    real = strand_module.write_manifest
+    real = segments_module.write_manifest
     failing = True
 
     def write_manifest(directory: Path, manifest: Manifest) -> None:
@@ -110,7 +110,7 @@ async def test_a_failed_manifest_write_fails_the_roll_and_the_next_one_works(
             raise OSError(errno.ENOSPC, "No space left on device")
         real(directory, manifest)
 
-    monkeypatch.setattr(strand_module, "write_manifest", write_manifest)
+    monkeypatch.setattr(segments_module, "write_manifest", write_manifest)
     refused = 0
     for i in range(80):
         try:
@@ -135,7 +135,7 @@ async def test_a_manifest_renamed_but_not_durable_breaks_the_strand_and_reopens_
     which finds the directory as whichever MANIFEST is there says."""
     cfg = cfg.with_segment_bytes(SEGMENT)
     strand = await Strand.open(cfg)
-    real = strand_module.write_manifest
+    real = segments_module.write_manifest
     acked: set[bytes] = set()
 
     def write_manifest(directory: Path, manifest: Manifest) -> None:
@@ -144,7 +144,7 @@ async def test_a_manifest_renamed_but_not_durable_breaks_the_strand_and_reopens_
         if rolling:
             raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(strand_module, "write_manifest", write_manifest)
+    monkeypatch.setattr(segments_module, "write_manifest", write_manifest)
     for i in range(60):
         try:
             await strand.append_writes([b"b/%d" % i + PAD])
@@ -196,7 +196,7 @@ async def test_a_failing_checkpoint_is_said_once_and_its_recovery_once(
 ) -> None:
     caplog.set_level(logging.INFO, logger="forum.node.storage.strand")
     cfg = cfg.with_checkpoint_interval(0.01)
-    real = strand_module.write_manifest
+    real = segments_module.write_manifest
     calls = 0
 
     def full(directory: Path, manifest: Manifest) -> None:
@@ -205,11 +205,11 @@ async def test_a_failing_checkpoint_is_said_once_and_its_recovery_once(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     async with await Strand.open(cfg) as strand:
-        monkeypatch.setattr(strand_module, "write_manifest", full)
+        monkeypatch.setattr(segments_module, "write_manifest", full)
         for i in range(5):
             await strand.append_writes([b"c/%d" % i])
             await _eventually(lambda n=calls: calls > n)  # type: ignore[misc]
-        monkeypatch.setattr(strand_module, "write_manifest", real)
+        monkeypatch.setattr(segments_module, "write_manifest", real)
         await _eventually(lambda: "checkpoints are written to the MANIFEST again" in caplog.text)
         assert _manifest(cfg.storage).checkpoint == _last(cfg.storage).stat().st_size
     warnings = [r for r in caplog.records if "cannot write a checkpoint" in r.getMessage()]

@@ -53,7 +53,8 @@ from forum.node.space.watch import BUFFER as WATCH_BUFFER
 from forum.node.space.watch import HEARTBEAT as WATCH_HEARTBEAT
 from forum.node.space.watch import QUEUE as WATCH_QUEUE
 from forum.node.space.watch import QUEUE_BYTES as WATCH_QUEUE_BYTES
-from forum.node.storage.strand import MIN_SEGMENT_BYTES, FsyncPolicy, payload_limit
+from forum.node.storage.strand import MIN_SEGMENT_BYTES, payload_limit
+from forum.node.storage.writer import FsyncPolicy
 
 LogFormat = Literal["text", "json"]
 

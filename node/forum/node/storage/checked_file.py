@@ -22,6 +22,7 @@ from typing import Any
 import msgpack
 
 from forum.node.core.errors import StrandCorrupt
+from forum.node.storage.files import fsync_dir, write_all
 
 TMP_SUFFIX = ".tmp"
 _CRC = struct.Struct(">I")
@@ -59,9 +60,7 @@ def replace_file(path: Path, data: bytes, before_rename: Callable[[], None] | No
     tmp = path.with_name(path.name + TMP_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -69,12 +68,3 @@ def replace_file(path: Path, data: bytes, before_rename: Callable[[], None] | No
         before_rename()
     os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """fsync a directory: its entries (a create, rename or unlink) are durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

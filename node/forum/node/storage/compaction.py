@@ -31,7 +31,8 @@ the same or an earlier segment, or dropped in an earlier pass). Were a Take
 dropped first, a crash before its Write's segment was rewritten would leave
 the Write on disk without its Take: alive again.
 
-Everything here is blocking file work, run in a thread by the Strand.
+Everything here is blocking file work, run in a thread by the Strand
+(:mod:`forum.node.storage.compaction_pass` drives it).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import contextlib
 import os
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -51,11 +52,11 @@ from forum.node.core.errors import StrandCorrupt
 from forum.node.storage import segment
 from forum.node.storage.checked_file import (
     TMP_SUFFIX,
-    fsync_dir,
     read_document,
     replace_file,
     write_document,
 )
+from forum.node.storage.files import fsync_dir
 
 HORIZON_FILE = "HORIZON"
 HORIZON_VERSION = 1
@@ -64,6 +65,8 @@ MANIFEST_FILE = "MANIFEST"
 
 #: An entry's id as plain values, as replay and compaction handle them.
 Key = tuple[str, int]
+#: Asked once a pass has read the segments: the ids of the Writes still live.
+Live = Callable[[], Awaitable[Collection[Key]]]
 
 
 def read_floors(directory: Path) -> dict[str, int]:
@@ -268,14 +271,10 @@ def rewrite(
         os.unlink(path)
         fsync_dir(directory)
         return Rewritten(number, scan.good_end, 0, survivors, dropped)
-    chunks = [segment.header(number)]
-    size = segment.HEADER.size
     moved = array("q")  # where each kept entry lies now, as ``kept``
-    for group in _groups(map(scan.records.at, kept)):
-        record, within = segment.batch(group)
-        moved.extend([size + at for at in within])
-        chunks.append(record)
-        size += len(record)
+    records = segment.batches(map(scan.records.at, kept), REWRITE_BATCH, segment.HEADER.size, moved)
+    chunks = [segment.header(number), *records]
+    size = sum(map(len, chunks))
     for _, _, offsets in survivors.columns():
         for i, offset in enumerate(offsets):
             offsets[i] = moved[bisect_left(kept, offset)]
@@ -287,19 +286,3 @@ def rewrite(
 
 #: The most a rewritten segment puts in one batch (far below ``segment.MAX_BODY``).
 REWRITE_BATCH = 1024 * 1024
-
-
-def _groups(entries: Iterable[memoryview]) -> Iterator[list[memoryview]]:
-    """``entries`` cut into runs that each fit one batch of ``REWRITE_BATCH``."""
-    group: list[memoryview] = []
-    size = 0
-    for entry in entries:
-        grows = segment.batch_size(len(entry))
-        if group and size + grows > REWRITE_BATCH:
-            yield group
-            group = []
-            size = 0
-        group.append(entry)
-        size += grows
-    if group:
-        yield group

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Literal
 
 from forum.node.storage import segment
-from forum.node.storage.checked_file import fsync_dir, replace_file
+from forum.node.storage.checked_file import replace_file
+from forum.node.storage.files import fsync_dir
 from forum.node.storage.manifest import GONE, Manifest, Ranges, Sealed
 from forum.node.storage.segment import SegmentScan
 

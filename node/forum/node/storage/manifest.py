@@ -41,16 +41,17 @@ When it is written:
   ``always``, the background fsync's under ``interval``; under ``never``
   nothing is fsynced between rolls, so the checkpoint stays the header's;
 * on open, when what it found differs from what the MANIFEST said (a torn
-  tail cut, an old directory upgraded, repair).
+  tail cut, a directory with no MANIFEST given one, repair).
 
 Segments are flagged in their header (``segment.MANIFESTED``) once a
 MANIFEST accounts for them, so a deleted MANIFEST is found too. A data
-directory written before MANIFESTs existed (no MANIFEST, no flagged
-segment) is trusted once as it is, and a MANIFEST written for it.
+directory with neither (no MANIFEST, no flagged segment: one made by a
+Forum without MANIFESTs) is trusted once as it is, and a MANIFEST written
+for it.
 
 This module holds the document and its reading and writing; what a
 directory that does not match it means (refused, or set aside in repair
-mode) is decided by the Strand (:mod:`forum.node.storage.strand`).
+mode) is decided by replay (:mod:`forum.node.storage.replay`).
 """
 
 from __future__ import annotations

@@ -8,17 +8,17 @@ segment number, eight decimal digits, from 1). Each file is::
         version         u16 BE    1 or 2 (the records below)
         flags           u16 BE    bit 0 (MANIFESTED): a MANIFEST accounts for
                                   this segment (see forum.node.storage.manifest); the
-                                  other bits 0. Written before MANIFESTs
-                                  existed, the field was 0 ("reserved").
+                                  other bits 0. A segment of a directory that
+                                  has no MANIFEST has 0.
         segment number  u32 BE    the number in the file name
     records, one after another, to the end of the file
         length          u32 BE    length of body, 1 .. MAX_BODY (see max_body)
         crc             u32 BE    zlib.crc32(body)
         body            length bytes (below)
 
-In a version 1 segment (written before batches) a record's body is one
-entry, msgpack (see forum.node.core.codec). In a version 2 segment, the one written
-now, a record is a *batch*: the entries of one group commit under one
+In a version 1 segment (read, never written) a record's body is one
+entry, msgpack (see forum.node.core.codec). In a version 2 segment, the one the
+writer makes, a record is a *batch*: the entries of one group commit under one
 length and one checksum, as Kafka's record batches. Its body is one or
 more entries, one after another, each::
 
@@ -54,7 +54,7 @@ import os
 import struct
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, MutableSequence, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +68,7 @@ READABLE = (SINGLE_VERSION, FORMAT_VERSION)
 HEADER = struct.Struct(">8sHHI")
 #: The header flag of a segment a MANIFEST accounts for: found without one, the MANIFEST is missing.
 MANIFESTED = 1
-#: Where the flags lie in the header, and their format (to flag an old segment in place).
+#: Where the flags lie in the header, and their format (to flag a segment in place).
 FLAGS_AT = 10
 FLAGS = struct.Struct(">H")
 FRAME = struct.Struct(">II")
@@ -106,14 +106,6 @@ def max_body(segment_bytes: int) -> int:
     return min(MAX_BODY, segment_bytes - HEADER.size - FRAME.size)
 
 
-def frame(body: bytes, limit: int = MAX_BODY) -> bytes:
-    """One version 1 record: length, checksum, one entry. ``RecordTooLarge``
-    if the body is over ``limit`` (at most ``MAX_BODY``: replay would not
-    read it back). The writer makes batches; this stays for old segments."""
-    _check_size(len(body), limit)
-    return FRAME.pack(len(body), zlib.crc32(body)) + body
-
-
 def batch(entries: Sequence[bytes | memoryview], limit: int = MAX_BODY) -> tuple[bytes, list[int]]:
     """One version 2 record holding ``entries`` (at least one), and each
     entry's offset from the record's start. ``RecordTooLarge`` if the body
@@ -128,8 +120,46 @@ def batch(entries: Sequence[bytes | memoryview], limit: int = MAX_BODY) -> tuple
         parts.append(entry)
         at += ENTRY.size + len(entry)
     body = b"".join(parts)
-    _check_size(len(body), limit)
+    if len(body) > min(limit, MAX_BODY):
+        raise too_large(len(body), limit)
     return FRAME.pack(len(body), zlib.crc32(body)) + body, offsets
+
+
+def batches(
+    entries: Iterable[bytes | memoryview], limit: int, at: int, offsets: MutableSequence[int]
+) -> list[bytes]:
+    """``entries`` as version 2 records, in order, each as full as a body of
+    ``limit`` bytes allows (an entry too large for one alone is a record of
+    its own), the first to lie at offset ``at``: each entry's offset is
+    appended to ``offsets``."""
+    records: list[bytes] = []
+    group: list[bytes | memoryview] = []
+    size = 0
+    for entry in entries:
+        grows = batch_size(len(entry))
+        if group and size + grows > limit:
+            at = _batch_into(group, at, records, offsets)
+            group = []
+            size = 0
+        group.append(entry)
+        size += grows
+    if group:
+        _batch_into(group, at, records, offsets)
+    return records
+
+
+def _batch_into(
+    group: Sequence[bytes | memoryview],
+    at: int,
+    records: list[bytes],
+    offsets: MutableSequence[int],
+) -> int:
+    """Append ``group`` as one record at ``at`` to ``records``, and its
+    entries' offsets to ``offsets``; where the next record lies."""
+    record, within = batch(group)
+    records.append(record)
+    offsets.extend([at + offset for offset in within])
+    return at + len(record)
 
 
 def batch_size(entry_bytes: int) -> int:
@@ -137,12 +167,12 @@ def batch_size(entry_bytes: int) -> int:
     return ENTRY.size + entry_bytes
 
 
-def _check_size(size: int, limit: int) -> None:
-    if size > min(limit, MAX_BODY):
-        raise RecordTooLarge(
-            f"an entry of {size} bytes is too large for the log "
-            f"(at most {min(limit, MAX_BODY)} bytes per record)"
-        )
+def too_large(size: int, limit: int) -> RecordTooLarge:
+    """The error of a record body of ``size`` bytes, over ``limit`` (or ``MAX_BODY``)."""
+    return RecordTooLarge(
+        f"an entry of {size} bytes is too large for the log "
+        f"(at most {min(limit, MAX_BODY)} bytes per record)"
+    )
 
 
 class Entries:
