@@ -18,7 +18,8 @@ from forum.coordinator.presence import WorkerPresence
 from forum.coordinator.reaper import Reaper
 from forum.coordinator.records import CancelOutcome, HistoryEvent, Holder, KeyState
 from forum.coordinator.spaces import TakeOnly, WorkSpace
-from forum.coordinator.worker import Worker, WorkerStats
+from forum.coordinator.stats import WorkerStats
+from forum.coordinator.worker import Worker
 
 __all__ = [
     "AlreadyClaimed",
