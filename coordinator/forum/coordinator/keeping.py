@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,7 +18,9 @@ from forum.coordinator.availability import Availability
 from forum.coordinator.errors import ClaimLost, LensError
 from forum.coordinator.job import Handler, Job
 from forum.coordinator.presence import HEAD
+from forum.coordinator.reservations import Reservations
 from forum.coordinator.stats import WorkerStats
+from forum.node.core.cancellation import wait_event
 from forum.node.core.entries import EntryId
 
 #: The worker's logger: what befalls its claims is the worker's to report.
@@ -53,15 +56,19 @@ class ClaimKeeper:
         self,
         lens: ClaimAuthority,
         availability: Availability,
+        reservations: Reservations,
         counts: WorkerStats,
         *,
         owner: str,
+        lease: float,
         loss_pause: float,
     ) -> None:
         self._lens = lens
         self._availability = availability
+        self._reservations = reservations
         self._counts = counts
         self._owner = owner
+        self._lease = lease
         self._loss_pause = loss_pause
         #: The running handlers: each is its own task, cancelled to stop it.
         self.running: dict[asyncio.Task[None], Running] = {}
@@ -101,7 +108,29 @@ class ClaimKeeper:
             raise error  # KeyboardInterrupt, SystemExit: not the job's failure
         return state.interrupted, error
 
-    async def beat(
+    async def heartbeat(
+        self, stop: asyncio.Event, announce: Callable[[float], Awaitable[None]]
+    ) -> None:
+        """Until ``stop``: each third of a lease, extend every running job's
+        claim in one round trip and, beside it, its node reservation in one
+        request, and ``announce`` the worker (within the beat); cancel the
+        handlers whose claims are lost, or whose claims can no longer be shown
+        to outlast the next beat."""
+        interval = self._lease / 3
+        while not stop.is_set():
+            await wait_event(stop, interval)
+            # A loss met by the completions, the reaper or a handler's verify().
+            self.note_state_loss()
+            running = list(self.running.items())
+            # Side by side: a slow node must not hold back the claims' extension.
+            ids = [state.entry_id for _, state in running]
+            await asyncio.gather(
+                self._beat(running, interval),
+                self._reservations.extend(ids, self._lease, interval),
+                announce(interval),
+            )
+
+    async def _beat(
         self, running: list[tuple[asyncio.Task[None], Running]], interval: float
     ) -> None:
         """Extend the claims of ``running`` in one call; cancel the handlers
@@ -175,6 +204,26 @@ class ClaimKeeper:
         for task in forgotten:
             self.interrupt(task, "lost")
         return True
+
+    async def release(self, claim: HeldClaim, waits: Iterator[float]) -> bool:
+        """Release a claim, retrying while Redis is unreachable (waiting each
+        of ``waits`` in turn) and the lease lasts. ``False`` if it could not
+        be done: the claim is then gone or will expire by itself."""
+        while True:
+            try:
+                await claim.release()
+            except ClaimLost as exc:
+                self._counts.claims_lost += 1
+                log.warning("%s: %s", claim.key, exc)
+                return False
+            except LensError as exc:
+                self._availability.failed(exc)
+                if claim.remaining() <= 0:
+                    log.warning("%s: Redis unreachable past the lease (%s)", claim.key, exc)
+                    return False
+                await asyncio.sleep(min(next(waits), claim.remaining()))
+            else:
+                return True
 
     def pause_left(self) -> float:
         """Seconds left of the pause after a state loss (0 when not paused).

@@ -3,7 +3,18 @@ for free slots and ahead of them, acking, releasing, renewing, and parking
 until a time. Every call is best effort where the node's leases make it
 safe: a reservation not acked, released or renewed runs out on the node and
 its tuple comes back, where the Lens turns the copy away or parks it
-(the worker's module docstring, forum.coordinator.worker)."""
+(the worker's module docstring, forum.coordinator.worker).
+
+While the space has more than the free slots, the next batch is reserved
+ahead, while this one is claimed and run, so a slot that frees is filled
+with one Lens round trip instead of a node's and the Lens's in a row. What
+is reserved ahead waits at most the worker's ``_AHEAD_HOLD`` (0.2 s) for a
+slot, then is released for other workers; a stop releases it at once.
+
+Completed jobs' acks ride with the next reserve ahead (``ack_reserve``, one
+request for the acks and the next batch, where the space has it), or, when
+none is sent within ``_ACK_DELAY`` (50 ms), go in an ``ack_many`` of their own.
+"""
 
 from __future__ import annotations
 
@@ -120,7 +131,7 @@ class Reservations:
     async def _fill_ahead(self, acks: list[EntryId], most: int) -> list[Reserved]:
         """The reserve ahead (with the acks it carries). It fails alone: its
         task is in the worker's task group, where an error would stop the
-        worker (a node killed mid-request once did)."""
+        worker (a node killed mid-request, say)."""
         try:
             return await ack_then_reserve(self._space, acks, self._pattern, self._lease, most)
         except (ForumError, OSError) as exc:

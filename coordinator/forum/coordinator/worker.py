@@ -20,11 +20,7 @@ For each job:
    whose backoff is not over (``not_before`` in its trailer,
    :mod:`forum.coordinator.envelope`) is not claimed: it is parked, reserved until
    it is due, then released (:class:`forum.coordinator.holding.Parked`).
-   While the space has more than the free slots, the next batch is reserved
-   ahead, while this one is claimed and run, so a slot that frees is filled
-   with one Lens round trip instead of a node's and the Lens's in a row.
-   What is reserved ahead waits at most ``_AHEAD_HOLD`` (0.2 s) for a slot,
-   then is released for other workers; a stop releases it at once.
+   The next batch may be reserved ahead (:mod:`forum.coordinator.reservations`).
 2. **claim** each one's key in the Lens, all in one round trip: the key that
    travels in the tuple's trailer, else the key it was written with
    (``write(..., key=...)``), else ``key(payload)`` when given, else the
@@ -39,9 +35,8 @@ For each job:
    other finished jobs, off the slot's critical path
    (:mod:`forum.coordinator.completions`), and only then
 5. **ack** the reservations of the completed jobs (the Takes are appended),
-   in one call: the next reserve ahead carries them (``ack_reserve``, one
-   request for the acks and the next batch, where the space has it), or, when
-   none is sent within ``_ACK_DELAY`` (50 ms), an ``ack_many`` of their own.
+   in one call, carried by the next reserve ahead where one is sent soon
+   (:mod:`forum.coordinator.reservations`).
 
 At every moment a durable copy exists on a node::
 
@@ -92,21 +87,23 @@ Outcomes other than success:
   (:mod:`forum.coordinator.availability`, which also says what is logged).
 * Redis lost the Lens's state (``LensStateLost``: flushed, or restarted
   without persistence): fail closed as above, and more (see
-  :meth:`Worker._note_state_loss`). One error line per loss, counted in
-  ``lens_state_losses``. The handlers still running under claims from before
-  the loss are cancelled and their reservations released (``rescued``); no
-  job is claimed for ``lens_loss_pause`` seconds (default: one lease), so
-  every holder from before the loss, on any worker, has stopped before a job
-  can be claimed again. Completed jobs whose acks had not landed come back
+  :meth:`forum.coordinator.keeping.ClaimKeeper.note_state_loss`). One error
+  line per loss, counted in ``lens_state_losses``. The handlers still
+  running under claims from before the loss are cancelled and their
+  reservations released (``rescued``); no job is claimed for
+  ``lens_loss_pause`` seconds (default: one lease), so every holder from
+  before the loss, on any worker, has stopped before a job can be claimed
+  again. Completed jobs whose acks had not landed come back
   and run again: the done markers are gone.
 * ``stop()``: stop taking at once (a blocking reserve still waiting is
   abandoned; reservations not yet claimed, and parked ones, are released),
   let running handlers finish for ``drain_timeout`` seconds, then cancel the
   rest and release their claims and reservations.
 
-Every worker also runs a reaper (:mod:`forum.coordinator.reaper`): this runtime
-leaves no in-flight records in the Lens, but workers of earlier versions
-did, and the reaper writes theirs back.
+Every worker also runs a reaper (:mod:`forum.coordinator.reaper`): a Worker
+leaves no in-flight records in the Lens, but a claim handed back
+(``Claim.hand_back``) or a worker of another version does, and the reaper
+writes those back.
 
 A job that comes back more than one way is one claim key, so its effect
 still happens once while the Lens remembers (see docs/coordination.md).
@@ -124,7 +121,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from forum.coordinator.authority import ClaimAuthority, HeldClaim
+from forum.coordinator.authority import ClaimAuthority
 from forum.coordinator.availability import OUTAGE_BACKOFF, Availability
 from forum.coordinator.completions import Completions
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
@@ -215,7 +212,6 @@ class Worker:
             space = TakeOnly(space, key)
         self._space: WorkSpace = space
         self._lens = lens
-        self._pattern = pattern
         self._handler = handler
         self.concurrency = concurrency
         self.lease = lease
@@ -248,8 +244,8 @@ class Worker:
         #: Whether the Lens takes claims now, and the back-off while it does not.
         self._availability = Availability(self.owner, self._rng)
         self._keeper = ClaimKeeper(
-            lens, self._availability, self._counts, owner=self.owner,
-            loss_pause=self.lens_loss_pause,
+            lens, self._availability, self._reservations, self._counts, owner=self.owner,
+            lease=lease, loss_pause=self.lens_loss_pause,
         )  # fmt: skip
         self._jobs: set[asyncio.Task[None]] = set()
         self._drain_expired = False
@@ -297,7 +293,9 @@ class Worker:
             tasks.create_task(self._reaper.run(reaper_stop), name="reaper")
             completer = tasks.create_task(self._completions.run(), name="completions")
             heartbeat_stop = asyncio.Event()
-            tasks.create_task(self._heartbeat(heartbeat_stop), name="heartbeat")
+            tasks.create_task(
+                self._keeper.heartbeat(heartbeat_stop, self._announce), name="heartbeat"
+            )
             tasks.create_task(self._reservations.release_when_due(), name="parked")
             acker = tasks.create_task(self._reservations.send_overdue_acks(), name="acks")
             await self._fetch(tasks)
@@ -308,8 +306,8 @@ class Worker:
             await completer
             self._reservations.close_acks()
             await acker
-            # One last pass, so records of older workers that fell due are in
-            # the space before this worker is gone (any other reaper would do it too).
+            # One last pass, so in-flight records that fell due are in the space
+            # before this worker is gone (any other reaper would do it too).
             try:
                 await self._reaper.run_once()
             except (LensError, ForumError, OSError) as exc:
@@ -330,7 +328,7 @@ class Worker:
             if not self._availability.may_try():
                 self._slots.release(free)
                 await self._reservations.drop_ahead()
-                await self._wait_for_lens()
+                await self._availability.wait_until_checked(self._lens.ping, self._stopping)
                 continue
             try:
                 items = await self._reservations.reserve(free, tasks)
@@ -445,8 +443,8 @@ class Worker:
         now = time.time()
         later = [(o.item.id, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)]
         if later:
-            self._reservations.retrying |= {o.item.id: o.envelope.payload[:HEAD] for o in offers
-                               if o.envelope.due_in(now)}  # fmt: skip
+            heads = {o.item.id: o.envelope.payload[:HEAD] for o in offers if o.envelope.due_in(now)}
+            self._reservations.retrying |= heads
             self._counts.deferred += len(later)
             self._slots.release(len(later))
             await self._reservations.park(later)
@@ -499,7 +497,9 @@ class Worker:
         if interrupted == "abandoned" or (
             forgotten and (interrupted == "lost" or isinstance(error, LensError))
         ):
-            await self._release_claim(job.claim)  # a forgotten one is ClaimLost: fine
+            await self._keeper.release(
+                job.claim, self._outage_waits()
+            )  # a forgotten one is ClaimLost: fine
             await self._reservations.release([job.entry_id])
             if forgotten:
                 self._counts.rescued += 1
@@ -546,32 +546,13 @@ class Worker:
                 delay = self.backoff.delay(envelope.attempt, self._rng)
             payload = envelope.next_attempt(error, time.time() + delay if delay else None).seal()
         # Released first, so the next attempt, once due, finds the key free.
-        await self._release_claim(job.claim)
+        await self._keeper.release(job.claim, self._outage_waits())
         if await self._write_back(payload):
             await self._reservations.ack([job.entry_id])
             if last:
                 self._counts.dead += 1
             else:
                 self._counts.retried += 1
-
-    async def _heartbeat(self, stop: asyncio.Event) -> None:
-        """Each third of a lease, extend every running job's claim in one round
-        trip and, beside it, its node reservation in one request; cancel the
-        handlers whose claims are lost, or whose claims can no longer be shown
-        to outlast the next beat."""
-        interval = self.lease / 3
-        while not stop.is_set():
-            await wait_event(stop, interval)
-            # A loss met by the completions, the reaper or a handler's verify().
-            self._keeper.note_state_loss()
-            running = list(self._keeper.running.items())
-            # Side by side: a slow node must not hold back the claims' extension.
-            ids = [state.entry_id for _, state in running]
-            await asyncio.gather(
-                self._keeper.beat(running, interval),
-                self._reservations.extend(ids, self.lease, interval),
-                self._announce(within=interval),
-            )
 
     async def _announce(self, within: float | None = None) -> None:
         """Write this worker's presence record (one command; none without a
@@ -595,49 +576,10 @@ class Worker:
         if late:
             self._drain_expired = True
             log.warning("drain: cancelling %d handlers past the drain timeout", len(late))
-            for handler in list(self._keeper.running):
-                self._keeper.interrupt(handler, "abandoned")
+            self._keeper.abandon_all()
             await asyncio.wait(late)
 
     # -- outages ------------------------------------------------------------------------
-
-    async def _release_claim(self, claim: HeldClaim) -> bool:
-        """Release a claim, retrying while Redis is unreachable and the lease
-        lasts. ``False`` if it could not be done: the claim is then gone or
-        will expire by itself."""
-        waits = self._outage_waits()
-        while True:
-            try:
-                await claim.release()
-            except ClaimLost as exc:
-                self._counts.claims_lost += 1
-                log.warning("%s: %s", claim.key, exc)
-                return False
-            except LensError as exc:
-                self._availability.failed(exc)
-                if claim.remaining() <= 0:
-                    log.warning("%s: Redis unreachable past the lease (%s)", claim.key, exc)
-                    return False
-                await asyncio.sleep(min(next(waits), claim.remaining()))
-            else:
-                return True
-
-    async def _wait_for_lens(self) -> None:
-        """Back off while the Lens is unavailable: wait, then check that every
-        shard takes a write (``Lens.ping``: under Cluster, each shard's own
-        master), until one check passes or the worker stops. A passing check
-        lets one reserve and claim try; only granted claims end the outage
-        (:mod:`forum.coordinator.availability`)."""
-        while not self._availability.may_try() and not self._stopping.is_set():
-            await self._pause(self._availability.next_wait())
-            if self._stopping.is_set():
-                return
-            try:
-                await self._lens.ping()
-            except LensError as exc:
-                self._availability.failed(exc)
-            else:
-                self._availability.checked()
 
     def _outage_waits(self) -> Iterator[float]:
         """The waits between tries of one call while Redis or the space is
