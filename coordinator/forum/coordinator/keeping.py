@@ -64,10 +64,13 @@ class ClaimKeeper:
         loss_pause: float,
     ) -> None:
         self._lens = lens
+        #: Told of each Lens error the beat and a release meet.
         self._availability = availability
+        #: Where the running jobs' reservations are renewed, beside their claims.
         self._reservations = reservations
         self._counts = counts
         self._owner = owner
+        #: Claims are extended each third of it.
         self._lease = lease
         self._loss_pause = loss_pause
         #: The running handlers: each is its own task, cancelled to stop it.

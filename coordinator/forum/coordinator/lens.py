@@ -67,7 +67,7 @@ from typing import Any
 from forum.coordinator.authority import Grab, HeldClaim
 from forum.coordinator.claim import GONE_BEFORE_COMPLETION, TOO_LITTLE_LEFT, Claim
 from forum.coordinator.config import LensConfig
-from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError
+from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost
 from forum.coordinator.lens_records import LensRecords
 from forum.coordinator.records import attempts_of
 from forum.coordinator.scripts import Call, ms
@@ -132,9 +132,9 @@ class Lens(LensRecords):
         args = _claim_args(key, owner, lease, reoffer, attempt=attempt, history_ms=self._history_ms)
         reply = await self._run("claim", key, *args)
         outcome = self._granted(key, owner, lease, started, reply)
-        if isinstance(outcome, LensError):
-            raise outcome
-        return outcome
+        if isinstance(outcome, Claim):
+            return outcome
+        raise outcome
 
     async def claim_many(
         self,
