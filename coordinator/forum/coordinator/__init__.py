@@ -2,7 +2,6 @@
 
 from forum.coordinator.authority import ClaimAuthority, HeldClaim
 from forum.coordinator.claim import Claim
-from forum.coordinator.config import LensConfig
 from forum.coordinator.deadletter import DeadLetter
 from forum.coordinator.errors import (
     AlreadyClaimed,
@@ -17,6 +16,7 @@ from forum.coordinator.lens import Lens
 from forum.coordinator.presence import WorkerPresence
 from forum.coordinator.reaper import Reaper
 from forum.coordinator.records import CancelOutcome, HistoryEvent, Holder, KeyState
+from forum.coordinator.settings import LensConfig
 from forum.coordinator.spaces import TakeOnly, WorkSpace
 from forum.coordinator.stats import WorkerStats
 from forum.coordinator.worker import Worker

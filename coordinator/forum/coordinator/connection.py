@@ -23,12 +23,12 @@ from redis.backoff import NoBackoff
 from forum.coordinator import keys
 from forum.coordinator.authority import HeldClaim
 from forum.coordinator.claim import Claim
-from forum.coordinator.config import LensConfig
 from forum.coordinator.durability import DURABLE, shortfalls
 from forum.coordinator.errors import LensError, LensStateLost, LensUnavailable
 from forum.coordinator.failures import translate
 from forum.coordinator.redis_url import RedisTarget, close, redacted
 from forum.coordinator.scripts import Call, Scripts, Wait, ms
+from forum.coordinator.settings import LensConfig
 from forum.node.core.cancellation import keep_cancellation
 from forum.node.core.resource import AsyncResource
 

@@ -66,11 +66,11 @@ from typing import Any
 
 from forum.coordinator.authority import Grab, HeldClaim
 from forum.coordinator.claim import GONE_BEFORE_COMPLETION, TOO_LITTLE_LEFT, Claim
-from forum.coordinator.config import LensConfig
 from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost
 from forum.coordinator.lens_records import LensRecords
 from forum.coordinator.records import attempts_of
 from forum.coordinator.scripts import Call, ms
+from forum.coordinator.settings import LensConfig
 
 __all__ = ["Claim", "Lens", "LensConfig"]
 
