@@ -41,7 +41,7 @@ from forum.coordinator.errors import LensError, LensUnavailable, UnavailableReas
 from forum.node.core.backoff import Backoff
 from forum.node.core.cancellation import wait_event
 
-#: The worker's own logger: these lines are the worker's, and filters on it keep working.
+#: The worker's own logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("forum.coordinator.worker")
 
 #: The waits between checks while the Lens is unavailable: 0.05 s doubling up

@@ -48,9 +48,10 @@ class Running:
 class ClaimKeeper:
     """The running handlers of one worker, and the claims they run under.
 
-    ``counts`` is the worker's own :class:`WorkerStats`, which this adds
-    the state losses it notes to; ``loss_pause`` is how long no job is
-    claimed after one (:meth:`note_state_loss`)."""
+    ``counts`` is the worker's own :class:`WorkerStats`, which this adds to
+    (the state losses it notes, the claims found lost at a release);
+    ``loss_pause`` is how long no job is claimed after a state loss
+    (:meth:`note_state_loss`)."""
 
     def __init__(
         self,
