@@ -60,6 +60,7 @@ from forum.coordinator.keys import HISTORY_TTL
 from forum.coordinator.lens import Lens
 from forum.coordinator.metrics import serve_metrics, worker_registry
 from forum.coordinator.redis_url import masked
+from forum.coordinator.stats import WorkerStats
 from forum.coordinator.worker import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DRAIN_TIMEOUT,
@@ -67,7 +68,6 @@ from forum.coordinator.worker import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TAKE_WAIT,
     Worker,
-    WorkerStats,
 )
 from forum.node.client.remote import ForumClient
 from forum.node.config.node import FORGET_AFTER

@@ -6,7 +6,7 @@ from prometheus_client.exposition import generate_latest
 
 from forum.cli_worker import progress_line
 from forum.coordinator.metrics import worker_registry
-from forum.coordinator.worker import WorkerStats
+from forum.coordinator.stats import WorkerStats
 
 
 def test_progress_line_names_every_counter() -> None:

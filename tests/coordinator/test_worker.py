@@ -192,7 +192,7 @@ async def test_drain_lets_running_handlers_finish(forum: Forum, lens: Lens) -> N
         finished.append(job.payload)
 
     await forum.write_many([b"job/1", b"job/2"])
-    w = worker(forum, lens, handler, drain_timeout=10)
+    w = worker(forum, lens, handler, concurrency=1, drain_timeout=10)
     run = asyncio.create_task(w.run())
     await asyncio.wait_for(started.wait(), 5)
     w.stop()
@@ -465,7 +465,7 @@ async def test_a_busy_worker_lets_go_of_what_it_reserved_ahead(forum: Forum, len
         b_ran.append(job.payload)
 
     await forum.write_many([b"job/1", b"job/2"])
-    a = worker(forum, lens, blocks)
+    a = worker(forum, lens, blocks, concurrency=1)
     async with running(a):
         await asyncio.wait_for(a_started.wait(), 5)
         b = worker(forum, lens, runs)

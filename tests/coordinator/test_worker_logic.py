@@ -6,14 +6,12 @@ adapter, each in well under a second."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import fields
 
-from forum.coordinator import Backoff, Job, Worker, WorkerStats
+from forum.coordinator import Backoff, Job, Worker
 from forum.coordinator.envelope import Envelope
 from forum.coordinator.holding import Acks
 from forum.coordinator.memory import MemoryAuthority
 from forum.coordinator.spaces import TakeOnly
-from forum.coordinator.worker import _Counts
 from forum.node.core.entries import EntryId
 from forum.node.core.space import Pattern
 from forum.node.space.forum import Forum
@@ -22,12 +20,6 @@ from tests.coordinator.test_worker import PlainSpace
 
 JOBS = Pattern(b"job/")
 FAST = {"take_wait": 0.1, "reaper_interval": 0.05, "backoff": Backoff(base=0.01, cap=0.02)}
-
-
-def test_every_counter_is_a_stats_field() -> None:
-    counters = {field.name for field in fields(_Counts)}
-    state = {"running", "lens_reachable", "lens_unavailable_reason"}
-    assert counters | state == {f.name for f in fields(WorkerStats)}
 
 
 async def test_a_state_loss_mid_run_cancels_the_handlers_and_loses_no_job(

@@ -20,7 +20,7 @@ from prometheus_client.exposition import generate_latest
 
 from forum.cli import build_parser
 from forum.coordinator.metrics import worker_registry
-from forum.coordinator.worker import WorkerStats
+from forum.coordinator.stats import WorkerStats
 from forum.deploy.history import Verdict
 from forum.node.api.status import PeerStatus
 from forum.node.config import node as config

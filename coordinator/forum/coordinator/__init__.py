@@ -1,6 +1,7 @@
 """Coordination for Forum workers: the Redis-backed Lens and the worker runtime."""
 
 from forum.coordinator.authority import ClaimAuthority, HeldClaim
+from forum.coordinator.claim import Claim
 from forum.coordinator.deadletter import DeadLetter
 from forum.coordinator.errors import (
     AlreadyClaimed,
@@ -11,12 +12,14 @@ from forum.coordinator.errors import (
     LensUnavailable,
 )
 from forum.coordinator.job import Backoff, GiveUp, Handler, Job, RetryAfter
-from forum.coordinator.lens import Claim, Lens, LensConfig
+from forum.coordinator.lens import Lens
 from forum.coordinator.presence import WorkerPresence
 from forum.coordinator.reaper import Reaper
 from forum.coordinator.records import CancelOutcome, HistoryEvent, Holder, KeyState
+from forum.coordinator.settings import LensConfig
 from forum.coordinator.spaces import TakeOnly, WorkSpace
-from forum.coordinator.worker import Worker, WorkerStats
+from forum.coordinator.stats import WorkerStats
+from forum.coordinator.worker import Worker
 
 __all__ = [
     "AlreadyClaimed",

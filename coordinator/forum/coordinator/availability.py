@@ -30,16 +30,18 @@ Nothing else per failure, however many calls meet the outage.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from forum.coordinator.errors import LensError, LensUnavailable, UnavailableReason
 from forum.node.core.backoff import Backoff
+from forum.node.core.cancellation import wait_event
 
-#: The worker's own logger: these lines are the worker's, and filters on it keep working.
+#: The worker's own logger: these lines are the worker's, and operators filter on its name.
 log = logging.getLogger("forum.coordinator.worker")
 
 #: The waits between checks while the Lens is unavailable: 0.05 s doubling up
@@ -168,3 +170,22 @@ class Availability:
     def next_wait(self) -> float:
         """Seconds to wait before the next check (grows with each failure)."""
         return self._backoff.delay(max(self._failures, 1), self._rng)
+
+    async def wait_until_checked(
+        self, ping: Callable[[], Awaitable[None]], stopping: asyncio.Event
+    ) -> None:
+        """Back off while the Lens is unavailable: wait, then check that every
+        shard takes a write (``ping``, :meth:`forum.coordinator.lens.Lens.ping`:
+        under Cluster, each shard's own master), until one check passes or
+        ``stopping`` is set. A passing check lets one reserve and claim try;
+        only granted claims end the outage."""
+        while not self.may_try() and not stopping.is_set():
+            await wait_event(stopping, self.next_wait())
+            if stopping.is_set():
+                return
+            try:
+                await ping()
+            except LensError as exc:
+                self.failed(exc)
+            else:
+                self.checked()

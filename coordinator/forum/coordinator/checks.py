@@ -22,9 +22,9 @@ from redis import exceptions as redis_errors
 
 from forum.coordinator.errors import LensUnavailable
 from forum.coordinator.keys import KeySchema
-from forum.coordinator.lens import LensConfig
 from forum.coordinator.presence import client_for
 from forum.coordinator.redis_url import close
+from forum.coordinator.settings import LensConfig
 from forum.node.core.cancellation import keep_cancellation
 
 

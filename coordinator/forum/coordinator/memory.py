@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from forum.coordinator import keys
 from forum.coordinator.authority import Grab, HeldClaim
+from forum.coordinator.claim import GONE, GONE_BEFORE_COMPLETION, Claim
 from forum.coordinator.errors import (
     AlreadyClaimed,
     AlreadyDone,
@@ -50,8 +51,6 @@ from forum.coordinator.records import (
     with_live_claim,
 )
 from forum.node.config.node import FORGET_AFTER
-
-_GONE = "expired, released or taken over"
 
 
 @dataclass(slots=True)
@@ -89,97 +88,6 @@ class _Expiring:
     events: list[HistoryEvent] = field(default_factory=list)
 
 
-class MemoryClaim:
-    """One claim granted by a :class:`MemoryAuthority` (a ``HeldClaim``)."""
-
-    __slots__ = ("_authority", "_deadline", "_ended", "_key", "_lease", "_owner", "_token")
-
-    def __init__(
-        self, authority: MemoryAuthority, key: str, owner: str, token: int, lease: float
-    ) -> None:
-        self._authority = authority
-        self._key = key
-        self._owner = owner
-        self._token = token
-        self._lease = lease
-        self._deadline = authority.clock() + lease
-        self._ended: str | None = None
-
-    @property
-    def key(self) -> str:
-        return self._key
-
-    @property
-    def owner(self) -> str:
-        return self._owner
-
-    @property
-    def token(self) -> int:
-        return self._token
-
-    @property
-    def lease(self) -> float:
-        return self._lease
-
-    def __repr__(self) -> str:
-        return f"<MemoryClaim {self._key!r} token={self._token} owner={self._owner!r}>"
-
-    def remaining(self) -> float:
-        return self._deadline - self._authority.clock()
-
-    @property
-    def margin(self) -> float:
-        return min(keys.SAFETY_MARGIN, self._lease * keys.MARGIN_FRACTION)
-
-    async def verify(self) -> None:
-        self._check_open()
-        if self.remaining() < self.margin:
-            raise ClaimLost(self._key, self._token, "less than the safety margin of lease left")
-        self._authority._enter()
-        if not self._authority._holds(self):
-            self._ended = _GONE
-            raise ClaimLost(self._key, self._token, self._ended)
-
-    async def extend(self, lease: float | None = None) -> None:
-        self._check_open()
-        lease = self._lease if lease is None else lease
-        if lease <= 0:
-            raise ValueError("lease must be positive")
-        self._authority._enter()
-        lost = self._authority._extend(self, lease)
-        if lost is not None:
-            raise lost
-
-    async def complete(self) -> None:
-        self._check_open()
-        self._authority._enter()
-        lost = self._authority._complete(self)
-        if lost is not None:
-            raise lost
-
-    async def release(self) -> None:
-        self._check_open()
-        self._authority._enter()
-        self._authority._end(self, "released")
-
-    async def hand_back(self, payload: bytes, delay: float = 0.0) -> None:
-        self._check_open()
-        if delay < 0:
-            raise ValueError("delay must not be negative")
-        self._authority._enter()
-        held = self._authority._live(self._key)
-        attempt = held.attempt if held is not None else 0
-        self._authority._end(self, "handed back")
-        self._authority._records[self._key] = _Record(
-            self._token, payload, self._authority.clock() + delay, handed=self._token,
-            owner=self._owner, attempt=attempt,
-        )  # fmt: skip
-
-    def _check_open(self) -> None:
-        if self._ended is not None:
-            raise ClaimLost(self._key, self._token, self._ended)
-
-
 class MemoryAuthority:
     """Claims on keys, in this process's memory (see the module docstring)."""
 
@@ -192,6 +100,8 @@ class MemoryAuthority:
         history_ttl: float = keys.HISTORY_TTL,
     ) -> None:
         self.clock = clock
+        #: A claim's :attr:`Claim.margin` is at most this (``keys.SAFETY_MARGIN``).
+        self.safety_margin = keys.SAFETY_MARGIN
         self.reaper_lease = reaper_lease
         #: How long a done marker lasts (the Lens's ``LensConfig.retention``).
         self.retention = retention
@@ -237,7 +147,7 @@ class MemoryAuthority:
         *,
         reoffer: bytes | None = None,
         attempt: int = 1,
-    ) -> MemoryClaim:
+    ) -> Claim:
         (outcome,) = await self.claim_many([(key, reoffer)], owner, lease, [attempt])
         if isinstance(outcome, LensError):
             raise outcome
@@ -249,7 +159,7 @@ class MemoryAuthority:
         owner: str,
         lease: float,
         attempts: Sequence[int] | None = None,
-    ) -> list[MemoryClaim | AlreadyClaimed | AlreadyDone]:
+    ) -> list[Claim | AlreadyClaimed | AlreadyDone]:
         for key, _ in requests:
             if not key:
                 raise ValueError("a claim key must not be empty")
@@ -265,15 +175,12 @@ class MemoryAuthority:
     async def extend_many(self, claims: Sequence[HeldClaim]) -> list[ClaimLost | None]:
         own = [self._own(claim) for claim in claims]
         self._enter()
-        return [
-            ClaimLost(c.key, c.token, c._ended) if c._ended else self._extend(c, c.lease)
-            for c in own
-        ]
+        return [c.lost() or self._extend(c, c.lease) for c in own]
 
     async def complete_many(self, claims: Sequence[HeldClaim]) -> list[ClaimLost | None]:
         own = [self._own(claim) for claim in claims]
         self._enter()
-        return [ClaimLost(c.key, c.token, c._ended) if c._ended else self._complete(c) for c in own]
+        return [c.lost() or self._complete(c) for c in own]
 
     async def done_token(self, key: str) -> int | None:
         self._enter()
@@ -327,13 +234,13 @@ class MemoryAuthority:
 
     async def record(self, claim: HeldClaim, fields: Mapping[str, FieldValue], ttl: float) -> None:
         own = self._own(claim)
-        own._check_open()
+        own.check_open()
         pairs = encode_fields(fields, fenced=True)
         expires = self.clock() + checked_ttl(ttl)
         self._enter()
         if not self._holds(own):
-            own._ended = _GONE
-            raise ClaimLost(own.key, own.token, f"{_GONE}: its record was not written")
+            own.end(GONE)
+            raise ClaimLost(own.key, own.token, f"{GONE}: its record was not written")
         record = self._kept(self._tasks, own.key)
         kept = record.fields.get("token") if record is not None else None
         if record is None or (kept is not None and int(kept) < own.token):
@@ -419,6 +326,39 @@ class MemoryAuthority:
         self._enter()
         return []
 
+    # -- a Claim's operations (forum.coordinator.claim, ClaimIssuer) ---------------------
+
+    async def verify_claim(self, claim: Claim) -> None:
+        self._enter()
+        if not self._holds(claim):
+            raise claim.refused()
+
+    async def extend_claim(self, claim: Claim, lease: float) -> None:
+        self._enter()
+        lost = self._extend(claim, lease)
+        if lost is not None:
+            raise lost
+
+    async def complete_claim(self, claim: Claim) -> None:
+        self._enter()
+        lost = self._complete(claim)
+        if lost is not None:
+            raise lost
+
+    async def release_claim(self, claim: Claim) -> None:
+        self._enter()
+        self._end(claim, "released")
+
+    async def hand_back_claim(self, claim: Claim, payload: bytes, delay: float) -> None:
+        self._enter()
+        held = self._live(claim.key)
+        attempt = held.attempt if held is not None else 0
+        self._end(claim, "handed back")
+        self._records[claim.key] = _Record(
+            claim.token, payload, self.clock() + delay, handed=claim.token,
+            owner=claim.owner, attempt=attempt,
+        )  # fmt: skip
+
     # -- the state, as the Lua scripts change it -----------------------------------------
 
     def _enter(self) -> None:
@@ -453,7 +393,7 @@ class MemoryAuthority:
             HistoryEvent(time.time(), event, held.token, held.owner, held.attempt),
         )
 
-    def _holds(self, claim: MemoryClaim) -> bool:
+    def _holds(self, claim: Claim) -> bool:
         held = self._live(claim.key)
         return held is not None and held.token == claim.token
 
@@ -487,7 +427,7 @@ class MemoryAuthority:
 
     def _claim(
         self, key: str, owner: str, lease: float, reoffer: bytes | None, attempt: int
-    ) -> MemoryClaim | AlreadyClaimed | AlreadyDone:
+    ) -> Claim | AlreadyClaimed | AlreadyDone:
         done = self._done_token(key)
         if done is not None:
             return AlreadyDone(key, done)
@@ -496,51 +436,51 @@ class MemoryAuthority:
             return AlreadyClaimed(key, held.owner or None, max(0.0, held.deadline - self.clock()))
         self._expired(key)
         self._fence += 1
-        granted = MemoryClaim(self, key, owner, self._fence, lease)
-        self._claims[key] = _Held(granted.token, owner, granted._deadline, attempt, time.time())
+        deadline = self.clock() + lease
+        granted = Claim(
+            self, key=key, owner=owner, token=self._fence, lease=lease, deadline=deadline
+        )
+        self._claims[key] = _Held(granted.token, owner, deadline, attempt, time.time())
         if reoffer is None:
             self._records.pop(key, None)
         else:
             self._records[key] = _Record(
-                granted.token, reoffer, granted._deadline, owner=owner, attempt=attempt
+                granted.token, reoffer, deadline, owner=owner, attempt=attempt
             )
         return granted
 
-    def _extend(self, claim: MemoryClaim, lease: float) -> ClaimLost | None:
+    def _extend(self, claim: Claim, lease: float) -> ClaimLost | None:
         if not self._holds(claim):
-            claim._ended = _GONE
-            return ClaimLost(claim.key, claim.token, _GONE)
-        claim._lease = lease
-        claim._deadline = self.clock() + lease
-        self._claims[claim.key].deadline = claim._deadline
+            return claim.refused()
+        deadline = self.clock() + lease
+        claim.renew(lease, deadline)
+        self._claims[claim.key].deadline = deadline
         record = self._records.get(claim.key)
         if record is not None:
-            record.due = claim._deadline
+            record.due = deadline
         return None
 
-    def _complete(self, claim: MemoryClaim) -> ClaimLost | None:
+    def _complete(self, claim: Claim) -> ClaimLost | None:
         if not self._holds(claim):
-            claim._ended = "expired, released or taken over before completion"
-            return ClaimLost(claim.key, claim.token, claim._ended)
+            return claim.refused(GONE_BEFORE_COMPLETION)
         held = self._claims.pop(claim.key)
         self._records.pop(claim.key, None)
         self._done[claim.key] = (claim.token, self.clock() + self.retention)
-        claim._ended = "completed"
+        claim.end("completed")
         self._ended(claim.key, held, "completed")
         return None
 
-    def _end(self, claim: MemoryClaim, how: str) -> None:
+    def _end(self, claim: Claim, how: str) -> None:
         """Release ``claim``'s key (its record goes too); ``ClaimLost`` if it
         does not hold it."""
         if not self._holds(claim):
-            claim._ended = _GONE
-            raise ClaimLost(claim.key, claim.token, _GONE)
+            raise claim.refused()
         held = self._claims.pop(claim.key)
         self._records.pop(claim.key, None)
-        claim._ended = how
+        claim.end(how)
         self._ended(claim.key, held, "released" if how == "released" else "handed_back")
 
-    def _own(self, claim: HeldClaim) -> MemoryClaim:
-        if not isinstance(claim, MemoryClaim) or claim._authority is not self:
+    def _own(self, claim: HeldClaim) -> Claim:
+        if not isinstance(claim, Claim) or not claim.granted_by(self):
             raise TypeError(f"{claim!r} was not granted by this authority")
         return claim

@@ -19,7 +19,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from forum.coordinator.errors import UNAVAILABLE
-from forum.coordinator.worker import WorkerStats
+from forum.coordinator.stats import WorkerStats
 
 #: WorkerStats counters, and what each one counts.
 _OUTCOMES = {

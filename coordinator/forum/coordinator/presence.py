@@ -48,7 +48,7 @@ from forum.coordinator.redis_url import RedisClient, RedisTarget, close
 from forum.node.core.cancellation import keep_cancellation
 
 if TYPE_CHECKING:
-    from forum.coordinator.worker import WorkerStats
+    from forum.coordinator.stats import WorkerStats
 
 log = logging.getLogger(__name__)
 

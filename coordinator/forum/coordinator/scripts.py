@@ -68,6 +68,13 @@ BATCH_ROLES: dict[str, str] = {"record_new_many": "task"}
 READ_ONLY = frozenset({"due", "inspect", "verify"})
 
 
+def ms(seconds: float) -> int:
+    """A duration as the scripts take it: whole milliseconds, never rounding a
+    positive duration to 0, which ``PX`` refuses and ``PEXPIRE`` treats as
+    "delete now"."""
+    return max(1, round(seconds * 1000))
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """One script call: script ``name`` in ``shard``, about claim ``key``

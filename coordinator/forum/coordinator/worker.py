@@ -20,11 +20,7 @@ For each job:
    whose backoff is not over (``not_before`` in its trailer,
    :mod:`forum.coordinator.envelope`) is not claimed: it is parked, reserved until
    it is due, then released (:class:`forum.coordinator.holding.Parked`).
-   While the space has more than the free slots, the next batch is reserved
-   ahead, while this one is claimed and run, so a slot that frees is filled
-   with one Lens round trip instead of a node's and the Lens's in a row.
-   What is reserved ahead waits at most ``_AHEAD_HOLD`` (0.2 s) for a slot,
-   then is released for other workers; a stop releases it at once.
+   The next batch may be reserved ahead (:mod:`forum.coordinator.reservations`).
 2. **claim** each one's key in the Lens, all in one round trip: the key that
    travels in the tuple's trailer, else the key it was written with
    (``write(..., key=...)``), else ``key(payload)`` when given, else the
@@ -39,9 +35,8 @@ For each job:
    other finished jobs, off the slot's critical path
    (:mod:`forum.coordinator.completions`), and only then
 5. **ack** the reservations of the completed jobs (the Takes are appended),
-   in one call: the next reserve ahead carries them (``ack_reserve``, one
-   request for the acks and the next batch, where the space has it), or, when
-   none is sent within ``_ACK_DELAY`` (50 ms), an ``ack_many`` of their own.
+   in one call, carried by the next reserve ahead where one is sent soon
+   (:mod:`forum.coordinator.reservations`).
 
 At every moment a durable copy exists on a node::
 
@@ -92,21 +87,23 @@ Outcomes other than success:
   (:mod:`forum.coordinator.availability`, which also says what is logged).
 * Redis lost the Lens's state (``LensStateLost``: flushed, or restarted
   without persistence): fail closed as above, and more (see
-  :meth:`Worker._note_state_loss`). One error line per loss, counted in
-  ``lens_state_losses``. The handlers still running under claims from before
-  the loss are cancelled and their reservations released (``rescued``); no
-  job is claimed for ``lens_loss_pause`` seconds (default: one lease), so
-  every holder from before the loss, on any worker, has stopped before a job
-  can be claimed again. Completed jobs whose acks had not landed come back
+  :meth:`forum.coordinator.keeping.ClaimKeeper.note_state_loss`). One error
+  line per loss, counted in ``lens_state_losses``. The handlers still
+  running under claims from before the loss are cancelled and their
+  reservations released (``rescued``); no job is claimed for
+  ``lens_loss_pause`` seconds (default: one lease), so every holder from
+  before the loss, on any worker, has stopped before a job can be claimed
+  again. Completed jobs whose acks had not landed come back
   and run again: the done markers are gone.
 * ``stop()``: stop taking at once (a blocking reserve still waiting is
   abandoned; reservations not yet claimed, and parked ones, are released),
   let running handlers finish for ``drain_timeout`` seconds, then cancel the
   rest and release their claims and reservations.
 
-Every worker also runs a reaper (:mod:`forum.coordinator.reaper`): this runtime
-leaves no in-flight records in the Lens, but workers of earlier versions
-did, and the reaper writes theirs back.
+Every worker also runs a reaper (:mod:`forum.coordinator.reaper`): a Worker
+leaves no in-flight records in the Lens, but a claim handed back
+(``Claim.hand_back``) or a worker of another version does, and the reaper
+writes those back.
 
 A job that comes back more than one way is one claim key, so its effect
 still happens once while the Lens remembers (see docs/coordination.md).
@@ -121,21 +118,23 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Literal, TypeVar
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
-from forum.coordinator.authority import ClaimAuthority, HeldClaim
-from forum.coordinator.availability import OUTAGE_BACKOFF, Availability, LensState
+from forum.coordinator.authority import ClaimAuthority
+from forum.coordinator.availability import OUTAGE_BACKOFF, Availability
 from forum.coordinator.completions import Completions
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from forum.coordinator.envelope import Envelope
 from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError
-from forum.coordinator.holding import Acks, Parked, Slots
+from forum.coordinator.holding import Slots
 from forum.coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
+from forum.coordinator.keeping import ClaimKeeper, Interrupted
 from forum.coordinator.presence import HEAD, Presence
 from forum.coordinator.reaper import Reaper
-from forum.coordinator.spaces import TakeOnly, WorkSpace, ack_then_reserve
+from forum.coordinator.reservations import Reservations
+from forum.coordinator.spaces import TakeOnly, WorkSpace
+from forum.coordinator.stats import WorkerStats
 from forum.node.core.cancellation import wait_event
 from forum.node.core.entries import EntryId, Reserved
 from forum.node.core.errors import ForumError
@@ -155,97 +154,11 @@ DEFAULT_DRAIN_TIMEOUT = 30.0
 #: How long one blocking reserve waits on an idle space before the worker
 #: asks again. A stop does not wait for it: the outstanding reserve is abandoned.
 DEFAULT_TAKE_WAIT = 2.0
-#: The node's longest lease. A parked reservation is held this long at most,
-#: less the time its release is given to land (_PARK_SLACK); a retry due
-#: later is parked again when it comes back.
-_LONGEST_LEASE = 3600.0
-_PARK_SLACK = 60.0
 #: The longest a reservation made ahead waits for a slot before it is
-#: released (see Worker._reserve_ahead): what a busy worker may keep from others.
+#: released (see Reservations.reserve): what a busy worker may keep from others.
 _AHEAD_HOLD = 0.2
-#: The longest a completed job's ack waits for a reserve ahead to carry it
-#: (see Worker._ack_later) before it is sent on its own.
-_ACK_DELAY = 0.05
 #: The shortest a copy of a job that another holder runs is parked.
 _MIN_HOLD = 0.1
-
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerStats:
-    """Counts since the worker started, and its state now."""
-
-    taken: int = 0
-    done: int = 0
-    retried: int = 0
-    dead: int = 0
-    double_takes: int = 0
-    claims_lost: int = 0
-    lens_unavailable: int = 0
-    handed_back: int = 0
-    reoffered: int = 0
-    #: Retries reserved before they were due, put off on the node until then.
-    deferred: int = 0
-    #: Jobs whose claims Redis forgot while they ran, put back by this worker.
-    rescued: int = 0
-    #: Times Redis was found to have lost the Lens's state (each loss once).
-    lens_state_losses: int = 0
-    running: int = 0
-    #: False while the Lens is unavailable, or in the pause after a state
-    #: loss: either way the worker claims nothing.
-    lens_reachable: bool = True
-    #: Why the Lens is unavailable now (a word of forum.coordinator.errors.UNAVAILABLE),
-    #: ``"paused"`` in the pause after a state loss; ``None`` while it serves.
-    lens_unavailable_reason: str | None = None
-
-
-@dataclass(slots=True)
-class _Counts:
-    """The counters of :class:`WorkerStats`, as the worker adds to them."""
-
-    taken: int = 0
-    done: int = 0
-    retried: int = 0
-    dead: int = 0
-    double_takes: int = 0
-    claims_lost: int = 0
-    lens_unavailable: int = 0
-    handed_back: int = 0
-    reoffered: int = 0
-    deferred: int = 0
-    rescued: int = 0
-    lens_state_losses: int = 0
-
-    def frozen(self, *, running: int, lens: LensState, paused: bool) -> WorkerStats:
-        return WorkerStats(
-            taken=self.taken, done=self.done, retried=self.retried, dead=self.dead,
-            double_takes=self.double_takes, claims_lost=self.claims_lost,
-            lens_unavailable=self.lens_unavailable, handed_back=self.handed_back,
-            reoffered=self.reoffered, deferred=self.deferred, rescued=self.rescued,
-            lens_state_losses=self.lens_state_losses,
-            running=running, lens_reachable=lens.available and not paused,
-            lens_unavailable_reason=lens.reason or ("paused" if paused else None),
-        )  # fmt: skip
-
-
-_Interrupted = Literal["lost", "abandoned"]
-
-
-@dataclass(slots=True)
-class _Running:
-    """A job whose handler runs now, as the heartbeat and the drain see it."""
-
-    claim: HeldClaim
-    #: The Lens's ``state_losses`` when the claim was asked for: a claim from
-    #: before a loss the worker has since seen is gone with Redis's state.
-    generation: int
-    #: The reserved tuple the job came from (the heartbeat renews it).
-    entry_id: EntryId
-    #: The start of the job's payload, for the presence record (a group of jobs).
-    head: bytes = b""
-    #: Why the worker cancelled the handler, if it did.
-    interrupted: _Interrupted | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +212,6 @@ class Worker:
             space = TakeOnly(space, key)
         self._space: WorkSpace = space
         self._lens = lens
-        self._pattern = pattern
         self._handler = handler
         self.concurrency = concurrency
         self.lease = lease
@@ -313,44 +225,41 @@ class Worker:
         )
         self.dead_prefix = dead_prefix
         self.drain_timeout = drain_timeout
-        #: How long no job is claimed after a state loss (see _note_state_loss).
+        #: How long no job is claimed after a state loss (ClaimKeeper.note_state_loss).
         self.lens_loss_pause = lease if lens_loss_pause is None else lens_loss_pause
-        self._take_wait = take_wait
         self._rng = random.Random(seed)
-        self._counts = _Counts()
-        self._reaper = Reaper(space, lens, interval=reaper_interval, on_reoffer=self._reoffered)
-        self._completions = Completions(
-            lens, self._completed, limit=4 * concurrency, ack=self._ack_later
-        )
-        #: Completed jobs' reservations, acked with the next reserve ahead.
-        self._acks = Acks(min(_ACK_DELAY, lease / 10))
-        self._slots = Slots(concurrency)
-        self._parked = Parked()
-        #: The retries parked until their backoff is over, with the start of
-        #: their payloads (the presence record names them: "retrying").
-        self._retrying: dict[EntryId, bytes] = {}
-        #: Reservations made ahead of free slots, and the reserve under way.
-        self._ahead: list[Reserved] = []
-        self._filling: asyncio.Task[list[Reserved]] | None = None
+        #: What this worker counts (its state fields are filled in by stats()).
+        self._counts = WorkerStats()
         self._stopping = asyncio.Event()
         self._started = False
+        self._reservations = Reservations(
+            self._space, pattern, lease=lease, concurrency=concurrency, take_wait=take_wait,
+            stopping=self._stopping,
+        )  # fmt: skip
+        self._reaper = Reaper(space, lens, interval=reaper_interval, on_reoffer=self._reoffered)
+        self._completions = Completions(
+            lens, self._completed, limit=4 * concurrency, ack=self._reservations.ack_later
+        )
+        self._slots = Slots(concurrency)
         #: Whether the Lens takes claims now, and the back-off while it does not.
         self._availability = Availability(self.owner, self._rng)
-        #: The Lens's state_losses as this worker last saw it.
-        self._generation = lens.state_losses
-        #: time.monotonic() before which no job is claimed (after a state loss).
-        self._claim_after = 0.0
+        self._keeper = ClaimKeeper(
+            lens, self._availability, self._reservations, self._counts, owner=self.owner,
+            lease=lease, loss_pause=self.lens_loss_pause,
+        )  # fmt: skip
         self._jobs: set[asyncio.Task[None]] = set()
-        #: The running handlers: each is its own task, cancelled to stop it.
-        self._running: dict[asyncio.Task[None], _Running] = {}
         self._drain_expired = False
         self._stop_deadline: float | None = None
 
     def stats(self) -> WorkerStats:
-        return self._counts.frozen(
-            running=len(self._running),
-            lens=self._availability.state(),
-            paused=self._loss_pause_left() > 0,
+        """A copy of the counts, with the worker's state now."""
+        paused = self._keeper.pause_left() > 0
+        lens = self._availability.state()
+        return replace(
+            self._counts,
+            running=len(self._keeper.running),
+            lens_reachable=lens.available and not paused,
+            lens_unavailable_reason=lens.reason or ("paused" if paused else None),
         )
 
     def stop(self) -> None:
@@ -384,19 +293,21 @@ class Worker:
             tasks.create_task(self._reaper.run(reaper_stop), name="reaper")
             completer = tasks.create_task(self._completions.run(), name="completions")
             heartbeat_stop = asyncio.Event()
-            tasks.create_task(self._heartbeat(heartbeat_stop), name="heartbeat")
-            tasks.create_task(self._unpark(), name="parked")
-            acker = tasks.create_task(self._ack_overdue(), name="acks")
+            tasks.create_task(
+                self._keeper.heartbeat(heartbeat_stop, self._announce), name="heartbeat"
+            )
+            tasks.create_task(self._reservations.release_when_due(), name="parked")
+            acker = tasks.create_task(self._reservations.send_overdue_acks(), name="acks")
             await self._fetch(tasks)
-            self._parked.close()  # nothing parks after the fetcher: release them all now
+            self._reservations.stop_parking()  # nothing parks after the fetcher
             await self._drain()
             heartbeat_stop.set()
             self._completions.close()
             await completer
-            self._acks.close()
+            self._reservations.close_acks()
             await acker
-            # One last pass, so records of older workers that fell due are in
-            # the space before this worker is gone (any other reaper would do it too).
+            # One last pass, so in-flight records that fell due are in the space
+            # before this worker is gone (any other reaper would do it too).
             try:
                 await self._reaper.run_once()
             except (LensError, ForumError, OSError) as exc:
@@ -408,19 +319,19 @@ class Worker:
     async def _fetch(self, tasks: asyncio.TaskGroup) -> None:
         """Reserve and claim jobs for free slots until the worker stops."""
         while free := await self._free_slots():
-            self._note_state_loss()
-            if paused := self._loss_pause_left():
+            self._keeper.note_state_loss()
+            if paused := self._keeper.pause_left():
                 self._slots.release(free)
-                await self._drop_ahead()
+                await self._reservations.drop_ahead()
                 await self._pause(paused)
                 continue
             if not self._availability.may_try():
                 self._slots.release(free)
-                await self._drop_ahead()
-                await self._wait_for_lens()
+                await self._reservations.drop_ahead()
+                await self._availability.wait_until_checked(self._lens.ping, self._stopping)
                 continue
             try:
-                items = await self._reserve(free, tasks)
+                items = await self._reservations.reserve(free, tasks)
             except (ForumError, OSError) as exc:
                 self._slots.release(free)
                 log.warning("reserve failed (%s); retrying", exc)
@@ -432,143 +343,14 @@ class Worker:
                 await self._claim(items, tasks)
             else:
                 self._availability.idle()
-        await self._drop_ahead()
+        await self._reservations.drop_ahead()
 
     async def _free_slots(self) -> int:
         """Every free slot, once one is (0 once stopped). Reservations made
         ahead are released if no slot frees within :data:`_AHEAD_HOLD`."""
-        if (self._ahead or self._filling) and not await self._slots.wait_free(_AHEAD_HOLD):
-            await self._drop_ahead()
+        if self._reservations.holding_ahead() and not await self._slots.wait_free(_AHEAD_HOLD):
+            await self._reservations.drop_ahead()
         return await self._slots.acquire_all()
-
-    async def _reserve(self, most: int, tasks: asyncio.TaskGroup) -> list[Reserved]:
-        """Up to ``most`` reservations without waiting, or one after a wait.
-
-        Those reserved ahead come first (see :meth:`_reserve_ahead`). A
-        stopping worker starts no job: its blocking wait is abandoned the
-        moment :meth:`stop` is called, and reservations that arrive anyway
-        (the answer crossed the stop) are released, live again at once rather
-        than after a lease::
-
-            t0  the reserve waits on the node (up to take_wait)
-            t1  SIGTERM: stop() -> the wait is cancelled; the node, seeing its
-                client gone, hands nothing over (or puts back what it had)
-            t2  a job is written: it stays in the space for the other workers
-        """
-        items = await self._take_ahead(most, wait=False)
-        try:
-            if len(items) < most:
-                items += await self._space.reserve_many(
-                    self._pattern, self.lease, most - len(items)
-                )
-        except BaseException:
-            self._ahead[:0] = items
-            raise
-        found_all = len(items) == most
-        if not items:
-            item = await self._unless_stopped(
-                lambda: self._space.reserve(self._pattern, self.lease, timeout=self._take_wait)
-            )
-            items = [] if item is None else [item]
-        if self._stopping.is_set() and items:
-            await self._release([item.id for item in items])
-            return []
-        if found_all:
-            self._reserve_ahead(len(items), tasks)
-        return items
-
-    def _reserve_ahead(self, most: int, tasks: asyncio.TaskGroup) -> None:
-        """Reserve up to ``most`` more (no more than ``concurrency`` ahead in
-        all) while this batch is claimed and run, so the next batch's claim
-        need not wait for the node's round trip. Only while the space had
-        more than was asked for; held at most :data:`_AHEAD_HOLD` for a slot."""
-        most = min(most, self.concurrency - len(self._ahead))
-        if self._filling is None and most > 0:
-            fill = self._fill_ahead(self._acks.take(), most)
-            self._filling = tasks.create_task(fill, name="reserve ahead")
-
-    async def _fill_ahead(self, acks: list[EntryId], most: int) -> list[Reserved]:
-        """The reserve ahead (with the acks it carries). It fails alone: its
-        task is in the worker's task group, where an error would stop the
-        worker (a node killed mid-request once did)."""
-        try:
-            return await ack_then_reserve(self._space, acks, self._pattern, self.lease, most)
-        except (ForumError, OSError) as exc:
-            # Whatever the node reserved, its answer lost, comes back after
-            # its lease; a job whose ack it carried, too, and is turned away.
-            log.warning("reserve ahead failed (%s)", exc)
-            return []
-
-    async def _take_ahead(self, most: int, *, wait: bool = True) -> list[Reserved]:
-        """Up to ``most`` of the reservations made ahead, with those of the
-        reserve under way if it is done (or, with ``wait``, once it is). Not
-        waiting keeps a slow ahead (its acks' fsync, say) off the path of a
-        free slot: the slot takes a reserve of its own, and what the reserve
-        ahead brings waits for the next."""
-        filling = self._filling
-        if filling is not None and (wait or filling.done()):
-            self._filling = None
-            self._ahead += await filling
-        taken, self._ahead = self._ahead[:most], self._ahead[most:]
-        return taken
-
-    async def _drop_ahead(self) -> None:
-        """Release every reservation made ahead: live again for any worker."""
-        ahead = await self._take_ahead(self.concurrency)
-        if ahead:
-            await self._release([item.id for item in ahead])
-
-    async def _unless_stopped(self, wait: Callable[[], Awaitable[_T | None]]) -> _T | None:
-        """What ``wait()`` (one blocking reserve) answers, or ``None`` once the
-        worker stops. ``wait`` is called only if the worker has not stopped
-        yet (a stop that landed during the reserve before it): a coroutine
-        made and never awaited would be a warning, and an error in the tests."""
-        if self._stopping.is_set():
-            return None
-        waiting = asyncio.ensure_future(wait())
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            waiting.cancel()  # no-op if it is done
-            # Cancelled, or done in a race with the cancel: either way, settled.
-            await asyncio.wait((waiting, stopping))
-        return None if waiting.cancelled() else waiting.result()
-
-    async def _ack(self, ids: Sequence[EntryId]) -> None:
-        """Take reserved tuples for good. Best effort: one not acked runs out
-        on the node and comes back, and the Lens turns the copy away (its
-        claim key is done, or held)."""
-        if not ids:
-            return
-        try:
-            await self._space.ack_many(ids)
-        except (ForumError, OSError) as exc:
-            log.warning("could not ack %d reservations (%s): they will come back "
-                        "and be turned away", len(ids), exc)  # fmt: skip
-
-    async def _ack_later(self, ids: list[EntryId]) -> None:
-        """Ack completed jobs' reservations with the next reserve ahead, in the
-        same request (:meth:`_reserve_ahead`); :meth:`_ack_overdue` acks those
-        that no reserve carried within ``_ACK_DELAY``. The claims are
-        completed already: this only ends the node's copies."""
-        self._acks.add(ids)
-
-    async def _ack_overdue(self) -> None:
-        while ids := await self._acks.overdue():
-            await self._ack(ids)
-
-    async def _release(self, ids: Sequence[EntryId]) -> None:
-        """Give reserved tuples back now, live again in their places. Best
-        effort: one not released runs out on the node and comes back."""
-        results = await asyncio.gather(
-            *(self._space.release(i) for i in ids), return_exceptions=True
-        )
-        for entry_id, result in zip(ids, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning("could not release %s (%s): it comes back when its lease "
-                            "runs out", entry_id, result)  # fmt: skip
 
     async def _claim(self, items: list[Reserved], tasks: asyncio.TaskGroup) -> None:
         """Claim the reserved ``items`` in one round trip and start a job for
@@ -577,11 +359,11 @@ class Worker:
         offers = await self._defer_not_due(offers)
         if not offers:
             return
-        if self._note_state_loss():
+        if self._keeper.note_state_loss():
             # A loss another call found while these were reserved: pause first.
             await self._put_back(offers)
             return
-        generation = self._generation
+        generation = self._keeper.generation
         try:
             outcomes = await self._lens.claim_many(
                 [(offer.key, None) for offer in offers],
@@ -595,7 +377,7 @@ class Worker:
             # once: nothing is reserved again until a check passes.
             self._counts.lens_unavailable += len(offers)
             self._availability.failed(exc, put_back=len(offers))
-            self._note_state_loss()
+            self._keeper.note_state_loss()
             await self._put_back(offers)
             return
         if not all(isinstance(outcome, LensError) for outcome in outcomes):
@@ -607,8 +389,8 @@ class Worker:
         # or its holder dead), then offered again. Not released (it would come
         # straight back), not acked, and not left to run out (see Parked).
         pairs = list(zip(offers, outcomes, strict=True))
-        await self._ack([o.item.id for o, c in pairs if isinstance(c, AlreadyDone)])
-        await self._park([(o.item.id, self._held_for(c)) for o, c in pairs
+        await self._reservations.ack([o.item.id for o, c in pairs if isinstance(c, AlreadyDone)])
+        await self._reservations.park([(o.item.id, self._held_for(c)) for o, c in pairs
                           if isinstance(c, AlreadyClaimed)])  # fmt: skip
         for offer, outcome in zip(offers, outcomes, strict=True):
             if isinstance(outcome, LensError):
@@ -651,7 +433,7 @@ class Worker:
                 continue
             attempt = envelope.attempt + item.deliveries - 1
             offers.append(_Offer(item, str(envelope.key), envelope.at_attempt(attempt)))
-        await self._ack(unkeyable)
+        await self._reservations.ack(unkeyable)
         return offers
 
     async def _defer_not_due(self, offers: list[_Offer]) -> list[_Offer]:
@@ -661,37 +443,16 @@ class Worker:
         now = time.time()
         later = [(o.item.id, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)]
         if later:
-            self._retrying |= {o.item.id: o.envelope.payload[:HEAD] for o in offers
-                               if o.envelope.due_in(now)}  # fmt: skip
+            heads = {o.item.id: o.envelope.payload[:HEAD] for o in offers if o.envelope.due_in(now)}
+            self._reservations.retrying |= heads
             self._counts.deferred += len(later)
             self._slots.release(len(later))
-            await self._park(later)
+            await self._reservations.park(later)
         return [offer for offer in offers if not offer.envelope.due_in(now)]
-
-    async def _park(self, holds: list[tuple[EntryId, float]]) -> None:
-        """Keep each reservation for its hold (in seconds), then release it
-        (:class:`Parked`). Its lease is extended to last past the hold, so the
-        release comes first; should the extension fail, the reservation may
-        run out before (and come back sooner: parked again)."""
-        if not holds:
-            return
-        holds = [(entry_id, min(hold, _LONGEST_LEASE - _PARK_SLACK)) for entry_id, hold in holds]
-        lease = max(hold for _, hold in holds) + min(self.lease, _PARK_SLACK)
-        await self._extend_reservations([entry_id for entry_id, _ in holds], lease, self.lease / 3)
-        for entry_id, hold in holds:
-            self._parked.add(entry_id, hold)
-
-    async def _unpark(self) -> None:
-        """Release parked reservations as they fall due, and every one left
-        once the fetcher stopped."""
-        while due := await self._parked.due():
-            await self._release(due)
-            for entry_id in due:
-                self._retrying.pop(entry_id, None)
 
     async def _put_back(self, offers: list[_Offer]) -> None:
         """Release unclaimed jobs' reservations: live again in their places."""
-        await self._release([offer.item.id for offer in offers])
+        await self._reservations.release([offer.item.id for offer in offers])
         self._slots.release(len(offers))
 
     # -- running a claimed job ----------------------------------------------------------
@@ -704,48 +465,19 @@ class Worker:
                             job.key, made, self.max_attempts)  # fmt: skip
                 await self._settle_failure(job, envelope.at_attempt(made), LOST_WORKER)
                 return
-            interrupted, error = await self._run_handler(job, generation)
-            self._note_state_loss()
-            await self._settle(job, envelope, interrupted, error, generation < self._generation)
+            interrupted, error = await self._keeper.run_handler(self._handler, job, generation)
+            self._keeper.note_state_loss()
+            await self._settle(
+                job, envelope, interrupted, error, generation < self._keeper.generation
+            )
         finally:
             self._slots.release()
-
-    async def _run_handler(
-        self, job: Job, generation: int
-    ) -> tuple[_Interrupted | None, Exception | None]:
-        """Run the handler in a task of its own, which the heartbeat, the
-        state loss or the drain cancel to stop it (marking why first); why it
-        was stopped, if it was, and what it raised, if it did."""
-        if generation < self._generation:
-            # Claimed before a loss the worker saw while this job waited to
-            # start: the claim is gone, so the handler must not run.
-            return None, ClaimLost(job.key, job.token, "Redis lost the Lens's state")
-        handler = asyncio.create_task(self._handler(job), name=f"handler {job.key}")
-        state = self._running[handler] = _Running(
-            job.claim, generation, job.entry_id, job.payload[:HEAD]
-        )
-        try:
-            await asyncio.wait((handler,))
-        finally:
-            del self._running[handler]
-            if not handler.done():  # this task is cancelled: the worker itself is
-                handler.cancel()
-                await asyncio.wait((handler,))
-        if handler.cancelled():
-            if state.interrupted is None:
-                # The handler let a CancelledError of its own out: a failure.
-                return None, RuntimeError("the handler was cancelled")
-            return state.interrupted, None
-        error = handler.exception()
-        if error is not None and not isinstance(error, Exception):
-            raise error  # KeyboardInterrupt, SystemExit: not the job's failure
-        return state.interrupted, error
 
     async def _settle(
         self,
         job: Job,
         envelope: Envelope,
-        interrupted: _Interrupted | None,
+        interrupted: Interrupted | None,
         error: Exception | None,
         forgotten: bool,
     ) -> None:
@@ -765,8 +497,10 @@ class Worker:
         if interrupted == "abandoned" or (
             forgotten and (interrupted == "lost" or isinstance(error, LensError))
         ):
-            await self._release_claim(job.claim)  # a forgotten one is ClaimLost: fine
-            await self._release([job.entry_id])
+            await self._keeper.release(
+                job.claim, self._outage_waits()
+            )  # a forgotten one is ClaimLost: fine
+            await self._reservations.release([job.entry_id])
             if forgotten:
                 self._counts.rescued += 1
                 log.warning("%s: Redis forgot its claim; its reservation is released", job.key)
@@ -812,91 +546,27 @@ class Worker:
                 delay = self.backoff.delay(envelope.attempt, self._rng)
             payload = envelope.next_attempt(error, time.time() + delay if delay else None).seal()
         # Released first, so the next attempt, once due, finds the key free.
-        await self._release_claim(job.claim)
+        await self._keeper.release(job.claim, self._outage_waits())
         if await self._write_back(payload):
-            await self._ack([job.entry_id])
+            await self._reservations.ack([job.entry_id])
             if last:
                 self._counts.dead += 1
             else:
                 self._counts.retried += 1
-
-    async def _heartbeat(self, stop: asyncio.Event) -> None:
-        """Each third of a lease, extend every running job's claim in one round
-        trip and, beside it, its node reservation in one request; cancel the
-        handlers whose claims are lost, or whose claims can no longer be shown
-        to outlast the next beat."""
-        interval = self.lease / 3
-        while not stop.is_set():
-            await wait_event(stop, interval)
-            # A loss met by the completions, the reaper or a handler's verify().
-            self._note_state_loss()
-            running = list(self._running.items())
-            # Side by side: a slow node must not hold back the claims' extension.
-            ids = [state.entry_id for _, state in running]
-            await asyncio.gather(
-                self._beat(running, interval),
-                self._extend_reservations(ids, self.lease, interval),
-                self._announce(within=interval),
-            )
 
     async def _announce(self, within: float | None = None) -> None:
         """Write this worker's presence record (one command; none without a
         Lens), giving up after ``within`` s: a slow write must not delay the
         next beat, whose extensions keep the claims."""
         if self._presence is not None:
-            running = list(self._running.values())
+            running = list(self._keeper.running.values())
             await self._presence.beat(
                 self.stats(),
                 [state.claim.key for state in running],
                 within or self.lease / 3,
                 heads=[state.head for state in running],
-                retrying=list(self._retrying.values()),
+                retrying=list(self._reservations.retrying.values()),
             )
-
-    async def _beat(
-        self, running: list[tuple[asyncio.Task[None], _Running]], interval: float
-    ) -> None:
-        """Extend the claims of ``running`` (see :meth:`_heartbeat`)."""
-        if not running:
-            return
-        try:
-            outcomes = await self._lens.extend_many([state.claim for _, state in running])
-        except LensError as exc:
-            self._availability.failed(exc)
-            if self._note_state_loss():
-                return  # every claim sent was from before the loss: all interrupted
-            for handler, state in running:
-                if state.claim.remaining() <= interval:
-                    log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
-                    self._interrupt(handler, "lost")
-            return
-        for (handler, _), lost in zip(running, outcomes, strict=True):
-            if lost is not None:
-                self._interrupt(handler, "lost")
-
-    async def _extend_reservations(self, ids: list[EntryId], lease: float, within: float) -> None:
-        """Renew reservations to ``lease`` seconds from now, in one call that
-        may take up to ``within`` seconds (the next beat tries again). Best
-        effort: a reservation that ran out (or a node that restarted) puts the
-        tuple back; its copy meets the live claim and is parked, or, once
-        this job is completed, is turned away as done."""
-        if not ids:
-            return
-        try:
-            async with asyncio.timeout(within):
-                extended = await self._space.extend_many(ids, lease)
-        except (ForumError, OSError, TimeoutError) as exc:
-            log.warning("could not extend %d reservations (%s)", len(ids), exc)
-            return
-        gone = [str(i) for i, ok in zip(ids, extended, strict=True) if not ok]
-        if gone:
-            log.warning("reservations no longer held on the node: %s", ", ".join(gone))
-
-    def _interrupt(self, handler: asyncio.Task[None], why: _Interrupted) -> None:
-        """Cancel a running handler's task, if it still runs, saying ``why``."""
-        state = self._running.get(handler)
-        if state is not None and state.interrupted is None and handler.cancel():
-            state.interrupted = why
 
     async def _drain(self) -> None:
         """Let running jobs finish for ``drain_timeout``; then cancel their handlers."""
@@ -906,95 +576,10 @@ class Worker:
         if late:
             self._drain_expired = True
             log.warning("drain: cancelling %d handlers past the drain timeout", len(late))
-            for handler in list(self._running):
-                self._interrupt(handler, "abandoned")
+            self._keeper.abandon_all()
             await asyncio.wait(late)
 
     # -- outages ------------------------------------------------------------------------
-
-    async def _release_claim(self, claim: HeldClaim) -> bool:
-        """Release a claim, retrying while Redis is unreachable and the lease
-        lasts. ``False`` if it could not be done: the claim is then gone or
-        will expire by itself."""
-        waits = self._outage_waits()
-        while True:
-            try:
-                await claim.release()
-            except ClaimLost as exc:
-                self._counts.claims_lost += 1
-                log.warning("%s: %s", claim.key, exc)
-                return False
-            except LensError as exc:
-                self._availability.failed(exc)
-                if claim.remaining() <= 0:
-                    log.warning("%s: Redis unreachable past the lease (%s)", claim.key, exc)
-                    return False
-                await asyncio.sleep(min(next(waits), claim.remaining()))
-            else:
-                return True
-
-    def _note_state_loss(self) -> bool:
-        """Act on a state loss the Lens counted since the worker last looked
-        (any call can meet it: a claim, a heartbeat, a completion, the reaper,
-        a handler's ``verify()``); ``True`` if there was one.
-
-        Once per loss: one error line for the operator and the
-        ``lens_state_losses`` count; the handlers running under claims from
-        before the loss are cancelled (the claims are gone) and their
-        reservations released (:meth:`_settle`); and no job is claimed for
-        ``lens_loss_pause`` seconds.
-
-        Why pause, when the Lens works again at once: after a loss two holders
-        of one job can run at once, the one from before (until its heartbeat
-        finds the claim gone) and a new one. Every holder from before stops
-        within one lease of the loss: its heartbeat finds the loss within a
-        third of a lease, or its own clock ends its lease. So a worker that
-        waits one lease (the default) after it saw the loss claims nothing
-        that a holder from before may still be running, and the operator sees
-        the alarm before new work flows. Completions and the reaper go on
-        meanwhile: they only finish or re-offer.
-        """
-        losses = self._lens.state_losses
-        if losses <= self._generation:
-            return False
-        self._counts.lens_state_losses += losses - self._generation
-        self._generation = losses
-        self._claim_after = time.monotonic() + self.lens_loss_pause
-        forgotten = [task for task, state in self._running.items() if state.generation < losses]
-        log.error(
-            "worker %s: Redis LOST THE LENS'S STATE (flushed, or restarted without "
-            "persistence): every claim, done marker and in-flight record from before is gone. "
-            "Cancelling %d running handlers and putting their jobs back; claiming nothing "
-            "for %.1fs. Completed jobs may run again. Operator: fix Redis persistence "
-            "(appendonly yes, appendfsync always) and follow docs/coordination.md, "
-            "'A Redis that forgets'",
-            self.owner, len(forgotten), self.lens_loss_pause,
-        )  # fmt: skip
-        for task in forgotten:
-            self._interrupt(task, "lost")
-        return True
-
-    def _loss_pause_left(self) -> float:
-        """Seconds left of the pause after a state loss (0 when not paused).
-        On ``time.monotonic()``: ``stats()`` is also read from a metrics thread."""
-        return max(0.0, self._claim_after - time.monotonic())
-
-    async def _wait_for_lens(self) -> None:
-        """Back off while the Lens is unavailable: wait, then check that every
-        shard takes a write (``Lens.ping``: under Cluster, each shard's own
-        master), until one check passes or the worker stops. A passing check
-        lets one reserve and claim try; only granted claims end the outage
-        (:mod:`forum.coordinator.availability`)."""
-        while not self._availability.may_try() and not self._stopping.is_set():
-            await self._pause(self._availability.next_wait())
-            if self._stopping.is_set():
-                return
-            try:
-                await self._lens.ping()
-            except LensError as exc:
-                self._availability.failed(exc)
-            else:
-                self._availability.checked()
 
     def _outage_waits(self) -> Iterator[float]:
         """The waits between tries of one call while Redis or the space is
