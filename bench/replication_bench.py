@@ -58,7 +58,7 @@ from forum.node.client.remote import ForumClient
 from forum.node.core.codec import encode_entry
 from forum.node.core.entries import EntryId, Write
 from forum.node.core.space import Pattern
-from forum.node.space.forum import REMOTE_DELAY
+from forum.node.space.surfacing import REMOTE_DELAY
 from forum.replication.ranking import rank_among
 
 ROOT = Path(__file__).resolve().parent.parent
