@@ -31,7 +31,8 @@ from forum.node.api.status import PeerStatus
 from forum.node.config.node import FORGET_AFTER
 from forum.node.core.entries import Entry
 from forum.node.core.resource import AsyncResource
-from forum.node.space.forum import Forum, Provenance
+from forum.node.space.forum import Forum
+from forum.node.space.listeners import Provenance
 from forum.replication.antientropy import Fetching, Syncer, fill_page, fill_recheck
 from forum.replication.clocks import ClockWatch
 from forum.replication.config import ReplicationConfig

@@ -52,7 +52,6 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Self, assert_never, cast
 
 from forum.node.core.codec import RawEntry, TakeRaw, is_write
@@ -68,6 +67,15 @@ from forum.node.space.arrivals import Arrivals, below, lowest
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
 from forum.node.space.kept_properties import KeptProperties
+from forum.node.space.listeners import (
+    LOCAL,
+    ExpiryListener,
+    Listener,
+    Listeners,
+    LiveListener,
+    Provenance,
+    TakeListener,
+)
 from forum.node.space.places import Place, Places
 from forum.node.space.reservations import Reservations
 from forum.node.space.schedule import Clock, Schedule
@@ -77,33 +85,6 @@ from forum.node.storage.strand import Strand
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Provenance:
-    """Where entries given to :meth:`Forum.apply` came from, as the caller says;
-    the Forum passes it to the listeners untouched.
-
-    ``held_by``: the origins of the nodes that hold the entries already (or get
-    them without our help), which a listener sending entries on skips;
-    ``None``: every node does, so they go to nobody.
-    """
-
-    held_by: frozenset[str] | None = frozenset()
-
-
-#: Entries made here (or applied with no word on where they came from): held nowhere else.
-LOCAL = Provenance()
-#: ``listener(entries, provenance)``, called with entries once they are durable here.
-Listener = Callable[[Sequence[Entry], Provenance], None]
-#: Called with each tuple as it becomes live (written here, surfaced after
-#: the remote delay, put back): what a waiting reader wants to hear about.
-LiveListener = Callable[[Tuple], None]
-#: Called with the tuples that expired here (their ttl ran out), as they do.
-ExpiryListener = Callable[[Sequence[Tuple]], None]
-#: ``listener(entries, taken)``: the entries a :data:`Listener` gets, with the
-#: tuples their Takes removed here (a watcher filters a Take by its target's
-#: payload, which the Take does not carry). A Take whose target was not here
-#: (taken before its Write arrived, taken twice) has none.
-TakeListener = Callable[[Sequence[Entry], Sequence[Tuple]], None]
 #: What a pause marker is, as the tuples a resume takes show it.
 _PAUSE = Properties(pause=True)
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
@@ -204,7 +185,6 @@ class Forum(AsyncResource):
             pause=self._admission.pause_markers,
             taking=self._taking,
         )
-        self._expiry_listeners: list[ExpiryListener] = []
         self._expired = 0
         #: When this node came to hold what (forum.node.space.arrivals): noted every
         #: half second while the Forum is open (``async with``).
@@ -218,9 +198,8 @@ class Forum(AsyncResource):
         self._expiring_run: array[int] = array("Q")
         self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
         self._applying: set[EntryId] = set()  # entries being stored by apply or replace
-        self._listeners: list[Listener] = []
-        self._take_listeners: list[TakeListener] = []
-        self._live_listeners: list[LiveListener] = []
+        self._listeners = Listeners()
+        self._live_listeners = self._listeners.live  # called as each tuple is offered
         self._settling: set[asyncio.Task[None]] = set()
         self._writes = 0
         self._takes = 0
@@ -409,7 +388,7 @@ class Forum(AsyncResource):
             self._admission.drop_pause(marker)
         takes = append.result()
         self._takes += len(takes)
-        self._notify(takes, LOCAL, [Tuple(marker, prefix, _PAUSE) for marker in markers])
+        self._listeners.notify(takes, LOCAL, [Tuple(marker, prefix, _PAUSE) for marker in markers])
 
     def paused(self) -> builtins.list[bytes]:
         """The prefixes paused here, sorted."""
@@ -484,10 +463,10 @@ class Forum(AsyncResource):
         if live:
             self._make_live(live)
         if writes[0].props.pause:
-            self._notify(writes, LOCAL)
+            self._listeners.notify(writes, LOCAL)
             return
         self._writes += len(writes)
-        self._notify(writes, LOCAL)
+        self._listeners.notify(writes, LOCAL)
 
     def _not_taken_yet(self, writes: builtins.list[Write]) -> builtins.list[Write]:
         """``writes`` but those a Take here already killed: a peer took an id
@@ -597,11 +576,7 @@ class Forum(AsyncResource):
     def _tell_expired(self, expired: builtins.list[Tuple]) -> None:
         self._expired += len(expired)
         self._admission.free_room()
-        for listener in self._expiry_listeners:
-            try:
-                listener(expired)
-            except Exception:
-                log.exception("a Forum expiry listener failed")
+        self._listeners.expired(expired)
 
     def _remove_anywhere(self, entry_id: EntryId) -> Tuple | None:
         """Take a tuple out of wherever it is waiting or live (not being
@@ -910,34 +885,34 @@ class Forum(AsyncResource):
         """Call ``listener(entries, provenance)`` with every entry once it is
         durable here: ``LOCAL`` for entries made here, else what was given to
         :meth:`apply`."""
-        self._listeners.append(listener)
+        self._listeners.entries.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:
-        self._listeners.remove(listener)
+        self._listeners.entries.remove(listener)
 
     def add_take_listener(self, listener: TakeListener) -> None:
         """Call ``listener(entries, taken)`` as a :meth:`add_listener` one is
         called, with ``taken``: the tuples the Takes among ``entries``
         removed here (a watcher needs their payloads to filter the Takes)."""
-        self._take_listeners.append(listener)
+        self._listeners.takes.append(listener)
 
     def remove_take_listener(self, listener: TakeListener) -> None:
-        self._take_listeners.remove(listener)
+        self._listeners.takes.remove(listener)
 
     def add_live_listener(self, listener: LiveListener) -> None:
         """Call ``listener(tuple)`` whenever a tuple becomes live here (which,
         for a tuple from a peer, is after the remote delay, not on arrival)."""
-        self._live_listeners.append(listener)
+        self._listeners.live.append(listener)
 
     def remove_live_listener(self, listener: LiveListener) -> None:
-        self._live_listeners.remove(listener)
+        self._listeners.live.remove(listener)
 
     def add_expiry_listener(self, listener: ExpiryListener) -> None:
         """Call ``listener(tuples)`` with the tuples that expired here, as they do."""
-        self._expiry_listeners.append(listener)
+        self._listeners.expiry.append(listener)
 
     def remove_expiry_listener(self, listener: ExpiryListener) -> None:
-        self._expiry_listeners.remove(listener)
+        self._listeners.expiry.remove(listener)
 
     async def apply(
         self, entries: Sequence[Entry], provenance: Provenance = LOCAL
@@ -985,7 +960,7 @@ class Forum(AsyncResource):
             removed = self._arrive(entry)
             if removed is not None:
                 taken.append(removed)
-        self._notify(new, provenance, taken)
+        self._listeners.notify(new, provenance, taken)
 
     def _arrive(self, entry: Entry) -> Tuple | None:
         """A remote entry, durable here: a Write waits for its turn (or is
@@ -1232,7 +1207,7 @@ class Forum(AsyncResource):
             raise
         self._done_taking(found)
         self._takes += len(takes)
-        self._notify(takes, LOCAL, [item for _, item in found])
+        self._listeners.notify(takes, LOCAL, [item for _, item in found])
         return [item for _, item in found]
 
     async def _settle(
@@ -1247,7 +1222,7 @@ class Forum(AsyncResource):
             return
         self._done_taking(found)
         self._takes += len(takes)
-        self._notify(takes, LOCAL, [item for _, item in found])
+        self._listeners.notify(takes, LOCAL, [item for _, item in found])
         if not rescue:
             return
         log.warning("a take was cancelled after it was durable: writing %d back", len(found))
@@ -1285,20 +1260,6 @@ class Forum(AsyncResource):
                 self._props.forget(item.id)
         if self._admission.room_waiters:
             self._admission.free_room()
-
-    def _notify(
-        self, entries: Sequence[Entry], provenance: Provenance, taken: Sequence[Tuple] = ()
-    ) -> None:
-        for listener in self._listeners:
-            try:
-                listener(entries, provenance)
-            except Exception:
-                log.exception("a Forum listener failed")
-        for take_listener in self._take_listeners:
-            try:
-                take_listener(entries, taken)
-            except Exception:
-                log.exception("a Forum take listener failed")
 
     def _check_open(self) -> None:
         if self._closed:
