@@ -30,7 +30,7 @@ NOT_PLACES = {
     ("Forum", "_killed_while_taking"): "ids that are in TAKING",
     ("Forum", "_pending_kills"): "Takes whose Write has not come: no tuple yet",
     ("Forum", "_applying"): "entries on their way to the Strand",
-    ("Forum", "_expiring_run"): "the seqs of an expiry time in the schedule",
+    ("Placement", "_expiring_run"): "the seqs of an expiry time in the schedule",
     ("Forum", "_waiters"): "blocking takes",
     ("Forum", "_listeners"): "listeners",
     ("Forum", "_live_listeners"): "listeners",

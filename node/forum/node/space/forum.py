@@ -49,7 +49,6 @@ import functools
 import itertools
 import logging
 import time
-from array import array
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Self, assert_never, cast
@@ -60,7 +59,7 @@ from forum.node.core.errors import ForumError
 from forum.node.core.reports import CompactionReport, ForumStats
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import ListPage, Pattern
-from forum.node.core.write_options import expiring_properties, is_priority_alone, write_properties
+from forum.node.core.write_options import expiring_properties, write_properties
 from forum.node.space.admission import Admission
 from forum.node.space.arrivals import INTERVAL as NOTE_INTERVAL
 from forum.node.space.arrivals import Arrivals, below, lowest
@@ -76,6 +75,7 @@ from forum.node.space.listeners import (
     Provenance,
     TakeListener,
 )
+from forum.node.space.placement import Placement
 from forum.node.space.places import Place, Places
 from forum.node.space.reservations import Reservations
 from forum.node.space.schedule import Clock, Schedule
@@ -173,6 +173,16 @@ class Forum(AsyncResource):
         )
         self._limits = self._admission.limits
         self._paused = self._admission.paused
+        # Where a Write with properties goes (forum.node.space.placement).
+        self._placement = Placement(
+            origin=strand.origin,
+            props=self._props,
+            schedule=self._schedule,
+            dedup=self._dedup,
+            clock=clock,
+            add_live=self._add_live,
+            add_pause=self._admission.add_pause,
+        )
         self._taking: set[EntryId] = set()  # tuples whose Take is being appended
         self._killed_while_taking: set[EntryId] = set()  # ... and killed meanwhile by a peer
         # Every place a tuple not dead can be in (forum.node.space.places).
@@ -191,11 +201,6 @@ class Forum(AsyncResource):
         self.arrivals = Arrivals()
         self._noting: asyncio.TimerHandle | None = None
         self._arrival_need: ArrivalNeed | None = None
-        # The Properties of the last local writes with an expiry (and maybe a
-        # priority) and nothing else, and the open run their expiries are
-        # appended to (see _make_live); PLAIN: none is open.
-        self._expiring = PLAIN
-        self._expiring_run: array[int] = array("Q")
         self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
         self._applying: set[EntryId] = set()  # entries being stored by apply or replace
         self._listeners = Listeners()
@@ -262,7 +267,7 @@ class Forum(AsyncResource):
             item = Tuple(EntryId(*key), payload, found)
             if found is PLAIN:
                 plain.append(item)
-            elif (placed := self._place(item, now)) is not None:
+            elif (placed := self._placement.place(item, now)) is not None:
                 plain.append(placed)  # live now, in log order with the rest
         self._index.bulk_load(plain)
 
@@ -461,7 +466,7 @@ class Forum(AsyncResource):
         if self._pending_kills:  # empty unless a peer took one of ours before we wrote it
             live = self._not_taken_yet(writes)
         if live:
-            self._make_live(live)
+            self._placement.make_live(live)
         if writes[0].props.pause:
             self._listeners.notify(writes, LOCAL)
             return
@@ -477,75 +482,6 @@ class Forum(AsyncResource):
         self._pending_kills -= taken
         return [w for w in writes if w.id not in taken]
 
-    def _make_live(self, writes: builtins.list[Write]) -> None:
-        """Local writes, durable and sharing their Properties: live, or waiting (due later)."""
-        props = writes[0].props
-        if props is PLAIN:
-            for entry in writes:
-                self._add_live(Tuple(entry.id, entry.payload))
-        elif (props is self._expiring and props.expires > self._clock() * 1000) or (
-            props.expires and self._expiry_run_for(props)
-        ):
-            # An expiry (and maybe a priority) alone, live now: what _place
-            # does, inline, each expiry appended to the open run. (An int of
-            # ms is later than the clock's ms exactly when later than its time.)
-            origin, kept, run = self.strand.origin, self._props, self._expiring_run
-            lane = kept.get(origin)
-            if lane is None:
-                lane = kept[origin] = {}
-            for entry in writes:
-                entry_id = entry.id
-                lane[entry_id.seq] = props
-                run.append(entry_id.seq)
-                self._add_live(Tuple(entry_id, entry.payload, props))
-        elif is_priority_alone(props):  # what _place does for them: the index keeps it all
-            for entry in writes:
-                self._add_live(Tuple(entry.id, entry.payload, props))
-        else:
-            now = self._schedule.now_ms()
-            for entry in writes:
-                props = entry.props
-                if props.dedup_until and props.key is not None:
-                    self._dedup.add(props.key, entry.id, props.dedup_until)
-                placed = self._place(Tuple(entry.id, entry.payload, props), now)
-                if placed is not None:
-                    self._add_live(placed)
-
-    def _expiry_run_for(self, props: Properties) -> bool:
-        """Whether local writes with ``props`` (not the open run's) expire and
-        have no other property but a priority, and are live now; if so,
-        their run is open (``Schedule.expire_run``): one triple in the
-        timetable for them all, while the writes of a burst share ``props``
-        and nothing else is timed for expiry meanwhile."""
-        if props.due or props.key is not None or props.pause:
-            return False
-        expires = props.expires
-        if expires <= self._schedule.now_ms():  # none, or expired before it got here
-            return False
-        self._expiring_run = self._schedule.expire_run(self.strand.origin, expires)
-        self._expiring = props
-        return True
-
-    def _place(self, item: Tuple, now: int) -> Tuple | None:
-        """Where a tuple with properties goes: a pause marker among the
-        pauses, an expired one nowhere, one not due yet to the schedule;
-        ``item`` back if it is live now (the caller makes it so)."""
-        props = item.props
-        if props.pause:
-            self._admission.add_pause(item)
-            return None
-        if props.expires and props.expires <= now:
-            return None  # expired before it got here: never live
-        if props.due or props.expires or props.key is not None:
-            self._props.keep(item.id, props)  # a priority alone the index keeps
-        if props.expires:
-            self._expiring = PLAIN  # the open run ends: this time comes after its ids
-            self._schedule.expire_at(item.id, props.expires)
-        if props.due > now:
-            self._schedule.hold(item, props.due)
-            return None
-        return item
-
     def _on_due(self, items: builtins.list[Tuple]) -> None:
         """Tuples fell due: live, in due order; a peer's after its turn here."""
         origin = self.strand.origin
@@ -559,7 +495,7 @@ class Forum(AsyncResource):
     def _on_expiry(self, entry_ids: builtins.list[EntryId]) -> None:
         """Expiry times came: each tuple still alive is gone, wherever it is,
         without a Take (every node expires it from its Write alike)."""
-        self._expiring = PLAIN  # the open run may have come: the next one is new
+        self._placement.end_run()
         expired: builtins.list[Tuple] = []
         for entry_id in entry_ids:
             props = self._props.of(entry_id)
@@ -973,7 +909,7 @@ class Forum(AsyncResource):
         elif entry.props is PLAIN:
             self._remote.arrive(Tuple(entry.id, entry.payload))
         else:
-            placed = self._place(
+            placed = self._placement.place(
                 Tuple(entry.id, entry.payload, entry.props), self._schedule.now_ms()
             )
             if placed is not None:
