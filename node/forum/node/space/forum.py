@@ -46,11 +46,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
-import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Self, assert_never, cast
 
 from forum.node.core.codec import RawEntry, TakeRaw, is_write
@@ -61,8 +60,6 @@ from forum.node.core.resource import AsyncResource
 from forum.node.core.space import ListPage, Pattern
 from forum.node.core.write_options import expiring_properties, write_properties
 from forum.node.space.admission import Admission
-from forum.node.space.arrivals import INTERVAL as NOTE_INTERVAL
-from forum.node.space.arrivals import Arrivals, below, lowest
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
 from forum.node.space.kept_properties import KeptProperties
@@ -75,6 +72,7 @@ from forum.node.space.listeners import (
     Provenance,
     TakeListener,
 )
+from forum.node.space.noting import ArrivalNeed, Noting
 from forum.node.space.placement import Placement
 from forum.node.space.places import Place, Places
 from forum.node.space.reservations import Reservations
@@ -89,13 +87,6 @@ log = logging.getLogger(__name__)
 _PAUSE = Properties(pause=True)
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
-#: ``need(held)``: per origin, the seq at or below which a reader of the
-#: arrivals (replication's lag) needs only the latest mark, given what this
-#: node holds (``held``). See :meth:`Forum.need_arrivals`.
-ArrivalNeed = Callable[[Mapping[str, int]], Mapping[str, int]]
-#: The most live keys one ``oldest_ages`` call scans (some 20 ms here): a
-#: group past it, and past the cheap answers, has no age (forum.node.space.index).
-AGE_SCAN = 100_000
 #: Tuples out of the index while their Take is made durable, with their arrivals.
 #: (An alias also because ``Forum.list`` hides the builtin inside the class.)
 OutOfIndex = list[tuple[int, Tuple]]
@@ -196,11 +187,10 @@ class Forum(AsyncResource):
             taking=self._taking,
         )
         self._expired = 0
-        #: When this node came to hold what (forum.node.space.arrivals): noted every
-        #: half second while the Forum is open (``async with``).
-        self.arrivals = Arrivals()
-        self._noting: asyncio.TimerHandle | None = None
-        self._arrival_need: ArrivalNeed | None = None
+        # What this node holds, noted every half second while the Forum is
+        # open (``async with``): ``arrivals``, when it came to hold what.
+        self._noting = Noting(strand, self._index, self._reservations)
+        self.arrivals = self._noting.arrivals
         self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
         self._applying: set[EntryId] = set()  # entries being stored by apply or replace
         self._listeners = Listeners()
@@ -227,8 +217,8 @@ class Forum(AsyncResource):
     async def __aenter__(self) -> Self:
         """Start noting what this node holds (the first note dates all it
         held at the start)."""
-        if self._noting is None and not self._closed:
-            self._note_arrivals()
+        if not self._noting.started and not self._closed:
+            self._noting.start()
         return self
 
     def _replay(self, entries: list[RawEntry]) -> None:
@@ -426,37 +416,15 @@ class Forum(AsyncResource):
         when this node came to hold its Write (``arrivals``: never more than
         the truth, short of it by up to half a second; 0 for one held since
         the last note). A prefix with no live tuple has none, and so has one
-        the index could not look at cheaply within :data:`AGE_SCAN` keys."""
-        now = time.monotonic()
-        ages: dict[bytes, float] = {}
-        for prefix, entry_id in self._index.first_arrivals(prefixes, AGE_SCAN).items():
-            held = self.arrivals.held_by(entry_id.origin, entry_id.seq)
-            ages[prefix] = 0.0 if held is None else max(0.0, now - held)
-        return ages
+        the index could not look at cheaply within
+        :data:`~forum.node.space.noting.AGE_SCAN` keys."""
+        return self._noting.oldest_ages(prefixes)
 
     def need_arrivals(self, need: ArrivalNeed | None) -> None:
         """What another reader of ``arrivals`` needs kept (replication's lag;
         ``None``: nothing). The Forum keeps the marks that date its live and
         reserved tuples either way."""
-        self._arrival_need = need
-
-    def _note_arrivals(self) -> None:
-        """Note what this node holds, let go of the marks no reader needs,
-        and come back in half a second (a timer: never a cost per entry)."""
-        try:
-            held = self.strand.vector()
-            self.arrivals.note(held, time.monotonic())
-            tuples = below(
-                itertools.chain(
-                    self._index.least_seqs(),
-                    ((entry_id.origin, entry_id.seq) for entry_id in self._reservations),
-                )
-            )
-            needs = [] if self._arrival_need is None else [self._arrival_need(held)]
-            self.arrivals.forget_below(lowest(held, tuples, *needs))
-        except Exception:  # a figure for people: never a reason to stop noting
-            log.exception("noting what this node holds failed: ages and lags may be off")
-        self._noting = asyncio.get_running_loop().call_later(NOTE_INTERVAL, self._note_arrivals)
+        self._noting.need = need
 
     def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
         # Called by the Strand's writer in log order, whether or not the caller waits,
@@ -1216,8 +1184,7 @@ class Forum(AsyncResource):
         self._remote.close()  # they are in the Strand: live again after a restart
         self._schedule.close()  # due and expiry times are in the Strand: kept after a restart
         self._admission.free_room()
-        if self._noting is not None:
-            self._noting.cancel()
+        self._noting.stop()
         self._reservations.close()  # never taken in the log: live again after a restart
         # Settling takes may write tuples back, so they finish before the Forum closes.
         while self._settling:
