@@ -30,6 +30,8 @@ NOT_PLACES = {
     ("Forum", "_killed_while_taking"): "ids that are in TAKING",
     ("Forum", "_pending_kills"): "Takes whose Write has not come: no tuple yet",
     ("Forum", "_applying"): "entries on their way to the Strand",
+    ("Applier", "pending_kills"): "Takes whose Write has not come: no tuple yet",
+    ("Applier", "applying"): "entries on their way to the Strand",
     ("Placement", "_expiring_run"): "the seqs of an expiry time in the schedule",
     ("Forum", "_waiters"): "blocking takes",
     ("Forum", "_listeners"): "listeners",

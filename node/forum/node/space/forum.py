@@ -50,9 +50,8 @@ import logging
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Self, assert_never, cast
+from typing import Self, assert_never
 
-from forum.node.core.codec import RawEntry, TakeRaw, is_write
 from forum.node.core.entries import PLAIN, Entry, EntryId, Properties, Reserved, Take, Tuple, Write
 from forum.node.core.errors import ForumError
 from forum.node.core.reports import CompactionReport, ForumStats
@@ -60,6 +59,7 @@ from forum.node.core.resource import AsyncResource
 from forum.node.core.space import ListPage, Pattern
 from forum.node.core.write_options import expiring_properties, write_properties
 from forum.node.space.admission import Admission
+from forum.node.space.applying import PAUSE, Applier
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
 from forum.node.space.kept_properties import KeptProperties
@@ -83,8 +83,6 @@ from forum.node.storage.strand import Strand
 log = logging.getLogger(__name__)
 
 
-#: What a pause marker is, as the tuples a resume takes show it.
-_PAUSE = Properties(pause=True)
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
 #: Tuples out of the index while their Take is made durable, with their arrivals.
@@ -191,18 +189,34 @@ class Forum(AsyncResource):
         # open (``async with``): ``arrivals``, when it came to hold what.
         self._noting = Noting(strand, self._index, self._reservations)
         self.arrivals = self._noting.arrivals
-        self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
-        self._applying: set[EntryId] = set()  # entries being stored by apply or replace
         self._listeners = Listeners()
         self._live_listeners = self._listeners.live  # called as each tuple is offered
         self._settling: set[asyncio.Task[None]] = set()
+        # Entries from elsewhere, applied to the places (forum.node.space.applying).
+        self._applier = Applier(
+            strand=strand,
+            places=self._places,
+            remote=self._remote,
+            admission=self._admission,
+            placement=self._placement,
+            props=self._props,
+            dedup=self._dedup,
+            lapses=self._lapses,
+            killed_while_taking=self._killed_while_taking,
+            listeners=self._listeners,
+            add_live=self._add_live,
+            remove_live=self._remove_live,
+            remove_anywhere=self._remove_anywhere,
+            dress=self._dress,
+        )
+        self._pending_kills = self._applier.pending_kills  # looked at on every write
+        self._applying = self._applier.applying
         self._writes = 0
         self._takes = 0
-        self._double_takes = 0
         self._closed = False
         # The windows compaction kept as keys, then the Writes since (replay).
         self._dedup.load(strand.config.storage, self._schedule.now_ms())
-        self._replay(strand.take_replayed())
+        self._applier.replay(strand.take_replayed())
 
     @property
     def remote_delay(self) -> float:
@@ -220,46 +234,6 @@ class Forum(AsyncResource):
         if not self._noting.started and not self._closed:
             self._noting.start()
         return self
-
-    def _replay(self, entries: list[RawEntry]) -> None:
-        # Plain (origin, seq) keys and one bulk load of the survivors: replay
-        # is start-up time, and most entries of a long log are dead by its end.
-        live: dict[tuple[str, int], bytes] = {}
-        props: dict[tuple[str, int], Properties] = {}
-        pending: set[tuple[str, int]] = set()
-        now, origin = self._schedule.now_ms(), self.strand.origin
-        for raw in entries:
-            if is_write(raw):
-                key = (raw[0], raw[1])
-                if len(raw) == 4:
-                    props[key] = found = cast(Properties, raw[3])
-                    if found.dedup_until > now and found.key is not None and key[0] == origin:
-                        self._dedup.add(found.key, EntryId(*key), found.dedup_until)
-                if key in pending:
-                    pending.discard(key)
-                else:
-                    live[key] = cast(bytes, raw[2])
-            else:
-                target = cast(TakeRaw, raw)[2:]
-                if live.pop(target, None) is None:
-                    take = Take(EntryId(raw[0], raw[1]), EntryId(*target))
-                    if target in pending or self._is_double_take(take):
-                        self._double_takes += 1
-                    else:
-                        pending.add(target)
-        self._pending_kills.update(EntryId(*key) for key in pending)
-        if not props:
-            self._index.bulk_load([Tuple(EntryId(*key), p) for key, p in live.items()])
-            return
-        plain: builtins.list[Tuple] = []
-        for key, payload in live.items():
-            found = props.get(key, PLAIN)
-            item = Tuple(EntryId(*key), payload, found)
-            if found is PLAIN:
-                plain.append(item)
-            elif (placed := self._placement.place(item, now)) is not None:
-                plain.append(placed)  # live now, in log order with the rest
-        self._index.bulk_load(plain)
 
     # -- the tuple-space API ---------------------------------------------------
 
@@ -383,7 +357,7 @@ class Forum(AsyncResource):
             self._admission.drop_pause(marker)
         takes = append.result()
         self._takes += len(takes)
-        self._listeners.notify(takes, LOCAL, [Tuple(marker, prefix, _PAUSE) for marker in markers])
+        self._listeners.notify(takes, LOCAL, [Tuple(marker, prefix, PAUSE) for marker in markers])
 
     def paused(self) -> builtins.list[bytes]:
         """The prefixes paused here, sorted."""
@@ -432,7 +406,7 @@ class Forum(AsyncResource):
         # commit that share their Properties (Strand._answer_now).
         live = writes
         if self._pending_kills:  # empty unless a peer took one of ours before we wrote it
-            live = self._not_taken_yet(writes)
+            live = self._applier.not_taken_yet(writes)
         if live:
             self._placement.make_live(live)
         if writes[0].props.pause:
@@ -440,15 +414,6 @@ class Forum(AsyncResource):
             return
         self._writes += len(writes)
         self._listeners.notify(writes, LOCAL)
-
-    def _not_taken_yet(self, writes: builtins.list[Write]) -> builtins.list[Write]:
-        """``writes`` but those a Take here already killed: a peer took an id
-        of ours before we wrote it, which only a forgery of our next seq
-        taken there makes happen (docs/replication.md "Divergence"). Taken
-        is taken: it is dead here at birth too, as everywhere."""
-        taken = {w.id for w in writes} & self._pending_kills
-        self._pending_kills -= taken
-        return [w for w in writes if w.id not in taken]
 
     def _on_due(self, items: builtins.list[Tuple]) -> None:
         """Tuples fell due: live, in due order; a peer's after its turn here."""
@@ -661,66 +626,13 @@ class Forum(AsyncResource):
         is taken, durably, so it does not come back; the rest is noted dead,
         so it is never taken in again. Returns how many live tuples died."""
         self._check_open()
-        candidates = self._in_ranges(origin, ranges)
-        self._live_now(candidates)  # then taken below, as any live one
-        found: OutOfIndex = []
-        for entry_id in candidates:
-            place = self._places.where(entry_id)
-            match place:
-                case Place.RESERVED:
-                    if (reservation := self._reservations.pop(entry_id)) is not None:
-                        arrival, handed = reservation
-                        self._double_takes += 1  # handed out here, taken for good elsewhere
-                        found.append((arrival, Tuple(handed.id, handed.payload, handed.props)))
-                case Place.INDEX:
-                    if (removed := self._remove_live(entry_id)) is not None:
-                        found.append(removed)
-                case Place.SURFACING | Place.POOL | Place.SCHEDULE | Place.PAUSE:
-                    pass  # none is left there by the loop above
-                case Place.TAKING | None:
-                    pass  # being taken here (or handed to a waiter above), or dead
-                case _:
-                    assert_never(place)
+        candidates = self._applier.in_ranges(origin, ranges)
+        self._applier.live_now(candidates)  # then taken below, as any live one
+        found = self._applier.dead_out(candidates)
         if found:
             await self._commit_takes(found, rescue=False)
         await self.strand.mark_dead(origin, ranges)
         return len(found)
-
-    def _live_now(self, entry_ids: builtins.list[EntryId]) -> None:
-        """What of ``entry_ids`` waits here (not due yet, surfacing, held) is
-        live now, and a pause marker among them is dropped."""
-        for entry_id in entry_ids:
-            place = self._places.where(entry_id)
-            match place:
-                case Place.PAUSE:
-                    self._admission.drop_pause(entry_id)
-                case Place.SCHEDULE:
-                    if (due_later := self._schedule.drop(entry_id)) is not None:
-                        self._add_live(self._dress(due_later))
-                case Place.SURFACING | Place.POOL:  # held (an aired one is in the index)
-                    if (surfacing := self._remote.pop(entry_id)) is not None:
-                        surfacing.handle.cancel()
-                        self._add_live(surfacing.item)
-                case Place.INDEX | Place.RESERVED | Place.TAKING | None:
-                    pass
-                case _:
-                    assert_never(place)
-
-    def _in_ranges(self, origin: str, ranges: Sequence[tuple[int, int]]) -> list[EntryId]:
-        """The ids in ``ranges`` of ``origin`` that may be live here: each seq
-        of short ranges, else each id in a place (:class:`Places`) that falls
-        in one (whichever is fewer to look at)."""
-        seqs = sum(last - first + 1 for first, last in ranges)
-        if seqs <= len(self._places):
-            return [
-                EntryId(origin, seq) for first, last in ranges for seq in range(first, last + 1)
-            ]
-        return [
-            entry_id
-            for entry_id in self._places.ids()
-            if entry_id.origin == origin
-            and any(first <= entry_id.seq <= last for first, last in ranges)
-        ]
 
     async def _live_keys(self) -> set[tuple[str, int]]:
         """Every tuple not dead, in whatever place (:class:`Places`): live,
@@ -768,7 +680,7 @@ class Forum(AsyncResource):
             reserved=len(self._reservations),
             writes=self._writes,
             takes=self._takes,
-            double_takes=self._double_takes,
+            double_takes=self._applier.double_takes,
             tails_cut=strand.tails_cut,
             compactions=strand.compactions,
             bytes_reclaimed=strand.bytes_reclaimed,
@@ -843,46 +755,9 @@ class Forum(AsyncResource):
         if not new:
             return []
         durable = self.strand.submit_remote(new)
-        durable.add_done_callback(functools.partial(self._on_remote_durable, new, provenance))
+        durable.add_done_callback(functools.partial(self._applier.on_durable, new, provenance))
         await asyncio.shield(durable)
         return new
-
-    def _on_remote_durable(
-        self,
-        new: Sequence[Entry],
-        provenance: Provenance,
-        durable: asyncio.Future[builtins.list[Entry]],
-    ) -> None:
-        # A done callback: entries in the Strand are applied to the index even
-        # if the peer's request was cancelled meanwhile (else they would stay
-        # invisible until a restart, and never be sent again).
-        self._applying.difference_update(entry.id for entry in new)
-        if durable.cancelled() or durable.exception() is not None:
-            return
-        taken: builtins.list[Tuple] = []
-        for entry in new:
-            removed = self._arrive(entry)
-            if removed is not None:
-                taken.append(removed)
-        self._listeners.notify(new, provenance, taken)
-
-    def _arrive(self, entry: Entry) -> Tuple | None:
-        """A remote entry, durable here: a Write waits for its turn (or is
-        dead already: its Take came first), a Take is applied. Returns the
-        tuple a Take removed here, for the watchers."""
-        if isinstance(entry, Take):
-            return self._apply_take(entry)
-        if entry.id in self._pending_kills:
-            self._pending_kills.discard(entry.id)
-        elif entry.props is PLAIN:
-            self._remote.arrive(Tuple(entry.id, entry.payload))
-        else:
-            placed = self._placement.place(
-                Tuple(entry.id, entry.payload, entry.props), self._schedule.now_ms()
-            )
-            if placed is not None:
-                self._remote.arrive(placed)
-        return None
 
     async def replace(self, pairs: Sequence[tuple[Entry, Entry]]) -> builtins.list[Entry]:
         """Put an origin's own entries in place of the copies held here that
@@ -900,22 +775,7 @@ class Forum(AsyncResource):
             done = await self.strand.replace([real for _, real in pairs])
         finally:
             self._applying.difference_update(real.id for _, real in pairs)
-        swapped = {entry.id for entry in done}
-        for held, real in pairs:
-            if real.id not in swapped:
-                continue
-            if isinstance(real, Write):
-                # Still reserved: a release, or a lease run out, puts back the real bytes.
-                self._reservations.keep_real(real.id, real.payload, real.props)
-            was_live = isinstance(held, Take) or (
-                real.id not in self._reservations
-                and real.id not in self._taking
-                and self._remove_anywhere(real.id) is not None
-            )
-            if was_live and isinstance(held, Write) and self._props:
-                self._props.forget(real.id)  # the held copy's ttl or due time goes with it
-            if was_live or isinstance(real, Take):
-                self._arrive(real)
+        self._applier.swap(pairs, done)
         return done
 
     def set_ranking(self, ranking: Ranking | None) -> None:
@@ -973,63 +833,6 @@ class Forum(AsyncResource):
             if self._props:
                 return removed[0], self._dress(removed[1])
         return removed
-
-    def _apply_take(self, take: Take) -> Tuple | None:
-        """Apply a peer's Take; the tuple it removed here, if it was here."""
-        target = take.target
-        self._lapses.pop(target, None)
-        self._remote.note_pace(take)
-        if self._admission.room_waiters:
-            self._admission.free_room()
-        if self._props:
-            self._props.forget(target)
-        place = self._places.where(target)
-        match place:
-            case Place.INDEX:
-                removed = self._remove_live(target)
-                return None if removed is None else removed[1]
-            case Place.SURFACING | Place.POOL:  # taken elsewhere before it was live here
-                surfacing = self._remote.pop(target)
-                if surfacing is None:
-                    return None
-                surfacing.handle.cancel()
-                return surfacing.item
-            case Place.SCHEDULE:  # taken elsewhere before it was due here
-                return self._schedule.drop(target)
-            case Place.PAUSE:  # resumed elsewhere
-                prefix = self._admission.pause_markers[target]
-                self._admission.drop_pause(target)
-                return Tuple(target, prefix, _PAUSE)
-            case Place.RESERVED:  # reserved here and taken elsewhere: both nodes handed it out
-                reservation = self._reservations.pop(target)
-                self._double_takes += 1
-                return None if reservation is None else reservation[1]
-            case Place.TAKING:  # our own take of it is being made durable: both of us took it
-                self._double_takes += 1
-                self._killed_while_taking.add(target)
-                return None
-            case None:
-                self._kill_absent(take)
-                return None
-            case _:
-                assert_never(place)
-
-    def _kill_absent(self, take: Take) -> None:
-        """A Take whose target is not live: taken before, or not seen yet."""
-        if take.target in self.strand and self.strand.position(take.target) is None:
-            return  # dropped by compaction: dead long ago, nothing to wait for
-        if take.target in self._pending_kills or self._is_double_take(take):
-            self._double_takes += 1
-            log.info("double take of %s (again by %s)", take.target, take.id)
-        else:
-            self._pending_kills.add(take.target)
-
-    def _is_double_take(self, take: Take) -> bool:
-        """Whether the (not live) target of ``take`` was written before it in
-        the log, and so was taken already."""
-        target_at = self.strand.position(take.target)
-        take_at = self.strand.position(take.id)
-        return target_at is not None and (take_at is None or target_at < take_at)
 
     # -- internals -------------------------------------------------------------
 
