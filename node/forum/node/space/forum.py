@@ -78,6 +78,7 @@ from forum.node.space.places import Place, Places
 from forum.node.space.reservations import Reservations
 from forum.node.space.schedule import Clock, Schedule
 from forum.node.space.surfacing import REMOTE_DELAY, REMOTE_HOLD, Ranking, RemoteTuples
+from forum.node.space.taking import Takes
 from forum.node.storage.strand import Strand
 
 log = logging.getLogger(__name__)
@@ -172,8 +173,22 @@ class Forum(AsyncResource):
             add_live=self._add_live,
             add_pause=self._admission.add_pause,
         )
-        self._taking: set[EntryId] = set()  # tuples whose Take is being appended
-        self._killed_while_taking: set[EntryId] = set()  # ... and killed meanwhile by a peer
+        self._listeners = Listeners()
+        self._live_listeners = self._listeners.live  # called as each tuple is offered
+        # The takes under way here (forum.node.space.taking).
+        self._taker = Takes(
+            strand=strand,
+            listeners=self._listeners,
+            admission=self._admission,
+            props=self._props,
+            lapses=self._lapses,
+            durable=self._durable,
+            put_live=self._put_live,
+            expired_now=self._expired_now,
+            tell_expired=self._tell_expired,
+        )
+        self._taking = self._taker.taking
+        self._settling = self._taker.settling
         # Every place a tuple not dead can be in (forum.node.space.places).
         self._places = Places(
             index=self._index,
@@ -189,9 +204,6 @@ class Forum(AsyncResource):
         # open (``async with``): ``arrivals``, when it came to hold what.
         self._noting = Noting(strand, self._index, self._reservations)
         self.arrivals = self._noting.arrivals
-        self._listeners = Listeners()
-        self._live_listeners = self._listeners.live  # called as each tuple is offered
-        self._settling: set[asyncio.Task[None]] = set()
         # Entries from elsewhere, applied to the places (forum.node.space.applying).
         self._applier = Applier(
             strand=strand,
@@ -202,7 +214,7 @@ class Forum(AsyncResource):
             props=self._props,
             dedup=self._dedup,
             lapses=self._lapses,
-            killed_while_taking=self._killed_while_taking,
+            killed_while_taking=self._taker.killed_while_taking,
             listeners=self._listeners,
             add_live=self._add_live,
             remove_live=self._remove_live,
@@ -212,7 +224,6 @@ class Forum(AsyncResource):
         self._pending_kills = self._applier.pending_kills  # looked at on every write
         self._applying = self._applier.applying
         self._writes = 0
-        self._takes = 0
         self._closed = False
         # The windows compaction kept as keys, then the Writes since (replay).
         self._dedup.load(strand.config.storage, self._schedule.now_ms())
@@ -356,7 +367,7 @@ class Forum(AsyncResource):
         for marker in markers:
             self._admission.drop_pause(marker)
         takes = append.result()
-        self._takes += len(takes)
+        self._taker.made += len(takes)
         self._listeners.notify(takes, LOCAL, [Tuple(marker, prefix, PAUSE) for marker in markers])
 
     def paused(self) -> builtins.list[bytes]:
@@ -506,10 +517,12 @@ class Forum(AsyncResource):
     async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """Like :meth:`take`, with the tuple's id."""
         self._check_open()
-        found = await self._take_out(pattern.prefix, timeout)
+        found = self._oldest_out(pattern.prefix)
+        if found is None and timeout:
+            found = await self._wait(pattern.prefix, timeout)
         if found is None:
             return None
-        taken = await self._commit_takes([found])
+        taken = await self._taker.commit([found])
         return taken[0]
 
     async def reserve(
@@ -522,7 +535,9 @@ class Forum(AsyncResource):
         self._check_open()
         if not lease > 0:
             raise ValueError("lease must be > 0 seconds")
-        found = await self._take_out(pattern.prefix, timeout)
+        found = self._oldest_out(pattern.prefix)
+        if found is None and timeout:
+            found = await self._wait(pattern.prefix, timeout)
         if found is None:
             return None
         return self._reservations.hand_out(found[0], found[1], lease)
@@ -560,7 +575,7 @@ class Forum(AsyncResource):
                 continue
             acked.append(True)
         if found:
-            await self._commit_takes(found, rescue=False)
+            await self._taker.commit(found, rescue=False)
         return acked
 
     async def extend(self, entry_id: EntryId, lease: float) -> bool:
@@ -600,7 +615,7 @@ class Forum(AsyncResource):
             found.append(match)
         if not found:
             return []
-        return await self._commit_takes(found)
+        return await self._taker.commit(found)
 
     async def compact(
         self, horizon: Mapping[str, int] | None = None, *, seal: bool = False
@@ -630,7 +645,7 @@ class Forum(AsyncResource):
         self._applier.live_now(candidates)  # then taken below, as any live one
         found = self._applier.dead_out(candidates)
         if found:
-            await self._commit_takes(found, rescue=False)
+            await self._taker.commit(found, rescue=False)
         await self.strand.mark_dead(origin, ranges)
         return len(found)
 
@@ -679,7 +694,7 @@ class Forum(AsyncResource):
             waiting_takers=len(self._waiters),
             reserved=len(self._reservations),
             writes=self._writes,
-            takes=self._takes,
+            takes=self._taker.made,
             double_takes=self._applier.double_takes,
             tails_cut=strand.tails_cut,
             compactions=strand.compactions,
@@ -857,14 +872,6 @@ class Forum(AsyncResource):
             except Exception:
                 log.exception("a Forum live listener failed")
 
-    async def _take_out(self, prefix: bytes, timeout: float | None) -> tuple[int, Tuple] | None:
-        """The oldest match, out of the index (the caller takes or reserves
-        it); with ``timeout``, waits that long for one to be written."""
-        found = self._oldest_out(prefix)
-        if found is not None:
-            return found
-        return await self._wait(prefix, timeout) if timeout else None
-
     async def _wait(self, prefix: bytes, timeout: float) -> tuple[int, Tuple] | None:
         future: asyncio.Future[tuple[int, Tuple] | None] = (
             asyncio.get_running_loop().create_future()
@@ -887,86 +894,6 @@ class Forum(AsyncResource):
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
-
-    async def _commit_takes(
-        self, found: OutOfIndex, *, rescue: bool = True
-    ) -> builtins.list[Tuple]:
-        """Make the Takes of tuples already out of the index durable.
-
-        A caller cancelled while its append is under way has not received the
-        tuples. With ``rescue`` they are written back (as new tuples) if the
-        Take holds, rather than lost. An ack passes ``rescue=False``: its
-        caller already has the tuple (and a claim on it); a copy under a new
-        id, and so a new claim key, would run the job a second time.
-        """
-        self._taking.update(item.id for _, item in found)
-        append = self.strand.submit_takes([item.id for _, item in found])
-        try:
-            takes = await asyncio.shield(append)
-        except asyncio.CancelledError:
-            # The append goes on; _settle deals with how it ends.
-            settle = asyncio.create_task(self._settle(append, found, rescue))
-            self._settling.add(settle)
-            settle.add_done_callback(self._settling.discard)
-            raise
-        except BaseException:
-            self._put_back(found)
-            raise
-        self._done_taking(found)
-        self._takes += len(takes)
-        self._listeners.notify(takes, LOCAL, [item for _, item in found])
-        return [item for _, item in found]
-
-    async def _settle(
-        self, append: asyncio.Future[builtins.list[Take]], found: OutOfIndex, rescue: bool
-    ) -> None:
-        """The end of a take whose caller was cancelled: restore the tuples if
-        the append failed; if it held, write them back when ``rescue``."""
-        try:
-            takes = await append
-        except Exception:
-            self._put_back(found)
-            return
-        self._done_taking(found)
-        self._takes += len(takes)
-        self._listeners.notify(takes, LOCAL, [item for _, item in found])
-        if not rescue:
-            return
-        log.warning("a take was cancelled after it was durable: writing %d back", len(found))
-        by_props: dict[Properties, builtins.list[bytes]] = {}
-        for _, item in found:  # each written back with its Write's properties
-            by_props.setdefault(item.props, []).append(item.payload)
-        try:
-            for props, payloads in by_props.items():
-                await self.strand.submit_writes(payloads, self._durable, props)
-        except ForumError:
-            log.exception("could not write back %d tuples of a cancelled take", len(found))
-
-    def _put_back(self, found: OutOfIndex) -> None:
-        expired: builtins.list[Tuple] = []
-        for arrival, item in found:
-            self._taking.discard(item.id)
-            if item.id in self._killed_while_taking:
-                self._killed_while_taking.discard(item.id)
-                continue
-            if self._props and self._expired_now(item.id):
-                self._props.forget(item.id)
-                expired.append(item)  # expired while it was being taken
-                continue
-            self._index.restore(arrival, item)
-            self._offer(arrival, item)
-        if expired:
-            self._tell_expired(expired)
-
-    def _done_taking(self, found: OutOfIndex) -> None:
-        for _, item in found:
-            self._taking.discard(item.id)
-            self._killed_while_taking.discard(item.id)
-            self._lapses.pop(item.id, None)
-            if self._props:
-                self._props.forget(item.id)
-        if self._admission.room_waiters:
-            self._admission.free_room()
 
     def _check_open(self) -> None:
         if self._closed:
