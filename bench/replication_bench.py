@@ -13,7 +13,7 @@ lag             from a write acknowledged by A (the client has the answer) to
                 the tuple held on B *and* C. Probes: one write in ten (one in
                 fifty at max rate) writes a tuple for B and one for C, awaited by
                 blocking takes already waiting there; a take answers when its
-                tuple is live, which the node delays on purpose (forum.node.space.forum's
+                tuple is live, which the node delays on purpose (forum.node.space.surfacing's
                 ``REMOTE_DELAY`` stagger: 10 ms times the node's rank among the
                 live members, 1 or 2 here, ``forum.replication.ranking``): "visible"
                 is that, "replicated" takes the known stagger out. Both also hold one HTTP

@@ -12,7 +12,7 @@ Entries flow through the Forum only::
     page from P      --> Forum.apply --listener--> (not forwarded: see antientropy)
 
 ``Forum.apply`` makes entries durable before they are visible, skips what is
-held, and hands the listener the :class:`~forum.node.space.forum.Provenance` it was given:
+held, and hands the listener the :class:`~forum.node.space.listeners.Provenance` it was given:
 the origins that hold the entries already. So pushed entries never go back to
 their sender, nor to the peers the sender pushed them to itself (``covered``);
 pulled ones (held by "everyone", ``None``) go to nobody.

@@ -4,41 +4,31 @@
 ``take`` removes the oldest live match from the index, appends a Take, and
 returns the payload once the Take is durable; if the append fails the tuple
 is put back in its old place and ``StrandError`` is raised, so the index
-never claims a take the log does not hold (the original left them diverged).
+never claims a take the log does not hold. ``reserve`` takes the oldest
+match out of the index for a lease without writing anything; ``ack`` takes
+it for good.
 
 Blocking takes wait in one FIFO queue. A tuple that becomes live is handed
 straight to the first waiter whose pattern it matches (so one write wakes
 exactly one taker, and waiters are served in arrival order); that waiter
 then makes the Take durable. Invariant: no live tuple matches a waiter.
 
-``reserve`` is the take for work that must not be lost in flight: it takes
-the oldest match out of the index for ``lease`` seconds without writing
-anything. ``extend`` renews the lease (a worker's heartbeat keeps a running
-job reserved); ``ack`` then takes it for good (appends the Take); ``release``,
-or the lease running out, or a restart of the node, puts it back. A consumer
-that dies between receiving a tuple and making it safe elsewhere (a claim in
-the Lens) therefore loses nothing: the tuple comes back.
+The Forum owns its node's containers and hands each collaborator the ones it
+needs, each a module of this package:
 
-A Write's properties (:class:`~forum.node.core.entries.Properties`, docs/scheduling.md)
-are applied here alike for local and remote Writes: a tuple not due yet
-waits in the :class:`~forum.node.space.schedule.Schedule`, out of the index; one whose
-expiry comes is removed wherever it is, without a Take; its priority orders
-the index; a pause marker pauses the takes of its prefix; a dedup key opens
-a window in the :class:`~forum.node.space.dedup.DedupTable`. Local writes to a limited
-prefix wait or fail while it is full (``limits``); remote ones never do.
-
-Entries from other nodes come in through :meth:`Forum.apply`: stored in the
-Strand first, then applied, idempotently and in any order (a Take that
-arrives before its Write kills the Write when it comes). Every entry made
-durable here, local or applied, is handed to the listeners (replication),
-with the :class:`Provenance` its applier gave (``LOCAL`` for entries made
-here): who holds them already is an argument, not ambient state, so a
-listener that sends entries on can see whom not to send them back to.
-
-While open (``async with``) the Forum notes its vector every half second
-(:mod:`forum.node.space.arrivals`, on a timer): when this node came to hold what, which
-dates each group's oldest live tuple (:meth:`Forum.oldest_ages`) and
-replication's lag, with or without peers.
+* ``reservations``: reserved tuples, their leases and lapses;
+* ``admission``: limits on prefixes, dedup keys at write, pauses;
+* ``placement``: where a Write with properties goes (due later, expiring);
+* ``surfacing``: a peer's tuples on their way to being live here (turns,
+  the pool, stealing);
+* ``applying``: entries from elsewhere (``apply``, ``replace``,
+  ``apply_dead``) and the Strand's own at start;
+* ``places``: where a tuple not dead can be, the one answer to it;
+* ``taking``: the takes under way;
+* ``listeners``: who hears what the Forum does (replication, watchers);
+* ``noting``: what this node holds, noted every half second while the
+  Forum is open (``async with``), which dates each group's oldest live
+  tuple (:meth:`Forum.oldest_ages`) and replication's lag.
 """
 
 from __future__ import annotations
@@ -77,7 +67,7 @@ from forum.node.space.placement import Placement
 from forum.node.space.places import Place, Places
 from forum.node.space.reservations import Reservations
 from forum.node.space.schedule import Clock, Schedule
-from forum.node.space.surfacing import REMOTE_DELAY, REMOTE_HOLD, Ranking, RemoteTuples
+from forum.node.space.surfacing import REMOTE_DELAY, REMOTE_HOLD, Found, Ranking, RemoteTuples
 from forum.node.space.taking import Takes
 from forum.node.storage.strand import Strand
 
@@ -86,9 +76,6 @@ log = logging.getLogger(__name__)
 
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
-#: Tuples out of the index while their Take is made durable, with their arrivals.
-#: (An alias also because ``Forum.list`` hides the builtin inside the class.)
-OutOfIndex = list[tuple[int, Tuple]]
 
 
 def prefix_text(prefix: bytes) -> str:
@@ -101,7 +88,7 @@ class _Waiter:
 
     __slots__ = ("future", "prefix")
 
-    def __init__(self, prefix: bytes, future: asyncio.Future[tuple[int, Tuple] | None]) -> None:
+    def __init__(self, prefix: bytes, future: asyncio.Future[Found | None]) -> None:
         self.prefix = prefix
         self.future = future
 
@@ -561,7 +548,7 @@ class Forum(AsyncResource):
     async def ack_many(self, entry_ids: Sequence[EntryId]) -> list[bool]:
         """:meth:`ack` for many, in one append; one flag per id, in order."""
         self._check_open()
-        found: OutOfIndex = []
+        found: builtins.list[Found] = []
         acked = []
         for entry_id in entry_ids:
             reservation = self._reservations.pop(entry_id)
@@ -607,7 +594,7 @@ class Forum(AsyncResource):
         self._check_open()
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        found: OutOfIndex = []
+        found: builtins.list[Found] = []
         for _ in range(limit):
             match = self._oldest_out(pattern.prefix)
             if match is None:
@@ -815,7 +802,7 @@ class Forum(AsyncResource):
             for waiter in self._waiters
         )
 
-    def _oldest_out(self, prefix: bytes) -> tuple[int, Tuple] | None:
+    def _oldest_out(self, prefix: bytes) -> Found | None:
         """The oldest live match, out of the index (the caller takes or
         reserves it), unless it is pooled (aired) or there is none: then what
         the pool gives (:meth:`~forum.node.space.surfacing.RemoteTuples.steal`).
@@ -840,7 +827,7 @@ class Forum(AsyncResource):
                 self._waiters.remove(waiter)
                 waiter.future.set_result(found)
 
-    def _remove_live(self, entry_id: EntryId) -> tuple[int, Tuple] | None:
+    def _remove_live(self, entry_id: EntryId) -> Found | None:
         """Out of the index by id (and out of the pool, if aired)."""
         removed = self._index.remove_id(entry_id)
         if removed is not None:
@@ -872,10 +859,8 @@ class Forum(AsyncResource):
             except Exception:
                 log.exception("a Forum live listener failed")
 
-    async def _wait(self, prefix: bytes, timeout: float) -> tuple[int, Tuple] | None:
-        future: asyncio.Future[tuple[int, Tuple] | None] = (
-            asyncio.get_running_loop().create_future()
-        )
+    async def _wait(self, prefix: bytes, timeout: float) -> Found | None:
+        future: asyncio.Future[Found | None] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(prefix, future)
         self._waiters.append(waiter)
         try:
