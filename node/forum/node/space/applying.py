@@ -39,9 +39,9 @@ PAUSE = Properties(pause=True)
 class Applier:
     """Applies entries from elsewhere to the places (the Forum's, passed in
     with what moves a tuple between them: ``add_live``, ``remove_live``,
-    ``remove_anywhere``, ``dress``). Holds the ``pending_kills`` (targets of
-    Takes whose Write has not come), the ids ``applying`` (being stored by
-    ``Forum.apply`` or ``Forum.replace``) and the ``double_takes`` counted."""
+    ``dress``). Holds the ``pending_kills`` (targets of Takes whose Write has
+    not come), the ids ``applying`` (being stored by ``Forum.apply`` or
+    ``Forum.replace``) and the ``double_takes`` counted."""
 
     __slots__ = (
         "_add_live",
@@ -55,7 +55,6 @@ class Applier:
         "_places",
         "_props",
         "_remote",
-        "_remove_anywhere",
         "_remove_live",
         "_strand",
         "applying",
@@ -78,7 +77,6 @@ class Applier:
         listeners: Listeners,
         add_live: Callable[[Tuple], None],
         remove_live: Callable[[EntryId], Found | None],
-        remove_anywhere: Callable[[EntryId], Tuple | None],
         dress: Callable[[Tuple], Tuple],
     ) -> None:
         self._strand = strand
@@ -93,7 +91,6 @@ class Applier:
         self._listeners = listeners
         self._add_live = add_live
         self._remove_live = remove_live
-        self._remove_anywhere = remove_anywhere
         self._dress = dress
         self.pending_kills: set[EntryId] = set()
         self.applying: set[EntryId] = set()
@@ -264,7 +261,7 @@ class Applier:
             was_live = isinstance(held, Take) or (
                 real.id not in reserved
                 and real.id not in taking
-                and self._remove_anywhere(real.id) is not None
+                and self._places.remove(real.id) is not None
             )
             if was_live and isinstance(held, Write) and self._props:
                 self._props.forget(real.id)  # the held copy's ttl or due time goes with it

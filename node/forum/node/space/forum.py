@@ -40,7 +40,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Self, assert_never
+from typing import Self
 
 from forum.node.core.entries import PLAIN, Entry, EntryId, Properties, Reserved, Take, Tuple, Write
 from forum.node.core.errors import ForumError
@@ -64,7 +64,7 @@ from forum.node.space.listeners import (
 )
 from forum.node.space.noting import ArrivalNeed, Noting
 from forum.node.space.placement import Placement
-from forum.node.space.places import Place, Places
+from forum.node.space.places import Places
 from forum.node.space.reservations import Reservations
 from forum.node.space.schedule import Clock, Schedule
 from forum.node.space.surfacing import REMOTE_DELAY, REMOTE_HOLD, Found, Ranking, RemoteTuples
@@ -205,7 +205,6 @@ class Forum(AsyncResource):
             listeners=self._listeners,
             add_live=self._add_live,
             remove_live=self._remove_live,
-            remove_anywhere=self._remove_anywhere,
             dress=self._dress,
         )
         self._pending_kills = self._applier.pending_kills  # looked at on every write
@@ -432,7 +431,7 @@ class Forum(AsyncResource):
             props = self._props.of(entry_id)
             if props is None or entry_id in self._taking:
                 continue  # dead already, or being taken (its put-back checks)
-            item = self._remove_anywhere(entry_id)
+            item = self._places.remove(entry_id)
             self._props.forget(entry_id)
             self._lapses.pop(entry_id, None)
             if item is not None:
@@ -444,31 +443,6 @@ class Forum(AsyncResource):
         self._expired += len(expired)
         self._admission.free_room()
         self._listeners.expired(expired)
-
-    def _remove_anywhere(self, entry_id: EntryId) -> Tuple | None:
-        """Take a tuple out of wherever it is waiting or live (not being
-        taken: that is left to the take; a pause marker ends by a Take):
-        the tuple, or ``None``."""
-        place = self._places.where(entry_id)
-        match place:
-            case Place.INDEX:
-                removed = self._remove_live(entry_id)
-                return None if removed is None else removed[1]
-            case Place.SURFACING | Place.POOL:
-                waiting = self._remote.pop(entry_id)
-                if waiting is None:
-                    return None
-                waiting.handle.cancel()
-                return waiting.item
-            case Place.RESERVED:
-                reservation = self._reservations.pop(entry_id)
-                return None if reservation is None else reservation[1]
-            case Place.SCHEDULE:
-                return self._schedule.drop(entry_id)
-            case Place.PAUSE | Place.TAKING | None:
-                return None
-            case _:
-                assert_never(place)
 
     def _expired_now(self, entry_id: EntryId) -> bool:
         """Whether ``entry_id`` has expired (it is not to be put back)."""

@@ -4,9 +4,10 @@ A tuple whose Write is here and that no Take killed is in exactly one
 :class:`Place` at a time (an aired pooled tuple is in the index, and the
 pool only orders its takes). Whatever must find a tuple wherever it is (an
 expiry, a peer's Take, compaction's survivors, a peer's dead ranges, a
-replaced copy) asks :meth:`Places.where`, or walks :meth:`Places.ids`, and
-matches on the :class:`Place` with ``assert_never`` for the rest: a place
-added here is one every such caller must handle before mypy passes.
+replaced copy) asks :meth:`Places.where`, walks :meth:`Places.ids`, or
+takes it out with :meth:`Places.remove`, and matches on the :class:`Place`
+with ``assert_never`` for the rest: a place added here is one every such
+caller must handle before mypy passes.
 
 Not places, though they hold ids: the dedup table (a key's window names the
 id it answers with, whatever became of that tuple), the kept properties and
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection
+from typing import assert_never
 
-from forum.node.core.entries import EntryId
+from forum.node.core.entries import EntryId, Tuple
 from forum.node.space.index import LiveIndex
 from forum.node.space.reservations import Reservations
 from forum.node.space.schedule import Schedule
@@ -47,7 +49,7 @@ class Place(enum.Enum):
 
 class Places:
     """The containers of the places, one per :class:`Place` (the Forum
-    owns them and passes them in)."""
+    owns them and passes them in): which holds a tuple, and what they hold."""
 
     __slots__ = ("index", "pause", "pool", "reserved", "schedule", "surfacing", "taking")
 
@@ -87,6 +89,32 @@ class Places:
         if entry_id in self.taking:
             return Place.TAKING
         return None
+
+    def remove(self, entry_id: EntryId) -> Tuple | None:
+        """Take a tuple out of wherever it is waiting or live (not being
+        taken: that is left to the take; a pause marker ends by a Take):
+        the tuple as its place held it, or ``None``."""
+        place = self.where(entry_id)
+        match place:
+            case Place.INDEX:  # an aired pooled tuple leaves the pool too
+                removed = self.index.remove_id(entry_id)
+                self.pool.pop(entry_id)
+                return None if removed is None else removed[1]
+            case Place.SURFACING | Place.POOL:
+                waiting = self.surfacing.pop(entry_id, None) or self.pool.pop(entry_id)
+                if waiting is None:
+                    return None
+                waiting.handle.cancel()
+                return waiting.item
+            case Place.RESERVED:
+                reservation = self.reserved.pop(entry_id)
+                return None if reservation is None else reservation[1]
+            case Place.SCHEDULE:
+                return self.schedule.drop(entry_id)
+            case Place.PAUSE | Place.TAKING | None:
+                return None
+            case _:
+                assert_never(place)
 
     def of(self, place: Place) -> Collection[EntryId]:
         """The ids in ``place`` (aired pooled tuples are in :attr:`Place.INDEX`

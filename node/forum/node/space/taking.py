@@ -101,9 +101,7 @@ class Takes:
         except BaseException:
             self._put_back(found)
             raise
-        self._done(found)
-        self.made += len(takes)
-        self._listeners.notify(takes, LOCAL, [item for _, item in found])
+        self._done(found, takes)
         return [item for _, item in found]
 
     async def _settle(
@@ -116,9 +114,7 @@ class Takes:
         except Exception:
             self._put_back(found)
             return
-        self._done(found)
-        self.made += len(takes)
-        self._listeners.notify(takes, LOCAL, [item for _, item in found])
+        self._done(found, takes)
         if not rescue:
             return
         log.warning("a take was cancelled after it was durable: writing %d back", len(found))
@@ -146,7 +142,9 @@ class Takes:
         if expired:
             self._tell_expired(expired)
 
-    def _done(self, found: list[Found]) -> None:
+    def _done(self, found: list[Found], takes: list[Take]) -> None:
+        """The ``takes`` of ``found`` are durable: the tuples are dead here,
+        counted, and told to the listeners."""
         for _, item in found:
             self.taking.discard(item.id)
             self.killed_while_taking.discard(item.id)
@@ -155,3 +153,5 @@ class Takes:
                 self._props.forget(item.id)
         if self._admission.room_waiters:
             self._admission.free_room()
+        self.made += len(takes)
+        self._listeners.notify(takes, LOCAL, [item for _, item in found])
