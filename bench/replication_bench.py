@@ -13,7 +13,7 @@ lag             from a write acknowledged by A (the client has the answer) to
                 the tuple held on B *and* C. Probes: one write in ten (one in
                 fifty at max rate) writes a tuple for B and one for C, awaited by
                 blocking takes already waiting there; a take answers when its
-                tuple is live, which the node delays on purpose (forum.node.space.forum's
+                tuple is live, which the node delays on purpose (forum.node.space.surfacing's
                 ``REMOTE_DELAY`` stagger: 10 ms times the node's rank among the
                 live members, 1 or 2 here, ``forum.replication.ranking``): "visible"
                 is that, "replicated" takes the known stagger out. Both also hold one HTTP
@@ -58,7 +58,7 @@ from forum.node.client.remote import ForumClient
 from forum.node.core.codec import encode_entry
 from forum.node.core.entries import EntryId, Write
 from forum.node.core.space import Pattern
-from forum.node.space.forum import REMOTE_DELAY
+from forum.node.space.surfacing import REMOTE_DELAY
 from forum.replication.ranking import rank_among
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,7 +37,7 @@ rank           the rank among the live members (:mod:`forum.replication.ranking`
                live at its turn (``FORUM_REMOTE_HOLD=0``)
 pool           the defaults: the rank, and a turn no taker wanted puts the
                tuple in the node's pool, held (``remote_hold``, 2 s) then
-               aired, taken in the node's rank order (``forum.node.space.forum``)
+               aired, taken in the node's rank order (``forum.node.space.surfacing``)
 main           the code in ``--main-tree DIR`` (e.g. ``git -C /work/main
                archive HEAD | tar -x -C DIR``) at its defaults: its nodes and
                workers run with ``PYTHONPATH=DIR``

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from forum.node.core.entries import Entry, EntryId, Take, Tuple, Write
 from forum.node.core.space import Pattern
-from forum.node.space.forum import LOCAL, Forum, Provenance
+from forum.node.space.forum import Forum
+from forum.node.space.listeners import LOCAL, Provenance
 from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually
 

@@ -15,7 +15,7 @@ import pytest
 from forum.node.core.entries import EntryId
 from forum.node.core.space import Pattern
 from forum.node.space import arrivals as arrivals_module
-from forum.node.space import forum as forum_module
+from forum.node.space import noting as forum_module
 from forum.node.space.arrivals import Arrivals, below, lowest
 from forum.node.space.forum import Forum
 

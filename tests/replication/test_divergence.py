@@ -20,7 +20,7 @@ import pytest
 
 from forum.node.core.entries import EntryId, Write
 from forum.node.core.space import Pattern
-from forum.node.space.forum import Provenance
+from forum.node.space.listeners import Provenance
 from forum.replication.digest import BLOCK, Digests, RangeDigest, entry_hash
 from forum.replication.messages import PullRequest
 from forum.replication.vector import VersionVector

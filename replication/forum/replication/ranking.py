@@ -1,7 +1,7 @@
 """Whose turn a tuple written on a peer is: a rank among the live members.
 
 A remote Write waits ``remote_delay`` times this node's rank for it before it
-is live here (:meth:`forum.node.space.forum.Forum.apply` says why: so that one write does
+is live here (:mod:`forum.node.space.surfacing` says why: so that one write does
 not wake a taker on every node at once). The rank of a tuple ``e`` is its
 place in one order of the members this node considers alive::
 
@@ -71,7 +71,7 @@ def rank_among(entry_id: EntryId, me: str, alive: Set[str]) -> int:
 
 
 class MemberRanking:
-    """A node's :data:`forum.node.space.forum.Ranking` from who it considers alive now:
+    """A node's :data:`forum.node.space.surfacing.Ranking` from who it considers alive now:
     ``alive()`` gives the origins of the peers alive (this node, ``me``,
     always counts). Installed by the replicator with ``Forum.set_ranking``."""
 

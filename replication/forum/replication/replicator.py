@@ -12,7 +12,7 @@ Entries flow through the Forum only::
     page from P      --> Forum.apply --listener--> (not forwarded: see antientropy)
 
 ``Forum.apply`` makes entries durable before they are visible, skips what is
-held, and hands the listener the :class:`~forum.node.space.forum.Provenance` it was given:
+held, and hands the listener the :class:`~forum.node.space.listeners.Provenance` it was given:
 the origins that hold the entries already. So pushed entries never go back to
 their sender, nor to the peers the sender pushed them to itself (``covered``);
 pulled ones (held by "everyone", ``None``) go to nobody.
@@ -31,7 +31,8 @@ from forum.node.api.status import PeerStatus
 from forum.node.config.node import FORGET_AFTER
 from forum.node.core.entries import Entry
 from forum.node.core.resource import AsyncResource
-from forum.node.space.forum import Forum, Provenance
+from forum.node.space.forum import Forum
+from forum.node.space.listeners import Provenance
 from forum.replication.antientropy import Fetching, Syncer, fill_page, fill_recheck
 from forum.replication.clocks import ClockWatch
 from forum.replication.config import ReplicationConfig

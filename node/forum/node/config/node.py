@@ -48,7 +48,7 @@ from forum.node.config.settings import (
 )
 from forum.node.core.entries import check_origin
 from forum.node.core.space import MAX_WAIT as MAX_WRITE_WAIT
-from forum.node.space.forum import REMOTE_DELAY, REMOTE_HOLD
+from forum.node.space.surfacing import REMOTE_DELAY, REMOTE_HOLD
 from forum.node.space.watch import BUFFER as WATCH_BUFFER
 from forum.node.space.watch import HEARTBEAT as WATCH_HEARTBEAT
 from forum.node.space.watch import QUEUE as WATCH_QUEUE

@@ -5,11 +5,11 @@ hundred bytes of Python objects per entry it looks at (ids, sets, the
 rewritten bytes), most of it allocated in the worker threads the pass runs
 in. Python frees it all at the end of the pass, but glibc's allocator keeps
 freed memory in its arenas for reuse, one arena per thread that allocated,
-so a node's RSS rose to its largest pass's peak and, as later passes landed
-on other threads, stepped up again (issue 27: 78 MB before the first pass,
-186-213 MB after, at a backlog of 0). :func:`give_back` asks glibc to
-return the free pages of every arena (``malloc_trim(0)``), after each pass
-that dropped something: RSS comes back near its level before the pass.
+so left alone a node's RSS would rise to its largest pass's peak and, as
+later passes land on other threads, step up again. :func:`give_back` asks
+glibc to return the free pages of every arena (``malloc_trim(0)``), after
+each pass that dropped something: RSS comes back near its level before the
+pass.
 
 Elsewhere than glibc (musl, macOS) there is nothing to call, and nothing
 is done: those allocators return memory by their own rules.

@@ -4,137 +4,78 @@
 ``take`` removes the oldest live match from the index, appends a Take, and
 returns the payload once the Take is durable; if the append fails the tuple
 is put back in its old place and ``StrandError`` is raised, so the index
-never claims a take the log does not hold (the original left them diverged).
+never claims a take the log does not hold. ``reserve`` takes the oldest
+match out of the index for a lease without writing anything; ``ack`` takes
+it for good.
 
 Blocking takes wait in one FIFO queue. A tuple that becomes live is handed
 straight to the first waiter whose pattern it matches (so one write wakes
 exactly one taker, and waiters are served in arrival order); that waiter
 then makes the Take durable. Invariant: no live tuple matches a waiter.
 
-``reserve`` is the take for work that must not be lost in flight: it takes
-the oldest match out of the index for ``lease`` seconds without writing
-anything. ``extend`` renews the lease (a worker's heartbeat keeps a running
-job reserved); ``ack`` then takes it for good (appends the Take); ``release``,
-or the lease running out, or a restart of the node, puts it back. A consumer
-that dies between receiving a tuple and making it safe elsewhere (a claim in
-the Lens) therefore loses nothing: the tuple comes back.
+The Forum owns its node's containers and hands each collaborator the ones it
+needs, each a module of this package:
 
-A Write's properties (:class:`~forum.node.core.entries.Properties`, docs/scheduling.md)
-are applied here alike for local and remote Writes: a tuple not due yet
-waits in the :class:`~forum.node.space.schedule.Schedule`, out of the index; one whose
-expiry comes is removed wherever it is, without a Take; its priority orders
-the index; a pause marker pauses the takes of its prefix; a dedup key opens
-a window in the :class:`~forum.node.space.dedup.DedupTable`. Local writes to a limited
-prefix wait or fail while it is full (``limits``); remote ones never do.
-
-Entries from other nodes come in through :meth:`Forum.apply`: stored in the
-Strand first, then applied, idempotently and in any order (a Take that
-arrives before its Write kills the Write when it comes). Every entry made
-durable here, local or applied, is handed to the listeners (replication),
-with the :class:`Provenance` its applier gave (``LOCAL`` for entries made
-here): who holds them already is an argument, not ambient state, so a
-listener that sends entries on can see whom not to send them back to.
-
-While open (``async with``) the Forum notes its vector every half second
-(:mod:`forum.node.space.arrivals`, on a timer): when this node came to hold what, which
-dates each group's oldest live tuple (:meth:`Forum.oldest_ages`) and
-replication's lag, with or without peers.
+* ``reservations``: reserved tuples, their leases and lapses;
+* ``admission``: limits on prefixes, dedup keys at write, pauses;
+* ``placement``: where a Write with properties goes (due later, expiring);
+* ``surfacing``: a peer's tuples on their way to being live here (turns,
+  the pool, stealing);
+* ``applying``: entries from elsewhere (``apply``, ``replace``,
+  ``apply_dead``) and the Strand's own at start;
+* ``places``: where a tuple not dead can be, the one answer to it;
+* ``taking``: the takes under way;
+* ``listeners``: who hears what the Forum does (replication, watchers);
+* ``noting``: what this node holds, noted every half second while the
+  Forum is open (``async with``), which dates each group's oldest live
+  tuple (:meth:`Forum.oldest_ages`) and replication's lag.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import dataclasses
 import functools
-import itertools
 import logging
 import time
-import zlib
-from array import array
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Self, cast
+from collections.abc import Mapping, Sequence
+from typing import Self
 
-from forum.node.core.codec import RawEntry, TakeRaw, is_write
 from forum.node.core.entries import PLAIN, Entry, EntryId, Properties, Reserved, Take, Tuple, Write
-from forum.node.core.errors import ForumError, LimitExceeded
+from forum.node.core.errors import ForumError
 from forum.node.core.reports import CompactionReport, ForumStats
 from forum.node.core.resource import AsyncResource
-from forum.node.core.space import MAX_WAIT, ListPage, Pattern
-from forum.node.core.write_options import expiring_properties, is_priority_alone, write_properties
-from forum.node.space.arrivals import INTERVAL as NOTE_INTERVAL
-from forum.node.space.arrivals import Arrivals, below, lowest
+from forum.node.core.space import ListPage, Pattern
+from forum.node.core.write_options import expiring_properties, write_properties
+from forum.node.space.admission import Admission
+from forum.node.space.applying import PAUSE, Applier
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
 from forum.node.space.kept_properties import KeptProperties
+from forum.node.space.listeners import (
+    LOCAL,
+    ExpiryListener,
+    Listener,
+    Listeners,
+    LiveListener,
+    Provenance,
+    TakeListener,
+)
+from forum.node.space.noting import ArrivalNeed, Noting
+from forum.node.space.placement import Placement
+from forum.node.space.places import Places
+from forum.node.space.reservations import Reservations
 from forum.node.space.schedule import Clock, Schedule
+from forum.node.space.surfacing import REMOTE_DELAY, REMOTE_HOLD, Found, Ranking, RemoteTuples
+from forum.node.space.taking import Takes
 from forum.node.storage.strand import Strand
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Provenance:
-    """Where entries given to :meth:`Forum.apply` came from, as the caller says;
-    the Forum passes it to the listeners untouched.
-
-    ``held_by``: the origins of the nodes that hold the entries already (or get
-    them without our help), which a listener sending entries on skips;
-    ``None``: every node does, so they go to nobody.
-    """
-
-    held_by: frozenset[str] | None = frozenset()
-
-
-#: Entries made here (or applied with no word on where they came from): held nowhere else.
-LOCAL = Provenance()
-#: ``listener(entries, provenance)``, called with entries once they are durable here.
-Listener = Callable[[Sequence[Entry], Provenance], None]
-#: Called with each tuple as it becomes live (written here, surfaced after
-#: the remote delay, put back): what a waiting reader wants to hear about.
-LiveListener = Callable[[Tuple], None]
-#: Called with the tuples that expired here (their ttl ran out), as they do.
-ExpiryListener = Callable[[Sequence[Tuple]], None]
-#: ``listener(entries, taken)``: the entries a :data:`Listener` gets, with the
-#: tuples their Takes removed here (a watcher filters a Take by its target's
-#: payload, which the Take does not carry). A Take whose target was not here
-#: (taken before its Write arrived, taken twice) has none.
-TakeListener = Callable[[Sequence[Entry], Sequence[Tuple]], None]
-#: What a pause marker is, as the tuples a resume takes show it.
-_PAUSE = Properties(pause=True)
-#: How long a tuple written on another node waits per rank before it can be
-#: taken here (its wait is this times this node's :data:`Ranking` of it). See ``apply``.
-REMOTE_DELAY = 0.01
-#: How long a remote tuple whose turn came while no taker here wanted it is
-#: held back (taken here only when nothing live matches) before it is live. See ``apply``.
-REMOTE_HOLD = 2.0
-#: What a refused write is told to wait before trying again (``LimitExceeded``).
-ROOM_RETRY_AFTER = 1.0
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
-_REMOTE_SLOTS = 4
-#: Pooled tuples a take looks at for the one this node ranks best, and live
-#: matches it looks through for one not pooled, before it settles for the
-#: oldest (bounds on the scans when other prefixes, or tuples, abound).
-_STEAL_SCAN = 64
-#: ``ranking(entry_id)``: this node's turn for a tuple written on a peer, as a
-#: whole number (0: at once); the tuple waits ``remote_delay`` times it. A Forum
-#: alone ranks by :func:`slot_ranking`; replication installs a rank among the
-#: live members (``forum.replication.ranking``) with :meth:`Forum.set_ranking`.
-Ranking = Callable[[EntryId], int]
-#: ``need(held)``: per origin, the seq at or below which a reader of the
-#: arrivals (replication's lag) needs only the latest mark, given what this
-#: node holds (``held``). See :meth:`Forum.need_arrivals`.
-ArrivalNeed = Callable[[Mapping[str, int]], Mapping[str, int]]
-#: The most live keys one ``oldest_ages`` call scans (some 20 ms here): a
-#: group past it, and past the cheap answers, has no age (forum.node.space.index).
-AGE_SCAN = 100_000
-#: Tuples out of the index while their Take is made durable, with their arrivals.
-#: (An alias also because ``Forum.list`` hides the builtin inside the class.)
-OutOfIndex = list[tuple[int, Tuple]]
 
 
 def prefix_text(prefix: bytes) -> str:
@@ -142,156 +83,12 @@ def prefix_text(prefix: bytes) -> str:
     return prefix.decode(errors="backslashreplace")
 
 
-def slot_ranking(origin: str) -> Ranking:
-    """The ranking of a node that knows no members, for the node whose origin
-    is ``origin``: 1 to 4, by a hash of the id and the origin (so the nodes
-    that did not write a tuple mostly wake in turn; with four or more of them
-    some share a slot)."""
-
-    def rank(entry_id: EntryId) -> int:
-        return 1 + zlib.crc32(f"{entry_id}/{origin}".encode()) % _REMOTE_SLOTS
-
-    return rank
-
-
-class _Surfacing:
-    """A remote tuple waiting for its turn here, or in the pool after it
-    (:class:`_Pool`): since when (loop time), its rank, the timer that ends
-    the wait (re-set when its rank changes), and whether it is aired (its
-    hold ended: live, in the index)."""
-
-    __slots__ = ("aired", "arrived", "handle", "item", "rank")
-
-    def __init__(self, item: Tuple, arrived: float, rank: int, handle: asyncio.TimerHandle) -> None:
-        self.item = item
-        self.arrived = arrived
-        self.rank = rank
-        self.handle = handle
-        self.aired = False
-
-
-class _Pool:
-    """Remote tuples whose turn came while no taker here wanted them (see
-    ``Forum.apply``), by id and, held and aired apart, by rank. *Held*: not
-    live yet, taken here only when nothing live matches. *Aired*: the hold
-    ended, so the tuple is live (read, counted, listed, in the index), but a
-    take that reaches it gets the aired match this node ranks best instead.
-
-    Either way a take here gets the one it ranks best (lowest rank), the
-    newest first within a rank: the writer drains its own tuples oldest
-    first, so a node that steals from its backlog starts from the other end
-    and meets it last, and two nodes never start on the same tuple (no two
-    rank a tuple alike)."""
-
-    __slots__ = ("_aired", "_by_id", "_held", "_per_origin")
-
-    def __init__(self) -> None:
-        self._by_id: dict[EntryId, _Surfacing] = {}
-        self._held: dict[int, dict[EntryId, _Surfacing]] = {}
-        self._aired: dict[int, dict[EntryId, _Surfacing]] = {}
-        self._per_origin: dict[str, int] = {}
-
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-    def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._by_id
-
-    def __iter__(self) -> Iterator[EntryId]:
-        return iter(self._by_id)
-
-    def values(self) -> builtins.list[_Surfacing]:
-        return builtins.list(self._by_id.values())
-
-    def get(self, entry_id: EntryId) -> _Surfacing | None:
-        return self._by_id.get(entry_id)
-
-    def of(self, origin: str) -> int:
-        """How many pooled tuples ``origin`` wrote."""
-        return self._per_origin.get(origin, 0)
-
-    def held(self) -> builtins.list[EntryId]:
-        """The ids of the held ones (not the aired)."""
-        return [entry_id for bucket in self._held.values() for entry_id in bucket]
-
-    def add(self, held: _Surfacing) -> None:
-        self._by_id[held.item.id] = held
-        self._buckets(held).setdefault(held.rank, {})[held.item.id] = held
-        origin = held.item.id.origin
-        self._per_origin[origin] = self._per_origin.get(origin, 0) + 1
-
-    def air(self, entry_id: EntryId) -> _Surfacing | None:
-        """The hold of ``entry_id`` ended: it is aired from now on."""
-        held = self.pop(entry_id)
-        if held is not None:
-            held.aired = True
-            self.add(held)
-        return held
-
-    def pop(self, entry_id: EntryId) -> _Surfacing | None:
-        held = self._by_id.pop(entry_id, None)
-        if held is not None:
-            buckets = self._buckets(held)
-            del buckets[held.rank][entry_id]
-            if not buckets[held.rank]:
-                del buckets[held.rank]
-            left = self._per_origin.pop(entry_id.origin) - 1
-            if left:
-                self._per_origin[entry_id.origin] = left
-        return held
-
-    def best(
-        self,
-        prefix: bytes,
-        stealable: Callable[[str], bool],
-        *,
-        aired: bool,
-        limit: int | None = None,
-        priority: int | None = None,
-    ) -> _Surfacing | None:
-        """The match ranked best here whose writer is ``stealable`` from, the
-        newest first within a rank: of the held ones, and with ``aired`` of
-        the aired ones too; of ``priority`` alone, when given; ``None`` if
-        none is among the first ``limit`` looked at. A scan: of held tuples,
-        which are held ``remote_hold`` at most; of aired ones, bounded by
-        ``limit``."""
-        kinds = (self._held, self._aired) if aired else (self._held,)
-        looked = 0
-        for rank in sorted({rank for buckets in kinds for rank in buckets}):
-            found: builtins.list[_Surfacing] = []
-            for buckets in kinds:
-                for pooled in reversed(buckets.get(rank, {}).values()):
-                    item = pooled.item
-                    if (
-                        item.payload.startswith(prefix)
-                        and (priority is None or item.props.priority == priority)
-                        and stealable(item.id.origin)
-                    ):
-                        found.append(pooled)
-                        break
-                    looked += 1
-                    if limit is not None and looked >= limit:
-                        break
-            if found:
-                return max(found, key=lambda pooled: pooled.arrived)
-            if limit is not None and looked >= limit:
-                return None
-        return None
-
-    def clear(self) -> None:
-        self._by_id.clear()
-        self._held.clear()
-        self._aired.clear()
-        self._per_origin.clear()
-
-    def _buckets(self, held: _Surfacing) -> dict[int, dict[EntryId, _Surfacing]]:
-        return self._aired if held.aired else self._held
-
-
 class _Waiter:
+    """A blocking take: its pattern's prefix, and the future it is handed a tuple by."""
+
     __slots__ = ("future", "prefix")
 
-    def __init__(self, prefix: bytes, future: asyncio.Future[tuple[int, Tuple] | None]) -> None:
+    def __init__(self, prefix: bytes, future: asyncio.Future[Found | None]) -> None:
         self.prefix = prefix
         self.future = future
 
@@ -307,50 +104,29 @@ class Forum(AsyncResource):
         limits: Mapping[bytes, int] | None = None,
         clock: Clock = time.time,
     ) -> None:
-        if remote_delay < 0:
-            raise ValueError("remote_delay must be >= 0")
-        if remote_hold < 0:
-            raise ValueError("remote_hold must be >= 0")
-        for prefix, limit in (limits or {}).items():
-            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-                raise ValueError(f"the limit of {prefix!r} must be a whole number >= 1")
         self.strand = strand
-        # Per limited prefix, the most tuples it may hold here (local writes wait or fail).
-        self._limits: dict[bytes, int] = dict(limits or {})
-        # Paused prefixes, each with the ids of its live pause markers.
-        self._paused: dict[bytes, set[EntryId]] = {}
-        self._expiry_listeners: list[ExpiryListener] = []
-        self._expired = 0
-        self.remote_delay = remote_delay
-        self.remote_hold = remote_hold
-        self._ranking = slot_ranking(strand.origin)
-        # Remote tuples before their turn, and held after it (see ``apply``).
-        self._surfacing: dict[EntryId, _Surfacing] = {}
-        self._pool = _Pool()
-        # Per writer, when it took its own tuples lately; a retry of the
-        # waiters when tuples were left to their writers (see ``_stealable``).
-        self._pace: dict[str, deque[float]] = {}
-        self._retry: asyncio.TimerHandle | None = None
-        # Reserved tuples: out of the index until acked, released or expired.
-        self._reservations: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
-        #: Live tuples whose leases ran out, by how many times: a job that
-        #: kills every worker that runs it shows here (``Reserved.deliveries``).
-        #: An entry goes when its tuple is taken (here or elsewhere).
-        self._lapses: dict[EntryId, int] = {}
         self._index = LiveIndex()
-        #: When this node came to hold what (forum.node.space.arrivals): noted every
-        #: half second while the Forum is open (``async with``).
-        self.arrivals = Arrivals()
-        self._noting: asyncio.TimerHandle | None = None
-        self._arrival_need: ArrivalNeed | None = None
+        self._waiters: deque[_Waiter] = deque()
         # The properties of every tuple not dead whose Write has more than a
         # priority (the index keeps only that: the rest is put back from here).
         self._props = KeptProperties()
-        # The Properties of the last local writes with an expiry (and maybe a
-        # priority) and nothing else, and the open run their expiries are
-        # appended to (see _on_writes_durable); PLAIN: none is open.
-        self._expiring = PLAIN
-        self._expiring_run: array[int] = array("Q")
+        # Remote tuples before their turn, and pooled after it (forum.node.space.surfacing).
+        self._remote = RemoteTuples(
+            origin=strand.origin,
+            delay=remote_delay,
+            hold=remote_hold,
+            index=self._index,
+            add_live=self._add_live,
+            wanted=self._wanted,
+            retry_waiters=self._retry_waiters,
+            dress=self._dress,
+        )
+        self._pool = self._remote.pool
+        #: Live tuples whose leases ran out, by how many times (``Reserved.deliveries``).
+        #: An entry goes when its tuple is taken (here or elsewhere).
+        self._lapses: dict[EntryId, int] = {}
+        # Reserved tuples: out of the index until acked, released or expired.
+        self._reservations = Reservations(self._lapses, self._put_live)
         # What every local append is given to call once durable: one bound
         # method, so that the Strand, which tells a row of appends with the
         # same callback and Properties in one call, finds them the same.
@@ -359,79 +135,102 @@ class Forum(AsyncResource):
         self._clock = clock
         self._schedule = Schedule(self._on_due, self._on_expiry, clock)
         self._dedup = DedupTable(strand.origin)
-        # Writes with a dedup key under way: a second one waits for the first.
-        self._dedup_writing: dict[bytes, asyncio.Future[EntryId]] = {}
-        # Pause markers' ids -> the prefix each pauses.
-        self._pause_markers: dict[EntryId, bytes] = {}
-        # Writers waiting for room under a limit, woken when tuples leave.
-        self._room_waiters: builtins.list[asyncio.Future[None]] = []
-        #: Set on shutdown: a write finds room now or not at all (end_room_waits).
-        self._room_ended = False
-        # Local writes under way, per limited prefix (counted against its limit).
-        self._limited_writing: dict[bytes, int] = {}
-        self._pending_kills: set[EntryId] = set()  # Takes seen before their Write
-        self._taking: set[EntryId] = set()  # tuples whose Take is being appended
-        self._killed_while_taking: set[EntryId] = set()  # ... and killed meanwhile by a peer
-        self._applying: set[EntryId] = set()
-        self._waiters: deque[_Waiter] = deque()
-        self._listeners: list[Listener] = []
-        self._take_listeners: list[TakeListener] = []
-        self._live_listeners: list[LiveListener] = []
-        self._settling: set[asyncio.Task[None]] = set()
+        # The limits, the dedup keys of writes under way and the pauses
+        # (forum.node.space.admission); the limits and paused prefixes are
+        # looked at on every write and take.
+        self._admission = Admission(
+            limits=limits,
+            strand=strand,
+            durable=self._durable,
+            dedup=self._dedup,
+            index=self._index,
+            schedule=self._schedule,
+            reservations=self._reservations,
+            retry_waiters=self._remote.retry_now,
+        )
+        self._limits = self._admission.limits
+        self._paused = self._admission.paused
+        # Where a Write with properties goes (forum.node.space.placement).
+        self._placement = Placement(
+            origin=strand.origin,
+            props=self._props,
+            schedule=self._schedule,
+            dedup=self._dedup,
+            clock=clock,
+            add_live=self._add_live,
+            add_pause=self._admission.add_pause,
+        )
+        self._listeners = Listeners()
+        self._live_listeners = self._listeners.live  # called as each tuple is offered
+        # The takes under way here (forum.node.space.taking).
+        self._taker = Takes(
+            strand=strand,
+            listeners=self._listeners,
+            admission=self._admission,
+            props=self._props,
+            lapses=self._lapses,
+            durable=self._durable,
+            put_live=self._put_live,
+            expired_now=self._expired_now,
+            tell_expired=self._tell_expired,
+        )
+        self._taking = self._taker.taking
+        self._settling = self._taker.settling
+        # Every place a tuple not dead can be in (forum.node.space.places).
+        self._places = Places(
+            index=self._index,
+            reserved=self._reservations,
+            surfacing=self._remote.waiting,
+            pool=self._pool,
+            schedule=self._schedule,
+            pause=self._admission.pause_markers,
+            taking=self._taking,
+        )
+        self._expired = 0
+        # What this node holds, noted every half second while the Forum is
+        # open (``async with``): ``arrivals``, when it came to hold what.
+        self._noting = Noting(strand, self._index, self._reservations)
+        self.arrivals = self._noting.arrivals
+        # Entries from elsewhere, applied to the places (forum.node.space.applying).
+        self._applier = Applier(
+            strand=strand,
+            places=self._places,
+            remote=self._remote,
+            admission=self._admission,
+            placement=self._placement,
+            props=self._props,
+            dedup=self._dedup,
+            lapses=self._lapses,
+            killed_while_taking=self._taker.killed_while_taking,
+            listeners=self._listeners,
+            add_live=self._add_live,
+            remove_live=self._remove_live,
+            dress=self._dress,
+        )
+        self._pending_kills = self._applier.pending_kills  # looked at on every write
+        self._applying = self._applier.applying
         self._writes = 0
-        self._takes = 0
-        self._double_takes = 0
         self._closed = False
         # The windows compaction kept as keys, then the Writes since (replay).
         self._dedup.load(strand.config.storage, self._schedule.now_ms())
-        self._replay(strand.take_replayed())
+        self._applier.replay(strand.take_replayed())
+
+    @property
+    def remote_delay(self) -> float:
+        """How long a remote tuple waits per rank here (forum.node.space.surfacing)."""
+        return self._remote.delay
+
+    @property
+    def remote_hold(self) -> float:
+        """How long a remote tuple no taker here wanted is held (forum.node.space.surfacing)."""
+        return self._remote.hold
 
     async def __aenter__(self) -> Self:
         """Start noting what this node holds (the first note dates all it
         held at the start)."""
-        if self._noting is None and not self._closed:
-            self._note_arrivals()
+        if not self._noting.started and not self._closed:
+            self._noting.start()
         return self
-
-    def _replay(self, entries: list[RawEntry]) -> None:
-        # Plain (origin, seq) keys and one bulk load of the survivors: replay
-        # is start-up time, and most entries of a long log are dead by its end.
-        live: dict[tuple[str, int], bytes] = {}
-        props: dict[tuple[str, int], Properties] = {}
-        pending: set[tuple[str, int]] = set()
-        now, origin = self._schedule.now_ms(), self.strand.origin
-        for raw in entries:
-            if is_write(raw):
-                key = (raw[0], raw[1])
-                if len(raw) == 4:
-                    props[key] = found = cast(Properties, raw[3])
-                    if found.dedup_until > now and found.key is not None and key[0] == origin:
-                        self._dedup.add(found.key, EntryId(*key), found.dedup_until)
-                if key in pending:
-                    pending.discard(key)
-                else:
-                    live[key] = cast(bytes, raw[2])
-            else:
-                target = cast(TakeRaw, raw)[2:]
-                if live.pop(target, None) is None:
-                    take = Take(EntryId(raw[0], raw[1]), EntryId(*target))
-                    if target in pending or self._is_double_take(take):
-                        self._double_takes += 1
-                    else:
-                        pending.add(target)
-        self._pending_kills = {EntryId(*key) for key in pending}
-        if not props:
-            self._index.bulk_load([Tuple(EntryId(*key), p) for key, p in live.items()])
-            return
-        plain: builtins.list[Tuple] = []
-        for key, payload in live.items():
-            found = props.get(key, PLAIN)
-            item = Tuple(EntryId(*key), payload, found)
-            if found is PLAIN:
-                plain.append(item)
-            elif (placed := self._place(item, now)) is not None:
-                plain.append(placed)  # live now, in log order with the rest
-        self._index.bulk_load(plain)
 
     # -- the tuple-space API ---------------------------------------------------
 
@@ -474,7 +273,7 @@ class Forum(AsyncResource):
             return writes[0].id
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props.dedup_until or wait is not None or self._limits:
-            return (await self._write_with((payload,), props, wait))[0]
+            return (await self._admission.write((payload,), props, wait))[0]
         return (await self.strand.submit_writes((payload,), self._durable, props))[0].id
 
     async def write_many(
@@ -503,108 +302,13 @@ class Forum(AsyncResource):
             return [entry.id for entry in writes]
         if props.key is not None and len(payloads) != 1:
             raise ValueError("a key names one write: give it with one payload")
-        return await self._write_with(payloads, props, wait)
-
-    async def _write_with(
-        self, payloads: Sequence[bytes], props: Properties, wait: float | None
-    ) -> list[EntryId]:
-        if wait is not None and not (0 <= wait <= MAX_WAIT):
-            raise ValueError(f"wait must be 0 to {MAX_WAIT:.0f} seconds, not {wait!r}")
-        key = props.key if props.dedup_until else None
-        if key is not None:
-            return [await self._write_once(payloads[0], props, key, wait)]
-        return await self._write_limited(payloads, props, wait)
-
-    async def _write_once(
-        self, payload: bytes, props: Properties, key: bytes, wait: float | None
-    ) -> EntryId:
-        """A write with a dedup key: the id of the write with that key whose
-        window is open, if any (waiting for one under way), else this one's."""
-        while (writing := self._dedup_writing.get(key)) is not None:
-            with contextlib.suppress(Exception):
-                return await asyncio.shield(writing)
-        found = self._dedup.get(key, self._schedule.now_ms())
-        if found is not None:
-            return found
-        done: asyncio.Future[EntryId] = asyncio.get_running_loop().create_future()
-        self._dedup_writing[key] = done
-        try:
-            (entry_id,) = await self._write_limited((payload,), props, wait)
-        except BaseException as exc:
-            done.set_exception(exc if isinstance(exc, Exception) else ForumError("cancelled"))
-            done.exception()  # retrieved: nobody may be waiting
-            raise
-        finally:
-            del self._dedup_writing[key]
-        done.set_result(entry_id)
-        return entry_id
-
-    async def _write_limited(
-        self, payloads: Sequence[bytes], props: Properties, wait: float | None
-    ) -> builtins.list[EntryId]:
-        """Write, once every limited prefix the payloads fall under has room."""
-        limited = self._limited_by(payloads)
-        if limited:
-            await self._room_for(limited, wait)
-            for prefix, n in limited.items():
-                self._limited_writing[prefix] = self._limited_writing.get(prefix, 0) + n
-        try:
-            # The Strand calls _on_writes_durable itself, whatever happens to this
-            # caller: its cancellation cancels only the wait, so no shield is needed.
-            writes = await self.strand.submit_writes(payloads, self._durable, props)
-        finally:
-            for prefix, n in limited.items():
-                self._limited_writing[prefix] -= n
-        return [entry.id for entry in writes]
-
-    def _limited_by(self, payloads: Sequence[bytes]) -> dict[bytes, int]:
-        """Per limited prefix, how many of ``payloads`` fall under it."""
-        counts: dict[bytes, int] = {}
-        for prefix in self._limits:
-            n = sum(1 for payload in payloads if payload.startswith(prefix))
-            if n:
-                counts[prefix] = n
-        return counts
-
-    async def _room_for(self, limited: dict[bytes, int], wait: float | None) -> None:
-        """Return once every prefix in ``limited`` has room for its count;
-        ``LimitExceeded`` if one has none after ``wait`` seconds (none: at once)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (wait or 0.0)
-        while True:
-            full = next(
-                (p for p, n in limited.items() if self._held_count(p) + n > self._limits[p]), None
-            )
-            if full is None:
-                return
-            left = deadline - loop.time()
-            if left <= 0:
-                raise LimitExceeded(full, self._limits[full], retry_after=ROOM_RETRY_AFTER)
-            if self._room_ended:
-                raise ForumError("the node is shutting down: it no longer waits for room")
-            room: asyncio.Future[None] = loop.create_future()
-            self._room_waiters.append(room)
-            try:
-                await asyncio.wait_for(asyncio.shield(room), left)
-            except TimeoutError:
-                pass
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._room_waiters.remove(room)
+        return await self._admission.write(payloads, props, wait)
 
     def end_room_waits(self) -> None:
         """End the waits of writes for room under a prefix's limit, now and
         later (a node shutting down): such a write raises ``ForumError``,
         having written nothing, instead of waiting out its ``wait``."""
-        self._room_ended = True
-        self._free_room()
-
-    def _free_room(self) -> None:
-        """Tuples left: writers waiting for room look again."""
-        waiters, self._room_waiters = self._room_waiters, []
-        for room in waiters:
-            if not room.done():
-                room.set_result(None)
+        self._admission.end_room_waits()
 
     # -- pausing a prefix ------------------------------------------------------
 
@@ -647,28 +351,10 @@ class Forum(AsyncResource):
         if append.cancelled() or append.exception() is not None:
             return  # nothing was taken: the markers stand (the caller sees why)
         for marker in markers:
-            self._drop_pause(marker)
+            self._admission.drop_pause(marker)
         takes = append.result()
-        self._takes += len(takes)
-        self._notify(takes, LOCAL, [Tuple(marker, prefix, _PAUSE) for marker in markers])
-
-    def _add_pause(self, marker: Tuple) -> None:
-        self._pause_markers[marker.id] = marker.payload
-        self._paused.setdefault(marker.payload, set()).add(marker.id)
-
-    def _drop_pause(self, marker: EntryId) -> None:
-        prefix = self._pause_markers.pop(marker, None)
-        if prefix is None:
-            return
-        markers = self._paused[prefix]
-        markers.discard(marker)
-        if not markers:
-            del self._paused[prefix]
-            self._retry_waiters()  # takers of the prefix are served again
-
-    def _is_paused(self, prefix: bytes) -> bool:
-        """Whether takes of ``prefix`` are paused (it starts with a paused prefix)."""
-        return any(prefix.startswith(paused) for paused in self._paused)
+        self._taker.made += len(takes)
+        self._listeners.notify(takes, LOCAL, [Tuple(marker, prefix, PAUSE) for marker in markers])
 
     def paused(self) -> builtins.list[bytes]:
         """The prefixes paused here, sorted."""
@@ -676,7 +362,7 @@ class Forum(AsyncResource):
 
     def fill(self) -> dict[bytes, tuple[int, int]]:
         """Per limited prefix, how many tuples it holds here and its limit."""
-        return {prefix: (self._held_count(prefix), limit) for prefix, limit in self._limits.items()}
+        return self._admission.fill()
 
     def groups(self, separator: bytes, most: int) -> dict[bytes, tuple[int, int, int]]:
         """Per group of tuples here (a payload up to and including its first
@@ -684,12 +370,7 @@ class Forum(AsyncResource):
         yet and reserved; at most ``most`` groups of each kind."""
         live = self._index.groups(separator, most)
         delayed = self._schedule.groups(separator, most)
-        reserved: dict[bytes, int] = {}
-        for _, item, _ in self._reservations.values():
-            cut = item.payload.find(separator)
-            group = item.payload if cut < 0 else item.payload[: cut + len(separator)]
-            if group in reserved or len(reserved) < most:
-                reserved[group] = reserved.get(group, 0) + 1
+        reserved = self._reservations.groups(separator, most)
         return {
             group: (live.get(group, 0), delayed.get(group, 0), reserved.get(group, 0))
             for group in sorted(live.keys() | delayed.keys() | reserved.keys())
@@ -700,50 +381,21 @@ class Forum(AsyncResource):
         first ``separator`` after it: ``LiveIndex.groups``), how many."""
         return self._index.groups(separator, most, under)
 
-    def _held_count(self, prefix: bytes) -> int:
-        """What a limit counts: the prefix's tuples here that are live, not
-        due yet, reserved, or being written here."""
-        reserved = sum(1 for _, r, _ in self._reservations.values() if r.payload.startswith(prefix))
-        writing = self._limited_writing.get(prefix, 0)
-        return self._index.count(prefix) + self._schedule.count(prefix) + reserved + writing
-
     def oldest_ages(self, prefixes: Sequence[bytes]) -> dict[bytes, float]:
         """Per prefix, the age in seconds of its live tuple here that has
         been live the longest (the first to arrive in the index), dated from
         when this node came to hold its Write (``arrivals``: never more than
         the truth, short of it by up to half a second; 0 for one held since
         the last note). A prefix with no live tuple has none, and so has one
-        the index could not look at cheaply within :data:`AGE_SCAN` keys."""
-        now = time.monotonic()
-        ages: dict[bytes, float] = {}
-        for prefix, entry_id in self._index.first_arrivals(prefixes, AGE_SCAN).items():
-            held = self.arrivals.held_by(entry_id.origin, entry_id.seq)
-            ages[prefix] = 0.0 if held is None else max(0.0, now - held)
-        return ages
+        the index could not look at cheaply within
+        :data:`~forum.node.space.noting.AGE_SCAN` keys."""
+        return self._noting.oldest_ages(prefixes)
 
     def need_arrivals(self, need: ArrivalNeed | None) -> None:
         """What another reader of ``arrivals`` needs kept (replication's lag;
         ``None``: nothing). The Forum keeps the marks that date its live and
         reserved tuples either way."""
-        self._arrival_need = need
-
-    def _note_arrivals(self) -> None:
-        """Note what this node holds, let go of the marks no reader needs,
-        and come back in half a second (a timer: never a cost per entry)."""
-        try:
-            held = self.strand.vector()
-            self.arrivals.note(held, time.monotonic())
-            tuples = below(
-                itertools.chain(
-                    self._index.least_seqs(),
-                    ((entry_id.origin, entry_id.seq) for entry_id in self._reservations),
-                )
-            )
-            needs = [] if self._arrival_need is None else [self._arrival_need(held)]
-            self.arrivals.forget_below(lowest(held, tuples, *needs))
-        except Exception:  # a figure for people: never a reason to stop noting
-            log.exception("noting what this node holds failed: ages and lags may be off")
-        self._noting = asyncio.get_running_loop().call_later(NOTE_INTERVAL, self._note_arrivals)
+        self._noting.need = need
 
     def _on_writes_durable(self, writes: builtins.list[Write]) -> None:
         # Called by the Strand's writer in log order, whether or not the caller waits,
@@ -751,92 +403,14 @@ class Forum(AsyncResource):
         # commit that share their Properties (Strand._answer_now).
         live = writes
         if self._pending_kills:  # empty unless a peer took one of ours before we wrote it
-            live = self._not_taken_yet(writes)
+            live = self._applier.not_taken_yet(writes)
         if live:
-            self._make_live(live)
+            self._placement.make_live(live)
         if writes[0].props.pause:
-            self._notify(writes, LOCAL)
+            self._listeners.notify(writes, LOCAL)
             return
         self._writes += len(writes)
-        self._notify(writes, LOCAL)
-
-    def _not_taken_yet(self, writes: builtins.list[Write]) -> builtins.list[Write]:
-        """``writes`` but those a Take here already killed: a peer took an id
-        of ours before we wrote it, which only a forgery of our next seq
-        taken there makes happen (docs/replication.md "Divergence"). Taken
-        is taken: it is dead here at birth too, as everywhere."""
-        taken = {w.id for w in writes} & self._pending_kills
-        self._pending_kills -= taken
-        return [w for w in writes if w.id not in taken]
-
-    def _make_live(self, writes: builtins.list[Write]) -> None:
-        """Local writes, durable and sharing their Properties: live, or waiting (due later)."""
-        props = writes[0].props
-        if props is PLAIN:
-            for entry in writes:
-                self._add_live(Tuple(entry.id, entry.payload))
-        elif (props is self._expiring and props.expires > self._clock() * 1000) or (
-            props.expires and self._expiry_run_for(props)
-        ):
-            # An expiry (and maybe a priority) alone, live now: what _place
-            # does, inline, each expiry appended to the open run. (An int of
-            # ms is later than the clock's ms exactly when later than its time.)
-            origin, kept, run = self.strand.origin, self._props, self._expiring_run
-            lane = kept.get(origin)
-            if lane is None:
-                lane = kept[origin] = {}
-            for entry in writes:
-                entry_id = entry.id
-                lane[entry_id.seq] = props
-                run.append(entry_id.seq)
-                self._add_live(Tuple(entry_id, entry.payload, props))
-        elif is_priority_alone(props):  # what _place does for them: the index keeps it all
-            for entry in writes:
-                self._add_live(Tuple(entry.id, entry.payload, props))
-        else:
-            now = self._schedule.now_ms()
-            for entry in writes:
-                props = entry.props
-                if props.dedup_until and props.key is not None:
-                    self._dedup.add(props.key, entry.id, props.dedup_until)
-                placed = self._place(Tuple(entry.id, entry.payload, props), now)
-                if placed is not None:
-                    self._add_live(placed)
-
-    def _expiry_run_for(self, props: Properties) -> bool:
-        """Whether local writes with ``props`` (not the open run's) expire and
-        have no other property but a priority, and are live now; if so,
-        their run is open (``Schedule.expire_run``): one triple in the
-        timetable for them all, while the writes of a burst share ``props``
-        and nothing else is timed for expiry meanwhile."""
-        if props.due or props.key is not None or props.pause:
-            return False
-        expires = props.expires
-        if expires <= self._schedule.now_ms():  # none, or expired before it got here
-            return False
-        self._expiring_run = self._schedule.expire_run(self.strand.origin, expires)
-        self._expiring = props
-        return True
-
-    def _place(self, item: Tuple, now: int) -> Tuple | None:
-        """Where a tuple with properties goes: a pause marker among the
-        pauses, an expired one nowhere, one not due yet to the schedule;
-        ``item`` back if it is live now (the caller makes it so)."""
-        props = item.props
-        if props.pause:
-            self._add_pause(item)
-            return None
-        if props.expires and props.expires <= now:
-            return None  # expired before it got here: never live
-        if props.due or props.expires or props.key is not None:
-            self._props.keep(item.id, props)  # a priority alone the index keeps
-        if props.expires:
-            self._expiring = PLAIN  # the open run ends: this time comes after its ids
-            self._schedule.expire_at(item.id, props.expires)
-        if props.due > now:
-            self._schedule.hold(item, props.due)
-            return None
-        return item
+        self._listeners.notify(writes, LOCAL)
 
     def _on_due(self, items: builtins.list[Tuple]) -> None:
         """Tuples fell due: live, in due order; a peer's after its turn here."""
@@ -846,18 +420,18 @@ class Forum(AsyncResource):
             if item.id.origin == origin:
                 self._add_live(dressed)
             else:
-                self._surface_later(dressed)
+                self._remote.arrive(dressed)
 
     def _on_expiry(self, entry_ids: builtins.list[EntryId]) -> None:
         """Expiry times came: each tuple still alive is gone, wherever it is,
         without a Take (every node expires it from its Write alike)."""
-        self._expiring = PLAIN  # the open run may have come: the next one is new
+        self._placement.end_run()
         expired: builtins.list[Tuple] = []
         for entry_id in entry_ids:
             props = self._props.of(entry_id)
             if props is None or entry_id in self._taking:
                 continue  # dead already, or being taken (its put-back checks)
-            item = self._remove_anywhere(entry_id)
+            item = self._places.remove(entry_id)
             self._props.forget(entry_id)
             self._lapses.pop(entry_id, None)
             if item is not None:
@@ -867,28 +441,8 @@ class Forum(AsyncResource):
 
     def _tell_expired(self, expired: builtins.list[Tuple]) -> None:
         self._expired += len(expired)
-        self._free_room()
-        for listener in self._expiry_listeners:
-            try:
-                listener(expired)
-            except Exception:
-                log.exception("a Forum expiry listener failed")
-
-    def _remove_anywhere(self, entry_id: EntryId) -> Tuple | None:
-        """Take a tuple out of wherever it is waiting or live (not being
-        taken: that is left to the take): the tuple, or ``None``."""
-        removed = self._remove_live(entry_id)
-        if removed is not None:
-            return removed[1]
-        waiting = self._surfacing.pop(entry_id, None) or self._pool.pop(entry_id)
-        if waiting is not None:
-            waiting.handle.cancel()
-            return waiting.item
-        reservation = self._reservations.pop(entry_id, None)
-        if reservation is not None:
-            reservation[2].cancel()
-            return reservation[1]
-        return self._schedule.drop(entry_id)
+        self._admission.free_room()
+        self._listeners.expired(expired)
 
     def _expired_now(self, entry_id: EntryId) -> bool:
         """Whether ``entry_id`` has expired (it is not to be put back)."""
@@ -924,10 +478,12 @@ class Forum(AsyncResource):
     async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """Like :meth:`take`, with the tuple's id."""
         self._check_open()
-        found = await self._take_out(pattern.prefix, timeout)
+        found = self._oldest_out(pattern.prefix)
+        if found is None and timeout:
+            found = await self._wait(pattern.prefix, timeout)
         if found is None:
             return None
-        taken = await self._commit_takes([found])
+        taken = await self._taker.commit([found])
         return taken[0]
 
     async def reserve(
@@ -940,14 +496,12 @@ class Forum(AsyncResource):
         self._check_open()
         if not lease > 0:
             raise ValueError("lease must be > 0 seconds")
-        found = await self._take_out(pattern.prefix, timeout)
+        found = self._oldest_out(pattern.prefix)
+        if found is None and timeout:
+            found = await self._wait(pattern.prefix, timeout)
         if found is None:
             return None
-        arrival, item = found
-        handed = Reserved(item.id, item.payload, item.props, self._lapses.get(item.id, 0) + 1)
-        expiry = asyncio.get_running_loop().call_later(lease, self._expire, item.id)
-        self._reservations[item.id] = (arrival, handed, expiry)
-        return handed
+        return self._reservations.hand_out(found[0], found[1], lease)
 
     async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Reserved]:
         """Reserve up to ``limit`` oldest matches for ``lease`` seconds; never waits."""
@@ -968,13 +522,12 @@ class Forum(AsyncResource):
     async def ack_many(self, entry_ids: Sequence[EntryId]) -> list[bool]:
         """:meth:`ack` for many, in one append; one flag per id, in order."""
         self._check_open()
-        found: OutOfIndex = []
+        found: builtins.list[Found] = []
         acked = []
         for entry_id in entry_ids:
-            reservation = self._reservations.pop(entry_id, None)
+            reservation = self._reservations.pop(entry_id)
             if reservation is not None:
-                arrival, handed, expiry = reservation
-                expiry.cancel()
+                arrival, handed = reservation
                 found.append((arrival, Tuple(handed.id, handed.payload, handed.props)))
             elif (removed := self._remove_live(entry_id)) is not None:
                 found.append(removed)
@@ -983,7 +536,7 @@ class Forum(AsyncResource):
                 continue
             acked.append(True)
         if found:
-            await self._commit_takes(found, rescue=False)
+            await self._taker.commit(found, rescue=False)
         return acked
 
     async def extend(self, entry_id: EntryId, lease: float) -> bool:
@@ -998,39 +551,14 @@ class Forum(AsyncResource):
         self._check_open()
         if not lease > 0:
             raise ValueError("lease must be > 0 seconds")
-        loop = asyncio.get_running_loop()
-        extended = []
-        for entry_id in entry_ids:
-            reservation = self._reservations.get(entry_id)
-            if reservation is not None:
-                arrival, item, expiry = reservation
-                expiry.cancel()
-                renewed = loop.call_later(lease, self._expire, entry_id)
-                self._reservations[entry_id] = (arrival, item, renewed)
-            extended.append(reservation is not None)
-        return extended
+        return self._reservations.extend(entry_ids, lease)
 
     async def release(self, entry_id: EntryId) -> bool:
         """Give the reserved tuple back now; ``False`` if it is not reserved."""
-        reservation = self._reservations.pop(entry_id, None)
-        if reservation is None:
-            return False
-        arrival, handed, expiry = reservation
-        expiry.cancel()
-        self._restore(arrival, handed)
-        return True
+        return self._reservations.release(entry_id)
 
-    def _expire(self, entry_id: EntryId) -> None:
-        reservation = self._reservations.pop(entry_id, None)
-        if reservation is not None:
-            arrival, handed, _ = reservation
-            log.info("reservation of %s expired: it is live again", entry_id)
-            self._lapses[entry_id] = handed.deliveries
-            self._restore(arrival, handed)
-
-    def _restore(self, arrival: int, handed: Reserved) -> None:
-        """A reserved tuple live again, as the plain tuple it was."""
-        item = Tuple(handed.id, handed.payload, handed.props)
+    def _put_live(self, arrival: int, item: Tuple) -> None:
+        """A tuple back in the index at ``arrival``, offered to the waiters."""
         self._index.restore(arrival, item)
         self._offer(arrival, item)
 
@@ -1040,7 +568,7 @@ class Forum(AsyncResource):
         self._check_open()
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        found: OutOfIndex = []
+        found: builtins.list[Found] = []
         for _ in range(limit):
             match = self._oldest_out(pattern.prefix)
             if match is None:
@@ -1048,7 +576,7 @@ class Forum(AsyncResource):
             found.append(match)
         if not found:
             return []
-        return await self._commit_takes(found)
+        return await self._taker.commit(found)
 
     async def compact(
         self, horizon: Mapping[str, int] | None = None, *, seal: bool = False
@@ -1074,70 +602,22 @@ class Forum(AsyncResource):
         is taken, durably, so it does not come back; the rest is noted dead,
         so it is never taken in again. Returns how many live tuples died."""
         self._check_open()
-        candidates = self._in_ranges(origin, ranges)
-        for entry_id in candidates:
-            self._drop_pause(entry_id)
-            if (due_later := self._schedule.drop(entry_id)) is not None:
-                self._add_live(self._dress(due_later))  # then taken below, as any live one
-            surfacing = self._surfacing.pop(entry_id, None) or self._pool.pop(entry_id)
-            if surfacing is not None and not surfacing.aired:
-                surfacing.handle.cancel()
-                self._add_live(surfacing.item)  # then taken below, as any live one
-        found: OutOfIndex = []
-        for entry_id in candidates:
-            reservation = self._reservations.pop(entry_id, None)
-            if reservation is not None:
-                arrival, handed, expiry = reservation
-                expiry.cancel()
-                self._double_takes += 1  # handed out here, taken for good elsewhere
-                found.append((arrival, Tuple(handed.id, handed.payload, handed.props)))
-            elif (removed := self._remove_live(entry_id)) is not None:
-                found.append(removed)
+        candidates = self._applier.in_ranges(origin, ranges)
+        self._applier.live_now(candidates)  # then taken below, as any live one
+        found = self._applier.dead_out(candidates)
         if found:
-            await self._commit_takes(found, rescue=False)
+            await self._taker.commit(found, rescue=False)
         await self.strand.mark_dead(origin, ranges)
         return len(found)
 
-    def _in_ranges(self, origin: str, ranges: Sequence[tuple[int, int]]) -> list[EntryId]:
-        """The ids in ``ranges`` of ``origin`` that may be live here: each seq
-        of short ranges, else each live id that falls in one (whichever is
-        fewer to look at)."""
-        seqs = sum(last - first + 1 for first, last in ranges)
-        waiting = len(self._surfacing) + len(self._pool) + len(self._schedule)
-        waiting += len(self._pause_markers)
-        if seqs <= len(self._index) + len(self._reservations) + waiting:
-            return [
-                EntryId(origin, seq) for first, last in ranges for seq in range(first, last + 1)
-            ]
-        return [
-            entry_id
-            for entry_id in (
-                *self._index.ids(),
-                *self._reservations,
-                *self._surfacing,
-                *self._pool,
-                *self._schedule.ids(),
-                *self._pause_markers,
-            )
-            if entry_id.origin == origin
-            and any(first <= entry_id.seq <= last for first, last in ranges)
-        ]
-
     async def _live_keys(self) -> set[tuple[str, int]]:
-        """Every tuple not dead: live, reserved, surfacing, held, not due yet,
-        or being taken; and the Writes kept for what they say: pause markers
-        (a write whose dedup window is open is kept as its key, forum.node.space.dedup).
-        Built a slice at a time, so a large backlog does not stall the loop
-        (a tuple dead when looked at stays dead, so no snapshot is needed)."""
-        ids: list[EntryId] = [
-            *self._index.ids(),
-            *self._reservations,
-            *self._surfacing,
-            *self._pool,
-            *self._taking,
-            *self._schedule.ids(),
-            *self._pause_markers,
-        ]
+        """Every tuple not dead, in whatever place (:class:`Places`): live,
+        reserved, surfacing, pooled, not due yet, a pause marker (a Write
+        kept for what it says), or being taken (a write whose dedup window
+        is open is kept as its key, forum.node.space.dedup). Built a slice
+        at a time, so a large backlog does not stall the loop (a tuple dead
+        when looked at stays dead, so no snapshot is needed)."""
+        ids = self._places.ids()
         keys: set[tuple[str, int]] = set()
         for start in range(0, len(ids), _LIVE_SLICE):
             keys.update((i.origin, i.seq) for i in ids[start : start + _LIVE_SLICE])
@@ -1175,8 +655,8 @@ class Forum(AsyncResource):
             waiting_takers=len(self._waiters),
             reserved=len(self._reservations),
             writes=self._writes,
-            takes=self._takes,
-            double_takes=self._double_takes,
+            takes=self._taker.made,
+            double_takes=self._applier.double_takes,
             tails_cut=strand.tails_cut,
             compactions=strand.compactions,
             bytes_reclaimed=strand.bytes_reclaimed,
@@ -1197,34 +677,34 @@ class Forum(AsyncResource):
         """Call ``listener(entries, provenance)`` with every entry once it is
         durable here: ``LOCAL`` for entries made here, else what was given to
         :meth:`apply`."""
-        self._listeners.append(listener)
+        self._listeners.entries.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:
-        self._listeners.remove(listener)
+        self._listeners.entries.remove(listener)
 
     def add_take_listener(self, listener: TakeListener) -> None:
         """Call ``listener(entries, taken)`` as a :meth:`add_listener` one is
         called, with ``taken``: the tuples the Takes among ``entries``
         removed here (a watcher needs their payloads to filter the Takes)."""
-        self._take_listeners.append(listener)
+        self._listeners.takes.append(listener)
 
     def remove_take_listener(self, listener: TakeListener) -> None:
-        self._take_listeners.remove(listener)
+        self._listeners.takes.remove(listener)
 
     def add_live_listener(self, listener: LiveListener) -> None:
         """Call ``listener(tuple)`` whenever a tuple becomes live here (which,
         for a tuple from a peer, is after the remote delay, not on arrival)."""
-        self._live_listeners.append(listener)
+        self._listeners.live.append(listener)
 
     def remove_live_listener(self, listener: LiveListener) -> None:
-        self._live_listeners.remove(listener)
+        self._listeners.live.remove(listener)
 
     def add_expiry_listener(self, listener: ExpiryListener) -> None:
         """Call ``listener(tuples)`` with the tuples that expired here, as they do."""
-        self._expiry_listeners.append(listener)
+        self._listeners.expiry.append(listener)
 
     def remove_expiry_listener(self, listener: ExpiryListener) -> None:
-        self._expiry_listeners.remove(listener)
+        self._listeners.expiry.remove(listener)
 
     async def apply(
         self, entries: Sequence[Entry], provenance: Provenance = LOCAL
@@ -1234,34 +714,10 @@ class Forum(AsyncResource):
         The listeners get the new ones with ``provenance``.
 
         A remote Write is durable here at once, but becomes live only after
-        ``remote_delay`` times this node's rank for it (the :data:`Ranking`).
-        Why: every node has takers waiting, and without the delay one write
-        wakes a taker on every node at once, each taking the same tuple (a
-        double take for the Lens to catch, per node). The node it was written
-        on hands it out at once (rank 0); the others take their turns one
-        delay apart, so a node takes a tuple only after the ones ranked before
-        it had theirs, and a Take made in a turn usually arrives here within
-        the delay. With replication the ranks are among the members it
-        considers alive, the writer first, then an order by a hash of the id
-        and the member that every node computes alike
-        (``forum.replication.ranking``): no tuple waits on a node that is down, and
-        the wait is at most ``remote_delay`` times the live members less one.
-        A Forum alone ranks 1 to 4 by a hash (:func:`slot_ranking`).
-
-        A turn is a chance, not a duty: if no taker here wants the tuple when
-        its turn comes, it goes into the pool (:class:`_Pool`): *held* for
-        ``remote_hold`` seconds (not live: not read, counted or listed, and
-        taken or reserved here only when nothing live matches), then *aired*
-        (live, but still taken in the pool's order: lowest rank first, the
-        newest first within a rank, and not while its writer keeps pace, see
-        :meth:`_stealable`). So under a backlog each node drains its
-        own writes, and those whose turn came while it had a taker waiting,
-        before it competes for the others', and it steals from the far end
-        of a backlog its writer drains oldest first: else every node drains
-        the same oldest-first queue and, since a reservation is not
-        replicated (only the ack's Take is), nearly every job is reserved on
-        every node, a double take each. A tuple ranked 0 (this node wrote it,
-        or the members before us are down) is live at once, in no pool.
+        ``remote_delay`` times this node's rank for it (the
+        :data:`~forum.node.space.surfacing.Ranking`), or later, if no taker
+        here wants it then: :mod:`forum.node.space.surfacing` says how and why.
+        A Take is applied at once.
         """
         self._check_open()
         new: builtins.list[Entry] = []
@@ -1275,46 +731,9 @@ class Forum(AsyncResource):
         if not new:
             return []
         durable = self.strand.submit_remote(new)
-        durable.add_done_callback(functools.partial(self._on_remote_durable, new, provenance))
+        durable.add_done_callback(functools.partial(self._applier.on_durable, new, provenance))
         await asyncio.shield(durable)
         return new
-
-    def _on_remote_durable(
-        self,
-        new: Sequence[Entry],
-        provenance: Provenance,
-        durable: asyncio.Future[builtins.list[Entry]],
-    ) -> None:
-        # A done callback: entries in the Strand are applied to the index even
-        # if the peer's request was cancelled meanwhile (else they would stay
-        # invisible until a restart, and never be sent again).
-        self._applying.difference_update(entry.id for entry in new)
-        if durable.cancelled() or durable.exception() is not None:
-            return
-        taken: builtins.list[Tuple] = []
-        for entry in new:
-            removed = self._arrive(entry)
-            if removed is not None:
-                taken.append(removed)
-        self._notify(new, provenance, taken)
-
-    def _arrive(self, entry: Entry) -> Tuple | None:
-        """A remote entry, durable here: a Write waits for its turn (or is
-        dead already: its Take came first), a Take is applied. Returns the
-        tuple a Take removed here, for the watchers."""
-        if isinstance(entry, Take):
-            return self._apply_take(entry)
-        if entry.id in self._pending_kills:
-            self._pending_kills.discard(entry.id)
-        elif entry.props is PLAIN:
-            self._surface_later(Tuple(entry.id, entry.payload))
-        else:
-            placed = self._place(
-                Tuple(entry.id, entry.payload, entry.props), self._schedule.now_ms()
-            )
-            if placed is not None:
-                self._surface_later(placed)
-        return None
 
     async def replace(self, pairs: Sequence[tuple[Entry, Entry]]) -> builtins.list[Entry]:
         """Put an origin's own entries in place of the copies held here that
@@ -1332,32 +751,14 @@ class Forum(AsyncResource):
             done = await self.strand.replace([real for _, real in pairs])
         finally:
             self._applying.difference_update(real.id for _, real in pairs)
-        swapped = {entry.id for entry in done}
-        for held, real in pairs:
-            if real.id not in swapped:
-                continue
-            reservation = self._reservations.get(real.id)
-            if reservation is not None and isinstance(real, Write):
-                # Still reserved: a release, or a lease run out, puts back the real bytes.
-                arrival, handed, expiry = reservation
-                kept = dataclasses.replace(handed, payload=real.payload, props=real.props)
-                self._reservations[real.id] = (arrival, kept, expiry)
-            was_live = isinstance(held, Take) or (
-                real.id not in self._reservations
-                and real.id not in self._taking
-                and self._remove_anywhere(real.id) is not None
-            )
-            if was_live and isinstance(held, Write) and self._props:
-                self._props.forget(real.id)  # the held copy's ttl or due time goes with it
-            if was_live or isinstance(real, Take):
-                self._arrive(real)
+        self._applier.swap(pairs, done)
         return done
 
     def set_ranking(self, ranking: Ranking | None) -> None:
         """Rank remote tuples with ``ranking`` from now on (``None``: the
-        default, :func:`slot_ranking`), and re-rank those waiting (:meth:`rerank`)."""
-        self._ranking = ranking or slot_ranking(self.strand.origin)
-        self.rerank()
+        default, :func:`~forum.node.space.surfacing.slot_ranking`), and
+        re-rank those waiting (:meth:`rerank`)."""
+        self._remote.set_ranking(ranking)
 
     def rerank(self) -> None:
         """The ranking's answers changed (a member died, or came back): each
@@ -1366,130 +767,32 @@ class Forum(AsyncResource):
         longer than it was going to: a member that comes back does not hold
         back what was already on its way (at worst two nodes share a turn,
         and the Lens catches the double take). Called by replication."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for entry_id, surfacing in self._surfacing.items():
-            rank = self._ranking(entry_id)
-            due = surfacing.arrived + self.remote_delay * rank
-            if due < surfacing.handle.when():
-                surfacing.rank = rank
-                surfacing.handle.cancel()
-                surfacing.handle = loop.call_at(max(due, now), self._surface, entry_id)
-        # A held tuple that now ranks 0 has nobody before it to wait for.
-        # (Aired ones are live already, their ranks only order this node's
-        # takes: they are not looked at, however many a backlog leaves.)
-        for entry_id in [i for i in self._pool.held() if not self._ranking(i)]:
-            if (held := self._pool.pop(entry_id)) is not None:
-                held.handle.cancel()
-                self._add_live(held.item)
-
-    def _surface_later(self, item: Tuple) -> None:
-        rank = self._ranking(item.id)
-        if not rank or not self.remote_delay:
-            self._add_live(item)
-            return
-        loop = asyncio.get_running_loop()
-        arrived = loop.time()
-        handle = loop.call_at(arrived + self.remote_delay * rank, self._surface, item.id)
-        self._surfacing[item.id] = _Surfacing(item, arrived, rank, handle)
-
-    def _surface(self, entry_id: EntryId) -> None:
-        """Its turn: live if a taker here wants it (or nobody ranks before
-        us), else held for ``remote_hold``."""
-        surfacing = self._surfacing.pop(entry_id)
-        item = surfacing.item
-        if not (surfacing.rank and self.remote_hold) or self._wanted(item):
-            self._add_live(item)
-            return
-        surfacing.handle = asyncio.get_running_loop().call_later(
-            self.remote_hold, self._unhold, entry_id
-        )
-        self._pool.add(surfacing)
-
-    def _unhold(self, entry_id: EntryId) -> None:
-        """The hold ended: live (aired), still taken in this node's order."""
-        if (held := self._pool.air(entry_id)) is not None:
-            self._add_live(held.item)
-            if held.item.id not in self._index:  # handed to a waiter at once
-                self._pool.pop(entry_id)
+        self._remote.rerank()
 
     def _wanted(self, item: Tuple) -> bool:
+        """Whether a waiting taker here wants ``item``."""
         return any(
             not waiter.future.done() and item.payload.startswith(waiter.prefix)
             for waiter in self._waiters
         )
 
-    def _oldest_out(self, prefix: bytes) -> tuple[int, Tuple] | None:
+    def _oldest_out(self, prefix: bytes) -> Found | None:
         """The oldest live match, out of the index (the caller takes or
-        reserves it), unless it is pooled (aired): then the pooled match this
-        node ranks best, of a writer that is not keeping pace with its own
-        backlog (:meth:`_stealable`); with no live match, the held one so
-        ranked. ``None`` when every match here is left to its writer for now
-        (the waiters are tried again within ``remote_hold``)."""
-        if self._paused and self._is_paused(prefix):
+        reserves it), unless it is pooled (aired) or there is none: then what
+        the pool gives (:meth:`~forum.node.space.surfacing.RemoteTuples.steal`).
+        ``None`` when the prefix is paused, or every match here is left to
+        its writer for now (the waiters are tried again within ``remote_hold``)."""
+        if self._paused and self._admission.is_paused(prefix):
             return None  # resume retries the waiters
         found = self._index.oldest(prefix)
         if found is not None and found[1].id not in self._pool:
             self._index.remove(found[0])
             return found if not self._props else (found[0], self._dress(found[1]))
-        live = found is not None  # and pooled: aired
-        limit = _STEAL_SCAN if live else None  # held ones last remote_hold at most
-        # The pool orders a class, not the classes: only the index's best
-        # class is looked at (no tuple of a lower priority is served first).
-        top = None if found is None else self._dress(found[1]).props.priority
-        best = self._pool.best(prefix, self._stealable, aired=live, limit=limit, priority=top)
-        if best is not None:
-            return self._out_of_pool(best)
-        oldest = None if found is None else self._pool.get(found[1].id)
-        if oldest is not None and self._index.count(prefix) > _STEAL_SCAN:
-            # Too many to look through for one not pooled: the oldest, as before the pool.
-            return self._out_of_pool(oldest)
-        for arrival, item in [] if found is None else self._index.iter_matching(prefix):
-            if item.id not in self._pool and (item := self._dress(item)).props.priority == top:
-                self._index.remove(arrival)
-                return arrival, item
-        if self._pool:  # some were left to their writers, maybe
-            self._retry_waiters_later()
-        return None
-
-    def _stealable(self, origin: str) -> bool:
-        """Whether to take tuples ``origin`` wrote that are pooled here: not
-        while it keeps pace with them, i.e. while it took more of its own in
-        the last ``remote_hold`` seconds than are pooled here. Those are
-        mostly in its hands already (a reservation is not replicated), and
-        the rest it reaches within about that time: a copy taken here would
-        be a double take, not help. A writer that stalls, or is down (then
-        its tuples rank 0 somewhere), is stolen from again."""
-        took = self._pace.get(origin)
-        if took is not None:
-            self._forget_pace(origin, took)
-        return took is None or not took or self._pool.of(origin) > len(took)
-
-    def _note_pace(self, take: Take) -> None:
-        """A writer took one of its own tuples (see :meth:`_stealable`)."""
-        if take.id.origin == take.target.origin and self.remote_hold:
-            took = self._pace.setdefault(take.id.origin, deque())
-            took.append(asyncio.get_running_loop().time())
-            self._forget_pace(take.id.origin, took)
-
-    def _forget_pace(self, origin: str, took: deque[float]) -> None:
-        """Drop the takes older than ``remote_hold`` (so a writer's pace
-        costs what it took in that time, at most)."""
-        since = asyncio.get_running_loop().time() - self.remote_hold
-        while took and took[0] < since:
-            took.popleft()
-        if not took:
-            del self._pace[origin]
-
-    def _retry_waiters_later(self) -> None:
-        """Some tuples were left to their writers: try the waiters again in
-        ``remote_hold`` seconds (a writer may have stalled by then)."""
-        if self._retry is None:
-            loop = asyncio.get_running_loop()
-            self._retry = loop.call_later(self.remote_hold, self._retry_waiters)
+        return self._remote.steal(prefix, found)
 
     def _retry_waiters(self) -> None:
-        self._retry = None
+        """Try the waiters again (tuples were left to their writers, or a
+        prefix was resumed)."""
         for waiter in builtins.list(self._waiters):
             if waiter.future.done():
                 continue
@@ -1498,19 +801,7 @@ class Forum(AsyncResource):
                 self._waiters.remove(waiter)
                 waiter.future.set_result(found)
 
-    def _out_of_pool(self, pooled: _Surfacing) -> tuple[int, Tuple]:
-        """A pooled tuple out of the pool (and of the index, if aired), with
-        an arrival to be put back with if need be."""
-        entry_id = pooled.item.id
-        self._pool.pop(entry_id)
-        if pooled.aired and (removed := self._index.remove_id(entry_id)) is not None:
-            return removed[0], pooled.item
-        pooled.handle.cancel()
-        arrival = self._index.add(pooled.item)
-        self._index.remove(arrival)
-        return arrival, pooled.item
-
-    def _remove_live(self, entry_id: EntryId) -> tuple[int, Tuple] | None:
+    def _remove_live(self, entry_id: EntryId) -> Found | None:
         """Out of the index by id (and out of the pool, if aired)."""
         removed = self._index.remove_id(entry_id)
         if removed is not None:
@@ -1518,55 +809,6 @@ class Forum(AsyncResource):
             if self._props:
                 return removed[0], self._dress(removed[1])
         return removed
-
-    def _apply_take(self, take: Take) -> Tuple | None:
-        """Apply a peer's Take; the tuple it removed here, if it was here."""
-        self._lapses.pop(take.target, None)
-        self._note_pace(take)
-        if self._room_waiters:
-            self._free_room()
-        if self._props and self._props.forget(take.target) is not None:
-            if (due_later := self._schedule.drop(take.target)) is not None:
-                return due_later  # taken elsewhere before it was due here
-        elif (prefix := self._pause_markers.get(take.target)) is not None:
-            self._drop_pause(take.target)  # resumed elsewhere
-            return Tuple(take.target, prefix, _PAUSE)
-        if (removed := self._remove_live(take.target)) is not None:
-            return removed[1]
-        surfacing = self._surfacing.pop(take.target, None) or self._pool.pop(take.target)
-        if surfacing is not None:  # taken elsewhere before it was live here
-            surfacing.handle.cancel()
-            return surfacing.item
-        reservation = self._reservations.pop(take.target, None)
-        if reservation is not None:
-            # Reserved here and taken elsewhere: both nodes handed it out.
-            reservation[2].cancel()
-            self._double_takes += 1
-            return reservation[1]
-        if take.target in self._taking:
-            # Our own take of it is being made durable: both of us took it.
-            self._double_takes += 1
-            self._killed_while_taking.add(take.target)
-            return None
-        self._kill_absent(take)
-        return None
-
-    def _kill_absent(self, take: Take) -> None:
-        """A Take whose target is not live: taken before, or not seen yet."""
-        if take.target in self.strand and self.strand.position(take.target) is None:
-            return  # dropped by compaction: dead long ago, nothing to wait for
-        if take.target in self._pending_kills or self._is_double_take(take):
-            self._double_takes += 1
-            log.info("double take of %s (again by %s)", take.target, take.id)
-        else:
-            self._pending_kills.add(take.target)
-
-    def _is_double_take(self, take: Take) -> bool:
-        """Whether the (not live) target of ``take`` was written before it in
-        the log, and so was taken already."""
-        target_at = self.strand.position(take.target)
-        take_at = self.strand.position(take.id)
-        return target_at is not None and (take_at is None or target_at < take_at)
 
     # -- internals -------------------------------------------------------------
 
@@ -1579,7 +821,7 @@ class Forum(AsyncResource):
         else tell the live listeners it is there."""
         for waiter in self._waiters:
             if not waiter.future.done() and item.payload.startswith(waiter.prefix):
-                if self._paused and self._is_paused(waiter.prefix):
+                if self._paused and self._admission.is_paused(waiter.prefix):
                     continue
                 self._waiters.remove(waiter)
                 self._index.remove(arrival)
@@ -1591,18 +833,8 @@ class Forum(AsyncResource):
             except Exception:
                 log.exception("a Forum live listener failed")
 
-    async def _take_out(self, prefix: bytes, timeout: float | None) -> tuple[int, Tuple] | None:
-        """The oldest match, out of the index (the caller takes or reserves
-        it); with ``timeout``, waits that long for one to be written."""
-        found = self._oldest_out(prefix)
-        if found is not None:
-            return found
-        return await self._wait(prefix, timeout) if timeout else None
-
-    async def _wait(self, prefix: bytes, timeout: float) -> tuple[int, Tuple] | None:
-        future: asyncio.Future[tuple[int, Tuple] | None] = (
-            asyncio.get_running_loop().create_future()
-        )
+    async def _wait(self, prefix: bytes, timeout: float) -> Found | None:
+        future: asyncio.Future[Found | None] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(prefix, future)
         self._waiters.append(waiter)
         try:
@@ -1622,100 +854,6 @@ class Forum(AsyncResource):
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
-    async def _commit_takes(
-        self, found: OutOfIndex, *, rescue: bool = True
-    ) -> builtins.list[Tuple]:
-        """Make the Takes of tuples already out of the index durable.
-
-        A caller cancelled while its append is under way has not received the
-        tuples. With ``rescue`` they are written back (as new tuples) if the
-        Take holds, rather than lost. An ack passes ``rescue=False``: its
-        caller already has the tuple (and a claim on it); a copy under a new
-        id, and so a new claim key, would run the job a second time.
-        """
-        self._taking.update(item.id for _, item in found)
-        append = self.strand.submit_takes([item.id for _, item in found])
-        try:
-            takes = await asyncio.shield(append)
-        except asyncio.CancelledError:
-            # The append goes on; _settle deals with how it ends.
-            settle = asyncio.create_task(self._settle(append, found, rescue))
-            self._settling.add(settle)
-            settle.add_done_callback(self._settling.discard)
-            raise
-        except BaseException:
-            self._put_back(found)
-            raise
-        self._done_taking(found)
-        self._takes += len(takes)
-        self._notify(takes, LOCAL, [item for _, item in found])
-        return [item for _, item in found]
-
-    async def _settle(
-        self, append: asyncio.Future[builtins.list[Take]], found: OutOfIndex, rescue: bool
-    ) -> None:
-        """The end of a take whose caller was cancelled: restore the tuples if
-        the append failed; if it held, write them back when ``rescue``."""
-        try:
-            takes = await append
-        except Exception:
-            self._put_back(found)
-            return
-        self._done_taking(found)
-        self._takes += len(takes)
-        self._notify(takes, LOCAL, [item for _, item in found])
-        if not rescue:
-            return
-        log.warning("a take was cancelled after it was durable: writing %d back", len(found))
-        by_props: dict[Properties, builtins.list[bytes]] = {}
-        for _, item in found:  # each written back with its Write's properties
-            by_props.setdefault(item.props, []).append(item.payload)
-        try:
-            for props, payloads in by_props.items():
-                await self.strand.submit_writes(payloads, self._durable, props)
-        except ForumError:
-            log.exception("could not write back %d tuples of a cancelled take", len(found))
-
-    def _put_back(self, found: OutOfIndex) -> None:
-        expired: builtins.list[Tuple] = []
-        for arrival, item in found:
-            self._taking.discard(item.id)
-            if item.id in self._killed_while_taking:
-                self._killed_while_taking.discard(item.id)
-                continue
-            if self._props and self._expired_now(item.id):
-                self._props.forget(item.id)
-                expired.append(item)  # expired while it was being taken
-                continue
-            self._index.restore(arrival, item)
-            self._offer(arrival, item)
-        if expired:
-            self._tell_expired(expired)
-
-    def _done_taking(self, found: OutOfIndex) -> None:
-        for _, item in found:
-            self._taking.discard(item.id)
-            self._killed_while_taking.discard(item.id)
-            self._lapses.pop(item.id, None)
-            if self._props:
-                self._props.forget(item.id)
-        if self._room_waiters:
-            self._free_room()
-
-    def _notify(
-        self, entries: Sequence[Entry], provenance: Provenance, taken: Sequence[Tuple] = ()
-    ) -> None:
-        for listener in self._listeners:
-            try:
-                listener(entries, provenance)
-            except Exception:
-                log.exception("a Forum listener failed")
-        for take_listener in self._take_listeners:
-            try:
-                take_listener(entries, taken)
-            except Exception:
-                log.exception("a Forum take listener failed")
-
     def _check_open(self) -> None:
         if self._closed:
             raise ForumError("the Forum is closed")
@@ -1732,20 +870,11 @@ class Forum(AsyncResource):
             if not waiter.future.done():
                 waiter.future.set_result(None)
         self._waiters.clear()
-        for surfacing in [*self._surfacing.values(), *self._pool.values()]:
-            surfacing.handle.cancel()  # they are in the Strand: live again after a restart
-        self._surfacing.clear()
-        self._pool.clear()
+        self._remote.close()  # they are in the Strand: live again after a restart
         self._schedule.close()  # due and expiry times are in the Strand: kept after a restart
-        self._free_room()
-        if self._retry is not None:
-            self._retry.cancel()
-        if self._noting is not None:
-            self._noting.cancel()
-        for _, _, expiry in self._reservations.values():
-            expiry.cancel()  # never taken in the log: live again after a restart
-        self._reservations.clear()
-        self._lapses.clear()
+        self._admission.free_room()
+        self._noting.stop()
+        self._reservations.close()  # never taken in the log: live again after a restart
         # Settling takes may write tuples back, so they finish before the Forum closes.
         while self._settling:
             await asyncio.gather(*self._settling, return_exceptions=True)

@@ -26,12 +26,12 @@ blocks, so a tuple costs two 8-byte slots in each and no int object; the
 tuple handed out (:class:`~forum.node.core.entries.Tuple`) is built from the key on the
 way out, with ``props`` that hold its priority alone (the index keeps a
 tuple's priority only; the Forum gives a tuple with more properties its
-Write's properties back on the way out). The priority shares the four bytes the origin number had
-before priorities (origins are numbered up to 2**24 per process), so a key
-is no longer than it was: a ``forum serve`` grows by some 120 bytes of RSS
-per live tuple beyond its payload (``bench/memory_bench.py``), against some
-365 when a tuple was an object, an id, a pair and two dict entries. The
-price: a payload's 00 bytes take two bytes each here.
+Write's properties back on the way out). The origin number and the
+priority share four bytes (origins are numbered up to 2**24 per process): a
+``forum serve`` grows by some 120 bytes of RSS per live tuple beyond its
+payload (``bench/memory_bench.py``), where an object per tuple, with its id,
+a pair and two dict entries, would cost some 365. The price: a payload's 00
+bytes take two bytes each here.
 
 ``oldest`` (a take's or a read's answer: the highest priority's oldest
 match) finds the prefix's range once, then depends on how many tuples match,
@@ -44,8 +44,8 @@ tuples, their arrivals in order (:class:`_Queue`), the classes kept highest
 first (:class:`_PrefixQueue`). It is built the first time the prefix is
 asked for, by one pass over the range that buckets the arrivals by the
 priority byte (no bucketing while the index holds one priority only, as it
-counts per byte: the range is then one class, its arrivals sorted as before
-priorities), and kept up to date on every add (the arrival appended to its
+counts per byte: the range is then one class, its arrivals sorted), and
+kept up to date on every add (the arrival appended to its
 class's queue, made when the prefix has none of that class). With many
 classes the build sorts them all, so a prefix's first take costs about twice
 what it costs with one (a take after it, nothing per class). A take answers
@@ -367,7 +367,7 @@ class _PrefixQueue:
         """From the keys of a range; ``only``: the byte of their one class,
         when the index has no other."""
         buckets: dict[int, list[int]]
-        if only is not None:  # as before priorities: no bucketing
+        if only is not None:  # one class: no bucketing
             buckets = {only: list(map(_arrival, keys))}
         else:
             buckets = {}
