@@ -19,8 +19,9 @@ next is due. What happens to the next attempt until then:
 Both run the same jobs on a fresh node with ``fsync=never`` (the node's disk
 is not what is compared): an in-process ``Forum``, or with ``--serve`` a
 ``forum serve`` process and a ``ForumClient``; a ``Lens`` on a redis-server
-started on a free port; one ``Worker`` with ``--concurrency`` slots. The
-jobs are written first, then the worker runs them all. The variants
+started on a free port (``appendfsync always``, as the Lens needs); one
+``Worker`` with ``--concurrency`` slots. The jobs are written first, then
+the worker runs them all. The variants
 alternate for ``--rounds`` rounds (their order swapped each round) and each
 figure is the median over rounds. Per variant:
 
@@ -63,7 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from http_bench import free_port, process, wait_until  # noqa: E402
+from http_bench import free_port, process, redis_server, wait_until  # noqa: E402
 from noop_jobs import concurrently  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
@@ -74,7 +75,6 @@ from forum.node.core.backoff import Backoff  # noqa: E402
 from forum.node.core.space import Pattern  # noqa: E402
 from forum.node.space.forum import Forum  # noqa: E402
 from forum.node.storage.strand import Strand, StrandConfig  # noqa: E402
-from tests.fixtures.redis_server import RedisServer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "retry_bench.json"
 VARIANTS = ("parked", "delayed")
@@ -227,23 +227,13 @@ async def one_run(variant: str, url: str, args: argparse.Namespace) -> dict[str,
     }
 
 
-@contextlib.asynccontextmanager
-async def redis_server() -> AsyncIterator[str]:
-    with tempfile.TemporaryDirectory(prefix="retry-bench-redis-") as directory:
-        server = RedisServer(Path(directory))
-        await asyncio.to_thread(server.start)
-        try:
-            yield server.url
-        finally:
-            await asyncio.to_thread(server.stop)
-
-
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     samples: dict[str, list[dict[str, float]]] = {variant: [] for variant in VARIANTS}
-    async with redis_server() as url:
-        for number in range(args.rounds):
-            for variant in VARIANTS if number % 2 == 0 else VARIANTS[::-1]:
-                samples[variant].append(await one_run(variant, url, args))
+    with tempfile.TemporaryDirectory(prefix="retry-bench-redis-") as directory:
+        async with redis_server(Path(directory), "always") as url:
+            for number in range(args.rounds):
+                for variant in VARIANTS if number % 2 == 0 else VARIANTS[::-1]:
+                    samples[variant].append(await one_run(variant, url, args))
     return {
         "bench": "retry_bench",
         "python": platform.python_version(),
