@@ -2,11 +2,11 @@
 environment, no timing asserted): bench/peers_bench.py (the raw Worker and
 the task layer, with their ratios to each other and to a peer's figure,
 and a profile of each run),
-bench/http_bench.py, bench/node_bench.py --scheduling and bench/digest_bench.py
-each leave a complete report, and peers_bench kills a run that overruns its
-timeout, says so, and goes on. A benchmark's child on another tree
-(bench/trees.py) imports that tree's modules, of either layout, and none of
-this checkout's."""
+bench/http_bench.py, bench/node_bench.py --scheduling, bench/digest_bench.py
+and bench/retry_bench.py each leave a complete report, and peers_bench
+kills a run that overruns its timeout, says so, and goes on. A benchmark's
+child on another tree (bench/trees.py) imports that tree's modules, of
+either layout, and none of this checkout's."""
 
 from __future__ import annotations
 
@@ -185,6 +185,19 @@ def test_http_bench_compares_the_reliable_job(tmp_path: Path) -> None:
     assert measured == {(s, w) for s in ("forum", "redis") for w in works}
     takes = [r for r in only["results"] if r["work"] == "take"]
     assert [r["ops"] for r in takes] == [20, 20]  # each drained its prefill, reserved and acked
+
+
+def test_retry_bench_runs_a_retry_parked_and_delayed_by_the_node(tmp_path: Path) -> None:
+    out = tmp_path / "retry.json"
+    done = run("retry_bench.py", "--jobs", "20", "--rounds", "1", "--backoff", "0.1",
+               "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    medians = json.loads(out.read_text())["medians"]
+    assert set(medians) == {"parked", "delayed"}
+    assert medians["parked"]["deferred_per_job"] > 0
+    assert medians["delayed"]["deferred_per_job"] == 0
+    for row in medians.values():
+        assert row["late_ms_p99"] >= row["late_ms_p50"]
 
 
 def test_node_bench_scheduling_reports_every_row_against_its_target(tmp_path: Path) -> None:
