@@ -125,6 +125,15 @@ class ForumCollector(Collector):
             limit.add_metric([prefix], most)
         yield fill
         yield limit
+        doubles = CounterMetricFamily(
+            "forum_double_takes_by_prefix",
+            "Per prefix (a payload up to its first /), tuples handed out here that a peer "
+            "took too (at most 500 prefixes, the first met).",
+            labels=["prefix"],
+        )
+        for prefix, n in sorted(stats.double_takes_by_prefix.items()):
+            doubles.add_metric([prefix], n)
+        yield doubles
 
 
 class NodeMetrics:
