@@ -18,17 +18,10 @@ from forum.node.core.space import Pattern
 from tests.coordinator.conftest import ForumFactory
 from tests.coordinator.harness import eventually, running
 from tests.coordinator.test_worker import FAST
+from tests.replication.test_membership import Clock
 
 JOBS = Pattern(b"job/")
 LOGGER = doubletakes.__name__
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def summaries(caplog: pytest.LogCaptureFixture) -> list[str]:

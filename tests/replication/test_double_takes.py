@@ -11,6 +11,7 @@ from forum.node.api.parameters import MAX_GROUPS
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
 from forum.node.space.applying import MOST_PREFIXES
+from tests.fixtures.clusters import peers_are
 from tests.fixtures.nodes import ForumNodes, eventually
 from tests.replication.conftest import Clients, mesh
 
@@ -24,11 +25,11 @@ def test_the_prefixes_counted_are_as_many_as_the_prefixes_route_shows() -> None:
 async def test_a_tuple_reserved_here_and_taken_there_is_counted_in_its_prefix(
     forum_nodes: ForumNodes, clients: Clients
 ) -> None:
-    nodes = mesh(forum_nodes, "ab")
+    node_a, node_b = mesh(forum_nodes, "ab")
+    a, b = clients(node_a), clients(node_b)
     await forum_nodes.start_all()
-    a, b = (clients(n) for n in nodes)
-    for node in (a, b):
-        await eventually(lambda n=node: _peer_alive(n), what=f"{node.url} reached its peer")
+    await eventually(lambda: peers_are(b, {node_a.url}), what="b reached a")
+    await eventually(lambda: peers_are(a, {node_b.url}), what="a reached b")
 
     wid = await a.write(b"job/1")
     reserved = await b.reserve(Pattern(b"job/"), lease=30, timeout=10)
@@ -47,11 +48,6 @@ async def test_a_tuple_reserved_here_and_taken_there_is_counted_in_its_prefix(
     assert '<td class="double-takes">1</td>' in row[: row.index("</tr>")]
     other = await _get(b, "/ui/prefixes?separator=-")  # not where the node counts them
     assert '<td class="double-takes">' not in other.replace('<td class="double-takes">—', "")
-
-
-async def _peer_alive(client: ForumClient) -> bool:
-    peers = (await client.status()).peers
-    return len(peers) == 1 and peers[0].state == "alive"
 
 
 async def _double_takes(client: ForumClient) -> bool:
