@@ -21,6 +21,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from forum.node.http.longpoll import LongPolls
+from forum.node.space.applying import LONGEST_PREFIX, MOST_PREFIXES
 from forum.node.space.compactor import Compactor
 from forum.node.space.forum import Forum
 
@@ -128,7 +129,8 @@ class ForumCollector(Collector):
         doubles = CounterMetricFamily(
             "forum_double_takes_by_prefix",
             "Per prefix (a payload up to its first /), tuples handed out here that a peer "
-            "took too (at most 500 prefixes, the first met).",
+            f"took too (at most {MOST_PREFIXES} prefixes, the first met, of up to "
+            f"{LONGEST_PREFIX} bytes).",
             labels=["prefix"],
         )
         for prefix, n in sorted(stats.double_takes_by_prefix.items()):

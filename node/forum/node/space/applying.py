@@ -8,7 +8,8 @@ its place (:class:`~forum.node.space.placement.Placement`, then its turn:
 Write kills the Write when it comes (a *pending kill*); a Take of a tuple
 taken already, or handed out here too, is a *double take*, counted; one
 of a tuple handed out here (its payload at hand) is counted in its prefix
-too (:data:`SEPARATOR`, at most :data:`MOST_PREFIXES`). The same rules
+too (:data:`SEPARATOR`, at most :data:`MOST_PREFIXES` of up to
+:data:`LONGEST_PREFIX` bytes). The same rules
 apply the Strand's own entries at start (:meth:`Applier.replay`), a peer's
 dead ranges (``Forum.apply_dead``) and an origin's real copies of
 entries held here (``Forum.replace``).
@@ -44,6 +45,9 @@ SEPARATOR = b"/"
 #: counted in ``double_takes`` only): as many as ``GET /v1/prefixes`` shows
 #: (``forum.node.api.parameters.MAX_GROUPS``; a test holds them equal).
 MOST_PREFIXES = 500
+#: The longest prefix counted, in bytes (a label of ``/metrics``): a double
+#: take of a tuple whose prefix is longer is counted in ``double_takes`` only.
+LONGEST_PREFIX = 256
 
 
 class Applier:
@@ -255,7 +259,9 @@ class Applier:
 
     def _count_in_prefix(self, payload: bytes) -> None:
         """A double take of a tuple handed out here, counted in its prefix."""
-        cut = payload.find(SEPARATOR)
+        cut = payload.find(SEPARATOR, 0, LONGEST_PREFIX)
+        if cut < 0 and len(payload) > LONGEST_PREFIX:
+            return
         prefix = payload if cut < 0 else payload[: cut + len(SEPARATOR)]
         counts = self.double_takes_by_prefix
         if prefix in counts:
