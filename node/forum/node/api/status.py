@@ -146,9 +146,6 @@ class NodeStatus:
     #: The prefixes paused here, and per limited prefix [tuples held, limit].
     paused: tuple[str, ...] = ()
     limits: dict[str, list[int]] = field(default_factory=dict)
-    #: Per prefix (up to its first ``/``), the double takes of tuples handed
-    #: out here (``ForumStats.double_takes_by_prefix``).
-    double_takes_by_prefix: dict[str, int] = field(default_factory=dict)
     #: Why the node says it is not ready (``/readyz`` 503) beyond its storage,
     #: and what degrades it without stopping it (:class:`Readiness`).
     not_ready: str | None = None
@@ -156,6 +153,9 @@ class NodeStatus:
     #: What ``forum serve --repair`` found and fetched back from peers
     #: (forum.replication.repair's report); ``None`` when no repair ran.
     repair: dict[str, Any] | None = None
+    #: Per prefix (up to its first ``/``), the double takes of tuples handed
+    #: out here (``ForumStats.double_takes_by_prefix``).
+    double_takes_by_prefix: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(
