@@ -124,6 +124,21 @@ def test_prefix_rows_join_the_nodes_counts_the_dead_the_rates_and_the_lens() -> 
     ]  # fmt: skip
 
 
+def test_prefix_rows_show_the_double_takes_counted_at_the_nodes_separator() -> None:
+    bodies = [
+        prefix_body(b"job/", JSON, live=3, delayed=0, reserved=1, oldest_age=None),
+        prefix_body(b"mail/", JSON, live=1, delayed=0, reserved=0, oldest_age=None),
+        prefix_body(b"\xff/", JSON, live=1, delayed=0, reserved=0, oldest_age=None),
+    ]
+    doubles = {b"job/": 4, b"\xff/": 2, b"gone/": 1}  # gone/: nothing else here
+    rows = prefix_rows(bodies, {}, None, None, most=500, double_takes=doubles)
+    assert {r.prefix: r.double_takes for r in rows} == {
+        "job/": 4, "mail/": 0, "base64:/y8=": 2, "gone/": 1,
+    }  # fmt: skip
+    # Grouped at another separator: no figure ("—").
+    assert {r.double_takes for r in prefix_rows(bodies, {}, None, None, most=500)} == {None}
+
+
 def test_the_dead_prefix_is_the_workers_and_the_task_layers() -> None:
     assert DEAD_PREFIX == DEFAULT_DEAD_PREFIX
     assert App("http://127.0.0.1:1", "redis://127.0.0.1:1/0").dead_prefix == DEAD_PREFIX

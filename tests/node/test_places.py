@@ -33,6 +33,7 @@ NOT_PLACES = {
     ("Forum", "_applying"): "entries on their way to the Strand",
     ("Applier", "pending_kills"): "Takes whose Write has not come: no tuple yet",
     ("Applier", "applying"): "entries on their way to the Strand",
+    ("Applier", "double_takes_by_prefix"): "per prefix, a count of double takes",
     ("Placement", "_expiring_run"): "the seqs of an expiry time in the schedule",
     ("Forum", "_waiters"): "blocking takes",
     ("Forum", "_listeners"): "listeners",

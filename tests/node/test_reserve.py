@@ -8,6 +8,7 @@ import pytest
 
 from forum.node.core.entries import EntryId, Take
 from forum.node.core.space import Pattern
+from forum.node.space import applying
 from forum.node.space.forum import Forum
 from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import eventually
@@ -74,8 +75,27 @@ async def test_taken_elsewhere_while_reserved_is_a_double_take(forum: Forum) -> 
     assert await forum.reserve(Pattern(b"job/"), lease=30) is not None
     await forum.apply([Take(EntryId("peer-b", 1), wid)])
     assert forum.stats().double_takes == 1
+    assert forum.stats().double_takes_by_prefix == {"job/": 1}
     assert forum.stats().reserved == 0
     assert await forum.ack(wid) is False
+
+
+async def test_double_takes_are_counted_in_at_most_so_many_prefixes(
+    forum: Forum, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grouped at the first ``/`` (a payload without one on its own), the
+    first prefixes met, none too long; a double take of another is in the
+    total only."""
+    monkeypatch.setattr(applying, "MOST_PREFIXES", 2)
+    payloads = [b"job/1", b"x" * 300 + b"/1", b"job/2", b"mail/1", b"plain", b"other/1"]
+    ids = await forum.write_many(payloads)
+    for seq, wid in enumerate(ids, start=1):
+        assert await forum.reserve(Pattern(b""), lease=30) is not None
+        await forum.apply([Take(EntryId("peer-b", seq), wid)])
+    stats = forum.stats()
+    assert stats.double_takes == 6
+    assert stats.double_takes_by_prefix == {"job/": 2, "mail/": 1}
+    assert forum.double_takes_by_prefix() == {b"job/": 2, b"mail/": 1}
 
 
 async def test_lease_must_be_positive(forum: Forum) -> None:

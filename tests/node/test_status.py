@@ -45,8 +45,8 @@ JSON_BEFORE = (
 
 
 #: The same, from a node with compaction, streams, scheduling, clock offsets,
-#: lags and clock refusals: five figures more in each peer row, and seventeen
-#: in the document, at their ends.
+#: lags, clock refusals and double takes per prefix: five figures more in
+#: each peer row, and eighteen in the document, at their ends.
 JSON_NOW = JSON_BEFORE.removesuffix("}]}") + (
     ', "holds_back": 0, "forgotten": false, "clock_offset": null, "lag_seconds": null, '
     '"clock_refused": false}], '
@@ -55,7 +55,8 @@ JSON_NOW = JSON_BEFORE.removesuffix("}]}") + (
     '"entries_dropped": 0, "vector": {}, "horizon": {}, "streams_open": 0, '
     '"streams_in_flight": 0, "streams_peak_in_flight": 0, "streams_max_in_flight": 0, '
     '"streams_requests": 0, "streams_bad_frames": 0, "delayed": 0, "expired": 0, '
-    '"paused": [], "limits": {}, "not_ready": null, "degraded": [], "repair": null}'
+    '"paused": [], "limits": {}, "not_ready": null, "degraded": [], "repair": null, '
+    '"double_takes_by_prefix": {}}'
 )
 
 

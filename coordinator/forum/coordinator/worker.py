@@ -57,7 +57,9 @@ Outcomes other than success:
 
 * ``AlreadyDone`` at the claim: a copy of a finished job, acked away.
   ``AlreadyClaimed``: a copy of a job another holder runs now, parked (see
-  above). Both are counted as ``double_takes`` and the handler does not run.
+  above). Both are counted as ``double_takes`` and the handler does not run;
+  logged at DEBUG, and in a summary at INFO at most once a minute
+  (:mod:`forum.coordinator.doubletakes`).
 * The handler raised: the claim is released, then the next attempt (the
   attempt count and error in the trailer, ``not_before`` after a jittered
   exponential backoff) is written into the space, *then* the failed
@@ -125,6 +127,7 @@ from forum.coordinator.authority import ClaimAuthority
 from forum.coordinator.availability import OUTAGE_BACKOFF, Availability
 from forum.coordinator.completions import Completions
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
+from forum.coordinator.doubletakes import DoubleTakes
 from forum.coordinator.envelope import Envelope
 from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError
 from forum.coordinator.holding import Slots
@@ -230,6 +233,8 @@ class Worker:
         self._rng = random.Random(seed)
         #: What this worker counts (its state fields are filled in by stats()).
         self._counts = WorkerStats()
+        #: The double takes caught since the last summary line.
+        self._doubles = DoubleTakes(pattern.prefix)
         self._stopping = asyncio.Event()
         self._started = False
         self._reservations = Reservations(
@@ -395,7 +400,7 @@ class Worker:
         for offer, outcome in zip(offers, outcomes, strict=True):
             if isinstance(outcome, LensError):
                 self._counts.double_takes += 1
-                log.warning("double take of %s caught, not run: %s", offer.item.id, outcome)
+                self._doubles.caught(offer.item.id, outcome)
                 self._slots.release()
                 continue
             job = Job(offer.envelope.payload, offer.item.id, offer.key, offer.envelope.attempt,
@@ -557,7 +562,9 @@ class Worker:
     async def _announce(self, within: float | None = None) -> None:
         """Write this worker's presence record (one command; none without a
         Lens), giving up after ``within`` s: a slow write must not delay the
-        next beat, whose extensions keep the claims."""
+        next beat, whose extensions keep the claims. A summary of the double
+        takes caught is logged here when one is due."""
+        self._doubles.summarize()
         if self._presence is not None:
             running = list(self._keeper.running.values())
             await self._presence.beat(

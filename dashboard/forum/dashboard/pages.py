@@ -70,6 +70,7 @@ from forum.node.http.keys import (
     WATCH_HUB,
     Extension,
 )
+from forum.node.space.applying import SEPARATOR as DOUBLE_TAKES_SEPARATOR
 
 ROOT = "/ui"
 STATIC = Path(__file__).parent / "static"
@@ -180,7 +181,8 @@ async def prefixes(request: web.Request) -> web.Response:
     """The node's groups (``GET /v1/prefixes?separator=``, oldest ages
     included), each with its dead letters (the node's live tuples under
     :data:`DEAD_PREFIX`, grouped alike), its rates (counted from now on, while
-    the panel is looked at) and, with a Lens, the workers' running jobs and
+    the panel is looked at), its double takes when grouped at the separator
+    the node counts them at, and, with a Lens, the workers' running jobs and
     parked retries."""
     separator = request.query.get("separator", "/")
     rows: list[PrefixRow] = []
@@ -196,12 +198,16 @@ async def prefixes(request: web.Request) -> web.Response:
         counter.looked(sep)
         measured = counter.rates(sep)
         lens, lens_error = await _lens_groups(request, sep)
+        doubles = None
+        if sep == DOUBLE_TAKES_SEPARATOR:
+            doubles = request.app[FORUM].double_takes_by_prefix()
         rows = prefix_rows(
             found.prefixes,
             {group[len(DEAD_PREFIX) :]: n for group, n in dead.items()},
             None if measured is None else measured[0],
             lens,
             MAX_GROUPS,
+            double_takes=doubles,
         )
         unplaced = None if measured is None else measured[1]
     except ApiProblem as exc:
@@ -209,6 +215,7 @@ async def prefixes(request: web.Request) -> web.Response:
     return _page(
         request, "prefixes.html", rows=rows, separator=separator, error=error,
         lens_error=lens_error, unplaced=unplaced, dead_prefix=DEAD_PREFIX.decode(),
+        double_takes_separator=DOUBLE_TAKES_SEPARATOR.decode(),
         http_status=400 if error else 200,
     )  # fmt: skip
 

@@ -200,6 +200,9 @@ class PrefixRow:
     retrying: int | None = None
     #: Its writes and takes per second here (``None``: no figure yet).
     rate: Rate | None = None
+    #: Tuples of the group handed out here that a peer took too (``None``:
+    #: grouped at another separator than the node counts them at).
+    double_takes: int | None = None
 
     @property
     def fill(self) -> float | None:
@@ -226,8 +229,8 @@ class PrefixRow:
 
     @classmethod
     def empty(cls, prefix: bytes) -> PrefixRow:
-        """The row of a group with nothing here but dead letters or jobs in
-        the Lens."""
+        """The row of a group with nothing here but dead letters, jobs in
+        the Lens or double takes."""
         try:
             text: str | None = prefix.decode()
         except UnicodeDecodeError:
@@ -253,13 +256,18 @@ def prefix_rows(
     rates: Mapping[bytes, Rate] | None,
     lens: LensGroups | None,
     most: int,
+    *,
+    double_takes: Mapping[bytes, int] | None = None,
 ) -> list[PrefixRow]:
     """The panel's rows: the node's (``GET /v1/prefixes?separator=``), with
-    each group's dead letters, rates and jobs in the Lens; then a row for
-    each group that has only dead letters or jobs in the Lens here, while
-    there are fewer than ``most`` rows. Sorted by prefix."""
+    each group's dead letters, rates, jobs in the Lens and double takes
+    (``Forum.double_takes_by_prefix``; ``None`` when not grouped as the node
+    counts them); then a row for each group that has only dead letters, jobs
+    in the Lens or double takes here, while there are fewer than ``most``
+    rows. Sorted by prefix."""
     rows = {_key(body): PrefixRow.of(body) for body in bodies}
     extra = set(dead) | (set() if lens is None else set(lens.in_flight) | set(lens.retrying))
+    extra |= set(double_takes or ())
     for group in sorted(extra - rows.keys()):
         if len(rows) >= most:
             break
@@ -271,6 +279,7 @@ def prefix_rows(
             rate=None if rates is None else rates.get(group, Rate(0.0, 0.0)),
             in_flight=None if lens is None else lens.in_flight[group],
             retrying=None if lens is None else lens.retrying[group],
+            double_takes=None if double_takes is None else double_takes.get(group, 0),
         )
         for group, row in sorted(rows.items())
     ]

@@ -153,6 +153,9 @@ class NodeStatus:
     #: What ``forum serve --repair`` found and fetched back from peers
     #: (forum.replication.repair's report); ``None`` when no repair ran.
     repair: dict[str, Any] | None = None
+    #: Per prefix (up to its first ``/``), the double takes of tuples handed
+    #: out here (``ForumStats.double_takes_by_prefix``).
+    double_takes_by_prefix: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(

@@ -36,6 +36,10 @@ class ForumStats:
     #: limit]. Prefixes as text (UTF-8, other bytes as ``\\xNN``): status is JSON.
     paused: tuple[str, ...] = ()
     limits: dict[str, list[int]] = field(default_factory=dict)
+    #: Per prefix (a payload up to its first ``/``, as text like ``limits``),
+    #: the double takes of tuples handed out here (reserved when a peer's
+    #: Take came); those of tuples gone here already are in ``double_takes`` only.
+    double_takes_by_prefix: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

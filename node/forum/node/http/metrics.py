@@ -21,6 +21,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from forum.node.http.longpoll import LongPolls
+from forum.node.space.applying import LONGEST_PREFIX, MOST_PREFIXES
 from forum.node.space.compactor import Compactor
 from forum.node.space.forum import Forum
 
@@ -125,6 +126,16 @@ class ForumCollector(Collector):
             limit.add_metric([prefix], most)
         yield fill
         yield limit
+        doubles = CounterMetricFamily(
+            "forum_double_takes_by_prefix",
+            "Per prefix (a payload up to its first /), tuples handed out here that a peer "
+            f"took too (at most {MOST_PREFIXES} prefixes, the first met, of up to "
+            f"{LONGEST_PREFIX} bytes).",
+            labels=["prefix"],
+        )
+        for prefix, n in sorted(stats.double_takes_by_prefix.items()):
+            doubles.add_metric([prefix], n)
+        yield doubles
 
 
 class NodeMetrics:

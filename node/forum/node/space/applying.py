@@ -6,9 +6,12 @@ its place (:class:`~forum.node.space.placement.Placement`, then its turn:
 :mod:`forum.node.space.surfacing`); a Take kills its target wherever it is
 (:class:`~forum.node.space.places.Places`). A Take that arrives before its
 Write kills the Write when it comes (a *pending kill*); a Take of a tuple
-taken already, or handed out here too, is a *double take*, counted. The
-same rules apply the Strand's own entries at start (:meth:`Applier.replay`),
-a peer's dead ranges (``Forum.apply_dead``) and an origin's real copies of
+taken already, or handed out here too, is a *double take*, counted; one
+of a tuple handed out here (its payload at hand) is counted in its prefix
+too (:data:`SEPARATOR`, at most :data:`MOST_PREFIXES` of up to
+:data:`LONGEST_PREFIX` bytes). The same rules
+apply the Strand's own entries at start (:meth:`Applier.replay`), a peer's
+dead ranges (``Forum.apply_dead``) and an origin's real copies of
 entries held here (``Forum.replace``).
 """
 
@@ -34,6 +37,17 @@ log = logging.getLogger(__name__)
 
 #: What a pause marker is, as the tuples a Take of one shows it.
 PAUSE = Properties(pause=True)
+#: The double takes of tuples handed out here are counted per prefix: a
+#: payload up to and including its first separator (the payload itself
+#: without one), as ``GET /v1/prefixes?separator=/`` groups tuples.
+SEPARATOR = b"/"
+#: The most prefixes counted (the first met; a double take of another is
+#: counted in ``double_takes`` only): as many as ``GET /v1/prefixes`` shows
+#: (``forum.node.api.parameters.MAX_GROUPS``; a test holds them equal).
+MOST_PREFIXES = 500
+#: The longest prefix counted, in bytes (a label of ``/metrics``): a double
+#: take of a tuple whose prefix is longer is counted in ``double_takes`` only.
+LONGEST_PREFIX = 256
 
 
 class Applier:
@@ -41,7 +55,8 @@ class Applier:
     with what moves a tuple between them: ``add_live``, ``remove_live``,
     ``dress``). Holds the ``pending_kills`` (targets of Takes whose Write has
     not come), the ids ``applying`` (being stored by ``Forum.apply`` or
-    ``Forum.replace``) and the ``double_takes`` counted."""
+    ``Forum.replace``), the ``double_takes`` counted, and those of tuples
+    handed out here per prefix (``double_takes_by_prefix``)."""
 
     __slots__ = (
         "_add_live",
@@ -59,6 +74,7 @@ class Applier:
         "_strand",
         "applying",
         "double_takes",
+        "double_takes_by_prefix",
         "pending_kills",
     )
 
@@ -95,6 +111,7 @@ class Applier:
         self.pending_kills: set[EntryId] = set()
         self.applying: set[EntryId] = set()
         self.double_takes = 0
+        self.double_takes_by_prefix: dict[bytes, int] = {}
 
     def replay(self, entries: list[RawEntry]) -> None:
         """The Strand's entries at start, in log order: the survivors live
@@ -216,7 +233,10 @@ class Applier:
             case Place.RESERVED:  # reserved here and taken elsewhere: both nodes handed it out
                 reservation = self._places.reserved.pop(target)
                 self.double_takes += 1
-                return None if reservation is None else reservation[1]
+                if reservation is None:
+                    return None
+                self._count_in_prefix(reservation[1].payload)
+                return reservation[1]
             case Place.TAKING:  # our own take of it is being made durable: both of us took it
                 self.double_takes += 1
                 self._killed_while_taking.add(target)
@@ -236,6 +256,18 @@ class Applier:
             log.info("double take of %s (again by %s)", take.target, take.id)
         else:
             self.pending_kills.add(take.target)
+
+    def _count_in_prefix(self, payload: bytes) -> None:
+        """A double take of a tuple handed out here, counted in its prefix."""
+        cut = payload.find(SEPARATOR, 0, LONGEST_PREFIX)
+        if cut < 0 and len(payload) > LONGEST_PREFIX:
+            return
+        prefix = payload if cut < 0 else payload[: cut + len(SEPARATOR)]
+        counts = self.double_takes_by_prefix
+        if prefix in counts:
+            counts[prefix] += 1
+        elif len(counts) < MOST_PREFIXES:
+            counts[prefix] = 1
 
     def is_double_take(self, take: Take) -> bool:
         """Whether the (not live) target of ``take`` was written before it in
@@ -316,6 +348,7 @@ class Applier:
                     if (reservation := self._places.reserved.pop(entry_id)) is not None:
                         arrival, handed = reservation
                         self.double_takes += 1  # handed out here, taken for good elsewhere
+                        self._count_in_prefix(handed.payload)
                         found.append((arrival, Tuple(handed.id, handed.payload, handed.props)))
                 case Place.INDEX:
                     if (removed := self._remove_live(entry_id)) is not None:

@@ -376,6 +376,11 @@ class Forum(AsyncResource):
             for group in sorted(live.keys() | delayed.keys() | reserved.keys())
         }
 
+    def double_takes_by_prefix(self) -> dict[bytes, int]:
+        """Per prefix (a payload up to its first ``/``), the double takes of
+        tuples handed out here (see forum.node.space.applying)."""
+        return dict(self._applier.double_takes_by_prefix)
+
     def live_groups(self, separator: bytes, most: int, under: bytes) -> dict[bytes, int]:
         """Per group of the live tuples here under ``under`` (grouped at the
         first ``separator`` after it: ``LiveIndex.groups``), how many."""
@@ -666,6 +671,9 @@ class Forum(AsyncResource):
             expired=self._expired,
             paused=tuple(map(prefix_text, self.paused())),
             limits={prefix_text(p): [held, limit] for p, (held, limit) in self.fill().items()},
+            double_takes_by_prefix={
+                prefix_text(p): n for p, n in self.double_takes_by_prefix().items()
+            },
         )
 
     def _delayed_count(self) -> int:
