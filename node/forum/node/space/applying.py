@@ -253,7 +253,7 @@ class Applier:
             return  # dropped by compaction: dead long ago, nothing to wait for
         if take.target in self.pending_kills or self.is_double_take(take):
             self.double_takes += 1
-            log.info("double take of %s (again by %s)", take.target, take.id)
+            log.debug("double take of %s (again by %s)", take.target, take.id)
         else:
             self.pending_kills.add(take.target)
 
