@@ -95,6 +95,20 @@ async def test_concurrent_applies_of_the_same_entry_store_it_once(forum: Forum) 
     assert forum.stats().entries == 1
 
 
+async def test_an_apply_that_finds_the_entries_being_stored_returns_once_they_are(
+    forum: Forum,
+) -> None:
+    """t0 a peer's round stores W1 and W2; t1 a repair pass pulls the same
+    page: nothing is new to it, but it returns only once they are held (it
+    used to return at once, and the repair reported them missing)."""
+    first = asyncio.create_task(forum.apply([W1, W2]))
+    await asyncio.sleep(0)  # the first call is storing them now
+    assert not first.done()
+    assert await forum.apply([W1, W2]) == []
+    assert W1.id in forum.strand and W2.id in forum.strand
+    assert first.done() and first.result() == [W1, W2]
+
+
 async def test_remote_writes_become_live_after_the_remote_delay(cfg: StrandConfig) -> None:
     """t0: a peer's write arrives; until t0 + delay it is stored but not live,
     so a Take from its origin that arrives in time means it is never taken here."""

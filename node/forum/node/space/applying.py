@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import assert_never, cast
 
 from forum.node.core.codec import RawEntry, TakeRaw, is_write
@@ -55,8 +55,9 @@ class Applier:
     with what moves a tuple between them: ``add_live``, ``remove_live``,
     ``dress``). Holds the ``pending_kills`` (targets of Takes whose Write has
     not come), the ids ``applying`` (being stored by ``Forum.apply`` or
-    ``Forum.replace``), the ``double_takes`` counted, and those of tuples
-    handed out here per prefix (``double_takes_by_prefix``)."""
+    ``Forum.replace``, each with what ends when it is stored), the
+    ``double_takes`` counted, and those of tuples handed out here per prefix
+    (``double_takes_by_prefix``)."""
 
     __slots__ = (
         "_add_live",
@@ -109,7 +110,7 @@ class Applier:
         self._remove_live = remove_live
         self._dress = dress
         self.pending_kills: set[EntryId] = set()
-        self.applying: set[EntryId] = set()
+        self.applying: dict[EntryId, Awaitable[object]] = {}
         self.double_takes = 0
         self.double_takes_by_prefix: dict[bytes, int] = {}
 
@@ -167,7 +168,8 @@ class Applier:
         # A done callback: entries in the Strand are applied to the index even
         # if the peer's request was cancelled meanwhile (else they would stay
         # invisible until a restart, and never be sent again).
-        self.applying.difference_update(entry.id for entry in new)
+        for entry in new:
+            self.applying.pop(entry.id, None)
         if durable.cancelled() or durable.exception() is not None:
             return
         taken: list[Tuple] = []

@@ -39,7 +39,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Self
 
 from forum.node.core.entries import PLAIN, Entry, EntryId, Properties, Reserved, Take, Tuple, Write
@@ -717,8 +717,10 @@ class Forum(AsyncResource):
     async def apply(
         self, entries: Sequence[Entry], provenance: Provenance = LOCAL
     ) -> builtins.list[Entry]:
-        """Store and apply entries from elsewhere. Entries already held (or
-        being stored by a concurrent call) are skipped; returns the new ones.
+        """Store and apply entries from elsewhere. Entries already held are
+        skipped; returns the new ones. Those being stored by a concurrent call
+        are skipped too, but waited for: on return every entry is held here
+        (a repair pass that finds nothing new must find nothing missing).
         The listeners get the new ones with ``provenance``.
 
         A remote Write is durable here at once, but becomes live only after
@@ -728,20 +730,29 @@ class Forum(AsyncResource):
         A Take is applied at once.
         """
         self._check_open()
-        new: builtins.list[Entry] = []
+        new: dict[EntryId, Entry] = {}
+        others: set[Awaitable[object]] = set()
         for entry in entries:
             if not isinstance(entry, Write | Take):
                 raise TypeError(f"not an entry: {entry!r}")
-            if entry.id in self.strand or entry.id in self._applying:
+            if entry.id in self.strand or entry.id in new:
                 continue
-            self._applying.add(entry.id)
-            new.append(entry)
-        if not new:
-            return []
-        durable = self.strand.submit_remote(new)
-        durable.add_done_callback(functools.partial(self._applier.on_durable, new, provenance))
-        await asyncio.shield(durable)
-        return new
+            storing = self._applying.get(entry.id)
+            if storing is not None:
+                others.add(storing)
+                continue
+            new[entry.id] = entry
+        stored = builtins.list(new.values())
+        if stored:
+            durable = self.strand.submit_remote(stored)
+            self._applying.update(dict.fromkeys(new, durable))
+            on_durable = functools.partial(self._applier.on_durable, stored, provenance)
+            durable.add_done_callback(on_durable)
+            await asyncio.shield(durable)
+        if others:
+            # Registered after on_durable: by the time this wakes, they are applied.
+            await asyncio.shield(asyncio.gather(*others))
+        return stored
 
     async def replace(self, pairs: Sequence[tuple[Entry, Entry]]) -> builtins.list[Entry]:
         """Put an origin's own entries in place of the copies held here that
@@ -754,11 +765,14 @@ class Forum(AsyncResource):
         taken here stays so; what a held Take killed stays dead."""
         self._check_open()
         pairs = [(held, real) for held, real in pairs if real.id not in self._applying]
-        self._applying.update(real.id for _, real in pairs)
+        replaced: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._applying.update(dict.fromkeys((real.id for _, real in pairs), replaced))
         try:
             done = await self.strand.replace([real for _, real in pairs])
         finally:
-            self._applying.difference_update(real.id for _, real in pairs)
+            for _, real in pairs:
+                self._applying.pop(real.id, None)
+            replaced.set_result(None)
         self._applier.swap(pairs, done)
         return done
 
