@@ -47,9 +47,10 @@ from forum.node.core.errors import ForumError
 from forum.node.core.reports import CompactionReport, ForumStats
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import ListPage, Pattern
-from forum.node.core.write_options import expiring_properties, write_properties
+from forum.node.core.write_options import check_copies, expiring_properties, write_properties
 from forum.node.space.admission import Admission
 from forum.node.space.applying import PAUSE, Applier
+from forum.node.space.copies import COPIES_TIMEOUT, Copies
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
 from forum.node.space.kept_properties import KeptProperties
@@ -103,8 +104,16 @@ class Forum(AsyncResource):
         remote_hold: float = REMOTE_HOLD,
         limits: Mapping[bytes, int] | None = None,
         clock: Clock = time.time,
+        *,
+        ack_copies: int = 1,
+        copies_timeout: float = COPIES_TIMEOUT,
     ) -> None:
+        """``ack_copies``: the copies of a write that gives none
+        (:mod:`forum.node.space.copies`), waited for up to ``copies_timeout`` s."""
         self.strand = strand
+        # Who holds this node's writes, for writes with copies (installed by replication).
+        self.copies = Copies(strand.origin, copies_timeout)
+        self._ack_copies = check_copies(ack_copies)
         self._index = LiveIndex()
         self._waiters: deque[_Waiter] = deque()
         # The properties of every tuple not dead whose Write has more than a
@@ -245,6 +254,7 @@ class Forum(AsyncResource):
         key: bytes | str | None = None,
         dedup_window: float | None = None,
         wait: float | None = None,
+        copies: int | None = None,
     ) -> EntryId:
         """Add a tuple; returns its id once it is durable.
 
@@ -254,8 +264,16 @@ class Forum(AsyncResource):
         ``dedup_window``, a second write with the key within the window
         answers with the first one's id. A write that would put a limited
         prefix over its limit raises :class:`~forum.node.core.errors.LimitExceeded`, or
-        with ``wait`` waits up to so many seconds for room first."""
+        with ``wait`` waits up to so many seconds for room first. ``copies``:
+        answered once so many members hold it durably (:mod:`forum.node.space.copies`;
+        not given: the node's ``ack_copies``)."""
         self._check_open()
+        if copies is not None or self._ack_copies != 1:
+            written = await self.write_many(
+                (payload,), delay=delay, not_before=not_before, ttl=ttl, priority=priority,
+                key=key, dedup_window=dedup_window, wait=wait, copies=copies,
+            )  # fmt: skip
+            return written[0]
         if (
             delay is None
             and not_before is None
@@ -287,6 +305,7 @@ class Forum(AsyncResource):
         key: bytes | str | None = None,
         dedup_window: float | None = None,
         wait: float | None = None,
+        copies: int | None = None,
     ) -> list[EntryId]:
         """Add many tuples in one append: all become durable, or none. The
         options are :meth:`write`'s, for every tuple (a ``key`` only with one
@@ -294,15 +313,24 @@ class Forum(AsyncResource):
 
         The tuples become live when the append is durable, even if the caller
         was cancelled meanwhile (a write whose answer is lost still happened).
+        With ``copies`` above 1 the answer waits for the copies after that
+        (:class:`~forum.node.core.errors.TooFewCopies` when short of them in time).
         """
         self._check_open()
+        need = 1
+        if copies is not None or self._ack_copies != 1:
+            need = self.copies.check(self._ack_copies if copies is None else copies)
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props is PLAIN and wait is None and not self._limits:
             writes = await self.strand.submit_writes(payloads, self._durable)
-            return [entry.id for entry in writes]
-        if props.key is not None and len(payloads) != 1:
-            raise ValueError("a key names one write: give it with one payload")
-        return await self._admission.write(payloads, props, wait)
+            ids = [entry.id for entry in writes]
+        else:
+            if props.key is not None and len(payloads) != 1:
+                raise ValueError("a key names one write: give it with one payload")
+            ids = await self._admission.write(payloads, props, wait)
+        if need > 1:
+            await self.copies.wait(ids, need)
+        return ids
 
     def end_room_waits(self) -> None:
         """End the waits of writes for room under a prefix's limit, now and
@@ -893,6 +921,7 @@ class Forum(AsyncResource):
                 waiter.future.set_result(None)
         self._waiters.clear()
         self._remote.close()  # they are in the Strand: live again after a restart
+        self.copies.close()  # the writes stand; each answers with its copies so far
         self._schedule.close()  # due and expiry times are in the Strand: kept after a restart
         self._admission.free_room()
         self._noting.stop()
