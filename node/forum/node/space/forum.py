@@ -110,10 +110,10 @@ class Forum(AsyncResource):
     ) -> None:
         """``ack_copies``: the copies of a write that gives none
         (:mod:`forum.node.space.copies`), waited for up to ``copies_timeout`` s."""
-        self.strand = strand
+        self._ack_copies = check_copies(ack_copies)
         # Who holds this node's writes, for writes with copies (installed by replication).
         self.copies = Copies(strand.origin, copies_timeout)
-        self._ack_copies = check_copies(ack_copies)
+        self.strand = strand
         self._index = LiveIndex()
         self._waiters: deque[_Waiter] = deque()
         # The properties of every tuple not dead whose Write has more than a
