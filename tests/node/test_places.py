@@ -39,6 +39,8 @@ NOT_PLACES = {
     ("Forum", "_listeners"): "listeners",
     ("Forum", "_live_listeners"): "listeners",
     ("Forum", "_settling"): "tasks of cancelled takes",
+    ("Copies", "_held"): "per peer, the highest seq of ours it holds (no ids)",
+    ("Copies", "_waits"): "writes waiting for their copies (their tuples are live)",
     ("RemoteTuples", "_pace"): "per writer, when it took its own tuples",
     ("Admission", "limits"): "prefixes and their limits",
     ("Admission", "paused"): "paused prefixes, with the ids of their markers (in PAUSE)",

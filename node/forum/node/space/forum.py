@@ -26,6 +26,8 @@ needs, each a module of this package:
 * ``places``: where a tuple not dead can be, the one answer to it;
 * ``taking``: the takes under way;
 * ``listeners``: who hears what the Forum does (replication, watchers);
+* ``copies``: which peers hold this node's writes, and the writes waiting
+  for their ``copies`` (fed by replication's acknowledgements);
 * ``noting``: what this node holds, noted every half second while the
   Forum is open (``async with``), which dates each group's oldest live
   tuple (:meth:`Forum.oldest_ages`) and replication's lag.
