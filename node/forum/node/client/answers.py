@@ -156,7 +156,6 @@ def rejected(url: str, status: int, found: Problem) -> NodeRejected:
     if status == 504 and found.error == "too_few_copies":
         return CopiesShort(
             url,
-            504,
             found.error,
             found.message,
             ids=[entry_id(url, i) for i in ([] if found.ids is UNSET else found.ids)],

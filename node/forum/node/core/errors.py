@@ -171,6 +171,15 @@ class NodeRejected(ClientError):
         self.retriable = retriable_status(status)
 
 
+def _rejected(error: NodeRejected, node: str, status: int, code: str, message: str) -> None:
+    """Give ``error`` what ``NodeRejected.__init__`` gives, for a subclass
+    that is also a ``ForumError`` whose ``__init__`` takes other arguments
+    (``NodeRejected``'s cooperative ``super()`` would reach that one's)."""
+    ForumError.__init__(error, f"{node}: HTTP {status} {code}: {message}")
+    error.node, error.status, error.code = node, status, code
+    error.retriable = retriable_status(status)
+
+
 class Unauthorized(NodeRejected):
     """401: the client's token is missing or wrong."""
 
@@ -197,9 +206,7 @@ class Throttled(NodeRejected, LimitExceeded):
     ) -> None:
         # Not NodeRejected.__init__: its cooperative super() would reach
         # LimitExceeded's, which takes other arguments. The same attributes.
-        ForumError.__init__(self, f"{node}: HTTP {status} {code}: {message}")
-        self.node, self.status, self.code = node, status, code
-        self.retriable = retriable_status(status)
+        _rejected(self, node, status, code, message)
         self.prefix = prefix
         self.limit = limit
         self.retry_after = retry_after
@@ -234,19 +241,13 @@ class CopiesShort(NodeRejected, TooFewCopies):
     and ``copies`` as the node said them. Not retriable (unlike other 5xx):
     the write stands, and again would write it twice."""
 
+    status = 504
+
     def __init__(
-        self,
-        node: str,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        ids: Sequence[EntryId],
-        held: int,
-        copies: int,
+        self, node: str, code: str, message: str, *, ids: Sequence[EntryId], held: int, copies: int
     ) -> None:
-        ForumError.__init__(self, f"{node}: HTTP {status} {code}: {message}")
-        self.node, self.status, self.code = node, status, code
+        # As Throttled: TooFewCopies.__init__ takes other arguments.
+        _rejected(self, node, self.status, code, message)
         self.retriable = False
         self.ids = list(ids)
         self.held = held
