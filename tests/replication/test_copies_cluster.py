@@ -16,6 +16,7 @@ import pytest
 from forum.node.client.remote import ForumClient
 from forum.node.core.errors import CopiesShort, ForumError, NodeRejected
 from forum.node.core.space import Pattern
+from tests.fixtures.cli import run_forum
 from tests.fixtures.nodes import ForumNodes, eventually
 from tests.replication.conftest import Clients, live_set, mesh
 
@@ -105,6 +106,16 @@ async def test_copies_2_with_b_down_answers_how_many_hold_it_and_the_write_stand
         assert status == 504, body
         assert (body["error"], body["copies"], body["copies_held"]) == ("too_few_copies", 2, 1)
         assert len(body["ids"]) == 2
+
+        # The HTTP transport's client reads the 504 as the stream's does.
+        async with ForumClient(a_node.url, transport="http") as over_http:
+            with pytest.raises(CopiesShort, match="1 of 2 copies held") as short_http:
+                await over_http.write_many([b"job-3"], copies=2)
+            assert (short_http.value.held, short_http.value.status) == (1, 504)
+        # The command line: one line saying so, and a failing exit code.
+        code, out, err = await run_forum("write", "job-cli", "--copies", "2", "--node", a_node.url)
+        assert code != 0 and out == ""
+        assert "too_few_copies" in err and "stays written" in err and err.count("\n") == 1
 
         # More copies than members: refused at once, nothing written.
         count = await a.count(Pattern(b""))

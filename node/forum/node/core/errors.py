@@ -214,20 +214,21 @@ class Throttled(NodeRejected, LimitExceeded):
 
 class TooFewCopies(ForumError):
     """A write asked for ``copies`` members to hold it (this node one of
-    them) and only ``held`` did within ``timeout`` seconds. The write is not
-    undone: it stays written (``ids``), and replication goes on copying it;
-    writing it again would write it twice, so this is not ``retriable``."""
+    them) and only ``held`` did after it ``waited`` seconds (its timeout, or
+    less if the node shut down). The write is not undone: it stays written
+    (``ids``), and replication goes on copying it; writing it again would
+    write it twice, so this is not ``retriable``."""
 
-    def __init__(self, ids: Sequence[EntryId], held: int, copies: int, timeout: float) -> None:
+    def __init__(self, ids: Sequence[EntryId], held: int, copies: int, waited: float) -> None:
         first = f"{ids[0]}" + (f" and {len(ids) - 1} more" if len(ids) > 1 else "")
         super().__init__(
-            f"{held} of {copies} copies held after {timeout:g} s; the write stays written "
+            f"{held} of {copies} copies held after {waited:.3g} s; the write stays written "
             f"({first}) and is copied on as peers answer"
         )
         self.ids = list(ids)
         self.held = held
         self.copies = copies
-        self.timeout = timeout
+        self.waited = waited
 
 
 class TooManyCopies(ForumError, ValueError):
@@ -252,4 +253,4 @@ class CopiesShort(NodeRejected, TooFewCopies):
         self.ids = list(ids)
         self.held = held
         self.copies = copies
-        self.timeout = 0.0
+        self.waited = 0.0  # the node's message says it

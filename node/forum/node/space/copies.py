@@ -108,8 +108,10 @@ class Copies:
         missing = copies - self.count(seq)
         if missing <= 0:
             return
-        wait = _Wait(seq, missing, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        wait = _Wait(seq, missing, loop.create_future())
         self._waits.append(wait)
+        started = loop.time()
         try:
             async with asyncio.timeout(self.timeout):
                 await wait.future
@@ -119,7 +121,7 @@ class Copies:
             self._waits.remove(wait)
         held = self.count(seq)
         if held < copies:
-            raise TooFewCopies(ids, held, copies, self.timeout)
+            raise TooFewCopies(ids, held, copies, min(loop.time() - started, self.timeout))
 
     def close(self) -> None:
         """End every wait now (the node is shutting down): each answers with
