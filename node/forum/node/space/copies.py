@@ -20,6 +20,10 @@ Only the node is seen here: replication installs the cluster's size
 ``Forum.set_ranking``) and calls :meth:`held`; the node imports nothing of
 replication. A node without peers has one member.
 
+Each acknowledgement that moves a peer on compares its range with every
+write waiting (as many as the writes with copies in flight here); one that
+moves no peer on costs a dict look-up.
+
 Not enough copies within ``timeout`` seconds (``forum serve
 --copies-timeout``): :class:`~forum.node.core.errors.TooFewCopies`, naming
 how many members hold it. The write is not undone (it is durable here and
