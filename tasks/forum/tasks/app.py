@@ -50,7 +50,7 @@ from forum.node.config.node import DEFAULT_NODE
 from forum.node.core.errors import TooFewCopies
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import Pattern
-from forum.node.core.write_options import check_copies, write_properties
+from forum.node.core.write_options import WriteOptions, check_copies, write_properties
 from forum.tasks import admin, cron
 from forum.tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
 from forum.tasks.cron import Periodic, Slot
@@ -381,18 +381,22 @@ class App:
         copies = given.copies
         try:  # the node's own check, here too: bad options are bad input, not a round trip
             write_properties(now, delay, not_before, ttl, priority or 0, key, self.dedup_window)
-            if copies is not None:
-                check_copies(copies)
         except ValueError as exc:
-            raise InvalidJob(str(exc).replace("copies", "_copies", 1)) from None
+            raise InvalidJob(str(exc)) from None
+        if copies is not None:  # its bound, the cluster's size, is the node's to check
+            try:
+                check_copies(copies)
+            except ValueError as exc:
+                raise InvalidJob(f"_{exc}") from None  # "_copies must be ...": the keyword
+        options: WriteOptions = {
+            "key": key, "dedup_window": self.dedup_window, "delay": delay,
+            "not_before": not_before, "priority": priority or 0, "ttl": ttl,
+        }  # fmt: skip
+        if copies is not None:  # only when given: a worker's own space may take no copies
+            options["copies"] = copies
         short: TooFewCopies | None = None
         try:
-            await nodes.call(
-                lambda space: space.write(
-                    payload, key=key, dedup_window=self.dedup_window, delay=delay,
-                    not_before=not_before, priority=priority or 0, ttl=ttl, copies=copies,
-                )
-            )  # fmt: skip
+            await nodes.call(lambda space: space.write(payload, **options))
         except TooFewCopies as exc:
             short = exc  # enqueued all the same: its record goes in, then the caller hears
         due = not_before if not_before is not None else now + (delay or 0.0)
