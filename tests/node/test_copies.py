@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from forum.node.config.node import NodeConfig
+from forum.node.config.settings import SettingError
 from forum.node.core.entries import EntryId
 from forum.node.core.errors import ForumError, TooFewCopies, TooManyCopies
 from forum.node.core.space import Pattern
@@ -89,7 +91,7 @@ async def test_a_write_with_copies_waits_for_them_and_more_than_members_writes_n
         with pytest.raises(TooManyCopies, match="copies=2 but the cluster has 1 member"):
             await forum.write(b"job-1", copies=2)
         with pytest.raises(ValueError, match="copies is a whole number"):
-            await forum.write_many([b"job-1"], copies=True)  # type: ignore[arg-type]
+            await forum.write_many([b"job-1"], copies=True)
         assert await forum.count(Pattern(b"")) == 0
         assert (await forum.write(b"job-1", copies=1)).origin == origin
 
@@ -132,3 +134,17 @@ async def test_ack_copies_is_the_default_and_a_write_may_ask_for_one(cfg: Strand
         assert await forum.count(Pattern(b"")) == 2
     with pytest.raises(ForumError, match="closed"):
         await forum.write(b"late", copies=1)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"ack_copies": 0}, "ack_copies must be a positive integer, not 0"),
+        ({"ack_copies": True}, "ack_copies must be a positive integer, not True"),
+        ({"copies_timeout": 0}, "copies_timeout must be a finite number of seconds > 0, not 0"),
+    ],
+)
+def test_the_node_settings_of_copies_are_checked(setting: dict[str, object], message: str) -> None:
+    assert (NodeConfig().ack_copies, NodeConfig().copies_timeout) == (1, 5.0)  # as before
+    with pytest.raises(SettingError, match=f"^{re.escape(message)}$"):
+        NodeConfig(**setting)  # type: ignore[arg-type]

@@ -68,10 +68,8 @@ async def test_b_holds_every_tuple_acknowledged_with_copies_2_when_a_and_its_dis
                 asyncio.create_task(_write_until_killed(a, f"{round_}-{w}", acknowledged, stop))
                 for w in range(WRITERS)
             ]
-            before = len(acknowledged)
-            await eventually(
-                lambda before=before: len(acknowledged) >= before + 20, 20, "writes answered"
-            )
+            enough = len(acknowledged) + 20
+            await eventually(lambda: len(acknowledged) >= enough, 20, "writes answered")  # noqa: B023
             await a_node.kill()
             shutil.rmtree(a_node.data_dir)
             stop.set()
