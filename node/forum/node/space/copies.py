@@ -57,13 +57,21 @@ class _Wait:
 
 
 class Copies:
-    """Which peers hold which of this node's writes, and the writes waiting for copies."""
+    """Which peers hold which of this node's writes, and the writes waiting for copies.
 
-    def __init__(self, origin: str, timeout: float = COPIES_TIMEOUT) -> None:
+    ``default``: the copies of a write that gives none (``forum serve
+    --ack-copies``); ``waits_by_default`` says whether that is more than
+    this node's own, the one test a plain write makes (``Forum.write``)."""
+
+    __slots__ = ("_held", "_members", "_origin", "_waits", "default", "timeout", "waits_by_default")
+
+    def __init__(self, origin: str, timeout: float = COPIES_TIMEOUT, default: int = 1) -> None:
         if not timeout > 0:
             raise ValueError(f"the copies timeout must be > 0 seconds, not {timeout!r}")
         self._origin = origin
         self.timeout = timeout
+        self.default = check_copies(default)
+        self.waits_by_default = default > 1
         self._members: Callable[[], int] | None = None
         #: Per peer origin, the highest seq of ours up to which it holds every entry.
         self._held: dict[str, int] = {}

@@ -49,9 +49,10 @@ from forum.node.core.errors import ForumError
 from forum.node.core.reports import CompactionReport, ForumStats
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import ListPage, Pattern
-from forum.node.core.write_options import check_copies, expiring_properties, write_properties
+from forum.node.core.write_options import expiring_properties, write_properties
 from forum.node.space.admission import Admission
 from forum.node.space.applying import PAUSE, Applier
+from forum.node.space.arrivals import Arrivals
 from forum.node.space.copies import COPIES_TIMEOUT, Copies
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
@@ -112,11 +113,10 @@ class Forum(AsyncResource):
     ) -> None:
         """``ack_copies``: the copies of a write that gives none
         (:mod:`forum.node.space.copies`), waited for up to ``copies_timeout`` s."""
-        # The copies a write that gives none waits for beyond this node's
-        # own, 0 for none: a falsy int, the cheapest test on the hot path.
-        self._default_copies = 0 if check_copies(ack_copies) == 1 else ack_copies
-        # Who holds this node's writes, for writes with copies (installed by replication).
-        self.copies = Copies(strand.origin, copies_timeout)
+        # Who holds this node's writes, for writes with copies (fed by replication).
+        # No attribute more: past 30, CPython keeps an instance's attributes in
+        # a dict of its own, and every attribute read on the hot paths costs more.
+        self.copies = Copies(strand.origin, copies_timeout, ack_copies)
         self.strand = strand
         self._index = LiveIndex()
         self._waiters: deque[_Waiter] = deque()
@@ -203,7 +203,6 @@ class Forum(AsyncResource):
         # What this node holds, noted every half second while the Forum is
         # open (``async with``): ``arrivals``, when it came to hold what.
         self._noting = Noting(strand, self._index, self._reservations)
-        self.arrivals = self._noting.arrivals
         # Entries from elsewhere, applied to the places (forum.node.space.applying).
         self._applier = Applier(
             strand=strand,
@@ -237,6 +236,11 @@ class Forum(AsyncResource):
     def remote_hold(self) -> float:
         """How long a remote tuple no taker here wanted is held (forum.node.space.surfacing)."""
         return self._remote.hold
+
+    @property
+    def arrivals(self) -> Arrivals:
+        """When this node came to hold what (:mod:`forum.node.space.noting`)."""
+        return self._noting.arrivals
 
     async def __aenter__(self) -> Self:
         """Start noting what this node holds (the first note dates all it
@@ -272,7 +276,7 @@ class Forum(AsyncResource):
         answered once so many members hold it durably (:mod:`forum.node.space.copies`;
         not given: the node's ``ack_copies``)."""
         self._check_open()
-        if copies is not None or self._default_copies:
+        if copies is not None or self.copies.waits_by_default:
             written = await self.write_many(
                 (payload,), delay=delay, not_before=not_before, ttl=ttl, priority=priority,
                 key=key, dedup_window=dedup_window, wait=wait, copies=copies,
@@ -322,8 +326,8 @@ class Forum(AsyncResource):
         """
         self._check_open()
         need = 1
-        if copies is not None or self._default_copies:
-            need = self.copies.check(self._default_copies if copies is None else copies)
+        if copies is not None or self.copies.waits_by_default:
+            need = self.copies.check(self.copies.default if copies is None else copies)
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props is PLAIN and wait is None and not self._limits:
             writes = await self.strand.submit_writes(payloads, self._durable)
