@@ -3,17 +3,15 @@ a cluster of three real ``forum serve`` nodes (a full mesh, fsync ``always``),
 with 1 and 16 clients.
 
 Usage: ``python bench/copies_bench.py [--seconds 1.5] [--rounds 3]
-[--copies 1 2 3] [--fsync always] [--cpu-runs 3] [--tree DIR] [--out PATH]``
+[--copies 1 2 3] [--fsync always] [--tree DIR] [--out PATH]``
 
 Each client is a ``ForumClient`` of node A (over the stream) looping
 ``write(payload, copies=c)`` for ``--seconds``; each write's latency is
 noted. Every round measures each cell (copies x clients) once, in an order
 turned by one cell per round, so load that comes and goes on a shared machine
 falls on every cell alike; a cell's figures are the medians over the rounds
-of its p50, p99 and writes per second. Then the CPU of a plain in-process
-``Forum.write`` (``--cpu-runs`` child processes of 20,000 writes, fsync
-``never``; the median), the hot path a write without copies takes. Prints a
-table and writes JSON (``bench/results/copies_bench.json``).
+of its p50, p99 and writes per second. Prints a table and writes JSON
+(``bench/results/copies_bench.json``).
 
 ``--tree DIR`` runs the nodes from another checkout (``bench/trees.py``): on
 one without ``copies`` (such as main before it) only copies 1 is measured,
@@ -25,9 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -80,39 +76,6 @@ async def _cell(url: str, copies: int, clients: int, seconds: float) -> dict[str
     }
 
 
-async def _write_cpu_child(writes: int) -> float:
-    """CPU microseconds per plain in-process ``Forum.write`` (fsync ``never``,
-    50 writers): the hot path ``copies`` must not slow, without the noise of
-    processes and sockets."""
-    from forum.node.space.forum import Forum  # noqa: PLC0415 (the child's tree's)
-    from forum.node.storage.strand import Strand, StrandConfig  # noqa: PLC0415
-
-    with tempfile.TemporaryDirectory() as root:
-        config = StrandConfig().with_storage(Path(root)).with_node_name("cpu")
-        async with Forum(await Strand.open(config.with_fsync("never"))) as forum:
-
-            async def writer() -> None:
-                for _ in range(writes // 50):
-                    await forum.write(b"job/x")
-
-            started = time.process_time()
-            await asyncio.gather(*(writer() for _ in range(50)))
-            return (time.process_time() - started) / writes * 1e6
-
-
-def _write_cpu(tree: Path | None, runs: int) -> list[float]:
-    """:func:`_write_cpu_child` in a child process on ``tree`` (this one: ``None``)."""
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = pythonpath(tree)
-    figures = []
-    for _ in range(runs):
-        child = [sys.executable, __file__, "--write-cpu-child"]
-        done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
-        figures.append(float(done.stdout))
-    return figures
-
-
 async def _peers_alive(url: str, count: int) -> None:
     async with ForumClient(url) as client:
         for _ in range(400):
@@ -146,7 +109,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             for node in nodes:
                 await node.stop()
-    cpu = _write_cpu(args.tree, args.cpu_runs) if args.cpu_runs else []
     rows = []
     for (c, k), runs in figures.items():
         median = {name: statistics.median(run[name] for run in runs) for name in runs[0]}
@@ -159,8 +121,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "tree": None if args.tree is None else str(args.tree),
         "machine": "shared (2 cores, other engineers' runs alongside): short runs, medians",
         "rows": rows,
-        "write_cpu_us": round(statistics.median(cpu), 3) if cpu else None,
-        "write_cpu_runs_us": [round(x, 3) for x in cpu],
     }
 
 
@@ -172,12 +132,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, nargs="+", default=list(COPIES))
     parser.add_argument("--tree", type=Path, default=None, help="run the nodes from this checkout")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--cpu-runs", type=int, default=3, help="of the in-process write's CPU")
-    parser.add_argument("--write-cpu-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.write_cpu_child:
-        print(asyncio.run(_write_cpu_child(20_000)))
-        return
     args.tree_has_copies = (
         args.tree is None
         or (args.tree / "node" / "forum" / "node" / "space" / "copies.py").is_file()
@@ -191,8 +146,6 @@ def main() -> None:
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    if report["write_cpu_us"] is not None:
-        print(f"CPU per in-process plain write: {report['write_cpu_us']:.2f} us")
     print(f"wrote {args.out}")
 
 
