@@ -1,7 +1,8 @@
 """Forum over HTTP against a Redis reliable queue, side by side, in one run.
 
 Usage: ``python bench/http_bench.py [--seconds 3] [--fsync always]
-[--clients 1 16] [--repeats 3] [--one-client] [--one-prefix] [--out PATH]``
+[--clients 1 16] [--repeats 3] [--one-client] [--one-prefix]
+[--node-tree DIR | --node-ref REF] [--out PATH]``
 
 What is measured, each for a fixed time at 1 and at 16 concurrent clients
 (``--clients``); the two queues take turns (``--repeats``, which goes first
@@ -35,6 +36,10 @@ so that none pays for the garbage an earlier one left (see :func:`measure`).
 Durability is matched: ``--fsync always`` (the default) runs the node with
 ``--fsync always`` against Redis with ``appendonly yes, appendfsync always``;
 ``--fsync never`` against Redis without persistence; ``both`` runs the two.
+``--node-tree DIR`` runs the node from another checkout, ``--node-ref REF``
+from a commit of this repository unpacked (bench/trees.py), the clients
+staying this checkout's: run once each way to compare a change of the node
+before and after against the same Redis figures.
 
 Why a client each (issue 29). Until then every loop of this bench shared one
 ``ForumClient`` and one prefix (``job-``), and one redis-py client (a pool)
@@ -102,6 +107,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 import uvloop
+from trees import other_tree, pythonpath
 
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
@@ -163,9 +169,15 @@ async def wait_until(check: Callable[[], Awaitable[bool]], what: str, deadline: 
 
 
 @contextlib.asynccontextmanager
-async def process(*command: str) -> AsyncIterator[asyncio.subprocess.Process]:
+async def process(
+    *command: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
     proc = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        *command,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
     )
     try:
         yield proc
@@ -181,15 +193,22 @@ async def process(*command: str) -> AsyncIterator[asyncio.subprocess.Process]:
 
 
 @contextlib.asynccontextmanager
-async def forum_node(data: Path, fsync: str) -> AsyncIterator[tuple[str, int]]:
-    """The node's URL and its process id."""
+async def forum_node(
+    data: Path, fsync: str, tree: Path | None = None
+) -> AsyncIterator[tuple[str, int]]:
+    """The node's URL and its process id; with ``tree``, the node runs that
+    tree's code (bench/trees.py), from a directory that is no checkout."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
         sys.executable, "-m", "forum", "serve", "--listen", f"127.0.0.1:{port}",
         "--data-dir", str(data), "--fsync", fsync, "--node-id", "bench", "--log-level", "WARNING",
     ]  # fmt: skip
-    async with process(*command) as proc, ForumClient(url) as probe:
+    env = None if tree is None else {**os.environ, "PYTHONPATH": pythonpath(tree)}
+    async with (
+        process(*command, env=env, cwd=data.parent) as proc,
+        ForumClient(url) as probe,
+    ):
         await wait_until(probe.ready, "forum serve")
         yield url, proc.pid
 
@@ -555,6 +574,9 @@ async def main() -> int:
         "--one-prefix", action="store_true",
         help="every loop on one prefix / one Redis list (how this bench ran before)",
     )  # fmt: skip
+    trees = parser.add_mutually_exclusive_group()
+    trees.add_argument("--node-tree", type=Path, help="run the node from this tree (see above)")
+    trees.add_argument("--node-ref", help="run the node from this commit, unpacked (see above)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "http_bench.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "bench" / "results" / "http_bench.png")
     parser.add_argument("--no-plot", action="store_true", help="draw no PNG (no matplotlib)")
@@ -563,6 +585,8 @@ async def main() -> int:
         parser.error("matplotlib is not installed here: run from .venv-bench, or --no-plot")
     if min(args.clients) < 1:
         parser.error("--clients: each count is 1 or more")
+    if args.node_tree is not None and not (args.node_tree / "forum" / "__init__.py").is_file():
+        parser.error(f"--node-tree {args.node_tree}: not a Forum tree (no forum/__init__.py)")
     if shutil.which("redis-server") is None:
         print("redis-server is not on PATH", file=sys.stderr)
         return 2
@@ -574,58 +598,66 @@ async def main() -> int:
         "repeats": args.repeats,
         "batch": BATCH,
         "shape": asdict(shape),
+        "node_tree": str(args.node_tree or args.node_ref or ROOT),
         "runs": [],
     }  # fmt: skip
-    for fsync in ("never", "always") if args.fsync == "both" else (args.fsync,):
-        with tempfile.TemporaryDirectory(prefix="forum-bench-") as tmp:
-            (Path(tmp) / "redis").mkdir()
-            async with (
-                forum_node(Path(tmp) / "forum", fsync) as (forum_url, forum_pid),
-                redis_server(Path(tmp) / "redis", fsync) as (redis_url, redis_pid),
-                contextlib.AsyncExitStack() as stack,
-            ):
-                n = max(args.clients)
-                sides = (
-                    await forum_side(stack, forum_url, forum_pid, n, shape),
-                    await redis_side(stack, redis_url, redis_pid, n, shape),
-                )
-                results = await compare(
-                    sides, args.clients, args.seconds, args.repeats, args.prefill
-                )
-        print(table(results, fsync, shape), end="\n\n", flush=True)
-        if not args.no_plot:
-            # Each durability its own PNG when both run; the default name for "always".
-            path = args.plot
-            if args.fsync == "both" and fsync != "always":
-                path = path.with_name(f"{path.stem}_{fsync}{path.suffix}")
-            plot(results, fsync, shape, path)
-            print(f"drew {path}")
-        jobs = {(r.system, r.clients): r.rate for r in results if r.work == "job"}
-        batch = max(r.rate for r in results if r.system == "forum" and r.work == "batch job")
-        runs = report["runs"]
-        assert isinstance(runs, list)
-        runs.append(
-            {
-                "fsync": fsync,
-                "results": [
-                    asdict(r)
-                    | {
-                        "rate": r.rate,
-                        "server_ms_per_op": r.server_ms_per_op,
-                        "client_ms_per_op": r.client_ms_per_op,
-                    }
-                    for r in results
-                ],
-                "job_ratio": {
-                    str(c): jobs[("forum", c)] / jobs[("redis", c)] for c in args.clients
-                },
-                "forum_batch_reserved_and_acked_per_second": batch,
-            }
-        )
+    with other_tree(args.node_tree, args.node_ref) as tree:
+        for fsync in ("never", "always") if args.fsync == "both" else (args.fsync,):
+            results = await run(args, fsync, shape, tree)
+            print(table(results, fsync, shape), end="\n\n", flush=True)
+            if not args.no_plot:
+                # Each durability its own PNG when both run; the default name for "always".
+                path = args.plot
+                if args.fsync == "both" and fsync != "always":
+                    path = path.with_name(f"{path.stem}_{fsync}{path.suffix}")
+                plot(results, fsync, shape, path)
+                print(f"drew {path}")
+            runs = report["runs"]
+            assert isinstance(runs, list)
+            runs.append(summary(results, fsync, args.clients))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
+
+
+async def run(
+    args: argparse.Namespace, fsync: str, shape: Shape, tree: Path | None
+) -> list[Result]:
+    """Both sides at one durability, each server fresh."""
+    with tempfile.TemporaryDirectory(prefix="forum-bench-") as tmp:
+        (Path(tmp) / "redis").mkdir()
+        async with (
+            forum_node(Path(tmp) / "forum", fsync, tree) as (forum_url, forum_pid),
+            redis_server(Path(tmp) / "redis", fsync) as (redis_url, redis_pid),
+            contextlib.AsyncExitStack() as stack,
+        ):
+            n = max(args.clients)
+            sides = (
+                await forum_side(stack, forum_url, forum_pid, n, shape),
+                await redis_side(stack, redis_url, redis_pid, n, shape),
+            )
+            return await compare(sides, args.clients, args.seconds, args.repeats, args.prefill)
+
+
+def summary(results: list[Result], fsync: str, clients: list[int]) -> dict[str, object]:
+    """One durability's part of the JSON report."""
+    jobs = {(r.system, r.clients): r.rate for r in results if r.work == "job"}
+    batch = max(r.rate for r in results if r.system == "forum" and r.work == "batch job")
+    return {
+        "fsync": fsync,
+        "results": [
+            asdict(r)
+            | {
+                "rate": r.rate,
+                "server_ms_per_op": r.server_ms_per_op,
+                "client_ms_per_op": r.client_ms_per_op,
+            }
+            for r in results
+        ],
+        "job_ratio": {str(c): jobs[("forum", c)] / jobs[("redis", c)] for c in clients},
+        "forum_batch_reserved_and_acked_per_second": batch,
+    }
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 Usage: ``.venv/bin/python bench/scaling_bench.py [--nodes 2,3,5,7]
 [--work-ms 10,100,1000] [--jobs 300,150,40] [--producer-rate 150,60,12]
-[--producer-batch 30] [--kill-one] [--variants pool,main] [--main-tree DIR |
---main-ref REF] [--rounds 1] [--idle 0] [--out PATH]``
+[--producer-batch 30] [--kill-one | --pause-one] [--variants pool,main]
+[--main-tree DIR | --main-ref REF] [--rounds 1] [--idle 0] [--out PATH]``
 
 Each run is a fresh :class:`forum.deploy.cluster.Cluster`: N nodes peered in
 a mesh, one ``forum worker`` per node (8 slots, the demo handler
@@ -48,25 +48,27 @@ cpu ms/job     CPU time (user + system, ``/proc/<pid>/stat``) of every node and
 idle ms/s      before the jobs, the nodes' CPU per second of an idle cluster
                (``--idle`` seconds of it; 0, the default, skips it)
 
-``--kill-one`` adds, per run: ``--kill-after-ms`` (20) after the producer's
+``--kill-one`` adds, per run: ``--down-after-ms`` (20) after the producer's
 batch that reaches half the jobs, the node it went to is SIGKILLed (its
 worker keeps running, its node gone); the producer writes to the others from
-then on. Its jobs are those the producer wrote to it that had no effect at
-the kill (``victim jobs``, in the JSON). ``kill->served s`` is the time from
-the kill until the last of them has its effect, served by another node (or
-by its own worker, if it held the job already; ``-`` when none was left to
-serve); ``stranded`` counts those still without an effect ``--kill-wait``
-(30) seconds after the kill (a job the node made durable and died before
-pushing is held by it alone: only its return serves it). The node is then
-started again on its data, so every job is done and the checker judges the
-whole run. In this mode the CPU figures are not measured (a killed process's
-CPU is gone with it), jobs/s counts the wait for the killed node's jobs, and
-the killed node's ``takes`` and ``double_takes`` count from its restart
-only.
+then on. Its jobs are those the producer wrote to it that had no effect then
+(``victim jobs``, in the JSON). ``down->served s`` is the time from the kill
+until the last of them has its effect, served by another node (or by its own
+worker, if it held the job already; ``-`` when none was left to serve);
+``stranded`` counts those still without an effect ``--down-wait`` (30)
+seconds after the kill (a job the node made durable and died before pushing
+is held by it alone: only its return serves it). The node is then started
+again on its data, so every job is done and the checker judges the whole
+run. In this mode the CPU figures are not measured (a killed process's CPU
+is gone with it), jobs/s counts the wait for the node's jobs, and the killed
+node's ``takes`` and ``double_takes`` count from its restart only.
 
-No partition mode: a partitioned node keeps its own worker, which serves its
-jobs as fast as ever, so the time its jobs take elsewhere needs that worker
-stopped too; ``tests/chaos`` covers partitions (lost=0, duplicate_effects=0).
+``--pause-one`` is the same with SIGSTOP, and SIGCONT at the end: the node
+hangs, its connections open and nothing answered, as a partitioned node
+looks to the others (a killed one refuses connections at once). A partition
+proper (``tests/chaos``, Toxiproxy) leaves the node its own worker, which
+serves its jobs as fast as ever, so the time they take elsewhere would need
+that worker stopped too: the pause measures the others' side of it.
 
 The variants are settings of this code, and one other tree:
 
@@ -89,7 +91,7 @@ alternate within a round (their order reversed every other round), so all
 see the same machine. Prints a table; writes bench/results/scaling_bench.json.
 
 Targets: issue 29, double/job <= 0.01 at 2, 3, 5 and 7 nodes with 10 ms,
-100 ms and 1 s jobs, and no change to kill->served; issue 13, takes/job <=
+100 ms and 1 s jobs, and no change to down->served; issue 13, takes/job <=
 1.02 and cpu ms/job flat from 3 to 7 nodes.
 """
 
@@ -97,20 +99,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from trees import export, named_in, pythonpath
+from trees import named_in, other_tree, pythonpath
 
 from forum.deploy.cluster import Cluster, ClusterConfig
 from forum.deploy.demo import WORK_MS_ENV
@@ -133,7 +134,7 @@ _TICK = os.sysconf("SC_CLK_TCK")
 #: After the last effect, how long the nodes may take to settle (acks land,
 #: parked copies are killed by the Takes that follow them).
 _SETTLE = 30.0
-#: Between two looks at the effects, in ``--kill-one``.
+#: Between two looks at the effects, in ``--kill-one`` and ``--pause-one``.
 _POLL = 0.05
 
 
@@ -149,19 +150,21 @@ class Load:
 
 
 @dataclass(frozen=True, slots=True)
-class KillPlan:
-    """``--kill-one``: the kill ``after_s`` after the victim's batch past half
-    the jobs, and how long its jobs are waited for (``wait_s``)."""
+class DownPlan:
+    """``--kill-one`` (``how="kill"``) or ``--pause-one`` (``"pause"``): the
+    node taken down ``after_s`` after the batch that reaches half the jobs,
+    and how long its jobs are waited for (``wait_s``)."""
 
+    how: Literal["kill", "pause"]
     after_s: float
     wait_s: float
 
 
 @dataclass(frozen=True, slots=True)
-class Kill:
-    """What ``--kill-one`` saw: the killed node's jobs without an effect at
-    the kill, how long until the last of them had one (``None``: some never
-    did within the wait), and how many had none then."""
+class Down:
+    """What ``--kill-one`` or ``--pause-one`` saw: the node's jobs without an
+    effect when it went down, how long until the last of them had one
+    (``None``: some never did within the wait), and how many had none then."""
 
     victim_jobs: int
     served_s: float | None
@@ -179,12 +182,12 @@ class Run:
     #: Each node's ``double_takes`` (node-a first).
     double_takes_by_node: tuple[int, ...]
     valid: bool
-    #: CPU seconds over the run (``None`` with ``--kill-one``).
+    #: CPU seconds over the run (``None`` with a node taken down).
     node_cpu_s: float | None
     worker_cpu_s: float | None
     redis_cpu_s: float | None
     idle_node_cpu_s_per_s: float | None = None
-    kill: Kill | None = None
+    down: Down | None = None
 
     @property
     def takes_per_job(self) -> float:
@@ -242,7 +245,7 @@ class Producer:
     history: History
     #: Job names by the node the producer wrote them to.
     written_to: dict[str, list[str]] = field(default_factory=dict)
-    #: The node that took the batch reaching half the jobs: ``--kill-one``'s.
+    #: The node that took the batch reaching half the jobs: the one taken down.
     victim: str | None = None
     #: Set once that batch was written (or failed), or at the end.
     half: asyncio.Event = field(default_factory=asyncio.Event)
@@ -269,7 +272,7 @@ class Producer:
                     self.written_to.setdefault(node.name, []).extend(prefix + n for n in batch)
                 if start + len(batch) >= len(names) / 2 and not self.half.is_set():
                     self.victim = node.name
-                    self.half.set()  # between two batches: a kill lands on none
+                    self.half.set()  # between two batches: the kill lands on none
         finally:
             self.half.set()
             for client in clients.values():
@@ -284,38 +287,44 @@ class Producer:
         raise RuntimeError("every node is down")
 
 
-async def kill_one(cluster: Cluster, producer: Producer, plan: KillPlan) -> Kill:
+async def take_one_down(cluster: Cluster, producer: Producer, plan: DownPlan) -> Down:
     """``plan.after_s`` seconds after the producer's batch that reaches half
-    the jobs, SIGKILL the node it went to; the time until each job written
-    to it without an effect then has one (see the module's docstring); the
-    node started again on its data at the end."""
+    the jobs, SIGKILL (or SIGSTOP) the node it went to; the time until each
+    job written to it without an effect then has one (see the module's
+    docstring); the node started again on its data (or resumed) at the end."""
     await producer.half.wait()
     victim = next((n for n in cluster.nodes if n.name == producer.victim), None)
     if victim is None:
-        return Kill(0, None, 0)  # no batch reached half: nothing was killed
+        return Down(0, None, 0)  # no batch reached half: none was taken down
     await asyncio.sleep(plan.after_s)
     async with EffectSink.from_url(cluster.sink_url) as sink:
         effects = await sink.effects()
-        await victim.kill()
-        killed = time.perf_counter()
+        if plan.how == "kill":
+            await victim.kill()
+        else:
+            victim.pause()
+        down = time.perf_counter()
         waiting = {j for j in producer.written_to.get(victim.name, []) if not effects.get(j)}
         count = len(waiting)
-        last_served = killed
-        while waiting and time.perf_counter() - killed < plan.wait_s:
+        last_served = down
+        while waiting and time.perf_counter() - down < plan.wait_s:
             await asyncio.sleep(_POLL)
             effects = await sink.effects()
             served = {j for j in waiting if effects.get(j)}
             if served:
                 waiting -= served
                 last_served = time.perf_counter()
-    await victim.start()
+    if plan.how == "kill":
+        await victim.start()
+    else:
+        victim.resume()
     if not count:
-        return Kill(0, None, 0)  # nothing of it was left to serve: no time to tell
-    return Kill(count, None if waiting else last_served - killed, len(waiting))
+        return Down(0, None, 0)  # nothing of it was left to serve: no time to tell
+    return Down(count, None if waiting else last_served - down, len(waiting))
 
 
 async def run_once(
-    nodes: int, variant: str, load: Load, tree: Path, idle: float, plan: KillPlan | None
+    nodes: int, variant: str, load: Load, tree: Path, idle: float, plan: DownPlan | None
 ) -> Run:
     env = {"PYTHONPATH": pythonpath(tree)} if tree != ROOT else {}
     cfg = ClusterConfig(
@@ -326,7 +335,7 @@ async def run_once(
         worker_env={WORK_MS_ENV: str(load.work_ms), **env},
     )
     history = History()
-    kill: Kill | None = None
+    down: Down | None = None
     async with Cluster(cfg) as cluster:
         redis: list[Service] = [cluster.redis] if cluster.redis is not None else []
         idle_rate = await idle_cpu(cluster, idle) if idle else None
@@ -336,8 +345,10 @@ async def run_once(
         started = time.perf_counter()
         async with asyncio.TaskGroup() as group:
             group.create_task(producer.run())
-            killing = (
-                group.create_task(kill_one(cluster, producer, plan)) if plan is not None else None
+            taking_down = (
+                group.create_task(take_one_down(cluster, producer, plan))
+                if plan is not None
+                else None
             )
         await wait_until_done(cluster, history, deadline=600, progress=False)
         seconds = time.perf_counter() - started
@@ -346,14 +357,14 @@ async def run_once(
             cpu_seconds(cluster.workers) - worker0,
             cpu_seconds(redis) - redis0,
         )
-        if killing is not None:
-            kill = killing.result()
+        if taking_down is not None:
+            down = taking_down.result()
         takes, doubles = await settled(cluster)
         await collect(cluster, history)
     verdict = history.check()
     if not verdict.valid:
         print(verdict.explain(), file=sys.stderr)
-    node_cpu, worker_cpu, redis_cpu = (None, None, None) if kill else cpu
+    node_cpu, worker_cpu, redis_cpu = (None, None, None) if down else cpu
     return Run(
         nodes,
         variant,
@@ -367,7 +378,7 @@ async def run_once(
         worker_cpu,
         redis_cpu,
         idle_rate,
-        kill,
+        down,
     )
 
 
@@ -384,7 +395,7 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def median_of(runs: list[Run]) -> dict[str, float | None]:
-    kills = [r.kill for r in runs if r.kill is not None]
+    downs = [r.down for r in runs if r.down is not None]
     return {
         "jobs_per_s": statistics.median(r.jobs_per_s for r in runs),
         "takes_per_job": statistics.median(r.takes_per_job for r in runs),
@@ -398,9 +409,9 @@ def median_of(runs: list[Run]) -> dict[str, float | None]:
                 for r in runs
             ]
         ),
-        "kill_to_served_s": _median([k.served_s for k in kills]) if kills else None,
-        "stranded": _median([k.stranded for k in kills]) if kills else None,
-        "victim_jobs": _median([k.victim_jobs for k in kills]) if kills else None,
+        "down_to_served_s": _median([d.served_s for d in downs]) if downs else None,
+        "stranded": _median([d.stranded for d in downs]) if downs else None,
+        "victim_jobs": _median([d.victim_jobs for d in downs]) if downs else None,
     }
 
 
@@ -411,7 +422,7 @@ def _cell(value: float | None, width: int, digits: int) -> str:
 def report(summary: dict[str, dict[str, dict[str, dict[str, float | None]]]]) -> None:
     print(f"{'nodes':>5} {'work ms':>7} {'variant':<8} {'jobs/s':>6} {'takes/job':>9} "
           f"{'double/job':>10} {'cpu ms/job':>10} {'node ms':>7} {'worker ms':>9} "
-          f"{'redis ms':>8} {'idle ms/s':>9} {'kill->served s':>14} {'stranded':>8}")  # fmt: skip
+          f"{'redis ms':>8} {'idle ms/s':>9} {'down->served s':>14} {'stranded':>8}")  # fmt: skip
     for nodes, by_work in summary.items():
         for work_ms, by_variant in by_work.items():
             for variant, m in by_variant.items():
@@ -422,7 +433,7 @@ def report(summary: dict[str, dict[str, dict[str, dict[str, float | None]]]]) ->
                       f"{_cell(cpu, 10, 2)} {_cell(node, 7, 2)} {_cell(worker, 9, 2)} "
                       f"{_cell(m['redis_cpu_ms_per_job'], 8, 2)} "
                       f"{_cell(m['idle_node_cpu_ms_per_s'], 9, 0)} "
-                      f"{_cell(m['kill_to_served_s'], 14, 2)} "
+                      f"{_cell(m['down_to_served_s'], 14, 2)} "
                       f"{_cell(m['stranded'], 8, 0)}")  # fmt: skip
 
 
@@ -442,17 +453,17 @@ async def main(
                 order = args.variants if round_ % 2 == 0 else args.variants[::-1]
                 for variant in order:
                     tree = other if variant == "main" and other is not None else ROOT
-                    run = await run_once(nodes, variant, load, tree, args.idle, args.kill)
+                    run = await run_once(nodes, variant, load, tree, args.idle, args.down)
                     runs.append(run)
-                    kill = (
-                        f" kill->served {run.kill.served_s} s stranded {run.kill.stranded}"
-                        if run.kill
+                    down = (
+                        f" down->served {run.down.served_s} s stranded {run.down.stranded}"
+                        if run.down
                         else ""
                     )
                     print(f"round {round_ + 1} nodes={nodes} work={_key(load.work_ms)} ms "
                           f"{variant}: {run.jobs_per_s:.0f} jobs/s takes/job "
                           f"{run.takes_per_job:.3f} double/job {run.double_per_job:.3f}"
-                          f"{kill} valid={run.valid}", file=sys.stderr)  # fmt: skip
+                          f"{down} valid={run.valid}", file=sys.stderr)  # fmt: skip
     summary = {
         str(nodes): {
             _key(load.work_ms): {
@@ -478,7 +489,7 @@ async def main(
         "loads": [asdict(load) for load in loads],
         "rounds": args.rounds,
         "idle_s": args.idle,
-        "kill_one": None if args.kill is None else asdict(args.kill),
+        "down": None if args.down is None else asdict(args.down),
         "main_tree": None if other is None else str(args.main_tree or args.main_ref),
         "summary": summary,
         "runs": [
@@ -533,16 +544,6 @@ def _per_load(values: Sequence[float], work: Sequence[float]) -> list[float] | N
     return list(values) if len(values) == len(work) else None
 
 
-@contextlib.contextmanager
-def other_tree(args: argparse.Namespace) -> Iterator[Path | None]:
-    """The tree variant ``main`` runs: ``--main-tree``, or ``--main-ref`` unpacked."""
-    if args.main_ref is None:
-        yield args.main_tree
-        return
-    with tempfile.TemporaryDirectory(prefix="forum-scaling-") as tmp:
-        yield export(args.main_ref, Path(tmp))
-
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--nodes", type=_ints, default=[2, 3, 5, 7], help="e.g. 2,3,5,7")
@@ -552,14 +553,16 @@ if __name__ == "__main__":
         "--producer-rate", type=_numbers, help="jobs/s, per --work-ms (default: by job length)"
     )
     parser.add_argument("--producer-batch", type=int, default=30, help="jobs per write_many")
-    parser.add_argument("--kill-one", action="store_true", help="SIGKILL a node mid-run")
+    downs = parser.add_mutually_exclusive_group()
+    downs.add_argument("--kill-one", action="store_true", help="SIGKILL a node mid-run")
+    downs.add_argument("--pause-one", action="store_true", help="SIGSTOP a node mid-run")
     parser.add_argument(
-        "--kill-after-ms", type=float, default=20.0,
-        help="with --kill-one: the kill this long after the victim's batch past half",
+        "--down-after-ms", type=float, default=20.0,
+        help="the kill or pause this long after the batch that reaches half the jobs",
     )  # fmt: skip
     parser.add_argument(
-        "--kill-wait", type=float, default=30.0,
-        help="with --kill-one: how long the killed node's jobs are waited for",
+        "--down-wait", type=float, default=30.0,
+        help="how long the jobs of the node taken down are waited for",
     )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--variants", type=_variants, default=["pool"])
@@ -591,12 +594,12 @@ if __name__ == "__main__":
         Load(w, int(j), r, arguments.producer_batch)
         for w, j, r in zip(work, jobs, rates, strict=True)
     ]
-    arguments.kill = (
-        KillPlan(arguments.kill_after_ms / 1000, arguments.kill_wait)
-        if arguments.kill_one
-        else None
+    how: Literal["kill", "pause"] | None = (
+        "kill" if arguments.kill_one else "pause" if arguments.pause_one else None
     )
-    with other_tree(arguments) as tree:
+    after = arguments.down_after_ms / 1000
+    arguments.down = None if how is None else DownPlan(how, after, arguments.down_wait)
+    with other_tree(arguments.main_tree, arguments.main_ref) as tree:
         results = asyncio.run(main(arguments, loads, tree))
     report(results["summary"])  # type: ignore[arg-type]
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
