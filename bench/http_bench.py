@@ -82,7 +82,9 @@ loop of 100-byte appends each fsynced, so both sides were bound by fsyncs
 rather than by CPU; the shapes are compared within that state, not against
 the quiet VM's figures.)
 
-Prints a table; writes JSON (``bench/results/http_bench.json``) and a plot
+Prints a table, and the fsyncs a second the disk took just before and after
+(:func:`fsyncs_per_second`: on a shared machine they bound both sides and
+move tenfold); writes JSON (``bench/results/http_bench.json``) and a plot
 (``bench/results/http_bench.png``, ops/s of each work, Forum against Redis;
 matplotlib, from ``.venv-bench``: scripts/bench-env; ``--no-plot`` without).
 """
@@ -151,6 +153,25 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14, 15)
+
+
+def fsyncs_per_second(where: Path, seconds: float = 0.5) -> float:
+    """How many 100-byte appends, each fsynced, the disk under ``where`` takes
+    a second now: what bounds both sides with ``--fsync always`` (a shared
+    machine's other work moves it tenfold)."""
+    path = where / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    done = 0
+    started = time.perf_counter()
+    try:
+        while time.perf_counter() - started < seconds:
+            os.write(fd, b"x" * 100)
+            os.fsync(fd)
+            done += 1
+    finally:
+        os.close(fd)
+        path.unlink()
+    return done / (time.perf_counter() - started)
 
 
 def free_port() -> int:
@@ -603,8 +624,12 @@ async def main() -> int:
     }  # fmt: skip
     with other_tree(args.node_tree, args.node_ref) as tree:
         for fsync in ("never", "always") if args.fsync == "both" else (args.fsync,):
+            disk = [fsyncs_per_second(Path(tempfile.gettempdir()))]
             results = await run(args, fsync, shape, tree)
-            print(table(results, fsync, shape), end="\n\n", flush=True)
+            disk.append(fsyncs_per_second(Path(tempfile.gettempdir())))
+            print(table(results, fsync, shape))
+            print(f"the disk took {disk[0]:,.0f} fsyncs/s before, {disk[1]:,.0f} after",
+                  end="\n\n", flush=True)  # fmt: skip
             if not args.no_plot:
                 # Each durability its own PNG when both run; the default name for "always".
                 path = args.plot
@@ -614,7 +639,7 @@ async def main() -> int:
                 print(f"drew {path}")
             runs = report["runs"]
             assert isinstance(runs, list)
-            runs.append(summary(results, fsync, args.clients))
+            runs.append(summary(results, fsync, args.clients) | {"disk_fsyncs_per_s": disk})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
