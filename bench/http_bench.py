@@ -75,7 +75,14 @@ either): Forum on one client 2,213-2,249 jobs/s, on a client each
 0.084); Redis's four shapes 763-937/s, within their noise. At 1 client the
 two shapes are one client either way, which is why both measurements agreed
 there. The quiet VM was not free to measure again: the factor the shared
-client gives here (1.3) is most of the one between 0.95x and 0.60x (1.58).
+client gives here (1.3) is most of the one between 0.95x and 0.60x (1.58). A
+second pair of runs (a client each; one client and one prefix) half an hour
+later (``http_bench_repeat*.json``), the disk moving between 270 and 1,260
+fsyncs a second within each run: the job at 16 clients 1.74x against 1.30x
+(the second run's Redis side caught the disk fast), the node's CPU 0.36
+against 0.22 ms per job, the client's 0.087 against 0.065. The CPU per job
+repeats; ratios from runs minutes apart on this VM do not, so the shapes are
+best compared within one session, as above.
 (On this loaded VM the ratios themselves are far above the quiet VM's: its
 disk took about 3 ms per fsync during these runs, some 330 a second in a
 loop of 100-byte appends each fsynced, so both sides were bound by fsyncs
