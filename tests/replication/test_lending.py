@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from forum.node.core.entries import EntryId, Take, Write
 from forum.node.core.space import Pattern
 from forum.node.space.forum import Forum
+from forum.replication.errors import BadMessage
+from forum.replication.lending import Lending
 from forum.replication.membership import PeerState
+from forum.replication.messages import Loan, Member
 from tests.fixtures.nodes import eventually
 from tests.replication.peers import Node, Nodes
 from tests.replication.test_antientropy import FAST, converged, mesh, state_of
@@ -191,3 +195,25 @@ async def test_lending_off_hands_out_copies_at_their_turns(tmp_path: Path) -> No
         await converged([a, b], "a's job on b")
         assert await b.forum.take(JOBS) == b"job-1"
         assert b.replicator.lending.asked == 0
+
+
+WRITER = Member("a-1", "http://a:1")
+
+
+@pytest.mark.parametrize(
+    ("loan", "why"),
+    [
+        (Loan(Member("c-1", None), (Write(EntryId("a-1", 1), b"job-1"),), (1,)), "came from"),
+        (Loan(WRITER, (Write(EntryId("c-1", 1), b"job-1"),), (1,)), "not its own"),
+        (Loan(WRITER, (Take(EntryId("a-1", 2), EntryId("c-1", 1)),), (1,)), "not its own"),
+        (Loan(WRITER, (Write(EntryId("a-1", 1), b"mail-1"),), (1,)), "not under the prefix"),
+        (
+            Loan(WRITER, tuple(Write(EntryId("a-1", i), b"job") for i in (1, 2)), (1, 1)),
+            "2 tuples, 1 asked",
+        ),
+    ],
+)
+def test_a_loan_that_is_not_what_was_asked_is_refused(loan: Loan, why: str) -> None:
+    """Nothing of it is stored or handed out (the borrower asks again later)."""
+    with pytest.raises(BadMessage, match=why):
+        Lending._check(loan, "a-1", b"job-", 1)

@@ -40,6 +40,7 @@ from forum.replication.messages import (
     decode_loan,
     encode,
 )
+from forum.replication.metrics import ReplicationMetrics
 from forum.replication.push import report_failure
 from forum.replication.transport import PeerTransport
 
@@ -63,6 +64,7 @@ class Lending:
         config: ReplicationConfig,
         apply: Apply,
         spawn: Spawn,
+        metrics: ReplicationMetrics,
     ) -> None:
         self._me = me
         self._membership = membership
@@ -70,11 +72,12 @@ class Lending:
         self._timeout = config.lend_timeout
         self._apply = apply
         self._spawn = spawn
+        self._metrics = metrics
         #: Per writer, the seqs back and to extend, not sent yet.
         self._released: dict[str, list[int]] = {}
         self._extended: dict[str, tuple[list[int], float]] = {}
-        #: Loans asked, answered, timed out, failed: the node's metrics.
-        self.asked = self.lent = self.timed_out = self.failed = 0
+        #: Loans asked, and tuples lent us (``forum_replication_loans_total`` per result).
+        self.asked = self.lent = 0
 
     def owns(self, origin: str) -> bool:
         """Alive: it answered our last call, or it calls us and no call of
@@ -108,15 +111,16 @@ class Lending:
             self._check(loan, origin, prefix, limit)
             await self._apply(loan.entries, Provenance(held_by=frozenset({origin})))
         except TimeoutError:
-            self.timed_out += 1
+            self._metrics.loan(peer.url, "timeout")
             log.debug("lend: %s did not answer within %.3fs", peer.url, self._timeout)
             return None
         except (PeerError, BadMessage, BadSignature) as exc:
-            self.failed += 1
+            self._metrics.loan(peer.url, "failed")
             log.debug("lend: %s failed: %s", peer.url, exc)
             report_failure(self._membership, peer, exc)
             return None
         self.lent += len(loan.entries)
+        self._metrics.loan(peer.url, "lent" if loan.entries else "empty", len(loan.entries))
         return [
             Lent(entry, deliveries)
             for entry, deliveries in zip(loan.entries, loan.deliveries, strict=True)

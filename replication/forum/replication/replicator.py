@@ -130,6 +130,7 @@ class Replicator(AsyncResource):
             config=config,
             apply=self._apply,
             spawn=self._spawn,
+            metrics=metrics,
         )
 
     # -- running ---------------------------------------------------------------------
