@@ -160,8 +160,9 @@ class Borrowing:
         return claimed
 
     def _wanted(self, prefix: bytes, asked: bool) -> EntryId | None:
-        """The oldest match here whose writer lends it (and is not dry, unless
-        ``asked``): live (bounded scan), else held in the pool."""
+        """The match here a take would serve first (the highest priority, then
+        the oldest) whose writer lends it (and is not dry, unless ``asked``):
+        live (a bounded scan), else held in the pool."""
         now = asyncio.get_running_loop().time()
         dry = self._dry
         if dry:
@@ -171,11 +172,16 @@ class Borrowing:
         def askable(origin: str) -> bool:
             return self.owns(origin) and (asked or (origin, prefix) not in dry)
 
+        best: Tuple | None = None  # the highest priority, then the oldest
         for looked, (_, item) in enumerate(self._index.iter_matching(prefix)):
-            if askable(item.id.origin):
-                return item.id
+            if askable(item.id.origin) and (
+                best is None or item.props.priority > best.props.priority
+            ):
+                best = item
             if looked >= STEAL_SCAN:
                 break
+        if best is not None:
+            return best.id
         held = self._remote.pool.best(prefix, askable, aired=False, limit=STEAL_SCAN)
         return None if held is None else held.item.id
 
@@ -207,19 +213,21 @@ def lend_from(
     lendable: Callable[[Tuple], bool],
 ) -> list[Found]:
     """Up to ``limit`` of this node's own live tuples under ``prefix``
-    (``origin``'s), oldest first, that are ``lendable``, out of the index.
-    A bounded scan past others' tuples (``STEAL_SCAN``)."""
+    (``origin``'s) that are ``lendable``, out of the index, in the order a
+    take here serves (the highest priority first, then the oldest). Others'
+    tuples met on the way are put back in their places; past ``STEAL_SCAN``
+    of them, no more is looked for (a bound on the scan)."""
     found: list[Found] = []
-    passed = 0
-    for arrival, item in index.iter_matching(prefix):
-        if item.id.origin == origin and lendable(item):
-            found.append((arrival, item))
-            if len(found) >= limit:
-                break
+    passed: list[Found] = []
+    while len(found) < limit and len(passed) < STEAL_SCAN:
+        best = index.oldest(prefix)
+        if best is None:
+            break
+        index.remove(best[0])
+        if best[1].id.origin == origin and lendable(best[1]):
+            found.append(best)
         else:
-            passed += 1
-            if passed >= STEAL_SCAN:
-                break
-    for arrival, _ in found:
-        index.remove(arrival)
+            passed.append(best)
+    for arrival, item in passed:
+        index.restore(arrival, item)
     return found
