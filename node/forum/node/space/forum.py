@@ -53,7 +53,7 @@ from forum.node.space.applying import PAUSE, Applier
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
 from forum.node.space.kept_properties import KeptProperties
-from forum.node.space.lending import ASK, Ask, Borrowing, Lender, Lent, lend_from
+from forum.node.space.lending import ASK, Ask, Borrowing, Lender, Lent, Loans
 from forum.node.space.listeners import (
     LOCAL,
     ExpiryListener,
@@ -222,7 +222,14 @@ class Forum(AsyncResource):
             index=self._index,
             places=self._places,
             remote=self._remote,
-            lapses=self._lapses,
+            reservations=self._reservations,
+        )
+        self._loans = Loans(
+            origin=strand.origin,
+            index=self._index,
+            pool=self._pool,
+            reservations=self._reservations,
+            dress=self._dress,
         )
         self._owned = self._borrowing.owned
         self._lender: Lender | None = None
@@ -599,14 +606,8 @@ class Forum(AsyncResource):
         if not lease > 0:
             raise ValueError("lease must be > 0 seconds")
         extended = self._reservations.extend(entry_ids, lease)
-        borrowed = self._reservations.borrowed
-        if borrowed and self._lender is not None:
-            by_writer: dict[str, builtins.list[EntryId]] = {}
-            for entry_id in entry_ids:
-                if (writer := borrowed.get(entry_id)) is not None:
-                    by_writer.setdefault(writer, []).append(entry_id)
-            for writer, ids in by_writer.items():
-                self._lender.extended(writer, ids, lease)
+        if self._reservations.borrowed:
+            self._borrowing.extended(entry_ids, lease)
         return extended
 
     async def release(self, entry_id: EntryId) -> bool:
@@ -860,34 +861,18 @@ class Forum(AsyncResource):
         (its Take of one ends the reservation, and counts no double take):
         the tuples, oldest first. None while the prefix is paused here."""
         self._check_open()
-        if not lease > 0:
-            raise ValueError("lease must be > 0 seconds")
         if self._paused and self._admission.is_paused(prefix):
             return []
-        found = lend_from(
-            self._index, self.strand.origin, prefix, limit, lambda item: item.id not in self._pool
-        )
-        lent: builtins.list[Lent] = []
-        for arrival, live in found:
-            handed = self._reservations.hand_out(arrival, self._dress(live), lease)
-            self._reservations.lent[handed.id] = asker
-            lent.append(Lent(Write(handed.id, handed.payload, handed.props), handed.deliveries))
-        return lent
+        return self._loans.lend(asker, prefix, limit, lease)
 
     def returned(self, asker: str, entry_ids: Sequence[EntryId]) -> int:
         """Tuples lent to ``asker`` are back: live here again. How many were."""
-        lent = self._reservations.lent
-        back = [i for i in entry_ids if lent.get(i) == asker]
-        return sum(self._reservations.release(entry_id) for entry_id in back)
+        return self._loans.returned(asker, entry_ids)
 
     def extend_lent(self, asker: str, entry_ids: Sequence[EntryId], lease: float) -> int:
         """Keep the tuples lent to ``asker`` reserved for ``lease`` seconds
         from now. How many still were."""
-        if not lease > 0:
-            raise ValueError("lease must be > 0 seconds")
-        lent = self._reservations.lent
-        kept = [i for i in entry_ids if lent.get(i) == asker]
-        return sum(self._reservations.extend(kept, lease))
+        return self._loans.extend(asker, entry_ids, lease)
 
     def _wanted(self, item: Tuple) -> bool:
         """Whether a waiting taker here wants ``item``."""

@@ -41,7 +41,8 @@ from typing import Protocol
 from forum.node.core.entries import EntryId, Tuple, Write
 from forum.node.space.index import LiveIndex
 from forum.node.space.places import Place, Places
-from forum.node.space.surfacing import STEAL_SCAN, Found, RemoteTuples
+from forum.node.space.reservations import Reservations
+from forum.node.space.surfacing import STEAL_SCAN, Found, Pool, RemoteTuples
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +93,9 @@ ASK = Ask()
 class Borrowing:
     """This node's side of lending: which writers are asked for what, and
     the tuples they lend, out of their places here. The Forum passes its
-    index, places, remote tuples and lapses."""
+    index, places, remote tuples and reservations."""
 
-    __slots__ = ("_dry", "_index", "_lapses", "_origin", "_places", "_remote", "lender")
+    __slots__ = ("_dry", "_index", "_origin", "_places", "_remote", "_reservations", "lender")
 
     def __init__(
         self,
@@ -103,13 +104,13 @@ class Borrowing:
         index: LiveIndex,
         places: Places,
         remote: RemoteTuples,
-        lapses: dict[EntryId, int],
+        reservations: Reservations,
     ) -> None:
         self._origin = origin
         self._index = index
         self._places = places
         self._remote = remote
-        self._lapses = lapses
+        self._reservations = reservations
         self.lender: Lender | None = None
         #: (writer, prefix) -> loop time until which it is not asked unbidden.
         self._dry: dict[tuple[str, bytes], float] = {}
@@ -153,11 +154,23 @@ class Borrowing:
                 unwanted.append(one.write.id)
                 continue
             if one.deliveries > 1:
-                self._lapses[one.write.id] = one.deliveries - 1
+                self._reservations.lapses[one.write.id] = one.deliveries - 1
             claimed.append(found)
         if unwanted:
             lender.returned(origin, unwanted)
         return claimed
+
+    def extended(self, entry_ids: Sequence[EntryId], lease: float) -> None:
+        """Reservations here were extended: those lent us, at their writers too."""
+        lender, borrowed = self.lender, self._reservations.borrowed
+        if lender is None:
+            return
+        by_writer: dict[str, list[EntryId]] = {}
+        for entry_id in entry_ids:
+            if (writer := borrowed.get(entry_id)) is not None:
+                by_writer.setdefault(writer, []).append(entry_id)
+        for writer, ids in by_writer.items():
+            lender.extended(writer, ids, lease)
 
     def _wanted(self, prefix: bytes, asked: bool) -> EntryId | None:
         """The match here a take would serve first (the highest priority, then
@@ -203,6 +216,63 @@ class Borrowing:
 
 #: The places a lent tuple is taken out of.
 _TAKEABLE = frozenset({Place.INDEX, Place.SURFACING, Place.POOL, Place.SCHEDULE})
+
+
+class Loans:
+    """The writer's side of lending: its own live tuples reserved for the
+    nodes that ask (``Reservations.lent`` says for whom), given back and
+    extended as they say. The Forum passes its index, pool, reservations and
+    ``dress`` (a tuple with its Write's properties)."""
+
+    __slots__ = ("_dress", "_index", "_origin", "_pool", "_reservations")
+
+    def __init__(
+        self,
+        *,
+        origin: str,
+        index: LiveIndex,
+        pool: Pool,
+        reservations: Reservations,
+        dress: Callable[[Tuple], Tuple],
+    ) -> None:
+        self._origin = origin
+        self._index = index
+        self._pool = pool
+        self._reservations = reservations
+        self._dress = dress
+
+    def lend(self, asker: str, prefix: bytes, limit: int, lease: float) -> list[Lent]:
+        """Up to ``limit`` of this node's own live tuples under ``prefix``,
+        reserved for ``asker`` for ``lease`` seconds (its Take of one ends
+        the loan, and counts no double take), in the order a take here
+        serves them."""
+        if not lease > 0:
+            raise ValueError("lease must be > 0 seconds")
+        reservations = self._reservations
+        found = lend_from(
+            self._index, self._origin, prefix, limit, lambda item: item.id not in self._pool
+        )
+        lent: list[Lent] = []
+        for arrival, live in found:
+            handed = reservations.hand_out(arrival, self._dress(live), lease)
+            reservations.lent[handed.id] = asker
+            lent.append(Lent(Write(handed.id, handed.payload, handed.props), handed.deliveries))
+        return lent
+
+    def returned(self, asker: str, entry_ids: Sequence[EntryId]) -> int:
+        """Tuples lent to ``asker`` are back: live here again. How many were."""
+        lent = self._reservations.lent
+        back = [i for i in entry_ids if lent.get(i) == asker]
+        return sum(self._reservations.release(entry_id) for entry_id in back)
+
+    def extend(self, asker: str, entry_ids: Sequence[EntryId], lease: float) -> int:
+        """Keep the tuples lent to ``asker`` reserved ``lease`` seconds from
+        now. How many still were."""
+        if not lease > 0:
+            raise ValueError("lease must be > 0 seconds")
+        lent = self._reservations.lent
+        kept = [i for i in entry_ids if lent.get(i) == asker]
+        return sum(self._reservations.extend(kept, lease))
 
 
 def lend_from(
