@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
+from typing import Any
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from forum.node.space.forum import Forum
 from forum.replication.errors import BadMessage
 from forum.replication.lending import Lending
 from forum.replication.membership import PeerState
-from forum.replication.messages import Loan, Member
+from forum.replication.messages import LEND_PATH, Loan, Member
 from tests.fixtures.nodes import eventually
 from tests.replication.peers import Node, Nodes
 from tests.replication.test_antientropy import FAST, converged, mesh, state_of
@@ -183,6 +184,34 @@ async def test_a_cut_off_writers_tuples_are_handed_out_where_they_are(memory: No
     await eventually(lambda: state_of(b, a) is not PeerState.ALIVE, 5, "a suspect on b")
     assert await b.forum.take(JOBS) is not None
     assert b.replicator.lending.asked == 0
+
+
+async def test_a_writer_too_slow_to_lend_is_not_waited_for(
+    memory: Nodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a takes longer than ``lend_timeout`` to answer loans (hung, as a
+    SIGSTOPped node): b's take gets a's tuple itself after that bound, and
+    b's next takes ask a no more (for ``dead_after``): they are at once."""
+    a, b = await mesh(memory, "ab")
+    await a.forum.write_many([b"job-1", b"job-2"])
+    await converged([a, b], "a's jobs on b")
+    lending = b.replicator.lending
+    transport = lending._transport
+    call = transport.call
+
+    async def slow(peer: str, method: str, path: str, *args: Any, **kwargs: Any) -> bytes:
+        if path == LEND_PATH:
+            await asyncio.sleep(30)
+        return await call(peer, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(transport, "call", slow)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert await b.forum.take(JOBS) is not None
+    assert loop.time() - began >= FAST.lend_timeout
+    assert not lending.owns(a.me.origin)
+    assert await b.forum.take(JOBS) is not None
+    assert lending.asked == 1
 
 
 async def test_lending_off_hands_out_copies_at_their_turns(tmp_path: Path) -> None:

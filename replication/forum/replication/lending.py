@@ -5,7 +5,9 @@ this is the wire's. :class:`Lending` is the node's ``Lender``: it says which
 writers are alive (the membership's failure detector: a peer that fails a
 call is suspect, and its tuples are handed out everywhere again, at their
 turns, as before lending), asks a writer to lend (``POST .../lend``, one
-round trip for up to ``limit`` tuples, bounded by ``lend_timeout``), and
+round trip for up to ``limit`` tuples, bounded by ``lend_timeout``: a
+writer that does not answer in time is not asked again for ``dead_after``
+seconds, its tuples handed out here meanwhile), and
 passes on, without waiting, what comes back and what is extended
 (``POST .../lent``, batched per writer). The writer answers from its
 ``Forum.lend``; what it lends is checked and stored here like a pushed entry
@@ -70,6 +72,10 @@ class Lending:
         self._membership = membership
         self._transport = transport
         self._timeout = config.lend_timeout
+        self._slow_for = config.dead_after
+        #: Writers that did not answer a loan in time, until when they are
+        #: not asked (hung, or going down: the failure detector decides by then).
+        self._slow: dict[str, float] = {}
         self._apply = apply
         self._spawn = spawn
         self._metrics = metrics
@@ -86,6 +92,10 @@ class Lending:
         peer = self._membership.by_origin(origin)
         if peer is None:
             return False
+        if self._slow and origin in self._slow:
+            if asyncio.get_running_loop().time() < self._slow[origin]:
+                return False
+            del self._slow[origin]
         if peer.state is PeerState.ALIVE:
             return True
         return (
@@ -112,7 +122,14 @@ class Lending:
             await self._apply(loan.entries, Provenance(held_by=frozenset({origin})))
         except TimeoutError:
             self._metrics.loan(peer.url, "timeout")
-            log.debug("lend: %s did not answer within %.3fs", peer.url, self._timeout)
+            self._slow[origin] = asyncio.get_running_loop().time() + self._slow_for
+            log.info(
+                "lend: %s did not answer within %.3fs: its tuples are handed out here "
+                "for %.0fs (or until it is found dead)",
+                peer.url,
+                self._timeout,
+                self._slow_for,
+            )
             return None
         except (PeerError, BadMessage, BadSignature) as exc:
             self._metrics.loan(peer.url, "failed")
