@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
-from typing import Any
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
