@@ -40,6 +40,7 @@ NOT_PLACES = {
     ("Forum", "_live_listeners"): "listeners",
     ("Forum", "_settling"): "tasks of cancelled takes",
     ("RemoteTuples", "_pace"): "per writer, when it took its own tuples",
+    ("Borrowing", "_dry"): "per writer and prefix, until when it is not asked unbidden",
     ("Admission", "limits"): "prefixes and their limits",
     ("Admission", "paused"): "paused prefixes, with the ids of their markers (in PAUSE)",
     ("Admission", "room_waiters"): "writers waiting for room",
