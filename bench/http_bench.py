@@ -1,9 +1,12 @@
 """Forum over HTTP against a Redis reliable queue, side by side, in one run.
 
-Usage: ``python bench/http_bench.py [--seconds 1.5] [--fsync always] [--out PATH]``
+Usage: ``python bench/http_bench.py [--seconds 3] [--fsync always]
+[--clients 1 16] [--repeats 3] [--one-client] [--one-prefix]
+[--node-tree DIR | --node-ref REF] [--out PATH]``
 
 What is measured, each for a fixed time at 1 and at 16 concurrent clients
-(``--clients``); the two queues take turns (``--repeats``), medians kept:
+(``--clients``); the two queues take turns (``--repeats``, which goes first
+alternating), medians kept:
 
 ===========  ==========================================  ===================================
 work         Forum (ForumClient -> forum serve)           Redis (redis-py -> redis-server)
@@ -14,11 +17,18 @@ job          write, reserve, ack: the reliable job        LPUSH, LMOVE, LREM
 batch job    write_many(N), reserve_many(N), ack_many     pipelined LPUSH(N) + N x (LMOVE+LREM)
 ===========  ==========================================  ===================================
 
+Each client is what a user's program has: its own ``ForumClient`` (so its
+own stream to the node), looping on its own prefix (``job-<i>/``), against
+its own redis-py asyncio client looping on its own list
+(``bench:queue:<i>``); both clients with their defaults, made once and kept
+for the whole run. Beside the rates, the CPU per operation of each server
+process and of this one (the clients; the two sides never run at once).
+
 LMOVE + LREM is the reliable-queue pattern: a taken job sits in a
 processing list until it is acknowledged (LREM), so a crashed consumer does
 not lose it. Forum's counterpart is a reservation (a lease: a holder that
 dies lets it run out, and the tuple is live again) and its ack, so both
-sides give the same guarantee. ``ForumClient`` is used with its defaults.
+sides give the same guarantee.
 Both servers are started here on free loopback ports and stopped at the end.
 Before each measurement both are settled, outside the clock: Forum compacts
 its Strand (``POST /v1/compact``), Redis rewrites its AOF (``BGREWRITEAOF``),
@@ -26,8 +36,62 @@ so that none pays for the garbage an earlier one left (see :func:`measure`).
 Durability is matched: ``--fsync always`` (the default) runs the node with
 ``--fsync always`` against Redis with ``appendonly yes, appendfsync always``;
 ``--fsync never`` against Redis without persistence; ``both`` runs the two.
+``--node-tree DIR`` runs the node from another checkout, ``--node-ref REF``
+from a commit of this repository unpacked (bench/trees.py), the clients
+staying this checkout's: run once each way to compare a change of the node
+before and after against the same Redis figures.
 
-Prints a table; writes JSON (``bench/results/http_bench.json``) and a plot
+Why a client each (issue 29). Until then every loop of this bench shared one
+``ForumClient`` and one prefix (``job-``), and one redis-py client (a pool)
+and one list. It put the reliable job at 0.84x / 0.95x Redis at 1 / 16
+clients (quiet VM, 8ed8fbd), while 16 ``ForumClient`` instances each looping
+on its own prefix, and Redis the same way, gave 0.81-0.84x / 0.60-0.61x. The
+difference is the shared ``ForumClient``. All 16 loops' requests then go
+over one stream, on which the node sends the answers it has ready at once as
+one message (:mod:`forum.node.client.stream`), so a job costs it and the
+client less CPU than on 16 streams; a user's 16 processes, or 16 clients, do
+not share one. Each difference on its own (``--one-client``,
+``--one-prefix``), the job at 16 clients, ``--seconds 3 --repeats 3``, on
+the shared 2-core VM (load average 6-8; bench/results/http_bench*.json):
+
+=========================  ========  =============  ===============  ============
+clients                    ratio     node ms / job  client ms / job  Redis's side
+=========================  ========  =============  ===============  ============
+a client and prefix each   1.78x     0.29           0.087            0.063 / 0.167
+one client (own prefixes)  2.30x     0.27           0.070            0.059 / 0.157
+one prefix (own clients)   1.90x     0.33           0.081            0.054 / 0.154
+one client and one prefix  2.34x     0.22           0.069            0.057 / 0.160
+=========================  ========  =============  ===============  ============
+
+(Redis's side: its server's and its client's CPU ms per job.) Sharing the
+client raises Forum's ratio 1.29-1.31x and cuts its CPU per job (node and
+client) by a tenth to a quarter; the prefix alone moves it within the noise;
+Redis's side is the same in every shape, since redis-py's pool already gives
+each loop in flight a connection of its own. The same once by hand, outside
+this bench, all eight shapes alternated in one session (5 rounds of 2 s,
+medians, with no settling between them, so settling is not the cause
+either): Forum on one client 2,213-2,249 jobs/s, on a client each
+1,515-1,761/s (node 0.21-0.23 against 0.26-0.31 ms/job, client 0.065 against
+0.084); Redis's four shapes 763-937/s, within their noise. At 1 client the
+two shapes are one client either way, which is why both measurements agreed
+there. The quiet VM was not free to measure again: the factor the shared
+client gives here (1.3) is most of the one between 0.95x and 0.60x (1.58). A
+second pair of runs (a client each; one client and one prefix) half an hour
+later (``http_bench_repeat*.json``), the disk moving between 270 and 1,260
+fsyncs a second within each run: the job at 16 clients 1.74x against 1.30x
+(the second run's Redis side caught the disk fast), the node's CPU 0.36
+against 0.22 ms per job, the client's 0.087 against 0.065. The CPU per job
+repeats; ratios from runs minutes apart on this VM do not, so the shapes are
+best compared within one session, as above.
+(On this loaded VM the ratios themselves are far above the quiet VM's: its
+disk took about 3 ms per fsync during these runs, some 330 a second in a
+loop of 100-byte appends each fsynced, so both sides were bound by fsyncs
+rather than by CPU; the shapes are compared within that state, not against
+the quiet VM's figures.)
+
+Prints a table, and the fsyncs a second the disk took just before and after
+(:func:`fsyncs_per_second`: on a shared machine they bound both sides and
+move tenfold); writes JSON (``bench/results/http_bench.json``) and a plot
 (``bench/results/http_bench.png``, ops/s of each work, Forum against Redis;
 matplotlib, from ``.venv-bench``: scripts/bench-env; ``--no-plot`` without).
 """
@@ -52,6 +116,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 import uvloop
+from trees import other_tree, pythonpath
 
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
@@ -70,10 +135,50 @@ class Result:
     clients: int
     ops: int
     seconds: float
+    #: CPU (user + system) of the server process (``forum serve``,
+    #: ``redis-server``) and of this one (the clients) over the run.
+    server_cpu_s: float
+    client_cpu_s: float
 
     @property
     def rate(self) -> float:
         return self.ops / self.seconds
+
+    @property
+    def server_ms_per_op(self) -> float:
+        return 1000 * self.server_cpu_s / self.ops
+
+    @property
+    def client_ms_per_op(self) -> float:
+        return 1000 * self.client_cpu_s / self.ops
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14, 15)
+
+
+def fsyncs_per_second(where: Path, seconds: float = 0.5) -> float:
+    """How many 100-byte appends, each fsynced, the disk under ``where`` takes
+    a second now: what bounds both sides with ``--fsync always`` (a shared
+    machine's other work moves it tenfold)."""
+    path = where / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    done = 0
+    started = time.perf_counter()
+    try:
+        while time.perf_counter() - started < seconds:
+            os.write(fd, b"x" * 100)
+            os.fsync(fd)
+            done += 1
+    finally:
+        os.close(fd)
+        path.unlink()
+    return done / (time.perf_counter() - started)
 
 
 def free_port() -> int:
@@ -92,9 +197,15 @@ async def wait_until(check: Callable[[], Awaitable[bool]], what: str, deadline: 
 
 
 @contextlib.asynccontextmanager
-async def process(*command: str) -> AsyncIterator[asyncio.subprocess.Process]:
+async def process(
+    *command: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
     proc = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        *command,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
     )
     try:
         yield proc
@@ -110,20 +221,29 @@ async def process(*command: str) -> AsyncIterator[asyncio.subprocess.Process]:
 
 
 @contextlib.asynccontextmanager
-async def forum_node(data: Path, fsync: str) -> AsyncIterator[str]:
+async def forum_node(
+    data: Path, fsync: str, tree: Path | None = None
+) -> AsyncIterator[tuple[str, int]]:
+    """The node's URL and its process id; with ``tree``, the node runs that
+    tree's code (bench/trees.py), from a directory that is no checkout."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
         sys.executable, "-m", "forum", "serve", "--listen", f"127.0.0.1:{port}",
         "--data-dir", str(data), "--fsync", fsync, "--node-id", "bench", "--log-level", "WARNING",
     ]  # fmt: skip
-    async with process(*command), ForumClient(url) as probe:
+    env = None if tree is None else {**os.environ, "PYTHONPATH": pythonpath(tree)}
+    async with (
+        process(*command, env=env, cwd=data.parent) as proc,
+        ForumClient(url) as probe,
+    ):
         await wait_until(probe.ready, "forum serve")
-        yield url
+        yield url, proc.pid
 
 
 @contextlib.asynccontextmanager
-async def redis_server(data: Path, fsync: str) -> AsyncIterator[str]:
+async def redis_server(data: Path, fsync: str) -> AsyncIterator[tuple[str, int]]:
+    """The server's URL and its process id."""
     port = free_port()
     persistence = (
         ["--appendonly", "yes", "--appendfsync", "always"]
@@ -135,7 +255,7 @@ async def redis_server(data: Path, fsync: str) -> AsyncIterator[str]:
         "--dir", str(data), *persistence,
     ]  # fmt: skip
     url = f"redis://127.0.0.1:{port}/0"
-    async with process(*command):
+    async with process(*command) as proc:
         client = aioredis.from_url(url)
         try:
 
@@ -148,18 +268,17 @@ async def redis_server(data: Path, fsync: str) -> AsyncIterator[str]:
             await wait_until(up, "redis-server")
         finally:
             await client.aclose()
-        yield url
+        yield url, proc.pid
 
 
-async def run_for(
-    seconds: float, clients: int, op: Callable[[], Awaitable[int]]
-) -> tuple[int, float]:
-    """Run ``op`` in ``clients`` concurrent loops for ``seconds``; ops done and time taken."""
+async def run_for(seconds: float, ops: list[Callable[[], Awaitable[int]]]) -> tuple[int, float]:
+    """Run each of ``ops`` in a loop of its own, all at once, for ``seconds``;
+    ops done and time taken."""
     loop = asyncio.get_running_loop()
     stop_at = loop.time() + seconds
     done = 0
 
-    async def worker() -> None:
+    async def worker(op: Callable[[], Awaitable[int]]) -> None:
         nonlocal done
         while loop.time() < stop_at:
             # Not `done += await op()`: that reads `done` before the await and
@@ -169,43 +288,44 @@ async def run_for(
 
     started = time.perf_counter()
     async with asyncio.TaskGroup() as group:
-        for _ in range(clients):
-            group.create_task(worker())
+        for op in ops:
+            group.create_task(worker(op))
     return done, time.perf_counter() - started
 
 
-async def run_until_dry(clients: int, op: Callable[[], Awaitable[int]]) -> tuple[int, float]:
-    """Run ``op`` in ``clients`` concurrent loops until it finds nothing (returns 0)."""
+async def run_until_dry(ops: list[Callable[[], Awaitable[int]]]) -> tuple[int, float]:
+    """Run each of ``ops`` in a loop of its own, all at once, until it finds
+    nothing (returns 0)."""
     done = 0
 
-    async def worker() -> None:
+    async def worker(op: Callable[[], Awaitable[int]]) -> None:
         nonlocal done
         while n := await op():
             done += n  # (n is awaited first: see run_for)
 
     started = time.perf_counter()
     async with asyncio.TaskGroup() as group:
-        for _ in range(clients):
-            group.create_task(worker())
+        for op in ops:
+            group.create_task(worker(op))
     return done, time.perf_counter() - started
 
 
 # -- the two queues ----------------------------------------------------------------
 
-PAYLOAD = b"job-" + b"x" * 60
-
 
 class ForumQueue:
-    """The work, through ForumClient against a ``forum serve``."""
+    """One client's work, through a ForumClient against a ``forum serve``,
+    on the tuples of ``prefix``."""
 
     name = "forum"
 
-    def __init__(self, client: ForumClient) -> None:
+    def __init__(self, client: ForumClient, prefix: bytes) -> None:
         self.c = client
-        self.pattern = Pattern(b"job-")
+        self.pattern = Pattern(prefix)
+        self.payload = prefix + b"x" * 60
 
     async def write(self) -> int:
-        await self.c.write(PAYLOAD)
+        await self.c.write(self.payload)
         return 1
 
     async def take(self) -> int:
@@ -217,13 +337,13 @@ class ForumQueue:
         return 1
 
     async def job(self) -> int:
-        await self.c.write(PAYLOAD)
+        await self.c.write(self.payload)
         if await self.take() == 0:
             raise RuntimeError("a job written was not there to reserve")
         return 1
 
     async def batch_job(self) -> int:
-        await self.c.write_many([PAYLOAD] * BATCH)
+        await self.c.write_many([self.payload] * BATCH)
         reserved = await self.c.reserve_many(self.pattern, LEASE, BATCH)
         if not all(await self.c.ack_many([r.id for r in reserved])):
             raise RuntimeError("a reservation ran out before its ack")
@@ -231,7 +351,7 @@ class ForumQueue:
 
     async def prefill(self, n: int) -> None:
         for start in range(0, n, BATCH):
-            await self.c.write_many([PAYLOAD] * min(BATCH, n - start))
+            await self.c.write_many([self.payload] * min(BATCH, n - start))
 
     async def drain(self) -> None:
         while await self.c.take_many(self.pattern, 10_000):
@@ -244,51 +364,54 @@ class ForumQueue:
 
 
 class RedisQueue:
-    """The same work on a Redis list: LPUSH, then LMOVE to a processing list and
-    LREM from it once done (the reliable-queue pattern)."""
+    """One client's same work on a Redis list (``queue``): LPUSH, then LMOVE to
+    a processing list (``processing``) and LREM from it once done (the
+    reliable-queue pattern)."""
 
     name = "redis"
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis, queue: str, processing: str) -> None:
         self.r = client
+        self.queue, self.processing = queue, processing
+        self.payload = b"job-" + b"x" * 60
 
     async def write(self) -> int:
-        await self.r.lpush(QUEUE, PAYLOAD)
+        await self.r.lpush(self.queue, self.payload)
         return 1
 
     async def take(self) -> int:
-        item = await self.r.lmove(QUEUE, PROCESSING, "RIGHT", "LEFT")
+        item = await self.r.lmove(self.queue, self.processing, "RIGHT", "LEFT")
         if item is None:
             return 0
-        await self.r.lrem(PROCESSING, 1, item)
+        await self.r.lrem(self.processing, 1, item)
         return 1
 
     async def job(self) -> int:
-        await self.r.lpush(QUEUE, PAYLOAD)
-        item = await self.r.lmove(QUEUE, PROCESSING, "RIGHT", "LEFT")
+        await self.r.lpush(self.queue, self.payload)
+        item = await self.r.lmove(self.queue, self.processing, "RIGHT", "LEFT")
         if item is None:
             raise RuntimeError("a job written was not there to take")
-        await self.r.lrem(PROCESSING, 1, item)
+        await self.r.lrem(self.processing, 1, item)
         return 1
 
     async def batch_job(self) -> int:
-        await self.r.lpush(QUEUE, *([PAYLOAD] * BATCH))
+        await self.r.lpush(self.queue, *([self.payload] * BATCH))
         async with self.r.pipeline(transaction=False) as pipe:
             for _ in range(BATCH):
-                pipe.lmove(QUEUE, PROCESSING, "RIGHT", "LEFT")
+                pipe.lmove(self.queue, self.processing, "RIGHT", "LEFT")
             items = await pipe.execute()
         async with self.r.pipeline(transaction=False) as pipe:
             for item in items:
-                pipe.lrem(PROCESSING, 1, item)
+                pipe.lrem(self.processing, 1, item)
             await pipe.execute()
         return len(items)
 
     async def prefill(self, n: int) -> None:
         for start in range(0, n, BATCH):
-            await self.r.lpush(QUEUE, *([PAYLOAD] * min(BATCH, n - start)))
+            await self.r.lpush(self.queue, *([self.payload] * min(BATCH, n - start)))
 
     async def drain(self) -> None:
-        await self.r.delete(QUEUE, PROCESSING)
+        await self.r.delete(self.queue, self.processing)
 
     async def settle(self) -> None:
         # Redis's compaction is the AOF rewrite (it runs by itself too, once
@@ -308,7 +431,64 @@ Queue = ForumQueue | RedisQueue
 WORKS = ("write", "take", "job", "batch job")
 
 
-async def measure(queue: Queue, work: str, clients: int, seconds: float, prefill: int) -> Result:
+@dataclass(frozen=True)
+class Shape:
+    """How the clients are made: as a user's program makes them (the
+    default: each client its own ``ForumClient`` or redis-py client, on its
+    own prefix or list), or sharing them, as this bench did before (see the
+    module's docstring for what each costs)."""
+
+    #: Every loop on one ``ForumClient`` (one stream) and one redis-py
+    #: client (a pool, a connection per loop in flight).
+    one_client: bool = False
+    #: Every loop on one prefix (``job-``) and one Redis list.
+    one_prefix: bool = False
+
+    def name(self) -> str:
+        shared = [w for w, on in (("client", self.one_client), ("prefix", self.one_prefix)) if on]
+        return "one " + " and one ".join(shared) if shared else "a client and a prefix each"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One system's clients, a queue per loop (``max(--clients)`` of them),
+    and its server's process id (whose CPU is measured)."""
+
+    name: str
+    queues: list[Queue]
+    server_pid: int
+
+
+async def forum_side(
+    stack: contextlib.AsyncExitStack, url: str, pid: int, n: int, shape: Shape
+) -> Side:
+    clients = [await stack.enter_async_context(ForumClient(url))]
+    while len(clients) < (1 if shape.one_client else n):
+        clients.append(await stack.enter_async_context(ForumClient(url)))
+    queues: list[Queue] = []
+    for i in range(n):
+        client = clients[0 if shape.one_client else i]
+        queues.append(ForumQueue(client, b"job-" if shape.one_prefix else f"job-{i}/".encode()))
+    return Side("forum", queues, pid)
+
+
+async def redis_side(
+    stack: contextlib.AsyncExitStack, url: str, pid: int, n: int, shape: Shape
+) -> Side:
+    def client(connections: int) -> aioredis.Redis:
+        made = aioredis.from_url(url, max_connections=connections)
+        stack.push_async_callback(made.aclose)
+        return made
+
+    one = client(n + 4) if shape.one_client else None
+    queues: list[Queue] = []
+    for i in range(n):
+        keys = (QUEUE, PROCESSING) if shape.one_prefix else (f"{QUEUE}:{i}", f"{PROCESSING}:{i}")
+        queues.append(RedisQueue(one or client(2), *keys))
+    return Side("redis", queues, pid)
+
+
+async def measure(side: Side, work: str, clients: int, seconds: float, prefill: int) -> Result:
     # Each measurement starts from a settled queue: the log compacted of what
     # the earlier ones left dead, no pass pending or under way (outside the
     # clock). The garbage a measurement makes is its own cost, not the next
@@ -318,30 +498,38 @@ async def measure(queue: Queue, work: str, clients: int, seconds: float, prefill
     # Settling rather than a fresh node per measurement: a node that has
     # caught up on compaction is the state a long-running one is in between
     # bursts, and each side stays one process for the whole run.
-    await queue.settle()
+    queues = side.queues[:clients]
+    await queues[0].settle()
     if work == "take":
-        # Takes drain a prefilled queue: they are timed until it is empty.
-        await queue.prefill(prefill)
-        n, t = await run_until_dry(clients, queue.take)
+        # Takes drain a prefilled queue (each client its share): they are
+        # timed until it is empty.
+        for queue in queues:
+            await queue.prefill(prefill // clients)
+    server0, client0 = cpu_seconds(side.server_pid), time.process_time()
+    if work == "take":
+        n, t = await run_until_dry([q.take for q in queues])
     else:
-        op = {"write": queue.write, "job": queue.job, "batch job": queue.batch_job}[work]
-        n, t = await run_for(seconds, clients, op)
-    await queue.drain()
-    return Result(queue.name, work, clients, n, t)
+        name = {"write": "write", "job": "job", "batch job": "batch_job"}[work]
+        n, t = await run_for(seconds, [getattr(q, name) for q in queues])
+    server, client = cpu_seconds(side.server_pid) - server0, time.process_time() - client0
+    for queue in queues:
+        await queue.drain()
+    return Result(side.name, work, clients, n, t, server, client)
 
 
 async def compare(
-    queues: tuple[Queue, Queue], clients: list[int], seconds: float, repeats: int, prefill: int
+    sides: tuple[Side, Side], clients: list[int], seconds: float, repeats: int, prefill: int
 ) -> list[Result]:
-    """Each measurement ``repeats`` times, the two queues taking turns (so both
-    see the same background load), and the median of each kept."""
+    """Each measurement ``repeats`` times, the two sides taking turns (so both
+    see the same background load; which goes first alternates), and the
+    median of each kept."""
     kept = []
     for n_clients in clients:
         for work in WORKS:
-            runs: dict[str, list[Result]] = {q.name: [] for q in queues}
-            for _ in range(repeats):
-                for queue in queues:
-                    runs[queue.name].append(await measure(queue, work, n_clients, seconds, prefill))
+            runs: dict[str, list[Result]] = {side.name: [] for side in sides}
+            for repeat in range(repeats):
+                for side in sides if repeat % 2 == 0 else sides[::-1]:
+                    runs[side.name].append(await measure(side, work, n_clients, seconds, prefill))
             for results in runs.values():
                 kept.append(sorted(results, key=lambda r: r.rate)[len(results) // 2])
     return kept
@@ -350,24 +538,28 @@ async def compare(
 # -- report ------------------------------------------------------------------------
 
 
-def table(results: list[Result], fsync: str) -> str:
+def table(results: list[Result], fsync: str, shape: Shape) -> str:
     redis_durability = "appendfsync always" if fsync == "always" else "no persistence"
     rows = [
-        f"durability: forum fsync={fsync} vs redis {redis_durability}",
+        f"durability: forum fsync={fsync} vs redis {redis_durability}; clients: {shape.name()}",
         "take: reserve + ack vs LMOVE + LREM; job: write, reserve, ack vs LPUSH, LMOVE, LREM",
-        f"{'work':<10} {'clients':>7} {'forum /s':>12} {'redis /s':>12} {'ratio':>7}",
+        "CPU ms per op: the server's (forum serve, redis-server) and the clients' (this process)",
+        f"{'work':<10} {'clients':>7} {'forum /s':>10} {'redis /s':>10} {'ratio':>6} "
+        f"{'node ms':>8} {'redis ms':>8} {'fc ms':>6} {'r-py ms':>7}",
     ]
     by_key = {(r.system, r.work, r.clients): r for r in results}
-    for work in ("write", "take", "job", "batch job"):
+    for work in WORKS:
         for clients in sorted({r.clients for r in results}):
             f, r = by_key[("forum", work, clients)], by_key[("redis", work, clients)]
             rows.append(
-                f"{work:<10} {clients:>7} {f.rate:>12,.0f} {r.rate:>12,.0f} {f.rate / r.rate:>7.2f}"
+                f"{work:<10} {clients:>7} {f.rate:>10,.0f} {r.rate:>10,.0f} "
+                f"{f.rate / r.rate:>6.2f} {f.server_ms_per_op:>8.3f} {r.server_ms_per_op:>8.3f} "
+                f"{f.client_ms_per_op:>6.3f} {r.client_ms_per_op:>7.3f}"
             )
     return "\n".join(rows)
 
 
-def plot(results: list[Result], fsync: str, path: Path) -> None:
+def plot(results: list[Result], fsync: str, shape: Shape, path: Path) -> None:
     import plots  # noqa: PLC0415 (matplotlib: in .venv-bench only)
 
     by_key = {(r.system, r.work, r.clients): r.rate for r in results}
@@ -376,9 +568,9 @@ def plot(results: list[Result], fsync: str, path: Path) -> None:
     plots.grouped_bars(
         path,
         f"ForumClient -> forum serve (fsync {fsync}) vs redis-py -> Redis "
-        f"({'appendfsync always' if fsync == 'always' else 'no persistence'}), medians; "
-        f"under Forum: Forum / Redis\ntake = reserve + ack vs LMOVE + LREM; "
-        f"job = write, reserve, ack vs LPUSH, LMOVE, LREM",
+        f"({'appendfsync always' if fsync == 'always' else 'no persistence'}), "
+        f"{shape.name()}, medians; under Forum: Forum / Redis\ntake = reserve + ack vs "
+        f"LMOVE + LREM; job = write, reserve, ack vs LPUSH, LMOVE, LREM",
         [f"{w}\n{c} client{'s' if c > 1 else ''}" for w, c in keys],
         {q: [by_key[(q, w, c)] for w, c in keys] for q in ("forum", "redis")},
         "operations/s (batch job: tuples/s), log scale",
@@ -389,73 +581,115 @@ def plot(results: list[Result], fsync: str, path: Path) -> None:
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=1.5, help="per measurement")
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument(
         "--fsync", choices=("never", "always", "both"), default="always",
         help="durability to compare at (default always)",
     )  # fmt: skip
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--repeats", type=int, default=3, help="median of this many runs")
-    parser.add_argument("--prefill", type=int, default=4000, help="tuples to take, per run")
+    parser.add_argument(
+        "--prefill",
+        type=int,
+        default=4000,
+        help="tuples to take, per run, shared among the clients",
+    )
+    parser.add_argument(
+        "--one-client", action="store_true",
+        help="every loop on one ForumClient / one redis-py client (how this bench ran before)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--one-prefix", action="store_true",
+        help="every loop on one prefix / one Redis list (how this bench ran before)",
+    )  # fmt: skip
+    trees = parser.add_mutually_exclusive_group()
+    trees.add_argument("--node-tree", type=Path, help="run the node from this tree (see above)")
+    trees.add_argument("--node-ref", help="run the node from this commit, unpacked (see above)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "http_bench.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "bench" / "results" / "http_bench.png")
     parser.add_argument("--no-plot", action="store_true", help="draw no PNG (no matplotlib)")
     args = parser.parse_args()
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         parser.error("matplotlib is not installed here: run from .venv-bench, or --no-plot")
+    if min(args.clients) < 1:
+        parser.error("--clients: each count is 1 or more")
+    if args.node_tree is not None and not (args.node_tree / "forum" / "__init__.py").is_file():
+        parser.error(f"--node-tree {args.node_tree}: not a Forum tree (no forum/__init__.py)")
     if shutil.which("redis-server") is None:
         print("redis-server is not on PATH", file=sys.stderr)
         return 2
+    shape = Shape(args.one_client, args.one_prefix)
     report: dict[str, object] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+                    "platform": platform.platform(), "load_average_at_start": os.getloadavg()},
         "seconds_per_measurement": args.seconds,
         "repeats": args.repeats,
         "batch": BATCH,
+        "shape": asdict(shape),
+        "node_tree": str(args.node_tree or args.node_ref or ROOT),
         "runs": [],
     }  # fmt: skip
-    for fsync in ("never", "always") if args.fsync == "both" else (args.fsync,):
-        with tempfile.TemporaryDirectory(prefix="forum-bench-") as tmp:
-            (Path(tmp) / "redis").mkdir()
-            async with (
-                forum_node(Path(tmp) / "forum", fsync) as forum_url,
-                redis_server(Path(tmp) / "redis", fsync) as redis_url,
-                ForumClient(forum_url) as client,
-            ):
-                r = aioredis.from_url(redis_url, max_connections=max(args.clients) + 4)
-                try:
-                    queues = (ForumQueue(client), RedisQueue(r))
-                    results = await compare(
-                        queues, args.clients, args.seconds, args.repeats, args.prefill
-                    )
-                finally:
-                    await r.aclose()
-        print(table(results, fsync), end="\n\n", flush=True)
-        if not args.no_plot:
-            # Each durability its own PNG when both run; the default name for "always".
-            path = args.plot
-            if args.fsync == "both" and fsync != "always":
-                path = path.with_name(f"{path.stem}_{fsync}{path.suffix}")
-            plot(results, fsync, path)
-            print(f"drew {path}")
-        jobs = {(r.system, r.clients): r.rate for r in results if r.work == "job"}
-        batch = max(r.rate for r in results if r.system == "forum" and r.work == "batch job")
-        runs = report["runs"]
-        assert isinstance(runs, list)
-        runs.append(
-            {
-                "fsync": fsync,
-                "results": [asdict(r) | {"rate": r.rate} for r in results],
-                "job_ratio": {
-                    str(c): jobs[("forum", c)] / jobs[("redis", c)] for c in args.clients
-                },
-                "forum_batch_reserved_and_acked_per_second": batch,
-            }
-        )
+    with other_tree(args.node_tree, args.node_ref) as tree:
+        for fsync in ("never", "always") if args.fsync == "both" else (args.fsync,):
+            disk = [fsyncs_per_second(Path(tempfile.gettempdir()))]
+            results = await run(args, fsync, shape, tree)
+            disk.append(fsyncs_per_second(Path(tempfile.gettempdir())))
+            print(table(results, fsync, shape))
+            print(f"the disk took {disk[0]:,.0f} fsyncs/s before, {disk[1]:,.0f} after",
+                  end="\n\n", flush=True)  # fmt: skip
+            if not args.no_plot:
+                # Each durability its own PNG when both run; the default name for "always".
+                path = args.plot
+                if args.fsync == "both" and fsync != "always":
+                    path = path.with_name(f"{path.stem}_{fsync}{path.suffix}")
+                plot(results, fsync, shape, path)
+                print(f"drew {path}")
+            runs = report["runs"]
+            assert isinstance(runs, list)
+            runs.append(summary(results, fsync, args.clients) | {"disk_fsyncs_per_s": disk})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
+
+
+async def run(
+    args: argparse.Namespace, fsync: str, shape: Shape, tree: Path | None
+) -> list[Result]:
+    """Both sides at one durability, each server fresh."""
+    with tempfile.TemporaryDirectory(prefix="forum-bench-") as tmp:
+        (Path(tmp) / "redis").mkdir()
+        async with (
+            forum_node(Path(tmp) / "forum", fsync, tree) as (forum_url, forum_pid),
+            redis_server(Path(tmp) / "redis", fsync) as (redis_url, redis_pid),
+            contextlib.AsyncExitStack() as stack,
+        ):
+            n = max(args.clients)
+            sides = (
+                await forum_side(stack, forum_url, forum_pid, n, shape),
+                await redis_side(stack, redis_url, redis_pid, n, shape),
+            )
+            return await compare(sides, args.clients, args.seconds, args.repeats, args.prefill)
+
+
+def summary(results: list[Result], fsync: str, clients: list[int]) -> dict[str, object]:
+    """One durability's part of the JSON report."""
+    jobs = {(r.system, r.clients): r.rate for r in results if r.work == "job"}
+    batch = max(r.rate for r in results if r.system == "forum" and r.work == "batch job")
+    return {
+        "fsync": fsync,
+        "results": [
+            asdict(r)
+            | {
+                "rate": r.rate,
+                "server_ms_per_op": r.server_ms_per_op,
+                "client_ms_per_op": r.client_ms_per_op,
+            }
+            for r in results
+        ],
+        "job_ratio": {str(c): jobs[("forum", c)] / jobs[("redis", c)] for c in clients},
+        "forum_batch_reserved_and_acked_per_second": batch,
+    }
 
 
 if __name__ == "__main__":

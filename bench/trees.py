@@ -1,5 +1,6 @@
 """Another checkout of Forum for a benchmark's child to run on: a baseline
-commit unpacked (:func:`export`), the ``PYTHONPATH`` that imports Forum
+commit unpacked (:func:`export`; :func:`other_tree` picks a given tree or a
+commit for a benchmark's options), the ``PYTHONPATH`` that imports Forum
 from a tree (:func:`pythonpath`) rather than from the installed one, and,
 in the child, the imports that make every ``forum.*`` name that tree's
 (:func:`import_from_tree`), of either layout.
@@ -14,6 +15,7 @@ older layout those names stand for that tree's modules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -26,7 +28,7 @@ import sys
 import tarfile
 import tempfile
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,18 @@ def export(ref: str, into: Path) -> Path:
     with tarfile.open(tar) as unpacked:
         unpacked.extractall(target, filter="data")
     return target
+
+
+@contextlib.contextmanager
+def other_tree(tree: Path | None, ref: str | None) -> Iterator[Path | None]:
+    """The other tree a benchmark runs, for the block's length: ``tree`` as
+    given, or ``ref`` unpacked (:func:`export`) and removed after; ``None``
+    without either."""
+    if ref is None:
+        yield tree
+        return
+    with tempfile.TemporaryDirectory(prefix="forum-tree-") as tmp:
+        yield export(ref, Path(tmp))
 
 
 def older_name(name: str) -> str | None:

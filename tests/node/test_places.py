@@ -42,6 +42,7 @@ NOT_PLACES = {
     ("Copies", "_held"): "per peer, the highest seq of ours it holds (no ids)",
     ("Copies", "_waits"): "writes waiting for their copies (their tuples are live)",
     ("RemoteTuples", "_pace"): "per writer, when it took its own tuples",
+    ("Borrowing", "_dry"): "per writer and prefix, until when it is not asked unbidden",
     ("Admission", "limits"): "prefixes and their limits",
     ("Admission", "paused"): "paused prefixes, with the ids of their markers (in PAUSE)",
     ("Admission", "room_waiters"): "writers waiting for room",

@@ -31,10 +31,16 @@ from tests.replication.test_antientropy import FAST, converged, live, mesh
 JOBS = Pattern(b"job-")
 
 
+#: Without lending: b hands out a's tuples itself (as when a is cut off), so
+#: a forged copy b took in can be handed out there, which these tests need.
+#: With lending b asks a, which never wrote it (the test at the end).
+UNLENT = dataclasses.replace(FAST, lending=False)
+
+
 @pytest.fixture
 async def memory(tmp_path: Path) -> AsyncIterator[Nodes]:
     async with AsyncExitStack() as stack:
-        yield Nodes("memory", tmp_path, stack, FAST)
+        yield Nodes("memory", tmp_path, stack, UNLENT)
 
 
 async def forge_next(origin: Node, receiver: Node, payload: bytes) -> EntryId:
@@ -248,3 +254,27 @@ async def test_only_a_pull_with_a_digest_gets_a_page_with_blocks(memory: Nodes) 
     assert (lo, upto, [n for n, _, _ in blocks]) == (0, 300, [0, 1])
     same = a.replicator._digests.range(a.me.origin, 0, 300)
     assert (await a.replicator.serve_pull(dataclasses.replace(old, digest=same))).digest is None
+
+
+async def test_with_lending_a_forgery_of_a_live_writers_seq_is_never_handed_out(
+    tmp_path: Path,
+) -> None:
+    """t0 b takes in a forgery at a:2 while a is alive; t1 a taker on b asks a
+    for it (a lends its own tuples only), gets nothing, and b does not hand
+    it out itself; t2 a writes the real a:2, which b's taker gets, from a."""
+    async with AsyncExitStack() as stack:
+        memory = Nodes("memory", tmp_path, stack, FAST)
+        a, b = await mesh(memory, "ab")
+        await a.forum.write(b"job-0")
+        await converged([a, b], "a's job on b")
+        await a.forum.take(JOBS)
+        await converged([a, b], "a's take on b")
+        forged = await forge_next(a, b, b"job-forged")
+        await eventually(lambda: (str(forged), b"job-forged") in live(b.forum), 5, "forgery live")
+        assert await b.forum.take(JOBS) is None
+        assert await b.forum.reserve_many(JOBS, lease=30, limit=5) == []
+        assert await a.forum.write(b"job-real") == forged
+        await eventually(lambda: same_copy(a, b, 2), 5, "b's copy of a:2 replaced")
+        taken = await b.forum.take_entry(JOBS, timeout=5)
+        assert taken is not None and (taken.id, taken.payload) == (forged, b"job-real")
+        assert b.forum.stats().double_takes == a.forum.stats().double_takes == 0

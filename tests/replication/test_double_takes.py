@@ -17,6 +17,8 @@ from tests.replication.conftest import Clients, mesh
 
 pytestmark = pytest.mark.slow
 
+UNLENT = {"FORUM_REPL_LENDING": "false"}
+
 
 def test_the_prefixes_counted_are_as_many_as_the_prefixes_route_shows() -> None:
     assert MOST_PREFIXES == MAX_GROUPS
@@ -25,7 +27,9 @@ def test_the_prefixes_counted_are_as_many_as_the_prefixes_route_shows() -> None:
 async def test_a_tuple_reserved_here_and_taken_there_is_counted_in_its_prefix(
     forum_nodes: ForumNodes, clients: Clients
 ) -> None:
-    node_a, node_b = mesh(forum_nodes, "ab")
+    # Lending off: b hands out a's tuple itself, as it does when a is cut off
+    # (with lending, b's reserve borrows it and a hands it out no more).
+    node_a, node_b = mesh(forum_nodes, "ab", env=UNLENT)
     a, b = clients(node_a), clients(node_b)
     await forum_nodes.start_all()
     await eventually(lambda: peers_are(b, {node_a.url}), what="b reached a")

@@ -11,12 +11,18 @@ from forum.node.core.entries import EntryId, Take, Write
 from forum.replication.digest import RangeDigest
 from forum.replication.errors import BadMessage
 from forum.replication.messages import (
+    LendRequest,
+    LentNotice,
+    Loan,
     Member,
     MemberList,
     PullPage,
     PullRequest,
     Push,
     PushAck,
+    decode_lend,
+    decode_lent,
+    decode_loan,
     decode_members,
     decode_page,
     decode_pull,
@@ -218,3 +224,49 @@ def test_a_pull_is_never_version_3_and_a_version_3_page_needs_its_digest() -> No
     del page["digest"]
     with pytest.raises(BadMessage, match="missing keys"):
         decode_page(pack(page))
+
+
+def test_lending_messages_round_trip() -> None:
+    lend = LendRequest(ME, b"job-\x00", 8, 30_000)
+    assert decode_lend(encode(lend)) == lend
+    loan = Loan(ME, (W,), (2,))
+    assert decode_loan(encode(loan)) == loan
+    lent = LentNotice(ME, (1, 2), (3,), 5_000)
+    assert decode_lent(encode(lent)) == lent
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"prefix": "job-"},  # text, not bytes
+        {"prefix": b"x" * 5_000},
+        {"limit": 0},
+        {"limit": True},
+        {"lease_ms": 0},
+        {"lease_ms": 86_400_001},
+        {"sneaky": 1},
+    ],
+)
+def test_malformed_lend_requests_are_refused(change: dict[str, Any]) -> None:
+    fields = msgpack.unpackb(encode(LendRequest(ME, b"job-", 8, 30_000)), raw=False)
+    with pytest.raises(BadMessage):
+        decode_lend(pack(fields | change))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"deliveries": []}, {"deliveries": [0]}, {"deliveries": "1"}, {"entries": [[9]]}],
+)
+def test_malformed_loans_are_refused(change: dict[str, Any]) -> None:
+    fields = msgpack.unpackb(encode(Loan(ME, (W,), (1,))), raw=False)
+    with pytest.raises(BadMessage):
+        decode_loan(pack(fields | change))
+
+
+@pytest.mark.parametrize(
+    "change", [{"released": [0]}, {"extended": "1"}, {"lease_ms": -1}, {"released": None}]
+)
+def test_malformed_lent_notices_are_refused(change: dict[str, Any]) -> None:
+    fields = msgpack.unpackb(encode(LentNotice(ME, (1,), (2,), 1_000)), raw=False)
+    with pytest.raises(BadMessage):
+        decode_lent(pack(fields | change))

@@ -14,12 +14,17 @@ from forum.node.core.entries import EntryId, Take, Write
 from forum.node.core.space import Pattern
 from forum.replication.auth import SIGNATURE_HEADER, ClusterAuth
 from forum.replication.messages import (
+    LEND_PATH,
+    LENT_PATH,
     MEMBERS_PATH,
     PULL_PATH,
     PUSH_PATH,
+    LendRequest,
+    LentNotice,
     Member,
     PullRequest,
     Push,
+    decode_loan,
     decode_members,
     decode_push_ack,
     encode,
@@ -173,3 +178,45 @@ async def test_without_a_secret_bad_bodies_still_get_400(
 
 async def _count(client: ForumClient, n: int) -> bool:
     return await client.count(Pattern(b"job-")) == n
+
+
+async def test_lending_routes_take_only_requests_signed_for_this_node(
+    secured: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    """A loan reserves the node's tuples: unsigned, or signed for anyone,
+    it is refused and nothing is reserved; malformed, a 400; signed for the
+    node, its own tuples are lent (and a notice gives them back)."""
+    async with ForumClient(secured.url) as client:
+        origin = (await client.status()).origin
+        await client.write(b"job-1")
+    auth = ClusterAuth(SECRET)
+    lend = encode(LendRequest(SENDER, b"job-", 5, 30_000))
+    for headers in ({}, auth.sign_request("POST", LEND_PATH, lend)):
+        status, _, _ = await post(http, secured, LEND_PATH, lend, headers)
+        assert status == 401
+    bad = changed(lend, limit=0)
+    status, _, _ = await post(
+        http, secured, LEND_PATH, bad, auth.sign_request("POST", LEND_PATH, bad, origin)
+    )
+    assert status == 400
+    async with ForumClient(secured.url) as client:
+        assert (await client.status()).reserved == 0
+    signed = auth.sign_request("POST", LEND_PATH, lend, origin)
+    status, answer, headers = await post(http, secured, LEND_PATH, lend, signed)
+    assert status == 200
+    auth.verify_response(signed, headers, answer)
+    loan = decode_loan(answer)
+    assert [e.payload for e in loan.entries] == [b"job-1"] and loan.deliveries == (1,)
+    async with ForumClient(secured.url) as client:
+        assert (await client.status()).reserved == 1
+        assert await client.take(Pattern(b"job-")) is None  # lent: not handed out here
+    back = encode(LentNotice(SENDER, (loan.entries[0].id.seq,), (), 1_000))
+    for headers in ({}, auth.sign_request("POST", LENT_PATH, back)):
+        status, _, _ = await post(http, secured, LENT_PATH, back, headers)
+        assert status == 401
+    status, _, _ = await post(
+        http, secured, LENT_PATH, back, auth.sign_request("POST", LENT_PATH, back, origin)
+    )
+    assert status == 200
+    async with ForumClient(secured.url) as client:
+        assert await client.take(Pattern(b"job-")) == b"job-1"

@@ -89,6 +89,13 @@ class ReplicationConfig:
     #: the members alive, the writer first (:mod:`forum.replication.ranking`);
     #: ``slots``, 1 to 4 by a hash, as a node alone does (kept to compare).
     ranking: Literal["members", "slots"] = "members"
+    #: Whether a tuple's writer, while alive, is the only node that hands it
+    #: out: the others ask it to lend them its tuples (:mod:`forum.replication.lending`).
+    #: Off: each node hands out the tuples it holds at their turns (kept to compare).
+    lending: bool = True
+    #: Seconds a node waits for a writer to lend before it takes the tuple
+    #: itself (a writer that slow is as good as unreachable for a taker).
+    lend_timeout: PositiveSeconds = 0.5
     #: ``forum serve --repair``: seconds a repair waits for every peer before
     #: it settles for those that answered (at least one) (:mod:`forum.replication.repair`).
     repair_wait: PositiveSeconds = 30.0

@@ -20,6 +20,15 @@ page       ``{v: 1, kind: "page", from, vector, entries, more: bool, members}``
            ``floors: {origin: seq}``; v3 adds ``digest: [lo, upto, block,
            count, xor, ...] | nil``
 members    ``{v: 1, kind: "members", from, members}``  (GET .../members)
+lend       ``{v: 1, kind: "lend", from, prefix: bin, limit: int, lease_ms: int}``
+           (POST .../lend): "reserve for me up to ``limit`` of your own
+           tuples under ``prefix``, for ``lease_ms``"
+loan       ``{v: 1, kind: "loan", from, deliveries: [int, ...], entries}``
+           the Writes reserved for the asker, each with its deliveries
+lent       ``{v: 1, kind: "lent", from, released: [seq, ...], extended:``
+           ``[seq, ...], lease_ms: int}`` (POST .../lent): of the receiver's
+           own tuples lent to the sender, those back, and those to keep
+           reserved ``lease_ms`` more; answered with a ``members`` message
 ========== ================================================================
 
 ``from`` names the sender: its origin and the URL it advertises (``nil`` when
@@ -87,6 +96,11 @@ ROUTE_PREFIX = "/v1/cluster/replication/"
 PUSH_PATH = "/v1/cluster/replication/push"
 PULL_PATH = "/v1/cluster/replication/pull"
 MEMBERS_PATH = "/v1/cluster/replication/members"
+LEND_PATH = "/v1/cluster/replication/lend"
+LENT_PATH = "/v1/cluster/replication/lent"
+#: The longest lease a lend may ask for (a day), and the longest prefix.
+MAX_LEASE_MS = 86_400_000
+MAX_PREFIX = 4_096
 #: Bounds on lists in a message: far above real use, low enough to refuse garbage cheaply.
 MAX_ENTRIES = 100_000
 MAX_MEMBERS = 1_024
@@ -176,7 +190,31 @@ class MemberList:
     members: tuple[Member, ...]
 
 
-Message = Push | PushAck | PullRequest | PullPage | MemberList
+@dataclass(frozen=True, slots=True)
+class LendRequest:
+    sender: Member
+    prefix: bytes
+    limit: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Loan:
+    sender: Member
+    #: The Writes lent, each with how many times it has been handed out.
+    entries: tuple[Entry, ...]
+    deliveries: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LentNotice:
+    sender: Member
+    released: tuple[int, ...]
+    extended: tuple[int, ...]
+    lease_ms: int
+
+
+Message = Push | PushAck | PullRequest | PullPage | MemberList | LendRequest | Loan | LentNotice
 
 
 # -- encoding --------------------------------------------------------------------
@@ -224,6 +262,23 @@ def encode(message: Message) -> bytes:
             entries = message.entries
         case MemberList():
             fields |= {"kind": "members", "members": _members_wire(message.members)}
+        case LendRequest():
+            fields |= {
+                "kind": "lend",
+                "prefix": message.prefix,
+                "limit": message.limit,
+                "lease_ms": message.lease_ms,
+            }
+        case Loan():
+            fields |= {"kind": "loan", "deliveries": list(message.deliveries)}
+            entries = message.entries
+        case LentNotice():
+            fields |= {
+                "kind": "lent",
+                "released": list(message.released),
+                "extended": list(message.extended),
+                "lease_ms": message.lease_ms,
+            }
     fields["from"] = [message.sender.origin, message.sender.url]
     return pack(fields, [encode_entry(e) for e in entries] if entries is not None else None)
 
@@ -251,6 +306,9 @@ _KEYS = {
     "pull": {"vector", "exclude", "members", "limit", "max_bytes"},
     "page": {"vector", "entries", "more", "members"},
     "members": {"members"},
+    "lend": {"prefix", "limit", "lease_ms"},
+    "loan": {"deliveries", "entries"},
+    "lent": {"released", "extended", "lease_ms"},
 }
 #: What version 2 adds, per kind; and version 3.
 _KEYS_V2 = {"pull": {"recheck"}, "page": {"dead", "floors"}}
@@ -308,6 +366,48 @@ def decode_page(body: bytes) -> PullPage:
 def decode_members(body: bytes) -> MemberList:
     fields = _fields(body, "members")
     return MemberList(_member(fields["from"]), _members(fields["members"]))
+
+
+def decode_lend(body: bytes) -> LendRequest:
+    fields = _fields(body, "lend")
+    prefix = fields["prefix"]
+    if not isinstance(prefix, bytes) or len(prefix) > MAX_PREFIX:
+        raise BadMessage(f"prefix must be bytes, at most {MAX_PREFIX}")
+    return LendRequest(
+        _member(fields["from"]),
+        prefix,
+        _count(fields["limit"], "limit", MAX_LIMIT),
+        _count(fields["lease_ms"], "lease_ms", MAX_LEASE_MS),
+    )
+
+
+def decode_loan(body: bytes) -> Loan:
+    fields = _fields(body, "loan")
+    entries = _entries(fields["entries"])
+    deliveries = fields["deliveries"]
+    if not isinstance(deliveries, list) or len(deliveries) != len(entries):
+        raise BadMessage("deliveries is a list, one per entry")
+    return Loan(
+        _member(fields["from"]),
+        entries,
+        tuple(_count(d, "deliveries", 2**31) for d in deliveries),
+    )
+
+
+def decode_lent(body: bytes) -> LentNotice:
+    fields = _fields(body, "lent")
+    return LentNotice(
+        _member(fields["from"]),
+        _seqs(fields["released"], "released"),
+        _seqs(fields["extended"], "extended"),
+        _count(fields["lease_ms"], "lease_ms", MAX_LEASE_MS),
+    )
+
+
+def _seqs(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) > MAX_LIMIT:
+        raise BadMessage(f"{what} is a list of at most {MAX_LIMIT} seqs")
+    return tuple(_count(seq, what, 2**63) for seq in value)
 
 
 def _fields(body: bytes, kind: str) -> dict[str, Any]:

@@ -14,6 +14,9 @@ Counters (``peer`` is the peer's URL; ``kind`` the message)::
                                                           self
     forum_replication_divergent_entries_total{peer}       entries held here that differed from
                                                           their origin's (that peer), replaced
+    forum_replication_loans_total{peer,result}            asks to a writer to lend its tuples
+                                                          (lent, empty, timeout, failed)
+    forum_replication_lent_entries_total{peer}            tuples that writer lent us
 
 Gauges, read from the peer table at each scrape::
 
@@ -78,6 +81,10 @@ class ReplicationMetrics:
             "Entries held here that differed from their origin's copy, replaced by it.",
             ("peer",),
         )
+        self._loans = counter(
+            "loans", "Asks to a writer to lend its tuples, by result.", ("peer", "result")
+        )
+        self._lent = counter("lent_entries", "Tuples a writer lent this node.", ("peer",))
         self._registry = registry
         self._collector: Collector | None = None
 
@@ -110,6 +117,11 @@ class ReplicationMetrics:
 
     def divergent(self, peer: str, entries: int) -> None:
         self._divergent.labels(peer).inc(entries)
+
+    def loan(self, peer: str, result: str, entries: int = 0) -> None:
+        self._loans.labels(peer, result).inc()
+        if entries:
+            self._lent.labels(peer).inc(entries)
 
     def watch_peers(self, gauges: Callable[[], list[PeerStatus]]) -> None:
         """Expose the per-peer gauges that ``gauges()`` reads at each scrape."""

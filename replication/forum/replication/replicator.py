@@ -40,9 +40,13 @@ from forum.replication.digest import Digests
 from forum.replication.errors import BadMessage
 from forum.replication.horizon import horizon
 from forum.replication.lag import floors, lag
+from forum.replication.lending import Lending, serve_lend, serve_lent
 from forum.replication.membership import Membership, Peer, PeerState
 from forum.replication.messages import (
     MAX_BLOCKS,
+    LendRequest,
+    LentNotice,
+    Loan,
     Member,
     MemberList,
     PageDigest,
@@ -118,6 +122,16 @@ class Replicator(AsyncResource):
         self._links: dict[str, _Link] = {}
         self._group: asyncio.TaskGroup | None = None
         self._task: asyncio.Task[None] | None = None
+        # A writer alive hands out its own tuples, to peers too (forum.replication.lending).
+        self.lending = Lending(
+            me=me,
+            membership=self.membership,
+            transport=transport,
+            config=config,
+            apply=self._apply,
+            spawn=self._spawn,
+            metrics=metrics,
+        )
 
     # -- running ---------------------------------------------------------------------
 
@@ -149,6 +163,8 @@ class Replicator(AsyncResource):
         if self.config.ranking == "members":
             self.forum.set_ranking(MemberRanking(self.me.origin, self.membership.alive))
         self.forum.copies.set_members(self._members)
+        if self.config.lending:
+            self.forum.set_lender(self.lending)
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
@@ -164,7 +180,17 @@ class Replicator(AsyncResource):
             self.forum.remove_listener(self._on_entries)
             self.forum.set_ranking(None)
             self.forum.copies.set_members(None)
+            self.forum.set_lender(None)
             self.forum.need_arrivals(None)
+
+    def _spawn(self, work: Awaitable[None], name: str) -> None:
+        """Run ``work`` in the replicator's task group (dropped when it is not running)."""
+        group = self._group
+        if group is None:
+            if asyncio.iscoroutine(work):
+                work.close()
+            return
+        group.create_task(_quietly(work, name), name=name)
 
     def _lag_floors(self, held: Mapping[str, int]) -> dict[str, int]:
         """Per origin, what every peer heard from holds: the lag needs only
@@ -475,6 +501,17 @@ class Replicator(AsyncResource):
     def member_list(self) -> MemberList:
         return MemberList(self.me, self.membership.members())
 
+    def serve_lend(self, request: LendRequest) -> Loan:
+        """Lend the asker our own tuples (:mod:`forum.replication.lending`)."""
+        self.membership.heard_from(request.sender)
+        return serve_lend(self.forum, self.me, request)
+
+    def receive_lent(self, notice: LentNotice) -> MemberList:
+        """Our tuples lent to the sender: back, or kept longer."""
+        self.membership.heard_from(notice.sender)
+        serve_lent(self.forum, self.me, notice)
+        return self.member_list()
+
     def note_sent(self, to: Member, kind: str, entries: int, body_bytes: int) -> None:
         """Count an answer we sent (the routes call these three)."""
         label = self._label(to)
@@ -514,3 +551,11 @@ class Replicator(AsyncResource):
         return self.membership.snapshot(
             VersionVector.of(self.forum.strand), queued, self.clocks.offsets(), lags
         )
+
+
+async def _quietly(work: Awaitable[None], name: str) -> None:
+    """``work``, its failure logged (a task group must not end over a notice)."""
+    try:
+        await work
+    except Exception:
+        log.exception("%s failed", name)

@@ -45,11 +45,15 @@ from forum.replication.auth import ClusterAuth
 from forum.replication.clocks import read_stamp, stamp
 from forum.replication.errors import BadMessage, BadSignature, ClockSkewed
 from forum.replication.messages import (
+    LEND_PATH,
+    LENT_PATH,
     MEMBERS_PATH,
     PULL_PATH,
     PUSH_PATH,
     Member,
     Message,
+    decode_lend,
+    decode_lent,
     decode_pull,
     decode_push,
     encode,
@@ -97,6 +101,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(PUSH_PATH, _route)
     app.router.add_post(PULL_PATH, _route)
     app.router.add_get(MEMBERS_PATH, _route)
+    app.router.add_post(LEND_PATH, _route)
+    app.router.add_post(LENT_PATH, _route)
 
 
 async def _route(request: web.Request) -> web.Response:
@@ -171,10 +177,54 @@ async def _members(replication: Replication, request: Request) -> Answer:
     return Answer(body, replication.auth.sign_response(signature, body) | stamp(time.time()))
 
 
+async def _lend(replication: Replication, request: Request) -> Answer:
+    signature = _accept(replication, request, anyone=False)
+    replicator = replication.replicator
+    try:
+        clock = read_stamp(request.headers)
+        message = decode_lend(request.body)
+    except BadMessage as exc:
+        raise _refuse(replicator, 400, "bad_message", str(exc)) from None
+    _not_self(replicator, message.sender)
+    loan = replicator.serve_lend(message)
+    _sample(replicator, message.sender, clock, request)
+    return _answer(
+        replication,
+        signature=signature,
+        to=message.sender,
+        kind="loan",
+        message=loan,
+        entries=len(loan.entries),
+    )
+
+
+async def _lent(replication: Replication, request: Request) -> Answer:
+    signature = _accept(replication, request, anyone=False)
+    replicator = replication.replicator
+    try:
+        clock = read_stamp(request.headers)
+        message = decode_lent(request.body)
+    except BadMessage as exc:
+        raise _refuse(replicator, 400, "bad_message", str(exc)) from None
+    _not_self(replicator, message.sender)
+    members = replicator.receive_lent(message)
+    _sample(replicator, message.sender, clock, request)
+    return _answer(
+        replication,
+        signature=signature,
+        to=message.sender,
+        kind="members",
+        message=members,
+        entries=0,
+    )
+
+
 _ROUTES: dict[str, tuple[str, _Serve]] = {
     PUSH_PATH: ("POST", _push),
     PULL_PATH: ("POST", _pull),
     MEMBERS_PATH: ("GET", _members),
+    LEND_PATH: ("POST", _lend),
+    LENT_PATH: ("POST", _lent),
 }
 
 

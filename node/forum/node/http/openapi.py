@@ -270,6 +270,12 @@ _CLUSTER_PATHS = {
     f"{_CLUSTER}push": {"post": _cluster_operation("Apply a peer's push of entries", "push")},
     f"{_CLUSTER}pull": {"post": _cluster_operation("Send a page of what the peer lacks", "pull")},
     f"{_CLUSTER}members": {"get": _cluster_operation("This node and the peers it reaches", None)},
+    f"{_CLUSTER}lend": {
+        "post": _cluster_operation("Reserve this node's own tuples for the asking peer", "lend")
+    },
+    f"{_CLUSTER}lent": {
+        "post": _cluster_operation("Tuples lent to the peer: given back, or kept longer", "lent")
+    },
 }
 
 

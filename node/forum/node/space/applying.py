@@ -232,13 +232,8 @@ class Applier:
                 prefix = self._admission.pause_markers[target]
                 self._admission.drop_pause(target)
                 return Tuple(target, prefix, PAUSE)
-            case Place.RESERVED:  # reserved here and taken elsewhere: both nodes handed it out
-                reservation = self._places.reserved.pop(target)
-                self.double_takes += 1
-                if reservation is None:
-                    return None
-                self._count_in_prefix(reservation[1].payload)
-                return reservation[1]
+            case Place.RESERVED:
+                return self._take_reserved(take)
             case Place.TAKING:  # our own take of it is being made durable: both of us took it
                 self.double_takes += 1
                 self._killed_while_taking.add(target)
@@ -248,6 +243,18 @@ class Applier:
                 return None
             case _:
                 assert_never(place)
+
+    def _take_reserved(self, take: Take) -> Tuple | None:
+        """A peer's Take of a tuple reserved here: the end of its loan if we
+        lent it to that peer (its ack); else both nodes handed it out."""
+        reserved = self._places.reserved
+        lent_to = reserved.lent.get(take.target) if reserved.lent else None
+        reservation = reserved.pop(take.target)
+        if lent_to != take.id.origin:
+            self.double_takes += 1
+            if reservation is not None:
+                self._count_in_prefix(reservation[1].payload)
+        return None if reservation is None else reservation[1]
 
     def _kill_absent(self, take: Take) -> None:
         """A Take whose target is not live: taken before, or not seen yet."""

@@ -57,6 +57,7 @@ from forum.node.space.copies import COPIES_TIMEOUT, Copies
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
 from forum.node.space.kept_properties import KeptProperties
+from forum.node.space.lending import ASK, Ask, Borrowing, Lender, Lent, Loans
 from forum.node.space.listeners import (
     LOCAL,
     ExpiryListener,
@@ -80,6 +81,11 @@ log = logging.getLogger(__name__)
 
 #: Live ids turned into keys per step of a compaction, between two turns of the loop.
 _LIVE_SLICE = 10_000
+#: How long a writer keeps a tuple it lent for a take here reserved: the
+#: Take follows at once; this bounds the wait if it never comes.
+_TAKE_LEASE = 60.0
+#: The shortest slice a waiting take with a lender waits before it looks again.
+_LEAST_WAIT = 0.1
 
 
 def prefix_text(prefix: bytes) -> str:
@@ -88,11 +94,12 @@ def prefix_text(prefix: bytes) -> str:
 
 
 class _Waiter:
-    """A blocking take: its pattern's prefix, and the future it is handed a tuple by."""
+    """A blocking take: its pattern's prefix, and the future it is handed a
+    tuple by (or :data:`~forum.node.space.lending.ASK`: ask the writer of one)."""
 
     __slots__ = ("future", "prefix")
 
-    def __init__(self, prefix: bytes, future: asyncio.Future[Found | None]) -> None:
+    def __init__(self, prefix: bytes, future: asyncio.Future[Found | Ask | None]) -> None:
         self.prefix = prefix
         self.future = future
 
@@ -220,6 +227,24 @@ class Forum(AsyncResource):
             dress=self._dress,
         )
         self._pending_kills = self._applier.pending_kills  # looked at on every write
+        # Tuples lent by their writers (forum.node.space.lending); none until
+        # replication installs a lender.
+        self._borrowing = Borrowing(
+            origin=strand.origin,
+            index=self._index,
+            places=self._places,
+            remote=self._remote,
+            reservations=self._reservations,
+        )
+        self._loans = Loans(
+            origin=strand.origin,
+            index=self._index,
+            pool=self._pool,
+            reservations=self._reservations,
+            dress=self._dress,
+        )
+        self._owned = self._borrowing.owned
+        self._lender: Lender | None = None
         self._applying = self._applier.applying
         self._writes = 0
         self._closed = False
@@ -519,9 +544,7 @@ class Forum(AsyncResource):
     async def take_entry(self, pattern: Pattern, timeout: float | None = None) -> Tuple | None:
         """Like :meth:`take`, with the tuple's id."""
         self._check_open()
-        found = self._oldest_out(pattern.prefix)
-        if found is None and timeout:
-            found = await self._wait(pattern.prefix, timeout)
+        found = await self._find(pattern.prefix, _TAKE_LEASE, timeout)
         if found is None:
             return None
         taken = await self._taker.commit([found])
@@ -537,21 +560,47 @@ class Forum(AsyncResource):
         self._check_open()
         if not lease > 0:
             raise ValueError("lease must be > 0 seconds")
-        found = self._oldest_out(pattern.prefix)
-        if found is None and timeout:
-            found = await self._wait(pattern.prefix, timeout)
+        found = await self._find(pattern.prefix, lease, timeout)
         if found is None:
             return None
-        return self._reservations.hand_out(found[0], found[1], lease)
+        return self._hand_out(found, lease)
 
     async def reserve_many(self, pattern: Pattern, lease: float, limit: int) -> list[Reserved]:
         """Reserve up to ``limit`` oldest matches for ``lease`` seconds; never waits."""
+        self._check_open()
         if limit < 1:
             raise ValueError("limit must be at least 1")
+        if not lease > 0:
+            raise ValueError("lease must be > 0 seconds")
         reserved: list[Reserved] = []
-        while len(reserved) < limit and (item := await self.reserve(pattern, lease)) is not None:
-            reserved.append(item)
+        while len(reserved) < limit and (found := self._oldest_out(pattern.prefix)) is not None:
+            reserved.append(self._hand_out(found, lease))
+        if len(reserved) < limit and self._lender is not None:
+            lent = await self._borrowing.borrow(
+                pattern.prefix, lease, limit - len(reserved), asked=False
+            )
+            reserved += [self._hand_out(found, lease) for found in lent]
         return reserved
+
+    def _hand_out(self, found: Found, lease: float) -> Reserved:
+        """``found`` reserved for ``lease`` seconds (if its writer lent it to
+        us, it goes back to the writer when released or run out)."""
+        handed = self._reservations.hand_out(found[0], found[1], lease)
+        if self._lender is not None and self._owned(handed.id):
+            self._reservations.borrowed[handed.id] = handed.id.origin
+        return handed
+
+    async def _find(self, prefix: bytes, lease: float, timeout: float | None) -> Found | None:
+        """The tuple a take or reserve gets: the oldest match here, else one
+        its writer lends us (for ``lease`` seconds), else, with a
+        ``timeout``, one that comes within it."""
+        found = self._oldest_out(prefix)
+        if found is None and self._lender is not None:
+            lent = await self._borrowing.borrow(prefix, lease, 1, asked=False)
+            found = lent[0] if lent else None
+        if found is None and timeout:
+            found = await self._wait(prefix, timeout, lease)
+        return found
 
     async def ack(self, entry_id: EntryId) -> bool:
         """Take the reserved tuple ``entry_id`` for good. ``False`` when it is
@@ -592,7 +641,10 @@ class Forum(AsyncResource):
         self._check_open()
         if not lease > 0:
             raise ValueError("lease must be > 0 seconds")
-        return self._reservations.extend(entry_ids, lease)
+        extended = self._reservations.extend(entry_ids, lease)
+        if self._reservations.borrowed:
+            self._borrowing.extended(entry_ids, lease)
+        return extended
 
     async def release(self, entry_id: EntryId) -> bool:
         """Give the reserved tuple back now; ``False`` if it is not reserved."""
@@ -615,6 +667,10 @@ class Forum(AsyncResource):
             if match is None:
                 break
             found.append(match)
+        if len(found) < limit and self._lender is not None:
+            found += await self._borrowing.borrow(
+                pattern.prefix, _TAKE_LEASE, limit - len(found), asked=False
+            )
         if not found:
             return []
         return await self._taker.commit(found)
@@ -827,6 +883,33 @@ class Forum(AsyncResource):
         and the Lens catches the double take). Called by replication."""
         self._remote.rerank()
 
+    def set_lender(self, lender: Lender | None) -> None:
+        """While a tuple's writer is alive (``lender.owns``), hand it out only
+        as the writer lends it (:mod:`forum.node.space.lending`); ``None``:
+        hand out every tuple here at its turn. Installed by replication."""
+        self._lender = self._borrowing.lender = lender
+        self._remote.owns = self._borrowing.owns if lender is not None else None
+        self._reservations.returned = lender.returned if lender is not None else None
+
+    def lend(self, asker: str, prefix: bytes, limit: int, lease: float) -> builtins.list[Lent]:
+        """Reserve up to ``limit`` of this node's own live tuples under
+        ``prefix`` for ``lease`` seconds, for the node of origin ``asker``
+        (its Take of one ends the reservation, and counts no double take):
+        the tuples, oldest first. None while the prefix is paused here."""
+        self._check_open()
+        if self._paused and self._admission.is_paused(prefix):
+            return []
+        return self._loans.lend(asker, prefix, limit, lease)
+
+    def returned(self, asker: str, entry_ids: Sequence[EntryId]) -> int:
+        """Tuples lent to ``asker`` are back: live here again. How many were."""
+        return self._loans.returned(asker, entry_ids)
+
+    def extend_lent(self, asker: str, entry_ids: Sequence[EntryId], lease: float) -> int:
+        """Keep the tuples lent to ``asker`` reserved for ``lease`` seconds
+        from now. How many still were."""
+        return self._loans.extend(asker, entry_ids, lease)
+
     def _wanted(self, item: Tuple) -> bool:
         """Whether a waiting taker here wants ``item``."""
         return any(
@@ -843,7 +926,11 @@ class Forum(AsyncResource):
         if self._paused and self._admission.is_paused(prefix):
             return None  # resume retries the waiters
         found = self._index.oldest(prefix)
-        if found is not None and found[1].id not in self._pool:
+        if (
+            found is not None
+            and found[1].id not in self._pool
+            and (self._lender is None or not self._owned(found[1].id))
+        ):
             self._index.remove(found[0])
             return found if not self._props else (found[0], self._dress(found[1]))
         return self._remote.steal(prefix, found)
@@ -877,11 +964,15 @@ class Forum(AsyncResource):
     def _offer(self, arrival: int, item: Tuple) -> None:
         """Hand a newly live tuple to the first waiter it matches, if any;
         else tell the live listeners it is there."""
+        owned = self._lender is not None and self._owned(item.id)
         for waiter in self._waiters:
             if not waiter.future.done() and item.payload.startswith(waiter.prefix):
                 if self._paused and self._admission.is_paused(waiter.prefix):
                     continue
                 self._waiters.remove(waiter)
+                if owned:  # its writer hands it out: the taker asks it
+                    waiter.future.set_result(ASK)
+                    break
                 self._index.remove(arrival)
                 waiter.future.set_result((arrival, item))
                 return
@@ -891,8 +982,32 @@ class Forum(AsyncResource):
             except Exception:
                 log.exception("a Forum live listener failed")
 
-    async def _wait(self, prefix: bytes, timeout: float) -> Found | None:
-        future: asyncio.Future[Found | None] = asyncio.get_running_loop().create_future()
+    async def _wait(self, prefix: bytes, timeout: float, lease: float) -> Found | None:
+        """A match that comes within ``timeout`` seconds, or ``None``. With a
+        lender, one its writer lends us when a taker here is asked to ask
+        (:data:`~forum.node.space.lending.ASK`), and every ``remote_hold``
+        what a take would find now (a writer that had nothing to lend may
+        have some again: no reservation of its comes back here)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (left := deadline - loop.time()) > 0:
+            if self._lender is not None:
+                left = min(left, max(self._remote.hold, _LEAST_WAIT))
+            found = await self._wait_once(prefix, left)
+            if found is None and self._lender is None:
+                return None
+            if found is None or isinstance(found, Ask):
+                asked = found is ASK
+                found = self._oldest_out(prefix)
+                if found is None and self._lender is not None:
+                    lent = await self._borrowing.borrow(prefix, lease, 1, asked=asked)
+                    found = lent[0] if lent else None
+            if found is not None:
+                return found
+        return None
+
+    async def _wait_once(self, prefix: bytes, timeout: float) -> Found | Ask | None:
+        future: asyncio.Future[Found | Ask | None] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(prefix, future)
         self._waiters.append(waiter)
         try:
@@ -904,7 +1019,8 @@ class Forum(AsyncResource):
                 return future.result()
             return None
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled() and (found := future.result()):
+            found = future.result() if future.done() and not future.cancelled() else None
+            if found is not None and not isinstance(found, Ask):  # a tuple handed over: put back
                 self._index.restore(*found)
                 self._offer(*found)
             raise

@@ -9,7 +9,11 @@ A consumer that dies between receiving a tuple and making it safe elsewhere
 (a claim in the Lens) therefore loses nothing: the tuple comes back.
 
 A reservation lives in memory only: nothing of it is in the Strand, and it
-is not replicated (only the ack's Take is).
+is not replicated (only the ack's Take is). A tuple reserved here may be
+*lent* to another node (``lent``: the writer reserves it for the node that
+asked, :mod:`forum.node.space.lending`) or *borrowed* from its writer
+(``borrowed``: a release, or the lease running out, tells the writer,
+through ``returned``).
 """
 
 from __future__ import annotations
@@ -31,14 +35,20 @@ class Reservations:
     every worker that runs it shows here, ``Reserved.deliveries``; an entry
     goes when its tuple is taken, here or elsewhere, which the Forum sees
     to). ``restore`` (the Forum's) puts a tuple back in the index at its
-    arrival and offers it to the waiters."""
+    arrival and offers it to the waiters. ``lent``: per tuple reserved here
+    for another node, that node's origin; ``borrowed``: per tuple reserved
+    here that its writer lent us, the writer's origin, which ``returned``
+    is told of when the tuple comes back here (released, or run out)."""
 
-    __slots__ = ("_held", "_restore", "lapses")
+    __slots__ = ("_held", "_restore", "borrowed", "lapses", "lent", "returned")
 
     def __init__(self, lapses: dict[EntryId, int], restore: Callable[[int, Tuple], None]) -> None:
         self._held: dict[EntryId, tuple[int, Reserved, asyncio.TimerHandle]] = {}
         self.lapses = lapses
         self._restore = restore
+        self.lent: dict[EntryId, str] = {}
+        self.borrowed: dict[EntryId, str] = {}
+        self.returned: Callable[[str, Sequence[EntryId]], None] | None = None
 
     def __len__(self) -> int:
         return len(self._held)
@@ -66,6 +76,10 @@ class Reservations:
             return None
         arrival, handed, expiry = reservation
         expiry.cancel()
+        if self.lent:
+            self.lent.pop(entry_id, None)
+        if self.borrowed:
+            self.borrowed.pop(entry_id, None)
         return arrival, handed
 
     def extend(self, entry_ids: Sequence[EntryId], lease: float) -> list[bool]:
@@ -85,10 +99,11 @@ class Reservations:
 
     def release(self, entry_id: EntryId) -> bool:
         """Give the reserved tuple back now; ``False`` if it is not reserved."""
+        writer = self.borrowed.get(entry_id) if self.borrowed else None
         reservation = self.pop(entry_id)
         if reservation is None:
             return False
-        self._put_back(*reservation)
+        self._put_back(*reservation, writer)
         return True
 
     def keep_real(self, entry_id: EntryId, payload: bytes, props: Properties) -> None:
@@ -121,15 +136,21 @@ class Reservations:
             expiry.cancel()
         self._held.clear()
         self.lapses.clear()
+        self.lent.clear()
+        self.borrowed.clear()
 
     def _expire(self, entry_id: EntryId) -> None:
-        reservation = self._held.pop(entry_id, None)
+        writer = self.borrowed.get(entry_id) if self.borrowed else None
+        reservation = self.pop(entry_id)
         if reservation is not None:
-            arrival, handed, _ = reservation
+            arrival, handed = reservation
             log.info("reservation of %s expired: it is live again", entry_id)
             self.lapses[entry_id] = handed.deliveries
-            self._put_back(arrival, handed)
+            self._put_back(arrival, handed, writer)
 
-    def _put_back(self, arrival: int, handed: Reserved) -> None:
-        """A reserved tuple live again, as the plain tuple it was."""
+    def _put_back(self, arrival: int, handed: Reserved, writer: str | None) -> None:
+        """A reserved tuple live again, as the plain tuple it was; one its
+        ``writer`` lent us goes back to it too (so that it can hand it out)."""
+        if writer is not None and self.returned is not None:
+            self.returned(writer, [handed.id])
         self._restore(arrival, Tuple(handed.id, handed.payload, handed.props))

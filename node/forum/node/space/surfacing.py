@@ -226,6 +226,7 @@ class RemoteTuples:
         "_wanted",
         "delay",
         "hold",
+        "owns",
         "pool",
         "ranking",
         "waiting",
@@ -262,6 +263,9 @@ class RemoteTuples:
         # waiters when tuples were left to their writers (see ``stealable``).
         self._pace: dict[str, deque[float]] = {}
         self._retry: asyncio.TimerHandle | None = None
+        #: ``owns(origin)``: whether that writer lends its tuples, which are
+        #: then never handed out here (``forum.node.space.lending``).
+        self.owns: Callable[[str], bool] | None = None
 
     def arrive(self, item: Tuple) -> None:
         """A remote tuple that may be live now: live at once if it ranks 0
@@ -343,14 +347,29 @@ class RemoteTuples:
         best = pool.best(prefix, self.stealable, aired=live, limit=limit, priority=top)
         if best is not None:
             return self._out_of_pool(best)
+        owns = self.owns
         oldest = None if found is None else pool.get(found[1].id)
-        if oldest is not None and index.count(prefix) > STEAL_SCAN:
-            # Too many to look through for one not pooled: the oldest.
-            return self._out_of_pool(oldest)
-        for arrival, item in [] if found is None else index.iter_matching(prefix):
-            if item.id not in pool and (item := self._dress(item)).props.priority == top:
-                index.remove(arrival)
-                return arrival, item
+        if owns is None:
+            if oldest is not None and index.count(prefix) > STEAL_SCAN:
+                # Too many to look through for one not pooled: the oldest.
+                return self._out_of_pool(oldest)
+            for arrival, item in [] if found is None else index.iter_matching(prefix):
+                if item.id not in pool and (item := self._dress(item)).props.priority == top:
+                    index.remove(arrival)
+                    return arrival, item
+        elif found is not None:
+            # Writers alive lend theirs: one not pooled that is not theirs, in a bounded scan.
+            for looked, (arrival, item) in enumerate(index.iter_matching(prefix)):
+                origin = item.id.origin
+                if (
+                    item.id not in pool
+                    and (origin == self._origin or not owns(origin))
+                    and (item := self._dress(item)).props.priority == top
+                ):
+                    index.remove(arrival)
+                    return arrival, item
+                if looked >= STEAL_SCAN:
+                    break
         if pool:  # some were left to their writers, maybe
             self._retry_later()
         return None
@@ -363,6 +382,8 @@ class RemoteTuples:
         reaches within about that time: a copy taken here would be a double
         take, not help. A writer that stalls, or is down (then its tuples
         rank 0 somewhere), is stolen from again."""
+        if self.owns is not None and self.owns(origin):
+            return False  # it lends them (forum.node.space.lending)
         took = self._pace.get(origin)
         if took is not None:
             self._forget_pace(origin, took)
