@@ -123,13 +123,20 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from forum.coordinator.authority import ClaimAuthority
+from forum.coordinator.authority import ClaimAuthority, Failed
 from forum.coordinator.availability import OUTAGE_BACKOFF, Availability
 from forum.coordinator.completions import Completions
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from forum.coordinator.doubletakes import DoubleTakes
 from forum.coordinator.envelope import Envelope
-from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError
+from forum.coordinator.errors import (
+    AlreadyClaimed,
+    AlreadyDone,
+    AttemptsSpent,
+    ClaimLost,
+    LensError,
+    NotDue,
+)
 from forum.coordinator.holding import Slots
 from forum.coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
 from forum.coordinator.keeping import ClaimKeeper, Interrupted
@@ -375,6 +382,7 @@ class Worker:
                 self.owner,
                 self.lease,
                 [offer.envelope.attempt for offer in offers],
+                [offer.envelope.revived for offer in offers],
             )
         except LensError as exc:
             # Fail closed, lose nothing: no handler without a claim; the jobs go
@@ -393,21 +401,29 @@ class Worker:
         # runs: parked until that holder's lease can first end (done by then,
         # or its holder dead), then offered again. Not released (it would come
         # straight back), not acked, and not left to run out (see Parked).
+        # A copy met after an attempt failed, before the next is due: parked
+        # until it is due, like a retry whose trailer says so. A copy of a
+        # buried job: taken away, its dead letter holds the job.
         pairs = list(zip(offers, outcomes, strict=True))
-        await self._reservations.ack([o.item.id for o, c in pairs if isinstance(c, AlreadyDone)])
+        await self._reservations.ack([o.item.id for o, c in pairs
+                                      if isinstance(c, AlreadyDone | AttemptsSpent)])  # fmt: skip
         await self._reservations.park([(o.item.id, self._held_for(c)) for o, c in pairs
                           if isinstance(c, AlreadyClaimed)])  # fmt: skip
+        await self._defer([(o, c.remaining) for o, c in pairs if isinstance(c, NotDue)])
         for offer, outcome in zip(offers, outcomes, strict=True):
             if isinstance(outcome, LensError):
-                self._counts.double_takes += 1
-                self._doubles.caught(offer.item.id, outcome)
-                self._slots.release()
+                if not isinstance(outcome, NotDue):
+                    self._counts.double_takes += 1
+                    self._doubles.caught(offer.item.id, outcome)
+                    self._slots.release()
                 continue
-            job = Job(offer.envelope.payload, offer.item.id, offer.key, offer.envelope.attempt,
-                      outcome)  # fmt: skip
+            # Counted as the attempt the Lens says, whatever the copy's trailer.
+            envelope = offer.envelope.at_attempt(outcome.attempt)
+            job = Job(envelope.payload, offer.item.id, offer.key, envelope.attempt, outcome)
             # Past max_attempts only by deliveries whose workers died: not run again.
-            lost = offer.item.deliveries > 1 and job.attempt > self.max_attempts
-            run = self._run_job(job, offer.envelope, generation, lost=lost)
+            died = offer.item.deliveries > 1 or outcome.lapsed
+            lost = died and job.attempt > self.max_attempts
+            run = self._run_job(job, envelope, generation, lost=lost)
             task = tasks.create_task(run, name=f"job {job.key}")
             self._jobs.add(task)
             task.add_done_callback(self._jobs.discard)
@@ -446,14 +462,19 @@ class Worker:
         over (``not_before`` in its trailer) is parked until it is due: it
         waits in the space, durably, without being polled or claimed."""
         now = time.time()
-        later = [(o.item.id, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)]
+        await self._defer([(o, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)])
+        return [offer for offer in offers if not offer.envelope.due_in(now)]
+
+    async def _defer(self, later: list[tuple[_Offer, float]]) -> None:
+        """Park each offer for its wait (seconds), named in the presence
+        record as retrying: a retry not due by its trailer, or a copy of a job
+        whose next attempt the Lens says is not due (``NotDue``). Parked, not
+        released: it would come straight back; nor claimed again until due."""
         if later:
-            heads = {o.item.id: o.envelope.payload[:HEAD] for o in offers if o.envelope.due_in(now)}
-            self._reservations.retrying |= heads
+            self._reservations.retrying |= {o.item.id: o.envelope.payload[:HEAD] for o, _ in later}
             self._counts.deferred += len(later)
             self._slots.release(len(later))
-            await self._reservations.park(later)
-        return [offer for offer in offers if not offer.envelope.due_in(now)]
+            await self._reservations.park([(o.item.id, wait) for o, wait in later])
 
     async def _put_back(self, offers: list[_Offer]) -> None:
         """Release unclaimed jobs' reservations: live again in their places."""
@@ -550,8 +571,12 @@ class Worker:
             if delay is None:
                 delay = self.backoff.delay(envelope.attempt, self._rng)
             payload = envelope.next_attempt(error, time.time() + delay if delay else None).seal()
-        # Released first, so the next attempt, once due, finds the key free.
-        await self._keeper.release(job.claim, self._outage_waits())
+        # Released first, so the next attempt, once due, finds the key free;
+        # the Lens counts the failure in the same call, so a copy of the job
+        # met anywhere from now on is the next attempt, due when this one's is
+        # (or, after the last, not run at all).
+        failed = Failed(None if last else delay, envelope.revived)
+        await self._keeper.release(job.claim, self._outage_waits(), failed)
         if await self._write_back(payload):
             await self._reservations.ack([job.entry_id])
             if last:
