@@ -464,7 +464,7 @@ class MemoryAuthority:
         if tries is not None and tries.expires <= self.clock():
             del self._attempts[key]
             tries = None
-        renewed = tries is not None and tries.due is None and tries.revived != revived
+        renewed = tries is not None and tries.due is None and revived not in ("", tries.revived)
         if tries is not None and not renewed:
             if tries.due is None:
                 return AttemptsSpent(key, tries.next - 1)

@@ -44,9 +44,9 @@
 -- (its in-flight record is still there), that holder's attempt + 1. So every
 -- copy of a job, on any node, is counted in one sequence while Redis remembers
 -- (docs/coordination.md, "How many times can my task run?"). A copy requeued
--- from a dead letter (ARGV[8]) other than the one the attempts record counts
--- starts again: a buried record of another life is not a refusal, and it is
--- deleted when the claim is granted.
+-- from a dead letter (ARGV[8]) other than the one a buried record names
+-- starts again: that record is no refusal, and is deleted when the claim is
+-- granted. A copy never requeued ("") is refused by any buried record.
 --
 -- The token is max(last + 1, Redis TIME in microseconds): one more than the
 -- last issued while Redis remembers it, and never below the clock when it
@@ -76,7 +76,7 @@ local tries = redis.call('HMGET', KEYS[7], 'next', 'due', 'revived')
 local renewed = false
 if tries[1] then
   if tries[2] == '-1' then
-    if (tries[3] or '') == ARGV[8] then
+    if ARGV[8] == '' or ARGV[8] == tries[3] then
       return {5, tonumber(tries[1]) - 1}
     end
     renewed = true
