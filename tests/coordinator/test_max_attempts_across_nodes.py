@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
-from tests.coordinator.harness import WorkerProcess, eventually, worker_processes
+from tests.coordinator.harness import WorkerProcess, eventually, peered, worker_processes
 from tests.coordinator.test_worker_process import worker_args
 from tests.fixtures.nodes import ForumNodes
 
@@ -25,10 +25,7 @@ from tests.fixtures.nodes import ForumNodes
 async def test_a_raw_handler_runs_max_attempts_times_in_all(
     tmp_path: Path, forum_nodes: ForumNodes, redis_url: str
 ) -> None:
-    a, b = forum_nodes.make("a"), forum_nodes.make("b")
-    a.args += ["--peer", b.url]
-    b.args += ["--peer", a.url]
-    await forum_nodes.start_all()
+    a, b = await peered(forum_nodes, "ab")
     env = {"FORUM_EXAMPLE_REDIS_URL": redis_url}
     async with ForumClient(a.url) as space, worker_processes(tmp_path) as started:
         for node in (a, b):

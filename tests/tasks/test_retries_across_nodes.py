@@ -29,7 +29,7 @@ from forum.coordinator import Backoff
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
 from forum.tasks import App, Context, JobFailed
-from tests.coordinator.harness import WorkerProcess, worker_processes
+from tests.coordinator.harness import WorkerProcess, peered, worker_processes
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 
 #: The Redis the tasks push their runs to (set per test).
@@ -68,10 +68,7 @@ async def test_every_job_is_counted_once_across_nodes(
     """Always-failing jobs run exactly retries + 1 times, each attempt once;
     a 30 %-failing job's runs are attempts 1, 2, ... in order, never a
     count started again."""
-    nodes = [forum_nodes.make(name) for name in "abc"[:count]]
-    for node in nodes:
-        node.args += [arg for other in nodes if other is not node for arg in ("--peer", other.url)]
-    await forum_nodes.start_all()
+    nodes = await peered(forum_nodes, "abc"[:count])
     app = retry_app.using(nodes=nodes[0].url, redis=redis_url)
     async with app, worker_processes(tmp_path) as started:
         for node in nodes:
