@@ -1,5 +1,6 @@
 """Retries counted per job across real nodes: 2 and 3 peered ``forum serve``
-processes, a ``forum worker --app`` on each, jobs enqueued on the first.
+processes, a ``forum worker --app`` on each, jobs enqueued on the first;
+and a job whose worker died counted too.
 
 Each run of a task pushes its attempt number to a Redis list of its job
 (the side effect counted). Before the Lens counted attempts, a copy of a
@@ -31,6 +32,7 @@ from forum.node.core.space import Pattern
 from forum.tasks import App, Context, JobFailed
 from tests.coordinator.harness import WorkerProcess, peered, worker_processes
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
+from tests.tasks.conftest import AppFactory, working
 
 #: The Redis the tasks push their runs to (set per test).
 RUNS_REDIS = "TASKS_RUNS_REDIS"
@@ -112,3 +114,29 @@ def _runs(redis_url: str) -> dict[str, list[int]]:
     with Redis.from_url(redis_url) as client:
         keys = [key.decode() for key in client.scan_iter("runs:*")]
         return {key[len("runs:") :]: [int(n) for n in client.lrange(key, 0, -1)] for key in keys}
+
+
+async def test_a_task_whose_workers_died_past_its_retries_is_dead_without_running(
+    make_app: AppFactory,
+) -> None:
+    """t0: a worker claims job k (retries=0, attempt 1) and dies: its claim
+    lapses. t1: a worker claims k: the Lens counts attempt 2 (the lapse was
+    attempt 1), past retries + 1: k is dead, its task not run again, though
+    the worker's max_attempts (another task's 3 retries + 1) allows more."""
+    app = make_app()
+    ran: list[int] = []
+
+    @app.task(retries=0)
+    async def once(ctx: Context) -> None:
+        ran.append(ctx.attempt)
+
+    @app.task(retries=3)
+    async def patient(ctx: Context) -> None: ...
+
+    async with app:
+        handle = await once.enqueue(_key="k")
+        await app.lens.claim("k", owner="died", lease=0.2)
+        async with working(app):
+            with pytest.raises(JobFailed, match="attempt 2 of 1: the worker was lost"):
+                await handle.result(timeout=15)
+    assert ran == []
