@@ -79,7 +79,7 @@ _NOW, _REPEAT = 1, 2
 
 
 #: A claim's outcome: granted, or why not.
-Granted = Claim | AlreadyClaimed | AlreadyDone | NotDue | AttemptsSpent
+ClaimOutcome = Claim | AlreadyClaimed | AlreadyDone | NotDue | AttemptsSpent
 
 
 def _claim_args(
@@ -163,7 +163,7 @@ class Lens(LensRecords):
         lease: float,
         attempts: Sequence[int] | None = None,
         revived: Sequence[str | None] | None = None,
-    ) -> list[Granted]:
+    ) -> list[ClaimOutcome]:
         """Claim each ``(key, reoffer)`` as :meth:`claim` does, in one round
         trip, each for its attempt in ``attempts`` (default 1) and its dead
         letter in ``revived`` (default none). Each outcome is the claim, or
@@ -215,7 +215,9 @@ class Lens(LensRecords):
             outcomes[i] = self._extended(own[i], reply, own[i].lease, started)
         return outcomes
 
-    def _granted(self, key: str, owner: str, lease: float, started: float, reply: Any) -> Granted:
+    def _granted(
+        self, key: str, owner: str, lease: float, started: float, reply: Any
+    ) -> ClaimOutcome:
         code, value = reply[0], reply[1]
         if code == _DONE:
             return AlreadyDone(key, int(value))
