@@ -79,7 +79,11 @@ rank           the rank among the live members (:mod:`forum.replication.ranking`
                live at its turn (``FORUM_REMOTE_HOLD=0``)
 pool           the defaults: the rank, and a turn no taker wanted puts the
                tuple in the node's pool, held (``remote_hold``, 2 s) then
-               aired, taken in the node's rank order (``forum.node.space.surfacing``)
+               aired, taken in the node's rank order (``forum.node.space.surfacing``);
+               a tuple whose writer is alive is handed out by it alone,
+               lent to the others that ask (``forum.node.space.lending``)
+unlent         the defaults without lending (``FORUM_REPL_LENDING=false``):
+               each node hands out the copies it holds, at their turns
 main           the code in ``--main-tree DIR`` (a checkout or ``git -C /work/main
                archive HEAD | tar -x -C DIR``), or of ``--main-ref REF`` (a
                commit of this repository, unpacked by :func:`trees.export`),
@@ -128,6 +132,7 @@ VARIANTS = {
     "slots": {"FORUM_REPL_RANKING": "slots", "FORUM_REMOTE_HOLD": "0"},
     "rank": {"FORUM_REPL_RANKING": "members", "FORUM_REMOTE_HOLD": "0"},
     "pool": {},
+    "unlent": {"FORUM_REPL_LENDING": "false"},
     "main": {},
 }
 _TICK = os.sysconf("SC_CLK_TCK")

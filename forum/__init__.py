@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from forum.coordinator import (
         AlreadyClaimed,
         AlreadyDone,
+        AttemptsSpent,
         Backoff,
         ClaimLost,
         Job,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         LensError,
         LensStateLost,
         LensUnavailable,
+        NotDue,
         Worker,
     )
     from forum.node.client.remote import ForumClient
@@ -91,6 +93,7 @@ __all__ = [
     "AlreadyClaimed",
     "AlreadyDone",
     "App",
+    "AttemptsSpent",
     "Backoff",
     "ClaimLost",
     "ClientError",
@@ -119,6 +122,7 @@ __all__ = [
     "NodeRejected",
     "NodeTimeout",
     "NodeUnavailable",
+    "NotDue",
     "Pattern",
     "PayloadTooLarge",
     "RecordTooLarge",
@@ -148,8 +152,8 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 #: Each public name's home: the module that defines it, imported on first use.
 _LAZY = {
     "forum.coordinator.errors": frozenset({
-        "AlreadyClaimed", "AlreadyDone", "ClaimLost", "LensError", "LensStateLost",
-        "LensUnavailable",
+        "AlreadyClaimed", "AlreadyDone", "AttemptsSpent", "ClaimLost", "LensError",
+        "LensStateLost", "LensUnavailable", "NotDue",
     }),
     "forum.coordinator.job": frozenset({"Job"}),
     "forum.coordinator.lens": frozenset({"Lens"}),

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from forum.coordinator import Worker
 from forum.deploy.processes import WorkerService
-from tests.fixtures.nodes import eventually
+from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 
-__all__ = ["REPO", "WorkerProcess", "eventually", "running", "worker_processes"]
+__all__ = ["REPO", "WorkerProcess", "eventually", "peered", "running", "worker_processes"]
 
 
 @asynccontextmanager
@@ -74,3 +74,12 @@ async def worker_processes(root: Path) -> AsyncIterator[list[WorkerProcess]]:
         for worker in started:
             if worker.running:
                 await worker.signal(signal.SIGKILL)
+
+
+async def peered(nodes: ForumNodes, names: Sequence[str]) -> list[NodeProcess]:
+    """Start a node of each name, each peered with every other."""
+    made = [nodes.make(name) for name in names]
+    for node in made:
+        node.args += [arg for other in made if other is not node for arg in ("--peer", other.url)]
+    await nodes.start_all()
+    return made

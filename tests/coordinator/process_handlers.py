@@ -87,3 +87,16 @@ async def stop_before_first_write() -> AsyncIterator[Handler]:
             await store.put(job.key, job.token, job.payload)
 
         yield handle
+
+
+@contextlib.asynccontextmanager
+async def always_fail() -> AsyncIterator[Handler]:
+    """Pushes its attempt to ``runs:<key>`` (in ``$FORUM_EXAMPLE_REDIS_URL``),
+    then fails: the attempts a worker's ``max_attempts`` allows, counted."""
+    async with Redis.from_url(os.environ["FORUM_EXAMPLE_REDIS_URL"]) as client:
+
+        async def handle(job: Job) -> None:
+            await client.rpush(f"runs:{job.key}", job.attempt)
+            raise RuntimeError("always")
+
+        yield handle

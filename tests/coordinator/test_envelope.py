@@ -69,7 +69,8 @@ def test_dead_letters_keep_the_key_and_revive_from_attempt_one() -> None:
     sealed = bury(Envelope(b"job/1", key="a:1", attempt=5, error="boom"))
     letter = DeadLetter.parse(Tuple(EntryId("n", 9), sealed))
     assert letter.payload == b"job/1" and letter.envelope.error == "boom"
-    assert Envelope.open(letter.revived()) == Envelope(b"job/1", key="a:1", attempt=1)
+    revived = Envelope(b"job/1", key="a:1", attempt=1, revived="n:9")
+    assert Envelope.open(letter.revived()) == revived
     with pytest.raises(ValueError):
         DeadLetter.parse(Tuple(EntryId("n", 9), b"job/1"))
 
@@ -84,7 +85,7 @@ def test_a_retrys_not_before_travels_in_the_trailer() -> None:
 def test_a_trailer_without_not_before_is_the_old_format() -> None:
     """Old and new workers read each other's tuples: no not_before, no new field."""
     sealed = Envelope(b"job/x", key="k", attempt=2, error="e").seal()
-    assert b"not_before" not in sealed
+    assert b"not_before" not in sealed and b"revived" not in sealed
     assert Envelope.open(sealed).not_before is None
     assert Envelope(b"p").due_in(0.0) == 0.0
 

@@ -17,7 +17,7 @@ from forum.coordinator.keys import HISTORY_LENGTH
 from forum.coordinator.scripts import BATCH_ROLES, KEY_ROLES
 
 LUA = files("forum.coordinator.lua")
-_PER_KEY = {"claim", "done", "job", "task", "history"}
+_PER_KEY = {"claim", "done", "job", "task", "history", "attempts"}
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,17 @@
 """Coordination for Forum workers: the Redis-backed Lens and the worker runtime."""
 
-from forum.coordinator.authority import ClaimAuthority, HeldClaim
+from forum.coordinator.authority import ClaimAuthority, Failed, HeldClaim
 from forum.coordinator.claim import Claim
 from forum.coordinator.deadletter import DeadLetter
 from forum.coordinator.errors import (
     AlreadyClaimed,
     AlreadyDone,
+    AttemptsSpent,
     ClaimLost,
     LensError,
     LensStateLost,
     LensUnavailable,
+    NotDue,
 )
 from forum.coordinator.job import Backoff, GiveUp, Handler, Job, RetryAfter
 from forum.coordinator.lens import Lens
@@ -24,12 +26,14 @@ from forum.coordinator.worker import Worker
 __all__ = [
     "AlreadyClaimed",
     "AlreadyDone",
+    "AttemptsSpent",
     "Backoff",
     "CancelOutcome",
     "Claim",
     "ClaimAuthority",
     "ClaimLost",
     "DeadLetter",
+    "Failed",
     "GiveUp",
     "Handler",
     "HeldClaim",
@@ -42,6 +46,7 @@ __all__ = [
     "LensError",
     "LensStateLost",
     "LensUnavailable",
+    "NotDue",
     "Reaper",
     "RetryAfter",
     "TakeOnly",

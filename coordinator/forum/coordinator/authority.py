@@ -28,11 +28,38 @@ class Grab:
     payload: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """What a failed attempt tells the authority as its claim is released,
+    so that every copy of the job, on any node, is counted in one sequence
+    (docs/coordination.md, "How many times can my task run?"): the next
+    attempt is due ``delay`` seconds from now, or with ``delay`` ``None``
+    there is none (the job is buried). ``revived`` is the dead letter the
+    job was requeued from (its trailer's, forum.coordinator.envelope)."""
+
+    delay: float | None
+    revived: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.delay is not None and not 0 <= self.delay < float("inf"):
+            raise ValueError(
+                f"a retry's delay is a finite number of seconds >= 0, not {self.delay!r}"
+            )
+
+
 class HeldClaim(Protocol):
-    """A granted claim on ``key``, fenced by ``token``."""
+    """A granted claim on ``key``, fenced by ``token``, counted as attempt
+    ``attempt`` of its job (``lapsed``: the holder before it let its lease
+    run out)."""
 
     @property
     def key(self) -> str: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def lapsed(self) -> bool: ...
 
     @property
     def owner(self) -> str: ...
@@ -55,7 +82,7 @@ class HeldClaim(Protocol):
 
     async def complete(self) -> None: ...
 
-    async def release(self) -> None: ...
+    async def release(self, failed: Failed | None = None) -> None: ...
 
     async def hand_back(self, payload: bytes, delay: float = 0.0) -> None: ...
 
@@ -81,6 +108,7 @@ class ClaimAuthority(Protocol):
         *,
         reoffer: bytes | None = None,
         attempt: int = 1,
+        revived: str | None = None,
     ) -> HeldClaim: ...
 
     async def claim_many(
@@ -89,10 +117,11 @@ class ClaimAuthority(Protocol):
         owner: str,
         lease: float,
         attempts: Sequence[int] | None = None,
+        revived: Sequence[str | None] | None = None,
     ) -> Sequence[HeldClaim | LensError]:
         """``claim`` for each ``(key, reoffer)``, each for its attempt (default
-        1), at once; conflicts come back as errors in the list, an
-        unreachable authority is raised."""
+        1) and dead letter (default none), at once; conflicts come back as
+        errors in the list, an unreachable authority is raised."""
         ...
 
     async def extend_many(self, claims: Sequence[HeldClaim]) -> Sequence[ClaimLost | None]:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from forum.coordinator import keys
+from forum.coordinator.authority import Failed
 from forum.coordinator.errors import ClaimLost
 
 #: Why a claim ended that the store no longer shows held by it.
@@ -55,8 +56,9 @@ class ClaimIssuer(Protocol):
         """Leave ``claim``'s key's done marker and end the claim."""
         ...
 
-    async def release_claim(self, claim: Claim) -> None:
-        """Give ``claim``'s key back without completing it."""
+    async def release_claim(self, claim: Claim, failed: Failed | None) -> None:
+        """Give ``claim``'s key back without completing it; after a failed
+        attempt, recording when the next is due (or that none is)."""
         ...
 
     async def hand_back_claim(self, claim: Claim, payload: bytes, delay: float) -> None:
@@ -72,7 +74,10 @@ class Claim:
     Not a frozen dataclass because its lease deadline and end state change.
     """
 
-    __slots__ = ("_deadline", "_ended", "_issuer", "_key", "_lease", "_owner", "_token")
+    __slots__ = (
+        "_attempt", "_deadline", "_ended", "_issuer", "_key", "_lapsed", "_lease", "_owner",
+        "_token",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -83,8 +88,12 @@ class Claim:
         token: int,
         lease: float,
         deadline: float,
+        attempt: int = 1,
+        lapsed: bool = False,
     ) -> None:
         self._issuer = issuer
+        self._attempt = attempt
+        self._lapsed = lapsed
         self._key = key
         self._owner = owner
         self._token = token
@@ -104,6 +113,18 @@ class Claim:
     def token(self) -> int:
         """The fencing token: larger than every token issued before this claim."""
         return self._token
+
+    @property
+    def attempt(self) -> int:
+        """The attempt of its job the issuer counts this claim as: the largest
+        of the one asked for, the one after the last failed attempt, and the
+        one after a holder's whose lease ran out."""
+        return self._attempt
+
+    @property
+    def lapsed(self) -> bool:
+        """Whether the key's holder before this claim let its lease run out."""
+        return self._lapsed
 
     @property
     def lease(self) -> float:
@@ -161,11 +182,13 @@ class Claim:
         self.check_open()
         await self._issuer.complete_claim(self)
 
-    async def release(self) -> None:
+    async def release(self, failed: Failed | None = None) -> None:
         """Give the key back without completing it. Nothing is re-offered: use
-        :meth:`hand_back` when the job must run again."""
+        :meth:`hand_back` when the job must run again. With ``failed``, this
+        attempt failed: the issuer grants the next no earlier than its delay
+        (and none once the job is buried)."""
         self.check_open()
-        await self._issuer.release_claim(self)
+        await self._issuer.release_claim(self, failed)
 
     async def hand_back(self, payload: bytes, delay: float = 0.0) -> None:
         """Give the key back and have a reaper write ``payload`` into the space

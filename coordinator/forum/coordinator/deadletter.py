@@ -5,7 +5,8 @@ of :mod:`forum.coordinator.envelope`, carrying the claim key, the attempts made 
 the last error). Parked under their own prefix, dead letters match no
 worker's pattern, stay visible to ``forum dead list``, and go back to work
 with ``forum dead requeue``: the prefix comes off and the attempts start
-again, under the same claim key.
+again, under the same claim key (the Lens counts them afresh: the trailer
+names the dead letter it was revived from).
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ class DeadLetter:
         return self.envelope.payload
 
     def revived(self) -> bytes:
-        """The job as it goes back to work: same payload and claim key, attempt 1."""
-        return Envelope(self.envelope.payload, key=self.envelope.key).seal()
+        """The job as it goes back to work: same payload and claim key, attempt
+        1, revived from this letter (so the Lens, which remembers the job
+        buried, counts its attempts afresh: forum.coordinator.envelope)."""
+        return Envelope(self.envelope.payload, key=self.envelope.key, revived=str(self.id)).seal()
 
 
 async def requeue(space: TupleSpace, letter: DeadLetter) -> EntryId | None:

@@ -21,17 +21,29 @@ Byte format (version 1)::
                        worker whose attempt failed, by its clock: a skew
                        between machines shifts the backoff by as much);
                        absent when it may run now
+``"revived"``   str    optional: the id of the dead letter this job was
+                       requeued from (``forum dead requeue``), so the Lens
+                       counts its attempts afresh (lua/claim.lua), and a copy
+                       from before the burial is still turned away; absent
+                       for a job never buried
 ==============  =====  ======================================================
 
-A trailer without ``"not_before"`` is byte for byte what the version before
-it wrote, so old and new workers read each other's tuples.
+A trailer without ``"not_before"`` and ``"revived"`` is byte for byte what
+the version before them wrote, so old and new workers read each other's
+tuples (a worker from before ``"revived"`` reads a requeued job's trailer as
+part of its payload: requeue once every worker is upgraded).
+
+The attempt a trailer carries is what its copy says; the Lens, which every
+copy meets at its claim, counts the attempt it really is (the largest of the
+trailer's and the Lens's: forum.coordinator.worker), while it remembers.
 
 A tuple without a valid trailer is a first delivery: attempt 1, no key yet
 (the worker uses its entry id). A payload that by chance ends in the magic
 but whose trailer does not decode is read as a plain payload too.
 
 A dead letter is ``dead_prefix + payload + trailer``; requeueing strips the
-prefix and starts the attempts again under the same claim key.
+prefix and starts the attempts again under the same claim key, with
+``"revived"`` set to the dead letter's id.
 """
 
 from __future__ import annotations
@@ -47,6 +59,8 @@ import msgpack
 MAGIC = b"\x00FJ\x01"
 _LENGTH = struct.Struct(">I")
 _TAIL = _LENGTH.size + len(MAGIC)
+#: The trailer's fields that may be absent (see the module docstring).
+_OPTIONAL = frozenset({"not_before", "revived"})
 #: Error texts are cut to this many characters: a trailer is not a log.
 MAX_ERROR = 2000
 #: A dead letter's error is its last word (a task's traceback, say), read by
@@ -64,6 +78,7 @@ class Envelope:
     attempt: int = 1
     error: str | None = None
     not_before: float | None = None
+    revived: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.attempt, bool) or not isinstance(self.attempt, int) or self.attempt < 1:
@@ -72,6 +87,8 @@ class Envelope:
             raise ValueError(f"a claim key is a non-empty string, not {self.key!r}")
         if self.not_before is not None and not math.isfinite(self.not_before):
             raise ValueError(f"not_before is a finite Unix time, not {self.not_before!r}")
+        if self.revived is not None and (not isinstance(self.revived, str) or not self.revived):
+            raise ValueError(f"revived is a dead letter's id, not {self.revived!r}")
 
     @classmethod
     def open(cls, data: bytes) -> Envelope:
@@ -92,6 +109,8 @@ class Envelope:
         fields: dict[str, Any] = {"key": self.key, "attempt": self.attempt, "error": self.error}
         if self.not_before is not None:
             fields["not_before"] = self.not_before
+        if self.revived is not None:
+            fields["revived"] = self.revived
         meta = msgpack.packb(fields)
         return b"".join((self.payload, meta, _LENGTH.pack(len(meta)), MAGIC))
 
@@ -149,20 +168,25 @@ def _decode(raw: bytes) -> dict[str, Any] | None:
         meta = msgpack.unpackb(raw)
     except (ValueError, TypeError, msgpack.UnpackException):
         return None
-    if not isinstance(meta, dict) or set(meta) - {"not_before"} != {"key", "attempt", "error"}:
+    if not isinstance(meta, dict) or set(meta) - _OPTIONAL != {"key", "attempt", "error"}:
         return None
     key, attempt, error = meta["key"], meta["attempt"], meta["error"]
-    not_before = meta.get("not_before")
     if not (key is None or (isinstance(key, str) and key)):
         return None
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         return None
     if not (error is None or isinstance(error, str)):
         return None
+    fields: dict[str, Any] = {"key": key, "attempt": attempt, "error": error}
     if "not_before" in meta:
+        not_before = meta["not_before"]
         if isinstance(not_before, bool) or not isinstance(not_before, int | float):
             return None
         if not math.isfinite(not_before):
             return None
-        return {"key": key, "attempt": attempt, "error": error, "not_before": float(not_before)}
-    return {"key": key, "attempt": attempt, "error": error}
+        fields["not_before"] = float(not_before)
+    if "revived" in meta:
+        if not isinstance(meta["revived"], str) or not meta["revived"]:
+            return None
+        fields["revived"] = meta["revived"]
+    return fields

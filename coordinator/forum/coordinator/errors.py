@@ -5,6 +5,10 @@
     LensError                       anything the Lens raises on purpose
     ├── AlreadyClaimed              another holder's claim on the key is live
     ├── AlreadyDone                 the key was completed before (done marker)
+    ├── NotDue                      an attempt of the key's job failed and the
+    │                               next is not due yet (its backoff)
+    ├── AttemptsSpent               the key's job was buried as a dead letter:
+    │                               no more attempts
     ├── ClaimLost                   this claim no longer holds its key: expired,
     │                               released, completed, or taken over
     └── LensUnavailable             Redis unreachable, timing out, loading,
@@ -16,8 +20,9 @@
                                     or changed; raised once per loss, per Lens
 
 ``retriable`` tells a caller whether doing the same thing again may succeed.
-``AlreadyClaimed`` and ``AlreadyDone`` after a take are the Lens catching a
-double take: the caller must not run the job. ``ClaimLost`` means a stale
+``AlreadyClaimed``, ``AlreadyDone``, ``NotDue`` and ``AttemptsSpent`` after
+a take are the Lens catching a copy of a job that must not run now: the
+caller must not run it (``NotDue``: not before ``remaining`` seconds). ``ClaimLost`` means a stale
 holder: it must not do the irreversible step it was about to do.
 ``LensStateLost`` is a ``LensUnavailable`` so that callers fail closed on it
 as they do on an outage; the Lens works again on its next call.
@@ -81,6 +86,28 @@ class AlreadyDone(LensError):
         super().__init__(f"{key!r} was completed with token {token}")
         self.key = key
         self.token = token
+
+
+class NotDue(LensError):
+    """An attempt of ``key``'s job failed, and the next one, attempt
+    ``attempt``, is not due for ``remaining`` seconds (its backoff, by
+    Redis's clock): a copy met now waits that long."""
+
+    def __init__(self, key: str, remaining: float, attempt: int) -> None:
+        super().__init__(f"{key!r} attempt {attempt} is due in {remaining:.3f}s")
+        self.key = key
+        self.remaining = remaining
+        self.attempt = attempt
+
+
+class AttemptsSpent(LensError):
+    """``key``'s job was buried as a dead letter after attempt ``made``: a
+    copy met now is not run (requeueing the dead letter starts again)."""
+
+    def __init__(self, key: str, made: int) -> None:
+        super().__init__(f"{key!r} was buried after attempt {made}")
+        self.key = key
+        self.made = made
 
 
 class ClaimLost(LensError):

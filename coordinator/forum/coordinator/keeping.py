@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from forum.coordinator.authority import ClaimAuthority, HeldClaim
+from forum.coordinator.authority import ClaimAuthority, Failed, HeldClaim
 from forum.coordinator.availability import Availability
 from forum.coordinator.errors import ClaimLost, LensError
 from forum.coordinator.job import Handler, Job
@@ -209,13 +209,17 @@ class ClaimKeeper:
             self.interrupt(task, "lost")
         return True
 
-    async def release(self, claim: HeldClaim, waits: Iterator[float]) -> bool:
-        """Release a claim, retrying while Redis is unreachable (waiting each
-        of ``waits`` in turn) and the lease lasts. ``False`` if it could not
-        be done: the claim is then gone or will expire by itself."""
+    async def release(
+        self, claim: HeldClaim, waits: Iterator[float], failed: Failed | None = None
+    ) -> bool:
+        """Release a claim (after a failed attempt with ``failed``: claim.py),
+        retrying while Redis is unreachable (waiting each of ``waits`` in
+        turn) and the lease lasts. ``False`` if it could not be done: the
+        claim is then gone or will expire by itself (and its lapse counts
+        the attempt as made: lua/claim.lua)."""
         while True:
             try:
-                await claim.release()
+                await claim.release(failed)
             except ClaimLost as exc:
                 self._counts.claims_lost += 1
                 log.warning("%s: %s", claim.key, exc)

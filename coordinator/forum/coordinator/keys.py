@@ -41,6 +41,12 @@ key                                type    holds                                
                                            of the key: ``<ms> <event> <token>     (an hour) from its
                                            <attempt> <owner>``, oldest first      last event; none
                                                                                   when 0
+``<tag>:attempts:<key>``           hash    the job's attempts once one failed:    the retention
+                                           ``next`` (the next attempt's number),  from the last
+                                           ``due`` (Redis TIME ms before which    failure; deleted
+                                           it is not granted; ``-1``: buried, no  by complete
+                                           more), ``revived`` (the dead letter
+                                           it was requeued from, or empty)
 =================================  ======  =====================================  ==============
 
 Why these lifetimes, and why per shard:
@@ -98,6 +104,14 @@ Why these lifetimes, and why per shard:
   reaped and cancel, so reading it never disagrees with the state and
   writing it costs no round trip (lua/prelude.lua).
 
+* An attempts record exists only for a job one of whose attempts failed
+  (a job that succeeds first time costs nothing more). It lives as long
+  as a done marker (``LensConfig.retention``) from the last failure, for
+  the same reason: a copy of the job may arrive on another node until
+  then, and must be counted as the attempt the record says (or turned away
+  when the job was buried). Completing the job deletes it: the done marker
+  turns copies away from then on.
+
 The unsharded schema before this one kept ``<ns>:epoch``, ``<ns>:fence``,
 ``<ns>:inflight`` and ``<ns>:claim:<key>`` and so on, with no hash tag. This
 Lens does not read those keys: it refuses a namespace whose old marker
@@ -148,7 +162,7 @@ MARGIN_FRACTION = 0.25
 #: The roles of the keys there is one of per shard, and one of per claim key
 #: (:meth:`KeySchema.keys_for`; each is also a method of that name).
 _PER_SHARD = frozenset({"epoch", "fence", "inflight"})
-_PER_KEY = frozenset({"claim", "done", "job", "task", "history"})
+_PER_KEY = frozenset({"claim", "done", "job", "task", "history", "attempts"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +213,9 @@ class KeySchema:
 
     def history(self, key: str) -> str:
         return self.keys_for(("history",), self.shard(key), key)[0]
+
+    def attempts(self, key: str) -> str:
+        return self.keys_for(("attempts",), self.shard(key), key)[0]
 
     def claim_key_of(self, redis_key: str, role: str) -> str | None:
         """The claim key in ``redis_key`` if it is this namespace's

@@ -64,9 +64,9 @@ from collections.abc import Sequence
 from itertools import zip_longest
 from typing import Any
 
-from forum.coordinator.authority import Grab, HeldClaim
+from forum.coordinator.authority import Failed, Grab, HeldClaim
 from forum.coordinator.claim import GONE_BEFORE_COMPLETION, TOO_LITTLE_LEFT, Claim
-from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost
+from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, AttemptsSpent, ClaimLost, NotDue
 from forum.coordinator.lens_records import LensRecords
 from forum.coordinator.records import attempts_of
 from forum.coordinator.scripts import Call, ms
@@ -74,12 +74,23 @@ from forum.coordinator.settings import LensConfig
 
 __all__ = ["Claim", "Lens", "LensConfig"]
 
-_CLAIMED, _DONE, _HELD = 1, 2, 3
+_CLAIMED, _DONE, _HELD, _NOT_DUE, _SPENT = 1, 2, 3, 4, 5
 _NOW, _REPEAT = 1, 2
 
 
+#: A claim's outcome: granted, or why not.
+ClaimOutcome = Claim | AlreadyClaimed | AlreadyDone | NotDue | AttemptsSpent
+
+
 def _claim_args(
-    key: str, owner: str, lease: float, reoffer: bytes | None, *, attempt: int, history_ms: int
+    key: str,
+    owner: str,
+    lease: float,
+    reoffer: bytes | None,
+    *,
+    attempt: int,
+    history_ms: int,
+    revived: str | None,
 ) -> tuple[Any, ...]:
     """claim.lua's ARGV after the key (see its header)."""
     if not key:
@@ -88,7 +99,7 @@ def _claim_args(
         raise ValueError("lease must be positive")
     attempts_of(1, [attempt])
     flag = b"0" if reoffer is None else b"1"
-    return (ms(lease), owner, flag, reoffer or b"", attempt, history_ms)
+    return (ms(lease), owner, flag, reoffer or b"", attempt, history_ms, revived or "")
 
 
 class Lens(LensRecords):
@@ -117,11 +128,17 @@ class Lens(LensRecords):
         *,
         reoffer: bytes | None = None,
         attempt: int = 1,
+        revived: str | None = None,
     ) -> Claim:
-        """Claim ``key`` for ``lease`` seconds, for delivery ``attempt``.
+        """Claim ``key`` for ``lease`` seconds, for a delivery that says it is
+        ``attempt`` (requeued from dead letter ``revived``, if it was); the
+        claim's :attr:`Claim.attempt` is the attempt the Lens counts it as
+        (claim.lua).
 
-        Raises :class:`AlreadyDone` if the key was completed, and
-        :class:`AlreadyClaimed` if another claim on it is live. With
+        Raises :class:`AlreadyDone` if the key was completed,
+        :class:`AlreadyClaimed` if another claim on it is live,
+        :class:`NotDue` if an attempt failed and the next is not due yet,
+        and :class:`AttemptsSpent` if the job was buried. With
         ``reoffer``, those bytes are kept in an in-flight record and written
         back into the space by a reaper should the claim expire (its holder
         died): the job is not lost. The owner, the attempt and the time of
@@ -129,7 +146,10 @@ class Lens(LensRecords):
         :meth:`history`.
         """
         started = time.monotonic()
-        args = _claim_args(key, owner, lease, reoffer, attempt=attempt, history_ms=self._history_ms)
+        args = _claim_args(
+            key, owner, lease, reoffer, attempt=attempt, history_ms=self._history_ms,
+            revived=revived,
+        )  # fmt: skip
         reply = await self._run("claim", key, *args)
         outcome = self._granted(key, owner, lease, started, reply)
         if isinstance(outcome, Claim):
@@ -142,21 +162,26 @@ class Lens(LensRecords):
         owner: str,
         lease: float,
         attempts: Sequence[int] | None = None,
-    ) -> list[Claim | AlreadyClaimed | AlreadyDone]:
+        revived: Sequence[str | None] | None = None,
+    ) -> list[ClaimOutcome]:
         """Claim each ``(key, reoffer)`` as :meth:`claim` does, in one round
-        trip, each for its attempt in ``attempts`` (default 1). Each outcome
-        is the claim, or the error :meth:`claim` would have raised;
-        :class:`LensUnavailable` is raised for the whole batch."""
+        trip, each for its attempt in ``attempts`` (default 1) and its dead
+        letter in ``revived`` (default none). Each outcome is the claim, or
+        the error :meth:`claim` would have raised; :class:`LensUnavailable`
+        is raised for the whole batch."""
         started = time.monotonic()
         history_ms = self._history_ms
-        numbered = zip(requests, attempts_of(len(requests), attempts), strict=True)
+        lives = [None] * len(requests) if revived is None else revived
+        numbered = zip(requests, attempts_of(len(requests), attempts), lives, strict=True)
         calls = [
             self._keyed(
                 "claim",
                 key,
-                _claim_args(key, owner, lease, offer, attempt=n, history_ms=history_ms),
+                _claim_args(
+                    key, owner, lease, offer, attempt=n, history_ms=history_ms, revived=life
+                ),
             )
-            for (key, offer), n in numbered
+            for (key, offer), n, life in numbered
         ]
         replies = await self._send(calls)
         return [
@@ -192,17 +217,24 @@ class Lens(LensRecords):
 
     def _granted(
         self, key: str, owner: str, lease: float, started: float, reply: Any
-    ) -> Claim | AlreadyClaimed | AlreadyDone:
+    ) -> ClaimOutcome:
         code, value = reply[0], reply[1]
         if code == _DONE:
             return AlreadyDone(key, int(value))
+        if code == _NOT_DUE:
+            return NotDue(key, int(value) / 1000, int(reply[2]))
+        if code == _SPENT:
+            return AttemptsSpent(key, int(value))
         if code == _HELD:
             # PTTL is -1 for a claim key without an expiry (never written so).
             remaining = int(reply[2]) / 1000 if int(reply[2]) >= 0 else None
             return AlreadyClaimed(key, value.decode() or None, remaining)
         token = int(value)
         self._highest_token = max(self._highest_token, token)
-        return Claim(self, key=key, owner=owner, token=token, lease=lease, deadline=started + lease)
+        return Claim(
+            self, key=key, owner=owner, token=token, lease=lease, deadline=started + lease,
+            attempt=int(reply[2]), lapsed=reply[3] == 1,
+        )  # fmt: skip
 
     # -- a Claim's operations (forum.coordinator.claim, ClaimIssuer) ---------------------
 
@@ -233,9 +265,15 @@ class Lens(LensRecords):
         if lost is not None:
             raise lost
 
-    async def release_claim(self, claim: Claim) -> None:
-        """Give ``claim``'s key back in Redis (:meth:`Claim.release`)."""
-        if not await self._run("release", claim.key, claim.token, self._history_ms):
+    async def release_claim(self, claim: Claim, failed: Failed | None) -> None:
+        """Give ``claim``'s key back in Redis (:meth:`Claim.release`); after a
+        failed attempt, the job's attempts record says what comes next."""
+        after: tuple[Any, ...] = (0, 0, "")
+        if failed is not None:
+            due = -1 if failed.delay is None else max(0, round(failed.delay * 1000))
+            after = (claim.attempt + 1, due, failed.revived or "")
+        args = (claim.token, self._history_ms, self._done_ms, *after)
+        if not await self._run("release", claim.key, *args):
             raise claim.refused()
         claim.end("released")
 

@@ -1,7 +1,8 @@
 """An in-memory :class:`forum.coordinator.authority.ClaimAuthority`, for tests.
 
 :class:`MemoryAuthority` keeps in one process what the Lens keeps in Redis
-(claims, fencing tokens, done markers, in-flight records; forum.coordinator.keys)
+(claims, fencing tokens, done markers, in-flight records, attempts records;
+forum.coordinator.keys)
 and answers as the Lens does, outcome for outcome:
 ``tests/coordinator/test_authority_contract.py`` runs the same tests against
 both. It lets worker logic be tested in milliseconds, and it can fail on
@@ -27,15 +28,17 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from forum.coordinator import keys
-from forum.coordinator.authority import Grab, HeldClaim
+from forum.coordinator.authority import Failed, Grab, HeldClaim
 from forum.coordinator.claim import GONE, GONE_BEFORE_COMPLETION, Claim
 from forum.coordinator.errors import (
     AlreadyClaimed,
     AlreadyDone,
+    AttemptsSpent,
     ClaimLost,
     LensError,
     LensStateLost,
     LensUnavailable,
+    NotDue,
 )
 from forum.coordinator.records import (
     CancelOutcome,
@@ -78,6 +81,18 @@ class _Held:
     since: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Attempts:
+    """A job's attempts record (``<tag>:attempts:<key>``, lua/release.lua):
+    the next attempt's number, when it is due (``None``: buried), the dead
+    letter the job was requeued from, and when the record expires."""
+
+    next: int
+    due: float | None
+    revived: str
+    expires: float
+
+
 @dataclass(slots=True)
 class _Expiring:
     """A job record or a history (``<tag>:task:<key>``, ``<tag>:history:<key>``)
@@ -117,6 +132,7 @@ class MemoryAuthority:
         self._records: dict[str, _Record] = {}
         self._tasks: dict[str, _Expiring] = {}
         self._histories: dict[str, _Expiring] = {}
+        self._attempts: dict[str, _Attempts] = {}
         self._forgotten = False
         self._state_losses = 0
 
@@ -133,6 +149,7 @@ class MemoryAuthority:
         self._records.clear()
         self._tasks.clear()
         self._histories.clear()
+        self._attempts.clear()
         self._forgotten = True
 
     async def ping(self) -> None:
@@ -147,8 +164,9 @@ class MemoryAuthority:
         *,
         reoffer: bytes | None = None,
         attempt: int = 1,
+        revived: str | None = None,
     ) -> Claim:
-        (outcome,) = await self.claim_many([(key, reoffer)], owner, lease, [attempt])
+        (outcome,) = await self.claim_many([(key, reoffer)], owner, lease, [attempt], [revived])
         if isinstance(outcome, LensError):
             raise outcome
         return outcome
@@ -159,17 +177,19 @@ class MemoryAuthority:
         owner: str,
         lease: float,
         attempts: Sequence[int] | None = None,
-    ) -> list[Claim | AlreadyClaimed | AlreadyDone]:
+        revived: Sequence[str | None] | None = None,
+    ) -> list[Claim | LensError]:
         for key, _ in requests:
             if not key:
                 raise ValueError("a claim key must not be empty")
         if lease <= 0:
             raise ValueError("lease must be positive")
         numbers = attempts_of(len(requests), attempts)
+        lives = [None] * len(requests) if revived is None else revived
         self._enter()
         return [
-            self._claim(key, owner, lease, reoffer, attempt)
-            for (key, reoffer), attempt in zip(requests, numbers, strict=True)
+            self._claim(key, owner, lease, reoffer, attempt=attempt, revived=life or "")
+            for (key, reoffer), attempt, life in zip(requests, numbers, lives, strict=True)
         ]
 
     async def extend_many(self, claims: Sequence[HeldClaim]) -> list[ClaimLost | None]:
@@ -345,9 +365,15 @@ class MemoryAuthority:
         if lost is not None:
             raise lost
 
-    async def release_claim(self, claim: Claim) -> None:
+    async def release_claim(self, claim: Claim, failed: Failed | None) -> None:
         self._enter()
         self._end(claim, "released")
+        if failed is not None:
+            now = self.clock()
+            due = None if failed.delay is None else now + failed.delay
+            self._attempts[claim.key] = _Attempts(
+                claim.attempt + 1, due, failed.revived or "", now + self.retention
+            )
 
     async def hand_back_claim(self, claim: Claim, payload: bytes, delay: float) -> None:
         self._enter()
@@ -426,20 +452,40 @@ class MemoryAuthority:
         history.expires = self.clock() + self.history_ttl
 
     def _claim(
-        self, key: str, owner: str, lease: float, reoffer: bytes | None, attempt: int
-    ) -> Claim | AlreadyClaimed | AlreadyDone:
+        self, key: str, owner: str, lease: float, reoffer: bytes | None, *, attempt: int,
+        revived: str,
+    ) -> Claim | LensError:  # fmt: skip
+        """As lua/claim.lua: the attempt counted is the largest of the one
+        asked for, the attempts record's next, and a lapsed holder's + 1."""
         done = self._done_token(key)
         if done is not None:
             return AlreadyDone(key, done)
+        tries = self._attempts.get(key)
+        if tries is not None and tries.expires <= self.clock():
+            del self._attempts[key]
+            tries = None
+        renewed = tries is not None and tries.due is None and revived not in ("", tries.revived)
+        if tries is not None and not renewed:
+            if tries.due is None:
+                return AttemptsSpent(key, tries.next - 1)
+            if tries.due > self.clock():
+                return NotDue(key, tries.due - self.clock(), tries.next)
+            attempt = max(attempt, tries.next)
         held = self._live(key)
         if held is not None:
             return AlreadyClaimed(key, held.owner or None, max(0.0, held.deadline - self.clock()))
+        lapsed = self._claims.get(key)
+        if lapsed is not None:
+            attempt = max(attempt, lapsed.attempt + 1)
+        if renewed:
+            del self._attempts[key]
         self._expired(key)
         self._fence += 1
         deadline = self.clock() + lease
         granted = Claim(
-            self, key=key, owner=owner, token=self._fence, lease=lease, deadline=deadline
-        )
+            self, key=key, owner=owner, token=self._fence, lease=lease, deadline=deadline,
+            attempt=attempt, lapsed=lapsed is not None,
+        )  # fmt: skip
         self._claims[key] = _Held(granted.token, owner, deadline, attempt, time.time())
         if reoffer is None:
             self._records.pop(key, None)
@@ -465,6 +511,7 @@ class MemoryAuthority:
             return claim.refused(GONE_BEFORE_COMPLETION)
         held = self._claims.pop(claim.key)
         self._records.pop(claim.key, None)
+        self._attempts.pop(claim.key, None)
         self._done[claim.key] = (claim.token, self.clock() + self.retention)
         claim.end("completed")
         self._ended(claim.key, held, "completed")

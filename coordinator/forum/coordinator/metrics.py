@@ -26,7 +26,7 @@ _OUTCOMES = {
     "done": "completed",
     "retried": "failed and handed back for another attempt",
     "dead": "parked as dead letters after their last attempt",
-    "double_takes": "taken but already claimed or done elsewhere: a double take caught",
+    "double_takes": "taken but already claimed, done or buried elsewhere: a double take caught",
     "claims_lost": "whose claim was lost (expired or taken over) before completion",
     "lens_unavailable": "put back because the Lens was unavailable at the claim",
     "handed_back": "handed back unfinished by a drain",

@@ -43,8 +43,8 @@ from forum.coordinator.redis_url import RedisClient
 #: Each script's KEYS, in the order of its header, as :class:`KeySchema` roles.
 KEY_ROLES: dict[str, tuple[str, ...]] = {
     "cancel": ("claim", "done", "fence", "job", "task", "history", "epoch"),
-    "claim": ("claim", "done", "fence", "job", "inflight", "history", "epoch"),
-    "complete": ("claim", "done", "job", "inflight", "history", "epoch"),
+    "claim": ("claim", "done", "fence", "job", "inflight", "history", "attempts", "epoch"),
+    "complete": ("claim", "done", "job", "inflight", "history", "attempts", "epoch"),
     "due": ("inflight", "epoch"),
     "epoch": ("epoch",),
     "extend": ("claim", "inflight", "epoch"),
@@ -56,7 +56,7 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
     "record_new": ("task", "epoch"),
     "record_new_many": ("epoch",),
     "record_forget": ("claim", "task", "epoch"),
-    "release": ("claim", "job", "inflight", "history", "epoch"),
+    "release": ("claim", "job", "inflight", "history", "attempts", "epoch"),
     "verify": ("claim", "epoch"),
 }
 

@@ -21,7 +21,8 @@ class WorkerStats:
     lens_unavailable: int = 0
     handed_back: int = 0
     reoffered: int = 0
-    #: Retries reserved before they were due, put off on the node until then.
+    #: Retries reserved before they were due (by their trailers, or by the
+    #: Lens: ``NotDue``), put off on the node until then.
     deferred: int = 0
     #: Jobs whose claims Redis forgot while they ran, put back by this worker.
     rescued: int = 0

@@ -25,8 +25,10 @@ For each job:
    travels in the tuple's trailer, else the key it was written with
    (``write(..., key=...)``), else ``key(payload)`` when given, else the
    tuple's entry id. The claim carries no re-offer bytes: the reservation is
-   the job's copy, and records the delivery's attempt (``Lens.inspect``
-   shows it). Nothing is acked yet.
+   the job's copy. The job runs as the attempt the Lens counts it
+   (``HeldClaim.attempt``: every copy of a job, on any node, is counted in
+   one sequence; docs/coordination.md, "How many times can my task run?").
+   Nothing is acked yet.
 3. run ``handler(job)`` while a heartbeat, each third of a lease, extends the
    Lens claims of all running jobs in one call and their node reservations in
    one more (``extend_many``); if a claim is lost, the handler is cancelled.
@@ -55,12 +57,16 @@ re-run, not a loss).
 
 Outcomes other than success:
 
-* ``AlreadyDone`` at the claim: a copy of a finished job, acked away.
-  ``AlreadyClaimed``: a copy of a job another holder runs now, parked (see
-  above). Both are counted as ``double_takes`` and the handler does not run;
-  logged at DEBUG, and in a summary at INFO at most once a minute
-  (:mod:`forum.coordinator.doubletakes`).
-* The handler raised: the claim is released, then the next attempt (the
+* ``AlreadyDone`` at the claim: a copy of a finished job, acked away;
+  ``AttemptsSpent``, of a buried one, likewise. ``AlreadyClaimed``: a copy
+  of a job another holder runs now, parked (see above). All are counted as
+  ``double_takes`` and the handler does not run; logged at DEBUG, and in a
+  summary at INFO at most once a minute (:mod:`forum.coordinator.doubletakes`).
+  ``NotDue``: a copy met after an attempt failed, before the next is due:
+  parked until then, as a retry (:mod:`forum.coordinator.offers`).
+* The handler raised: the claim is released with the failure (the Lens
+  records the next attempt and when it is due, or that the job is buried,
+  in the same call), then the next attempt (the
   attempt count and error in the trailer, ``not_before`` after a jittered
   exponential backoff) is written into the space, *then* the failed
   reservation is acked: the job is always in the space, as e1 or as the
@@ -73,13 +79,15 @@ Outcomes other than success:
 * The job killed its worker (or the worker died while running it): the node
   counts the leases of a tuple that ran out unsettled
   (``Reserved.deliveries``), and the worker counts each as an attempt: a
-  delivery is attempt ``envelope.attempt + deliveries - 1``. One past
+  delivery is attempt ``envelope.attempt + deliveries - 1``, or the
+  Lens's count when higher (a claim whose lease ran out counts, on any
+  node: ``HeldClaim.lapsed``). One past
   ``max_attempts`` is not run: once claimed (so not a copy of a job done or
   running elsewhere), it is buried as a dead letter with the error
   :data:`LOST_WORKER` (write the dead letter, then ack). So a job that
   crashes every worker that runs it ends in ``dead/`` after ``max_attempts``
-  deliveries, not in a crash loop. The count lives in the node's memory: a
-  node restart starts it again.
+  deliveries, not in a crash loop. The count lives in the node's memory and
+  in the Lens: only both forgetting starts it again.
 * The Lens is unavailable at the claim (Redis unreachable, full, read-only,
   a shard without a master, refusing: forum.coordinator.errors, UNAVAILABLE): fail
   closed. No handler runs; the reservations are released, once, so the
@@ -121,18 +129,19 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from forum.coordinator.authority import ClaimAuthority
+from forum.coordinator.authority import ClaimAuthority, Failed
 from forum.coordinator.availability import OUTAGE_BACKOFF, Availability
 from forum.coordinator.completions import Completions
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from forum.coordinator.doubletakes import DoubleTakes
 from forum.coordinator.envelope import Envelope
-from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, ClaimLost, LensError
+from forum.coordinator.errors import ClaimLost, LensError
 from forum.coordinator.holding import Slots
 from forum.coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
 from forum.coordinator.keeping import ClaimKeeper, Interrupted
+from forum.coordinator.offers import Answers, Offer
 from forum.coordinator.presence import HEAD, Presence
 from forum.coordinator.reaper import Reaper
 from forum.coordinator.reservations import Reservations
@@ -160,18 +169,6 @@ DEFAULT_TAKE_WAIT = 2.0
 #: The longest a reservation made ahead waits for a slot before it is
 #: released (see Reservations.reserve): what a busy worker may keep from others.
 _AHEAD_HOLD = 0.2
-#: The shortest a copy of a job that another holder runs is parked.
-_MIN_HOLD = 0.1
-
-
-@dataclass(frozen=True, slots=True)
-class _Offer:
-    """A reserved tuple, its envelope (with its claim key), counted as the
-    attempt it is (see "The job killed its worker" in the module docstring)."""
-
-    item: Reserved
-    key: str
-    envelope: Envelope
 
 
 class Worker:
@@ -375,6 +372,7 @@ class Worker:
                 self.owner,
                 self.lease,
                 [offer.envelope.attempt for offer in offers],
+                [offer.envelope.revived for offer in offers],
             )
         except LensError as exc:
             # Fail closed, lose nothing: no handler without a claim; the jobs go
@@ -385,45 +383,36 @@ class Worker:
             self._keeper.note_state_loss()
             await self._put_back(offers)
             return
-        if not all(isinstance(outcome, LensError) for outcome in outcomes):
+        answers = Answers.sort(offers, outcomes, self.lease)
+        if answers.granted:
             # A claim granted is a write Redis took. (A full Redis still
             # answers AlreadyDone: that script writes nothing.)
             self._availability.granted()
-        # A copy of a finished job: taken away. A copy of a job another holder
-        # runs: parked until that holder's lease can first end (done by then,
-        # or its holder dead), then offered again. Not released (it would come
-        # straight back), not acked, and not left to run out (see Parked).
-        pairs = list(zip(offers, outcomes, strict=True))
-        await self._reservations.ack([o.item.id for o, c in pairs if isinstance(c, AlreadyDone)])
-        await self._reservations.park([(o.item.id, self._held_for(c)) for o, c in pairs
-                          if isinstance(c, AlreadyClaimed)])  # fmt: skip
-        for offer, outcome in zip(offers, outcomes, strict=True):
-            if isinstance(outcome, LensError):
-                self._counts.double_takes += 1
-                self._doubles.caught(offer.item.id, outcome)
-                self._slots.release()
-                continue
-            job = Job(offer.envelope.payload, offer.item.id, offer.key, offer.envelope.attempt,
-                      outcome)  # fmt: skip
+        # What to do with each copy not granted: forum.coordinator.offers.
+        await self._reservations.ack(answers.gone)
+        await self._reservations.park(answers.held)
+        await self._defer(answers.not_due)
+        for offer, why in answers.doubles:
+            self._counts.double_takes += 1
+            self._doubles.caught(offer.item.id, why)
+            self._slots.release()
+        for offer, claim in answers.granted:
+            envelope = offer.envelope.at_attempt(claim.attempt)  # the Lens's count
+            job = Job(envelope.payload, offer.item.id, offer.key, envelope.attempt, claim)
             # Past max_attempts only by deliveries whose workers died: not run again.
-            lost = offer.item.deliveries > 1 and job.attempt > self.max_attempts
-            run = self._run_job(job, offer.envelope, generation, lost=lost)
+            died = offer.item.deliveries > 1 or claim.lapsed
+            run = self._run_job(
+                job, envelope, generation, lost=died and job.attempt > self.max_attempts
+            )
             task = tasks.create_task(run, name=f"job {job.key}")
             self._jobs.add(task)
             task.add_done_callback(self._jobs.discard)
 
-    def _held_for(self, held: AlreadyClaimed) -> float:
-        """How long to park a copy of a job that ``held``'s holder runs: what
-        its lease had left (a third of ours when the Lens did not say), and
-        never so little that the copy spins between the node and the Lens."""
-        remaining = self.lease / 3 if held.remaining is None else held.remaining
-        return max(remaining, _MIN_HOLD)
-
-    async def _offers(self, items: list[Reserved]) -> list[_Offer]:
+    async def _offers(self, items: list[Reserved]) -> list[Offer]:
         """Each tuple with its claim key and its attempt; one whose key
         function failed is parked as a dead letter (there is no claim without
         a key, so no worker could ever run it), and its reservation acked."""
-        offers: list[_Offer] = []
+        offers: list[Offer] = []
         unkeyable: list[EntryId] = []
         for item in items:
             opened = Envelope.open(item.payload)
@@ -437,25 +426,30 @@ class Worker:
                     unkeyable.append(item.id)
                 continue
             attempt = envelope.attempt + item.deliveries - 1
-            offers.append(_Offer(item, str(envelope.key), envelope.at_attempt(attempt)))
+            offers.append(Offer(item, str(envelope.key), envelope.at_attempt(attempt)))
         await self._reservations.ack(unkeyable)
         return offers
 
-    async def _defer_not_due(self, offers: list[_Offer]) -> list[_Offer]:
+    async def _defer_not_due(self, offers: list[Offer]) -> list[Offer]:
         """The offers that may run now. A retry reserved before its backoff is
         over (``not_before`` in its trailer) is parked until it is due: it
         waits in the space, durably, without being polled or claimed."""
         now = time.time()
-        later = [(o.item.id, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)]
-        if later:
-            heads = {o.item.id: o.envelope.payload[:HEAD] for o in offers if o.envelope.due_in(now)}
-            self._reservations.retrying |= heads
-            self._counts.deferred += len(later)
-            self._slots.release(len(later))
-            await self._reservations.park(later)
+        await self._defer([(o, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)])
         return [offer for offer in offers if not offer.envelope.due_in(now)]
 
-    async def _put_back(self, offers: list[_Offer]) -> None:
+    async def _defer(self, later: list[tuple[Offer, float]]) -> None:
+        """Park each offer for its wait (seconds), named in the presence
+        record as retrying: a retry not due by its trailer, or a copy of a job
+        whose next attempt the Lens says is not due (``NotDue``). Parked, not
+        released: it would come straight back; nor claimed again until due."""
+        if later:
+            self._reservations.retrying |= {o.item.id: o.envelope.payload[:HEAD] for o, _ in later}
+            self._counts.deferred += len(later)
+            self._slots.release(len(later))
+            await self._reservations.park([(o.item.id, wait) for o, wait in later])
+
+    async def _put_back(self, offers: list[Offer]) -> None:
         """Release unclaimed jobs' reservations: live again in their places."""
         await self._reservations.release([offer.item.id for offer in offers])
         self._slots.release(len(offers))
@@ -550,8 +544,12 @@ class Worker:
             if delay is None:
                 delay = self.backoff.delay(envelope.attempt, self._rng)
             payload = envelope.next_attempt(error, time.time() + delay if delay else None).seal()
-        # Released first, so the next attempt, once due, finds the key free.
-        await self._keeper.release(job.claim, self._outage_waits())
+        # Released first, so the next attempt, once due, finds the key free;
+        # the Lens counts the failure in the same call, so a copy of the job
+        # met anywhere from now on is the next attempt, due when this one's is
+        # (or, after the last, not run at all).
+        failed = Failed(None if last else delay, envelope.revived)
+        await self._keeper.release(job.claim, self._outage_waits(), failed)
         if await self._write_back(payload):
             await self._reservations.ack([job.entry_id])
             if last:

@@ -10,7 +10,10 @@ For each claimed job (``forum.coordinator.Job``):
 
 1. decode the tuple (:mod:`forum.tasks.message`): bytes that are not a job of this
    app, or a task it does not have, give up at once (``GiveUp``: a dead
-   letter saying why; no retry can mend them);
+   letter saying why; no retry can mend them); so does an attempt past the
+   task's ``retries + 1`` (only a job whose workers died gets one: the
+   Lens counts a lapsed claim as an attempt made), without running it, so
+   a task runs at most ``retries + 1`` times however its workers end;
 2. run the task with a :class:`forum.tasks.Context`: a coroutine function on the
    loop under ``asyncio.timeout(timeout)``, a plain one in the thread pool
    (a thread cannot be cancelled: its attempt fails at the timeout, and the
@@ -51,6 +54,7 @@ from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import ClaimLost, GiveUp, Job, LensError, RetryAfter, Worker
+from forum.coordinator.worker import LOST_WORKER
 from forum.tasks import cron
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
@@ -84,6 +88,10 @@ class Runner:
         except InvalidJob as exc:
             await self._record(job, {"state": "dead", "error": str(exc)}, app.result_ttl)
             raise GiveUp(str(exc)) from None
+        if job.attempt > options.retries + 1:  # its workers died: attempts spent
+            spent = f"attempt {job.attempt} of {options.retries + 1}: {LOST_WORKER}"
+            await self._record(job, {"state": "dead", "error": spent}, app.result_ttl)
+            raise GiveUp(spent)
         context = Context(
             job_id=str(job.entry_id), key=job.key, task=task.name, attempt=job.attempt,
             claim=job.claim, lens=self._lens, serializer=app.serializer,

@@ -10,7 +10,10 @@ Policy, per task, each overridable per enqueue where it says so:
 * ``retries`` (per enqueue: ``_retries``): how many attempts after the first.
   Attempt ``n`` failing with an error ``retry_on`` admits and ``give_up_on``
   does not is tried again after ``backoff.delay(n)`` seconds while ``n <=
-  retries``; otherwise the job is dead, its traceback kept.
+  retries``; otherwise the job is dead, its traceback kept. ``n`` is the
+  Lens's count of the job's attempts, across every node and every copy of
+  the job (forum.coordinator.offers), so a task runs at most ``retries + 1``
+  times in all, and never before its backoff is over (docs/tasks.md).
 * ``backoff``: a :class:`forum.coordinator.Backoff` (per enqueue: the base and cap
   in the body's options, from the CLI or another producer).
 * ``timeout`` (per enqueue: ``_timeout``), seconds: a coroutine still running

@@ -9,22 +9,44 @@
 -- KEYS[6]  <tag>:history:<key>  the key's history (list; push_history in
 --                             prelude.lua): written only when an earlier
 --                             holder's lease ran out ("claimed", "expired")
--- KEYS[7]  <tag>:epoch        the shard's state marker
+-- KEYS[7]  <tag>:attempts:<key>  the job's attempts (hash): next, due, revived
+--                             (coordinator.keys; written by release.lua when an
+--                             attempt failed)
+-- KEYS[8]  <tag>:epoch        the shard's state marker
 -- (<tag> is the key's shard's hash tag {<ns>:<shard>}: every KEY is in one slot)
 -- ARGV[1]  the claim key itself (the member of KEYS[5])
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  owner name (kept in the record, reported to a conflicting claimer)
 -- ARGV[4]  "1" if ARGV[5] is to be re-offered should this claim expire, else "0"
 -- ARGV[5]  the bytes to write back into the space if the claim expires
--- ARGV[6]  the delivery's attempt number (kept in the record)
+-- ARGV[6]  the attempt the delivery's copy says it is (its trailer's)
 -- ARGV[7]  the history's TTL in milliseconds; "0": no history
--- ARGV[8]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
+-- ARGV[8]  the dead letter the copy was requeued from ("" for none: the
+--          trailer's "revived", coordinator.envelope)
+-- ARGV[9]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
--- Returns  {1, token}        claimed; token is strictly greater than any issued
---                             before in the shard, so than any for this key
+-- Returns  {1, token, attempt, lapsed}  claimed; token is strictly greater
+--                             than any issued before in the shard, so than any
+--                             for this key; attempt is the attempt the Lens
+--                             counts this claim as (kept in the record); lapsed
+--                             is 1 when the key's last holder let its lease run
+--                             out (its worker died), else 0
 --          {2, done_token}   already done: the key was completed with done_token
 --          {3, owner, pttl}  already claimed by owner ("" when unknown), whose
 --                             lease has pttl milliseconds left (PTTL of KEYS[1])
+--          {4, wait, next}   an attempt failed and the next, attempt next, is
+--                             not due for wait milliseconds (Redis TIME)
+--          {5, made}         the job was buried after attempt made: no more
+--                             attempts (until it is requeued)
+--
+-- The attempt counted is the largest of the copy's own ARGV[6], the next
+-- attempt the attempts record says, and, when the last holder's lease ran out
+-- (its in-flight record is still there), that holder's attempt + 1. So every
+-- copy of a job, on any node, is counted in one sequence while Redis remembers
+-- (docs/coordination.md, "How many times can my task run?"). A copy requeued
+-- from a dead letter (ARGV[8]) other than the one a buried record names
+-- starts again: that record is no refusal, and is deleted when the claim is
+-- granted. A copy never requeued ("") is refused by any buried record.
 --
 -- The token is max(last + 1, Redis TIME in microseconds): one more than the
 -- last issued while Redis remembers it, and never below the clock when it
@@ -48,8 +70,25 @@ local done = redis.call('GET', KEYS[2])
 if done then
   return {2, done}
 end
-local last = tonumber(redis.call('GET', KEYS[3]) or '0')
 local us = now_us()
+local attempt = tonumber(ARGV[6])
+local tries = redis.call('HMGET', KEYS[7], 'next', 'due', 'revived')
+local renewed = false
+if tries[1] then
+  if tries[2] == '-1' then
+    if ARGV[8] == '' or ARGV[8] == tries[3] then
+      return {5, tonumber(tries[1]) - 1}
+    end
+    renewed = true
+  else
+    local wait = tonumber(tries[2] or '0') - math.floor(us / 1000)
+    if wait > 0 then
+      return {4, wait, tonumber(tries[1])}
+    end
+    attempt = math.max(attempt, tonumber(tries[1]))
+  end
+end
+local last = tonumber(redis.call('GET', KEYS[3]) or '0')
 local token = string.format('%d', math.max(last + 1, us))
 if not redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
   return {3, redis.call('HGET', KEYS[4], 'owner') or '', redis.call('PTTL', KEYS[1])}
@@ -57,18 +96,24 @@ end
 redis.call('SET', KEYS[3], token)
 local now = math.floor(us / 1000)
 local before = redis.call('HMGET', KEYS[4], 'owner', 'attempt', 'since', 'token', 'handed')
+local lapsed = 0
 if before[4] and not before[5] then
   ended(KEYS[6], ARGV[7], now, 'expired', before[4], before)
+  lapsed = 1
+  attempt = math.max(attempt, tonumber(before[2] or '0') + 1)
+end
+if renewed then
+  redis.call('DEL', KEYS[7])
 end
 local replaced = redis.call('DEL', KEYS[4]) == 1
 if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[4], 'token', token, 'owner', ARGV[3], 'attempt', ARGV[6],
+  redis.call('HSET', KEYS[4], 'token', token, 'owner', ARGV[3], 'attempt', attempt,
     'since', now, 'payload', ARGV[5])
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[2]), ARGV[1])
 else
-  redis.call('HSET', KEYS[4], 'token', token, 'owner', ARGV[3], 'attempt', ARGV[6], 'since', now)
+  redis.call('HSET', KEYS[4], 'token', token, 'owner', ARGV[3], 'attempt', attempt, 'since', now)
   if replaced then
     redis.call('ZREM', KEYS[5], ARGV[1])
   end
 end
-return {1, token}
+return {1, token, attempt, lapsed}

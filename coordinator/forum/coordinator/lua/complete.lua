@@ -9,7 +9,9 @@
 -- KEYS[3]  <tag>:job:<key>
 -- KEYS[4]  <tag>:inflight
 -- KEYS[5]  <tag>:history:<key>  the key's history ("completed" is pushed)
--- KEYS[6]  <tag>:epoch        the Lens's state marker
+-- KEYS[6]  <tag>:attempts:<key>  the job's attempts (deleted: the done marker
+--                             turns every copy away from now on)
+-- KEYS[7]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[4])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  done-marker TTL in milliseconds (LensConfig.retention)
@@ -30,7 +32,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return 0
 end
 local held = redis.call('HMGET', KEYS[3], 'owner', 'attempt', 'since')
-redis.call('DEL', KEYS[1], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[6])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 ended(KEYS[5], ARGV[4], now_ms(), 'completed', ARGV[2], held)
 redis.call('ZREM', KEYS[4], ARGV[1])

@@ -57,7 +57,7 @@ from forum.node.space.copies import COPIES_TIMEOUT, Copies
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
 from forum.node.space.kept_properties import KeptProperties
-from forum.node.space.lending import ASK, Ask, Borrowing, Lender, Lent, Loans
+from forum.node.space.lending import ASK, DRY, Ask, Borrowing, Lender, Lent, Loans
 from forum.node.space.listeners import (
     LOCAL,
     ExpiryListener,
@@ -84,8 +84,6 @@ _LIVE_SLICE = 10_000
 #: How long a writer keeps a tuple it lent for a take here reserved: the
 #: Take follows at once; this bounds the wait if it never comes.
 _TAKE_LEASE = 60.0
-#: The shortest slice a waiting take with a lender waits before it looks again.
-_LEAST_WAIT = 0.1
 
 
 def prefix_text(prefix: bytes) -> str:
@@ -985,14 +983,15 @@ class Forum(AsyncResource):
     async def _wait(self, prefix: bytes, timeout: float, lease: float) -> Found | None:
         """A match that comes within ``timeout`` seconds, or ``None``. With a
         lender, one its writer lends us when a taker here is asked to ask
-        (:data:`~forum.node.space.lending.ASK`), and every ``remote_hold``
-        what a take would find now (a writer that had nothing to lend may
-        have some again: no reservation of its comes back here)."""
+        (:data:`~forum.node.space.lending.ASK`), and every
+        :data:`~forum.node.space.lending.DRY` seconds what a take would find
+        now (a writer that had nothing to lend may have some again: no
+        reservation of its comes back here)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while (left := deadline - loop.time()) > 0:
             if self._lender is not None:
-                left = min(left, max(self._remote.hold, _LEAST_WAIT))
+                left = min(left, DRY)
             found = await self._wait_once(prefix, left)
             if found is None and self._lender is None:
                 return None

@@ -21,8 +21,8 @@ What is asked, and when (timelines in docs/replication.md "Lending"):
   of taking it (the writer, rank 0, had its chance first).
 - A take that finds nothing of its own asks the writer of the oldest match
   here it may not take itself, unless that writer had nothing to lend it for
-  that prefix within ``remote_hold`` (it is *dry*: its tuples are in hand
-  there).
+  that prefix within ``DRY`` (it is *dry*: its tuples are in hand there;
+  a worker's reservations ahead are given back within 0.2 s, so not long).
 - The writer does not answer within the lender's bound, or is not alive (a
   partition, a crash: its membership's failure detector): its tuples are
   handed out here as before lending, at their turns.
@@ -75,6 +75,13 @@ class Lender(Protocol):
     def extended(self, origin: str, entry_ids: Sequence[EntryId], lease: float) -> None:
         """Tell ``origin``'s node (without waiting) to keep its tuples lent to
         us reserved for ``lease`` seconds from now."""
+
+
+#: Seconds a writer that had nothing to lend for a prefix is not asked again
+#: for it unbidden; and how often a waiting take here looks again. Short:
+#: what it has in hand comes back within a worker's hold of reservations
+#: made ahead (0.2 s), and a node with idle takers should find it soon.
+DRY = 0.25
 
 
 class Ask:
@@ -143,7 +150,7 @@ class Borrowing:
             found = self._out(wanted)
             return [] if found is None else [found]
         if not lent:
-            self._dry[(origin, prefix)] = asyncio.get_running_loop().time() + self._remote.hold
+            self._dry[(origin, prefix)] = asyncio.get_running_loop().time() + DRY
             return []
         self._dry.pop((origin, prefix), None)
         claimed: list[Found] = []
