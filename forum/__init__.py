@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from forum.node.client.remote import ForumClient
     from forum.node.core.errors import (
         ClientError,
+        CopiesShort,
         DataDirLocked,
         ForumError,
         LimitExceeded,
@@ -62,6 +63,8 @@ if TYPE_CHECKING:
         StrandCorrupt,
         StrandError,
         Throttled,
+        TooFewCopies,
+        TooManyCopies,
         Unauthorized,
     )
     from forum.node.core.space import Pattern
@@ -95,6 +98,7 @@ __all__ = [
     "ClaimLost",
     "ClientError",
     "Context",
+    "CopiesShort",
     "DataDirLocked",
     "Forum",
     "ForumClient",
@@ -131,6 +135,8 @@ __all__ = [
     "StrandError",
     "TaskError",
     "Throttled",
+    "TooFewCopies",
+    "TooManyCopies",
     "Unauthorized",
     "UnknownTask",
     "Worker",
@@ -155,9 +161,10 @@ _LAZY = {
     "forum.node.client.remote": frozenset({"ForumClient"}),
     "forum.node.core.backoff": frozenset({"Backoff"}),
     "forum.node.core.errors": frozenset({
-        "ClientError", "DataDirLocked", "ForumError", "LimitExceeded", "NodeRejected",
-        "NodeTimeout", "NodeUnavailable", "PayloadTooLarge", "RecordTooLarge",
-        "SerializationError", "StrandCorrupt", "StrandError", "Throttled", "Unauthorized",
+        "ClientError", "CopiesShort", "DataDirLocked", "ForumError", "LimitExceeded",
+        "NodeRejected", "NodeTimeout", "NodeUnavailable", "PayloadTooLarge", "RecordTooLarge",
+        "SerializationError", "StrandCorrupt", "StrandError", "Throttled", "TooFewCopies",
+        "TooManyCopies", "Unauthorized",
     }),
     "forum.node.core.space": frozenset({"Pattern"}),
     "forum.node.space.forum": frozenset({"Forum"}),

@@ -75,6 +75,7 @@ def _write_options(parser: argparse.ArgumentParser) -> None:
     add("--key", metavar="KEY", help="the write's key (its dedup and claim key)")
     add("--dedup-window", metavar="SECONDS", type=SECONDS, help="with --key: dedup this long")
     add("--wait", metavar="SECONDS", type=SECONDS_OR_ZERO, help="wait for room under a limit")
+    add("--copies", metavar="N", type=int, help="answer once N nodes hold it (default: the node's)")
 
 
 def add_take(parser: argparse.ArgumentParser) -> None:
@@ -134,6 +135,7 @@ async def _write(args: argparse.Namespace) -> int:
             key=None if args.key is None else os.fsencode(args.key),
             dedup_window=args.dedup_window,
             wait=args.wait,
+            copies=args.copies,
         )
         print(written)
     return EXIT_OK

@@ -131,6 +131,11 @@ OPTIONS: tuple[tuple[str, str | tuple[str, ...] | None, str], ...] = (
     ("--remote-hold", "SECONDS",
      "a peer's tuple no taker here wanted at its turn is held back this long, taken only when "
      "nothing live matches (default 2)"),
+    ("--ack-copies", "N",
+     "members (this node one) that must hold a write durably before it is acknowledged, when "
+     "the write gives no copies (default 1: this node's fsync alone)"),
+    ("--copies-timeout", "SECONDS",
+     "how long a write waits for its copies before answering how many hold it (default 5)"),
     ("--shutdown-timeout", "SECONDS",
      "how long in-flight requests get on shutdown (default 10)"),
     ("--idle-timeout", "SECONDS",

@@ -21,7 +21,7 @@ from tests.fixtures.nodes import eventually
 #: Containers (by owner class and attribute) that hold no tuple of their own.
 NOT_PLACES = {
     ("Forum", "strand"): "the log: every entry, dead or not",
-    ("Forum", "arrivals"): "when this node came to hold what, by seq ranges",
+    ("Noting", "arrivals"): "when this node came to hold what, by seq ranges",
     ("Forum", "_props"): "the properties of tuples that are in a place",
     ("Forum", "_lapses"): "how often the leases of a tuple in a place ran out",
     ("Forum", "_dedup"): "a key's window names the id it answers with, whatever became of it",
@@ -39,6 +39,8 @@ NOT_PLACES = {
     ("Forum", "_listeners"): "listeners",
     ("Forum", "_live_listeners"): "listeners",
     ("Forum", "_settling"): "tasks of cancelled takes",
+    ("Copies", "_held"): "per peer, the highest seq of ours it holds (no ids)",
+    ("Copies", "_waits"): "writes waiting for their copies (their tuples are live)",
     ("RemoteTuples", "_pace"): "per writer, when it took its own tuples",
     ("Borrowing", "_dry"): "per writer and prefix, until when it is not asked unbidden",
     ("Admission", "limits"): "prefixes and their limits",

@@ -102,7 +102,14 @@ async def serve(
             stack.callback(loop.remove_signal_handler, signum)
         strand = await stack.enter_async_context(await Strand.open(strand_config(config, repair)))
         forum = await stack.enter_async_context(
-            Forum(strand, config.remote_delay, config.remote_hold, limits=config.prefix_limits)
+            Forum(
+                strand,
+                config.remote_delay,
+                config.remote_hold,
+                limits=config.prefix_limits,
+                ack_copies=config.ack_copies,
+                copies_timeout=config.copies_timeout,
+            )
         )
         app = build_app(forum, config, extensions)
         # Timeouts, the connection cap and JSON parser errors: forum.node.http.server.

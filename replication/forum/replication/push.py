@@ -38,6 +38,7 @@ from forum.replication.membership import Membership, Peer
 from forum.replication.messages import PUSH_PATH, Member, Push, decode_push_ack, encode
 from forum.replication.metrics import ReplicationMetrics
 from forum.replication.transport import PeerTransport
+from forum.replication.vector import VersionVector
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,10 @@ class Pusher:
         metrics: ReplicationMetrics,
         config: ReplicationConfig,
         on_dropped: Callable[[Peer], None],
+        on_acked: Callable[[str, VersionVector], None] | None = None,
     ) -> None:
+        """``on_acked(origin, vector)``: the peer of that origin answered a
+        push holding ``vector`` durably (the copies of writes wait on it)."""
         self._peer = peer
         self._outbox = outbox
         self._me = me
@@ -130,6 +134,7 @@ class Pusher:
         self._metrics = metrics
         self._config = config
         self._on_dropped = on_dropped
+        self._on_acked = on_acked
         self._in_flight = 0
         self._last_push = -math.inf
 
@@ -179,6 +184,8 @@ class Pusher:
         self._metrics.received_bytes(peer.url, "push_ack", len(answer))
         if self._membership.contacted(peer.url, ack.sender) is not None:
             self._membership.acknowledged(peer, ack.vector, full=False)
+            if self._on_acked is not None:
+                self._on_acked(ack.sender.origin, ack.vector)
 
 
 def report_failure(membership: Membership, peer: Peer, exc: Exception) -> None:

@@ -162,6 +162,7 @@ class Replicator(AsyncResource):
         self.forum.add_listener(self._on_entries)
         if self.config.ranking == "members":
             self.forum.set_ranking(MemberRanking(self.me.origin, self.membership.alive))
+        self.forum.copies.set_members(self._members)
         if self.config.lending:
             self.forum.set_lender(self.lending)
         try:
@@ -178,6 +179,7 @@ class Replicator(AsyncResource):
             self._group = None
             self.forum.remove_listener(self._on_entries)
             self.forum.set_ranking(None)
+            self.forum.copies.set_members(None)
             self.forum.set_lender(None)
             self.forum.need_arrivals(None)
 
@@ -211,6 +213,7 @@ class Replicator(AsyncResource):
             metrics=self._metrics,
             config=config,
             on_dropped=self._push_dropped,
+            on_acked=self._acked,
         )
         syncer = Syncer(
             peer=peer,
@@ -252,6 +255,16 @@ class Replicator(AsyncResource):
         link = self._links.get(peer.url)
         if link is not None:
             link.syncer.kick(delay, unless_caught_up)
+
+    def _members(self) -> int:
+        """The cluster's size for writes with copies: this node and every
+        peer in its table, whatever its state (forum.node.space.copies)."""
+        return 1 + len(self.membership.peers())
+
+    def _acked(self, origin: str, holdings: VersionVector) -> None:
+        """The peer ``origin`` holds ``holdings`` durably (it answered a
+        push, or pulled): the writes waiting for copies it makes whole wake."""
+        self.forum.copies.held(origin, holdings.contiguous.get(self.me.origin, 0))
 
     def _push_dropped(self, peer: Peer) -> None:
         # The peer misses entries now: a round with it makes it pull them.
@@ -471,6 +484,7 @@ class Replicator(AsyncResource):
         peer = self.membership.by_origin(request.sender.origin)
         if peer is not None:
             self.membership.acknowledged(peer, request.vector, full=True)
+            self._acked(request.sender.origin, request.vector)
             if mine.lacks(request.vector):
                 self._kick(peer, config.settle_delay, unless_caught_up=True)
         return PullPage(

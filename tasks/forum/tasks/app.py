@@ -47,9 +47,10 @@ from forum.coordinator.redis_url import DEFAULT_REDIS_URL
 from forum.coordinator.worker import DEFAULT_CONCURRENCY, DEFAULT_LEASE
 from forum.node.client.remote import ForumClient
 from forum.node.config.node import DEFAULT_NODE
+from forum.node.core.errors import TooFewCopies
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import Pattern
-from forum.node.core.write_options import write_properties
+from forum.node.core.write_options import WriteOptions, check_copies, write_properties
 from forum.tasks import admin, cron
 from forum.tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
 from forum.tasks.cron import Periodic, Slot
@@ -310,7 +311,11 @@ class App:
         same call, the same job: :mod:`forum.tasks.message`); ``_delay`` /
         ``_not_before``, ``_priority`` and ``_ttl`` are the write's
         (docs/scheduling.md; ``_priority`` and ``_ttl`` default to the
-        task's); ``_retries`` and ``_timeout`` override the task's.
+        task's); ``_retries`` and ``_timeout`` override the task's;
+        ``_copies`` is the write's (answered once so many nodes hold the job
+        durably, docs/tasks.md; the node's ``--ack-copies`` when not given).
+        A job short of its copies in time raises ``CopiesShort`` (from
+        ``forum``'s errors): it is enqueued all the same, on fewer nodes.
 
         The tuple goes to the first node that answers (:mod:`forum.tasks.nodes`);
         then the Lens gets the job's ``enqueued`` record (for status), best
@@ -373,22 +378,35 @@ class App:
         ttl = task.options.ttl if given.ttl is None else given.ttl
         delay, not_before = given.delay, given.not_before
         now = time.time()
+        copies = given.copies
         try:  # the node's own check, here too: bad options are bad input, not a round trip
             write_properties(now, delay, not_before, ttl, priority or 0, key, self.dedup_window)
         except ValueError as exc:
             raise InvalidJob(str(exc)) from None
-        await nodes.call(
-            lambda space: space.write(
-                payload, key=key, dedup_window=self.dedup_window, delay=delay,
-                not_before=not_before, priority=priority or 0, ttl=ttl,
-            )
-        )  # fmt: skip
+        if copies is not None:  # its bound, the cluster's size, is the node's to check
+            try:
+                check_copies(copies)
+            except ValueError as exc:
+                raise InvalidJob(f"_{exc}") from None  # "_copies must be ...": the keyword
+        options: WriteOptions = {
+            "key": key, "dedup_window": self.dedup_window, "delay": delay,
+            "not_before": not_before, "priority": priority or 0, "ttl": ttl,
+        }  # fmt: skip
+        if copies is not None:  # only when given: a worker's own space may take no copies
+            options["copies"] = copies
+        short: TooFewCopies | None = None
+        try:
+            await nodes.call(lambda space: space.write(payload, **options))
+        except TooFewCopies as exc:
+            short = exc  # enqueued all the same: its record goes in, then the caller hears
         due = not_before if not_before is not None else now + (delay or 0.0)
         fields: dict[str, Field] = {"state": "enqueued", "task": name, "due": due, "updated": now}
         if ttl is not None:
             fields["expires"] = due + ttl
         lasting = self.result_ttl + max(due - now, 0) + (ttl or 0)
         await records.note(key, fields, lasting, background=due <= now and ttl is None)
+        if short is not None:
+            raise short
         return JobHandle(self, key, name)
 
     # -- jobs ---------------------------------------------------------------------------
@@ -504,6 +522,7 @@ class Enqueue:
     ttl: float | None = None
     retries: int | None = None
     timeout: float | None = None
+    copies: int | None = None
 
     @classmethod
     def taken_from(cls, kwargs: dict[str, Any]) -> Enqueue:

@@ -157,6 +157,12 @@ WriteWait = Annotated[
                 "at most the node's max_wait and 60.", extra_json_schema={"minimum": 0})
 ]  # fmt: skip
 
+CopiesCount = Annotated[
+    int, Meta(description="Members (this node one) that must hold the write durably before "
+              "it is answered: 1 to the cluster's size; default the node's ack_copies "
+              "(docs/operations.md, Copies).", extra_json_schema={"minimum": 1})
+]  # fmt: skip
+
 
 class WriteOptionFields(Body, frozen=True):
     """The options of a write, each absent by default (a plain write). The
@@ -170,6 +176,7 @@ class WriteOptionFields(Body, frozen=True):
     key_b64: KeyB64 | UnsetType = UNSET
     dedup_window: DedupSeconds | UnsetType = UNSET
     wait: WriteWait | UnsetType = UNSET
+    copies: CopiesCount | UnsetType = UNSET
 
 
 #: The names of the write options, as the bodies spell them.
@@ -313,13 +320,19 @@ class Ready(msgspec.Struct, frozen=True):
 
 class Problem(msgspec.Struct, frozen=True):
     """A refusal; the request changed nothing. A 429 (``limit_exceeded``) also
-    names the prefix (as text), its limit, and the seconds to wait."""
+    names the prefix (as text), its limit, and the seconds to wait. The one
+    answer that is not a refusal, a 504 (``too_few_copies``), is a write that
+    stands with fewer copies than it asked: its ``ids``, the ``copies`` asked
+    and the ``copies_held`` (this node's among them) when it was answered."""
 
     error: str
     message: str
     prefix: str | UnsetType = UNSET
     limit: int | UnsetType = UNSET
     retry_after: float | UnsetType = UNSET
+    ids: list[EntryIdText] | UnsetType = UNSET
+    copies: int | UnsetType = UNSET
+    copies_held: int | UnsetType = UNSET
 
 
 class Paused(msgspec.Struct, frozen=True):

@@ -138,7 +138,17 @@ WRITE_WAIT = Parameter(
     "{max_write_wait:g} (the node's max_wait, and never over a minute).",
     maximum="max_write_wait",
 )
-WRITE_OPTIONS = (DELAY, NOT_BEFORE, TTL, PRIORITY, KEY, KEY_B64, DEDUP_WINDOW, WRITE_WAIT)
+COPIES = Parameter(
+    "copies",
+    "integer",
+    "Members (this node one) that must hold the write durably before it is answered: 1 to "
+    "the cluster's size; default the node's ack_copies. Short of them in time: 504 "
+    "too_few_copies, the write standing.",
+    minimum=1,
+)
+WRITE_OPTIONS = (
+    DELAY, NOT_BEFORE, TTL, PRIORITY, KEY, KEY_B64, DEDUP_WINDOW, WRITE_WAIT, COPIES,
+)  # fmt: skip
 #: The prefix in the path of the pause routes: its bytes percent-encoded
 #: (``job%2F`` for ``job/``, ``%FF`` for the byte 0xFF); never empty.
 #: The most groups ``GET /v1/prefixes?separator=`` counts (the first in byte order).

@@ -20,6 +20,7 @@ from forum.node.api.model import Problem, ReservedBody, TupleBody
 from forum.node.api.operations import STREAM_OPS
 from forum.node.core.entries import PLAIN, EntryId, Properties, Reserved, Tuple
 from forum.node.core.errors import (
+    CopiesShort,
     NodeRejected,
     PayloadTooLarge,
     SerializationError,
@@ -139,7 +140,8 @@ def http_problem(status: int, body: bytes, retry_after: str) -> Problem:
 
 def rejected(url: str, status: int, found: Problem) -> NodeRejected:
     """The error of an error answer: a :class:`Throttled` for a 429 (with the
-    prefix, limit and wait it names), :class:`Unauthorized` for a 401,
+    prefix, limit and wait it names), a :class:`CopiesShort` for a write short
+    of its copies (504, with its ids and counts), :class:`Unauthorized` for a 401,
     :class:`PayloadTooLarge` for a 413, else :class:`NodeRejected`."""
     if status == 429:
         return Throttled(
@@ -150,6 +152,15 @@ def rejected(url: str, status: int, found: Problem) -> NodeRejected:
             prefix=b"" if found.prefix is UNSET else found.prefix.encode(),
             limit=0 if found.limit is UNSET else found.limit,
             retry_after=1.0 if found.retry_after is UNSET else found.retry_after,
+        )
+    if status == 504 and found.error == "too_few_copies":
+        return CopiesShort(
+            url,
+            found.error,
+            found.message,
+            ids=[entry_id(url, i) for i in ([] if found.ids is UNSET else found.ids)],
+            held=0 if found.copies_held is UNSET else found.copies_held,
+            copies=0 if found.copies is UNSET else found.copies,
         )
     kind = {401: Unauthorized, 413: PayloadTooLarge}.get(status, NodeRejected)
     return kind(url, status, found.error, found.message)

@@ -18,8 +18,9 @@ answer, decoded into the Struct the node declares for it
 (:mod:`forum.node.client.answers`). Status, compaction, pauses and readiness
 are HTTP requests. Failures are ``ClientError``s naming the node:
 ``NodeUnavailable`` (no connection), ``NodeTimeout`` (no answer in time),
-``NodeRejected`` and its ``Unauthorized``, ``PayloadTooLarge`` and
-``Throttled`` (an error status, with the node's error code and message).
+``NodeRejected`` and its ``Unauthorized``, ``PayloadTooLarge``,
+``Throttled`` and ``CopiesShort`` (an error status, with the node's error
+code and message; ``CopiesShort``, a write short of its ``copies``, stands).
 An answer that is not its document is a ``SerializationError``.
 
 A ``take`` that fails with ``NodeUnavailable`` may have taken a tuple on the
@@ -176,7 +177,8 @@ class ForumClient(AsyncResource):
         options are ``Forum.write``'s (:class:`~forum.node.core.write_options.WriteOptions`,
         docs/scheduling.md), judged by the node: a bad one is a
         :class:`NodeRejected` 400 (``invalid_option``), a full limited prefix
-        a :class:`Throttled` (429) unless ``wait`` finds room."""
+        a :class:`Throttled` (429) unless ``wait`` finds room, a write short
+        of its ``copies`` in time a :class:`CopiesShort` (504; it stands)."""
         args: dict[str, Any] = {"payload": payload}
         if options:
             unknown_options(options, "ForumClient.write")

@@ -48,6 +48,7 @@ from forum.node.config.settings import (
 )
 from forum.node.core.entries import check_origin
 from forum.node.core.space import MAX_WAIT as MAX_WRITE_WAIT
+from forum.node.space.copies import COPIES_TIMEOUT
 from forum.node.space.surfacing import REMOTE_DELAY, REMOTE_HOLD
 from forum.node.space.watch import BUFFER as WATCH_BUFFER
 from forum.node.space.watch import HEARTBEAT as WATCH_HEARTBEAT
@@ -254,6 +255,14 @@ class NodeConfig:
     #: held back (taken here only when nothing live matches) before it is
     #: live; 0 makes it live at its turn.
     remote_hold: Seconds = REMOTE_HOLD
+    #: How many members (this node one of them) must hold a write durably
+    #: before it is acknowledged, for a write that does not say (``copies``);
+    #: 1, the default, answers once it is durable here, as fast as ever
+    #: (docs/operations.md, "Copies").
+    ack_copies: PositiveInt = 1
+    #: Seconds a write waits for its copies before it is answered with how
+    #: many members hold it (HTTP 504 ``too_few_copies``; it stays written).
+    copies_timeout: PositiveSeconds = COPIES_TIMEOUT
     #: Seconds between two looks of the background compactor at the Strand
     #: (docs/operations.md, "Compaction"); 0 turns background compaction off.
     compact_interval: Seconds = 10.0

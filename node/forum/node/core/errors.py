@@ -10,13 +10,16 @@
     │   └── DataDirLocked           another Strand (process) holds the directory
     ├── SerializationError          an entry could not be encoded or decoded
     ├── LimitExceeded               a write over a prefix's limit (retriable)
+    ├── TooFewCopies                a write held by fewer members than its copies in time
+    ├── TooManyCopies               copies above the cluster's size (a ValueError; nothing written)
     └── ClientError                 a remote node could not do what was asked
         ├── NodeUnavailable         no answer: refused, reset, DNS (retriable)
         │   └── NodeTimeout         no answer in time (also a TimeoutError)
         └── NodeRejected            the node answered with an error status
             ├── Unauthorized        401: missing or wrong token
             ├── PayloadTooLarge     413: body over the node's limit
-            └── Throttled           429: a limited prefix is full (also a LimitExceeded)
+            ├── Throttled           429: a limited prefix is full (also a LimitExceeded)
+            └── CopiesShort         504: too few copies in time (also a TooFewCopies)
 
 ``retriable`` tells a caller whether doing the same thing again may succeed.
 :class:`ClientError` is also the base of replication's ``PeerError`` (a call
@@ -28,6 +31,9 @@ the node's error answers.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+
+from forum.node.core.entries import EntryId
 
 
 def retriable_status(status: int) -> bool:
@@ -165,6 +171,15 @@ class NodeRejected(ClientError):
         self.retriable = retriable_status(status)
 
 
+def _rejected(error: NodeRejected, node: str, status: int, code: str, message: str) -> None:
+    """Give ``error`` what ``NodeRejected.__init__`` gives, for a subclass
+    that is also a ``ForumError`` whose ``__init__`` takes other arguments
+    (``NodeRejected``'s cooperative ``super()`` would reach that one's)."""
+    ForumError.__init__(error, f"{node}: HTTP {status} {code}: {message}")
+    error.node, error.status, error.code = node, status, code
+    error.retriable = retriable_status(status)
+
+
 class Unauthorized(NodeRejected):
     """401: the client's token is missing or wrong."""
 
@@ -191,9 +206,51 @@ class Throttled(NodeRejected, LimitExceeded):
     ) -> None:
         # Not NodeRejected.__init__: its cooperative super() would reach
         # LimitExceeded's, which takes other arguments. The same attributes.
-        ForumError.__init__(self, f"{node}: HTTP {status} {code}: {message}")
-        self.node, self.status, self.code = node, status, code
-        self.retriable = retriable_status(status)
+        _rejected(self, node, status, code, message)
         self.prefix = prefix
         self.limit = limit
         self.retry_after = retry_after
+
+
+class TooFewCopies(ForumError):
+    """A write asked for ``copies`` members to hold it (this node one of
+    them) and only ``held`` did after it ``waited`` seconds (its timeout, or
+    less if the node shut down). The write is not undone: it stays written
+    (``ids``), and replication goes on copying it; writing it again would
+    write it twice, so this is not ``retriable``."""
+
+    def __init__(self, ids: Sequence[EntryId], held: int, copies: int, waited: float) -> None:
+        first = f"{ids[0]}" + (f" and {len(ids) - 1} more" if len(ids) > 1 else "")
+        super().__init__(
+            f"{held} of {copies} copies held after {waited:.3g} s; the write stays written "
+            f"({first}) and is copied on as peers answer"
+        )
+        self.ids = list(ids)
+        self.held = held
+        self.copies = copies
+        self.waited = waited
+
+
+class TooManyCopies(ForumError, ValueError):
+    """A write asked for more copies than the cluster has members: refused
+    before anything is written (bad input, as any bad write option)."""
+
+
+class CopiesShort(NodeRejected, TooFewCopies):
+    """504: the node wrote the tuples but fewer than ``copies`` members held
+    them within its timeout (its :class:`TooFewCopies`): ``ids``, ``held``
+    and ``copies`` as the node said them. Not retriable (unlike other 5xx):
+    the write stands, and again would write it twice."""
+
+    status = 504
+
+    def __init__(
+        self, node: str, code: str, message: str, *, ids: Sequence[EntryId], held: int, copies: int
+    ) -> None:
+        # As Throttled: TooFewCopies.__init__ takes other arguments.
+        _rejected(self, node, self.status, code, message)
+        self.retriable = False
+        self.ids = list(ids)
+        self.held = held
+        self.copies = copies
+        self.waited = 0.0  # the node's message says it

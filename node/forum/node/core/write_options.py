@@ -20,6 +20,7 @@ from typing import TypedDict
 
 from forum.node.core.codec import MAX_KEY_BYTES
 from forum.node.core.entries import MAX_PRIORITY, MIN_PRIORITY, PLAIN, Properties
+from forum.node.core.errors import TooManyCopies
 
 
 class WriteOptions(TypedDict, total=False):
@@ -32,8 +33,12 @@ class WriteOptions(TypedDict, total=False):
     write's key (text is its UTF-8 bytes); with ``dedup_window``, a second
     write with that key on the same node within so many seconds answers
     with the first one's id. ``wait``: seconds a write to a limited prefix
-    that is full may wait for room (not given: refused at once). ``None``
-    for any but ``priority`` is the same as not given."""
+    that is full may wait for room (not given: refused at once).
+    ``copies``: how many members (this node one of them) must hold the
+    write durably before it is acknowledged, 1 to the cluster's size (not
+    given: the node's default, ``forum serve --ack-copies``, 1 unless
+    set; see :mod:`forum.node.space.copies`). ``None`` for any but
+    ``priority`` is the same as not given."""
 
     delay: float | None
     not_before: float | None
@@ -42,6 +47,7 @@ class WriteOptions(TypedDict, total=False):
     key: bytes | str | None
     dedup_window: float | None
     wait: float | None
+    copies: int | None
 
 
 #: The names of the write options, in their declared order.
@@ -57,6 +63,25 @@ def unknown_options(options: WriteOptions, function: str) -> None:
     if not options.keys() <= _NAMES:
         name = next(n for n in options if n not in _NAMES)
         raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+
+
+def check_copies(copies: object, members: int | None = None) -> int:
+    """``copies`` as a write's number of copies: a whole number from 1 to
+    ``members`` (the cluster's size, this node included; ``None``: not
+    known here, no upper bound), else a ``ValueError`` with a one-line
+    message (above ``members``: :class:`~forum.node.core.errors.TooManyCopies`,
+    one too). Checked before anything is written."""
+    if type(copies) is not int:
+        raise ValueError(f"copies is a whole number from 1, not {copies!r}")
+    if copies < 1:
+        raise ValueError(f"copies must be at least 1 (this node's own), not {copies}")
+    if members is not None and copies > members:
+        have = f"{members} member" + ("" if members == 1 else "s")
+        raise TooManyCopies(
+            f"copies={copies} but the cluster has {have} (this node and its peers): "
+            f"at most {members}"
+        )
+    return copies
 
 
 #: The longest delay, ttl or dedup window, and the furthest ``not_before``

@@ -34,7 +34,14 @@ from forum.node.api.model import (
 )
 from forum.node.api.parameters import MAX_GROUPS
 from forum.node.core.entries import EntryId, Reserved, Tuple
-from forum.node.core.errors import ForumError, LimitExceeded, RecordTooLarge, StrandError
+from forum.node.core.errors import (
+    ForumError,
+    LimitExceeded,
+    RecordTooLarge,
+    StrandError,
+    TooFewCopies,
+    TooManyCopies,
+)
 from forum.node.core.space import ListPage, Pattern
 from forum.node.http.bodies import ApiProblem, bad_request
 from forum.node.http.longpoll import LongPolls
@@ -226,6 +233,20 @@ def problem_of(exc: Exception) -> ApiProblem:
                 "prefix": prefix_text(exc.prefix),
                 "limit": exc.limit,
                 "retry_after": float(exc.retry_after),
+            },
+        )
+    if isinstance(exc, TooManyCopies):
+        return ApiProblem(400, "invalid_option", str(exc))
+    if isinstance(exc, TooFewCopies):
+        # Not a refusal: the write stands, with fewer copies than it asked.
+        return ApiProblem(
+            504,
+            "too_few_copies",
+            str(exc),
+            details={
+                "ids": [str(i) for i in exc.ids],
+                "copies": exc.copies,
+                "copies_held": exc.held,
             },
         )
     if isinstance(exc, RecordTooLarge):

@@ -59,6 +59,7 @@ class WriteOptionArgs(Args, frozen=True):
     key: Any = None
     dedup_window: Any = None
     wait: Any = None
+    copies: Any = None
 
     def asked(self, count: int, limits: Limits) -> WriteRequest:
         """The options given, checked for a write of ``count`` tuples."""
@@ -70,6 +71,7 @@ class WriteOptionArgs(Args, frozen=True):
             and self.key is None
             and self.dedup_window is None
             and self.wait is None
+            and self.copies is None
         ):
             # The hot path, a plain write: attribute tests only, no call, no dict.
             return PLAIN_WRITE

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from forum.node.api.model import WRITE_OPTION_FIELDS, BatchWriteBody, Limits, WriteBody
 from forum.node.api.parameters import WRITE_OPTIONS
-from forum.node.core.write_options import WriteOptions, write_properties
+from forum.node.core.write_options import WriteOptions, check_copies, write_properties
 from forum.node.http.bodies import (
     bad_request,
     body_kind,
@@ -33,7 +33,7 @@ from forum.node.http.bodies import (
     document_kind,
     read_body,
 )
-from forum.node.http.query import SECONDS, SIGNED, Query, b64url_decode
+from forum.node.http.query import INTEGER, SECONDS, SIGNED, Query, b64url_decode
 
 #: A JSON or msgpack body may spell a payload longer than the payload itself.
 _ENCODING_ALLOWANCE = 2
@@ -64,6 +64,7 @@ def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) ->
         return PLAIN_WRITE
     options = dict(given)
     wait = options.pop("wait", None)
+    copies = options.pop("copies", None)
     number = isinstance(wait, int | float) and not isinstance(wait, bool)
     bound = limits.max_write_wait
     if wait is not None and not (number and 0 <= wait <= bound):  # NaN too
@@ -71,6 +72,8 @@ def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) ->
     try:
         # Against now: a not_before further than the options allow is known only so.
         write_properties(time.time(), **options)
+        if copies is not None:  # its bound, the cluster's size, is the Forum's to check
+            options["copies"] = check_copies(copies)
     except ValueError as exc:
         raise bad_request("invalid_option", str(exc)) from None
     if options.get("key") is not None and count != 1:
@@ -126,7 +129,7 @@ def _query_options(query: Query) -> dict[str, Any]:
         text = query.text(parameter)
         if text is None:
             continue
-        grammar = {"seconds": SECONDS, "signed": SIGNED}.get(parameter.kind)
+        grammar = {"seconds": SECONDS, "signed": SIGNED, "integer": INTEGER}.get(parameter.kind)
         if grammar is not None and not grammar.fullmatch(text):
             shape = "seconds such as 5 or 0.25" if parameter.kind == "seconds" else "a whole number"
             raise bad_request(
@@ -134,7 +137,7 @@ def _query_options(query: Query) -> dict[str, Any]:
             )
         if parameter.kind == "seconds":
             given[parameter.name] = float(text)
-        elif parameter.kind == "signed":
+        elif parameter.kind in ("signed", "integer"):
             given[parameter.name] = int(text)
         else:
             given[parameter.name] = text.encode()

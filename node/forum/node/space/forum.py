@@ -26,6 +26,8 @@ needs, each a module of this package:
 * ``places``: where a tuple not dead can be, the one answer to it;
 * ``taking``: the takes under way;
 * ``listeners``: who hears what the Forum does (replication, watchers);
+* ``copies``: which peers hold this node's writes, and the writes waiting
+  for their ``copies`` (fed by replication's acknowledgements);
 * ``noting``: what this node holds, noted every half second while the
   Forum is open (``async with``), which dates each group's oldest live
   tuple (:meth:`Forum.oldest_ages`) and replication's lag.
@@ -50,6 +52,8 @@ from forum.node.core.space import ListPage, Pattern
 from forum.node.core.write_options import expiring_properties, write_properties
 from forum.node.space.admission import Admission
 from forum.node.space.applying import PAUSE, Applier
+from forum.node.space.arrivals import Arrivals
+from forum.node.space.copies import COPIES_TIMEOUT, Copies
 from forum.node.space.dedup import DedupTable
 from forum.node.space.index import LiveIndex
 from forum.node.space.kept_properties import KeptProperties
@@ -108,7 +112,16 @@ class Forum(AsyncResource):
         remote_hold: float = REMOTE_HOLD,
         limits: Mapping[bytes, int] | None = None,
         clock: Clock = time.time,
+        *,
+        ack_copies: int = 1,
+        copies_timeout: float = COPIES_TIMEOUT,
     ) -> None:
+        """``ack_copies``: the copies of a write that gives none
+        (:mod:`forum.node.space.copies`), waited for up to ``copies_timeout`` s."""
+        # Who holds this node's writes, for writes with copies (fed by replication).
+        # No attribute more: past 30, CPython keeps an instance's attributes in
+        # a dict of its own, and every attribute read on the hot paths costs more.
+        self.copies = Copies(strand.origin, copies_timeout, ack_copies)
         self.strand = strand
         self._index = LiveIndex()
         self._waiters: deque[_Waiter] = deque()
@@ -195,7 +208,6 @@ class Forum(AsyncResource):
         # What this node holds, noted every half second while the Forum is
         # open (``async with``): ``arrivals``, when it came to hold what.
         self._noting = Noting(strand, self._index, self._reservations)
-        self.arrivals = self._noting.arrivals
         # Entries from elsewhere, applied to the places (forum.node.space.applying).
         self._applier = Applier(
             strand=strand,
@@ -248,6 +260,11 @@ class Forum(AsyncResource):
         """How long a remote tuple no taker here wanted is held (forum.node.space.surfacing)."""
         return self._remote.hold
 
+    @property
+    def arrivals(self) -> Arrivals:
+        """When this node came to hold what (:mod:`forum.node.space.noting`)."""
+        return self._noting.arrivals
+
     async def __aenter__(self) -> Self:
         """Start noting what this node holds (the first note dates all it
         held at the start)."""
@@ -268,6 +285,7 @@ class Forum(AsyncResource):
         key: bytes | str | None = None,
         dedup_window: float | None = None,
         wait: float | None = None,
+        copies: int | None = None,
     ) -> EntryId:
         """Add a tuple; returns its id once it is durable.
 
@@ -277,8 +295,16 @@ class Forum(AsyncResource):
         ``dedup_window``, a second write with the key within the window
         answers with the first one's id. A write that would put a limited
         prefix over its limit raises :class:`~forum.node.core.errors.LimitExceeded`, or
-        with ``wait`` waits up to so many seconds for room first."""
+        with ``wait`` waits up to so many seconds for room first. ``copies``:
+        answered once so many members hold it durably (:mod:`forum.node.space.copies`;
+        not given: the node's ``ack_copies``)."""
         self._check_open()
+        if copies is not None or self.copies.waits_by_default:
+            written = await self.write_many(
+                (payload,), delay=delay, not_before=not_before, ttl=ttl, priority=priority,
+                key=key, dedup_window=dedup_window, wait=wait, copies=copies,
+            )  # fmt: skip
+            return written[0]
         if (
             delay is None
             and not_before is None
@@ -310,6 +336,7 @@ class Forum(AsyncResource):
         key: bytes | str | None = None,
         dedup_window: float | None = None,
         wait: float | None = None,
+        copies: int | None = None,
     ) -> list[EntryId]:
         """Add many tuples in one append: all become durable, or none. The
         options are :meth:`write`'s, for every tuple (a ``key`` only with one
@@ -317,15 +344,24 @@ class Forum(AsyncResource):
 
         The tuples become live when the append is durable, even if the caller
         was cancelled meanwhile (a write whose answer is lost still happened).
+        With ``copies`` above 1 the answer waits for the copies after that
+        (:class:`~forum.node.core.errors.TooFewCopies` when short of them in time).
         """
         self._check_open()
+        need = 1
+        if copies is not None or self.copies.waits_by_default:
+            need = self.copies.check(self.copies.default if copies is None else copies)
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props is PLAIN and wait is None and not self._limits:
             writes = await self.strand.submit_writes(payloads, self._durable)
-            return [entry.id for entry in writes]
-        if props.key is not None and len(payloads) != 1:
-            raise ValueError("a key names one write: give it with one payload")
-        return await self._admission.write(payloads, props, wait)
+            ids = [entry.id for entry in writes]
+        else:
+            if props.key is not None and len(payloads) != 1:
+                raise ValueError("a key names one write: give it with one payload")
+            ids = await self._admission.write(payloads, props, wait)
+        if need > 1:
+            await self.copies.wait(ids, need)
+        return ids
 
     def end_room_waits(self) -> None:
         """End the waits of writes for room under a prefix's limit, now and
@@ -1008,6 +1044,7 @@ class Forum(AsyncResource):
                 waiter.future.set_result(None)
         self._waiters.clear()
         self._remote.close()  # they are in the Strand: live again after a restart
+        self.copies.close()  # the writes stand; each answers with its copies so far
         self._schedule.close()  # due and expiry times are in the Strand: kept after a restart
         self._admission.free_room()
         self._noting.stop()
