@@ -23,11 +23,12 @@ NOT_PLACES = {
     ("Forum", "strand"): "the log: every entry, dead or not",
     ("Noting", "arrivals"): "when this node came to hold what, by seq ranges",
     ("Forum", "_props"): "the properties of tuples that are in a place",
-    ("Forum", "_lapses"): "how often the leases of a tuple in a place ran out",
     ("Forum", "_dedup"): "a key's window names the id it answers with, whatever became of it",
     ("Forum", "_limits"): "prefixes and their limits",
     ("Forum", "_paused"): "paused prefixes, with the ids of their markers (in PAUSE)",
     ("Takes", "killed_while_taking"): "ids that are in TAKING",
+    ("Takes", "_lapses"): "how often the leases of a tuple in a place ran out",
+    ("Applier", "_lapses"): "how often the leases of a tuple in a place ran out",
     ("Takes", "settling"): "tasks of cancelled takes",
     ("Forum", "_pending_kills"): "Takes whose Write has not come: no tuple yet",
     ("Forum", "_applying"): "entries on their way to the Strand",
@@ -38,7 +39,6 @@ NOT_PLACES = {
     ("Forum", "_waiters"): "blocking takes",
     ("Forum", "_listeners"): "listeners",
     ("Forum", "_live_listeners"): "listeners",
-    ("Forum", "_settling"): "tasks of cancelled takes",
     ("Copies", "_held"): "per peer, the highest seq of ours it holds (no ids)",
     ("Copies", "_waits"): "writes waiting for their copies (their tuples are live)",
     ("RemoteTuples", "_pace"): "per writer, when it took its own tuples",
@@ -136,3 +136,11 @@ async def test_where_finds_a_tuple_in_each_place(cfg: StrandConfig) -> None:
         assert len(places) == len(expected)
         assert await take == b"other/taking"
         assert places.where(taking) is None
+
+
+async def test_the_forum_keeps_at_most_30_attributes(cfg: StrandConfig) -> None:
+    """Past 30 attributes CPython 3.11 stops sharing an instance's dict keys,
+    and every attribute read of the Forum (its hot paths) gets slower: a new
+    field belongs in a collaborator."""
+    async with Forum(await Strand.open(cfg)) as forum:
+        assert len(vars(forum)) <= 30, sorted(vars(forum))

@@ -140,11 +140,13 @@ class Forum(AsyncResource):
             dress=self._dress,
         )
         self._pool = self._remote.pool
-        #: Live tuples whose leases ran out, by how many times (``Reserved.deliveries``).
-        #: An entry goes when its tuple is taken (here or elsewhere).
-        self._lapses: dict[EntryId, int] = {}
-        # Reserved tuples: out of the index until acked, released or expired.
-        self._reservations = Reservations(self._lapses, self._put_live)
+        # Reserved tuples: out of the index until acked, released or expired;
+        # and per live tuple whose leases ran out, how many times
+        # (``Reserved.deliveries``; an entry goes when its tuple is taken,
+        # here or elsewhere). (The Forum keeps at most 30 attributes: past
+        # that, CPython 3.11 gives up its fast attribute reads for all.)
+        lapses: dict[EntryId, int] = {}
+        self._reservations = Reservations(lapses, self._put_live)
         # What every local append is given to call once durable: one bound
         # method, so that the Strand, which tells a row of appends with the
         # same callback and Properties in one call, finds them the same.
@@ -186,14 +188,12 @@ class Forum(AsyncResource):
             listeners=self._listeners,
             admission=self._admission,
             props=self._props,
-            lapses=self._lapses,
+            lapses=lapses,
             durable=self._durable,
             put_live=self._put_live,
             expired_now=self._expired_now,
             tell_expired=self._tell_expired,
         )
-        self._taking = self._taker.taking
-        self._settling = self._taker.settling
         # Every place a tuple not dead can be in (forum.node.space.places).
         self._places = Places(
             index=self._index,
@@ -202,7 +202,7 @@ class Forum(AsyncResource):
             pool=self._pool,
             schedule=self._schedule,
             pause=self._admission.pause_markers,
-            taking=self._taking,
+            taking=self._taker.taking,
         )
         self._expired = 0
         # What this node holds, noted every half second while the Forum is
@@ -217,7 +217,7 @@ class Forum(AsyncResource):
             placement=self._placement,
             props=self._props,
             dedup=self._dedup,
-            lapses=self._lapses,
+            lapses=lapses,
             killed_while_taking=self._taker.killed_while_taking,
             listeners=self._listeners,
             add_live=self._add_live,
@@ -241,7 +241,6 @@ class Forum(AsyncResource):
             reservations=self._reservations,
             dress=self._dress,
         )
-        self._owned = self._borrowing.owned
         self._lender: Lender | None = None
         self._applying = self._applier.applying
         self._writes = 0
@@ -493,11 +492,11 @@ class Forum(AsyncResource):
         expired: builtins.list[Tuple] = []
         for entry_id in entry_ids:
             props = self._props.of(entry_id)
-            if props is None or entry_id in self._taking:
+            if props is None or entry_id in self._taker.taking:
                 continue  # dead already, or being taken (its put-back checks)
             item = self._places.remove(entry_id)
             self._props.forget(entry_id)
-            self._lapses.pop(entry_id, None)
+            self._reservations.lapses.pop(entry_id, None)
             if item is not None:
                 expired.append(Tuple(item.id, item.payload, props))
         if expired:
@@ -584,7 +583,7 @@ class Forum(AsyncResource):
         """``found`` reserved for ``lease`` seconds (if its writer lent it to
         us, it goes back to the writer when released or run out)."""
         handed = self._reservations.hand_out(found[0], found[1], lease)
-        if self._lender is not None and self._owned(handed.id):
+        if self._lender is not None and self._borrowing.owned(handed.id):
             self._reservations.borrowed[handed.id] = handed.id.origin
         return handed
 
@@ -927,7 +926,7 @@ class Forum(AsyncResource):
         if (
             found is not None
             and found[1].id not in self._pool
-            and (self._lender is None or not self._owned(found[1].id))
+            and (self._lender is None or not self._borrowing.owned(found[1].id))
         ):
             self._index.remove(found[0])
             return found if not self._props else (found[0], self._dress(found[1]))
@@ -962,7 +961,7 @@ class Forum(AsyncResource):
     def _offer(self, arrival: int, item: Tuple) -> None:
         """Hand a newly live tuple to the first waiter it matches, if any;
         else tell the live listeners it is there."""
-        owned = self._lender is not None and self._owned(item.id)
+        owned = self._lender is not None and self._borrowing.owned(item.id)
         for waiter in self._waiters:
             if not waiter.future.done() and item.payload.startswith(waiter.prefix):
                 if self._paused and self._admission.is_paused(waiter.prefix):
@@ -1050,8 +1049,8 @@ class Forum(AsyncResource):
         self._noting.stop()
         self._reservations.close()  # never taken in the log: live again after a restart
         # Settling takes may write tuples back, so they finish before the Forum closes.
-        while self._settling:
-            await asyncio.gather(*self._settling, return_exceptions=True)
+        while self._taker.settling:
+            await asyncio.gather(*self._taker.settling, return_exceptions=True)
         self._closed = True
         await self.strand.close()
 
