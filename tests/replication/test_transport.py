@@ -120,6 +120,13 @@ async def test_retriable_failures_are_retried(peer: Peer, transport: HttpTranspo
     assert peer.calls["flaky"] == 3
 
 
+async def test_a_call_may_ask_for_one_try(peer: Peer, transport: HttpTransport) -> None:
+    """A loan's ask: a taker waits on it, so one try, then its own bound."""
+    with pytest.raises(PeerRejected):  # the 503, not tried again
+        await transport.call(peer.url, "POST", "/flaky", b"", attempts=1)
+    assert peer.calls["flaky"] == 1
+
+
 @pytest.mark.parametrize(
     ("path", "error"),
     [("/denied", Unauthenticated), ("/self", PeerIsSelf), ("/bad", PeerRejected)],

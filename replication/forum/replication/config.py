@@ -95,7 +95,7 @@ class ReplicationConfig:
     lending: bool = True
     #: Seconds a node waits for a writer to lend before it takes the tuple
     #: itself (a writer that slow is as good as unreachable for a taker).
-    lend_timeout: PositiveSeconds = 0.5
+    lend_timeout: PositiveSeconds = 0.2
     #: ``forum serve --repair``: seconds a repair waits for every peer before
     #: it settles for those that answered (at least one) (:mod:`forum.replication.repair`).
     repair_wait: PositiveSeconds = 30.0

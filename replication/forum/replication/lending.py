@@ -114,8 +114,9 @@ class Lending:
         self.asked += 1
         try:
             async with asyncio.timeout(self._timeout):
+                # One try: a taker is waiting, and the bound is short.
                 answer = await self._transport.call(
-                    peer.url, "POST", LEND_PATH, encode(request), to=origin
+                    peer.url, "POST", LEND_PATH, encode(request), to=origin, attempts=1
                 )
             loan = decode_loan(answer)
             self._check(loan, origin, prefix, limit)

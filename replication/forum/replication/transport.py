@@ -77,6 +77,7 @@ class PeerTransport(Protocol):
         *,
         to: str = ANYONE,
         headers: Mapping[str, str] | None = None,
+        attempts: int | None = None,
     ) -> bytes: ...
 
 
@@ -107,18 +108,21 @@ class SignedTransport(AsyncResource):
         *,
         to: str = ANYONE,
         headers: Mapping[str, str] | None = None,
+        attempts: int | None = None,
     ) -> bytes:
         """Call ``peer`` (its base URL) at ``path``, for the node of origin ``to``,
-        retrying what is worth retrying. ``headers``: more to send (outside
-        the signature, as the clock stamp: what a node of the previous
-        release ignores, e.g. the digest of a pull)."""
+        retrying what is worth retrying, up to ``attempts`` tries (default:
+        the config's). ``headers``: more to send (outside the signature, as
+        the clock stamp: what a node of the previous release ignores, e.g.
+        the digest of a pull)."""
+        most = self._attempts if attempts is None else attempts
         attempt = 0
         while True:
             try:
                 return await self._attempt(peer, method, path, body, to=to, extra=headers or {})
             except PeerError as exc:
                 attempt += 1
-                if not exc.retriable or attempt >= self._attempts:
+                if not exc.retriable or attempt >= most:
                     raise
             await asyncio.sleep(self._backoff.delay(attempt))
 
