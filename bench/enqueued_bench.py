@@ -101,7 +101,7 @@ WAYS = {"none": none, "A each": each, "B batched": batched}
 async def measure(records: int, rounds: int, producers: list[int]) -> dict[str, dict[str, list]]:
     found: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory(prefix="enqueued-bench-") as root:
-        async with redis_server(Path(root), "always") as url, Lens.from_url(url) as lens:
+        async with redis_server(Path(root), "always") as (url, _), Lens.from_url(url) as lens:
             await lens.ping()
             for count in producers:
                 for _ in range(rounds):

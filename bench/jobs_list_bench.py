@@ -39,8 +39,8 @@ async def measure(jobs: int, rounds: int) -> dict[str, list[float]]:
         node_dir.mkdir()
         redis_dir.mkdir()
         async with (
-            forum_node(node_dir, "always") as url,
-            redis_server(redis_dir, "always") as redis,
+            forum_node(node_dir, "always") as (url, _),
+            redis_server(redis_dir, "always") as (redis, _),
         ):
             app = App(url, redis)
 

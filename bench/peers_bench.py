@@ -211,7 +211,7 @@ async def one_run(
     if system not in FORUMS:
         return dict(json.loads(await child(python, *argv, deadline=args.run_timeout)))
     with tempfile.TemporaryDirectory(prefix="peers-bench-forum-") as data:
-        async with forum_node(Path(data), "always") as forum_url:
+        async with forum_node(Path(data), "always") as (forum_url, _):
             argv += ["--forum-url", forum_url]
             return dict(json.loads(await child(python, *argv, deadline=args.run_timeout)))
 
@@ -240,7 +240,7 @@ async def measure(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str,
         "timeouts": [],
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="peers-bench-redis-") as data:
-        async with redis_server(Path(data), "always") as redis_url:
+        async with redis_server(Path(data), "always") as (redis_url, _):
             base = redis_url.rsplit("/", 1)[0]
             for concurrency in args.concurrency:
                 runs: dict[str, list[dict[str, float]]] = {name: [] for name in chosen}

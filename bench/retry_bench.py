@@ -230,7 +230,7 @@ async def one_run(variant: str, url: str, args: argparse.Namespace) -> dict[str,
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     samples: dict[str, list[dict[str, float]]] = {variant: [] for variant in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="retry-bench-redis-") as directory:
-        async with redis_server(Path(directory), "always") as url:
+        async with redis_server(Path(directory), "always") as (url, _):
             for number in range(args.rounds):
                 for variant in VARIANTS if number % 2 == 0 else VARIANTS[::-1]:
                     samples[variant].append(await one_run(variant, url, args))

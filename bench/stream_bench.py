@@ -158,7 +158,7 @@ async def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="forum-stream-bench-") as tmp:
         async with (
-            forum_node(Path(tmp) / "forum", args.fsync) as url,
+            forum_node(Path(tmp) / "forum", args.fsync) as (url, _),
             contextlib.AsyncExitStack() as stack,
         ):
             clients = {

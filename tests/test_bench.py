@@ -195,7 +195,9 @@ def test_retry_bench_runs_a_retry_parked_and_delayed_by_the_node(tmp_path: Path)
     medians = json.loads(out.read_text())["medians"]
     assert set(medians) == {"parked", "delayed"}
     assert medians["parked"]["deferred_per_job"] > 0
-    assert medians["delayed"]["deferred_per_job"] == 0
+    # The Lens holds each job's due time (issue 29): a copy the node makes
+    # live by its own clock a little before Redis's is parked until due too.
+    assert medians["delayed"]["deferred_per_job"] < medians["parked"]["deferred_per_job"]
     for row in medians.values():
         assert row["late_ms_p99"] >= row["late_ms_p50"]
 

@@ -105,7 +105,7 @@ async def test_lease_must_be_positive(forum: Forum) -> None:
 
 async def _settled(forum: Forum) -> None:
     # The cancelled call's append is still being settled.
-    await eventually(lambda: not forum._settling, what="settled")
+    await eventually(lambda: not forum._taker.settling, what="settled")
 
 
 async def test_a_cancelled_ack_still_takes_and_writes_no_copy(forum: Forum) -> None:

@@ -50,7 +50,7 @@ async def test_the_count_belongs_to_the_tuple_and_goes_with_it(forum: Forum) -> 
     assert again is not None and (again.id, again.deliveries) == (first, 2)
     assert other is not None and (other.id, other.deliveries) == (second, 1)
     assert await forum.ack_many([first, second]) == [True, True]
-    assert not forum._lapses  # the lapsed tuple is gone, so is its count
+    assert not forum._reservations.lapses  # the lapsed tuple is gone, so is its count
 
 
 async def test_reserve_many_carries_the_count_of_each(forum: Forum) -> None:
