@@ -877,8 +877,12 @@ class Forum(AsyncResource):
         surfaces then, at once if that time has passed. None is made to wait
         longer than it was going to: a member that comes back does not hold
         back what was already on its way (at worst two nodes share a turn,
-        and the Lens catches the double take). Called by replication."""
+        and the Lens catches the double take). With a lender, the waiting
+        takers look again at once: a writer gone down lends no more, and
+        its tuples live here are theirs now. Called by replication."""
         self._remote.rerank()
+        if self._lender is not None:
+            self._retry_waiters()
 
     def set_lender(self, lender: Lender | None) -> None:
         """While a tuple's writer is alive (``lender.owns``), hand it out only
