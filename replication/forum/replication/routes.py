@@ -37,6 +37,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -50,6 +51,8 @@ from forum.replication.messages import (
     MEMBERS_PATH,
     PULL_PATH,
     PUSH_PATH,
+    LendRequest,
+    LentNotice,
     Member,
     Message,
     decode_lend,
@@ -95,6 +98,8 @@ class Answer:
 
 
 _Serve = Callable[[Replication, Request], Awaitable[Answer]]
+#: A message a peer sends (it names its sender).
+_Sent = TypeVar("_Sent", LendRequest, LentNotice)
 
 
 def add_routes(app: web.Application) -> None:
@@ -178,16 +183,9 @@ async def _members(replication: Replication, request: Request) -> Answer:
 
 
 async def _lend(replication: Replication, request: Request) -> Answer:
-    signature = _accept(replication, request, anyone=False)
-    replicator = replication.replicator
-    try:
-        clock = read_stamp(request.headers)
-        message = decode_lend(request.body)
-    except BadMessage as exc:
-        raise _refuse(replicator, 400, "bad_message", str(exc)) from None
-    _not_self(replicator, message.sender)
-    loan = replicator.serve_lend(message)
-    _sample(replicator, message.sender, clock, request)
+    signature, clock, message = _accepted(replication, request, decode_lend)
+    loan = replication.replicator.serve_lend(message)
+    _sample(replication.replicator, message.sender, clock, request)
     return _answer(
         replication,
         signature=signature,
@@ -199,16 +197,9 @@ async def _lend(replication: Replication, request: Request) -> Answer:
 
 
 async def _lent(replication: Replication, request: Request) -> Answer:
-    signature = _accept(replication, request, anyone=False)
-    replicator = replication.replicator
-    try:
-        clock = read_stamp(request.headers)
-        message = decode_lent(request.body)
-    except BadMessage as exc:
-        raise _refuse(replicator, 400, "bad_message", str(exc)) from None
-    _not_self(replicator, message.sender)
-    members = replicator.receive_lent(message)
-    _sample(replicator, message.sender, clock, request)
+    signature, clock, message = _accepted(replication, request, decode_lent)
+    members = replication.replicator.receive_lent(message)
+    _sample(replication.replicator, message.sender, clock, request)
     return _answer(
         replication,
         signature=signature,
@@ -217,6 +208,22 @@ async def _lent(replication: Replication, request: Request) -> Answer:
         message=members,
         entries=0,
     )
+
+
+def _accepted(
+    replication: Replication, request: Request, decode: Callable[[bytes], _Sent]
+) -> tuple[str, float | None, _Sent]:
+    """A request signed for this node: its signature, the sender's clock
+    stamp and its message, checked (a 400 if malformed, 409 if from us)."""
+    signature = _accept(replication, request, anyone=False)
+    replicator = replication.replicator
+    try:
+        clock = read_stamp(request.headers)
+        message = decode(request.body)
+    except BadMessage as exc:
+        raise _refuse(replicator, 400, "bad_message", str(exc)) from None
+    _not_self(replicator, message.sender)
+    return signature, clock, message
 
 
 _ROUTES: dict[str, tuple[str, _Serve]] = {
