@@ -965,13 +965,14 @@ class Forum(AsyncResource):
     def _offer(self, arrival: int, item: Tuple) -> None:
         """Hand a newly live tuple to the first waiter it matches, if any;
         else tell the live listeners it is there."""
-        owned = self._lender is not None and self._borrowing.owned(item.id)
         for waiter in self._waiters:
             if not waiter.future.done() and item.payload.startswith(waiter.prefix):
                 if self._paused and self._admission.is_paused(waiter.prefix):
                     continue
                 self._waiters.remove(waiter)
-                if owned:  # its writer hands it out: the taker asks it
+                # Asked only with a waiter that wants it: most tuples have none.
+                if self._lender is not None and self._borrowing.owned(item.id):
+                    # Its writer hands it out: the taker asks it.
                     waiter.future.set_result(ASK)
                     break
                 self._index.remove(arrival)
