@@ -19,8 +19,8 @@ from typing import Any
 from forum.cli_args import NONEMPTY, UsageError, checked
 from forum.coordinator.keys import DEFAULT_NAMESPACE
 from forum.coordinator.redis_url import DEFAULT_REDIS_URL, RedisTarget
-from forum.node.client.remote import node_url
 from forum.node.config.node import DEFAULT_NODE
+from forum.node.core.urls import node_url
 from forum.tasks import App
 
 

@@ -23,8 +23,8 @@ import os
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
-from forum.node.client.remote import node_url
 from forum.node.config.node import DEFAULT_NODE
+from forum.node.core.urls import node_url
 
 T = TypeVar("T")
 

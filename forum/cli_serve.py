@@ -19,7 +19,7 @@ import sys
 from forum.cli_args import EXIT_NODE, UsageError
 from forum.dashboard import dashboard
 from forum.node.config.node import DEFAULT_LISTEN, REPEATED_FLAGS, NodeConfig
-from forum.node.core.errors import DataDirLocked, ForumError
+from forum.node.core.errors import ClusterMapError, DataDirLocked, ForumError
 from forum.node.http.keys import Extension
 from forum.node.serve import configure_logging, serve
 from forum.replication import ReplicationConfig
@@ -66,7 +66,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         return await serve(config, extensions, on_listening=announce, repair=args.repair)
     except OSError as exc:
         raise UsageError(f"cannot listen on {config.listen}: {exc.strerror}") from None
-    except DataDirLocked as exc:  # another node runs on it: a configuration mistake
+    except (DataDirLocked, ClusterMapError) as exc:  # a configuration mistake
         raise UsageError(str(exc)) from None
     except ForumError as exc:
         print(f"forum serve: {exc}", file=sys.stderr)
@@ -89,6 +89,11 @@ OPTIONS: tuple[tuple[str, str | tuple[str, ...] | None, str], ...] = (
      "a seed peer's URL (repeatable)"),
     ("--advertise", "URL",
      "the URL peers should use to reach this node"),
+    ("--cluster-map", "FILE",
+     "the cluster map (TOML or JSON) of a scaled-out cluster: its replica groups "
+     "(docs/scaling.md); without --peer, this node's group's other members are its peers"),
+    ("--group", "ID",
+     "this node's replica group in the cluster map (default: the group listing --advertise)"),
     ("--fsync", ("always", "interval", "never"),
      "when appends reach the disk (default always: no acknowledged write lost)"),
     ("--fsync-interval", "SECONDS",

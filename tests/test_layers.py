@@ -45,10 +45,11 @@ NODE_ALLOWED = {
     "storage": {"core"},
     "space": {"core", "storage"},
     "api": {"core"},
-    "config": {"core", "storage", "space", "api"},
-    "client": {"core", "api"},
-    "http": {"core", "storage", "space", "config", "api"},
-    "serve": {"core", "storage", "space", "config", "api", "http"},
+    "cluster": {"core"},
+    "config": {"core", "storage", "space", "api", "cluster"},
+    "client": {"core", "api", "cluster"},
+    "http": {"core", "storage", "space", "config", "api", "cluster"},
+    "serve": {"core", "storage", "space", "config", "api", "http", "cluster"},
 }
 
 
@@ -140,7 +141,7 @@ def test_the_client_loads_no_server_module_and_not_aiohttp_web() -> None:
     loaded = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
-    allowed = ("forum.node.core", "forum.node.api", "forum.node.client")
+    allowed = ("forum.node.core", "forum.node.api", "forum.node.client", "forum.node.cluster")
     ours = [m for m in loaded if m.startswith("forum.") and m != "forum.node"]
     assert [m for m in ours if m not in allowed and not m.startswith(allowed)] == []
     assert not [m for m in loaded if m == "aiohttp.web" or m.startswith("aiohttp.web_")]

@@ -35,6 +35,7 @@ from typing import TextIO
 from aiohttp import web
 
 from forum.node.config.node import NodeConfig
+from forum.node.config.placement import placed, placement
 from forum.node.http.app import build_app
 from forum.node.http.keys import Extension
 from forum.node.http.server import NodeRunner
@@ -94,6 +95,9 @@ async def serve(
     ``on_listening`` is called with the URL once the node accepts connections.
     ``repair``: open a damaged data directory and repair it (module docstring).
     """
+    # The map first: a wrong one is one line, before a data directory is made.
+    where = placement(config)
+    config = placed(config, where)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     async with contextlib.AsyncExitStack() as stack:
@@ -111,7 +115,7 @@ async def serve(
                 copies_timeout=config.copies_timeout,
             )
         )
-        app = build_app(forum, config, extensions)
+        app = build_app(forum, config, extensions, where)
         # Timeouts, the connection cap and JSON parser errors: forum.node.http.server.
         runner = NodeRunner(app, config)
         if not await _until_stopped(runner.setup(), stop):

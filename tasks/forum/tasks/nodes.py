@@ -22,9 +22,10 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from forum.node.client.remote import ForumClient, node_url
+from forum.node.client.remote import ForumClient
 from forum.node.core.errors import NodeUnavailable
 from forum.node.core.resource import AsyncResource
+from forum.node.core.urls import node_url
 
 log = logging.getLogger(__name__)
 

@@ -378,6 +378,32 @@ class PrefixBody(msgspec.Struct, frozen=True):
     ) = UNSET
 
 
+#: The header of every answer of a node that has a cluster map: the map's epoch.
+MAP_EPOCH_HEADER = "Forum-Map-Epoch"
+
+
+class GroupBody(msgspec.Struct, frozen=True):
+    """One replica group of the cluster map (forum.node.cluster.map)."""
+
+    id: str
+    members: list[str]
+    weight: float
+    state: Literal["active", "draining", "retired"]
+
+
+class ClusterMapBody(msgspec.Struct, frozen=True):
+    """The cluster map this node holds, and its own group in it."""
+
+    epoch: int
+    slots: int
+    groups: list[GroupBody]
+    #: HMAC-SHA256 (hex) of the map's canonical JSON under the cluster secret
+    #: (forum.node.cluster.map); null when the node has no cluster secret.
+    signature: str | None
+    #: The group this node is a member of.
+    group: str
+
+
 class Prefixes(msgspec.Struct, frozen=True):
     """The prefixes paused or limited here, sorted by prefix."""
 

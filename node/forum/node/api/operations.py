@@ -24,6 +24,7 @@ from forum.node.api.model import (
     AckedReserved,
     BatchWriteBody,
     Body,
+    ClusterMapBody,
     Compacted,
     Count,
     ExtendBody,
@@ -185,6 +186,11 @@ STATUS = Operation(
     "GET", "/v1/status", "The node's identity, contents and peers",
     Answer(200, "Status.", NodeStatus),
 )  # fmt: skip
+#: The cluster map of a scaled-out cluster (docs/scaling.md); 404 on a node without one.
+CLUSTER_MAP = Operation(
+    "GET", "/v1/map", "The cluster map this node holds (its groups), and its own group",
+    Answer(200, "The map, signed with the cluster secret when the node has one.", ClusterMapBody),
+)  # fmt: skip
 SPEC = Operation(
     "GET", "/v1/openapi.json", "This document", Answer(200, "OpenAPI 3.1", media=(JSON,)),
     negotiates=False,
@@ -254,5 +260,5 @@ STREAM_OPS = {
 OPERATIONS = (
     WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
     ACK_RESERVE, EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
-    STREAM, WATCH, PAUSE, RESUME, PREFIXES,
+    STREAM, WATCH, PAUSE, RESUME, PREFIXES, CLUSTER_MAP,
 )  # fmt: skip

@@ -156,6 +156,10 @@ class NodeStatus:
     #: Per prefix (up to its first ``/``), the double takes of tuples handed
     #: out here (``ForumStats.double_takes_by_prefix``).
     double_takes_by_prefix: dict[str, int] = field(default_factory=dict)
+    #: The node's replica group and its cluster map's epoch (docs/scaling.md);
+    #: ``None`` on a node without a map (its cluster is one group).
+    group: str | None = None
+    map_epoch: int | None = None
 
     @classmethod
     def of(
@@ -173,6 +177,7 @@ class NodeStatus:
         streams: StreamFigures = StreamFigures(),
         readiness: Readiness = Readiness(),
         repair: Mapping[str, Any] | None = None,
+        cluster: tuple[str, int] | None = None,
     ) -> NodeStatus:
         """The status of a node whose Forum reports ``stats``: every figure of
         ``stats`` is taken as it is; the rest is the node's."""
@@ -191,6 +196,8 @@ class NodeStatus:
             **{f"streams_{f.name}": getattr(streams, f.name) for f in fields(StreamFigures)},
             not_ready=readiness.not_ready,
             degraded=readiness.degraded,
+            group=None if cluster is None else cluster[0],
+            map_epoch=None if cluster is None else cluster[1],
         )
 
     def to_document(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import asyncio
 import builtins
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal, Self, TypeVar, Unpack
-from urllib.parse import quote_from_bytes, urlsplit
+from urllib.parse import quote_from_bytes
 
 import aiohttp
 import msgpack
@@ -67,6 +67,7 @@ from forum.node.core.errors import (
 from forum.node.core.reports import CompactionReport
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import ListPage, Pattern
+from forum.node.core.urls import node_url
 from forum.node.core.write_options import (
     WRITE_OPTION_NAMES,
     WriteOptions,
@@ -81,26 +82,6 @@ _SEND = {"Accept": model.MSGPACK, "Content-Type": model.MSGPACK}
 _WAIT_SLACK = 5.0
 #: Less wait than this left is no wait: answer rather than poll again.
 _MIN_WAIT = 0.001
-
-
-def node_url(url: str) -> str:
-    """``url`` without a trailing slash, if it is a node's base URL
-    (``http(s)://host[:port]``); ``ValueError`` saying what is wrong otherwise."""
-    example = "like http://127.0.0.1:7070"
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # a port out of range or not a number raises
-    except ValueError as exc:
-        raise ValueError(f"{url!r} is not a node URL ({exc}); give one {example}") from None
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{url!r} has no http:// or https:// scheme; give one {example}")
-    if not parts.hostname:
-        raise ValueError(f"{url!r} has no host; give one {example}")
-    if port is None and parts.netloc.endswith(":"):
-        raise ValueError(f"{url!r} has an empty port; give one {example}")
-    if parts.query or parts.fragment:
-        raise ValueError(f"{url!r} has a query or fragment; give one {example}")
-    return url.rstrip("/")
 
 
 Transport = Literal["stream", "http"]

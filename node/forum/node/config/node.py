@@ -171,6 +171,14 @@ HostNames = Annotated[
     tuple[str, ...], Meta(description="a list of host names"), Check(_check_hosts)
 ]
 DataDir = Annotated[Path, Meta(description="a path")]
+MapPath = Annotated[Path, Meta(description="a path to a TOML or JSON cluster map")]
+GroupName = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z",
+        description="a group id of 1-64 letters, digits, '_', '.' or '-'",
+    ),
+]
 Ratio = Annotated[float, Meta(ge=0, le=1, description="a share between 0 and 1")]
 #: Values are judged by the check, not coerced: a limit is an int as written.
 PrefixLimits = Annotated[
@@ -195,6 +203,12 @@ class NodeConfig:
     node_id: NodeName | None = None
     #: Base URLs of seed peers (used by replication).
     peers: URLs = ()
+    #: The cluster map (a TOML or JSON file, forum.node.cluster.map): the replica
+    #: groups. ``None``: this node's cluster is one group, as without scale-out.
+    cluster_map: MapPath | None = None
+    #: This node's replica group in the map; ``None``: the group the map lists
+    #: ``advertise`` in. Without ``peers``, the group's other members are the peers.
+    group: GroupName | None = None
     #: The URL peers should use to reach this node; ``None`` derives it from ``listen``.
     advertise: URL | None = None
     fsync: FsyncPolicy = "always"
@@ -320,6 +334,8 @@ class NodeConfig:
             raise SettingError(
                 "read_token needs a token, and must differ from it", "read_token", "token"
             )
+        if self.group is not None and self.cluster_map is None:
+            raise SettingError("group needs a cluster_map that lists it", "group", "cluster_map")
         if self.max_batch_bytes < self.max_payload:
             raise SettingError(
                 "max_batch_bytes must be at least max_payload", "max_batch_bytes", "max_payload"

@@ -12,6 +12,7 @@
     ├── LimitExceeded               a write over a prefix's limit (retriable)
     ├── TooFewCopies                a write held by fewer members than its copies in time
     ├── TooManyCopies               copies above the cluster's size (a ValueError; nothing written)
+    ├── ClusterMapError             a cluster map that cannot be used (a ValueError)
     └── ClientError                 a remote node could not do what was asked
         ├── NodeUnavailable         no answer: refused, reset, DNS (retriable)
         │   └── NodeTimeout         no answer in time (also a TimeoutError)
@@ -254,3 +255,10 @@ class CopiesShort(NodeRejected, TooFewCopies):
         self.held = held
         self.copies = copies
         self.waited = 0.0  # the node's message says it
+
+
+class ClusterMapError(ForumError, ValueError):
+    """A cluster map that cannot be used (forum.node.cluster.map): a file that
+    is missing or not TOML/JSON, a wrong field, a group or member listed
+    twice, no active group, a signature that does not match. The message is
+    one line naming where."""

@@ -27,6 +27,7 @@ client's connection) is :mod:`forum.node.http.server`'s.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -38,12 +39,15 @@ from prometheus_client import CollectorRegistry
 from forum.node.api.operations import METRICS, SPEC, STREAM, WATCH
 from forum.node.api.status import PeerStatus, Readiness
 from forum.node.config.node import NodeConfig
+from forum.node.config.placement import Placement
 from forum.node.core.errors import ForumError, RecordTooLarge, StrandError
 from forum.node.http.auth import CLUSTER_PREFIX, authenticate, browser_guard, cluster_key
 from forum.node.http.bodies import ApiProblem, BodyTimeout, bad_request
 from forum.node.http.budget import BodyBudget
+from forum.node.http.cluster import MapHolder, watching
 from forum.node.http.handlers import HANDLERS
 from forum.node.http.keys import (
+    CLUSTER,
     COMPACTOR,
     CONFIG,
     DESCRIBED,
@@ -106,9 +110,13 @@ _KEPT_HEADERS = ("Allow", "WWW-Authenticate", "Retry-After")
 
 
 def build_app(
-    forum: Forum, config: NodeConfig, extensions: Sequence[Extension] = ()
+    forum: Forum,
+    config: NodeConfig,
+    extensions: Sequence[Extension] = (),
+    placement: Placement | None = None,
 ) -> web.Application:
-    """The node's app, serving ``forum`` as ``config`` says, with ``extensions`` applied."""
+    """The node's app, serving ``forum`` as ``config`` says, with ``extensions``
+    applied; ``placement``: its cluster map and group (forum.node.config.placement)."""
     registry = CollectorRegistry(auto_describe=True)
     long_polls = LongPolls(forum, config.max_waiters)
     compactor = Compactor(
@@ -169,6 +177,10 @@ def build_app(
         else:
             app.router.add_route(operation.method, operation.path, handler)
 
+    if placement is not None and config.cluster_map is not None:
+        holder = app[CLUSTER] = MapHolder(config.cluster_map, placement, config.cluster_secret)
+        app.on_response_prepare.append(holder.on_response)
+        app.cleanup_ctx.append(functools.partial(watching, holder))
     _add_watch(app, forum, config)  # first: its streams end at once on shutdown
     app.cleanup_ctx.append(_listening)
     # on_shutdown runs after the socket closes and before in-flight requests

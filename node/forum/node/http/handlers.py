@@ -31,6 +31,7 @@ from forum.node.api.operations import (
     ACK,
     ACK_BATCH,
     ACK_RESERVE,
+    CLUSTER_MAP,
     COMPACT,
     COUNT,
     EXTEND,
@@ -63,6 +64,7 @@ from forum.node.api.parameters import (
 from forum.node.api.status import NodeStatus
 from forum.node.http.bodies import ApiProblem, negotiate, parse_extend, parse_ids
 from forum.node.http.keys import (
+    CLUSTER,
     COMPACTOR,
     CONFIG,
     FORUM,
@@ -305,7 +307,22 @@ def node_status(app: web.Application) -> NodeStatus:
         horizon=app[COMPACTOR].horizon(),
         streams=app[STREAMS].figures(),
         readiness=app[READINESS](),
+        cluster=None
+        if (holder := app.get(CLUSTER)) is None
+        else (holder.group.id, holder.map.epoch),
     )
+
+
+async def cluster_map(request: web.Request) -> web.Response:
+    """``GET /v1/map``: the cluster map this node holds, and its group in it."""
+    _query(request, CLUSTER_MAP)
+    media = negotiate(request, CLUSTER_MAP)
+    holder = request.app.get(CLUSTER)
+    if holder is None:
+        raise ApiProblem(
+            404, "no_cluster_map", "this node has no cluster map: its cluster is one group"
+        )
+    return respond(holder.body(), media)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -361,4 +378,5 @@ HANDLERS: dict[Operation, Handler] = {
     PAUSE: pause,
     RESUME: resume,
     PREFIXES: prefixes,
+    CLUSTER_MAP: cluster_map,
 }

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from forum.node.api.model import Limits
 from forum.node.api.status import PeerStatus, Readiness
 from forum.node.config.node import NodeConfig
+from forum.node.http.cluster import MapHolder
 from forum.node.http.longpoll import LongPolls
 from forum.node.http.ops import Space
 from forum.node.http.stream import Streams
@@ -77,3 +78,5 @@ DESCRIBED = web.AppKey[dict[str, dict[str, Any]]]("described")
 STARTED = web.AppKey("started", float)
 #: The node's watchers and the events they follow (``GET /v1/watch``, forum.node.http.watch).
 WATCH_HUB = web.AppKey("watch_hub", WatchHub)
+#: The cluster map and this node's group in it (absent on a node without a map).
+CLUSTER = web.AppKey("cluster", MapHolder)
