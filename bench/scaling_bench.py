@@ -104,6 +104,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import math
@@ -701,7 +702,9 @@ async def main_grouped(args: argparse.Namespace, load: Load) -> dict[str, object
     runs: list[GroupRun] = []
     for round_ in range(args.rounds):
         for groups, replicas in shapes if round_ % 2 == 0 else shapes[::-1]:
-            run = await run_grouped(groups, replicas, load, args.idle, args.home_only)
+            scaled = groups if args.load_per_group else 1
+            mine = dataclasses.replace(load, jobs=load.jobs * scaled, rate=load.rate * scaled)
+            run = await run_grouped(groups, replicas, mine, args.idle, args.home_only)
             runs.append(run)
             print(f"round {round_ + 1} {groups}x{replicas}: {run.run.jobs_per_s:.0f} jobs/s "
                   f"node {run.run.ms_per_job(run.run.node_cpu_s):.2f} ms/job takes/job "
@@ -719,6 +722,7 @@ async def main_grouped(args: argparse.Namespace, load: Load) -> dict[str, object
         "rounds": args.rounds,
         "idle_s": args.idle,
         "workers": "home only" if args.home_only else "stealing in turn",
+        "load_per_group": args.load_per_group,
         "summary": summary,
         "targets": grouped_targets(summary, args.replicas),
         "runs": [
@@ -927,6 +931,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--home-only", action="store_true", help="--groups: workers never steal (see above)"
     )
+    parser.add_argument(
+        "--load-per-group", action="store_true",
+        help="--groups: the jobs and the rate times G (each node as busy at every G)",
+    )  # fmt: skip
     arguments = parser.parse_args()
     if arguments.groups is not None:
         sys.exit(grouped_cli(parser, arguments))
