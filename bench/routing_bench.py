@@ -14,7 +14,11 @@ rendezvous order, the group's pool and the map's checks. The two take turns
 (``--rounds``, which goes first alternating), each on its own client made
 once and warmed before the first round; this process's CPU
 (``time.process_time``) per write is kept, and the medians compared
-(issue 30's target: ClusterClient <= 1.05x ForumClient).
+(issue 30's target: ClusterClient <= 1.05x ForumClient). Two more sides
+take turns with them: the ForumClient's write after the map's rendezvous
+order of the key's slot (``ClusterMap.order``, what ClusterClient ranks per
+write), and after its owner alone (``ClusterMap.owner``, cached per slot):
+what routing's lookup costs apart from the client's layers.
 
 ``--profile PATH`` runs one more round of each under cProfile after the
 timed ones (profiled rounds are not timed) and writes the ClusterClient
@@ -47,7 +51,7 @@ from http_bench import forum_node, free_port
 
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap, Group
+from forum.node.cluster import ClusterMap, Group, slot_of
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The modules whose functions are routing's (the rest is the ForumClient's, on both sides).
@@ -89,7 +93,20 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             async def routed_write(payload: bytes, key: str) -> object:
                 return await routed.write(payload, key=key)
 
-            sides: dict[str, Write] = {"forum_client": direct_write, "cluster_client": routed_write}
+            async def order_write(payload: bytes, key: str) -> object:
+                cluster.order(slot_of(key))
+                return await direct.write(payload, key=key)
+
+            async def owner_write(payload: bytes, key: str) -> object:
+                cluster.owner(slot_of(key))
+                return await direct.write(payload, key=key)
+
+            sides: dict[str, Write] = {
+                "forum_client": direct_write,
+                "cluster_client": routed_write,
+                "forum_client_and_order": order_write,
+                "forum_client_and_owner": owner_write,
+            }
             for write in sides.values():  # warm: connections open, code paths taken
                 await round_of(write, keys[:200])
             per_write: dict[str, list[float]] = {name: [] for name in sides}
@@ -98,7 +115,8 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                 for name in order:
                     per_write[name].append(await round_of(sides[name], keys))
                     await direct.compact()  # the next round starts from a compacted Strand
-            profile = await profiled(sides, keys, args.profile) if args.profile else None
+            two = {name: sides[name] for name in ("forum_client", "cluster_client")}
+            profile = await profiled(two, keys, args.profile) if args.profile else None
     medians = {name: statistics.median(values) for name, values in per_write.items()}
     ratio = medians["cluster_client"] / medians["forum_client"]
     return {
@@ -159,6 +177,10 @@ def report(results: dict[str, object]) -> str:
         f"of {results['writes_per_round']} (map of {results['groups_in_map']} groups):",
         f"  ForumClient    {medians['forum_client']:.4f} ms",
         f"  ClusterClient  {medians['cluster_client']:.4f} ms",
+        f"  ForumClient after map.order(slot)  {medians['forum_client_and_order']:.4f} ms "
+        f"(the rendezvous order ClusterClient ranks per write)",
+        f"  ForumClient after map.owner(slot)  {medians['forum_client_and_owner']:.4f} ms "
+        f"(the owner alone, cached per slot)",
         f"  ratio          {results['ratio']:.3f} (target <= 1.05: "
         f"{'met' if results['target_met'] else 'MISSED'})",
     ]

@@ -3,7 +3,9 @@
 Usage: ``.venv/bin/python bench/scaling_bench.py [--nodes 2,3,5,7]
 [--work-ms 10,100,1000] [--jobs 300,150,40] [--producer-rate 150,60,12]
 [--producer-batch 30] [--kill-one | --pause-one] [--variants pool,main]
-[--main-tree DIR | --main-ref REF] [--rounds 1] [--idle 0] [--out PATH]``
+[--main-tree DIR | --main-ref REF] [--rounds 1] [--idle 0] [--out PATH]``;
+scaled out: ``[--groups 1,2,3 [--replicas 3] [--mesh 3,5,7,9] [--load-per-group]
+[--home-only] [--plot PATH | --no-plot]]`` (below).
 
 Each run is a fresh :class:`forum.deploy.cluster.Cluster`: N nodes peered in
 a mesh, one ``forum worker`` per node (8 slots, the demo handler
@@ -97,6 +99,35 @@ see the same machine. Prints a table; writes bench/results/scaling_bench.json.
 Targets: issue 29, double/job <= 0.01 at 2, 3, 5 and 7 nodes with 10 ms,
 100 ms and 1 s jobs, and no change to down->served; issue 13, takes/job <=
 1.02 and cpu ms/job flat from 3 to 7 nodes.
+
+``--groups G,..`` (issue 30): the same, scaled out. Each run is G replica
+groups of ``--replicas`` R nodes under one cluster map
+(:class:`groups.GroupedCluster`: no node peers outside its group), a worker
+beside each node (bench/cluster_worker.py: a coordinator ``Worker`` on a
+``ClusterClient`` whose client id homes it on its node's group, stealing in
+turn, no directory), and R producer ``ClusterClient``s writing each job
+once, keyed with its name, to its slot's group (:class:`KeyedProducer`),
+at one fixed offered load (one ``--work-ms``, default 10 ms; 3000 jobs at
+150/s). ``--mesh N,..`` adds one group of N: the full mesh of today, the
+same code. Each shape runs once a round, their order reversed every other
+round; medians. Beside the figures above (``cpu ms/job`` split in
+``node ms/job`` and ``all ms/job``: nodes, workers, Redis and this
+process, the producer), per run:
+
+strand B/job   bytes appended to every node's Strand (``strand_bytes`` plus
+               ``bytes_reclaimed``: before compaction) over the run, per job
+copies         that over one job's bytes in one Strand, measured on a node
+               of its own first (:func:`groups.one_copy_bytes`): R when each
+               member holds each of its group's jobs once and nothing else
+misplaced      writes that went to a group other than their slot's
+req/job        requests the nodes were sent (``streams_requests``) per job
+
+and the targets of issue 30, each shape of R against ``1xR``: node ms/job
+<= 1.1x; idle <= 1.1 x G x ``1xR``'s; copies <= 1.05 x R; takes/job <=
+1.03. ``--load-per-group`` offers G times the jobs and the rate (each
+node as busy at every G); ``--home-only`` gives each worker its home group
+alone (it never steals). Writes bench/results/scaling_groups_bench.json and
+a plot beside it (matplotlib: .venv-bench, scripts/bench-env).
 """
 
 from __future__ import annotations
@@ -673,20 +704,21 @@ def grouped_plot(summary: dict[str, dict[str, float | None]], path: Path) -> Non
     """CPU per job and idle CPU per shape (bench/plots.py)."""
     import plots  # noqa: PLC0415 (matplotlib: in .venv-bench only)
 
-    shapes = [f"{k}\n({int((m['groups'] or 0) * (m['replicas'] or 0))} nodes)"
-              for k, m in summary.items()]  # fmt: skip
+    def nodes(m: dict[str, float | None]) -> int:
+        return int((m["groups"] or 0) * (m["replicas"] or 0))
+
+    # By nodes, groups first among equals: G x R beside the mesh of as many.
+    rows = sorted(summary.items(), key=lambda kv: (nodes(kv[1]), -(kv[1]["groups"] or 0)))
     plots.grouped_bars(
         path,
-        "Replica groups (G x R) against one group of N (the full mesh): CPU per job at a fixed "
+        "Replica groups (G x R) against one group of N (the full mesh): CPU at a fixed "
         "offered load, medians\nnode = every forum serve's; all = nodes, workers, Redis and the "
-        "producer",
-        shapes,
+        "producer; idle = the nodes', no jobs",
+        [f"{k}\n({nodes(m)} nodes)" for k, m in rows],
         {
-            "node ms/job": [m["node_cpu_ms_per_job"] or 0.0 for m in summary.values()],
-            "all ms/job": [m["all_cpu_ms_per_job"] or 0.0 for m in summary.values()],
-            "idle node ms/s / 10": [
-                (m["idle_node_cpu_ms_per_s"] or 0.0) / 10 for m in summary.values()
-            ],
+            "node ms/job": [m["node_cpu_ms_per_job"] or 0.0 for _, m in rows],
+            "all ms/job": [m["all_cpu_ms_per_job"] or 0.0 for _, m in rows],
+            "idle node ms/s / 10": [(m["idle_node_cpu_ms_per_s"] or 0.0) / 10 for _, m in rows],
         },
         "CPU ms per job (idle: ms per s, over 10)",
         fmt=",.2f",
