@@ -88,7 +88,7 @@ async def test_status_shows_each_group_its_members_and_the_map_epoch(
 
 
 async def test_watch_follows_every_group(forum_nodes: ForumNodes) -> None:
-    cluster, groups = await start_groups(forum_nodes, [1, 1])
+    _, groups = await start_groups(forum_nodes, [1, 1])
     process = await asyncio.create_subprocess_exec(
         *FORUM, "watch", "job/", "--node", groups["g1"][0].url,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
