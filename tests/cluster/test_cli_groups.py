@@ -11,7 +11,7 @@ import pytest
 
 from forum import ClusterMap, Pattern
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import slot_of
+from forum.node.cluster import load_map, slot_of
 from tests.cluster.conftest import start_groups
 from tests.fixtures.nodes import ForumNodes
 from tests.service.test_cli import FORUM, forum
@@ -27,44 +27,42 @@ def owned_by(cluster: ClusterMap, gid: str) -> str:
 async def test_every_client_command_acts_on_every_group_from_any_node(
     forum_nodes: ForumNodes,
 ) -> None:
-    cluster, groups = await start_groups(forum_nodes, [2, 1])
-    g1, g2 = groups["g1"][0].url, groups["g2"][0].url
-    async with ForumClient(g1) as only_g1, ForumClient(g2) as only_g2:
-        # A keyed write given g1's node goes to its slot's group, g2.
-        code, _, err = await forum(
-            "write", "job/two", "--key", owned_by(cluster, "g2"), "--node", g1
-        )
-        assert (code, err) == (0, "")
-        assert (await only_g1.count(Pattern(b"job/")), await only_g2.count(Pattern(b"job/"))) == (
-            0,
-            1,
-        )
+    cluster, groups = await start_groups(forum_nodes, [1, 1, 1])
+    g1, g2, g3 = (groups[g][0].url for g in ("g1", "g2", "g3"))
+    job = Pattern(b"job/")
+    async with ForumClient(g1) as only_g1, ForumClient(g2) as only_g2, ForumClient(g3) as only_g3:
+        # A keyed write given g1's node goes to its slot's group.
+        for payload, gid in (("job/two", "g2"), ("job/three", "g3")):
+            code, _, err = await forum(
+                "write", payload, "--key", owned_by(cluster, gid), "--node", g1
+            )
+            assert (code, err) == (0, "")
+        assert [await c.count(job) for c in (only_g1, only_g2, only_g3)] == [0, 1, 1]
         await only_g1.write(b"job/one")
 
         # count sums over the groups, whichever node it is given.
-        for node in (g1, g2):
-            assert await forum("count", "job/", "--node", node) == (0, b"2\n", "")
+        for node in (g1, g3):
+            assert await forum("count", "job/", "--node", node) == (0, b"3\n", "")
 
-        # read and take find a tuple that is only in the other group.
+        # read and take find a tuple that is only in another group (of two others).
         assert (await forum("read", "job/two", "--node", g1))[:2] == (0, b"job/two")
-        assert (await forum("take", "job/two", "--node", g1))[:2] == (0, b"job/two")
-        assert await only_g2.count(Pattern(b"job/")) == 0
-        assert (await forum("take", "job/one", "--node", g2))[:2] == (0, b"job/one")
+        for payload in (b"job/two", b"job/three"):
+            assert (await forum("take", payload.decode(), "--node", g1))[:2] == (0, payload)
+        assert [await c.count(job) for c in (only_g2, only_g3)] == [0, 0]
+        assert (await forum("take", "job/one", "--node", g3))[:2] == (0, b"job/one")
         assert (await forum("take", "job/", "--node", g2))[0] == 1  # nothing left anywhere
 
-        # pause and resume reach both groups.
+        # pause and resume reach every group.
         assert (await forum("pause", "job/", "--node", g2))[0] == 0
-        assert (await only_g1.paused(), await only_g2.paused()) == ([b"job/"], [b"job/"])
+        assert [await c.paused() for c in (only_g1, only_g2, only_g3)] == [[b"job/"]] * 3
         code, out, _ = await forum("resume", "job/", "--node", g1)
-        assert (code, out) == (0, b"resumed job/ (2 pause(s) ended)\n")
+        assert (code, out) == (0, b"resumed job/ (3 pause(s) ended)\n")
 
     # map prints the map as a file --cluster-map takes.
     code, out, _ = await forum("map", "--node", g2)
     assert code == 0 and "it is in group g2" in out.decode()
     printed = forum_nodes.root / "printed.toml"
     printed.write_bytes(out)
-    from forum.node.cluster import load_map  # noqa: PLC0415
-
     assert load_map(printed) == cluster
 
 
