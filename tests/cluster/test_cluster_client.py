@@ -70,6 +70,7 @@ async def test_a_write_whose_group_is_down_falls_through_and_is_taken_all_the_sa
         assert space.misplaced == 1
         async with ForumClient(groups["g1"][0].url) as g1:
             assert await g1.count(Pattern(b"job/")) == 1
+            assert (await g1.status()).misplaced_writes == 1  # the node says so too
         assert await space.take(Pattern(b"job/"), timeout=5) == b"job/x"
 
 
