@@ -44,7 +44,7 @@ from forum.node.core.errors import ForumError, RecordTooLarge, StrandError
 from forum.node.http.auth import CLUSTER_PREFIX, authenticate, browser_guard, cluster_key
 from forum.node.http.bodies import ApiProblem, BodyTimeout, bad_request
 from forum.node.http.budget import BodyBudget
-from forum.node.http.cluster import MapHolder, watching
+from forum.node.http.cluster import MapHolder, misplaced_counter, watching
 from forum.node.http.handlers import HANDLERS
 from forum.node.http.keys import (
     CLUSTER,
@@ -142,9 +142,10 @@ def build_app(
     app[CONFIG] = config
     app[LIMITS] = limits = config.api_limits
     holder = None
+    misplaced = misplaced_counter(registry)
     if placement is not None and config.cluster_map is not None:
         holder = app[CLUSTER] = MapHolder(
-            config.cluster_map, placement, config.cluster_secret, registry
+            config.cluster_map, placement, config.cluster_secret, misplaced
         )
         app.on_response_prepare.append(holder.on_response)
         app.cleanup_ctx.append(functools.partial(watching, holder))

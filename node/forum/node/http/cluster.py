@@ -42,7 +42,7 @@ class MapHolder:
         path: Path,
         placement: Placement,
         secret: str | None,
-        registry: CollectorRegistry | None = None,
+        counter: Counter | None = None,
     ) -> None:
         self.path = path
         self.map: ClusterMap = placement.map
@@ -53,11 +53,7 @@ class MapHolder:
         #: Keyed tuples written here whose slot another group owns (a client
         #: fell through to this group, or routed by an older map).
         self.misplaced = 0
-        self._misplaced = Counter(
-            "forum_cluster_misplaced_writes",
-            "Keyed tuples written here whose slot another group owns (misplaced, not lost).",
-            registry=registry,
-        )
+        self._misplaced = counter or misplaced_counter(None)
 
     def figures(self) -> tuple[str, int, int]:
         """What ``/v1/status`` shows: the group, the map's epoch, the misplaced writes."""
@@ -113,6 +109,15 @@ class MapHolder:
         while True:
             await asyncio.sleep(interval)
             self.reload()
+
+
+def misplaced_counter(registry: CollectorRegistry | None) -> Counter:
+    """``forum_cluster_misplaced_writes_total``: every node has it (0 without a map)."""
+    return Counter(
+        "forum_cluster_misplaced_writes",
+        "Keyed tuples written here whose slot another group owns (misplaced, not lost).",
+        registry=registry,
+    )
 
 
 def _mtime(path: Path) -> float | None:
