@@ -51,7 +51,7 @@ import hmac
 import logging
 import random
 import zlib
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, Unpack
 
 from forum.node.api.model import ClusterMapBody
@@ -225,7 +225,7 @@ class ClusterClient(AsyncResource):
     async def write(self, payload: bytes, **options: Unpack[WriteOptions]) -> EntryId:
         """Write to the key's group (else this producer's); see the module docstring."""
         return await self._to_groups(
-            self._write_order(options.get("key")), lambda c: c.write(payload, **options)
+            await self._write_order(options.get("key")), lambda c: c.write(payload, **options)
         )
 
     async def write_many(
@@ -235,17 +235,33 @@ class ClusterClient(AsyncResource):
         if not payloads:
             return []
         return await self._to_groups(
-            self._write_order(options.get("key")), lambda c: c.write_many(payloads, **options)
+            await self._write_order(options.get("key")),
+            lambda c: c.write_many(payloads, **options),
         )
 
-    def _write_order(self, key: str | bytes | None) -> list[str]:
+    async def _write_order(self, key: str | bytes | None) -> list[str]:
+        """The groups a write goes to, in order: the key's slot's rendezvous
+        order, or this producer's group first."""
         if key is not None:
             return [g.id for g in self._map.order(slot_of(key))]
         active = self._map.active
         if self._sticky is None:
-            weights = [g.weight for g in active]
-            self._sticky = self._random.choices(active, weights)[0].id
+            self._sticky = await self._lighter(active)
         return [self._sticky] + [g.id for g in active if g.id != self._sticky]
+
+    async def _lighter(self, active: Sequence[Group]) -> str:
+        """A keyless producer's group: of two drawn by weight, the one with
+        fewer live tuples in the directory (power of two choices); the first
+        drawn without a directory."""
+        two = self._random.choices(active, [g.weight for g in active], k=2)
+        if self._directory is None or two[0] is two[1]:
+            return two[0].id
+        try:
+            depths = await self._directory.depths(b"")
+        except Exception as exc:  # a directory that fails only costs evenness
+            log.debug("the directory failed (%s); placing by weight", exc)
+            return two[0].id
+        return min(two, key=lambda g: depths.get(g.id, _EMPTY).live).id
 
     async def _to_groups(self, order: list[str], call: Callable[[ForumClient], Awaitable[T]]) -> T:
         """``call`` on the first group of ``order`` with a member that answers."""
@@ -322,7 +338,7 @@ class ClusterClient(AsyncResource):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or 0.0)
         while True:
-            for gid in await self._looking(pattern.prefix):
+            async for gid in self._looking(pattern.prefix):
                 found = await self._in_group(gid, lambda c: get(c, None))
                 if found:
                     if gid not in self._home:
@@ -348,24 +364,28 @@ class ClusterClient(AsyncResource):
             log.debug("group %s: %s", gid, exc)
             return []
 
-    async def _looking(self, prefix: bytes) -> list[str]:
-        """The groups to look in now, in order: home (unless found empty in
-        the last ``STEAL_EVERY``), the group a steal last found work in, then
-        one drawn from the directory (or the next in turn without one)."""
+    async def _looking(self, prefix: bytes) -> AsyncIterator[str]:
+        """The groups to look in now, in order, each drawn only when the one
+        before had nothing: home (unless found empty in the last
+        ``STEAL_EVERY``), the group a steal last found work in, then one
+        drawn from the directory (or the next in turn without one)."""
         now = asyncio.get_running_loop().time()
         # Home found empty a moment ago: look elsewhere first, home after.
         home_last = now - self._home_empty.get(prefix, -STEAL_EVERY) < STEAL_EVERY
-        order = [] if home_last else list(self._home)
+        if not home_last:
+            for gid in self._home:
+                yield gid
         queue = queue_of(prefix)
         sticky = self._stealing.get(queue)
         if sticky is not None:
-            order.append(sticky)
+            yield sticky
         others = [g.id for g in self._map.served if g.id not in self._home and g.id != sticky]
         if others:
-            order.extend(await self._draw(queue, others))
+            for gid in await self._draw(queue, others):
+                yield gid
         if home_last:
-            order.extend(self._home)
-        return order
+            for gid in self._home:
+                yield gid
 
     async def _draw(self, queue: bytes, others: list[str]) -> list[str]:
         """One group to steal from: the older of two with a backlog of
