@@ -224,9 +224,7 @@ class ClusterClient(AsyncResource):
 
     async def write(self, payload: bytes, **options: Unpack[WriteOptions]) -> EntryId:
         """Write to the key's group (else this producer's); see the module docstring."""
-        return await self._to_groups(
-            await self._write_order(options.get("key")), lambda c: c.write(payload, **options)
-        )
+        return await self._write(options.get("key"), lambda c: c.write(payload, **options))
 
     async def write_many(
         self, payloads: Sequence[bytes], **options: Unpack[WriteOptions]
@@ -234,20 +232,42 @@ class ClusterClient(AsyncResource):
         """Write many tuples in one request to one group: all become durable, or none."""
         if not payloads:
             return []
-        return await self._to_groups(
-            await self._write_order(options.get("key")),
-            lambda c: c.write_many(payloads, **options),
-        )
+        return await self._write(options.get("key"), lambda c: c.write_many(payloads, **options))
 
-    async def _write_order(self, key: str | bytes | None) -> list[str]:
-        """The groups a write goes to, in order: the key's slot's rendezvous
-        order, or this producer's group first."""
-        if key is not None:
-            return [g.id for g in self._map.order(slot_of(key))]
-        active = self._map.active
-        if self._sticky is None:
-            self._sticky = await self._lighter(active)
-        return [self._sticky] + [g.id for g in active if g.id != self._sticky]
+    async def _write(
+        self, key: str | bytes | None, call: Callable[[ForumClient], Awaitable[T]]
+    ) -> T:
+        """``call`` in the key's slot's group (this producer's without a key);
+        in the next group of the slot's rendezvous order (of the active
+        groups) with a member that answers, when none of that group's does."""
+        self._check_map()
+        slot = None if key is None else slot_of(key)
+        if slot is not None:
+            first = self._map.owner(slot).id  # cached per slot: the common case ranks nothing
+        else:
+            if self._sticky is None:
+                self._sticky = await self._lighter(self._map.active)
+            first = self._sticky
+        try:
+            return await self._call(first, call)
+        except NodeUnavailable as exc:
+            failure = exc
+        groups = self._map.active if slot is None else self._map.order(slot)
+        for group in groups:
+            if group.id == first:
+                continue
+            log.warning("no member of group %s answers (%s); trying %s", first, failure, group.id)
+            try:
+                result = await self._call(group.id, call)
+            except NodeUnavailable as exc:
+                failure = exc
+                continue
+            if slot is None:
+                self._sticky = group.id
+            else:
+                self.misplaced += 1
+            return result
+        raise failure
 
     async def _lighter(self, active: Sequence[Group]) -> str:
         """A keyless producer's group: of two drawn by weight, the one with
@@ -262,25 +282,6 @@ class ClusterClient(AsyncResource):
             log.debug("the directory failed (%s); placing by weight", exc)
             return two[0].id
         return min(two, key=lambda g: depths.get(g.id, _EMPTY).live).id
-
-    async def _to_groups(self, order: list[str], call: Callable[[ForumClient], Awaitable[T]]) -> T:
-        """``call`` on the first group of ``order`` with a member that answers."""
-        self._check_map()
-        failure: NodeUnavailable | None = None
-        for n, gid in enumerate(order):
-            try:
-                result = await self._call(gid, call)
-            except NodeUnavailable as exc:
-                log.warning("no member of group %s answers (%s); trying the next group", gid, exc)
-                failure = exc
-                continue
-            if n:
-                self.misplaced += 1
-                if self._sticky == order[0]:
-                    self._sticky = gid
-            return result
-        assert failure is not None  # order is never empty: a map has an active group
-        raise failure
 
     # -- takes and reservations ------------------------------------------------
 
