@@ -87,24 +87,27 @@ async def test_status_shows_each_group_its_members_and_the_map_epoch(
 
 async def test_watch_follows_every_group(forum_nodes: ForumNodes) -> None:
     _, groups = await start_groups(forum_nodes, [1, 1])
-    process = await asyncio.create_subprocess_exec(
-        *FORUM, "watch", "job/", "--node", groups["g1"][0].url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert process.stdout is not None and process.stderr is not None
-    try:
+    nodes = [groups["g1"][0], groups["g2"][0]]
+    async with contextlib.AsyncExitStack() as stack:
+        watch = await asyncio.create_subprocess_exec(
+            *FORUM, "watch", "job/", "--node", nodes[0].url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        stack.push_async_callback(watch.wait)
+        stack.callback(_terminate, watch)
+        notes, events = watch.stderr, watch.stdout
+        assert notes is not None and events is not None
         async with asyncio.timeout(30):
-            for _ in range(2):  # one ready per group
-                assert (
-                    "on a member of each of 2 groups" in (await process.stderr.readline()).decode()
-                )
-            for node in (groups["g1"][0], groups["g2"][0]):
+            ready = [(await notes.readline()).decode() for _ in nodes]  # one per group
+            assert all("on a member of each of 2 groups" in line for line in ready)
+            for node in nodes:
                 async with ForumClient(node.url) as client:
                     await client.write(f"job/{node.name}".encode())
-            seen = {(await process.stdout.readline()).split()[-1] for _ in range(2)}
+            seen = {(await events.readline()).split()[-1] for _ in nodes}
         assert seen == {b"job/g1n1", b"job/g2n1"}
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        await process.wait()
-    assert process.returncode == 0
+    assert watch.returncode == 0  # SIGTERM: a clean exit
+
+
+def _terminate(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
