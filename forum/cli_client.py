@@ -269,7 +269,8 @@ MEMBER_TIMEOUT = 5.0
 async def _group_rows(cluster: ClusterMapBody, token: str | None) -> list[tuple[str, ...]]:
     """One row per member of each group of the map, with what it says of
     itself, asked of all at once (one that does not answer is unreachable)."""
-    members = [(group, url) for group in cluster.groups for url in group.members]
+    # A retired group may list no members: a row of its own all the same.
+    members = [(group, url) for group in cluster.groups for url in group.members or ("-",)]
     answers = await asyncio.gather(*(_member_status(url, token) for _, url in members))
     header = ("group", "state", "weight", "member", "node", "live", "reserved", "converged")
     rows: list[tuple[str, ...]] = [header]
@@ -280,6 +281,8 @@ async def _group_rows(cluster: ClusterMapBody, token: str | None) -> list[tuple[
 
 async def _member_status(url: str, token: str | None) -> NodeStatus | str:
     """The member's status, or why it gave none."""
+    if url == "-":
+        return "no members"  # a retired group's
     try:
         async with asyncio.timeout(MEMBER_TIMEOUT), ForumClient(url, token) as member:
             return await member.status()
@@ -291,6 +294,8 @@ async def _member_status(url: str, token: str | None) -> NodeStatus | str:
 
 def _member_row(group: GroupBody, url: str, answer: NodeStatus | str) -> tuple[str, ...]:
     named = (group.id, group.state, f"{group.weight:g}", url)
+    if url == "-":
+        return (*named, "-", "-", "-", "no members")
     if isinstance(answer, str):
         return (*named, "unreachable", "-", "-", answer)
     return (*named, answer.node_id, str(answer.live), str(answer.reserved), converged(answer))

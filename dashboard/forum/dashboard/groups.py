@@ -61,8 +61,9 @@ class GroupRow:
     members: tuple[MemberRow, ...]
 
     @property
-    def reachable(self) -> bool:
-        return any(m.state == "alive" for m in self.members)
+    def unreachable(self) -> bool:
+        """No member of a served group answers (a retired group is not asked)."""
+        return self.state != "retired" and not any(m.state == "alive" for m in self.members)
 
     @property
     def live(self) -> int | None:
