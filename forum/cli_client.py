@@ -249,7 +249,11 @@ async def _status(args: argparse.Namespace) -> int:
         ("peers", str(len(status.peers)) if status.peers else "none"),
     ]
     if cluster is not None:
-        rows += [("group", cluster.group), ("map epoch", str(cluster.epoch))]
+        rows += [
+            ("group", cluster.group),
+            ("map epoch", str(cluster.epoch)),
+            ("misplaced writes", f"{status.misplaced_writes} (keyed, their slot's group another)"),
+        ]
     print(_table(rows))
     if status.peers:
         columns = sorted(field.name for field in dataclasses.fields(PeerStatus))
