@@ -38,7 +38,6 @@ from forum.node.api.model import ClusterMapBody, GroupBody
 from forum.node.api.status import NodeStatus, PeerStatus
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.core.entries import Tuple
 from forum.node.core.errors import ClientError
 from forum.node.core.space import Pattern
 
@@ -186,7 +185,7 @@ async def _pause_or_resume(args: argparse.Namespace) -> int:
 async def _take_or_read(args: argparse.Namespace) -> int:
     async with cluster_space(args) as space:
         if args.command == "take":
-            found = await _take_anywhere(space, _pattern(args), args.wait)
+            found = await space.take_entry(_pattern(args), timeout=args.wait)
         else:
             found = await space.read_entry(_pattern(args), timeout=args.wait)
     if found is None:
@@ -197,20 +196,6 @@ async def _take_or_read(args: argparse.Namespace) -> int:
         out.write(b"\n")
     out.flush()
     return EXIT_OK
-
-
-async def _take_anywhere(
-    space: ClusterClient, pattern: Pattern, wait: float | None
-) -> Tuple | None:
-    """A take that looks in every group before it waits. A take of the
-    cluster client looks in its home group and one other (where a consumer
-    steals from, the next in turn each time); a command run once must not
-    miss a match in a third group, so it takes once per other group first."""
-    for _ in range(len(space.map.served) - 2):
-        found = await space.take_entry(pattern)
-        if found is not None:
-            return found
-    return await space.take_entry(pattern, timeout=wait)
 
 
 async def _count(args: argparse.Namespace) -> int:
