@@ -9,16 +9,15 @@ is the one it serves; the other groups' members are addresses nothing
 listens on, never called. The keys are the first ``--writes`` of
 ``job-0``, ``job-1``, ... whose slot ``g1`` owns, so both clients write the
 same payloads, with the same keys, to the same node, one write in flight
-(a producer's loop), and what differs is the routing: a slot, the groups'
-rendezvous order, the group's pool and the map's checks. The two take turns
+(a producer's loop), and what differs is the routing: the slot, its owner
+group, the group's pool and the map's checks. The two take turns
 (``--rounds``, which goes first alternating), each on its own client made
 once and warmed before the first round; this process's CPU
 (``time.process_time``) per write is kept, and the medians compared
-(issue 30's target: ClusterClient <= 1.05x ForumClient). Two more sides
-take turns with them: the ForumClient's write after the map's rendezvous
-order of the key's slot (``ClusterMap.order``, what ClusterClient ranks per
-write), and after its owner alone (``ClusterMap.owner``, cached per slot):
-what routing's lookup costs apart from the client's layers.
+(issue 30's target: ClusterClient <= 1.05x ForumClient). A third side
+takes turns with them: the ForumClient's write after the key's slot and its
+owner group (``ClusterMap.owner``, cached per slot), the lookup a routed
+write makes: what routing costs apart from the client's layers.
 
 ``--profile PATH`` runs one more round of each under cProfile after the
 timed ones (profiled rounds are not timed) and writes the ClusterClient
@@ -93,10 +92,6 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             async def routed_write(payload: bytes, key: str) -> object:
                 return await routed.write(payload, key=key)
 
-            async def order_write(payload: bytes, key: str) -> object:
-                cluster.order(slot_of(key))
-                return await direct.write(payload, key=key)
-
             async def owner_write(payload: bytes, key: str) -> object:
                 cluster.owner(slot_of(key))
                 return await direct.write(payload, key=key)
@@ -104,7 +99,6 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             sides: dict[str, Write] = {
                 "forum_client": direct_write,
                 "cluster_client": routed_write,
-                "forum_client_and_order": order_write,
                 "forum_client_and_owner": owner_write,
             }
             for write in sides.values():  # warm: connections open, code paths taken
@@ -177,8 +171,6 @@ def report(results: dict[str, object]) -> str:
         f"of {results['writes_per_round']} (map of {results['groups_in_map']} groups):",
         f"  ForumClient    {medians['forum_client']:.4f} ms",
         f"  ClusterClient  {medians['cluster_client']:.4f} ms",
-        f"  ForumClient after map.order(slot)  {medians['forum_client_and_order']:.4f} ms "
-        f"(the rendezvous order ClusterClient ranks per write)",
         f"  ForumClient after map.owner(slot)  {medians['forum_client_and_owner']:.4f} ms "
         f"(the owner alone, cached per slot)",
         f"  ratio          {results['ratio']:.3f} (target <= 1.05: "
