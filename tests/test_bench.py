@@ -204,13 +204,14 @@ def test_http_bench_groups_runs_the_job_on_nodes_each_a_group(tmp_path: Path) ->
     assert set(only["job_ratio"]) == {"2"}
 
 
-def test_routing_bench_compares_the_two_clients_and_profiles_routing(tmp_path: Path) -> None:
+def test_routing_bench_compares_the_clients_and_profiles_routing(tmp_path: Path) -> None:
     out, profile = tmp_path / "routing.json", tmp_path / "routing.prof"
     done = run("routing_bench.py", "--writes", "50", "--rounds", "2", "--profile", str(profile),
                "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
-    assert set(report["median_client_ms_per_write"]) == {"forum_client", "cluster_client"}
+    sides = {"forum_client", "cluster_client", "forum_client_and_owner"}
+    assert set(report["median_client_ms_per_write"]) == sides
     assert all(len(rounds) == 2 for rounds in report["client_ms_per_write"].values())
     functions = [row["function"] for row in report["profile"]["routing_functions"]]
     assert any(f.startswith("cluster.py:") for f in functions)  # ClusterClient's own
