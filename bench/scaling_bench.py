@@ -104,8 +104,8 @@ Targets: issue 29, double/job <= 0.01 at 2, 3, 5 and 7 nodes with 10 ms,
 groups of ``--replicas`` R nodes under one cluster map
 (:class:`groups.GroupedCluster`: no node peers outside its group), a worker
 beside each node (bench/cluster_worker.py: a coordinator ``Worker`` on a
-``ClusterClient`` whose client id homes it on its node's group, stealing in
-turn, no directory), and R producer ``ClusterClient``s writing each job
+``ClusterClient`` whose client id homes it on its node's group, stealing
+from the other groups in turn, no directory), and R producer ``ClusterClient``s writing each job
 once, keyed with its name, to its slot's group (:class:`KeyedProducer`),
 at one fixed offered load (one ``--work-ms``, default 10 ms; 3000 jobs at
 150/s). ``--mesh N,..`` adds one group of N: the full mesh of today, the
@@ -135,7 +135,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import importlib.util
 import json
 import math
@@ -145,7 +144,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -735,7 +734,7 @@ async def main_grouped(args: argparse.Namespace, load: Load) -> dict[str, object
     for round_ in range(args.rounds):
         for groups, replicas in shapes if round_ % 2 == 0 else shapes[::-1]:
             scaled = groups if args.load_per_group else 1
-            mine = dataclasses.replace(load, jobs=load.jobs * scaled, rate=load.rate * scaled)
+            mine = replace(load, jobs=load.jobs * scaled, rate=load.rate * scaled)
             run = await run_grouped(groups, replicas, mine, args.idle, args.home_only)
             runs.append(run)
             print(f"round {round_ + 1} {groups}x{replicas}: {run.run.jobs_per_s:.0f} jobs/s "
