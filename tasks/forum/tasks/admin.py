@@ -16,7 +16,7 @@ missed or shown twice in passing.
 
 Every call here reads and writes the space through the app's nodes,
 failing over from one that does not answer to the next as enqueue does
-(:mod:`forum.tasks.nodes`); a listing that fails over starts its pages again on
+(:mod:`forum.node.client.pool`); a listing that fails over starts its pages again on
 the node that answered (the cursor is a node's own).
 """
 

@@ -45,6 +45,7 @@ from forum.coordinator.errors import LensUnavailable
 from forum.coordinator.keys import DEFAULT_NAMESPACE
 from forum.coordinator.redis_url import DEFAULT_REDIS_URL
 from forum.coordinator.worker import DEFAULT_CONCURRENCY, DEFAULT_LEASE
+from forum.node.client.pool import NodePool, node_urls
 from forum.node.client.remote import ForumClient
 from forum.node.config.node import DEFAULT_NODE
 from forum.node.core.errors import TooFewCopies
@@ -58,7 +59,6 @@ from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, UnknownTask
 from forum.tasks.handle import JobHandle, JobState, JobStatus
 from forum.tasks.message import Message, check_key, check_task_name, default_key
-from forum.tasks.nodes import NodePool, node_urls
 from forum.tasks.runner import Runner, TaskWorker
 from forum.tasks.serializer import JsonSerializer, Serializer
 from forum.tasks.status import job_status
@@ -76,7 +76,7 @@ DEFAULT_DEDUP_WINDOW = 3600.0
 
 class Writer(Protocol):
     """Where an enqueue writes: ``call(operation)`` runs ``operation(space)``
-    on a node (:class:`forum.tasks.nodes.NodePool` fails over between several)."""
+    on a node (:class:`forum.node.client.pool.NodePool` fails over between several)."""
 
     async def call(self, operation: Callable[[ForumClient], Awaitable[T]]) -> T: ...
 
@@ -298,7 +298,7 @@ class App:
 
     async def on_node(self, operation: Callable[[ForumClient], Awaitable[T]]) -> T:
         """``operation(space)`` on the open app's node that answered last,
-        failing over to the next that answers (:class:`forum.tasks.nodes.NodePool`)."""
+        failing over to the next that answers (:class:`forum.node.client.pool.NodePool`)."""
         return await self._connections().nodes.call(operation)
 
     # -- enqueueing ---------------------------------------------------------------------
@@ -317,7 +317,7 @@ class App:
         A job short of its copies in time raises ``CopiesShort`` (from
         ``forum``'s errors): it is enqueued all the same, on fewer nodes.
 
-        The tuple goes to the first node that answers (:mod:`forum.tasks.nodes`);
+        The tuple goes to the first node that answers (:mod:`forum.node.client.pool`);
         then the Lens gets the job's ``enqueued`` record (for status), best
         effort: Redis being down does not fail an enqueue that is safe in the
         space. Bad input is an ``InvalidJob`` or ``UnknownTask`` and writes

@@ -42,6 +42,7 @@ import msgpack
 import msgspec
 
 from forum.node.api import model
+from forum.node.api.model import MAP_EPOCH_HEADER
 from forum.node.api.operations import STREAM_OPS
 from forum.node.api.parameters import bytes_query, prefix_query
 from forum.node.api.status import NodeStatus
@@ -116,6 +117,9 @@ class ForumClient(AsyncResource):
         self._session: aiohttp.ClientSession | None = None
         self._transport: Transport = transport
         self._stream: StreamConnection | None = None
+        #: The highest cluster map epoch a node's HTTP answer named
+        #: (``Forum-Map-Epoch``, docs/scaling.md); ``None``: none named one.
+        self.map_epoch: int | None = None
 
     def __repr__(self) -> str:
         return f"ForumClient({self.url!r})"
@@ -370,6 +374,11 @@ class ForumClient(AsyncResource):
                 rows.append((row.prefix, row.paused, (row.held, row.limit)))
         return rows
 
+    async def cluster_map(self) -> model.ClusterMapBody:
+        """The cluster map the node holds (``GET /v1/map``); a
+        :class:`NodeRejected` 404 from a node without one."""
+        return await self._route(model.ClusterMapBody, "GET", "/v1/map")
+
     async def ready(self) -> bool:
         """Whether the node says it is ready (``/readyz``); ``False`` if unreachable."""
         try:
@@ -534,6 +543,9 @@ class ForumClient(AsyncResource):
                 timeout=timeout,
             ) as response:
                 body = await response.read()
+                epoch = response.headers.get(MAP_EPOCH_HEADER)
+                if epoch is not None and epoch.isdigit():
+                    self.map_epoch = max(int(epoch), self.map_epoch or 0)
         except TimeoutError as exc:
             raise NodeTimeout(self.url, f"{what}: no answer within {timeout.total:g} s") from exc
         except aiohttp.ClientConnectorError as exc:

@@ -31,9 +31,9 @@ SLOTS = 16384
 _MASK = (1 << 64) - 1
 
 
-def slot_of(key: str) -> int:
-    """The slot of a job key."""
-    return zlib.crc32(key.encode()) % SLOTS
+def slot_of(key: str | bytes) -> int:
+    """The slot of a job key (text is hashed as its UTF-8 bytes)."""
+    return zlib.crc32(key.encode() if isinstance(key, str) else key) % SLOTS
 
 
 def group_seed(group_id: str) -> int:

@@ -1,4 +1,4 @@
-"""Enqueueing against several nodes: :class:`NodePool` fails over from a
+"""Calling one of several nodes: :class:`NodePool` fails over from a
 node that does not answer to the next.
 
 Any node of a cluster takes any write (replication carries it to the

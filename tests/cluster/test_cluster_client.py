@@ -1,0 +1,109 @@
+"""The cluster client against real groups of real nodes: routing, stealing, gathering."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from forum import Pattern
+from forum.node.client.cluster import ClusterClient
+from forum.node.client.remote import ForumClient
+from forum.node.cluster import slot_of
+from tests.cluster.conftest import start_groups
+from tests.fixtures.nodes import ForumNodes
+
+pytestmark = pytest.mark.slow
+
+
+def key_owned_by(cluster_map: object, gid: str, start: int = 0) -> str:
+    n = start
+    while cluster_map.owner(slot_of(f"k{n}")).id != gid:  # type: ignore[attr-defined]
+        n += 1
+    return f"k{n}"
+
+
+def client_with_home(cluster_map: object, gid: str) -> ClusterClient:
+    n = 0
+    while (client := ClusterClient(cluster_map, client_id=f"w{n}")).home != (gid,):  # type: ignore[arg-type]
+        n += 1
+    return client
+
+
+async def test_keyed_writes_go_to_their_slots_group_and_are_stolen_from_there(
+    forum_nodes: ForumNodes,
+) -> None:
+    cluster, groups = await start_groups(forum_nodes, [1, 1])
+    g1, g2 = (ForumClient(groups[g][0].url) for g in ("g1", "g2"))
+    async with g1, g2, await ClusterClient.discover(groups["g1"][0].url) as producer:
+        assert producer.map == cluster
+        keys = [f"k{n}" for n in range(40)]
+        for key in keys:
+            await producer.write(f"job/{key}".encode(), key=key)
+        owned = {gid: [k for k in keys if cluster.owner(slot_of(k)).id == gid] for gid in groups}
+        assert owned["g1"] and owned["g2"]
+        assert await g1.count(Pattern(b"job/")) == len(owned["g1"])
+        assert await g2.count(Pattern(b"job/")) == len(owned["g2"])
+        assert await producer.count(Pattern(b"job/")) == 40
+
+        # A consumer at home in g1 takes g1's jobs, then steals g2's: nothing is left behind.
+        async with client_with_home(cluster, "g1") as consumer:
+            seen = []
+            while (item := await consumer.reserve(Pattern(b"job/"), lease=30)) is not None:
+                seen.append(item)
+            assert sorted(i.payload for i in seen) == sorted(f"job/{k}".encode() for k in keys)
+            assert [i.payload for i in seen[: len(owned["g1"])]] == [
+                f"job/{k}".encode() for k in owned["g1"]
+            ]  # home first, oldest first
+            assert all(await consumer.ack_many([i.id for i in seen]))
+        assert await producer.count(Pattern(b"job/")) == 0
+
+
+async def test_a_write_whose_group_is_down_falls_through_and_is_taken_all_the_same(
+    forum_nodes: ForumNodes,
+) -> None:
+    cluster, groups = await start_groups(forum_nodes, [1, 1])
+    key = key_owned_by(cluster, "g2")
+    await groups["g2"][0].stop()
+    async with ClusterClient(cluster) as space:
+        await space.write(b"job/x", key=key)
+        assert space.misplaced == 1
+        async with ForumClient(groups["g1"][0].url) as g1:
+            assert await g1.count(Pattern(b"job/")) == 1
+        assert await space.take(Pattern(b"job/"), timeout=5) == b"job/x"
+
+
+async def test_pause_reaches_every_group_and_list_pages_through_them(
+    forum_nodes: ForumNodes,
+) -> None:
+    cluster, _ = await start_groups(forum_nodes, [1, 1])
+    async with ClusterClient(cluster) as space:
+        for n in range(6):
+            await space.write(
+                f"job/{n}".encode(), key=key_owned_by(cluster, f"g{n % 2 + 1}", n * 50)
+            )
+        await space.pause(b"job/")
+        assert await space.paused() == [b"job/"]
+        assert await space.take(Pattern(b"job/")) is None
+        assert await space.resume(b"job/") == 2  # one pause per group
+        listed, cursor = [], 0
+        while cursor is not None:
+            page = await space.list(Pattern(b"job/"), cursor, limit=2)
+            listed += [t.payload for t in page.tuples]
+            cursor = page.next_cursor
+        assert sorted(listed) == [f"job/{n}".encode() for n in range(6)]
+
+
+async def test_a_client_takes_a_newer_map_that_an_answer_names(forum_nodes: ForumNodes) -> None:
+    cluster, _ = await start_groups(forum_nodes, [1, 1])
+    async with ClusterClient(cluster, map_refresh=3600) as space:
+        await space.count(Pattern(b"x"))  # the first look fetches the map once
+        path = forum_nodes.root / "cluster-map.toml"
+        path.write_text(path.read_text().replace("epoch = 1", "epoch = 2"))
+        for _ in range(100):
+            await space.status()  # an HTTP answer: it names the node's epoch
+            await space.count(Pattern(b"x"))
+            if space.map.epoch == 2:
+                break
+            await asyncio.sleep(0.1)
+        assert space.map.epoch == 2
