@@ -1,13 +1,18 @@
-"""``forum cluster up`` and ``forum cluster demo``: a local cluster of real
-processes (:class:`forum.deploy.cluster.Cluster`), and the demo workload run on it
-(:mod:`forum.deploy.workload`).
+"""``forum cluster``: a local cluster of real processes
+(:class:`forum.deploy.cluster.Cluster`), the demo workload run on it
+(:mod:`forum.deploy.workload`), and its replica groups' map edited while it runs.
 
 ``forum cluster up --nodes 3 [--redis auto|URL] [--workers N] [--chaos]``
 (``URL``: any Redis URL a worker takes, Sentinel's and Cluster's included)
-starts the cluster, prints where everything is and a status line until
-Ctrl-C, then stops it all. ``forum cluster demo`` does the same, puts
-``--jobs`` jobs through it and prints the history checker's verdict; it
-exits 1 when the verdict is not valid.
+starts one group of N nodes, no map, prints where everything is and a status
+line until Ctrl-C, then stops it all. ``forum cluster up --groups G
+--replicas R`` starts G replica groups of R nodes instead, placed by the map
+it writes (``cluster-map.toml`` in ``--root``); ``forum cluster add-group``,
+``drain-group ID`` and ``retire-group ID`` edit that map (epoch + 1), and the
+running ``up`` starts an added group's nodes and stops a retired one's.
+``forum cluster demo`` does what ``up`` does, puts ``--jobs`` jobs through
+it and prints the history checker's verdict; it exits 1 when the verdict is
+not valid.
 """
 
 from __future__ import annotations
@@ -40,31 +45,36 @@ from forum.node.core.errors import ClusterMapError
 def add_cluster(parser: argparse.ArgumentParser) -> None:
     """The actions of ``forum cluster`` and their options."""
     parser.description = (
-        "Start a local cluster: nodes wired as peers, a Redis for the Lens, "
-        "optional Toxiproxy links and workers. Ctrl-C stops everything."
+        "Start a local cluster: nodes wired as peers (one group, or replica groups "
+        "placed by a cluster map), a Redis for the Lens, optional Toxiproxy links and "
+        "workers. Ctrl-C stops everything. add-group, drain-group and retire-group "
+        "edit a running cluster's map."
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser(
         "up",
         help="start the cluster and show a live status line until Ctrl-C",
-        epilog="example:\n  forum cluster up --nodes 3 --workers 1",
+        epilog="examples:\n  forum cluster up --nodes 3 --workers 1\n"
+        "  forum cluster up --groups 2 --replicas 3 --root ./cluster",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     demo = actions.add_parser(
         "demo",
         help="start a cluster, put jobs through it, and check the history",
-        epilog="example:\n  forum cluster demo --jobs 2000",
+        epilog="examples:\n  forum cluster demo --jobs 2000\n"
+        "  forum cluster demo --groups 2 --replicas 2",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for sub, workers in ((up, 0), (demo, 1)):
         add = sub.add_argument
-        add("--nodes", type=int, help="one group of N nodes, no map (default 3)")
+        add("--nodes", type=int, metavar="N", help="one group of N nodes, no map (default 3)")
         add(
             "--groups",
             type=int,
+            metavar="G",
             help=f"G replica groups placed by a cluster map ({MAP_FILE} in --root; default 1)",
         )
-        add("--replicas", type=int, help="nodes per group, with a map (default 3)")
+        add("--replicas", type=int, metavar="R", help="nodes per group, with a map (default 3)")
         add("--workers", type=int, default=workers, help=f"workers per node (default {workers})")
         add(
             "--redis",
@@ -85,12 +95,15 @@ def add_cluster(parser: argparse.ArgumentParser) -> None:
     add_group = actions.add_parser(
         "add-group",
         help="add a replica group to a running cluster of groups (the map's epoch + 1)",
-        epilog="example:\n  forum cluster add-group --root /tmp/forum-cluster-x1y2",
+        epilog="example:\n  forum cluster add-group --root ./cluster",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_group.add_argument("--root", type=Path, required=True, help=root_help)
     add_group.add_argument(
-        "--replicas", type=int, help="its members (default: as many as the first group's)"
+        "--replicas",
+        type=int,
+        metavar="R",
+        help="its members (default: as many as the first group's)",
     )
     add_group.set_defaults(func=_add_group)
     for name, func, summary in (
