@@ -1,6 +1,7 @@
 """The replica-group manifests: deploy/docker-compose.groups.yml and
 deploy/k8s/groups/, validated offline as the single-group ones are (the
-Compose Specification's schema, kubernetes-validate strict), and wired to the
+Compose Specification's schema here; kubernetes-validate strict in
+tests/deploy/test_k8s.py), and wired to the
 real CLI and the real placement: every node's argv parses, its
 ``--cluster-map`` is where the map is mounted, and the map places it in its
 own group (forum.node.config.placement) with that group's other members as
@@ -14,20 +15,25 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
 from forum.node.cluster.map import load_map
 from forum.node.config.node import NodeConfig
 from forum.node.config.placement import placed, placement
-from tests.deploy.artifacts import DEPLOY, K8S, Dockerfile, compose_launches, load_compose
+from tests.deploy.artifacts import (
+    DEPLOY,
+    K8S_GROUPS,
+    Dockerfile,
+    compose_launches,
+    k8s_group_files,
+    load_compose,
+    load_k8s,
+)
 from tests.deploy.test_compose import compose_schema
-from tests.deploy.test_k8s import VERSIONS, container, container_launch, objects
+from tests.deploy.test_k8s import container, container_launch, objects
 
 COMPOSE_GROUPS = DEPLOY / "docker-compose.groups.yml"
-K8S_GROUPS = K8S / "groups"
-GROUP_FILES = sorted(p for p in K8S_GROUPS.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 def _placed(config: NodeConfig, map_path: Path) -> tuple[str, set[str]]:
@@ -82,27 +88,13 @@ def test_compose_nodes_find_their_group_in_the_mounted_map(
 
 @pytest.fixture(scope="module")
 def groups_k8s() -> list[tuple[Path, dict[str, Any]]]:
-    documents = []
-    for path in GROUP_FILES:
-        with open(path) as f:
-            documents += [(path, doc) for doc in yaml.safe_load_all(f) if doc is not None]
-    return documents
-
-
-@pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("path", GROUP_FILES, ids=lambda p: p.name)
-def test_k8s_groups_valid_against_the_kubernetes_schemas(path: Path, version: str) -> None:
-    with open(path) as f:
-        documents = [d for d in yaml.safe_load_all(f) if d is not None]
-    assert documents
-    for document in documents:
-        kubernetes_validate.validate(document, version, strict=True)
+    return load_k8s(k8s_group_files())
 
 
 def test_k8s_groups_kustomization_lists_every_manifest() -> None:
     with open(K8S_GROUPS / "kustomization.yaml") as f:
         kustomization = yaml.safe_load(f)
-    assert sorted(kustomization["resources"]) == [p.name for p in GROUP_FILES]
+    assert sorted(kustomization["resources"]) == [p.name for p in k8s_group_files()]
 
 
 def test_k8s_a_statefulset_per_group_whose_pods_the_map_places_in_it(
