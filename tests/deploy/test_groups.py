@@ -5,6 +5,7 @@ cluster (forum.deploy.groups)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from pathlib import Path
 
@@ -135,3 +136,16 @@ async def test_groups_come_up_apart_and_follow_the_operators_edits(tmp_path: Pat
 async def _is(value: object, expected: object) -> bool:
     assert asyncio.iscoroutine(value)
     return await value == expected
+
+
+@pytest.mark.slow
+async def test_the_demo_writes_each_job_to_its_slots_group_and_loses_none(tmp_path: Path) -> None:
+    code, out = await _forum(
+        "cluster", "demo", "--groups", "2", "--replicas", "1", "--jobs", "200",
+        "--root", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0, out[-3000:]
+    assert "OK: attempted=200 acknowledged=200 done=200 lost=0 unexpected=0" in out
+    assert "through 2 nodes in 2 groups" in out
+    writes = [int(w) for w in re.findall(r"g\d-a: live=\d+ writes=(\d+)", out)]
+    assert len(writes) == 2 and all(writes) and sum(writes) == 200, writes  # both groups wrote

@@ -271,6 +271,9 @@ class Cluster(AsyncResource):
                 ]
                 self.groups[group.id] = nodes
                 self.nodes += nodes
+                if self.toxiproxy is not None:  # its own links, as at start
+                    upstreams = {n.name: f"127.0.0.1:{n.port}" for n in nodes}
+                    self.links.update(await self.toxiproxy.links(upstreams))
                 await self._start_nodes(nodes)
                 done.append(f"group {group.id} started: {' '.join(group.members)}")
             elif running and group.state == "retired" and any(n.running for n in running):
