@@ -93,10 +93,11 @@ def drain_group(path: Path, gid: str) -> ClusterMap:
 
 
 async def retire_group(path: Path, gid: str) -> ClusterMap:
-    """Mark group ``gid`` retired, once it is draining and empty: none of
-    its members holds a live, delayed or reserved tuple. ``ClusterMapError``
-    (one line) when it is not draining, not empty, or a member does not
-    answer (its tuples cannot be counted: retiring could strand them)."""
+    """Mark group ``gid`` retired, once it is draining and empty: each of its
+    members answers, has taken the map it drains in, and holds no live,
+    delayed or reserved tuple. ``ClusterMapError`` (one line) when not: a
+    member that does not answer cannot be counted, and one on an older map
+    may still be sent writes by a client that learned of nothing newer."""
     cluster = load_map(path)
     group = cluster.group(gid)
     if group.state != "draining":
@@ -104,28 +105,30 @@ async def retire_group(path: Path, gid: str) -> ClusterMap:
             f"group {gid!r} is {group.state}: drain it first"
             f" (forum cluster drain-group {gid}), then retire it once empty"
         )
-    held = await group_holds(group)
-    if held:
-        raise ClusterMapError(f"group {gid!r} still holds {held}: retire it once it is empty")
+    left = await not_empty(group, cluster.epoch)
+    if left:
+        raise ClusterMapError(f"group {gid!r} is not empty yet: {left}")
     return _set_state(path, cluster, gid, "retired")
 
 
-async def group_holds(group: Group) -> str:
-    """What the group's members still hold (``"node: 3 live, 1 reserved;
-    ..."``), or ``""`` when every member answers and holds nothing."""
-    held = []
+async def not_empty(group: Group, epoch: int) -> str:
+    """What keeps ``group`` from being retired at map ``epoch``, member by
+    member (``"URL: 3 live, 1 reserved; ..."``); ``""`` when nothing does."""
+    left = []
     for url in group.members:
         try:
             async with ForumClient(url, timeout=5) as client:
                 status = await client.status()
         except ClientError as exc:
-            held.append(f"{url}: no answer ({exc})")
+            left.append(f"{url}: no answer ({exc})")
             continue
         counts = {"live": status.live, "delayed": status.delayed, "reserved": status.reserved}
-        if any(counts.values()):
-            said = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
-            held.append(f"{url}: {said}")
-    return "; ".join(held)
+        said = [f"{n} {what}" for what, n in counts.items() if n]
+        if status.map_epoch is not None and status.map_epoch < epoch:
+            said.append(f"still on map epoch {status.map_epoch} (not {epoch})")
+        if said:
+            left.append(f"{url}: {', '.join(said)}")
+    return "; ".join(left)
 
 
 def _set_state(path: Path, cluster: ClusterMap, gid: str, state: GroupState) -> ClusterMap:
