@@ -6,6 +6,13 @@ Toxiproxy with one proxy per directed node-to-node link and per
 worker-to-Redis link, and ``workers`` workers per node (each one a
 :mod:`forum.deploy.processes` service); it stops them all in the reverse order,
 workers first, so they hand their jobs back. The chaos tests run on it too.
+
+With ``groups``, the nodes are replica groups placed by a cluster map it
+writes in its directory (forum.deploy.groups): each node is started with
+``--cluster-map`` and finds its group there by its URL, and Toxiproxy's links
+are made inside each group only. :meth:`Cluster.follow_map` takes the
+operator's edits of that map (``forum cluster add-group`` / ``retire-group``):
+it starts the nodes of a group added and stops those of a group retired.
 """
 
 from __future__ import annotations
