@@ -15,7 +15,9 @@ Every run:
    duplicate effects = 0; prints the verdict, the seed, the double takes the
    nodes counted and the re-offers the workers made.
 
-``CHAOS_SEED=<n>`` replays a run's random choices.
+``CHAOS_SEED=<n>`` replays a run's random choices. The second half of this
+module runs the same over replica groups under a cluster map
+(:func:`run_group_scenario`, for tests/chaos/test_groups.py).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ WORKER_ARGS = (
     "50",
 )
 LEASE = 2.0
+#: The demo handler's work per job, in milliseconds.
+WORK_MS = 20
 
 
 @dataclass(slots=True)
@@ -116,7 +120,7 @@ class Run:
             )  # fmt: skip
 
 
-Fault = Callable[[Run], Awaitable[None]]
+Fault = Callable[[Run], Coroutine[Any, Any, None]]
 
 
 async def produce(run: Run, node: NodeService, start: int) -> None:
@@ -134,6 +138,30 @@ async def produce(run: Run, node: NodeService, start: int) -> None:
             for name in batch:
                 run.history.wrote(name, acknowledged)
             await run.sleep(0.005, 0.05)
+
+
+async def beside(
+    run: Run | GroupRun,
+    producing: list[Coroutine[Any, Any, None]],
+    fault: Coroutine[Any, Any, None],
+    produce_for: float,
+    slack: float,
+) -> None:
+    """The producers and the fault together: ``produce_for`` seconds of
+    writes, then until the fault is over too (``slack`` seconds more at most)."""
+    producers = [asyncio.create_task(producer) for producer in producing]
+    try:
+        async with asyncio.timeout(produce_for + slack):
+            faulting = asyncio.create_task(fault)
+            await asyncio.sleep(produce_for)
+            run.producing = False
+            await asyncio.gather(*producers)
+            await faulting
+    finally:
+        run.producing = False
+        for task in producers:
+            task.cancel()
+        await asyncio.gather(*producers, return_exceptions=True)
 
 
 async def heal(run: Run) -> None:
@@ -251,7 +279,7 @@ async def chaos_cluster(root: Path, node_args: tuple[str, ...] = ()) -> AsyncIte
         node_env=NODE_ENV,
         node_args=node_args,
         worker_args=WORKER_ARGS,
-        worker_env={WORK_MS_ENV: "20"},
+        worker_env={WORK_MS_ENV: str(WORK_MS)},
     )
     async with Cluster(cfg) as cluster:
         yield Run(cluster, random.Random(seed), seed)
@@ -264,19 +292,8 @@ async def run_scenario(
     (``node_args`` go to every ``forum serve``)."""
     async with chaos_cluster(root, node_args) as run:
         started = time.perf_counter()
-        producers = [asyncio.create_task(produce(run, node, 0)) for node in run.cluster.nodes]
-        try:
-            async with asyncio.timeout(produce_for + 60):
-                faulting = asyncio.create_task(fault(run))
-                await asyncio.sleep(produce_for)
-                run.producing = False
-                await asyncio.gather(*producers)
-                await faulting
-        finally:
-            run.producing = False
-            for task in producers:
-                task.cancel()
-            await asyncio.gather(*producers, return_exceptions=True)
+        producers = [produce(run, node, 0) for node in run.cluster.nodes]
+        await beside(run, producers, fault(run), produce_for, 60)
         await heal(run)
         await drain(run)
         sizes = await converged(run)
@@ -295,7 +312,7 @@ async def run_scenario(
 
 # -- replica groups (tests/chaos/test_groups.py) -------------------------------
 #
-# A scaled-out cluster (docs/scaling.md): replica groups of R nodes under one
+# A scaled-out cluster (docs/chaos.md, "Groups"): replica groups of R nodes under one
 # cluster map, each node behind a Toxiproxy proxy of its own that every client
 # (producers and workers) reaches it through; the map lists those proxies, so
 # a fault between the clients and a group is a proxy away. Inside a group the
@@ -305,9 +322,8 @@ async def run_scenario(
 # (its effect sink as above). Every run ends as the others do: healed,
 # drained, each group converged, the history checked.
 
-#: The groups' replication, as quick as the single cluster's.
+#: Members per group: two replicate as three do, at two thirds of the processes.
 GROUP_REPLICAS = 2
-WORK_MS = 20
 
 
 @dataclass(slots=True)
@@ -390,9 +406,9 @@ class GroupRun:
         self.write_map(self.epoch + 1)
 
     def write_map(self, epoch: int) -> None:
-        """The map at ``epoch``, written whole at once: the nodes take it
-        within their reload interval, the clients from the epoch the next
-        answer names."""
+        """The map at ``epoch``, written whole at once (a rename): the nodes
+        take it within their reload interval, the clients from their refresh
+        or an answer that names the epoch."""
         self.epoch = epoch
         partial = self.map_path.with_suffix(".part")
         partial.write_text(json.dumps(self.cluster_map().to_document()))
@@ -433,6 +449,7 @@ class GroupRun:
         return counts
 
     async def collect(self) -> None:
+        """Read the effects and deliveries the sink recorded into the history."""
         async with EffectSink.from_url(self.sink_url) as sink:
             self.history.effects = await sink.effects()
             self.history.reruns = await sink.reruns()
@@ -550,22 +567,8 @@ async def run_group_scenario(
                 space = ClusterClient(run.cluster_map(), client_id=f"producer-{n}")
                 run.producers.append(await stack.enter_async_context(space))
             async with group_workers(run, homes):
-                producers = [
-                    asyncio.create_task(produce_keyed(run, f"p{n}", space))
-                    for n, space in enumerate(run.producers)
-                ]
-                try:
-                    async with asyncio.timeout(produce_for + 90):
-                        faulting = asyncio.create_task(fault(run))
-                        await asyncio.sleep(produce_for)
-                        run.producing = False
-                        await asyncio.gather(*producers)
-                        await faulting
-                finally:
-                    run.producing = False
-                    for task in producers:
-                        task.cancel()
-                    await asyncio.gather(*producers, return_exceptions=True)
+                producers = [produce_keyed(run, f"p{n}", p) for n, p in enumerate(run.producers)]
+                await beside(run, producers, fault(run), produce_for, 90)
                 await run.toxiproxy.reset()
                 for node in run.served_nodes():
                     if not node.running:

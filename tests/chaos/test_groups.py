@@ -87,8 +87,8 @@ async def test_kill_9_of_a_node_of_one_group_and_its_restart(tmp_path: Path) -> 
 
 async def test_a_group_added_mid_run_takes_the_writes_of_its_slots(tmp_path: Path) -> None:
     """Two groups, then a third added to the map (epoch 2) and started: the
-    producers take the new map from the epoch an answer names, and the new
-    group's slots' writes go to it."""
+    producers and workers take the new map, and the writes of the new
+    group's slots go to it."""
 
     async def fault(run: GroupRun) -> None:
         await run.sleep(1.5, 2.5)
@@ -106,7 +106,7 @@ async def test_a_group_drained_then_retired_mid_run(tmp_path: Path) -> None:
     """g2 is drained (state "draining", epoch + 1) mid-run: once every client
     routes by that map no write lands in it, and its backlog is stolen by the
     workers (none is at home there) until it is empty; then it is retired
-    (epoch + 1) and its nodes stopped while the producers go on."""
+    (epoch + 1), and its nodes are stopped once the producers are done."""
 
     async def fault(run: GroupRun) -> None:
         await run.sleep(1.0, 2.0)
