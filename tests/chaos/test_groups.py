@@ -23,7 +23,7 @@ from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
 from forum.node.cluster import ClusterMap, slot_of
 from forum.node.core.space import Pattern
-from tests.chaos.harness import GroupRun, chaos_groups, produce_keyed, run_group_scenario
+from tests.chaos.harness import PREFIX, GroupRun, chaos_groups, produce_keyed, run_group_scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -44,15 +44,31 @@ async def test_a_group_cut_from_the_clients_falls_through_and_drains_when_healed
 ) -> None:
     """Every proxy before one group's nodes is disabled for a few seconds:
     its keyed writes go to the next group in their slot's order (misplaced,
-    counted), the workers go on with the other groups; healed, the group's
-    backlog drains."""
+    counted), the workers go on with the other groups, while a producer
+    inside the cut-off side (writing to a node of it directly) leaves a
+    backlog there; healed, that backlog drains."""
 
     async def fault(run: GroupRun) -> None:
         await run.sleep(1.0, 2.0)
         victim = run.rng.choice(list(run.groups))
-        async with run.toxiproxy.down(*run.fronts_of(victim)):
-            await run.sleep(2.5, 3.5)
-        print(f"{victim} was cut from the clients")
+        async with (
+            run.toxiproxy.down(*run.fronts_of(victim)),
+            ForumClient(run.groups[victim][0].url) as inside,
+        ):
+            await run.collect()
+            done = sum(1 for n in run.history.effects.values() if n)
+            for n in range(20):
+                name = f"{PREFIX}inside-{n:03d}"
+                await inside.write(name.encode(), key=name)
+                run.history.wrote(name, True)
+                await run.sleep(0.05, 0.1)
+            await run.sleep(0.5, 1.5)
+            await run.collect()
+            done = sum(1 for n in run.history.effects.values() if n) - done
+            backlog = max(s.live for s in await run.group_status(victim))
+        print(f"{victim} cut from the clients: {done} jobs done meanwhile, {backlog} left in it")
+        assert done > 0, "the workers stopped while one group was cut off"
+        assert backlog > 0, "the cut-off group had no backlog"
 
     run = await run_group_scenario(tmp_path, fault)
     assert sum(p.misplaced for p in run.producers) > 0
