@@ -460,7 +460,8 @@ GroupFault = Callable[[GroupRun], Coroutine[Any, Any, None]]
 
 
 def homed(cluster: ClusterMap, gid: str, name: str) -> str:
-    """A client id whose home group in ``cluster`` is ``gid``."""
+    """A client id whose home group in ``cluster`` is ``gid`` (a client's
+    home follows from its id alone; making one opens nothing)."""
     n = 0
     while ClusterClient(cluster, client_id=f"{name}-{n}").home != (gid,):
         n += 1
@@ -493,6 +494,7 @@ async def group_workers(run: GroupRun, homes: tuple[str, ...]) -> AsyncIterator[
     cluster = run.cluster_map()
     env = {SINK_URL_ENV: run.sink_url, WORK_MS_ENV: str(WORK_MS)}
     async with contextlib.AsyncExitStack() as stack:
+        # The demo handler takes its sink and its work time from the environment.
         stack.enter_context(mock.patch.dict(os.environ, env))
         handler = await stack.enter_async_context(open_handler())
         workers = []
@@ -521,6 +523,9 @@ async def group_workers(run: GroupRun, homes: tuple[str, ...]) -> AsyncIterator[
 async def chaos_groups(
     root: Path, groups: int, replicas: int, node_args: tuple[str, ...]
 ) -> AsyncIterator[GroupRun]:
+    """Toxiproxy, a Redis (the Lens in database 0, the sink in 1) and
+    ``groups`` groups ``g1``.. of ``replicas`` nodes under a map of epoch 1,
+    all running for the block (``node_args`` go to every ``forum serve``)."""
     seed = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
     print(f"\nchaos seed={seed} (replay with CHAOS_SEED={seed})")
     redis = RedisService("redis", root)
