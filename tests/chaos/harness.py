@@ -312,7 +312,7 @@ async def run_scenario(
 
 # -- replica groups (tests/chaos/test_groups.py) -------------------------------
 #
-# A scaled-out cluster (docs/chaos.md, "Groups"): replica groups of R nodes under one
+# A scaled-out cluster (docs/scaling.md; docs/chaos.md, "Groups"): replica groups of R nodes under one
 # cluster map, each node behind a Toxiproxy proxy of its own that every client
 # (producers and workers) reaches it through; the map lists those proxies, so
 # a fault between the clients and a group is a proxy away. Inside a group the

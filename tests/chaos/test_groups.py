@@ -164,8 +164,10 @@ async def test_a_producer_with_a_stale_map_writes_to_non_owners_run_once(
     and ignores every newer one, so the jobs of g3's slots land in g1 or g2.
     A producer with the nodes' map writes every one of its jobs too (the same
     name and key): their copies are in two groups, and each job's effect is
-    applied once, under one claim, never rerun."""
+    applied once, under one claim, never rerun. The nodes count the stale
+    producer's writes outside their slots' groups as misplaced, and only those."""
     stale_names: list[str] = []
+    misplaced: list[str] = []
 
     async def fault(run: GroupRun) -> None:
         current = run.cluster_map()
@@ -177,11 +179,17 @@ async def test_a_producer_with_a_stale_map_writes_to_non_owners_run_once(
             await produce_keyed(run, "stale", stale, fresh)
             assert stale.map.epoch == 0
         stale_names.extend(n for n in run.history.attempted if "/stale-" in n)
-        misplaced = [n for n in stale_names if old.owner(slot_of(n)) != current.owner(slot_of(n))]
+        misplaced.extend(
+            n for n in stale_names if old.owner(slot_of(n)) != current.owner(slot_of(n))
+        )
         print(f"stale producer: {len(misplaced)} of {len(stale_names)} jobs to a non-owner")
         assert misplaced, "no stale write went to a group that does not own its slot"
 
-    run = await run_group_scenario(tmp_path, fault)
+    async def after(run: GroupRun) -> None:
+        counted = [s.misplaced_writes for gid in run.groups for s in await run.group_status(gid)]
+        assert sum(counted) == len(misplaced), f"the nodes counted {counted} misplaced writes"
+
+    run = await run_group_scenario(tmp_path, fault, after=after)
     assert stale_names
     assert not [n for n in stale_names if run.history.reruns[n]], "a copy ran again"
 
