@@ -312,15 +312,15 @@ async def run_scenario(
 
 # -- replica groups (tests/chaos/test_groups.py) -------------------------------
 #
-# A scaled-out cluster (docs/scaling.md; docs/chaos.md, "Groups"): replica groups of R nodes under one
-# cluster map, each node behind a Toxiproxy proxy of its own that every client
-# (producers and workers) reaches it through; the map lists those proxies, so
-# a fault between the clients and a group is a proxy away. Inside a group the
-# nodes replicate directly. Producers write keyed jobs through a
-# ``ClusterClient``; the workers are in-process ``forum.coordinator.Worker``s
-# on ``ClusterClient``s with different home groups, running the demo handler
-# (its effect sink as above). Every run ends as the others do: healed,
-# drained, each group converged, the history checked.
+# A scaled-out cluster (docs/scaling.md; docs/chaos.md, "Groups"): replica
+# groups of R nodes under one cluster map, each node behind a Toxiproxy proxy
+# of its own that every client (producers and workers) reaches it through;
+# the map lists those proxies, so a fault between the clients and a group is
+# a proxy away. Inside a group the nodes replicate directly. Producers write
+# keyed jobs through a ``ClusterClient``; the workers are in-process
+# ``forum.coordinator.Worker``s on ``ClusterClient``s with different home
+# groups, running the demo handler (its effect sink as above). Every run ends
+# as the others do: healed, drained, each group converged, the history checked.
 
 #: Members per group: two replicate as three do, at two thirds of the processes.
 GROUP_REPLICAS = 2
