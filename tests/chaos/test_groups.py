@@ -74,16 +74,6 @@ async def test_a_group_cut_from_the_clients_falls_through_and_drains_when_healed
     assert sum(p.misplaced for p in run.producers) > 0
 
 
-#: A bug in forum.node.space.lending these scenarios found (see the test of that name).
-_UNDRESSED = (
-    "a tuple taken here because its writer did not answer a borrow (Borrowing.borrow -> "
-    "_out(wanted), no Write) is handed out as the index holds it, without its Write's "
-    "properties: the write key is lost, the copy is claimed under its entry id and can run "
-    "a second time"
-)
-
-
-@pytest.mark.xfail(strict=False, reason=_UNDRESSED)
 async def test_kill_9_of_a_node_of_one_group_and_its_restart(tmp_path: Path) -> None:
     """The node of one group its clients use (its first member: a pool stays
     with the node that answered last) is killed -9 mid-run and started
@@ -244,11 +234,6 @@ async def compacted(url: str) -> tuple[int, int, int]:
         return before, status.strand_bytes, status.entries_dropped - dropped
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="answers over the stream transport (ForumClient's default) carry no "
-    "Forum-Map-Epoch, so a ClusterClient learns a newer map only from its refresh",
-)
 async def test_a_writing_client_learns_a_newer_map_from_its_answers(tmp_path: Path) -> None:
     """forum.node.client.cluster: a client with an old map "takes a newer one
     whenever an answer names a higher epoch". A producer that only writes
@@ -270,7 +255,6 @@ async def test_a_writing_client_learns_a_newer_map_from_its_answers(tmp_path: Pa
         assert producer.map.epoch == 2
 
 
-@pytest.mark.xfail(strict=True, reason=_UNDRESSED)
 async def test_a_tuple_taken_from_a_killed_writer_keeps_its_key(tmp_path: Path) -> None:
     """A keyed job written on g1-a, pushed to g1-b, and g1-a killed -9 at
     once: g1-b hands the job out with the key it was written with, so every

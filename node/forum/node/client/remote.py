@@ -169,6 +169,8 @@ class ForumClient(AsyncResource):
             unknown_options(options, "ForumClient.write")
             args |= _write_args(options)
         written: model.Written = await self._document("write", args, options.get("wait") or 0.0)
+        if type(written.map_epoch) is int:  # a node with a map says its epoch
+            self.map_epoch = max(written.map_epoch, self.map_epoch or 0)
         return entry_id(self.url, written.id)
 
     async def write_many(
