@@ -1,5 +1,6 @@
 """The task app a command names, and where the command points: the options
-``forum worker`` and ``forum jobs`` share.
+``forum worker`` and ``forum jobs`` share, and the cluster a worker opens
+(:func:`cluster_space`).
 
 ``--app MODULE:NAME`` (imported from ``--app-dir``: :func:`load_app`, or any
 ``module:name`` with :func:`resolve`), and ``--node``, ``--token``,
@@ -10,18 +11,26 @@ flag, else its environment variable, else the app's, else the default.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from forum.cli_args import NONEMPTY, UsageError, checked
 from forum.coordinator.keys import DEFAULT_NAMESPACE
 from forum.coordinator.redis_url import DEFAULT_REDIS_URL, RedisTarget
+from forum.node.client.cluster import ClusterClient
+from forum.node.cluster.directory import Directory
+from forum.node.cluster.map import load_map
 from forum.node.config.node import DEFAULT_NODE
+from forum.node.core.errors import ClusterMapError, NodeUnavailable, Unauthorized
 from forum.node.core.urls import node_url
 from forum.tasks import App
+
+log = logging.getLogger("coordinator.cli")
 
 
 def _directory(text: str) -> str:
@@ -164,3 +173,41 @@ def _from_env(name: str, check: Callable[[str], str]) -> str | None:
         return check(value)
     except ValueError as exc:
         raise UsageError(f"${name}: {exc}") from None
+
+
+def node_urls_of(args: argparse.Namespace, where: Where, app: App | None) -> list[str]:
+    """The nodes a command may ask first: ``--node`` (or ``$FORUM_NODE``)
+    when given, else every node of the app, else the default."""
+    if app is not None and args.node is None and not os.environ.get("FORUM_NODE"):
+        return list(app.nodes)
+    return [where.node]
+
+
+async def cluster_space(
+    urls: Sequence[str],
+    token: str | None,
+    *,
+    cluster_map: str | None,
+    client_id: str,
+    directory: Directory | None,
+) -> ClusterClient:
+    """A worker's tuple space: the cluster of the ``cluster_map`` file, else
+    the one whose map the first of ``urls`` to answer serves (those nodes as
+    one group when it has none: a worker as before). When none answers yet,
+    those nodes as one group: the client takes the map from the first answer
+    that names its epoch. A wrong file, token or map is a :class:`UsageError`."""
+    if cluster_map is not None:
+        try:
+            found = await asyncio.to_thread(load_map, cluster_map)
+        except ClusterMapError as exc:
+            raise UsageError(f"--cluster-map: {exc}") from None
+        return ClusterClient(found, token, client_id=client_id, directory=directory)
+    try:
+        return await ClusterClient.discover(urls, token, client_id=client_id, directory=directory)
+    except Unauthorized as exc:
+        raise UsageError(f"--token: {exc}") from None
+    except ClusterMapError as exc:
+        raise UsageError(f"--node {urls[0]}: {exc}") from None
+    except NodeUnavailable as exc:
+        log.warning("no node answers yet (%s): waiting for one", exc)
+        return ClusterClient(urls, token, client_id=client_id, directory=directory)

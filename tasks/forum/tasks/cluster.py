@@ -1,0 +1,57 @@
+"""How an app reaches its cluster: :class:`AppCluster`, one
+:class:`~forum.node.client.cluster.ClusterClient` over the app's nodes.
+
+An app is given a few node URLs (``App(nodes=[...])``), any nodes of the
+cluster. Before its first call it asks the first of them that answers for
+the cluster map (``GET /v1/map``, once per open app), so that every enqueue
+goes to its key's group (every enqueue has a key: the slot's group sees
+every copy of one job, and dedup at write stays exact) however many groups
+the cluster has. A cluster without a map (the node answers 404) is its
+nodes as one group, as before: the same requests per enqueue, after that
+one look. Reads gather over the groups (status reads every group until one
+has the job; listings page through them one after another), and the client
+takes a newer map whenever an answer names one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from forum.node.client.cluster import ClusterClient
+from forum.node.core.resource import AsyncResource
+
+T = TypeVar("T")
+
+
+class AppCluster(AsyncResource):
+    """The app's cluster (see the module docstring): :meth:`call` runs an
+    operation on its :attr:`space` once the map is known."""
+
+    def __init__(self, urls: Sequence[str], token: str | None = None) -> None:
+        self._urls = tuple(urls)
+        self._token = token
+        #: The app's space: its nodes as one group until the map is taken.
+        self.space = ClusterClient(self._urls, token)
+        self._mapped = False
+        self._mapping = asyncio.Lock()
+
+    async def call(self, operation: Callable[[ClusterClient], Awaitable[T]]) -> T:
+        """``operation(space)``, the cluster's map taken first (on the first call)."""
+        if not self._mapped:
+            await self._take_map()
+        return await operation(self.space)
+
+    async def _take_map(self) -> None:
+        """Take the map a node serves (none: the nodes are one group);
+        ``NodeUnavailable`` when none answers, as an enqueue raises it."""
+        async with self._mapping:
+            if self._mapped:
+                return
+            async with await ClusterClient.discover(self._urls, self._token) as found:
+                self.space.take_map(found.map)
+            self._mapped = True
+
+    async def aclose(self) -> None:
+        await self.space.aclose()
