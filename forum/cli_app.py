@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,11 +25,10 @@ from forum.node.client.cluster import ClusterClient
 from forum.node.cluster.directory import Directory
 from forum.node.cluster.map import load_map
 from forum.node.config.node import DEFAULT_NODE
-from forum.node.core.errors import ClusterMapError, NodeUnavailable, Unauthorized
+from forum.node.core.errors import ClusterMapError, Unauthorized
 from forum.node.core.urls import node_url
 from forum.tasks import App
-
-log = logging.getLogger("coordinator.cli")
+from forum.tasks.cluster import worker_space
 
 
 def _directory(text: str) -> str:
@@ -203,11 +201,8 @@ async def cluster_space(
             raise UsageError(f"--cluster-map: {exc}") from None
         return ClusterClient(found, token, client_id=client_id, directory=directory)
     try:
-        return await ClusterClient.discover(urls, token, client_id=client_id, directory=directory)
+        return await worker_space(urls, token, client_id=client_id, directory=directory)
     except Unauthorized as exc:
         raise UsageError(f"--token: {exc}") from None
     except ClusterMapError as exc:
         raise UsageError(f"--node {urls[0]}: {exc}") from None
-    except NodeUnavailable as exc:
-        log.warning("no node answers yet (%s): waiting for one", exc)
-        return ClusterClient(urls, token, client_id=client_id, directory=directory)

@@ -17,6 +17,7 @@ from forum import Pattern
 from forum.coordinator import Job, Lens, Worker
 from forum.coordinator.directory import DirectoryKeeper, RedisDirectory, lease_key
 from forum.coordinator.keys import DEFAULT_NAMESPACE, KeySchema
+from forum.coordinator.presence import list_workers
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
 from forum.node.cluster import ClusterMap, slot_of
@@ -124,6 +125,9 @@ async def test_two_worker_processes_at_home_in_two_groups_run_every_job_once(
         await eventually(lambda: _count_is(producer, 0), timeout=60, what="every job taken")
         async with Lens.from_url(redis_url) as lens:
             await eventually(lambda: _all_done(lens, keys), what="every job done")
+            # Each names its home group's node in its presence (ClusterClient.url).
+            present = {p.owner: p.node for p in await list_workers(lens)}
+            assert present == {owners[0]: groups["g1"][0].url, owners[1]: groups["g2"][0].url}
         started = [row.split()[0] for row in await _started(redis_url)]
         assert sorted(started) == sorted(keys)  # each job run once
         assert "home group g1" in workers[0].log_text() and "home group g2" in workers[1].log_text()

@@ -54,7 +54,7 @@ from forum.node.core.space import Pattern
 from forum.node.core.write_options import WriteOptions, check_copies, write_properties
 from forum.tasks import admin, cron
 from forum.tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
-from forum.tasks.cluster import AppCluster
+from forum.tasks.cluster import AppCluster, worker_space
 from forum.tasks.cron import Periodic, Slot
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, UnknownTask
@@ -477,7 +477,7 @@ class App:
         keeps and reads the directory). ``LensError`` at once when Redis
         cannot be reached."""
         owner = worker_options.setdefault("owner", default_owner())
-        space = await ClusterClient.discover(node or self.nodes, self._token, client_id=owner)
+        space = await worker_space([node] if node else self.nodes, self._token, client_id=owner)
         async with space, Lens.from_url(self.redis, namespace=self.namespace) as lens:
             try:
                 await lens.ping()

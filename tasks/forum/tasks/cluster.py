@@ -16,13 +16,29 @@ takes a newer map whenever an answer names one.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from forum.node.client.cluster import ClusterClient
+from forum.node.core.errors import NodeUnavailable
 from forum.node.core.resource import AsyncResource
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+async def worker_space(urls: Sequence[str], token: str | None, **options: Any) -> ClusterClient:
+    """A worker's :class:`ClusterClient` of the cluster whose map the first
+    of ``urls`` to answer serves (of those nodes as one group when it has
+    none). When none answers yet, of those nodes as one group, as a worker
+    that waits for its node: it takes the map from the first answer that
+    names its epoch. ``options`` are the client's."""
+    try:
+        return await ClusterClient.discover(urls, token, **options)
+    except NodeUnavailable as exc:
+        log.warning("no node answers yet (%s): waiting for one", exc)
+        return ClusterClient(urls, token, **options)
 
 
 class AppCluster(AsyncResource):
