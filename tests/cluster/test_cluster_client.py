@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 
@@ -10,6 +11,7 @@ from forum import Pattern
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
 from forum.node.cluster import slot_of
+from forum.node.cluster.directory import Depth
 from tests.cluster.conftest import start_groups
 from tests.fixtures.nodes import ForumNodes
 
@@ -70,6 +72,7 @@ async def test_a_write_whose_group_is_down_falls_through_and_is_taken_all_the_sa
         assert space.misplaced == 1
         async with ForumClient(groups["g1"][0].url) as g1:
             assert await g1.count(Pattern(b"job/")) == 1
+            assert (await g1.status()).misplaced_writes == 1  # the node says so too
         assert await space.take(Pattern(b"job/"), timeout=5) == b"job/x"
 
 
@@ -107,3 +110,69 @@ async def test_a_client_takes_a_newer_map_that_an_answer_names(forum_nodes: Foru
                 break
             await asyncio.sleep(0.1)
         assert space.map.epoch == 2
+
+
+class FakeDirectory:
+    """An in-memory Directory (the Redis one is forum.coordinator.directory's,
+    held to the same Protocol by its own tests)."""
+
+    def __init__(self) -> None:
+        self.table: dict[bytes, dict[str, Depth]] = {}
+        self.asked = 0
+
+    async def depths(self, queue: bytes) -> dict[str, Depth]:
+        self.asked += 1
+        return self.table.get(queue, {})
+
+
+async def test_an_idle_consumer_steals_from_the_group_whose_oldest_job_is_older(
+    forum_nodes: ForumNodes,
+) -> None:
+    cluster, groups = await start_groups(forum_nodes, [1, 1, 1])
+    directory = FakeDirectory()
+    consumer = client_with_home(cluster, "g1")
+    consumer = ClusterClient(cluster, client_id=consumer.client_id, directory=directory)
+    async with (
+        consumer,
+        ForumClient(groups["g2"][0].url) as g2,
+        ForumClient(groups["g3"][0].url) as g3,
+    ):
+        await g2.write(b"job/young")
+        await g3.write(b"job/old")
+        directory.table[b"job/"] = {"g2": Depth(1, 1.0), "g3": Depth(1, 30.0)}
+        first = await consumer.reserve(Pattern(b"job/"), lease=30)
+        assert first is not None and first.payload == b"job/old"
+        directory.table[b"job/"] = {"g2": Depth(1, 2.0)}
+        second = await consumer.reserve(Pattern(b"job/"), lease=30)
+        assert second is not None and second.payload == b"job/young"
+        assert await consumer.reserve(Pattern(b"job/"), lease=30) is None
+        assert await consumer.ack_many([first.id, second.id]) == [True, True]
+
+
+async def test_a_consumer_whose_home_has_work_does_not_ask_the_directory(
+    forum_nodes: ForumNodes,
+) -> None:
+    cluster, groups = await start_groups(forum_nodes, [1, 1])
+    directory = FakeDirectory()
+    home = client_with_home(cluster, "g1")
+    async with ClusterClient(cluster, client_id=home.client_id, directory=directory) as consumer:
+        async with ForumClient(groups["g1"][0].url) as g1:
+            await g1.write_many([b"job/1", b"job/2"])
+        items = await consumer.reserve_many(Pattern(b"job/"), lease=30, limit=1)
+        items += await consumer.reserve_many(Pattern(b"job/"), lease=30, limit=1)
+        assert [i.payload for i in items] == [b"job/1", b"job/2"]
+        assert directory.asked == 0
+
+
+async def test_a_keyless_producer_starts_on_the_lighter_of_two_groups(
+    forum_nodes: ForumNodes,
+) -> None:
+    cluster, groups = await start_groups(forum_nodes, [1, 1])
+    directory = FakeDirectory()
+    directory.table[b""] = {"g1": Depth(500, 3.0), "g2": Depth(2, 0.5)}
+    for seed in range(8):
+        async with ClusterClient(cluster, directory=directory, rng=random.Random(seed)) as producer:
+            await producer.write(b"x")
+    async with ForumClient(groups["g2"][0].url) as g2, ForumClient(groups["g1"][0].url) as g1:
+        # Each producer drew two groups: g2 whenever the two differed, so most went there.
+        assert await g2.count(Pattern(b"x")) > await g1.count(Pattern(b"x"))

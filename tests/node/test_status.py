@@ -56,7 +56,7 @@ JSON_NOW = JSON_BEFORE.removesuffix("}]}") + (
     '"streams_in_flight": 0, "streams_peak_in_flight": 0, "streams_max_in_flight": 0, '
     '"streams_requests": 0, "streams_bad_frames": 0, "delayed": 0, "expired": 0, '
     '"paused": [], "limits": {}, "not_ready": null, "degraded": [], "repair": null, '
-    '"double_takes_by_prefix": {}, "group": null, "map_epoch": null}'
+    '"double_takes_by_prefix": {}, "group": null, "map_epoch": null, "misplaced_writes": 0}'
 )
 
 

@@ -165,6 +165,30 @@ async def test_a_dead_job_is_retried_back_to_work_and_dead_ones_purged(
     ]  # fmt: skip
 
 
+async def test_a_retried_job_reserved_before_its_claim_is_queued_not_dead(
+    make_app: AppFactory,
+) -> None:
+    """Just after a retry, a worker's node has reserved the requeued tuple
+    (hidden on its node) and its claim is not in the Lens yet: the record
+    still says dead, the letter is gone, nothing is live. That is a job
+    queued again, not dead (reserved here by hand, and never claimed)."""
+    app = make_app()
+
+    @app.task(retries=0)
+    async def broken(ctx: Context) -> None:
+        raise OSError("backend down")
+
+    async with app:
+        handle = await broken.enqueue(_key="reserved-1")
+        async with working(app):
+            with pytest.raises(JobFailed):
+                await handle.result(timeout=10)
+        await app.retry("reserved-1")
+        assert await app.space.reserve(Pattern(app.prefix), lease=30) is not None
+        assert (await handle.status()).state is JobState.QUEUED
+        assert [s.state async for s in app.jobs()] == [JobState.QUEUED]
+
+
 async def test_workers_run_each_periodic_slot_once(make_app: AppFactory) -> None:
     app = make_app()
     slots: Counter[str] = Counter()

@@ -15,12 +15,13 @@ step  found                                        state
                                                    the marker's token
 2     a live claim                                 ``running`` (its owner is
                                                    the worker, its attempt)
-3     a dead letter, or a ``dead`` record with no  ``dead`` (error, traceback;
-      live tuple (a requeued one is queued)        from the letter when the
+3     a dead letter                                ``dead`` (error, traceback;
+                                                   from the letter when the
                                                    record is not ``dead``)
 4     a record in state ``retrying``               ``retrying`` (``due``, the
                                                    error)
-5     a live tuple                                 ``queued``
+5     a live tuple, or a ``dead`` record (its      ``queued``
+      letter requeued: a retry)
 6     an ``enqueued`` record due in the future     ``delayed``
 7     an ``enqueued`` record past its ``expires``  ``expired``
 8     an ``enqueued`` record otherwise             ``queued`` (reserved on a
@@ -34,6 +35,13 @@ written in the background (:mod:`forum.tasks.enqueued`, a few milliseconds late)
 and a node hides the tuple it reserved for a worker until that worker's
 claim shows in the Lens (a round trip, or up to 0.2 s for a reservation
 made ahead). A job caught in both at once shows nothing for that moment.
+So does a dead job just retried (:mod:`forum.tasks.admin`): its record still
+says ``dead``, its letter is gone and its requeued tuple, reserved, is
+hidden until a worker's claim shows; a status that finds a ``dead`` record
+and nothing in the space looks again too, and if the second look finds the
+same, the job is queued (step 5): a dead job has its letter. (A worker that
+buries a job records ``dead`` before it writes the letter: a look between
+the two sees the letter at the second look.)
 
 What the records hold (fields of ``<tag>:task:<key>``, forum.coordinator.records):
 ``state`` (enqueued, retrying, done, dead), ``task``, ``attempt``, ``due``
@@ -87,18 +95,30 @@ async def job_status(
     """The status of job ``key`` (see the module docstring)."""
     head = key_prefix(prefix, key)
 
-    async def look() -> JobStatus:
-        state, live, dead = await asyncio.gather(
+    async def look() -> tuple[KeyState, bytes | None, bytes | None]:
+        return await asyncio.gather(
             lens.inspect(key), space.read(Pattern(head)), space.read(Pattern(dead_prefix + head))
         )
-        return status_of(state, live, dead, prefix=prefix, dead_prefix=dead_prefix,
-                         serializer=serializer)  # fmt: skip
 
-    try:
-        return await look()
-    except JobNotFound:
+    state, live, dead = await look()
+    if _unseen(state, live, dead):
         await asyncio.sleep(RELOOK)  # caught between a reservation and its claim?
-        return await look()
+        state, live, dead = await look()
+    return status_of(state, live, dead, prefix=prefix, dead_prefix=dead_prefix,
+                     serializer=serializer)  # fmt: skip
+
+
+def _unseen(state: KeyState, live: bytes | None, dead: bytes | None) -> bool:
+    """Whether a look found job ``state.key`` nowhere it can be seen: no done
+    marker, claim, live tuple or dead letter, and no record that says it
+    waits unseen (``enqueued``: delayed, or reserved; ``retrying``). Such a
+    job may be between a node's reservation and its claim (see the module
+    docstring): worth a second look."""
+    if state.done_token is not None or state.claim is not None:
+        return False
+    if live is not None or dead is not None:
+        return False
+    return (state.record or {}).get("state") not in (b"enqueued", b"retrying")
 
 
 def status_of(
@@ -136,9 +156,9 @@ def status_of(
         return found.status(JobState.DEAD, due=None)
     if stage == "retrying":
         return found.status(JobState.RETRYING, due=fields.number("due"))
-    if stage == "dead" and live is None:
-        return found.status(JobState.DEAD, due=None)
-    if live is not None:
+    if live is not None or stage == "dead":
+        # A dead record without its letter: the letter was requeued (a
+        # retry), and the new tuple, unless seen live, is reserved on a node.
         return found.status(JobState.QUEUED, due=None)
     if stage == "enqueued":
         return _enqueued(found, fields)

@@ -160,6 +160,8 @@ class NodeStatus:
     #: ``None`` on a node without a map (its cluster is one group).
     group: str | None = None
     map_epoch: int | None = None
+    #: Keyed tuples written here whose slot another group owns (misplaced, not lost).
+    misplaced_writes: int = 0
 
     @classmethod
     def of(
@@ -177,7 +179,7 @@ class NodeStatus:
         streams: StreamFigures = StreamFigures(),
         readiness: Readiness = Readiness(),
         repair: Mapping[str, Any] | None = None,
-        cluster: tuple[str, int] | None = None,
+        cluster: tuple[str, int, int] | None = None,
     ) -> NodeStatus:
         """The status of a node whose Forum reports ``stats``: every figure of
         ``stats`` is taken as it is; the rest is the node's."""
@@ -198,6 +200,7 @@ class NodeStatus:
             degraded=readiness.degraded,
             group=None if cluster is None else cluster[0],
             map_epoch=None if cluster is None else cluster[1],
+            misplaced_writes=0 if cluster is None else cluster[2],
         )
 
     def to_document(self) -> dict[str, Any]:

@@ -51,7 +51,7 @@ import hmac
 import logging
 import random
 import zlib
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, Unpack
 
 from forum.node.api.model import ClusterMapBody
@@ -230,9 +230,7 @@ class ClusterClient(AsyncResource):
 
     async def write(self, payload: bytes, **options: Unpack[WriteOptions]) -> EntryId:
         """Write to the key's group (else this producer's); see the module docstring."""
-        return await self._to_groups(
-            self._write_order(options.get("key")), lambda c: c.write(payload, **options)
-        )
+        return await self._write(options.get("key"), lambda c: c.write(payload, **options))
 
     async def write_many(
         self, payloads: Sequence[bytes], **options: Unpack[WriteOptions]
@@ -240,37 +238,56 @@ class ClusterClient(AsyncResource):
         """Write many tuples in one request to one group: all become durable, or none."""
         if not payloads:
             return []
-        return await self._to_groups(
-            self._write_order(options.get("key")), lambda c: c.write_many(payloads, **options)
-        )
+        return await self._write(options.get("key"), lambda c: c.write_many(payloads, **options))
 
-    def _write_order(self, key: str | bytes | None) -> list[str]:
-        if key is not None:
-            return [g.id for g in self._map.order(slot_of(key))]
-        active = self._map.active
-        if self._sticky is None:
-            weights = [g.weight for g in active]
-            self._sticky = self._random.choices(active, weights)[0].id
-        return [self._sticky] + [g.id for g in active if g.id != self._sticky]
-
-    async def _to_groups(self, order: list[str], call: Callable[[ForumClient], Awaitable[T]]) -> T:
-        """``call`` on the first group of ``order`` with a member that answers."""
+    async def _write(
+        self, key: str | bytes | None, call: Callable[[ForumClient], Awaitable[T]]
+    ) -> T:
+        """``call`` in the key's slot's group (this producer's without a key);
+        in the next group of the slot's rendezvous order (of the active
+        groups) with a member that answers, when none of that group's does."""
         self._check_map()
-        failure: NodeUnavailable | None = None
-        for n, gid in enumerate(order):
+        slot = None if key is None else slot_of(key)
+        if slot is not None:
+            first = self._map.owner(slot).id  # cached per slot: the common case ranks nothing
+        else:
+            if self._sticky is None:
+                self._sticky = await self._lighter(self._map.active)
+            first = self._sticky
+        try:
+            return await self._call(first, call)
+        except NodeUnavailable as exc:
+            failure = exc
+        groups = self._map.active if slot is None else self._map.order(slot)
+        for group in groups:
+            if group.id == first:
+                continue
+            log.warning("no member of group %s answers (%s); trying %s", first, failure, group.id)
             try:
-                result = await self._call(gid, call)
+                result = await self._call(group.id, call)
             except NodeUnavailable as exc:
-                log.warning("no member of group %s answers (%s); trying the next group", gid, exc)
                 failure = exc
                 continue
-            if n:
+            if slot is None:
+                self._sticky = group.id
+            else:
                 self.misplaced += 1
-                if self._sticky == order[0]:
-                    self._sticky = gid
             return result
-        assert failure is not None  # order is never empty: a map has an active group
         raise failure
+
+    async def _lighter(self, active: Sequence[Group]) -> str:
+        """A keyless producer's group: of two drawn by weight, the one with
+        fewer live tuples in the directory (power of two choices); the first
+        drawn without a directory."""
+        two = self._random.choices(active, [g.weight for g in active], k=2)
+        if self._directory is None or two[0] is two[1]:
+            return two[0].id
+        try:
+            depths = await self._directory.depths(b"")
+        except Exception as exc:  # a directory that fails only costs evenness
+            log.debug("the directory failed (%s); placing by weight", exc)
+            return two[0].id
+        return min(two, key=lambda g: depths.get(g.id, _EMPTY).live).id
 
     # -- takes and reservations ------------------------------------------------
 
@@ -328,7 +345,7 @@ class ClusterClient(AsyncResource):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or 0.0)
         while True:
-            for gid in await self._looking(pattern.prefix):
+            async for gid in self._looking(pattern.prefix):
                 found = await self._in_group(gid, lambda c: get(c, None))
                 if found:
                     if gid not in self._home:
@@ -354,24 +371,28 @@ class ClusterClient(AsyncResource):
             log.debug("group %s: %s", gid, exc)
             return []
 
-    async def _looking(self, prefix: bytes) -> list[str]:
-        """The groups to look in now, in order: home (unless found empty in
-        the last ``STEAL_EVERY``), the group a steal last found work in, then
-        one drawn from the directory (or the next in turn without one)."""
+    async def _looking(self, prefix: bytes) -> AsyncIterator[str]:
+        """The groups to look in now, in order, each drawn only when the one
+        before had nothing: home (unless found empty in the last
+        ``STEAL_EVERY``), the group a steal last found work in, then one
+        drawn from the directory (or the next in turn without one)."""
         now = asyncio.get_running_loop().time()
         # Home found empty a moment ago: look elsewhere first, home after.
         home_last = now - self._home_empty.get(prefix, -STEAL_EVERY) < STEAL_EVERY
-        order = [] if home_last else list(self._home)
+        if not home_last:
+            for gid in self._home:
+                yield gid
         queue = queue_of(prefix)
         sticky = self._stealing.get(queue)
         if sticky is not None:
-            order.append(sticky)
+            yield sticky
         others = [g.id for g in self._map.served if g.id not in self._home and g.id != sticky]
         if others:
-            order.extend(await self._draw(queue, others))
+            for gid in await self._draw(queue, others):
+                yield gid
         if home_last:
-            order.extend(self._home)
-        return order
+            for gid in self._home:
+                yield gid
 
     async def _draw(self, queue: bytes, others: list[str]) -> list[str]:
         """One group to steal from: the older of two with a backlog of

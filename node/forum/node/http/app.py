@@ -44,7 +44,7 @@ from forum.node.core.errors import ForumError, RecordTooLarge, StrandError
 from forum.node.http.auth import CLUSTER_PREFIX, authenticate, browser_guard, cluster_key
 from forum.node.http.bodies import ApiProblem, BodyTimeout, bad_request
 from forum.node.http.budget import BodyBudget
-from forum.node.http.cluster import MapHolder, watching
+from forum.node.http.cluster import MapHolder, misplaced_counter, watching
 from forum.node.http.handlers import HANDLERS
 from forum.node.http.keys import (
     CLUSTER,
@@ -141,7 +141,15 @@ def build_app(
     app[FORUM] = forum
     app[CONFIG] = config
     app[LIMITS] = limits = config.api_limits
-    app[SPACE] = space = Space(forum, long_polls, limits)
+    holder = None
+    misplaced = misplaced_counter(registry)
+    if placement is not None and config.cluster_map is not None:
+        holder = app[CLUSTER] = MapHolder(
+            config.cluster_map, placement, config.cluster_secret, misplaced
+        )
+        app.on_response_prepare.append(holder.on_response)
+        app.cleanup_ctx.append(functools.partial(watching, holder))
+    app[SPACE] = space = Space(forum, long_polls, limits, holder)
     app[STREAMS] = streams = Streams(
         space,
         max_frame=config.max_batch_bytes + _BODY_SLACK,
@@ -177,10 +185,6 @@ def build_app(
         else:
             app.router.add_route(operation.method, operation.path, handler)
 
-    if placement is not None and config.cluster_map is not None:
-        holder = app[CLUSTER] = MapHolder(config.cluster_map, placement, config.cluster_secret)
-        app.on_response_prepare.append(holder.on_response)
-        app.cleanup_ctx.append(functools.partial(watching, holder))
     _add_watch(app, forum, config)  # first: its streams end at once on shutdown
     app.cleanup_ctx.append(_listening)
     # on_shutdown runs after the socket closes and before in-flight requests

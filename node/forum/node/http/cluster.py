@@ -20,9 +20,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
 
 from forum.node.api.model import MAP_EPOCH_HEADER, ClusterMapBody
 from forum.node.cluster.map import ClusterMap, Group, load_map
+from forum.node.cluster.slots import slot_of
 from forum.node.config.placement import Placement
 from forum.node.core.errors import ClusterMapError
 
@@ -35,13 +37,33 @@ RELOAD_INTERVAL = 2.0
 class MapHolder:
     """A node's current map, its group, and the file it came from."""
 
-    def __init__(self, path: Path, placement: Placement, secret: str | None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        placement: Placement,
+        secret: str | None,
+        counter: Counter | None = None,
+    ) -> None:
         self.path = path
         self.map: ClusterMap = placement.map
         self.group: Group = placement.group
         self._secret = secret
         self._header = str(self.map.epoch)
         self._mtime = _mtime(path)
+        #: Keyed tuples written here whose slot another group owns (a client
+        #: fell through to this group, or routed by an older map).
+        self.misplaced = 0
+        self._misplaced = counter or misplaced_counter(None)
+
+    def figures(self) -> tuple[str, int, int]:
+        """What ``/v1/status`` shows: the group, the map's epoch, the misplaced writes."""
+        return self.group.id, self.map.epoch, self.misplaced
+
+    def note_write(self, key: str | bytes | None, count: int) -> None:
+        """Count a write of ``count`` tuples under ``key`` if this group does not own its slot."""
+        if key is not None and self.map.owner(slot_of(key)).id != self.group.id:
+            self.misplaced += count
+            self._misplaced.inc(count)
 
     def body(self) -> ClusterMapBody:
         """The map as ``GET /v1/map`` answers it."""
@@ -87,6 +109,15 @@ class MapHolder:
         while True:
             await asyncio.sleep(interval)
             self.reload()
+
+
+def misplaced_counter(registry: CollectorRegistry | None) -> Counter:
+    """``forum_cluster_misplaced_writes_total``: every node has it (0 without a map)."""
+    return Counter(
+        "forum_cluster_misplaced_writes",
+        "Keyed tuples written here whose slot another group owns (misplaced, not lost).",
+        registry=registry,
+    )
 
 
 def _mtime(path: Path) -> float | None:

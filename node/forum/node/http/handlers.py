@@ -307,9 +307,7 @@ def node_status(app: web.Application) -> NodeStatus:
         horizon=app[COMPACTOR].horizon(),
         streams=app[STREAMS].figures(),
         readiness=app[READINESS](),
-        cluster=None
-        if (holder := app.get(CLUSTER)) is None
-        else (holder.group.id, holder.map.epoch),
+        cluster=None if (holder := app.get(CLUSTER)) is None else holder.figures(),
     )
 
 

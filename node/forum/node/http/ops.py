@@ -44,6 +44,7 @@ from forum.node.core.errors import (
 )
 from forum.node.core.space import ListPage, Pattern
 from forum.node.http.bodies import ApiProblem, bad_request
+from forum.node.http.cluster import MapHolder
 from forum.node.http.longpoll import LongPolls
 from forum.node.http.responses import prefix_body
 from forum.node.http.writes import PLAIN_WRITE, WriteRequest
@@ -59,15 +60,22 @@ class Space:
     forum: Forum
     long_polls: LongPolls
     limits: Limits
+    #: The node's cluster map, on a node that has one: keyed writes it does
+    #: not own are counted as misplaced (docs/scaling.md).
+    cluster: MapHolder | None = None
 
     async def write(self, payload: bytes, asked: WriteRequest = PLAIN_WRITE) -> Written:
         if asked is PLAIN_WRITE:  # the hot path: no option given
             return Written(str(await self.forum.write(payload)))
+        if self.cluster is not None:
+            self.cluster.note_write(asked.options.get("key"), 1)
         return Written(str(await self.forum.write(payload, **asked.options)))
 
     async def write_many(self, payloads: Sequence[bytes], asked: WriteRequest = PLAIN_WRITE) -> Ids:
         if not payloads:
             return Ids([])
+        if self.cluster is not None:
+            self.cluster.note_write(asked.options.get("key"), len(payloads))
         ids = await self.forum.write_many(payloads, **asked.options)
         return Ids([str(i) for i in ids])
 
