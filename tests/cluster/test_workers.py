@@ -21,7 +21,7 @@ from forum.coordinator.presence import list_workers
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
 from forum.node.cluster import ClusterMap, slot_of
-from forum.tasks import App
+from forum.tasks import App, JobHandle, JobState
 from tests.cluster.conftest import start_groups
 from tests.coordinator.harness import WorkerProcess, eventually, running, worker_processes
 from tests.coordinator.process_handlers import STARTED
@@ -184,3 +184,39 @@ async def test_an_app_enqueues_to_the_keys_group_and_its_worker_runs_the_jobs(
             finally:
                 stop.set()
         assert results == [2 * n for n in range(len(keys))]
+
+
+async def test_an_apps_dead_jobs_are_listed_retried_and_purged_across_groups(
+    forum_nodes: ForumNodes, redis_url: str
+) -> None:
+    cluster, groups = await start_groups(forum_nodes, [1, 1])
+    app = App(nodes=[groups["g2"][0].url], redis=redis_url)
+    candidates = [f"f{n}" for n in range(40)]
+    failing = set(owned_by(cluster, candidates, "g1")[:2] + owned_by(cluster, candidates, "g2")[:2])
+
+    @app.task(retries=0)
+    async def flaky(ctx: object, key: str) -> str:
+        if key in failing:
+            raise RuntimeError(f"{key} is told to fail")
+        return f"{key} ok"
+
+    keys = sorted(failing)
+    stop = asyncio.Event()
+    async with app, asyncio.TaskGroup() as tasks:
+        tasks.create_task(app.run_worker(stop=stop, take_wait=0.2))
+        try:
+            handles = [await app.enqueue("flaky", k, _key=k) for k in keys]
+            for handle in handles:
+                await eventually(lambda h=handle: _state_is(h, JobState.DEAD), timeout=30)
+            assert sorted([s.key async for s in app.jobs(JobState.DEAD)]) == keys
+            failing.discard(keys[0])
+            await app.retry(keys[0])
+            assert await handles[0].result(timeout=30) == f"{keys[0]} ok"
+            assert await app.purge() == len(keys) - 1
+            assert [s.key async for s in app.jobs(JobState.DEAD)] == []
+        finally:
+            stop.set()
+
+
+async def _state_is(handle: JobHandle, state: JobState) -> bool:
+    return (await handle.status()).state is state
