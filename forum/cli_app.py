@@ -12,23 +12,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from forum.cli_args import NONEMPTY, UsageError, checked
 from forum.coordinator.keys import DEFAULT_NAMESPACE
 from forum.coordinator.redis_url import DEFAULT_REDIS_URL, RedisTarget
+from forum.coordinator.settings import LensConfig
 from forum.node.client.cluster import ClusterClient
-from forum.node.cluster.directory import Directory
 from forum.node.cluster.map import load_map
 from forum.node.config.node import DEFAULT_NODE
 from forum.node.core.errors import ClusterMapError, Unauthorized
 from forum.node.core.urls import node_url
 from forum.tasks import App
-from forum.tasks.cluster import worker_space
+from forum.tasks.cluster import worker_cluster
 
 
 def _directory(text: str) -> str:
@@ -181,28 +182,33 @@ def node_urls_of(args: argparse.Namespace, where: Where, app: App | None) -> lis
     return [where.node]
 
 
+@contextlib.asynccontextmanager
 async def cluster_space(
     urls: Sequence[str],
     token: str | None,
+    config: LensConfig,
     *,
     cluster_map: str | None,
-    client_id: str,
-    directory: Directory | None,
-) -> ClusterClient:
-    """A worker's tuple space: the cluster of the ``cluster_map`` file, else
-    the one whose map the first of ``urls`` to answer serves (those nodes as
-    one group when it has none: a worker as before). When none answers yet,
-    those nodes as one group: the client takes the map from the first answer
-    that names its epoch. A wrong file, token or map is a :class:`UsageError`."""
+    owner: str,
+) -> AsyncIterator[ClusterClient]:
+    """A worker's tuple space for the body: the cluster of the
+    ``cluster_map`` file, else the one whose map the first of ``urls`` to
+    answer serves (those nodes as one group when it has none: a worker as
+    before), with the directory (:func:`forum.tasks.cluster.worker_cluster`).
+    A wrong file, token or map is a :class:`UsageError`."""
+    cluster = None
     if cluster_map is not None:
         try:
-            found = await asyncio.to_thread(load_map, cluster_map)
+            cluster = await asyncio.to_thread(load_map, cluster_map)
         except ClusterMapError as exc:
             raise UsageError(f"--cluster-map: {exc}") from None
-        return ClusterClient(found, token, client_id=client_id, directory=directory)
-    try:
-        return await worker_space(urls, token, client_id=client_id, directory=directory)
-    except Unauthorized as exc:
-        raise UsageError(f"--token: {exc}") from None
-    except ClusterMapError as exc:
-        raise UsageError(f"--node {urls[0]}: {exc}") from None
+    async with contextlib.AsyncExitStack() as stack:
+        try:  # what opening it raises only: the body's errors are the worker's
+            space = await stack.enter_async_context(
+                worker_cluster(urls, token, config, owner, cluster)
+            )
+        except Unauthorized as exc:
+            raise UsageError(f"--token: {exc}") from None
+        except ClusterMapError as exc:
+            raise UsageError(f"--node {urls[0]}: {exc}") from None
+        yield space

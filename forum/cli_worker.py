@@ -63,14 +63,12 @@ from forum.cli_args import (
 )
 from forum.cli_dead import dead_letter_options
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
-from forum.coordinator.directory import DirectoryKeeper, RedisDirectory
 from forum.coordinator.errors import LensError, LensUnavailable
 from forum.coordinator.job import Backoff, Handler, KeyFunction
 from forum.coordinator.keys import HISTORY_TTL
 from forum.coordinator.lens import Lens
 from forum.coordinator.metrics import serve_metrics, worker_registry
-from forum.coordinator.presence import client_for
-from forum.coordinator.redis_url import close, masked
+from forum.coordinator.redis_url import masked
 from forum.coordinator.stats import WorkerStats
 from forum.coordinator.worker import (
     DEFAULT_CONCURRENCY,
@@ -306,21 +304,14 @@ async def run_worker(args: argparse.Namespace) -> int:
         await stack.enter_async_context(lens)
         await check_lens(lens, where.redis_url, required=code.app is not None)
         await _warn_durability(lens)
-        redis = client_for(lens.config)
-        stack.push_async_callback(close, redis)
         space = await stack.enter_async_context(
-            await cluster_space(
-                node_urls_of(args, where, code.app), where.token,
-                cluster_map=args.cluster_map, client_id=owner,
-                directory=RedisDirectory(redis, where.namespace),
+            cluster_space(
+                node_urls_of(args, where, code.app), where.token, lens.config,
+                cluster_map=args.cluster_map, owner=owner,
             )
         )  # fmt: skip
         await _check_node(space)
         worker = await _make_worker(stack, args, code, space, lens, owner=owner)
-        await stack.enter_async_context(
-            DirectoryKeeper(redis, where.namespace, lambda: space.map, owner, token=where.token,
-                            prefer=space.home)
-        )  # fmt: skip
         if args.metrics_port is not None:
             await _serve_metrics(stack, worker, args.metrics_host, args.metrics_port)
         loop = asyncio.get_running_loop()

@@ -54,7 +54,7 @@ from forum.node.core.space import Pattern
 from forum.node.core.write_options import WriteOptions, check_copies, write_properties
 from forum.tasks import admin, cron
 from forum.tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
-from forum.tasks.cluster import AppCluster, worker_space
+from forum.tasks.cluster import AppCluster, worker_cluster
 from forum.tasks.cron import Periodic, Slot
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, UnknownTask
@@ -472,13 +472,14 @@ class App:
         """Run a worker of this app against the cluster ``node`` (default:
         the app's nodes) serves the map of, and the app's Redis, until
         ``stop`` is set (or the task is cancelled); the worker, drained, once
-        it is over. Its home group is placed by its ``owner``; with no
-        directory it steals from the other groups in turn (``forum worker``
-        keeps and reads the directory). ``LensError`` at once when Redis
-        cannot be reached."""
+        it is over. Its home group is placed by its ``owner``; it steals by
+        the directory in Redis, and publishes it, as ``forum worker`` does
+        (:func:`forum.tasks.cluster.worker_cluster`). ``LensError`` at once
+        when Redis cannot be reached."""
         owner = worker_options.setdefault("owner", default_owner())
-        space = await worker_space([node] if node else self.nodes, self._token, client_id=owner)
-        async with space, Lens.from_url(self.redis, namespace=self.namespace) as lens:
+        lens = Lens.from_url(self.redis, namespace=self.namespace)
+        urls = [node] if node else self.nodes
+        async with lens, worker_cluster(urls, self._token, lens.config, owner) as space:
             try:
                 await lens.ping()
             except LensUnavailable as exc:

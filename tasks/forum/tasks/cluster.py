@@ -21,12 +21,18 @@ start to name a map's epoch in its answers, the app takes the map then.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from forum.coordinator.directory import DirectoryKeeper, RedisDirectory
+from forum.coordinator.presence import client_for
+from forum.coordinator.redis_url import close
+from forum.coordinator.settings import LensConfig
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.pool import NodePool
+from forum.node.cluster.map import ClusterMap
 from forum.node.core.errors import NodeUnavailable
 from forum.node.core.resource import AsyncResource
 
@@ -45,6 +51,34 @@ async def worker_space(urls: Sequence[str], token: str | None, **options: Any) -
     except NodeUnavailable as exc:
         log.warning("no node answers yet (%s): waiting for one", exc)
         return ClusterClient(urls, token, **options)
+
+
+@contextlib.asynccontextmanager
+async def worker_cluster(
+    urls: Sequence[str],
+    token: str | None,
+    config: LensConfig,
+    owner: str,
+    cluster: ClusterMap | None = None,
+) -> AsyncIterator[ClusterClient]:
+    """A worker's space for the body (``cluster``'s, else :func:`worker_space`'s),
+    homed by its ``owner`` id, stealing by the directory in the Lens's Redis
+    (``config``'s), with a :class:`DirectoryKeeper` publishing it beside it
+    (forum.coordinator.directory; it publishes nothing for one group)."""
+    redis = client_for(config)
+    try:
+        directory = RedisDirectory(redis, config.namespace)
+        if cluster is None:
+            space = await worker_space(urls, token, client_id=owner, directory=directory)
+        else:
+            space = ClusterClient(cluster, token, client_id=owner, directory=directory)
+        keeper = DirectoryKeeper(
+            redis, config.namespace, lambda: space.map, owner, token=token, prefer=space.home
+        )
+        async with space, keeper:
+            yield space
+    finally:
+        await close(redis)
 
 
 class AppCluster(AsyncResource):
