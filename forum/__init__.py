@@ -1,10 +1,12 @@
 """Forum: a replicated tuple space run as a multi-machine work queue.
 
-``import forum`` is the public face: the in-process node and its client
-(:mod:`forum.node`), the worker runtime and its Redis-backed Lens
-(:mod:`forum.coordinator`), the task layer (:mod:`forum.tasks`:
-``forum.App``), and the errors callers catch, each the same object as in its
-home module. The ``forum`` command lives here too (:mod:`forum.cli`).
+``import forum`` is the public face: the in-process node and its clients
+(:mod:`forum.node`: ``ForumClient`` for one group, ``ClusterClient`` and
+its ``ClusterMap`` for a cluster scaled out over replica groups), the
+worker runtime and its Redis-backed Lens (:mod:`forum.coordinator`), the
+task layer (:mod:`forum.tasks`: ``forum.App``), and the errors callers
+catch, each the same object as in its home module. The ``forum`` command
+lives here too (:mod:`forum.cli`).
 
 Every part of Forum is under this one name (docs/layout.md), so a user's
 ``tasks.py`` or ``node.py`` shadows nothing. Which part may import which
@@ -47,9 +49,12 @@ if TYPE_CHECKING:
         NotDue,
         Worker,
     )
+    from forum.node.client.cluster import ClusterClient
     from forum.node.client.remote import ForumClient
+    from forum.node.cluster.map import ClusterMap
     from forum.node.core.errors import (
         ClientError,
+        ClusterMapError,
         CopiesShort,
         DataDirLocked,
         ForumError,
@@ -97,6 +102,9 @@ __all__ = [
     "Backoff",
     "ClaimLost",
     "ClientError",
+    "ClusterClient",
+    "ClusterMap",
+    "ClusterMapError",
     "Context",
     "CopiesShort",
     "DataDirLocked",
@@ -158,13 +166,15 @@ _LAZY = {
     "forum.coordinator.job": frozenset({"Job"}),
     "forum.coordinator.lens": frozenset({"Lens"}),
     "forum.coordinator.worker": frozenset({"Worker"}),
+    "forum.node.client.cluster": frozenset({"ClusterClient"}),
     "forum.node.client.remote": frozenset({"ForumClient"}),
+    "forum.node.cluster.map": frozenset({"ClusterMap"}),
     "forum.node.core.backoff": frozenset({"Backoff"}),
     "forum.node.core.errors": frozenset({
-        "ClientError", "CopiesShort", "DataDirLocked", "ForumError", "LimitExceeded",
-        "NodeRejected", "NodeTimeout", "NodeUnavailable", "PayloadTooLarge", "RecordTooLarge",
-        "SerializationError", "StrandCorrupt", "StrandError", "Throttled", "TooFewCopies",
-        "TooManyCopies", "Unauthorized",
+        "ClientError", "ClusterMapError", "CopiesShort", "DataDirLocked", "ForumError",
+        "LimitExceeded", "NodeRejected", "NodeTimeout", "NodeUnavailable", "PayloadTooLarge",
+        "RecordTooLarge", "SerializationError", "StrandCorrupt", "StrandError", "Throttled",
+        "TooFewCopies", "TooManyCopies", "Unauthorized",
     }),
     "forum.node.core.space": frozenset({"Pattern"}),
     "forum.node.space.forum": frozenset({"Forum"}),

@@ -3,9 +3,9 @@
 ::
 
     forum serve                         forum.cli_serve    a node, replication wired in
-    forum write|take|read|count|status|compact|pause|resume
-                                        forum.cli_client   a node's API from the shell
-    forum watch                         forum.cli_watch    a node's events, as they happen
+    forum write|take|read|count|status|compact|pause|resume|map
+                                        forum.cli_client   a cluster's API from the shell
+    forum watch                         forum.cli_watch    a cluster's events, as they happen
     forum worker                        forum.cli_worker   workers (the Lens: Redis)
     forum jobs list|show|cancel|retry|purge
                                         forum.cli_jobs     a task app's jobs
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 import uvloop
 
 from forum.cli_args import EXIT_NODE, EXIT_USAGE, OneLineParser, UsageError
-from forum.node.core.errors import ClientError
+from forum.node.core.errors import ClientError, ClusterMapError
 
 if TYPE_CHECKING:
     _SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -57,15 +57,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "count": ("print how many live tuples start with PREFIX", "forum.cli_client:add_count"),
     "status": (
-        "show a node's identity, contents and peers as a table",
+        "show a node's identity, contents and peers, and its cluster map's groups, as tables",
         "forum.cli_client:add_status",
+    ),
+    "map": (
+        "print the cluster map a node serves, as a map file",
+        "forum.cli_client:add_map",
     ),
     "compact": (
         "have a node run one compaction pass now and print what it dropped",
         "forum.cli_client:add_compact",
     ),
     "watch": (
-        "print a node's writes, takes and expiries of PREFIX as they happen, until Ctrl-C",
+        "print the writes, takes and expiries of PREFIX as they happen, until Ctrl-C",
         "forum.cli_watch:add_watch",
     ),
     "pause": (
@@ -193,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
         print(f"forum {name}: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_USAGE
-    except ClientError as exc:
+    except (ClientError, ClusterMapError) as exc:  # a node's map it cannot use: the node's
         print(f"forum {args.command}: {exc}", file=sys.stderr)
         return EXIT_NODE
     except KeyboardInterrupt:

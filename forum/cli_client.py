@@ -1,6 +1,14 @@
 """``forum write``, ``take``, ``read``, ``count``, ``status``, ``compact``,
-``pause`` and ``resume``: a node's API from the shell, through
-:class:`~forum.node.client.remote.ForumClient`.
+``pause``, ``resume`` and ``map``: a cluster's API from the shell (docs/cli.md).
+
+Given any node's URL, the tuple commands work on the node's whole cluster
+through :class:`~forum.node.client.cluster.ClusterClient` (:func:`cluster_space`):
+a node started with a cluster map names its replica groups, and a keyed
+write goes to its slot's group, ``take`` and ``read`` look in every group,
+``count`` sums over them, ``pause`` and ``resume`` reach each. A node
+without a map is its cluster's one group, so there they act on it as they
+always did. ``status`` shows the node, then each group of its map and each
+member's figures; ``compact`` is the node's own; ``map`` prints the map.
 
 ``take`` and ``read`` write the tuple's bytes as they are to stdout (a
 newline after them only on a terminal) and exit 1 when nothing matched.
@@ -10,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import json
+import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from forum.cli_args import (
     EXIT_NO_MATCH,
@@ -23,8 +34,11 @@ from forum.cli_args import (
     UsageError,
     node_options,
 )
-from forum.node.api.status import PeerStatus
+from forum.node.api.model import ClusterMapBody, GroupBody
+from forum.node.api.status import NodeStatus, PeerStatus
+from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
+from forum.node.core.errors import ClientError
 from forum.node.core.space import Pattern
 
 Command = Callable[[argparse.Namespace], Awaitable[int]]
@@ -103,6 +117,10 @@ def add_compact(parser: argparse.ArgumentParser) -> None:
     _client_options(parser, "forum compact --node http://10.0.0.5:7070", _compact)
 
 
+def add_map(parser: argparse.ArgumentParser) -> None:
+    _client_options(parser, "forum map --node http://10.0.0.5:7070 > cluster-map.toml", _map)
+
+
 def add_pause(parser: argparse.ArgumentParser) -> None:
     _client_options(parser, "forum pause job/", _pause_or_resume)
     parser.add_argument("prefix", metavar="PREFIX", help="the byte prefix to pause (not empty)")
@@ -120,12 +138,23 @@ def _pattern(args: argparse.Namespace) -> Pattern:
     return Pattern(os.fsencode(args.prefix))
 
 
+@contextlib.asynccontextmanager
+async def cluster_space(args: argparse.Namespace) -> AsyncIterator[ClusterClient]:
+    """The tuple space of the cluster ``--node`` is in: the groups of the map
+    it serves, or the node alone when it has none (its cluster is one group)."""
+    # A group or node that does not answer is the command's one-line error, or
+    # passed over for the next (a write falling through): not a log line too.
+    logging.getLogger("forum.node.client").setLevel(logging.ERROR)
+    async with await ClusterClient.discover(args.node, args.token) as space:
+        yield space
+
+
 async def _write(args: argparse.Namespace) -> int:
     if args.payload == "-":
         payload = await asyncio.to_thread(sys.stdin.buffer.read)
     else:
         payload = os.fsencode(args.payload)
-    async with ForumClient(args.node, args.token) as space:
+    async with cluster_space(args) as space:
         written = await space.write(
             payload,
             delay=args.delay,
@@ -145,7 +174,7 @@ async def _pause_or_resume(args: argparse.Namespace) -> int:
     prefix = os.fsencode(args.prefix)
     if not prefix:
         raise UsageError("PREFIX must not be empty")
-    async with ForumClient(args.node, args.token) as space:
+    async with cluster_space(args) as space:
         if args.command == "pause":
             print(f"paused {args.prefix} (marker {await space.pause(prefix)})")
         else:
@@ -154,7 +183,7 @@ async def _pause_or_resume(args: argparse.Namespace) -> int:
 
 
 async def _take_or_read(args: argparse.Namespace) -> int:
-    async with ForumClient(args.node, args.token) as space:
+    async with cluster_space(args) as space:
         if args.command == "take":
             found = await space.take_entry(_pattern(args), timeout=args.wait)
         else:
@@ -170,7 +199,7 @@ async def _take_or_read(args: argparse.Namespace) -> int:
 
 
 async def _count(args: argparse.Namespace) -> int:
-    async with ForumClient(args.node, args.token) as space:
+    async with cluster_space(args) as space:
         print(await space.count(_pattern(args)))
     return EXIT_OK
 
@@ -178,6 +207,7 @@ async def _count(args: argparse.Namespace) -> int:
 async def _status(args: argparse.Namespace) -> int:
     async with ForumClient(args.node, args.token) as space:
         status = await space.status()
+        cluster = None if status.group is None else await space.cluster_map()
     rows = [
         ("node", status.node_id),
         ("origin", status.origin),
@@ -203,12 +233,96 @@ async def _status(args: argparse.Namespace) -> int:
         *_fill_rows(status.limits),
         ("peers", str(len(status.peers)) if status.peers else "none"),
     ]
+    if cluster is not None:
+        rows += [
+            ("group", cluster.group),
+            ("map epoch", str(cluster.epoch)),
+            ("misplaced writes", f"{status.misplaced_writes} (keyed, their slot's group another)"),
+        ]
     print(_table(rows))
     if status.peers:
         columns = sorted(field.name for field in dataclasses.fields(PeerStatus))
         print()
         cells = [tuple(str(getattr(peer, c)) for c in columns) for peer in status.peers]
         print(_table([tuple(columns), *cells]))
+    if cluster is not None:
+        print()
+        print(_table(await _group_rows(cluster, args.token)))
+    return EXIT_OK
+
+
+#: Seconds ``forum status`` waits for a member of a group to answer.
+MEMBER_TIMEOUT = 5.0
+
+
+async def _group_rows(cluster: ClusterMapBody, token: str | None) -> list[tuple[str, ...]]:
+    """One row per member of each group of the map, with what it says of
+    itself, asked of all at once (one that does not answer is unreachable)."""
+    # A retired group may list no members: a row of its own all the same.
+    members = [(group, url) for group in cluster.groups for url in group.members or ("-",)]
+    answers = await asyncio.gather(*(_member_status(url, token) for _, url in members))
+    header = ("group", "state", "weight", "member", "node", "live", "reserved", "converged")
+    rows: list[tuple[str, ...]] = [header]
+    for (group, url), answer in zip(members, answers, strict=True):
+        rows.append(_member_row(group, url, answer))
+    return rows
+
+
+async def _member_status(url: str, token: str | None) -> NodeStatus | str:
+    """The member's status, or why it gave none."""
+    if url == "-":
+        return "no members"  # a retired group's
+    try:
+        async with asyncio.timeout(MEMBER_TIMEOUT), ForumClient(url, token) as member:
+            return await member.status()
+    except ClientError as exc:
+        return str(exc)
+    except TimeoutError:
+        return f"no answer in {MEMBER_TIMEOUT:.0f} s"
+
+
+def _member_row(group: GroupBody, url: str, answer: NodeStatus | str) -> tuple[str, ...]:
+    named = (group.id, group.state, f"{group.weight:g}", url)
+    if url == "-":
+        return (*named, "-", "-", "-", "no members")
+    if isinstance(answer, str):
+        return (*named, "unreachable", "-", "-", answer)
+    return (*named, answer.node_id, str(answer.live), str(answer.reserved), converged(answer))
+
+
+def converged(status: NodeStatus) -> str:
+    """Whether the node and its peers (its group's other members) hold the
+    same entries, as its replication last heard: ``yes``, ``alone`` (no
+    peers), or ``no`` with why."""
+    if not status.peers:
+        return "alone"
+    alive = [p for p in status.peers if p.state == "alive"]
+    behind = sum(p.behind or 0 for p in alive)
+    if len(alive) == len(status.peers) and behind == 0 and all(p.behind is not None for p in alive):
+        return "yes"
+    return f"no ({len(alive)} of {len(status.peers)} peers alive, {behind} entries behind)"
+
+
+async def _map(args: argparse.Namespace) -> int:
+    """Print the node's cluster map as a map file (TOML) that ``--cluster-map`` takes."""
+    async with ForumClient(args.node, args.token) as space:
+        cluster = await space.cluster_map()
+    signed = "signed" if cluster.signature else "not signed (no cluster secret)"
+    lines = [
+        f"# the cluster map {args.node} serves ({signed}); it is in group {cluster.group}",
+        f"epoch = {cluster.epoch}",
+    ]
+    for group in cluster.groups:
+        members = ", ".join(json.dumps(url) for url in group.members)
+        lines += [
+            "",
+            "[[groups]]",
+            f"id = {json.dumps(group.id)}",
+            f"weight = {group.weight!r}",
+            f"state = {json.dumps(group.state)}",
+            f"members = [{members}]",
+        ]
+    print("\n".join(lines))
     return EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""``forum watch PREFIX``: print a node's writes, takes and expiries as they happen.
+"""``forum watch PREFIX``: print a cluster's writes, takes and expiries as they happen.
 
 One line per event on stdout, until Ctrl-C (or SIGTERM), which exits 0::
 
@@ -11,6 +11,13 @@ A payload is shown as UTF-8 text (other bytes as ``\\xNN``, line breaks as
 ``\\n``). What is about the watch itself goes to stderr: that it is live, that
 events were missed (``gap``, ``reset``; the watch goes on), and an
 ``overflow`` (the node cut the watch off: exit 3; ``--last-event-id`` resumes).
+
+A node of one group (a node without a cluster map is its cluster's one
+group) has every event of its cluster: the watch follows that node, as it
+always did. Given a node of a scaled-out cluster, it follows a member of
+each group of the map at once, their events merged as they come (nothing
+orders events of two groups); an event id is then one node's, so
+``--last-event-id`` is refused there.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ import asyncio
 import os
 import signal
 import sys
-from contextlib import aclosing
+from collections.abc import AsyncGenerator
+from contextlib import AsyncExitStack, aclosing
 
-from forum.cli_args import EXIT_NODE, EXIT_OK, node_options
+from forum.cli_args import EXIT_NODE, EXIT_OK, UsageError, node_options
+from forum.cli_client import cluster_space
 from forum.node.client.remote import ForumClient
 from forum.node.client.watch import WatchEvent
 from forum.node.core.space import Pattern
@@ -72,16 +81,27 @@ async def run_watch(args: argparse.Namespace) -> int:
 
 async def _follow(args: argparse.Namespace) -> int:
     pattern = Pattern(os.fsencode(args.prefix))
-    async with (
-        ForumClient(args.node, args.token) as space,
-        aclosing(space.watch(pattern, last_event_id=args.last_event_id)) as events,
-    ):
+    async with cluster_space(args) as cluster, AsyncExitStack() as stack:
+        groups = len(cluster.map.served)
+        events: AsyncGenerator[WatchEvent, None]
+        if groups == 1:
+            node = await stack.enter_async_context(ForumClient(args.node, args.token))
+            events = node.watch(pattern, last_event_id=args.last_event_id)
+            where = args.node
+        elif args.last_event_id is not None:
+            raise UsageError(
+                f"--last-event-id resumes one node's watch, and this cluster has {groups} groups"
+            )
+        else:
+            events = cluster.watch(pattern)
+            where = f"a member of each of {groups} groups"
+        await stack.enter_async_context(aclosing(events))
         async for event in events:
             if event.kind == "overflow":
                 _note(f"{event.message} (the last event seen: {event.event_id})")
                 return EXIT_NODE
             if event.kind == "ready":
-                _note(f"watching {args.prefix!r} on {args.node} from {event.event_id}")
+                _note(f"watching {args.prefix!r} on {where} from {event.event_id}")
             elif event.kind in ("gap", "reset"):
                 _note(f"{event.kind}: {event.message}")
             else:

@@ -1,8 +1,10 @@
 """The dashboard's routes on the node's app, and the extension that adds them.
 
 =====================  ==============================================================
-``GET /ui``            Overview: every node's rates, contents, Strand and compaction
-``GET /ui/prefixes``   Prefixes, grouped at ``?separator=`` (``/`` by default)
+``GET /ui``            Overview: every node's rates, contents, Strand and compaction;
+                       with a cluster map, its replica groups and their members
+``GET /ui/prefixes``   Prefixes, grouped at ``?separator=`` (``/`` by default),
+                       counted over every group of the cluster map
 ``GET /ui/peers``      Peers, as this node's replication knows them
 ``GET /ui/guarantees`` Guarantees: double takes caught; the Lens's figures
 ``GET /ui/jobs ...``   Jobs and Workers, and the job actions (forum.dashboard.jobs)
@@ -24,6 +26,7 @@ both.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,6 +36,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
+from forum.dashboard.groups import Groups, group_rows, sampled_elsewhere
 from forum.dashboard.keys import LENS_VIEW, lens_view
 from forum.dashboard.openapi import describe
 from forum.dashboard.sampler import INTERVAL, KEEP, Sampler
@@ -46,6 +50,7 @@ from forum.dashboard.views import (
     ago,
     duration,
     health,
+    merged_prefixes,
     node_rows,
     peer_state,
     per_second,
@@ -59,6 +64,7 @@ from forum.node.http.auth import TOKEN_COOKIE, Scope, scope_of
 from forum.node.http.bodies import ApiProblem, bad_request
 from forum.node.http.handlers import node_status
 from forum.node.http.keys import (
+    CLUSTER,
     CONFIG,
     DESCRIBED,
     FORUM,
@@ -103,6 +109,8 @@ NO_FRAMES = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancest
 SAMPLER = web.AppKey("dashboard_sampler", Sampler)
 RATES = web.AppKey("dashboard_group_rates", GroupRates)
 TEMPLATES = web.AppKey("dashboard_templates", jinja2.Environment)
+#: The other replica groups (forum.dashboard.groups); absent on a node without a map.
+GROUPS = web.AppKey("dashboard_groups", Groups)
 
 
 def dashboard(
@@ -127,9 +135,13 @@ def dashboard(
             app[LENS_VIEW] = LensView(lens_url, config.token, lambda: node_status(app).advertise)
             for path, action in jobs.ACTIONS.items():
                 app.router.add_post(path, action)
+        holder = app.get(CLUSTER)
+        if holder is not None:
+            app[GROUPS] = Groups(holder, config.token)
         app[SAMPLER] = Sampler(
             local=lambda: node_status(app),
-            peers=lambda: [p.url for p in app[PEERS]()],
+            # Its group's members are its peers; the other groups' are asked too.
+            peers=lambda: [p.url for p in app[PEERS]()] + sampled_elsewhere(holder),
             token=config.token,
             interval=interval,
             keep=keep,
@@ -160,7 +172,12 @@ def dashboard(
 
 
 async def _sampling(app: web.Application) -> AsyncIterator[None]:
-    async with app[SAMPLER].running(), app[RATES].running():
+    groups = app.get(GROUPS)
+    async with (
+        app[SAMPLER].running(),
+        app[RATES].running(),
+        contextlib.nullcontext() if groups is None else groups.running(),
+    ):
         try:
             yield
         finally:
@@ -174,12 +191,18 @@ async def overview(request: web.Request) -> web.Response:
     status = node_status(request.app)
     ok, line = health(status)
     rows = node_rows(list(sampler.histories.values()), status.advertise, sampler.keep)
-    return _page(request, "overview.html", rows=rows, healthy=ok, health=line)
+    groups = request.app.get(GROUPS)
+    return _page(
+        request, "overview.html", rows=rows, healthy=ok, health=line,
+        groups=None if groups is None else group_rows(groups.holder, sampler.histories),
+        epoch=None if groups is None else groups.holder.map.epoch,
+    )  # fmt: skip
 
 
 async def prefixes(request: web.Request) -> web.Response:
     """The node's groups (``GET /v1/prefixes?separator=``, oldest ages
-    included), each with its dead letters (the node's live tuples under
+    included; with a cluster map, the other groups' added in:
+    forum.dashboard.groups), each with its dead letters (the node's live tuples under
     :data:`DEAD_PREFIX`, grouped alike), its rates (counted from now on, while
     the panel is looked at), its double takes when grouped at the separator
     the node counts them at, and, with a Lens, the workers' running jobs and
@@ -188,11 +211,16 @@ async def prefixes(request: web.Request) -> web.Response:
     rows: list[PrefixRow] = []
     error = lens_error = None
     unplaced = None
+    unreachable: list[str] = []
     try:
         if not separator:
             raise bad_request("invalid_parameter", "the separator must not be empty")
         sep = separator.encode()
-        found = request.app[SPACE].prefixes(JSON, sep)  # a bad separator: 400 here
+        found = request.app[SPACE].prefixes(JSON, sep).prefixes  # a bad separator: 400 here
+        groups = request.app.get(GROUPS)
+        if groups is not None:
+            elsewhere, unreachable = await groups.prefixes(separator)
+            found = merged_prefixes(found, elsewhere)
         dead = request.app[FORUM].live_groups(sep, MAX_GROUPS, DEAD_PREFIX)
         counter = request.app[RATES]
         counter.looked(sep)
@@ -202,7 +230,7 @@ async def prefixes(request: web.Request) -> web.Response:
         if sep == DOUBLE_TAKES_SEPARATOR:
             doubles = request.app[FORUM].double_takes_by_prefix()
         rows = prefix_rows(
-            found.prefixes,
+            found,
             {group[len(DEAD_PREFIX) :]: n for group, n in dead.items()},
             None if measured is None else measured[0],
             lens,
@@ -215,6 +243,7 @@ async def prefixes(request: web.Request) -> web.Response:
     return _page(
         request, "prefixes.html", rows=rows, separator=separator, error=error,
         lens_error=lens_error, unplaced=unplaced, dead_prefix=DEAD_PREFIX.decode(),
+        grouped=GROUPS in request.app, unreachable=unreachable,
         double_takes_separator=DOUBLE_TAKES_SEPARATOR.decode(),
         http_status=400 if error else 200,
     )  # fmt: skip

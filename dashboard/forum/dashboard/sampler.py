@@ -76,7 +76,8 @@ class Sampler:
 
     #: This node's status, taken in process.
     local: Callable[[], NodeStatus]
-    #: The URLs of the peers to ask, as this node's replication knows them now.
+    #: The URLs of the peers to ask, as this node's replication knows them now
+    #: (and, with a cluster map, the other groups' members: forum.dashboard.groups).
     peers: Callable[[], Iterable[str]]
     token: str | None
     interval: float = INTERVAL

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from msgspec import UnsetType
+from msgspec import UnsetType, structs
 
 from forum.dashboard.sampler import NodeHistory
 from forum.dashboard.throughput import Rate
@@ -248,6 +248,33 @@ def _key(body: PrefixBody) -> bytes:
     if isinstance(body.prefix, str):
         return body.prefix.encode()
     return base64.b64decode(body.prefix_b64 if isinstance(body.prefix_b64, str) else "")
+
+
+def merged_prefixes(
+    here: Sequence[PrefixBody], elsewhere: Iterable[Sequence[PrefixBody]]
+) -> list[PrefixBody]:
+    """This group's rows of ``GET /v1/prefixes?separator=`` with the other
+    groups' added in: per prefix, live, delayed and reserved summed over the
+    groups (a tuple is in one group), the oldest age the greatest, paused if
+    paused anywhere; a limit's fill is this node's (limits are per node)."""
+    rows = {_key(body): body for body in here}
+    for bodies in elsewhere:
+        for body in bodies:
+            key = _key(body)
+            mine = rows.get(key)
+            if mine is None:
+                rows[key] = structs.replace(body, held=None, limit=None)
+                continue
+            ages = [a for a in (mine.oldest_age, body.oldest_age) if isinstance(a, float | int)]
+            rows[key] = structs.replace(
+                mine,
+                live=_count(mine.live) + _count(body.live),
+                delayed=_count(mine.delayed) + _count(body.delayed),
+                reserved=_count(mine.reserved) + _count(body.reserved),
+                paused=mine.paused or body.paused,
+                oldest_age=max(ages) if ages else mine.oldest_age,
+            )
+    return [rows[key] for key in sorted(rows)]
 
 
 def prefix_rows(

@@ -26,8 +26,9 @@ over inside the group). What goes where (docs/scaling.md):
   group's backlog per queue, a moment old), it draws two groups with a
   backlog and looks in the one whose oldest tuple is older (power of two
   choices), and keeps looking there while it finds work; without a
-  directory, it looks in the next group in turn. Oldest-first and priority
-  are exact inside a group and best effort across groups, as in SQS.
+  directory, it looks in every other group, from the next in turn.
+  Oldest-first and priority are exact inside a group and best effort across
+  groups, as in SQS.
 * A reservation is acked, extended and released on the node that made it
   (reservations are not replicated): the client remembers which, per entry.
 * ``count`` sums over the groups; ``list`` pages through them one after the
@@ -375,7 +376,7 @@ class ClusterClient(AsyncResource):
         """The groups to look in now, in order, each drawn only when the one
         before had nothing: home (unless found empty in the last
         ``STEAL_EVERY``), the group a steal last found work in, then one
-        drawn from the directory (or the next in turn without one)."""
+        drawn from the directory (or, without one, every other group)."""
         now = asyncio.get_running_loop().time()
         # Home found empty a moment ago: look elsewhere first, home after.
         home_last = now - self._home_empty.get(prefix, -STEAL_EVERY) < STEAL_EVERY
@@ -395,11 +396,15 @@ class ClusterClient(AsyncResource):
                 yield gid
 
     async def _draw(self, queue: bytes, others: list[str]) -> list[str]:
-        """One group to steal from: the older of two with a backlog of
-        ``queue`` (power of two choices), or the next in turn."""
+        """Where to steal from: the older of two groups with a backlog of
+        ``queue`` (power of two choices), or without a directory every
+        other group, from the next in turn."""
         if self._directory is None:
+            # Every other group, from the next in turn: a look without a
+            # directory misses no group's work (one probe each; fine at small G).
             self._turn += 1
-            return [others[self._turn % len(others)]]
+            start = self._turn % len(others)
+            return others[start:] + others[:start]
         try:
             depths = await self._directory.depths(queue)
         except Exception as exc:  # a directory that fails only costs evenness
