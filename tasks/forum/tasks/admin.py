@@ -17,10 +17,8 @@ missed or shown twice in passing.
 Every call here reads and writes the space through the app's cluster
 (:mod:`forum.tasks.cluster`), failing over inside a group as enqueue does,
 and gathering over its groups: a listing pages through the groups one after
-another (the cursor names the group), a job's dead letter is looked for in
-every group, and a purge takes each letter where it is (home, then a group
-in turn: a letter missed on one pass is taken on a later one, the purge
-passes until no letter is listed).
+another (the cursor names the group), and a job's dead letter is looked
+for, and taken, in every group.
 """
 
 from __future__ import annotations
