@@ -20,7 +20,7 @@ from forum.coordinator.keys import DEFAULT_NAMESPACE, KeySchema
 from forum.coordinator.presence import list_workers
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap, slot_of
+from forum.node.cluster import ClusterMap, load_map, slot_of
 from forum.tasks import App, JobHandle, JobState
 from tests.cluster.conftest import start_groups
 from tests.coordinator.harness import WorkerProcess, eventually, running, worker_processes
@@ -220,3 +220,41 @@ async def test_an_apps_dead_jobs_are_listed_retried_and_purged_across_groups(
 
 async def _state_is(handle: JobHandle, state: JobState) -> bool:
     return (await handle.status()).state is state
+
+
+async def test_an_app_on_a_node_without_a_map_takes_one_when_the_node_gets_it(
+    forum_nodes: ForumNodes, redis_url: str
+) -> None:
+    """t0: the app enqueues through a node that serves no map (its nodes, as
+    before). t1: the node restarts in group g1 of a map with g2. t2: an
+    answer names the map's epoch; from the next call on, keys go by slot."""
+    a = await forum_nodes.start("a")
+    b = forum_nodes.make("b")
+    app = App(nodes=[a.url], redis=redis_url)
+
+    @app.task
+    async def noop(ctx: object) -> None:
+        return None
+
+    async with app:
+        await app.enqueue("noop", _key="before")
+        path = forum_nodes.root / "map.toml"
+        path.write_text(
+            f'epoch = 1\n[[groups]]\nid = "g1"\nmembers = ["{a.url}"]\n'
+            f'[[groups]]\nid = "g2"\nmembers = ["{b.url}"]\n'
+        )
+        await a.stop()
+        for node in (a, b):
+            node.args += ["--cluster-map", str(path)]
+        await forum_nodes.start_all()
+        cluster = load_map(path)
+        keys = owned_by(cluster, [f"k{n}" for n in range(5000)], "g2")
+        async with ForumClient(b.url) as g2:
+
+            async def enqueued_in_g2() -> bool:
+                await app.enqueue("noop", _key=keys.pop())
+                return await g2.count(Pattern(app.prefix)) > 0
+
+            # Within one look of the map (MAP_REFRESH): a key of g2's goes there.
+            await eventually(enqueued_in_g2, timeout=30, what="a key of g2's in g2")
+        assert app.space.map.epoch == 1

@@ -14,8 +14,10 @@ A cluster without a map (the node answers 404) is its nodes, as before:
 the calls go through a :class:`~forum.node.client.pool.NodePool` of them,
 the same requests and the same client CPU per enqueue as before this
 module (routing by slot costs a ClusterClient some 10 µs a write, for
-nothing when there is one group), after that one look. Should a node
-start to name a map's epoch in its answers, the app takes the map then.
+nothing when there is one group), after that one look, and one more every
+``MAP_REFRESH`` seconds (as a ClusterClient looks for a newer map): a node
+that has a map by then, or names a map's epoch in an answer, gives the app
+its map.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from forum.coordinator.directory import DirectoryKeeper, RedisDirectory
 from forum.coordinator.presence import client_for
 from forum.coordinator.redis_url import close
 from forum.coordinator.settings import LensConfig
-from forum.node.client.cluster import ClusterClient
+from forum.node.client.cluster import MAP_REFRESH, ClusterClient
 from forum.node.client.pool import NodePool
 from forum.node.cluster.map import ClusterMap
 from forum.node.core.errors import NodeUnavailable
@@ -94,6 +96,8 @@ class AppCluster(AsyncResource):
         self._nodes: NodePool | None = None
         self._mapped = False
         self._mapping = asyncio.Lock()
+        #: When to ask a node without a map for one again (loop time).
+        self._look_again = 0.0
 
     async def call(self, operation: Callable[[Any], Awaitable[T]]) -> T:
         """``operation(space)``, the cluster's map taken first (on the first
@@ -106,7 +110,9 @@ class AppCluster(AsyncResource):
         try:
             return await nodes.call(operation)
         finally:
-            if nodes.current.map_epoch:  # the node has a map now: take it next call
+            # The node named a map's epoch (an HTTP answer), or it is time to
+            # look again (as a ClusterClient does): ask for the map next call.
+            if nodes.current.map_epoch or asyncio.get_running_loop().time() >= self._look_again:
                 self._mapped = False
 
     async def _take_map(self) -> None:
@@ -118,6 +124,7 @@ class AppCluster(AsyncResource):
             async with await ClusterClient.discover(self._urls, self._token) as found:
                 mapless = found.map.epoch == 0 and len(found.map.groups) == 1
                 self.space.take_map(found.map)
+            self._look_again = asyncio.get_running_loop().time() + MAP_REFRESH
             if mapless and self._nodes is None:
                 self._nodes = NodePool(self._urls, self._token)
             elif not mapless and self._nodes is not None:
