@@ -152,6 +152,12 @@ class ClusterClient(AsyncResource):
         return self._map
 
     @property
+    def url(self) -> str:
+        """The URL of the home group's node that answered last (as
+        ``ForumClient.url``: what a worker's presence names)."""
+        return self._pool(self._home[0]).current.url
+
+    @property
     def home(self) -> tuple[str, ...]:
         """The ids of this client's home groups."""
         return self._home
