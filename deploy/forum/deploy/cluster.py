@@ -227,16 +227,19 @@ class Cluster(AsyncResource):
         return args
 
     async def add_worker(self, node: NodeService, name: str) -> WorkerService:
-        """Make (not start) a worker on ``node``; with chaos its Redis goes through a proxy."""
+        """Make (not start) a worker on ``node`` (with groups, the node it
+        first asks; it is stopped with that node's group); with chaos its
+        Redis goes through a proxy."""
         redis_url = self.redis_url
         if self.toxiproxy is not None:
             upstream = redis_url.split("://", 1)[1].split("/", 1)[0]
             proxy = await self.toxiproxy.create(link_name(name, "redis"), upstream)
             self.redis_links[name] = proxy
             redis_url = f"redis://{proxy.listen}/0"
-        # TODO(issue 30): with groups, give the worker `--cluster-map PATH` (home
-        # groups, stealing) once the lead's `forum worker --cluster-map` is on
-        # main; until then each worker takes from its own node, so from its group.
+        # With groups, the launcher's map: the worker routes by it (its home
+        # group placed by its name, stealing from the others), and takes the
+        # operator's edits from the nodes' Forum-Map-Epoch.
+        routing = [] if self.map_path is None else ["--cluster-map", str(self.map_path)]
         worker = WorkerService(
             name,
             self.root,
@@ -249,6 +252,7 @@ class Cluster(AsyncResource):
                 "--lease", str(self.cfg.lease),
                 "--owner", name,
                 "--no-progress",
+                *routing,
                 *self.cfg.worker_args,
             ],
         )  # fmt: skip

@@ -41,18 +41,12 @@ def first_map(groups: list[list[str]]) -> ClusterMap:
 
 def to_toml(cluster: ClusterMap) -> str:
     """The map as the TOML a node reads (forum.node.cluster.map's format).
-    Ids and URLs are JSON-quoted: a JSON string of them is a TOML basic string."""
-    lines = [f"epoch = {cluster.epoch}"]
-    for group in cluster.groups:
-        members = ", ".join(json.dumps(url) for url in group.members)
-        lines += [
-            "",
-            "[[groups]]",
-            f"id = {json.dumps(group.id)}",
-            f"state = {json.dumps(group.state)}",
-            f"weight = {group.weight!r}",
-            f"members = [{members}]",
-        ]
+    Every value is written as JSON: a JSON string, number or list of strings
+    is the same value in TOML."""
+    document = cluster.to_document()
+    lines = [f"epoch = {document['epoch']}"]
+    for group in document["groups"]:
+        lines += ["", "[[groups]]", *(f"{k} = {json.dumps(v)}" for k, v in group.items())]
     return "\n".join(lines) + "\n"
 
 
