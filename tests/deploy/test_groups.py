@@ -149,3 +149,6 @@ async def test_the_demo_writes_each_job_to_its_slots_group_and_loses_none(tmp_pa
     assert "through 2 nodes in 2 groups" in out
     writes = [int(w) for w in re.findall(r"g\d-a: live=\d+ writes=(\d+)", out)]
     assert len(writes) == 2 and all(writes) and sum(writes) == 200, writes  # both groups wrote
+    for worker in ("worker-g1a1", "worker-g2a1"):  # they route by the launcher's map
+        started = (tmp_path / worker / f"{worker}.log").read_text().splitlines()[0]
+        assert f"--cluster-map {tmp_path / MAP_FILE}" in started
