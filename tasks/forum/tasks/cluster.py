@@ -73,7 +73,13 @@ async def worker_cluster(
         if cluster is None:
             space = await worker_space(urls, token, client_id=owner, directory=directory)
         else:
-            space = ClusterClient(cluster, token, client_id=owner, directory=directory)
+            space = ClusterClient(
+                cluster,
+                token,
+                client_id=owner,
+                directory=directory,
+                prefer=urls[0] if urls else None,
+            )
         keeper = DirectoryKeeper(
             redis, config.namespace, lambda: space.map, owner, token=token, prefer=space.home
         )

@@ -88,6 +88,10 @@ class ClusterClient(AsyncResource):
     without a map is). ``client_id`` places its home groups (default: random,
     per client); ``home``: how many. ``directory``: where group backlogs are
     published, for stealing. ``cluster_secret``: check fetched maps' signatures.
+    ``prefer``: the member its group is reached through first (a worker given
+    one node's URL works through that node); the other groups' members are
+    tried from one drawn by the client id, so clients spread over a group's
+    members.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class ClusterClient(AsyncResource):
         cluster_secret: str | None = None,
         map_refresh: float = MAP_REFRESH,
         rng: random.Random | None = None,
+        prefer: str | None = None,
     ) -> None:
         if home < 1:
             raise ValueError("home must be at least 1")
@@ -112,6 +117,7 @@ class ClusterClient(AsyncResource):
         self._directory = directory
         self._secret = cluster_secret
         self._map_refresh = map_refresh
+        self._prefer = None if prefer is None else prefer.rstrip("/")
         self._pools: dict[str, NodePool] = {}
         #: The node that made each reservation this client holds.
         self._holders: dict[EntryId, ForumClient] = {}
@@ -143,8 +149,9 @@ class ClusterClient(AsyncResource):
             except NodeRejected as exc:
                 if exc.status != 404:
                     raise
-                return cls(pool.urls, token, **kwargs)
-        return cls(_checked(body, kwargs.get("cluster_secret")), token, **kwargs)
+                return cls(pool.urls, token, **{"prefer": pool.current.url, **kwargs})
+        cluster = _checked(body, kwargs.get("cluster_secret"))
+        return cls(cluster, token, **{"prefer": pool.current.url, **kwargs})
 
     @property
     def map(self) -> ClusterMap:
@@ -175,8 +182,18 @@ class ClusterClient(AsyncResource):
         gid = group if isinstance(group, str) else group.id
         pool = self._pools.get(gid)
         if pool is None:
-            pool = self._pools[gid] = NodePool(self._map.group(gid).members, self._token)
+            pool = self._pools[gid] = NodePool(self._members(gid), self._token)
         return pool
+
+    def _members(self, gid: str) -> list[str]:
+        """Group ``gid``'s members in the order this client tries them: from
+        the preferred one, else from one drawn by the client id."""
+        members = list(self._map.group(gid).members)
+        if self._prefer in members:
+            start = members.index(self._prefer)
+        else:
+            start = zlib.crc32(self.client_id.encode()) % len(members)
+        return members[start:] + members[:start]
 
     async def _call(self, group: Group | str, call: Callable[[ForumClient], Awaitable[T]]) -> T:
         """``call`` on a member of ``group`` that answers; a newer map an
@@ -219,7 +236,7 @@ class ClusterClient(AsyncResource):
         self._pools = {
             gid: pool
             for gid, pool in old.items()
-            if gid in keep and pool.urls == cluster.group(gid).members
+            if gid in keep and set(pool.urls) == set(cluster.group(gid).members)
         }
         for gid, pool in old.items():
             if self._pools.get(gid) is not pool:
