@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from forum.coordinator.keys import KeySchema
 from forum.node.cluster import SLOTS, ClusterMap, load_map, slot_of
+from forum.node.cluster.slots import balanced, group_seed, ranked
 from forum.node.core.errors import ClusterMapError
 
 
@@ -130,3 +132,19 @@ def test_a_missing_or_unparsable_file_is_one_line_naming_it(tmp_path: Path) -> N
     bad.write_text("epoch = \n")
     with pytest.raises(ClusterMapError, match=r"bad.toml: not a valid TOML cluster map"):
         load_map(bad)
+
+
+def test_balanced_homes_give_every_group_its_share_and_move_few_when_one_worker_comes() -> None:
+    groups = [(f"g{i}", group_seed(f"g{i}"), 1.0) for i in range(10)]
+    workers = [f"worker-{n}" for n in range(50)]
+    homes = balanced(workers, groups)
+    assert set(homes) == set(workers)
+    assert sorted(Counter(homes.values()).values()) == [5] * 10  # plain rendezvous is uneven
+    assert max(Counter(ranked_home(w, groups) for w in workers).values()) > 5
+    assert balanced(list(reversed(workers)), groups) == homes  # the same answer everywhere
+    more = balanced([*workers, "worker-50"], groups)
+    assert sum(1 for w in workers if more[w] != homes[w]) <= len(workers) // 5
+
+
+def ranked_home(worker: str, groups: list[tuple[str, int, float]]) -> str:
+    return ranked(zlib.crc32(worker.encode()), groups)[0]

@@ -11,6 +11,7 @@ import pytest
 from forum.coordinator.directory import DirectoryKeeper, RedisDirectory, directory_key
 from forum.coordinator.keys import KeySchema
 from forum.coordinator.redis_url import RedisClient, RedisTarget, close
+from forum.node.client.cluster import ClusterClient
 from forum.node.cluster import ClusterMap, Group
 from forum.node.cluster.directory import Depth
 
@@ -61,3 +62,19 @@ async def test_a_reader_sees_fresh_entries_only_and_caches_a_queue(redis: RedisC
     await redis.hset(key, "g1", f"0 0 {seconds}")
     assert await directory.depths(b"job/") == {"g1": Depth(7, 2.5)}  # cached
     assert await RedisDirectory(redis, NS).depths(b"job/") == {"g1": Depth(0, 0.0)}
+
+
+async def test_keepers_count_the_workers_so_their_clients_home_one_to_a_group(
+    redis: RedisClient,
+) -> None:
+    clients = [ClusterClient(CLUSTER, client_id=f"w{n}") for n in range(4)]
+    keepers = [
+        DirectoryKeeper(redis, NS, lambda: CLUSTER, c.client_id, on_keepers=c.balance)
+        for c in clients
+    ]
+    for _ in range(2):
+        for k in keepers:
+            await k.tick()
+    assert sorted(c.home[0] for c in clients) == ["g1", "g2", "g3", "g4"]
+    for k in keepers:
+        await k.aclose()

@@ -95,7 +95,8 @@ LEASE_SCRIPT = """
 --            preferred order first
 -- ARGV[1]    the keeper's id
 -- ARGV[2]    the lease, ms
--- returns    {Redis TIME in ms, then 1 or 0 per group: leased to this keeper}
+-- returns    {Redis TIME in ms, then 1 or 0 per group: leased to this keeper,
+--            then the ids of the keepers counted (the workers, for balancing homes)}
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local me, lease = ARGV[1], tonumber(ARGV[2])
@@ -119,6 +120,9 @@ for i = 2, #KEYS do
   end
   held = held + mine
   answer[#answer + 1] = mine
+end
+for _, keeper in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  answer[#answer + 1] = keeper
 end
 return answer
 """
@@ -209,7 +213,9 @@ class DirectoryKeeper(AsyncResource):
     ``cluster`` gives the map to publish (called each tick, so a client's
     newer map is followed); ``keeper_id`` names this keeper in the leases
     (a worker's owner id); ``prefer``: the groups it leases first (its
-    home). Started by ``async with`` (or :meth:`start`), stopped by
+    home); ``on_keepers``: called each tick with the ids of the keepers
+    counted (the workers: ``ClusterClient.balance`` homes them evenly).
+    Started by ``async with`` (or :meth:`start`), stopped by
     :meth:`aclose`; ``redis`` is the caller's to close.
     """
 
@@ -222,6 +228,7 @@ class DirectoryKeeper(AsyncResource):
         *,
         token: str | None = None,
         prefer: Sequence[str] = (),
+        on_keepers: Callable[[Sequence[str]], None] | None = None,
         every: float = EVERY,
         lease: float = LEASE,
     ) -> None:
@@ -233,6 +240,7 @@ class DirectoryKeeper(AsyncResource):
         self.keeper_id = keeper_id
         self._token = token
         self._prefer = tuple(prefer)
+        self._on_keepers = on_keepers
         self._every = every
         self._lease_ms = int(lease * 1000)
         self._lease_script = redis.register_script(LEASE_SCRIPT)
@@ -273,7 +281,10 @@ class DirectoryKeeper(AsyncResource):
         keys = [keepers_key(self._schema)] + [lease_key(self._schema, g) for g in order]
         answer = await keep_cancellation(self._lease_script(keys, [self.keeper_id, self._lease_ms]))
         now = int(answer[0]) / 1000
-        self.leased = tuple(g for g, mine in zip(order, answer[1:], strict=True) if mine)
+        flags, keepers = answer[1 : 1 + len(order)], answer[1 + len(order) :]
+        self.leased = tuple(g for g, mine in zip(order, flags, strict=True) if mine)
+        if self._on_keepers is not None:
+            self._on_keepers([k.decode() if isinstance(k, bytes) else str(k) for k in keepers])
         backlogs = await asyncio.gather(*(self._backlogs(cluster, g) for g in self.leased))
         async with self._redis.pipeline(transaction=False) as pipe:
             for group, found in zip(self.leased, backlogs, strict=True):

@@ -81,7 +81,13 @@ async def worker_cluster(
                 prefer=urls[0] if urls else None,
             )
         keeper = DirectoryKeeper(
-            redis, config.namespace, lambda: space.map, owner, token=token, prefer=space.home
+            redis,
+            config.namespace,
+            lambda: space.map,
+            owner,
+            token=token,
+            prefer=space.home,
+            on_keepers=space.balance,
         )
         async with space, keeper:
             yield space

@@ -20,8 +20,11 @@ over inside the group). What goes where (docs/scaling.md):
   A keyless write goes to this producer's group: one chosen by weight at
   first, kept while it answers (one producer's writes stay in one order).
 * **Takes and reserves.** Each client has **home groups**: ``home`` groups
-  ranked by rendezvous on its id, so consumers spread evenly over the
-  groups and each looks where it lives, with long polls, scanning nothing.
+  ranked by rendezvous on its id, the first of them, once a directory
+  keeper has counted the consumers, from their balanced assignment
+  (:meth:`balance`: rendezvous with bounded loads, so every group has its
+  share of consumers); each looks where it lives, with long polls,
+  scanning nothing.
   When home has nothing, it **steals**: from the :class:`Directory` (each
   group's backlog per queue, a moment old), it draws two groups with a
   backlog and looks in the one whose oldest tuple is older (power of two
@@ -62,7 +65,7 @@ from forum.node.client.remote import ForumClient
 from forum.node.client.watch import WatchEvent
 from forum.node.cluster.directory import Depth, Directory, queue_of
 from forum.node.cluster.map import ClusterMap, Group, local_map
-from forum.node.cluster.slots import SLOTS, group_seed, ranked, slot_of
+from forum.node.cluster.slots import SLOTS, balanced, group_seed, ranked, slot_of
 from forum.node.core.entries import EntryId, Reserved, Tuple
 from forum.node.core.errors import ClusterMapError, NodeRejected, NodeUnavailable
 from forum.node.core.resource import AsyncResource
@@ -131,6 +134,8 @@ class ClusterClient(AsyncResource):
         self._refreshing: asyncio.Task[None] | None = None
         self.misplaced = 0
         self._home: tuple[str, ...] = ()
+        #: The consumers a keeper counted last (:meth:`balance`).
+        self._workers: tuple[str, ...] = ()
         self._place()
 
     def __repr__(self) -> str:
@@ -169,10 +174,27 @@ class ClusterClient(AsyncResource):
         """The ids of this client's home groups."""
         return self._home
 
+    def balance(self, workers: Sequence[str]) -> None:
+        """Home on this client's group in the balanced assignment of
+        ``workers`` (the ids of every consumer known, this one's among them:
+        :func:`~forum.node.cluster.slots.balanced`), so that every group has
+        its share of consumers however their ids hash. A directory keeper
+        calls it with the workers it counts."""
+        self._workers = tuple(workers)
+        self._place()
+
     def _place(self) -> None:
         served = self._map.served
         seeds = [(g.id, group_seed(g.id), g.weight) for g in served]
-        self._home = tuple(ranked(zlib.crc32(self.client_id.encode()), seeds)[: self._home_count])
+        order = ranked(zlib.crc32(self.client_id.encode()), seeds)
+        if self.client_id in self._workers:
+            first = balanced(self._workers, seeds).get(self.client_id)
+            if first is not None:
+                order = [first] + [gid for gid in order if gid != first]
+        home = tuple(order[: self._home_count])
+        if self._home and home != self._home:
+            log.info("home group(s) %s, was %s", ",".join(home), ",".join(self._home))
+        self._home = home
         ids = {g.id for g in served}
         self._stealing = {q: gid for q, gid in self._stealing.items() if gid in ids}
         if self._sticky is not None and self._sticky not in {g.id for g in self._map.active}:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 #: The slot space: fixed for the cluster's life.
 SLOTS = 16384
@@ -59,3 +59,22 @@ def ranked(slot: int, groups: Iterable[tuple[str, int, float]]) -> list[str]:
         ((score(slot, seed, weight), gid) for gid, seed, weight in groups), reverse=True
     )
     return [gid for _, gid in scored]
+
+
+def balanced(workers: Iterable[str], groups: Sequence[tuple[str, int, float]]) -> dict[str, str]:
+    """A home group for each of ``workers``: rendezvous on the worker's id
+    with bounded loads (each group takes at most its weighted share of the
+    workers, rounded up), so every group has its share of workers however
+    the ids hash, and a worker that comes or goes moves few others. Every
+    worker that knows the same set of workers computes the same answer."""
+    names = sorted(set(workers))
+    total = sum(weight for _, _, weight in groups)
+    room = {gid: math.ceil(len(names) * weight / total) for gid, _, weight in groups}
+    homes: dict[str, str] = {}
+    for name in names:
+        for gid in ranked(zlib.crc32(name.encode()), groups):
+            if room[gid] > 0:
+                room[gid] -= 1
+                homes[name] = gid
+                break
+    return homes
