@@ -283,11 +283,7 @@ class World:
         )
         for producer in self.producers:
             producer.producing = False
-        outstanding = stats.history.acknowledged
-        sim.run(
-            cfg.duration + cfg.drain,
-            done=lambda: all(stats.history.effects.get(j, 0) for j in outstanding),
-        )
+        sim.run(cfg.duration + cfg.drain, done=self._drained)
         verdict = stats.history.check()
         per_job = {k: (after[k] - before[k]) / max(done, 1) * 1000 for k in after}
         return Result(
@@ -308,6 +304,13 @@ class World:
             events=sim.events,
             verdict=verdict,
         )
+
+    def _drained(self) -> bool:
+        """Every write answered (or given up) and every acknowledged job done."""
+        if any(p.inflight for p in self.producers):
+            return False
+        effects = self.stats.history.effects
+        return all(effects.get(job, 0) for job in self.stats.history.acknowledged)
 
     def _cpu_seconds(self) -> dict[str, float]:
         cpus: list[Cpu] = []
