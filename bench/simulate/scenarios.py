@@ -52,26 +52,15 @@ def latency(groups: int, seed: int = 1, duration: float = 3.5) -> Config:
     )
 
 
-def saturated(
-    groups: int, masters: int | None = None, seed: int = 1, duration: float = 2.5
-) -> Config:
+def saturated(groups: int, seed: int = 1) -> Config:
     """Producers closed on each group's backlog, offering more than it takes:
     what the groups complete is their capacity (at G=1: throughput(1))."""
-    return Config(
-        groups=groups,
-        rate_per_group=CAPACITY_RATE,
-        backlog_window=BACKLOG,
-        redis_masters=masters if masters is not None else lens_masters(groups),
-        duration=duration,
-        warmup=1.0,
-        drain=60.0,
-        seed=seed,
+    return sustained(groups, CAPACITY_RATE, seed=seed).but(
+        backlog_window=BACKLOG, duration=2.5, warmup=1.0
     )
 
 
-def sustained(
-    groups: int, per_group: float, masters: int | None = None, seed: int = 1, duration: float = 3.0
-) -> Config:
+def sustained(groups: int, per_group: float, masters: int | None = None, seed: int = 1) -> Config:
     """Producers open loop at ``per_group`` x G jobs/s (0.92 x throughput(1)
     a group): completing at least 0.9 x G x throughput(1) of it, with a
     bounded write-to-claim latency, is the target met."""
@@ -79,7 +68,7 @@ def sustained(
         groups=groups,
         rate_per_group=per_group,
         redis_masters=masters if masters is not None else lens_masters(groups),
-        duration=duration,
+        duration=3.0,
         warmup=1.5,
         drain=60.0,
         seed=seed,
