@@ -21,7 +21,8 @@ throughput(1) G=1, producers closed on the group's backlog, offering more
 sustained     at each G of ``--groups``, producers open loop at 0.92 x
               throughput(1) per group, the Lens scaled with G: the jobs/s
               completed against 0.9 x G x throughput(1) (the target); again
-              with homes by rendezvous alone (k=1) at G = 2, 5, 10, 20, and
+              with homes by rendezvous alone (k=1) at G = 2, 5, 10, 20, with
+              slots by plain rendezvous at G = 20, 50, and
               with the Lens fixed at 1 and at 4 Redis masters
               (``--fixed-groups``): where it saturates
 latency       at each G, producers open loop at 1,000 jobs/s per group (~65 %
@@ -69,6 +70,7 @@ GROUPS = (1, 2, 5, 10, 20, 50, 100)
 QUICK_GROUPS = (1, 2, 5, 10)
 FIXED_GROUPS = (1, 2, 5, 10, 20)
 RENDEZVOUS_GROUPS = (2, 5, 10, 20)
+PLAIN_SLOT_GROUPS = (20, 50)
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -158,8 +160,9 @@ def _scaling(
     offered = SUSTAINED_SHARE * thr1
     print(
         f"\nscaling: R=3, 5 workers (16 slots) a group, homes balanced by the workers' "
-        f"registry, 5 ms jobs; throughput(1) = {thr1:.0f} jobs/s (G=1, saturated); the "
-        f"Lens scaled with G (one Redis master per 0.85 groups at full load)"
+        f"registry, slots by rendezvous with bounded loads, 5 ms jobs; throughput(1) = "
+        f"{thr1:.0f} jobs/s (G=1, saturated); the Lens scaled with G (one Redis master "
+        f"per 0.85 groups at full load)"
     )
     print(
         f"{'G':>4} {'masters':>7} {'offered/s':>9} {'done/s':>8} {'/G.thr(1)':>9} "
@@ -195,6 +198,20 @@ def _rendezvous(groups: tuple[int, ...], thr1: float, seed: int) -> list[dict[st
         print(
             f"  G={g:>3}: {r.throughput:>8.0f} jobs/s = {ratio:.3f} x G x throughput(1), "
             f"p99 {r.p99_ms:.0f} ms, steals {r.steals}, {'OK' if r.verdict.valid else 'FAILED'}"
+        )
+    return rows
+
+
+def _plain_slots(groups: tuple[int, ...], thr1: float, seed: int) -> list[dict[str, object]]:
+    print("\nthe same sustained load with slots by plain rendezvous (equal weights, unbounded)")
+    rows = []
+    for g in groups:
+        r = simulate(sustained(g, SUSTAINED_SHARE * thr1, seed=seed).but(slot_table="rendezvous"))
+        ratio = r.throughput / (g * thr1)
+        rows.append(_row(r) | {"ratio_to_linear": round(ratio, 4)})
+        print(
+            f"  G={g:>3}: {r.throughput:>8.0f} jobs/s = {ratio:.3f} x G x throughput(1), "
+            f"p99 {r.p99_ms:.0f} ms, {'OK' if r.verdict.valid else 'FAILED'}"
         )
     return rows
 
@@ -292,6 +309,7 @@ def main() -> None:
     calibration = _calibration(args.seed)
     thr1, caps, lats = _scaling(groups, args.seed)
     rendezvous = _rendezvous(rendezvous_groups, thr1, args.seed)
+    plain = [] if args.quick else _plain_slots(PLAIN_SLOT_GROUPS, thr1, args.seed)
     fixed = _fixed(fixed_groups, thr1, args.seed)
     failures = [] if args.no_failures else _failures(args.seed)
     cpu_s = time.process_time() - started
@@ -315,6 +333,7 @@ def main() -> None:
         "sustained_share": SUSTAINED_SHARE,
         "sustained": caps,
         "sustained_rendezvous_homes": rendezvous,
+        "sustained_plain_rendezvous_slots": plain,
         "latency": lats,
         "fixed_lens": fixed,
         "failures": failures,

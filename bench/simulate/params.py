@@ -106,6 +106,10 @@ class Config:
     redis_masters: int | None = None
     redis_utilisation: float = 0.5
     lens_shards: int = 1024
+    #: ``bounded``: rendezvous with bounded loads (every group holds the
+    #: mean +- 1 slot); ``rendezvous``: plain rendezvous, equal weights (the
+    #: largest of 100 groups holds 1.19 x the mean).
+    slot_table: Literal["bounded", "rendezvous"] = "bounded"
     lending: bool = True
     remote_delay: float = 0.010
     remote_hold: float = 2.0

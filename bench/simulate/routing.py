@@ -51,10 +51,30 @@ class SlotTable:
     """Each slot's first three groups in rendezvous order, for one map;
     computed on first use of a slot (16,384 x G scores is a second at G=100)."""
 
-    def __init__(self, groups: list[int]) -> None:
+    def __init__(self, groups: list[int], bounded: bool = False) -> None:
         self.groups = list(groups)
         self._order: dict[int, list[int]] = {}
         self._keys = [(group * _GOLDEN) & _MASK for group in self.groups]
+        if bounded:
+            self._bound()
+
+    def _bound(self) -> None:
+        """Rendezvous with bounded loads: slot by slot, the first group in
+        the slot's order that holds fewer than ceil(16384 / G) slots owns it.
+        Plain rendezvous gives the largest of 100 groups 1.19 x the mean
+        (1.11 x at 50): that group saturates first, at ~84 % of the others'
+        load; bounded, every group holds the mean +- 1 slot. Each client still
+        computes the table from the group list alone."""
+        cap = math.ceil(SLOTS / len(self.groups))
+        held = dict.fromkeys(self.groups, 0)
+        for slot in range(SLOTS):
+            item = _mix(slot)
+            hashes = [_mix(item ^ key) for key in self._keys]
+            order = [self.groups[k] for k in sorted(range(len(hashes)), key=hashes.__getitem__)]
+            order.reverse()
+            owner = next(g for g in order if held[g] < cap)
+            held[owner] += 1
+            self._order[slot] = [owner, *(g for g in order[:3] if g != owner)][:3]
 
     def order(self, slot: int) -> list[int]:
         found = self._order.get(slot)

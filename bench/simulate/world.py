@@ -80,7 +80,7 @@ class World:
         self.groups: list[Group] = []
         for _ in range(cfg.groups):
             self._add_group()
-        self.table = SlotTable(self.active())
+        self.table = SlotTable(self.active(), self.cfg.slot_table == "bounded")
         self._jobs = 0
         self._skew = Zipf(SLOTS, cfg.slot_skew) if cfg.slot_skew > 0 else None
         self._queues = Zipf(cfg.queues, 1.2)
@@ -215,7 +215,7 @@ class World:
     def _remap(self) -> None:
         """A new map epoch: producers learn it from their next answer (here:
         at once), workers re-home over the active groups."""
-        self.table = SlotTable(self.active())
+        self.table = SlotTable(self.active(), self.cfg.slot_table == "bounded")
         for producer in self.producers:
             producer.table = self.table
         self._assign_homes(self.workers)
