@@ -1,19 +1,24 @@
 """Producers and workers: the clients of the groups and the Lens.
 
-A producer writes each job to its slot's group (the first active group in
-the slot's rendezvous order), one member sticky per producer; a member that
-does not answer within ``TIMEOUT`` is passed over for the next, and a group
-none of whose members answers for the next group in the slot's order (the
-write is then misplaced, still durable and takeable).
+A producer writes each job to its slot's group (the slot table's owner),
+one member sticky per producer; a member that does not answer within
+``TIMEOUT`` is passed over for the next, and a group none of whose members
+answers for the slot's next group in rendezvous order (the write is then
+misplaced, still durable and takeable).
 
-A worker has a home group (rendezvous on its id over the active groups, k=1)
-and a member of it, and reserves batches there by long poll. When its home
-is empty, or the directory shows a group whose oldest tuple is
-``steal_age_factor`` times older than its home's (plus ``steal_age_slack``),
-it steals: two groups sampled with weights live x age, the deeper of the two,
-and stays while that group gives it work. Each job is claimed in the Lens,
-run (``work_ms``, not CPU), its effect applied through the sink, completed
-in the Lens and acked on the node that handed it out.
+A worker has a home group (the world assigns it: the least-staffed group,
+ties by rendezvous on its id, or rendezvous alone, ``Config.homes``) and a
+member of it, and reserves batches there by long poll; an empty answer moves
+it to the next member. It steals when its home is empty, or when the
+directory shows a group whose oldest tuple is ``steal_age_factor`` times
+older than its home's (plus ``steal_age_slack``): two groups sampled with
+weights live x age, the deeper of the two, staying while that group gives it
+work. With ``steal="rate"`` it also steals, batch by batch, the share that
+matches the groups' deficit of homed workers for their write rate. A steal
+does not wait at the node and is given up after ``STEAL_TIMEOUT``. Each job
+is claimed in the Lens, run (``work_ms``, not CPU), its effect applied
+through the sink, completed in the Lens and acked on the node that handed it
+out.
 """
 
 from __future__ import annotations
