@@ -3,8 +3,9 @@
 ``slot = crc32(key) % 16384``; a slot's groups in order by weighted
 rendezvous (HRW) hashing over the active groups, its owner the first of
 them, or with bounded loads the first that holds fewer than its share of
-slots (:class:`SlotTable`); a worker's home group by rendezvous on its id. The hash is a 64-bit mix of (item, group), standing in
-for ``forum.node.cluster``'s (the simulation needs only its properties:
+slots (:class:`SlotTable`); a worker's home group by rendezvous on its id.
+The hash is a 64-bit mix of (item, group), standing in for
+``forum.node.cluster``'s (the simulation needs only its properties:
 uniform, stable, 1/(G+1) of slots move when a group joins).
 """
 
