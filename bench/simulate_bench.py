@@ -188,30 +188,19 @@ def _scaling(
     return thr1, caps, lats
 
 
-def _rendezvous(groups: tuple[int, ...], thr1: float, seed: int) -> list[dict[str, object]]:
-    print("\nthe same sustained load with homes by rendezvous alone (k=1: Poisson-uneven)")
+def _variant(
+    title: str, groups: tuple[int, ...], thr1: float, seed: int, **changes: object
+) -> list[dict[str, object]]:
+    """The sustained runs with one choice of the model changed."""
+    print(f"\nthe same sustained load with {title}")
     rows = []
     for g in groups:
-        r = simulate(sustained(g, SUSTAINED_SHARE * thr1, seed=seed).but(homes="rendezvous"))
+        r = simulate(sustained(g, SUSTAINED_SHARE * thr1, seed=seed).but(**changes))
         ratio = r.throughput / (g * thr1)
         rows.append(_row(r) | {"ratio_to_linear": round(ratio, 4)})
         print(
             f"  G={g:>3}: {r.throughput:>8.0f} jobs/s = {ratio:.3f} x G x throughput(1), "
             f"p99 {r.p99_ms:.0f} ms, steals {r.steals}, {'OK' if r.verdict.valid else 'FAILED'}"
-        )
-    return rows
-
-
-def _plain_slots(groups: tuple[int, ...], thr1: float, seed: int) -> list[dict[str, object]]:
-    print("\nthe same sustained load with slots by plain rendezvous (equal weights, unbounded)")
-    rows = []
-    for g in groups:
-        r = simulate(sustained(g, SUSTAINED_SHARE * thr1, seed=seed).but(slot_table="rendezvous"))
-        ratio = r.throughput / (g * thr1)
-        rows.append(_row(r) | {"ratio_to_linear": round(ratio, 4)})
-        print(
-            f"  G={g:>3}: {r.throughput:>8.0f} jobs/s = {ratio:.3f} x G x throughput(1), "
-            f"p99 {r.p99_ms:.0f} ms, {'OK' if r.verdict.valid else 'FAILED'}"
         )
     return rows
 
@@ -308,8 +297,24 @@ def main() -> None:
     wall = time.monotonic()
     calibration = _calibration(args.seed)
     thr1, caps, lats = _scaling(groups, args.seed)
-    rendezvous = _rendezvous(rendezvous_groups, thr1, args.seed)
-    plain = [] if args.quick else _plain_slots(PLAIN_SLOT_GROUPS, thr1, args.seed)
+    rendezvous = _variant(
+        "homes by rendezvous alone (k=1: Poisson-uneven)",
+        rendezvous_groups,
+        thr1,
+        args.seed,
+        homes="rendezvous",
+    )
+    plain = (
+        []
+        if args.quick
+        else _variant(
+            "slots by plain rendezvous (equal weights, unbounded)",
+            PLAIN_SLOT_GROUPS,
+            thr1,
+            args.seed,
+            slot_table="rendezvous",
+        )
+    )
     fixed = _fixed(fixed_groups, thr1, args.seed)
     failures = [] if args.no_failures else _failures(args.seed)
     cpu_s = time.process_time() - started
