@@ -9,11 +9,11 @@ misplaced, still durable and takeable).
 A worker has a home group (the world assigns it: the least-staffed group,
 ties by rendezvous on its id, or rendezvous alone, ``Config.homes``) and a
 member of it, and reserves batches there by long poll; an empty answer moves
-it to the next member. It steals when its home is empty, or when the
-directory shows a group whose oldest tuple is ``steal_age_factor`` times
-older than its home's (plus ``steal_age_slack``): two groups sampled with
-weights live x age, the deeper of the two, staying while that group gives it
-work. With ``steal="rate"`` it also steals, batch by batch, the share that
+it to the next member. It steals when its home is empty (and, with
+``steal_by_age``, when the directory shows a group whose oldest tuple is
+``steal_age_factor`` times older than its home's plus ``steal_age_slack``):
+two groups sampled with weights live x age, the deeper of the two, staying
+while that group gives it work. With ``steal="rate"`` it also steals, batch by batch, the share that
 matches the groups' deficit of homed workers for their write rate. A steal
 does not wait at the node and is given up after ``STEAL_TIMEOUT``. Each job
 is claimed in the Lens, run (``work_ms``, not CPU), its effect applied
@@ -310,7 +310,7 @@ class Worker:
         if not self.cache or self.world.sim.now - self.cache_at > cfg.directory_cache:
             self._read_directory()
         candidates = self._candidates()
-        if candidates:
+        if candidates and (cfg.steal_by_age or not by_age):
             home = self.cache.get(self.home)
             home_age = home.oldest_age if home else 0.0
             oldest = max(self.cache[g].oldest_age for g in candidates)
