@@ -16,7 +16,7 @@ from .lens import Lens, Sink
 from .node import Node
 from .params import Config, Fault
 from .records import Job, Stats
-from .routing import SLOTS, SlotTable, Zipf, name_hash, ranked, score, slot_of
+from .routing import SLOTS, SlotTable, Zipf, balanced, name_hash, ranked, score, slot_of
 
 INTRA = Latency(0.0001, 0.0005)
 CROSS = Latency(0.001, 0.002)
@@ -137,11 +137,13 @@ class World:
         if cfg.uneven_workers:
             groups = groups[: max(1, len(groups) // 2)]
         counts = dict.fromkeys(groups, 0)
+        homes = balanced([w.name for w in workers], groups) if cfg.homes == "balanced" else {}
         for worker in workers:
-            order = ranked(name_hash(worker.name), groups)
-            home = order[0]
-            if cfg.homes == "balanced":
-                home = min(order, key=lambda g: counts[g])
+            home = (
+                homes[worker.name]
+                if worker.name in homes
+                else ranked(name_hash(worker.name), groups)[0]
+            )
             worker.home = worker.target = home
             worker.member = counts[home]
             counts[home] += 1
