@@ -1,4 +1,5 @@
-"""The benchmarks' plots: grouped bar charts, one PNG each, under bench/results/.
+"""The benchmarks' plots: grouped bar charts and line charts, one PNG each,
+under bench/results/.
 
 matplotlib is in the benchmarks' environment only (scripts/bench-env), not in
 the tests' one: the benches import this module only when they draw, and
@@ -55,6 +56,36 @@ def grouped_bars(
     axes.margins(y=0.18)
     axes.legend(fontsize=8)
     axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def lines(
+    path: Path,
+    title: str,
+    panels: Sequence[tuple[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]]],
+    xlabel: str,
+    log: bool = False,
+) -> None:
+    """Side by side panels of line charts, one per ``(ylabel, series)``; each
+    series is named and holds its xs and ys (NaN: no point). ``log``: both
+    axes logarithmic, for sizes that grow by orders of magnitude."""
+    figure, axes_row = plt.subplots(1, len(panels), figsize=(6.0 * len(panels), 4.8))
+    axes_list = axes_row if len(panels) > 1 else [axes_row]
+    for axes, (ylabel, series) in zip(axes_list, panels, strict=True):
+        for k, (name, (xs, ys)) in enumerate(series.items()):
+            style = "--" if name.startswith(("ideal", "target")) else "-"
+            axes.plot(xs, ys, style, marker="o", label=name, color=COLOURS[k % len(COLOURS)])
+        if log:
+            axes.set_xscale("log")
+            axes.set_yscale("log")
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel(ylabel)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)

@@ -1,5 +1,6 @@
 """The task app a command names, and where the command points: the options
-``forum worker`` and ``forum jobs`` share.
+``forum worker`` and ``forum jobs`` share, and the cluster a worker opens
+(:func:`cluster_space`).
 
 ``--app MODULE:NAME`` (imported from ``--app-dir``: :func:`load_app`, or any
 ``module:name`` with :func:`resolve`), and ``--node``, ``--token``,
@@ -10,18 +11,25 @@ flag, else its environment variable, else the app's, else the default.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from forum.cli_args import NONEMPTY, UsageError, checked
 from forum.coordinator.keys import DEFAULT_NAMESPACE
 from forum.coordinator.redis_url import DEFAULT_REDIS_URL, RedisTarget
+from forum.coordinator.settings import LensConfig
+from forum.node.client.cluster import ClusterClient
+from forum.node.cluster.map import load_map
 from forum.node.config.node import DEFAULT_NODE
+from forum.node.core.errors import ClusterMapError, Unauthorized
 from forum.node.core.urls import node_url
 from forum.tasks import App
+from forum.tasks.cluster import worker_cluster
 
 
 def _directory(text: str) -> str:
@@ -164,3 +172,43 @@ def _from_env(name: str, check: Callable[[str], str]) -> str | None:
         return check(value)
     except ValueError as exc:
         raise UsageError(f"${name}: {exc}") from None
+
+
+def node_urls_of(args: argparse.Namespace, where: Where, app: App | None) -> list[str]:
+    """The nodes a command may ask first: ``--node`` (or ``$FORUM_NODE``)
+    when given, else every node of the app, else the default."""
+    if app is not None and args.node is None and not os.environ.get("FORUM_NODE"):
+        return list(app.nodes)
+    return [where.node]
+
+
+@contextlib.asynccontextmanager
+async def cluster_space(
+    urls: Sequence[str],
+    token: str | None,
+    config: LensConfig,
+    *,
+    cluster_map: str | None,
+    owner: str,
+) -> AsyncIterator[ClusterClient]:
+    """A worker's tuple space for the body: the cluster of the
+    ``cluster_map`` file, else the one whose map the first of ``urls`` to
+    answer serves (those nodes as one group when it has none: a worker as
+    before), with the directory (:func:`forum.tasks.cluster.worker_cluster`).
+    A wrong file, token or map is a :class:`UsageError`."""
+    cluster = None
+    if cluster_map is not None:
+        try:
+            cluster = await asyncio.to_thread(load_map, cluster_map)
+        except ClusterMapError as exc:
+            raise UsageError(f"--cluster-map: {exc}") from None
+    async with contextlib.AsyncExitStack() as stack:
+        try:  # what opening it raises only: the body's errors are the worker's
+            space = await stack.enter_async_context(
+                worker_cluster(urls, token, config, owner, cluster)
+            )
+        except Unauthorized as exc:
+            raise UsageError(f"--token: {exc}") from None
+        except ClusterMapError as exc:
+            raise UsageError(f"--node {urls[0]}: {exc}") from None
+        yield space

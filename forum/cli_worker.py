@@ -41,7 +41,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from forum.cli_app import Where, app_option, load_app, node_from_app, redis_options, resolve
+from forum.cli_app import (
+    Where,
+    app_option,
+    cluster_space,
+    load_app,
+    node_from_app,
+    node_urls_of,
+    redis_options,
+    resolve,
+)
 from forum.cli_args import (
     COUNT,
     COUNT_OR_ZERO,
@@ -68,8 +77,9 @@ from forum.coordinator.worker import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TAKE_WAIT,
     Worker,
+    default_owner,
 )
-from forum.node.client.remote import ForumClient
+from forum.node.client.cluster import ClusterClient
 from forum.node.config.node import FORGET_AFTER
 from forum.node.core.cancellation import wait_event
 from forum.node.core.errors import ClientError, Unauthorized
@@ -219,7 +229,18 @@ def add_worker(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_TAKE_WAIT,
         help=f"how long one take waits for a job (default {DEFAULT_TAKE_WAIT:g})",
     )
-    add("--owner", metavar="NAME", help="this worker's name in claims (default host-pid-random)")
+    add(
+        "--owner",
+        metavar="NAME",
+        help="this worker's name in claims, and in a cluster what places its home group "
+        "(default host-pid-random)",
+    )
+    add(
+        "--cluster-map",
+        metavar="FILE",
+        help="the cluster map (TOML or JSON) to route by, instead of the one the node "
+        "serves (a node with a map makes the worker cluster-aware without it)",
+    )
     add(
         "--metrics-port",
         metavar="PORT",
@@ -278,22 +299,32 @@ async def run_worker(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(f"--redis-url, --namespace, --wait-* or --done-ttl: {exc}") from None
+    owner = args.owner or default_owner()
     async with contextlib.AsyncExitStack() as stack:
-        space = await stack.enter_async_context(
-            ForumClient(where.node, where.token, timeout=args.take_wait + 30)
-        )
         await stack.enter_async_context(lens)
         await check_lens(lens, where.redis_url, required=code.app is not None)
         await _warn_durability(lens)
+        space = await stack.enter_async_context(
+            cluster_space(
+                node_urls_of(args, where, code.app), where.token, lens.config,
+                cluster_map=args.cluster_map, owner=owner,
+            )
+        )  # fmt: skip
         await _check_node(space)
-        worker = await _make_worker(stack, args, code, space, lens)
+        worker = await _make_worker(stack, args, code, space, lens, owner=owner)
         if args.metrics_port is not None:
             await _serve_metrics(stack, worker, args.metrics_host, args.metrics_port)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, worker.stop)
+        cluster = space.map
+        groups = (
+            f" (home group {space.home[0]} of {len(cluster.groups)}, map epoch {cluster.epoch})"
+            if len(cluster.groups) > 1
+            else ""
+        )
         print(
-            f"forum worker {worker.owner}: {code.describe(args)} from {where.node}",
+            f"forum worker {worker.owner}: {code.describe(args)} from {where.node}{groups}",
             file=sys.stderr,
             flush=True,
         )
@@ -367,14 +398,16 @@ async def _make_worker(
     stack: contextlib.AsyncExitStack,
     args: argparse.Namespace,
     code: UserCode,
-    space: ForumClient,
+    space: ClusterClient,
     lens: Lens,
+    *,
+    owner: str,
 ) -> Worker:
     """The app's worker, or the handler's (opened on ``stack``)."""
     options: dict[str, Any] = {
         "concurrency": args.concurrency,
         "lease": args.lease,
-        "owner": args.owner,
+        "owner": owner,
         "drain_timeout": args.drain_timeout,
         "take_wait": args.take_wait,
     }
@@ -444,7 +477,7 @@ async def _warn_durability(lens: Lens) -> None:
         print(f"forum worker: WARNING: see {see}", file=sys.stderr, flush=True)
 
 
-async def _check_node(space: ForumClient) -> None:
+async def _check_node(space: ClusterClient) -> None:
     """Fail now if the node refuses the token; a node that is down is waited for."""
     try:
         await space.status()

@@ -237,3 +237,14 @@ async def test_without_redis_the_worker_commands_say_so_in_one_line(command: lis
     line = assert_usage_error((process.returncode, out.decode(), err.decode()))
     assert line.startswith(f"forum {command[0]}: not available here: "), line
     assert "redis" in line
+
+
+async def test_a_cluster_map_file_that_cannot_be_read(
+    forum_node: NodeProcess, redis_url: str, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-map.toml"
+    result = await run_forum(*worker("--prefix", "job/", "--handler", HANDLER,
+                                     "--cluster-map", str(missing),
+                                     node=forum_node.url, redis=redis_url),
+                             env={"FORUM_EXAMPLE_REDIS_URL": redis_url})  # fmt: skip
+    assert_usage_error(result, "--cluster-map", str(missing), "cannot read")

@@ -37,6 +37,7 @@ DOCKERFILE = DEPLOY / "Dockerfile"
 COMPOSE = DEPLOY / "docker-compose.yml"
 K8S = DEPLOY / "k8s"
 KUSTOMIZATION = K8S / "kustomization.yaml"
+K8S_GROUPS = K8S / "groups"
 CONFIGS = DEPLOY / "configs"
 OPERATIONS = REPO / "docs" / "operations.md"
 
@@ -188,9 +189,15 @@ def k8s_files() -> list[Path]:
     return sorted(p for p in K8S.glob("*.yaml") if p != KUSTOMIZATION)
 
 
-def load_k8s() -> list[tuple[Path, dict[str, Any]]]:
+def k8s_group_files() -> list[Path]:
+    """The replica groups' manifests (deploy/k8s/groups/, its own kustomization)."""
+    return sorted(p for p in K8S_GROUPS.glob("*.yaml") if p.name != KUSTOMIZATION.name)
+
+
+def load_k8s(paths: Sequence[Path] | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """The documents of ``paths`` (default: the single-group manifests)."""
     documents = []
-    for path in k8s_files():
+    for path in k8s_files() if paths is None else paths:
         with open(path) as f:
             documents += [(path, doc) for doc in yaml.safe_load_all(f) if doc is not None]
     return documents

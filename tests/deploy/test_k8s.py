@@ -1,4 +1,4 @@
-"""deploy/k8s/: every object valid against the Kubernetes OpenAPI schemas
+"""deploy/k8s/ (and deploy/k8s/groups/): every object valid against the Kubernetes OpenAPI schemas
 (kubernetes-validate, offline, strict: an unknown field is an error), and the
 objects wired to each other and to the real ``forum`` CLI: the StatefulSet's
 pod names are the node ids and the peers' DNS names under a headless Service,
@@ -24,6 +24,7 @@ import yaml
 
 from forum.node.config.node import NodeConfig
 from tests.deploy.artifacts import (
+    K8S,
     KUSTOMIZATION,
     OPERATIONS,
     Dockerfile,
@@ -31,6 +32,7 @@ from tests.deploy.artifacts import (
     container_environment,
     k8s_expand,
     k8s_files,
+    k8s_group_files,
     launch,
     named_ports,
     url_host_port,
@@ -120,7 +122,9 @@ def worker_container(k8s: Documents) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("path", k8s_files(), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [*k8s_files(), *k8s_group_files()], ids=lambda p: str(p.relative_to(K8S))
+)
 def test_valid_against_the_kubernetes_schemas(path: Path, version: str) -> None:
     with open(path) as f:
         documents = [d for d in yaml.safe_load_all(f) if d is not None]

@@ -112,6 +112,13 @@ Why these lifetimes, and why per shard:
   when the job was buried). Completing the job deletes it: the done marker
   turns copies away from then on.
 
+Two modules keep records beside the Lens's, under shard 0's hash tag, and
+document their keys where they are written: worker presence
+(``{<ns>:0}:workers:<owner>``, forum.coordinator.presence) and the cluster's
+directory (``{<ns>:0}:dir:<queue>``, ``{<ns>:0}:dir-lease:<group>`` and
+``{<ns>:0}:dir-keepers``: each replica group's backlog per queue, published
+by the workers, forum.coordinator.directory).
+
 The unsharded schema before this one kept ``<ns>:epoch``, ``<ns>:fence``,
 ``<ns>:inflight`` and ``<ns>:claim:<key>`` and so on, with no hash tag. This
 Lens does not read those keys: it refuses a namespace whose old marker

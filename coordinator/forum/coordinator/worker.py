@@ -171,6 +171,12 @@ DEFAULT_TAKE_WAIT = 2.0
 _AHEAD_HOLD = 0.2
 
 
+def default_owner() -> str:
+    """A worker's name in claims when none is given: ``host-pid-random``
+    (also its client id in a cluster, which places its home groups)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
 class Worker:
     """Runs ``handler`` on jobs reserved from ``space`` under claims from ``lens``.
 
@@ -218,7 +224,7 @@ class Worker:
         self.max_attempts = max_attempts
         self.backoff = backoff or Backoff()
         self._key = key
-        self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.owner = owner or default_owner()
         #: This worker's record in the Lens's Redis, for dashboards (forum.coordinator.presence).
         self._presence = Presence.for_lens(
             lens, self.owner, concurrency, lease, str(getattr(self._space, "url", ""))

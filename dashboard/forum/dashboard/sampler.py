@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from forum.node.api.status import NodeStatus
+from forum.node.core.resource import in_background
 
 #: Seconds between two samples, and how many are kept (five minutes' worth).
 INTERVAL = 2.0
@@ -124,14 +125,11 @@ class Sampler:
     async def running(self) -> AsyncIterator[None]:
         """Sample in the background while the block runs; the loop and its
         session end with it."""
-        async with aiohttp.ClientSession() as session:
-            task = asyncio.create_task(self._loop(session))
-            try:
-                yield
-            finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        async with (
+            aiohttp.ClientSession() as session,
+            in_background(self._loop(session), "dashboard sampler"),
+        ):
+            yield
 
     async def _loop(self, session: aiohttp.ClientSession) -> None:
         while True:

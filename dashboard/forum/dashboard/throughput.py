@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from forum.node.core.entries import Take, Write
+from forum.node.core.resource import in_background
 from forum.node.space.watch import HubEvent, WatchHub
 
 #: Seconds the rates are over.
@@ -148,13 +149,8 @@ class GroupRates:
     async def running(self) -> AsyncIterator[None]:
         """Count in the background while the block runs (only while the
         panel is looked at); the task ends with the block."""
-        task = asyncio.create_task(self._loop(), name="dashboard group rates")
-        try:
+        async with in_background(self._loop(), "dashboard group rates"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     def _forget_unlooked(self, now: float) -> bool:
         """Drop the separators nobody looked at for :data:`LINGER` s;

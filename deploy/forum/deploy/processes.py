@@ -190,7 +190,7 @@ class Service:
         return process.returncode
 
 
-async def _http_ok(url: str) -> bool:
+async def http_ok(url: str) -> bool:
     timeout = aiohttp.ClientTimeout(total=1)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as r:
@@ -229,7 +229,7 @@ class NodeService(Service):
         ]  # fmt: skip
 
     async def ready(self) -> bool:
-        return await _http_ok(self.url + "/readyz")
+        return await http_ok(self.url + "/readyz")
 
 
 class WorkerService(Service):
@@ -246,7 +246,7 @@ class WorkerService(Service):
                 *self.args]  # fmt: skip
 
     async def ready(self) -> bool:
-        return await _http_ok(f"http://127.0.0.1:{self.port}/metrics")
+        return await http_ok(f"http://127.0.0.1:{self.port}/metrics")
 
 
 class RedisService(Service):
@@ -297,4 +297,4 @@ class ToxiproxyService(Service):
         return [find_binary("toxiproxy-server"), "-host", "127.0.0.1", "-port", str(self.port)]
 
     async def ready(self) -> bool:
-        return await _http_ok(self.url + "/version")
+        return await http_ok(self.url + "/version")

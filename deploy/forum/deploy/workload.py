@@ -2,8 +2,9 @@
 :class:`~forum.deploy.cluster.Cluster`.
 
 Jobs named ``000000``, ``000001``, ... are written in batches round-robin over
-the nodes; every worker runs :mod:`forum.deploy.demo`'s handler on them, which
-records each delivery and applies each effect in the
+the nodes (with groups, each to its slot's group through the cluster client);
+every worker runs :mod:`forum.deploy.demo`'s handler on them, which records
+each delivery and applies each effect in the
 :class:`~forum.deploy.sink.EffectSink`; once every acknowledged job has its effect
 (or a deadline passed), the history checker judges the run: nothing lost,
 nothing unexpected, no effect twice.
@@ -15,19 +16,25 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from forum.coordinator import LensConfig, LensError
 from forum.coordinator.checks import store_check
 from forum.deploy.cluster import Cluster, ClusterConfig
 from forum.deploy.history import History, Verdict
 from forum.deploy.sink import EffectSink
+from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
+from forum.node.cluster.map import load_map
 from forum.node.core.errors import ClientError
 
 
 async def write_jobs(cluster: Cluster, names: Sequence[str], history: History) -> None:
-    """Write the jobs in batches, round-robin over the nodes, recording what was
-    acknowledged (a batch that failed may still have landed: not acknowledged)."""
+    """Write the jobs, recording what was acknowledged (a write that failed may
+    still have landed: not acknowledged). Without groups, in batches
+    round-robin over the nodes; with groups, through the cluster client."""
+    if cluster.map_path is not None:
+        return await _write_by_slot(cluster, cluster.map_path, names, history)
     clients = [ForumClient(node.url, timeout=10) for node in cluster.nodes]
     try:
         for i in range(0, len(names), 100):
@@ -43,6 +50,33 @@ async def write_jobs(cluster: Cluster, names: Sequence[str], history: History) -
     finally:
         for client in clients:
             await client.aclose()
+
+
+#: Keyed writes the demo keeps in flight at once with groups.
+_IN_FLIGHT = 32
+
+
+async def _write_by_slot(
+    cluster: Cluster, map_path: Path, names: Sequence[str], history: History
+) -> None:
+    """Each job written with its name as its key, so to its slot's group
+    (forum.node.client.cluster), as a task's enqueue is: one request a job,
+    ``_IN_FLIGHT`` at once (a batch has one key, so one group)."""
+    gate = asyncio.Semaphore(_IN_FLIGHT)
+
+    async def write(space: ClusterClient, job: str) -> None:
+        async with gate:
+            try:
+                await space.write(job.encode(), key=job)
+                acknowledged = True
+            except ClientError:
+                acknowledged = False
+        history.wrote(job, acknowledged)
+
+    async with ClusterClient(load_map(map_path)) as space:
+        await asyncio.gather(*(write(space, cluster.cfg.prefix + n) for n in names))
+        if space.misplaced:
+            print(f"{space.misplaced} jobs misplaced (their group did not answer)", flush=True)
 
 
 async def collect(cluster: Cluster, history: History) -> None:
@@ -107,7 +141,8 @@ async def run_demo(cfg: ClusterConfig, jobs: int, deadline: float) -> Verdict:
         await collect(cluster, history)
         print(await cluster.status_line(), flush=True)
         counts = await settled_counts(cluster, cfg.prefix.encode())
-        print(f"{len(history.acknowledged)} jobs through {cfg.nodes} nodes and "
+        groups = f" in {len(cluster.groups)} groups" if cluster.groups else ""
+        print(f"{len(history.acknowledged)} jobs through {len(cluster.nodes)} nodes{groups} and "
               f"{len(cluster.workers)} workers in {elapsed:.1f} s; "
               f"live {cfg.prefix!r} left per node: {counts}", flush=True)  # fmt: skip
         verdict = history.check()

@@ -14,10 +14,11 @@ Redis is listed all the same (its task name from its tuples, else unknown:
 ``None``). A listing is not a snapshot: jobs that move while it runs may be
 missed or shown twice in passing.
 
-Every call here reads and writes the space through the app's nodes,
-failing over from one that does not answer to the next as enqueue does
-(:mod:`forum.node.client.pool`); a listing that fails over starts its pages again on
-the node that answered (the cursor is a node's own).
+Every call here reads and writes the space through the app's cluster
+(:mod:`forum.tasks.cluster`), failing over inside a group as enqueue does,
+and gathering over its groups: a listing pages through the groups one after
+another (the cursor names the group), and a job's dead letter is looked
+for, and taken, in every group.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 from forum.coordinator.deadletter import DeadLetter, requeue
 from forum.coordinator.errors import AlreadyClaimed
 from forum.coordinator.records import CancelOutcome, HistoryEvent
-from forum.node.client.remote import ForumClient
+from forum.node.client.cluster import ClusterClient
 from forum.node.core.space import ListPage, Pattern
 from forum.tasks.errors import InvalidJob, JobNotFound
 from forum.tasks.handle import JobHandle, JobState, JobStatus
@@ -99,10 +100,9 @@ async def _pages(keys: AsyncIterator[str]) -> AsyncIterator[list[str]]:
 
 async def _tuples(app: App, prefix: bytes) -> AsyncIterator[tuple[str, bytes]]:
     """(job key, payload) of each live tuple under ``prefix``, a page at a
-    time from the app's nodes; from the start again on the node a failover
-    went to (a key may then come twice: the caller keeps one)."""
+    time from the app's cluster, group after group."""
     cursor: int | None = 0
-    answered: ForumClient | None = None
+    answered: ClusterClient | None = None
     while cursor is not None:
         read = functools.partial(_page, prefix=prefix, cursor=cursor, answered=answered)
         answered, listed = await app.on_node(read)
@@ -114,9 +114,9 @@ async def _tuples(app: App, prefix: bytes) -> AsyncIterator[tuple[str, bytes]]:
 
 
 async def _page(
-    space: ForumClient, *, prefix: bytes, cursor: int, answered: ForumClient | None
-) -> tuple[ForumClient, ListPage]:
-    """The page at ``cursor`` from the node that gave it, else the first."""
+    space: ClusterClient, *, prefix: bytes, cursor: int, answered: ClusterClient | None
+) -> tuple[ClusterClient, ListPage]:
+    """The page at ``cursor`` from the space that gave it, else the first."""
     start = cursor if space is answered else 0
     return space, await space.list(Pattern(prefix), start, _PAGE)
 
@@ -176,7 +176,7 @@ async def purge(app: App, state: JobState = JobState.DEAD) -> int:
             return taken
 
 
-async def _take(space: ForumClient, *, letter: Pattern) -> object:
+async def _take(space: ClusterClient, *, letter: Pattern) -> object:
     return await space.take(letter)
 
 

@@ -44,9 +44,9 @@ from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from forum.coordinator.errors import LensUnavailable
 from forum.coordinator.keys import DEFAULT_NAMESPACE
 from forum.coordinator.redis_url import DEFAULT_REDIS_URL
-from forum.coordinator.worker import DEFAULT_CONCURRENCY, DEFAULT_LEASE
-from forum.node.client.pool import NodePool, node_urls
-from forum.node.client.remote import ForumClient
+from forum.coordinator.worker import DEFAULT_CONCURRENCY, DEFAULT_LEASE, default_owner
+from forum.node.client.cluster import ClusterClient
+from forum.node.client.pool import node_urls
 from forum.node.config.node import DEFAULT_NODE
 from forum.node.core.errors import TooFewCopies
 from forum.node.core.resource import AsyncResource
@@ -54,6 +54,7 @@ from forum.node.core.space import Pattern
 from forum.node.core.write_options import WriteOptions, check_copies, write_properties
 from forum.tasks import admin, cron
 from forum.tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
+from forum.tasks.cluster import AppCluster, worker_cluster
 from forum.tasks.cron import Periodic, Slot
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, UnknownTask
@@ -76,9 +77,10 @@ DEFAULT_DEDUP_WINDOW = 3600.0
 
 class Writer(Protocol):
     """Where an enqueue writes: ``call(operation)`` runs ``operation(space)``
-    on a node (:class:`forum.node.client.pool.NodePool` fails over between several)."""
+    on the app's cluster (:class:`forum.tasks.cluster.AppCluster`: to the
+    key's group, failing over inside it, then to the next group)."""
 
-    async def call(self, operation: Callable[[ForumClient], Awaitable[T]]) -> T: ...
+    async def call(self, operation: Callable[[Any], Awaitable[T]]) -> T: ...
 
 
 class OneNode:
@@ -93,10 +95,10 @@ class OneNode:
 
 @dataclass(slots=True)
 class _Connections(AsyncResource):
-    """What an open app holds: the nodes (failing over), the Lens, and the
-    enqueued records on their way to it."""
+    """What an open app holds: its cluster (its nodes, failing over), the
+    Lens, and the enqueued records on their way to it."""
 
-    nodes: NodePool
+    nodes: AppCluster
     lens: Lens
     records: EnqueuedRecords
 
@@ -265,7 +267,7 @@ class App:
     def connect(self) -> _Connections:
         """New clients of the app's nodes and Redis (the caller closes them)."""
         lens = Lens.from_url(self.redis, namespace=self.namespace)
-        return _Connections(NodePool(self.nodes, self._token), lens, EnqueuedRecords(lens))
+        return _Connections(AppCluster(self.nodes, self._token), lens, EnqueuedRecords(lens))
 
     async def __aenter__(self) -> App:
         if self._open is not None:
@@ -292,13 +294,15 @@ class App:
         return self._connections().lens
 
     @property
-    def space(self) -> ForumClient:
-        """The open app's node that answered last."""
-        return self._connections().nodes.current
+    def space(self) -> ClusterClient:
+        """The open app's cluster (its nodes as one group until its first
+        call has taken the map: :class:`forum.tasks.cluster.AppCluster`)."""
+        return self._connections().nodes.space
 
-    async def on_node(self, operation: Callable[[ForumClient], Awaitable[T]]) -> T:
-        """``operation(space)`` on the open app's node that answered last,
-        failing over to the next that answers (:class:`forum.node.client.pool.NodePool`)."""
+    async def on_node(self, operation: Callable[[ClusterClient], Awaitable[T]]) -> T:
+        """``operation(space)`` on the open app's cluster, its map taken
+        first (:class:`forum.tasks.cluster.AppCluster`): a keyed write to its
+        group, reads over the groups, each failing over inside a group."""
         return await self._connections().nodes.call(operation)
 
     # -- enqueueing ---------------------------------------------------------------------
@@ -317,7 +321,8 @@ class App:
         A job short of its copies in time raises ``CopiesShort`` (from
         ``forum``'s errors): it is enqueued all the same, on fewer nodes.
 
-        The tuple goes to the first node that answers (:mod:`forum.node.client.pool`);
+        The tuple goes to the key's group, to the first member that answers
+        (the next group when none does: :mod:`forum.node.client.cluster`);
         then the Lens gets the job's ``enqueued`` record (for status), best
         effort: Redis being down does not fail an enqueue that is safe in the
         space. Bad input is an ``InvalidJob`` or ``UnknownTask`` and writes
@@ -464,14 +469,17 @@ class App:
         stop: asyncio.Event | None = None,
         **worker_options: Any,
     ) -> Worker:
-        """Run a worker of this app against ``node`` (default: the app's
-        first) and the app's Redis until ``stop`` is set (or the task is
-        cancelled); the worker, drained, once it is over. ``LensError`` at
-        once when Redis cannot be reached."""
-        async with (
-            ForumClient(node or self.nodes[0], self._token) as space,
-            Lens.from_url(self.redis, namespace=self.namespace) as lens,
-        ):
+        """Run a worker of this app against the cluster ``node`` (default:
+        the app's nodes) serves the map of, and the app's Redis, until
+        ``stop`` is set (or the task is cancelled); the worker, drained, once
+        it is over. Its home group is placed by its ``owner``; it steals by
+        the directory in Redis, and publishes it, as ``forum worker`` does
+        (:func:`forum.tasks.cluster.worker_cluster`). ``LensError`` at once
+        when Redis cannot be reached."""
+        owner = worker_options.setdefault("owner", default_owner())
+        lens = Lens.from_url(self.redis, namespace=self.namespace)
+        urls = [node] if node else self.nodes
+        async with lens, worker_cluster(urls, self._token, lens.config, owner) as space:
             try:
                 await lens.ping()
             except LensUnavailable as exc:

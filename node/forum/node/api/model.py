@@ -220,6 +220,10 @@ class ExtendBody(Body, frozen=True):
 
 class Written(msgspec.Struct, frozen=True):
     id: EntryIdText
+    #: On a node with a cluster map: the map's epoch, so a client writing
+    #: over the stream (whose answers have no headers) learns of a newer map
+    #: from its next write (docs/scaling.md).
+    map_epoch: int | UnsetType = UNSET
 
 
 class TupleBody(msgspec.Struct, frozen=True):

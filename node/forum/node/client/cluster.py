@@ -20,8 +20,11 @@ over inside the group). What goes where (docs/scaling.md):
   A keyless write goes to this producer's group: one chosen by weight at
   first, kept while it answers (one producer's writes stay in one order).
 * **Takes and reserves.** Each client has **home groups**: ``home`` groups
-  ranked by rendezvous on its id, so consumers spread evenly over the
-  groups and each looks where it lives, with long polls, scanning nothing.
+  ranked by rendezvous on its id, the first of them, once a directory
+  keeper has counted the consumers, from their balanced assignment
+  (:meth:`balance`: rendezvous with bounded loads, so every group has its
+  share of consumers); each looks where it lives, with long polls,
+  scanning nothing.
   When home has nothing, it **steals**: from the :class:`Directory` (each
   group's backlog per queue, a moment old), it draws two groups with a
   backlog and looks in the one whose oldest tuple is older (power of two
@@ -62,7 +65,7 @@ from forum.node.client.remote import ForumClient
 from forum.node.client.watch import WatchEvent
 from forum.node.cluster.directory import Depth, Directory, queue_of
 from forum.node.cluster.map import ClusterMap, Group, local_map
-from forum.node.cluster.slots import SLOTS, group_seed, ranked, slot_of
+from forum.node.cluster.slots import SLOTS, balanced, group_seed, ranked, slot_of
 from forum.node.core.entries import EntryId, Reserved, Tuple
 from forum.node.core.errors import ClusterMapError, NodeRejected, NodeUnavailable
 from forum.node.core.resource import AsyncResource
@@ -88,6 +91,10 @@ class ClusterClient(AsyncResource):
     without a map is). ``client_id`` places its home groups (default: random,
     per client); ``home``: how many. ``directory``: where group backlogs are
     published, for stealing. ``cluster_secret``: check fetched maps' signatures.
+    ``prefer``: the member its group is reached through first (a worker given
+    one node's URL works through that node); the other groups' members are
+    tried from one drawn by the client id, so clients spread over a group's
+    members.
     """
 
     def __init__(
@@ -101,6 +108,7 @@ class ClusterClient(AsyncResource):
         cluster_secret: str | None = None,
         map_refresh: float = MAP_REFRESH,
         rng: random.Random | None = None,
+        prefer: str | None = None,
     ) -> None:
         if home < 1:
             raise ValueError("home must be at least 1")
@@ -112,6 +120,7 @@ class ClusterClient(AsyncResource):
         self._directory = directory
         self._secret = cluster_secret
         self._map_refresh = map_refresh
+        self._prefer = None if prefer is None else prefer.rstrip("/")
         self._pools: dict[str, NodePool] = {}
         #: The node that made each reservation this client holds.
         self._holders: dict[EntryId, ForumClient] = {}
@@ -125,6 +134,8 @@ class ClusterClient(AsyncResource):
         self._refreshing: asyncio.Task[None] | None = None
         self.misplaced = 0
         self._home: tuple[str, ...] = ()
+        #: The consumers a keeper counted last (:meth:`balance`).
+        self._workers: tuple[str, ...] = ()
         self._place()
 
     def __repr__(self) -> str:
@@ -143,8 +154,9 @@ class ClusterClient(AsyncResource):
             except NodeRejected as exc:
                 if exc.status != 404:
                     raise
-                return cls(pool.urls, token, **kwargs)
-        return cls(_checked(body, kwargs.get("cluster_secret")), token, **kwargs)
+                return cls(pool.urls, token, **{"prefer": pool.current.url, **kwargs})
+        cluster = _checked(body, kwargs.get("cluster_secret"))
+        return cls(cluster, token, **{"prefer": pool.current.url, **kwargs})
 
     @property
     def map(self) -> ClusterMap:
@@ -152,14 +164,37 @@ class ClusterClient(AsyncResource):
         return self._map
 
     @property
+    def url(self) -> str:
+        """The URL of the home group's node that answered last (as
+        ``ForumClient.url``: what a worker's presence names)."""
+        return self._pool(self._home[0]).current.url
+
+    @property
     def home(self) -> tuple[str, ...]:
         """The ids of this client's home groups."""
         return self._home
 
+    def balance(self, workers: Sequence[str]) -> None:
+        """Home on this client's group in the balanced assignment of
+        ``workers`` (the ids of every consumer known, this one's among them:
+        :func:`~forum.node.cluster.slots.balanced`), so that every group has
+        its share of consumers however their ids hash. A directory keeper
+        calls it with the workers it counts."""
+        self._workers = tuple(workers)
+        self._place()
+
     def _place(self) -> None:
         served = self._map.served
         seeds = [(g.id, group_seed(g.id), g.weight) for g in served]
-        self._home = tuple(ranked(zlib.crc32(self.client_id.encode()), seeds)[: self._home_count])
+        order = ranked(zlib.crc32(self.client_id.encode()), seeds)
+        if self.client_id in self._workers:
+            first = balanced(self._workers, seeds).get(self.client_id)
+            if first is not None:
+                order = [first] + [gid for gid in order if gid != first]
+        home = tuple(order[: self._home_count])
+        if self._home and home != self._home:
+            log.info("home group(s) %s, was %s", ",".join(home), ",".join(self._home))
+        self._home = home
         ids = {g.id for g in served}
         self._stealing = {q: gid for q, gid in self._stealing.items() if gid in ids}
         if self._sticky is not None and self._sticky not in {g.id for g in self._map.active}:
@@ -169,8 +204,18 @@ class ClusterClient(AsyncResource):
         gid = group if isinstance(group, str) else group.id
         pool = self._pools.get(gid)
         if pool is None:
-            pool = self._pools[gid] = NodePool(self._map.group(gid).members, self._token)
+            pool = self._pools[gid] = NodePool(self._members(gid), self._token)
         return pool
+
+    def _members(self, gid: str) -> list[str]:
+        """Group ``gid``'s members in the order this client tries them: from
+        the preferred one, else from one drawn by the client id."""
+        members = list(self._map.group(gid).members)
+        if self._prefer in members:
+            start = members.index(self._prefer)
+        else:
+            start = zlib.crc32(self.client_id.encode()) % len(members)
+        return members[start:] + members[:start]
 
     async def _call(self, group: Group | str, call: Callable[[ForumClient], Awaitable[T]]) -> T:
         """``call`` on a member of ``group`` that answers; a newer map an
@@ -213,7 +258,7 @@ class ClusterClient(AsyncResource):
         self._pools = {
             gid: pool
             for gid, pool in old.items()
-            if gid in keep and pool.urls == cluster.group(gid).members
+            if gid in keep and set(pool.urls) == set(cluster.group(gid).members)
         }
         for gid, pool in old.items():
             if self._pools.get(gid) is not pool:

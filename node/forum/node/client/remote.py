@@ -58,6 +58,7 @@ from forum.node.client.answers import (
 )
 from forum.node.client.stream import StreamConnection, StreamUnsupported
 from forum.node.client.watch import WatchEvent, watch_events
+from forum.node.cluster.directory import Depth
 from forum.node.core.entries import EntryId, Reserved, Tuple
 from forum.node.core.errors import (
     NodeRejected,
@@ -169,6 +170,8 @@ class ForumClient(AsyncResource):
             unknown_options(options, "ForumClient.write")
             args |= _write_args(options)
         written: model.Written = await self._document("write", args, options.get("wait") or 0.0)
+        if type(written.map_epoch) is int:  # a node with a map says its epoch
+            self.map_epoch = max(written.map_epoch, self.map_epoch or 0)
         return entry_id(self.url, written.id)
 
     async def write_many(
@@ -373,6 +376,19 @@ class ForumClient(AsyncResource):
             else:
                 rows.append((row.prefix, row.paused, (row.held, row.limit)))
         return rows
+
+    async def backlogs(self, separator: bytes = b"/") -> dict[bytes, Depth]:
+        """Per group of tuples here (a payload up to its first ``separator``),
+        its live count and oldest age, for groups with live tuples
+        (``GET /v1/prefixes?separator=``): what a cluster's directory publishes."""
+        path = f"/v1/prefixes?separator={quote_from_bytes(separator, safe='')}"
+        document = await self._route(model.Prefixes, "GET", path)
+        found: dict[bytes, Depth] = {}
+        for row in document.prefixes:
+            if type(row.prefix) is bytes and isinstance(row.live, int) and row.live > 0:
+                age = row.oldest_age if isinstance(row.oldest_age, float | int) else 0.0
+                found[row.prefix] = Depth(row.live, float(age))
+        return found
 
     async def cluster_map(self) -> model.ClusterMapBody:
         """The cluster map the node holds (``GET /v1/map``); a

@@ -9,11 +9,16 @@ shard, and a job's Lens keys never depend on which group holds it.
 
 A slot's groups are ranked by **weighted rendezvous hashing** (HRW): each
 group scores ``-weight / ln(u)``, ``u`` a uniform number in (0, 1) drawn from
-the slot and the group's id, and the highest score owns the slot. Adding a
-group moves the slots it now wins (about 1/(G+1) of them) and nothing else;
-a group's share of slots is its share of the weights; every client ranks
-from the group list alone, with no table to agree on. The next groups in the
-order are where a write falls through to when the owner does not answer.
+the slot and the group's id. The slot's owner is chosen with **bounded
+loads** (:func:`bounded`): slot by slot, the first group in the slot's order
+that holds fewer than its weighted share of the 16384 slots (rounded up). So
+every group owns its share to one slot, where plain HRW leaves the largest
+of 50 groups 1.11x the mean and of 100 1.19x (a group that much over its
+share is past its capacity while the others idle: the simulation,
+docs/scaling.md). Adding a group moves about 1/(G+1) of the slots, most to
+it (a few spill on as the shares shrink); every client computes the table
+from the group list alone, with nothing to agree on. The rest of a slot's
+order is where a write falls through to when the owner does not answer.
 
 The draw is a 64-bit mix (splitmix64's finalizer) of the group id's crc32
 and the slot: a few integer operations, the same on every platform and in
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 #: The slot space: fixed for the cluster's life.
 SLOTS = 16384
@@ -59,3 +64,30 @@ def ranked(slot: int, groups: Iterable[tuple[str, int, float]]) -> list[str]:
         ((score(slot, seed, weight), gid) for gid, seed, weight in groups), reverse=True
     )
     return [gid for _, gid in scored]
+
+
+def bounded(draws: Sequence[int], groups: Sequence[tuple[str, int, float]]) -> list[str]:
+    """Rendezvous with bounded loads: for each of ``draws`` in order, the
+    first group in its rendezvous order that still has room, each group
+    having room for its weighted share of the draws, rounded up. Every group
+    gets its share (to one), whatever the hashes; the order of ``draws``
+    makes it the same answer everywhere."""
+    total = sum(weight for _, _, weight in groups)
+    room = {gid: math.ceil(len(draws) * weight / total) for gid, _, weight in groups}
+    chosen = []
+    for draw in draws:
+        best = max(groups, key=lambda g: score(draw, g[1], g[2]))[0]
+        if room[best] <= 0:  # full: the next in the draw's order with room
+            best = next(gid for gid in ranked(draw, groups) if room[gid] > 0)
+        room[best] -= 1
+        chosen.append(best)
+    return chosen
+
+
+def balanced(workers: Iterable[str], groups: Sequence[tuple[str, int, float]]) -> dict[str, str]:
+    """A home group for each of ``workers``: :func:`bounded` rendezvous on
+    the workers' ids, so every group has its share of workers however the
+    ids hash, and a worker that comes or goes moves few others. Every worker
+    that knows the same set of workers computes the same answer."""
+    names = sorted(set(workers))
+    return dict(zip(names, bounded([zlib.crc32(n.encode()) for n in names], groups), strict=True))

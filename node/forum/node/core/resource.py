@@ -9,8 +9,10 @@ Subclasses that must start something on entry override ``__aenter__``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Coroutine
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 
 class AsyncResource:
@@ -29,3 +31,16 @@ class AsyncResource:
         tb: TracebackType | None,
     ) -> None:
         await asyncio.shield(self.aclose())
+
+
+@contextlib.asynccontextmanager
+async def in_background(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
+    """Run ``work`` as a task while the block runs; cancelled and awaited on
+    the way out, so no task outlives the block (a sampler, a file watch)."""
+    task = asyncio.create_task(work, name=name)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -14,7 +14,6 @@ never goes back to an older map.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from forum.node.cluster.map import ClusterMap, Group, load_map
 from forum.node.cluster.slots import slot_of
 from forum.node.config.placement import Placement
 from forum.node.core.errors import ClusterMapError
+from forum.node.core.resource import in_background
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +129,5 @@ def _mtime(path: Path) -> float | None:
 
 async def watching(holder: MapHolder, app: web.Application) -> AsyncIterator[None]:
     """The holder's file watch while the app runs (a cleanup context)."""
-    task = asyncio.create_task(holder.watch(), name="cluster-map-watch")
-    try:
+    async with in_background(holder.watch(), "cluster-map-watch"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

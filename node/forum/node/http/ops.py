@@ -65,10 +65,13 @@ class Space:
     cluster: MapHolder | None = None
 
     async def write(self, payload: bytes, asked: WriteRequest = PLAIN_WRITE) -> Written:
+        cluster = self.cluster
+        if cluster is not None:
+            cluster.note_write(asked.options.get("key"), 1)
+            written = await self.forum.write(payload, **asked.options)
+            return Written(str(written), map_epoch=cluster.map.epoch)
         if asked is PLAIN_WRITE:  # the hot path: no option given
             return Written(str(await self.forum.write(payload)))
-        if self.cluster is not None:
-            self.cluster.note_write(asked.options.get("key"), 1)
         return Written(str(await self.forum.write(payload, **asked.options)))
 
     async def write_many(self, payloads: Sequence[bytes], asked: WriteRequest = PLAIN_WRITE) -> Ids:

@@ -233,6 +233,7 @@ class Forum(AsyncResource):
             places=self._places,
             remote=self._remote,
             reservations=self._reservations,
+            dress=self._dress,
         )
         self._loans = Loans(
             origin=strand.origin,

@@ -100,9 +100,12 @@ ASK = Ask()
 class Borrowing:
     """This node's side of lending: which writers are asked for what, and
     the tuples they lend, out of their places here. The Forum passes its
-    index, places, remote tuples and reservations."""
+    index, places, remote tuples, reservations and ``dress`` (a tuple with
+    its Write's properties: the index keeps only the priority)."""
 
-    __slots__ = ("_dry", "_index", "_origin", "_places", "_remote", "_reservations", "lender")
+    __slots__ = (
+        "_dress", "_dry", "_index", "_origin", "_places", "_remote", "_reservations", "lender",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -112,12 +115,14 @@ class Borrowing:
         places: Places,
         remote: RemoteTuples,
         reservations: Reservations,
+        dress: Callable[[Tuple], Tuple],
     ) -> None:
         self._origin = origin
         self._index = index
         self._places = places
         self._remote = remote
         self._reservations = reservations
+        self._dress = dress
         self.lender: Lender | None = None
         #: (writer, prefix) -> loop time until which it is not asked unbidden.
         self._dry: dict[tuple[str, bytes], float] = {}
@@ -214,8 +219,9 @@ class Borrowing:
         item = self._places.remove(entry_id)
         if item is None:
             return None
-        if write is not None:
-            item = Tuple(write.id, write.payload, write.props)
+        # Its key, expiry and the rest: a lent Write carries them; one taken
+        # here (its writer did not answer) has them from this node's table.
+        item = self._dress(item) if write is None else Tuple(write.id, write.payload, write.props)
         arrival = self._index.add(item)
         self._index.remove(arrival)
         return arrival, item
