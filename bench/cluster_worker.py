@@ -36,12 +36,14 @@ from forum.node.core.space import Pattern
 
 async def main(args: argparse.Namespace) -> None:
     cluster = rotated(load_map(args.map), args.rotate)
+    home = ClusterClient(cluster, client_id=args.client_id).home[0]
+    # Its node: the member --rotate of its home group, reached first.
+    prefer = cluster.group(home).members[0]
     if args.home_only:
         # Its home group alone: the same client, which never looks elsewhere.
-        home = ClusterClient(cluster, client_id=args.client_id).home[0]
         cluster = ClusterMap(cluster.epoch, (cluster.group(home),))
     async with (
-        ClusterClient(cluster, client_id=args.client_id) as space,
+        ClusterClient(cluster, client_id=args.client_id, prefer=prefer) as space,
         Lens.from_url(args.redis_url) as lens,
         open_handler() as handler,
     ):

@@ -1,27 +1,24 @@
 """The benches' scaled-out cluster of real processes: G replica groups of R nodes, one map.
 
-:class:`GroupedCluster` is a :class:`forum.deploy.cluster.Cluster` whose
-nodes are started with ``--cluster-map`` (each finds its group by its URL,
-and its group's other members are its peers) instead of ``--peer`` to every
-other node; with one group of N it is the full mesh ``Cluster`` starts, so
-one bench compares the two shapes on the same code. Beside each node runs
+:class:`GroupedCluster` is a :class:`forum.deploy.cluster.Cluster` with
+groups (its nodes started with ``--cluster-map``: each finds its group by
+its URL, and its group's other members are its peers); with one group of N
+it is the full mesh, so one bench compares the two shapes on the same code. Beside each node runs
 one worker (bench/cluster_worker.py: a coordinator ``Worker`` on a
 ``ClusterClient``, as ``forum worker`` will be once it takes a map), homed on
 that node's group and reaching the group through that node first.
 
-Which member of a group a ``ClusterClient`` calls is the first of the
-group's members in its map (``NodePool`` is sticky, failing over in order).
-So each client here is given the map with every group's members rotated
-(:func:`rotated`): a worker beside member r of its group, and the producer's
-client r, call member r first, as a deployment puts a worker next to its
-node. The epoch is unchanged, so a refresh from a node does not undo it
-(a client takes a map only at a higher epoch).
+Which member of a group a ``ClusterClient`` calls first is the one given
+as its ``prefer``, else one its client id draws (then it fails over in
+order). A worker is given its own node: bench/cluster_worker.py's
+``--rotate r`` is its place in its group (:func:`rotated` puts it first),
+as a deployment puts a worker next to its node. The producer's clients
+start from the members their ids draw.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -30,7 +27,7 @@ from forum.deploy.demo import SINK_URL_ENV
 from forum.deploy.processes import NodeService, WorkerService
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap, Group, slot_of
+from forum.node.cluster import ClusterMap, load_map, slot_of
 from forum.node.core.space import Pattern
 
 BENCH = Path(__file__).resolve().parent
@@ -105,34 +102,23 @@ class ClusterWorkerService(WorkerService):
 
 
 class GroupedCluster(Cluster):
-    """``groups`` replica groups of ``replicas`` nodes (``node-a``.. in group
-    order, groups ``g1``..), one map, a worker beside each node (see the
-    module's docstring). ``cfg.nodes`` and ``cfg.workers`` are set from them.
-    ``home_only``: each worker looks in its home group alone, never stealing."""
+    """``groups`` replica groups of ``replicas`` nodes under the map
+    :class:`Cluster` writes (its ``groups``), a worker beside each node (see
+    the module's docstring). ``home_only``: each worker looks in its home
+    group alone, never stealing."""
 
     def __init__(
         self, cfg: ClusterConfig, groups: int, replicas: int, home_only: bool = False
     ) -> None:
-        super().__init__(dataclasses.replace(cfg, nodes=groups * replicas, workers=0))
+        super().__init__(dataclasses.replace(cfg, groups=groups, replicas=replicas, workers=0))
         self.replicas = replicas
         self.home_only = home_only
-        #: Each group's nodes, in member order.
-        self.groups = {
-            f"g{g + 1}": self.nodes[g * replicas : (g + 1) * replicas] for g in range(groups)
-        }
-        self.map = ClusterMap(
-            1, tuple(Group(gid, tuple(n.url for n in nodes)) for gid, nodes in self.groups.items())
-        )
-        self.map_path = self.root / "cluster-map.json"
-
-    def _peer_args(self, node: NodeService) -> list[str]:
-        # The map, not peers: a node's group's other members are its peers.
-        return ["--cluster-map", str(self.map_path)]
+        self.map = ClusterMap(0, ())
 
     async def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.map_path.write_text(json.dumps(self.map.to_document()))
         await super().start()
+        assert self.map_path is not None  # a cluster with groups has a map
+        self.map = load_map(self.map_path)
         for gid, nodes in self.groups.items():
             for place, node in enumerate(nodes):
                 self.workers.append(self._worker(gid, place, node))
@@ -140,7 +126,7 @@ class GroupedCluster(Cluster):
             await worker.start()
 
     def _worker(self, gid: str, place: int, node: NodeService) -> ClusterWorkerService:
-        name = f"worker-{node.name[-1]}1"
+        name = f"worker-{node.name}"
         worker = ClusterWorkerService(
             name,
             self.root,

@@ -148,7 +148,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from groups import GroupedCluster, one_copy_bytes, rotated
+from groups import GroupedCluster, one_copy_bytes
 from trees import named_in, other_tree, pythonpath
 
 from forum.deploy.cluster import Cluster, ClusterConfig
@@ -485,10 +485,10 @@ class KeyedProducer:
     """``--groups``: each job one keyed write (a write's key is its job's:
     ``write_many``'s one key would be every job's), a batch of them sent at
     once at the load's pace, through ``ClusterClient``s, so each job goes to
-    its slot's group. Client ``r`` calls each group's member ``r`` first
-    (:func:`groups.rotated`) and the batch's jobs are dealt over the
-    clients, so every node takes its share of the writes, as the round
-    robin of :class:`Producer` gives a mesh."""
+    its slot's group. There are R clients, each starting each group from
+    the member its id draws, and the batch's jobs are dealt over them, so
+    the writes spread over a group's members (the round robin of
+    :class:`Producer` spreads them over a mesh's nodes evenly)."""
 
     cluster: GroupedCluster
     load: Load
@@ -501,7 +501,7 @@ class KeyedProducer:
         async with contextlib.AsyncExitStack() as stack:
             clients = [
                 await stack.enter_async_context(
-                    ClusterClient(rotated(self.cluster.map, r), client_id=f"producer-{r}")
+                    ClusterClient(self.cluster.map, client_id=f"producer-{r}")
                 )
                 for r in range(self.cluster.replicas)
             ]
