@@ -102,6 +102,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import platform
@@ -110,16 +111,20 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import redis.asyncio as aioredis
 import uvloop
+from groups import homed_id, owned_keys
 from trees import other_tree, pythonpath
 
+from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
+from forum.node.cluster import ClusterMap, Group
 from forum.node.core.space import Pattern
+from forum.node.core.write_options import WriteOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 1000
@@ -222,15 +227,23 @@ async def process(
 
 @contextlib.asynccontextmanager
 async def forum_node(
-    data: Path, fsync: str, tree: Path | None = None
+    data: Path,
+    fsync: str,
+    tree: Path | None = None,
+    *,
+    port: int | None = None,
+    args: Sequence[str] = (),
+    node_id: str = "bench",
 ) -> AsyncIterator[tuple[str, int]]:
     """The node's URL and its process id; with ``tree``, the node runs that
-    tree's code (bench/trees.py), from a directory that is no checkout."""
-    port = free_port()
+    tree's code (bench/trees.py), from a directory that is no checkout.
+    ``port``: its port (default: a free one); ``args``: more for ``forum serve``."""
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
         sys.executable, "-m", "forum", "serve", "--listen", f"127.0.0.1:{port}",
-        "--data-dir", str(data), "--fsync", fsync, "--node-id", "bench", "--log-level", "WARNING",
+        "--data-dir", str(data), "--fsync", fsync, "--node-id", node_id, "--log-level", "WARNING",
+        *args,
     ]  # fmt: skip
     env = None if tree is None else {**os.environ, "PYTHONPATH": pythonpath(tree)}
     async with (
@@ -315,17 +328,33 @@ async def run_until_dry(ops: list[Callable[[], Awaitable[int]]]) -> tuple[int, f
 
 class ForumQueue:
     """One client's work, through a ForumClient against a ``forum serve``,
-    on the tuples of ``prefix``."""
+    on the tuples of ``prefix``; settled by compacting ``nodes``.
+
+    ``--groups``: through a ClusterClient homed on a group, each write keyed
+    with the next of ``keys``, keys whose slot that group owns, so a job is
+    written and reserved in one group (a job's three requests, as on one
+    node); the keys only route (no dedup window: they may repeat)."""
 
     name = "forum"
 
-    def __init__(self, client: ForumClient, prefix: bytes) -> None:
+    def __init__(
+        self,
+        client: ForumClient | ClusterClient,
+        prefix: bytes,
+        nodes: Sequence[ForumClient],
+        keys: Sequence[str] = (),
+    ) -> None:
         self.c = client
+        self.nodes = nodes
         self.pattern = Pattern(prefix)
         self.payload = prefix + b"x" * 60
+        self._keys = itertools.cycle(keys) if keys else None
+
+    def _options(self) -> WriteOptions:
+        return {} if self._keys is None else {"key": next(self._keys)}
 
     async def write(self) -> int:
-        await self.c.write(self.payload)
+        await self.c.write(self.payload, **self._options())
         return 1
 
     async def take(self) -> int:
@@ -337,7 +366,7 @@ class ForumQueue:
         return 1
 
     async def job(self) -> int:
-        await self.c.write(self.payload)
+        await self.write()
         if await self.take() == 0:
             raise RuntimeError("a job written was not there to reserve")
         return 1
@@ -350,6 +379,10 @@ class ForumQueue:
         return len(reserved)
 
     async def prefill(self, n: int) -> None:
+        if self._keys is not None:  # a key names one write: one at a time
+            for _ in range(n):
+                await self.write()
+            return
         for start in range(0, n, BATCH):
             await self.c.write_many([self.payload] * min(BATCH, n - start))
 
@@ -360,7 +393,8 @@ class ForumQueue:
     async def settle(self) -> None:
         # POST /v1/compact waits for a background pass under way (passes run
         # one at a time), then drops whatever is dead.
-        await self.c.compact()
+        for node in self.nodes:
+            await node.compact()
 
 
 class RedisQueue:
@@ -443,20 +477,27 @@ class Shape:
     one_client: bool = False
     #: Every loop on one prefix (``job-``) and one Redis list.
     one_prefix: bool = False
+    #: ``--groups``: so many nodes, each a group of one under one map (0: one
+    #: node, no map).
+    groups: int = 0
 
     def name(self) -> str:
         shared = [w for w, on in (("client", self.one_client), ("prefix", self.one_prefix)) if on]
-        return "one " + " and one ".join(shared) if shared else "a client and a prefix each"
+        name = "one " + " and one ".join(shared) if shared else "a client and a prefix each"
+        if self.groups:
+            name += f"; Forum: {self.groups} groups of one node, a ClusterClient each"
+        return name
 
 
 @dataclass(frozen=True)
 class Side:
     """One system's clients, a queue per loop (``max(--clients)`` of them),
-    and its server's process id (whose CPU is measured)."""
+    and its servers' process ids (whose CPU is measured: ``--groups``' nodes
+    summed)."""
 
     name: str
     queues: list[Queue]
-    server_pid: int
+    server_pids: tuple[int, ...]
 
 
 async def forum_side(
@@ -468,8 +509,25 @@ async def forum_side(
     queues: list[Queue] = []
     for i in range(n):
         client = clients[0 if shape.one_client else i]
-        queues.append(ForumQueue(client, b"job-" if shape.one_prefix else f"job-{i}/".encode()))
-    return Side("forum", queues, pid)
+        prefix = b"job-" if shape.one_prefix else f"job-{i}/".encode()
+        queues.append(ForumQueue(client, prefix, [client]))
+    return Side("forum", queues, (pid,))
+
+
+async def cluster_side(
+    stack: contextlib.AsyncExitStack, nodes: list[tuple[str, int]], cluster: ClusterMap, n: int
+) -> Side:
+    """``--groups``: each loop its own ClusterClient, homed on the groups in
+    turn, on its own prefix (see :class:`ForumQueue`)."""
+    direct = [await stack.enter_async_context(ForumClient(url)) for url, _ in nodes]
+    queues: list[Queue] = []
+    for i in range(n):
+        home = cluster.groups[i % len(cluster.groups)].id
+        client = ClusterClient(cluster, client_id=homed_id(cluster, home, f"client-{i}"))
+        await stack.enter_async_context(client)
+        keys = owned_keys(cluster, home, 256, prefix=f"job-{i}/")
+        queues.append(ForumQueue(client, f"job-{i}/".encode(), direct, keys))
+    return Side("forum", queues, tuple(pid for _, pid in nodes))
 
 
 async def redis_side(
@@ -485,7 +543,11 @@ async def redis_side(
     for i in range(n):
         keys = (QUEUE, PROCESSING) if shape.one_prefix else (f"{QUEUE}:{i}", f"{PROCESSING}:{i}")
         queues.append(RedisQueue(one or client(2), *keys))
-    return Side("redis", queues, pid)
+    return Side("redis", queues, (pid,))
+
+
+def servers_cpu(side: Side) -> float:
+    return sum(cpu_seconds(pid) for pid in side.server_pids)
 
 
 async def measure(side: Side, work: str, clients: int, seconds: float, prefill: int) -> Result:
@@ -505,27 +567,32 @@ async def measure(side: Side, work: str, clients: int, seconds: float, prefill: 
         # timed until it is empty.
         for queue in queues:
             await queue.prefill(prefill // clients)
-    server0, client0 = cpu_seconds(side.server_pid), time.process_time()
+    server0, client0 = servers_cpu(side), time.process_time()
     if work == "take":
         n, t = await run_until_dry([q.take for q in queues])
     else:
         name = {"write": "write", "job": "job", "batch job": "batch_job"}[work]
         n, t = await run_for(seconds, [getattr(q, name) for q in queues])
-    server, client = cpu_seconds(side.server_pid) - server0, time.process_time() - client0
+    server, client = servers_cpu(side) - server0, time.process_time() - client0
     for queue in queues:
         await queue.drain()
     return Result(side.name, work, clients, n, t, server, client)
 
 
 async def compare(
-    sides: tuple[Side, Side], clients: list[int], seconds: float, repeats: int, prefill: int
+    sides: tuple[Side, Side],
+    clients: list[int],
+    seconds: float,
+    repeats: int,
+    prefill: int,
+    works: Sequence[str] = WORKS,
 ) -> list[Result]:
     """Each measurement ``repeats`` times, the two sides taking turns (so both
     see the same background load; which goes first alternates), and the
     median of each kept."""
     kept = []
     for n_clients in clients:
-        for work in WORKS:
+        for work in works:
             runs: dict[str, list[Result]] = {side.name: [] for side in sides}
             for repeat in range(repeats):
                 for side in sides if repeat % 2 == 0 else sides[::-1]:
@@ -538,6 +605,11 @@ async def compare(
 # -- report ------------------------------------------------------------------------
 
 
+def measured(results: list[Result]) -> list[str]:
+    """The works among ``results``, in :data:`WORKS`' order."""
+    return [w for w in WORKS if any(r.work == w for r in results)]
+
+
 def table(results: list[Result], fsync: str, shape: Shape) -> str:
     redis_durability = "appendfsync always" if fsync == "always" else "no persistence"
     rows = [
@@ -548,7 +620,7 @@ def table(results: list[Result], fsync: str, shape: Shape) -> str:
         f"{'node ms':>8} {'redis ms':>8} {'fc ms':>6} {'r-py ms':>7}",
     ]
     by_key = {(r.system, r.work, r.clients): r for r in results}
-    for work in WORKS:
+    for work in measured(results):
         for clients in sorted({r.clients for r in results}):
             f, r = by_key[("forum", work, clients)], by_key[("redis", work, clients)]
             rows.append(
@@ -563,7 +635,7 @@ def plot(results: list[Result], fsync: str, shape: Shape, path: Path) -> None:
     import plots  # noqa: PLC0415 (matplotlib: in .venv-bench only)
 
     by_key = {(r.system, r.work, r.clients): r.rate for r in results}
-    keys = [(w, c) for w in WORKS for c in sorted({r.clients for r in results})]
+    keys = [(w, c) for w in measured(results) for c in sorted({r.clients for r in results})]
     ratios = [by_key[("forum", w, c)] / by_key[("redis", w, c)] for w, c in keys]
     plots.grouped_bars(
         path,
@@ -587,6 +659,15 @@ async def main() -> int:
         help="durability to compare at (default always)",
     )  # fmt: skip
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
+    parser.add_argument(
+        "--works", nargs="+", choices=WORKS,
+        help="the works to measure (default all; with --groups all but the batch job)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--groups", type=int, default=0,
+        help="Forum as this many nodes, each a group of one under one map, a ClusterClient "
+        "per client (see above; e.g. 2: a node per core)",
+    )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3, help="median of this many runs")
     parser.add_argument(
         "--prefill",
@@ -618,7 +699,14 @@ async def main() -> int:
     if shutil.which("redis-server") is None:
         print("redis-server is not on PATH", file=sys.stderr)
         return 2
-    shape = Shape(args.one_client, args.one_prefix)
+    if args.groups < 0 or (args.groups and (args.one_client or args.one_prefix)):
+        parser.error("--groups: 1 or more, with a client and a prefix each")
+    if args.groups and "batch job" in (args.works or ()):
+        parser.error("--groups: no batch job (a key names one write: the batch would be keyless)")
+    args.works = args.works or [w for w in WORKS if not (args.groups and w == "batch job")]
+    if args.groups and (args.node_tree or args.node_ref):
+        parser.error("--groups runs this tree's nodes: no --node-tree or --node-ref")
+    shape = Shape(args.one_client, args.one_prefix, args.groups)
     report: dict[str, object] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "load_average_at_start": os.getloadavg()},
@@ -626,6 +714,7 @@ async def main() -> int:
         "repeats": args.repeats,
         "batch": BATCH,
         "shape": asdict(shape),
+        "works": args.works,
         "node_tree": str(args.node_tree or args.node_ref or ROOT),
         "runs": [],
     }  # fmt: skip
@@ -660,22 +749,48 @@ async def run(
     with tempfile.TemporaryDirectory(prefix="forum-bench-") as tmp:
         (Path(tmp) / "redis").mkdir()
         async with (
-            forum_node(Path(tmp) / "forum", fsync, tree) as (forum_url, forum_pid),
             redis_server(Path(tmp) / "redis", fsync) as (redis_url, redis_pid),
             contextlib.AsyncExitStack() as stack,
         ):
             n = max(args.clients)
-            sides = (
-                await forum_side(stack, forum_url, forum_pid, n, shape),
-                await redis_side(stack, redis_url, redis_pid, n, shape),
+            if shape.groups:
+                nodes, cluster = await grouped_nodes(stack, Path(tmp), fsync, tree, shape.groups)
+                forum = await cluster_side(stack, nodes, cluster, n)
+            else:
+                url, pid = await stack.enter_async_context(
+                    forum_node(Path(tmp) / "forum", fsync, tree)
+                )
+                forum = await forum_side(stack, url, pid, n, shape)
+            sides = (forum, await redis_side(stack, redis_url, redis_pid, n, shape))
+            return await compare(
+                sides, args.clients, args.seconds, args.repeats, args.prefill, args.works
             )
-            return await compare(sides, args.clients, args.seconds, args.repeats, args.prefill)
+
+
+async def grouped_nodes(
+    stack: contextlib.AsyncExitStack, root: Path, fsync: str, tree: Path | None, groups: int
+) -> tuple[list[tuple[str, int]], ClusterMap]:
+    """``groups`` nodes, each a group of one (``g1``..) under one map: their
+    URLs and process ids, and the map."""
+    ports = [free_port() for _ in range(groups)]
+    cluster = ClusterMap(
+        1, tuple(Group(f"g{g + 1}", (f"http://127.0.0.1:{p}",)) for g, p in enumerate(ports))
+    )
+    path = root / "cluster-map.json"
+    path.write_text(json.dumps(cluster.to_document()))
+    nodes = []
+    for g, port in enumerate(ports):
+        node = forum_node(root / f"forum-g{g + 1}", fsync, tree, port=port,
+                          args=("--cluster-map", str(path)), node_id=f"bench-g{g + 1}")  # fmt: skip
+        nodes.append(await stack.enter_async_context(node))
+    return nodes, cluster
 
 
 def summary(results: list[Result], fsync: str, clients: list[int]) -> dict[str, object]:
     """One durability's part of the JSON report."""
     jobs = {(r.system, r.clients): r.rate for r in results if r.work == "job"}
-    batch = max(r.rate for r in results if r.system == "forum" and r.work == "batch job")
+    batch = max((r.rate for r in results if r.system == "forum" and r.work == "batch job"),
+                default=None)  # fmt: skip
     return {
         "fsync": fsync,
         "results": [
@@ -687,7 +802,9 @@ def summary(results: list[Result], fsync: str, clients: list[int]) -> dict[str, 
             }
             for r in results
         ],
-        "job_ratio": {str(c): jobs[("forum", c)] / jobs[("redis", c)] for c in clients},
+        "job_ratio": {
+            str(c): jobs[("forum", c)] / jobs[("redis", c)] for c in clients if ("forum", c) in jobs
+        },
         "forum_batch_reserved_and_acked_per_second": batch,
     }
 

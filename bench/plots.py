@@ -30,11 +30,13 @@ def grouped_bars(
     ylabel: str,
     notes: Mapping[str, Sequence[str]] | None = None,
     log: bool = False,
+    fmt: str = ",.0f",
 ) -> None:
     """One group of bars per entry of ``groups`` (e.g. a concurrency), one bar
     per series in it (e.g. a system), each labelled with its value and, under
     it, its note (e.g. Forum's ratio to it). ``log``: a log scale, for
-    series whose groups differ by orders of magnitude."""
+    series whose groups differ by orders of magnitude. ``fmt``: the values'
+    labels' format (e.g. ``",.2f"`` for small figures)."""
     notes = notes or {}
     width = 0.8 / len(series)
     figure, axes = plt.subplots(figsize=(max(8.0, 1.1 * len(groups) * len(series)), 5.0))
@@ -42,7 +44,7 @@ def grouped_bars(
         xs = [g + (k - (len(series) - 1) / 2) * width for g in range(len(groups))]
         bars = axes.bar(xs, values, width, label=name, color=COLOURS[k % len(COLOURS)])
         labels = [
-            f"{v:,.0f}" + (f"\n{n}" if n else "")
+            f"{v:{fmt}}" + (f"\n{n}" if n else "")
             for v, n in zip(values, notes.get(name, [""] * len(values)), strict=True)
         ]
         axes.bar_label(bars, labels=labels, fontsize=7, padding=2)

@@ -3,7 +3,9 @@
 Usage: ``.venv/bin/python bench/scaling_bench.py [--nodes 2,3,5,7]
 [--work-ms 10,100,1000] [--jobs 300,150,40] [--producer-rate 150,60,12]
 [--producer-batch 30] [--kill-one | --pause-one] [--variants pool,main]
-[--main-tree DIR | --main-ref REF] [--rounds 1] [--idle 0] [--out PATH]``
+[--main-tree DIR | --main-ref REF] [--rounds 1] [--idle 0] [--out PATH]``;
+scaled out: ``[--groups 1,2,3 [--replicas 3] [--mesh 3,5,7,9] [--load-per-group]
+[--home-only] [--plot PATH | --no-plot]]`` (below).
 
 Each run is a fresh :class:`forum.deploy.cluster.Cluster`: N nodes peered in
 a mesh, one ``forum worker`` per node (8 slots, the demo handler
@@ -97,12 +99,43 @@ see the same machine. Prints a table; writes bench/results/scaling_bench.json.
 Targets: issue 29, double/job <= 0.01 at 2, 3, 5 and 7 nodes with 10 ms,
 100 ms and 1 s jobs, and no change to down->served; issue 13, takes/job <=
 1.02 and cpu ms/job flat from 3 to 7 nodes.
+
+``--groups G,..`` (issue 30): the same, scaled out. Each run is G replica
+groups of ``--replicas`` R nodes under one cluster map
+(:class:`groups.GroupedCluster`: no node peers outside its group), a worker
+beside each node (bench/cluster_worker.py: a coordinator ``Worker`` on a
+``ClusterClient`` whose client id homes it on its node's group, stealing
+from the other groups in turn, no directory), and R producer ``ClusterClient``s writing each job
+once, keyed with its name, to its slot's group (:class:`KeyedProducer`),
+at one fixed offered load (one ``--work-ms``, default 10 ms; 3000 jobs at
+150/s). ``--mesh N,..`` adds one group of N: the full mesh of today, the
+same code. Each shape runs once a round, their order reversed every other
+round; medians. Beside the figures above (``cpu ms/job`` split in
+``node ms/job`` and ``all ms/job``: nodes, workers, Redis and this
+process, the producer), per run:
+
+strand B/job   bytes appended to every node's Strand (``strand_bytes`` plus
+               ``bytes_reclaimed``: before compaction) over the run, per job
+copies         that over one job's bytes in one Strand, measured on a node
+               of its own first (:func:`groups.one_copy_bytes`): R when each
+               member holds each of its group's jobs once and nothing else
+misplaced      writes that went to a group other than their slot's
+req/job        requests the nodes were sent (``streams_requests``) per job
+
+and the targets of issue 30, each shape of R against ``1xR``: node ms/job
+<= 1.1x; idle <= 1.1 x G x ``1xR``'s; copies <= 1.05 x R; takes/job <=
+1.03. ``--load-per-group`` offers G times the jobs and the rate (each
+node as busy at every G); ``--home-only`` gives each worker its home group
+alone (it never steals). Writes bench/results/scaling_groups_bench.json and
+a plot beside it (matplotlib: .venv-bench, scripts/bench-env).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -111,10 +144,11 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from groups import GroupedCluster, one_copy_bytes
 from trees import named_in, other_tree, pythonpath
 
 from forum.deploy.cluster import Cluster, ClusterConfig
@@ -123,6 +157,7 @@ from forum.deploy.history import History
 from forum.deploy.processes import NodeService, Service
 from forum.deploy.sink import EffectSink
 from forum.deploy.workload import collect, wait_until_done
+from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
 from forum.node.core.errors import ClientError
 
@@ -442,6 +477,302 @@ def report(summary: dict[str, dict[str, dict[str, dict[str, float | None]]]]) ->
                       f"{_cell(m['stranded'], 8, 0)}")  # fmt: skip
 
 
+# -- --groups: replica groups under one map ------------------------------------------
+
+
+@dataclass(slots=True)
+class KeyedProducer:
+    """``--groups``: each job one keyed write (a write's key is its job's:
+    ``write_many``'s one key would be every job's), a batch of them sent at
+    once at the load's pace, through ``ClusterClient``s, so each job goes to
+    its slot's group. There are R clients, each starting each group from
+    the member its id draws, and the batch's jobs are dealt over them, so
+    the writes spread over a group's members (the round robin of
+    :class:`Producer` spreads them over a mesh's nodes evenly)."""
+
+    cluster: GroupedCluster
+    load: Load
+    history: History
+
+    async def run(self) -> int:
+        """Write the jobs; how many went to a group other than their slot's."""
+        prefix = self.cluster.cfg.prefix
+        names = [f"{prefix}{i:06d}" for i in range(self.load.jobs)]
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [
+                await stack.enter_async_context(
+                    ClusterClient(self.cluster.map, client_id=f"producer-{r}")
+                )
+                for r in range(self.cluster.replicas)
+            ]
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            for start in range(0, len(names), self.load.batch):
+                await asyncio.sleep(max(0.0, started + start / self.load.rate - loop.time()))
+                batch = names[start : start + self.load.batch]
+                await asyncio.gather(
+                    *(self._write(clients[(start + k) % len(clients)], job)
+                      for k, job in enumerate(batch))
+                )  # fmt: skip
+            return sum(client.misplaced for client in clients)
+
+    async def _write(self, client: ClusterClient, job: str) -> None:
+        try:
+            await client.write(job.encode(), key=job)
+            acknowledged = True
+        except ClientError:
+            acknowledged = False
+        self.history.wrote(job, acknowledged)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRun:
+    """One ``--groups`` run: ``groups`` groups of ``replicas``, and what a
+    mesh run does not measure."""
+
+    groups: int
+    replicas: int
+    run: Run
+    #: This process's CPU (the producer, and the look at the effects).
+    producer_cpu_s: float
+    #: Bytes appended to the Strands of every node (their ``strand_bytes``
+    #: plus ``bytes_reclaimed``: what compaction gave back counts).
+    strand_bytes: int
+    #: One job's entries in one Strand (:func:`groups.one_copy_bytes`).
+    entry_bytes: float
+    misplaced: int
+    #: Requests the nodes were sent over the run and the settling after it
+    #: (their ``streams_requests``): the producer's, the workers' and this
+    #: bench's looks at the nodes.
+    requests: int
+
+    @property
+    def all_cpu_s(self) -> float | None:
+        r = self.run
+        if r.node_cpu_s is None or r.worker_cpu_s is None or r.redis_cpu_s is None:
+            return None
+        return r.node_cpu_s + r.worker_cpu_s + r.redis_cpu_s + self.producer_cpu_s
+
+    @property
+    def strand_copies(self) -> float:
+        """The Strand bytes per job in copies of the job's entries (R when
+        each member holds each job once, and nothing more)."""
+        return self.strand_bytes / self.run.jobs / self.entry_bytes
+
+
+async def appended(cluster: Cluster) -> tuple[int, int]:
+    """The bytes every node's Strand took so far (compaction's given back
+    too), and the requests every node was sent on its clients' streams."""
+    total = requests = 0
+    for node in cluster.nodes:
+        async with ForumClient(node.url, timeout=10) as client:
+            status = await client.status()
+        total += status.strand_bytes + status.bytes_reclaimed
+        requests += status.streams_requests
+    return total, requests
+
+
+async def run_grouped(
+    groups: int, replicas: int, load: Load, idle: float, home_only: bool
+) -> GroupRun:
+    """One run of the load on ``groups`` groups of ``replicas`` (bench/groups.py)."""
+    cfg = ClusterConfig(worker_env={WORK_MS_ENV: str(load.work_ms)})
+    history = History()
+    async with GroupedCluster(cfg, groups, replicas, home_only) as cluster:
+        redis: list[Service] = [cluster.redis] if cluster.redis is not None else []
+        idle_rate = await idle_cpu(cluster, idle) if idle else None
+        entry = await one_copy_bytes(cluster.root, cfg.prefix)
+        bytes0, requests0 = await appended(cluster)
+        node0, worker0 = cpu_seconds(cluster.nodes), cpu_seconds(cluster.workers)
+        redis0, producer0 = cpu_seconds(redis), time.process_time()
+        started = time.perf_counter()
+        misplaced = await KeyedProducer(cluster, load, history).run()
+        await wait_until_done(cluster, history, deadline=600, progress=False)
+        seconds = time.perf_counter() - started
+        node_cpu = cpu_seconds(cluster.nodes) - node0
+        worker_cpu = cpu_seconds(cluster.workers) - worker0
+        redis_cpu = cpu_seconds(redis) - redis0
+        producer_cpu = time.process_time() - producer0
+        takes, doubles = await settled(cluster)
+        bytes1, requests1 = await appended(cluster)
+        strand, requests = bytes1 - bytes0, requests1 - requests0
+        await collect(cluster, history)
+    verdict = history.check()
+    if not verdict.valid:
+        print(verdict.explain(), file=sys.stderr)
+    run = Run(groups * replicas, f"{groups}x{replicas}", load.work_ms, load.jobs, seconds, takes,
+              doubles, verdict.valid, node_cpu, worker_cpu, redis_cpu, idle_rate)  # fmt: skip
+    return GroupRun(groups, replicas, run, producer_cpu, strand, entry, misplaced, requests)
+
+
+#: The targets of issue 30 on this machine, checked in the report.
+NODE_CPU_BOUND, IDLE_BOUND, COPIES_BOUND, TAKES_BOUND = 1.1, 1.1, 1.05, 1.03
+
+
+def grouped_summary(runs: list[GroupRun]) -> dict[str, dict[str, float | None]]:
+    """Per shape (``GxR``), the medians over the rounds."""
+    shapes = dict.fromkeys((r.groups, r.replicas) for r in runs)
+    summary = {}
+    for groups, replicas in shapes:
+        mine = [r for r in runs if (r.groups, r.replicas) == (groups, replicas)]
+        summary[f"{groups}x{replicas}"] = {
+            "groups": float(groups),
+            "replicas": float(replicas),
+            **median_of([r.run for r in mine]),
+            "all_cpu_ms_per_job": _median([r.run.ms_per_job(r.all_cpu_s) for r in mine]),
+            "producer_cpu_ms_per_job": statistics.median(
+                r.run.ms_per_job(r.producer_cpu_s) or 0.0 for r in mine
+            ),
+            "strand_bytes_per_job": statistics.median(r.strand_bytes / r.run.jobs for r in mine),
+            "entry_bytes": statistics.median(r.entry_bytes for r in mine),
+            "strand_copies_per_job": statistics.median(r.strand_copies for r in mine),
+            "misplaced": statistics.median(r.misplaced for r in mine),
+            "requests_per_job": statistics.median(r.requests / r.run.jobs for r in mine),
+        }
+    return summary
+
+
+def grouped_targets(
+    summary: dict[str, dict[str, float | None]], replicas: int
+) -> dict[str, dict[str, float | bool | None]]:
+    """Each of issue 30's targets against the ``G x replicas`` rows: the
+    figure (a ratio) and whether it is met; ``None`` when the rows are not there."""
+    base = summary.get(f"1x{replicas}")
+    rows = {k: m for k, m in summary.items() if m["replicas"] == replicas}
+    targets: dict[str, dict[str, float | bool | None]] = {}
+    for key, m in rows.items():
+        groups = int(m["groups"] or 1)
+        node, idle = m["node_cpu_ms_per_job"], m["idle_node_cpu_ms_per_s"]
+        node_ratio = (
+            node / base["node_cpu_ms_per_job"]
+            if base and node is not None and base["node_cpu_ms_per_job"]
+            else None
+        )
+        idle_ratio = (
+            idle / (groups * base["idle_node_cpu_ms_per_s"])
+            if base and idle is not None and base["idle_node_cpu_ms_per_s"]
+            else None
+        )
+        copies = (m["strand_copies_per_job"] or 0.0) / replicas
+        takes = m["takes_per_job"] or 0.0
+        targets[key] = {
+            "node_cpu_vs_1_group": node_ratio,
+            "node_cpu_ok": None if node_ratio is None else node_ratio <= NODE_CPU_BOUND,
+            "idle_vs_g_times_1_group": idle_ratio,
+            "idle_ok": None if idle_ratio is None else idle_ratio <= IDLE_BOUND,
+            "strand_vs_r_copies": copies,
+            "strand_ok": copies <= COPIES_BOUND,
+            "takes_per_job": takes,
+            "takes_ok": takes <= TAKES_BOUND,
+        }
+    return targets
+
+
+def grouped_report(
+    summary: dict[str, dict[str, float | None]],
+    targets: dict[str, dict[str, float | bool | None]],
+) -> None:
+    print(f"{'shape':>5} {'nodes':>5} {'jobs/s':>6} {'node ms/job':>11} {'all ms/job':>10} "
+          f"{'idle ms/s':>9} {'strand B/job':>12} {'copies':>6} {'takes/job':>9} "
+          f"{'double/job':>10} {'misplaced':>9} {'req/job':>7}")  # fmt: skip
+    for key, m in summary.items():
+        nodes = int((m["groups"] or 0) * (m["replicas"] or 0))
+        print(f"{key:>5} {nodes:>5} {_cell(m['jobs_per_s'], 6, 0)} "
+              f"{_cell(m['node_cpu_ms_per_job'], 11, 2)} {_cell(m['all_cpu_ms_per_job'], 10, 2)} "
+              f"{_cell(m['idle_node_cpu_ms_per_s'], 9, 0)} "
+              f"{_cell(m['strand_bytes_per_job'], 12, 0)} "
+              f"{_cell(m['strand_copies_per_job'], 6, 2)} {_cell(m['takes_per_job'], 9, 3)} "
+              f"{_cell(m['double_per_job'], 10, 3)} {_cell(m['misplaced'], 9, 0)} "
+              f"{_cell(m['requests_per_job'], 7, 2)}")  # fmt: skip
+    print("targets (issue 30): node ms/job <= 1.1x 1 group; idle <= 1.1 x G x 1 group's; "
+          "strand <= 1.05 x R copies; takes/job <= 1.03")  # fmt: skip
+    for key, t in targets.items():
+        print(f"{key:>5} node {_ratio(t['node_cpu_vs_1_group'], t['node_cpu_ok'])}  "
+              f"idle {_ratio(t['idle_vs_g_times_1_group'], t['idle_ok'])}  "
+              f"strand {_ratio(t['strand_vs_r_copies'], t['strand_ok'])}  "
+              f"takes {_ratio(t['takes_per_job'], t['takes_ok'])}")  # fmt: skip
+
+
+def _ratio(value: float | bool | None, ok: float | bool | None) -> str:
+    if value is None:
+        return "   -   "
+    return f"{value:.3f} {'ok' if ok else 'MISS'}"
+
+
+def grouped_plot(summary: dict[str, dict[str, float | None]], path: Path) -> None:
+    """CPU per job and idle CPU per shape (bench/plots.py)."""
+    import plots  # noqa: PLC0415 (matplotlib: in .venv-bench only)
+
+    def nodes(m: dict[str, float | None]) -> int:
+        return int((m["groups"] or 0) * (m["replicas"] or 0))
+
+    # By nodes, groups first among equals: G x R beside the mesh of as many.
+    rows = sorted(summary.items(), key=lambda kv: (nodes(kv[1]), -(kv[1]["groups"] or 0)))
+    plots.grouped_bars(
+        path,
+        "Replica groups (G x R) against one group of N (the full mesh): CPU at a fixed "
+        "offered load, medians\nnode = every forum serve's; all = nodes, workers, Redis and the "
+        "producer; idle = the nodes', no jobs",
+        [f"{k}\n({nodes(m)} nodes)" for k, m in rows],
+        {
+            "node ms/job": [m["node_cpu_ms_per_job"] or 0.0 for _, m in rows],
+            "all ms/job": [m["all_cpu_ms_per_job"] or 0.0 for _, m in rows],
+            "idle node ms/s / 10": [(m["idle_node_cpu_ms_per_s"] or 0.0) / 10 for _, m in rows],
+        },
+        "CPU ms per job (idle: ms per s, over 10)",
+        fmt=",.2f",
+    )
+
+
+async def main_grouped(args: argparse.Namespace, load: Load) -> dict[str, object]:
+    """``--groups`` (and ``--mesh``): each shape once per round, in turn."""
+    load_average = os.getloadavg()
+    shapes = [(g, args.replicas) for g in args.groups] + [
+        (1, n) for n in args.mesh if (1, n) not in {(g, args.replicas) for g in args.groups}
+    ]
+    runs: list[GroupRun] = []
+    for round_ in range(args.rounds):
+        for groups, replicas in shapes if round_ % 2 == 0 else shapes[::-1]:
+            scaled = groups if args.load_per_group else 1
+            mine = replace(load, jobs=load.jobs * scaled, rate=load.rate * scaled)
+            run = await run_grouped(groups, replicas, mine, args.idle, args.home_only)
+            runs.append(run)
+            print(f"round {round_ + 1} {groups}x{replicas}: {run.run.jobs_per_s:.0f} jobs/s "
+                  f"node {run.run.ms_per_job(run.run.node_cpu_s):.2f} ms/job takes/job "
+                  f"{run.run.takes_per_job:.3f} copies {run.strand_copies:.2f} "
+                  f"valid={run.run.valid}", file=sys.stderr)  # fmt: skip
+    summary = grouped_summary(runs)
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_at_start": load_average,
+            "load_average_at_end": os.getloadavg(),
+        },
+        "load": asdict(load),
+        "rounds": args.rounds,
+        "idle_s": args.idle,
+        "workers": "home only" if args.home_only else "stealing in turn",
+        "load_per_group": args.load_per_group,
+        "summary": summary,
+        "targets": grouped_targets(summary, args.replicas),
+        "runs": [
+            {
+                **asdict(r.run),
+                "groups": r.groups,
+                "replicas": r.replicas,
+                "producer_cpu_s": r.producer_cpu_s,
+                "strand_bytes": r.strand_bytes,
+                "entry_bytes": r.entry_bytes,
+                "misplaced": r.misplaced,
+                "requests": r.requests,
+            }
+            for r in runs
+        ],
+        "all_valid": all(r.run.valid for r in runs),
+    }
+
+
 def _key(work_ms: float) -> str:
     return f"{work_ms:g}"
 
@@ -549,10 +880,54 @@ def _per_load(values: Sequence[float], work: Sequence[float]) -> list[float] | N
     return list(values) if len(values) == len(work) else None
 
 
+def grouped_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--groups``: its own checks, run, table, JSON and plot."""
+    if args.replicas < 1:
+        parser.error("--replicas must be 1 or more")
+    if args.kill_one or args.pause_one or args.variants != ["pool"]:
+        parser.error("--groups runs the defaults, no node taken down: no --variants, "
+                     "--kill-one or --pause-one")  # fmt: skip
+    if args.main_tree is not None or args.main_ref is not None:
+        parser.error("--groups runs this tree: no --main-tree or --main-ref")
+    if len(args.work_ms or [10.0]) != 1 or len(args.jobs or [0]) != 1:
+        parser.error("--groups runs one load: one --work-ms, --jobs and --producer-rate")
+    if args.producer_batch < 1:
+        parser.error("--producer-batch must be 1 or more")
+    if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("matplotlib is not installed here: run from .venv-bench, or --no-plot")
+    if max(args.groups) * args.replicas > 26 or max(args.mesh or [1]) > 26:
+        parser.error("at most 26 nodes (node-a to node-z)")
+    load = Load(
+        (args.work_ms or [10.0])[0],
+        (args.jobs or [GROUPED_JOBS])[0],
+        (args.producer_rate or [GROUPED_RATE])[0],
+        args.producer_batch,
+    )
+    results = asyncio.run(main_grouped(args, load))
+    summary = results["summary"]
+    grouped_report(summary, results["targets"])  # type: ignore[arg-type]
+    out = args.out or ROOT / "bench/results/scaling_groups_bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+    if not args.no_plot:
+        plot = args.plot or out.with_suffix(".png")
+        grouped_plot(summary, plot)  # type: ignore[arg-type]
+        print(f"drew {plot}", file=sys.stderr)
+    return 0 if results["all_valid"] else 1
+
+
+#: ``--groups``' load by default: a fixed offered load below what the
+#: smallest shape serves (150 jobs/s of 10 ms), long enough to be steady.
+GROUPED_JOBS, GROUPED_RATE = 3000, 150.0
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--nodes", type=_ints, default=[2, 3, 5, 7], help="e.g. 2,3,5,7")
-    parser.add_argument("--work-ms", type=_numbers, default=[10.0, 100.0, 1000.0])
+    parser.add_argument(
+        "--work-ms", type=_numbers, help="e.g. 10,100,1000 (the default; --groups: 10)"
+    )
     parser.add_argument("--jobs", type=_ints, help="per --work-ms (default: by job length)")
     parser.add_argument(
         "--producer-rate", type=_numbers, help="jobs/s, per --work-ms (default: by job length)"
@@ -574,8 +949,30 @@ if __name__ == "__main__":
     parser.add_argument("--main-tree", type=Path, help="the tree variant main runs (see above)")
     parser.add_argument("--main-ref", help="a commit variant main runs, unpacked (see above)")
     parser.add_argument("--idle", type=float, default=0.0, help="seconds idle measured first")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/scaling_bench.json")
+    parser.add_argument(
+        "--groups", type=_ints, help="replica groups under one map, e.g. 1,2,3 (see above)"
+    )
+    parser.add_argument("--replicas", type=int, default=3, help="--groups: nodes per group")
+    parser.add_argument(
+        "--mesh", type=_ints, default=[], help="--groups: one group of N beside them, e.g. 3,5,7,9"
+    )
+    parser.add_argument("--out", type=Path, help="the JSON (default bench/results/<mode>.json)")
+    parser.add_argument("--plot", type=Path, help="--groups: the PNG (default: beside the JSON)")
+    parser.add_argument("--no-plot", action="store_true", help="--groups: draw no PNG")
+    parser.add_argument(
+        "--home-only", action="store_true", help="--groups: workers never steal (see above)"
+    )
+    parser.add_argument(
+        "--load-per-group", action="store_true",
+        help="--groups: the jobs and the rate times G (each node as busy at every G)",
+    )  # fmt: skip
     arguments = parser.parse_args()
+    if arguments.groups is not None:
+        sys.exit(grouped_cli(parser, arguments))
+    if arguments.mesh:
+        parser.error("--mesh goes with --groups")
+    arguments.work_ms = arguments.work_ms or [10.0, 100.0, 1000.0]
+    arguments.out = arguments.out or ROOT / "bench/results/scaling_bench.json"
     if arguments.producer_batch < 1:
         parser.error("--producer-batch must be 1 or more")
     if arguments.main_tree is not None and arguments.main_ref is not None:

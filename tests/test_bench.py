@@ -187,6 +187,55 @@ def test_http_bench_compares_the_reliable_job(tmp_path: Path) -> None:
     assert [r["ops"] for r in takes] == [20, 20]  # each drained its prefill, reserved and acked
 
 
+def test_http_bench_groups_runs_the_job_on_nodes_each_a_group(tmp_path: Path) -> None:
+    out = tmp_path / "http.json"
+    done = run("http_bench.py", "--groups", "2", "--works", "job", "take", "--seconds", "0.2",
+               "--repeats", "1", "--clients", "2", "--prefill", "20", "--no-plot",
+               "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["shape"]["groups"] == 2
+    (only,) = report["runs"]
+    measured = {(r["system"], r["work"]) for r in only["results"]}
+    assert measured == {(s, w) for s in ("forum", "redis") for w in ("take", "job")}
+    takes = [r for r in only["results"] if r["work"] == "take"]
+    # Each client's keyed prefill went to its home group, and it drained it there.
+    assert [r["ops"] for r in takes] == [20, 20]
+    assert set(only["job_ratio"]) == {"2"}
+
+
+def test_routing_bench_compares_the_clients_and_profiles_routing(tmp_path: Path) -> None:
+    out, profile = tmp_path / "routing.json", tmp_path / "routing.prof"
+    done = run("routing_bench.py", "--writes", "50", "--rounds", "2", "--profile", str(profile),
+               "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    sides = {"forum_client", "cluster_client", "forum_client_and_owner"}
+    assert set(report["median_client_ms_per_write"]) == sides
+    assert all(len(rounds) == 2 for rounds in report["client_ms_per_write"].values())
+    functions = [row["function"] for row in report["profile"]["routing_functions"]]
+    assert any(f.startswith("cluster.py:") for f in functions)  # ClusterClient's own
+    assert pstats.Stats(str(profile)).stats  # type: ignore[attr-defined]
+
+
+def test_scaling_bench_groups_runs_groups_under_one_map_beside_a_mesh(tmp_path: Path) -> None:
+    out = tmp_path / "groups.json"
+    done = run("scaling_bench.py", "--groups", "1,2", "--replicas", "1", "--mesh", "2",
+               "--jobs", "40", "--producer-rate", "200", "--no-plot",
+               "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["all_valid"]
+    summary = report["summary"]
+    assert set(summary) == {"1x1", "2x1", "1x2"}
+    for shape in summary.values():
+        assert shape["takes_per_job"] >= 1
+        assert shape["strand_bytes_per_job"] > 0
+    # Each node holds a job of its group once: two members, about two copies.
+    assert summary["1x2"]["strand_copies_per_job"] > summary["2x1"]["strand_copies_per_job"]
+    assert set(report["targets"]) == {"1x1", "2x1"}
+
+
 def test_retry_bench_runs_a_retry_parked_and_delayed_by_the_node(tmp_path: Path) -> None:
     out = tmp_path / "retry.json"
     done = run("retry_bench.py", "--jobs", "20", "--rounds", "1", "--backoff", "0.1",
