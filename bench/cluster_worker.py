@@ -30,7 +30,7 @@ from forum.coordinator.metrics import serve_metrics, worker_registry
 from forum.coordinator.worker import Worker
 from forum.deploy.demo import open_handler
 from forum.node.client.cluster import ClusterClient
-from forum.node.cluster import ClusterMap, load_map
+from forum.node.cluster.map import ClusterMap, load_map
 from forum.node.core.space import Pattern
 
 

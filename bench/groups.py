@@ -27,7 +27,8 @@ from forum.deploy.demo import SINK_URL_ENV
 from forum.deploy.processes import NodeService, WorkerService
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap, load_map, slot_of
+from forum.node.cluster.map import ClusterMap, load_map
+from forum.node.cluster.slots import slot_of
 from forum.node.core.space import Pattern
 
 BENCH = Path(__file__).resolve().parent

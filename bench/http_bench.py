@@ -122,7 +122,7 @@ from trees import other_tree, pythonpath
 
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap, Group
+from forum.node.cluster.map import ClusterMap, Group
 from forum.node.core.space import Pattern
 from forum.node.core.write_options import WriteOptions
 

@@ -50,7 +50,8 @@ from http_bench import forum_node, free_port
 
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap, Group, slot_of
+from forum.node.cluster.map import ClusterMap, Group
+from forum.node.cluster.slots import slot_of
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The modules whose functions are routing's (the rest is the ForumClient's, on both sides).

@@ -48,7 +48,7 @@ from forum.deploy.workload import collect
 from forum.node.api.status import NodeStatus
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap, Group, GroupState
+from forum.node.cluster.map import ClusterMap, Group, GroupState
 from forum.node.core.errors import ClientError
 from forum.node.core.space import Pattern
 

@@ -21,7 +21,8 @@ import pytest
 
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap, slot_of
+from forum.node.cluster.map import ClusterMap
+from forum.node.cluster.slots import slot_of
 from forum.node.core.space import Pattern
 from tests.chaos.harness import PREFIX, GroupRun, chaos_groups, produce_keyed, run_group_scenario
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from forum.node.cluster import ClusterMap, load_map
+from forum.node.cluster.map import ClusterMap, load_map
 from tests.fixtures.nodes import ForumNodes, NodeProcess
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from forum import ClusterMap, Pattern
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import load_map, slot_of
+from forum.node.cluster.map import load_map
+from forum.node.cluster.slots import slot_of
 from tests.cluster.conftest import start_groups
 from tests.fixtures.nodes import ForumNodes
 from tests.service.test_cli import FORUM, forum

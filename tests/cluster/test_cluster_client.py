@@ -10,8 +10,8 @@ import pytest
 from forum import Pattern
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import slot_of
 from forum.node.cluster.directory import Depth
+from forum.node.cluster.slots import slot_of
 from tests.cluster.conftest import start_groups
 from tests.fixtures.nodes import ForumNodes
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from forum.coordinator.keys import KeySchema
-from forum.node.cluster import SLOTS, ClusterMap, load_map, slot_of
-from forum.node.cluster.slots import balanced, group_seed, ranked
+from forum.node.cluster.map import ClusterMap, load_map
+from forum.node.cluster.slots import SLOTS, balanced, group_seed, ranked, slot_of
 from forum.node.core.errors import ClusterMapError
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from forum import Pattern
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap
+from forum.node.cluster.map import ClusterMap
 from tests.fixtures.nodes import ForumNodes, eventually
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,8 @@ from forum.coordinator.keys import DEFAULT_NAMESPACE, KeySchema
 from forum.coordinator.presence import list_workers
 from forum.node.client.cluster import ClusterClient
 from forum.node.client.remote import ForumClient
-from forum.node.cluster import ClusterMap, load_map, slot_of
+from forum.node.cluster.map import ClusterMap, load_map
+from forum.node.cluster.slots import slot_of
 from forum.tasks import App, JobHandle, JobState
 from tests.cluster.conftest import start_groups
 from tests.coordinator.harness import WorkerProcess, eventually, running, worker_processes

@@ -12,8 +12,8 @@ from forum.coordinator.directory import DirectoryKeeper, RedisDirectory, directo
 from forum.coordinator.keys import KeySchema
 from forum.coordinator.redis_url import RedisClient, RedisTarget, close
 from forum.node.client.cluster import ClusterClient
-from forum.node.cluster import ClusterMap, Group
 from forum.node.cluster.directory import Depth
+from forum.node.cluster.map import ClusterMap, Group
 
 NS = "forum:lens"
 # Members that refuse at once: the leases are what these tests look at.

@@ -22,6 +22,7 @@ def test_the_concepts_are_these_packages() -> None:
     assert PACKAGES == [
         "forum.node.api",
         "forum.node.client",
+        "forum.node.cluster",
         "forum.node.config",
         "forum.node.core",
         "forum.node.http",

@@ -217,12 +217,18 @@ class ClusterClient(AsyncResource):
             start = zlib.crc32(self.client_id.encode()) % len(members)
         return members[start:] + members[:start]
 
-    async def _call(self, group: Group | str, call: Callable[[ForumClient], Awaitable[T]]) -> T:
+    async def _call(
+        self,
+        group: Group | str,
+        call: Callable[[ForumClient], Awaitable[T]],
+        *,
+        skip_current: bool = False,
+    ) -> T:
         """``call`` on a member of ``group`` that answers; a newer map an
         answer names is fetched (in the background)."""
         pool = self._pool(group)
         try:
-            return await pool.call(call)
+            return await pool.call(call, skip_current=skip_current)
         finally:
             self._check_map(pool.current)
 
@@ -286,16 +292,25 @@ class ClusterClient(AsyncResource):
         """``call`` in the key's slot's group (this producer's without a key);
         in the next group of the slot's rendezvous order (of the active
         groups) with a member that answers, when none of that group's does."""
-        self._check_map()
         slot = None if key is None else slot_of(key)
         if slot is not None:
-            first = self._map.owner(slot).id  # cached per slot: the common case ranks nothing
+            first = self._map.owner(slot).id  # a table lookup: the common case ranks nothing
         else:
             if self._sticky is None:
                 self._sticky = await self._lighter(self._map.active)
             first = self._sticky
+        # The hot path: the member that answered last, called directly.
+        pool = self._pools.get(first) or self._pool(first)
+        client = pool.current
         try:
-            return await self._call(first, call)
+            result = await call(client)
+        except NodeUnavailable as exc:
+            failure = exc
+        else:
+            self._check_map(client)
+            return result
+        try:
+            return await self._call(first, call, skip_current=True)
         except NodeUnavailable as exc:
             failure = exc
         groups = self._map.active if slot is None else self._map.order(slot)
@@ -469,16 +484,14 @@ class ClusterClient(AsyncResource):
         limit: int,
         timeout: float | None = None,
     ) -> tuple[builtins.list[bool], builtins.list[Reserved]]:
-        """Ack ``entry_ids``, then reserve up to ``limit``: one request when
-        every id was reserved from the node home is reached through and home
-        is where this client looks first (a worker's steady state), else the
-        acks on their holders and then :meth:`reserve_many`."""
+        """Ack ``entry_ids``, then reserve up to ``limit``: one request to
+        home when every id was reserved from the node home is reached through
+        (a worker's steady state), then :meth:`reserve_many` if home had
+        none; else the acks on their holders and then :meth:`reserve_many`."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
         home = self._pool(self._home[0]).current
-        now = asyncio.get_running_loop().time()
-        home_first = now - self._home_empty.get(pattern.prefix, -STEAL_EVERY) >= STEAL_EVERY
-        if home_first and all(self._holders.get(i) is home for i in entry_ids):
+        if all(self._holders.get(i) is home for i in entry_ids):
             acked, found = await home.ack_reserve(entry_ids, pattern, lease, limit)
             for entry_id in entry_ids:
                 self._holders.pop(entry_id, None)

@@ -63,11 +63,14 @@ class NodePool(AsyncResource):
             client = self._clients[index] = ForumClient(self.urls[index], self._token)
         return client
 
-    async def call(self, operation: Callable[[ForumClient], Awaitable[T]]) -> T:
+    async def call(
+        self, operation: Callable[[ForumClient], Awaitable[T]], *, skip_current: bool = False
+    ) -> T:
         """``operation(client)`` on the node that answered last, else on each
-        next one; the last ``NodeUnavailable`` once none answered."""
+        next one; the last ``NodeUnavailable`` once none answered.
+        ``skip_current``: the caller just had it fail there; start at the next."""
         failure: NodeUnavailable | None = None
-        for step in range(len(self.urls)):
+        for step in range(1 if skip_current else 0, len(self.urls)):
             index = (self._current + step) % len(self.urls)
             try:
                 result = await operation(self._client(index))
@@ -77,7 +80,8 @@ class NodePool(AsyncResource):
                 continue
             self._current = index
             return result
-        assert failure is not None  # the loop ran at least once: urls is never empty
+        if failure is None:  # skip_current with one node: nothing else to try
+            raise NodeUnavailable(self.urls[self._current], "no other node to try")
         raise failure
 
     async def aclose(self) -> None:
