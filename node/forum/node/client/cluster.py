@@ -54,6 +54,7 @@ import functools
 import hmac
 import logging
 import random
+import time
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, Unpack
@@ -237,10 +238,10 @@ class ClusterClient(AsyncResource):
     def _check_map(self, client: ForumClient | None = None) -> None:
         """Fetch the map in the background when due, or when ``client``'s
         last answer named a newer epoch."""
-        loop = asyncio.get_running_loop()
         newer = client is not None and (client.map_epoch or 0) > self._map.epoch
-        if (newer or loop.time() >= self._next_refresh) and self._refreshing is None:
-            self._next_refresh = loop.time() + self._map_refresh
+        now = time.monotonic()
+        if (newer or now >= self._next_refresh) and self._refreshing is None:
+            self._next_refresh = now + self._map_refresh
             self._refreshing = asyncio.create_task(self._refresh(client), name="cluster-map")
 
     async def _refresh(self, client: ForumClient | None) -> None:
@@ -276,7 +277,20 @@ class ClusterClient(AsyncResource):
 
     async def write(self, payload: bytes, **options: Unpack[WriteOptions]) -> EntryId:
         """Write to the key's group (else this producer's); see the module docstring."""
-        return await self._write(options.get("key"), lambda c: c.write(payload, **options))
+        key = options.get("key")
+        if key is not None:
+            # The hot path, inline: the slot's owner's member that answered
+            # last (a table lookup and a dict's), then the map checked once.
+            owner = self._map.owner(slot_of(key)).id
+            client = (self._pools.get(owner) or self._pool(owner)).current
+            try:
+                written = await client.write(payload, **options)
+            except NodeUnavailable:
+                pass  # the pool's other members, then the next groups: below
+            else:
+                self._check_map(client)
+                return written
+        return await self._write(key, lambda c: c.write(payload, **options), tried=key is not None)
 
     async def write_many(
         self, payloads: Sequence[bytes], **options: Unpack[WriteOptions]
@@ -287,7 +301,10 @@ class ClusterClient(AsyncResource):
         return await self._write(options.get("key"), lambda c: c.write_many(payloads, **options))
 
     async def _write(
-        self, key: str | bytes | None, call: Callable[[ForumClient], Awaitable[T]]
+        self,
+        key: str | bytes | None,
+        call: Callable[[ForumClient], Awaitable[T]],
+        tried: bool = False,
     ) -> T:
         """``call`` in the key's slot's group (this producer's without a key);
         in the next group of the slot's rendezvous order (of the active
@@ -299,16 +316,17 @@ class ClusterClient(AsyncResource):
             if self._sticky is None:
                 self._sticky = await self._lighter(self._map.active)
             first = self._sticky
-        # The hot path: the member that answered last, called directly.
-        pool = self._pools.get(first) or self._pool(first)
-        client = pool.current
-        try:
-            result = await call(client)
-        except NodeUnavailable as exc:
-            failure = exc
-        else:
-            self._check_map(client)
-            return result
+        # The member that answered last, called directly (``tried``: the
+        # caller just did, and it did not answer).
+        if not tried:
+            client = (self._pools.get(first) or self._pool(first)).current
+            try:
+                result = await call(client)
+            except NodeUnavailable:
+                pass
+            else:
+                self._check_map(client)
+                return result
         try:
             return await self._call(first, call, skip_current=True)
         except NodeUnavailable as exc:
