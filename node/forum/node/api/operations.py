@@ -92,6 +92,8 @@ class Operation:
     negotiates: bool = True
     #: The parameters in its path (``{name}``), percent-encoded.
     in_path: tuple[Parameter, ...] = ()
+    #: Why it may answer 404 (an error document), if it may.
+    not_found: str | None = None
 
     @property
     def offers(self) -> tuple[str, ...]:
@@ -190,6 +192,7 @@ STATUS = Operation(
 CLUSTER_MAP = Operation(
     "GET", "/v1/map", "The cluster map this node holds (its groups), and its own group",
     Answer(200, "The map, signed with the cluster secret when the node has one.", ClusterMapBody),
+    not_found="The node has no cluster map (no_cluster_map): its cluster is one group.",
 )  # fmt: skip
 SPEC = Operation(
     "GET", "/v1/openapi.json", "This document", Answer(200, "OpenAPI 3.1", media=(JSON,)),

@@ -133,6 +133,8 @@ class ClusterClient(AsyncResource):
         self._turn = 0
         self._next_refresh = 0.0
         self._refreshing: asyncio.Task[None] | None = None
+        #: Pools of an older map's groups, to close (:meth:`_close_retired`).
+        self._retired: list[NodePool] = []
         self.misplaced = 0
         self._home: tuple[str, ...] = ()
         #: The consumers a keeper counted last (:meth:`balance`).
@@ -249,6 +251,7 @@ class ClusterClient(AsyncResource):
             source = client or self._pool(self._home[0]).current
             body = await source.cluster_map()
             self.take_map(_checked(body, self._secret))
+            await self._close_retired()
         except (NodeUnavailable, NodeRejected, ClusterMapError) as exc:
             log.debug("the cluster map could not be refreshed: %s", exc)
         finally:
@@ -267,9 +270,9 @@ class ClusterClient(AsyncResource):
             for gid, pool in old.items()
             if gid in keep and set(pool.urls) == set(cluster.group(gid).members)
         }
-        for gid, pool in old.items():
-            if self._pools.get(gid) is not pool:
-                asyncio.get_running_loop().create_task(pool.aclose())
+        # Pools of groups gone or changed are closed now, or at the latest by
+        # aclose (the caller may be on its way out: no session left behind).
+        self._retired.extend(p for gid, p in old.items() if self._pools.get(gid) is not p)
         self._place()
         return True
 
@@ -665,7 +668,12 @@ class ClusterClient(AsyncResource):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refreshing
         pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
+        self._retired.extend(pools)
+        await self._close_retired()
+
+    async def _close_retired(self) -> None:
+        retired, self._retired = self._retired, []
+        for pool in retired:
             await pool.aclose()
 
 

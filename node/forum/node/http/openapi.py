@@ -197,6 +197,8 @@ def _operation(operation: Operation, limits: Limits, bearer: bool) -> dict[str, 
     responses: dict[str, Any] = {str(answer.status): success}
     if operation.none:
         responses["204"] = {"description": "Nothing matched (within the wait)."}
+    if operation.not_found is not None:
+        responses["404"] = _ERROR  # its description: the error document says why
     responses |= _errors(
         operation.path,
         body=operation.body is not None,
