@@ -35,6 +35,7 @@ import uvloop
 
 from forum.cli_args import EXIT_NODE, EXIT_USAGE, OneLineParser, UsageError
 from forum.node.core.errors import ClientError, ClusterMapError
+from forum.node.core.version import installed_version
 
 if TYPE_CHECKING:
     _SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -149,6 +150,7 @@ def build_parser(eager: bool = False) -> argparse.ArgumentParser:
         "Run 'forum COMMAND --help' for each command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"forum {installed_version()}")
     commands = cast(
         Commands,
         parser.add_subparsers(action=Commands, dest="command", metavar="COMMAND", required=True),

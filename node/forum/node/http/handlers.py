@@ -11,7 +11,6 @@ nothing, so neither does a failed one.
 from __future__ import annotations
 
 import time
-from importlib import metadata
 from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
@@ -62,6 +61,7 @@ from forum.node.api.parameters import (
     WAIT,
 )
 from forum.node.api.status import NodeStatus
+from forum.node.core.version import installed_version
 from forum.node.http.bodies import ApiProblem, negotiate, parse_extend, parse_ids
 from forum.node.http.keys import (
     CLUSTER,
@@ -81,15 +81,7 @@ from forum.node.http.query import Query
 from forum.node.http.responses import reserved_body, respond, respond_tuple, tuple_body
 from forum.node.http.writes import parse_batch_write, parse_write
 
-
-def _version() -> str:
-    try:
-        return metadata.version("forum")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
-VERSION = _version()
+VERSION = installed_version()
 
 
 def _query(request: web.Request, operation: Operation) -> Query:
