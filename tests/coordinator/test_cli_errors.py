@@ -104,7 +104,11 @@ def test_requeue_without_ids_or_all(capsys: pytest.CaptureFixture[str]) -> None:
         ("no_such_package.handlers:h", ["not found", "'no_such_package.handlers'"]),
         (
             "tests.coordinator.handler_with_missing_dependency:handle",
-            ["failed to import", "No module named 'forum_test_package_that_is_not_installed'"],
+            [
+                "cannot import tests.coordinator.handler_with_missing_dependency",
+                "handler_with_missing_dependency.py:5: No module named "
+                "'forum_test_package_that_is_not_installed'",
+            ],
         ),
         ("tests.coordinator.bad_handlers:nope", ["has no 'nope'"]),
         ("tests.coordinator.bad_handlers", ["not module:name"]),
@@ -140,7 +144,29 @@ def test_the_module_not_found_is_told_from_a_failing_import(
         capsys,
     )
     assert "module 'tests.coordinator.no_such' not found" in assert_usage_error(missing)
-    assert "the module failed to import" in assert_usage_error(broken)
+    assert "cannot import tests.coordinator.handler_with_missing_dependency" in (
+        assert_usage_error(broken)
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        ("x = 1\ndef broken(:\n    pass\n", ["SyntaxError at", "mymod.py:2: invalid syntax"]),
+        ("raise RuntimeError('no\\nconfig')\n", ["RuntimeError at", "mymod.py:1: no config"]),
+    ],
+)
+def test_a_module_that_fails_to_import_is_named_with_its_file_and_line(
+    source: str, names: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to say what the module raised, but not where: the user had to
+    import it by hand to find the line."""
+    (tmp_path / "mymod.py").write_text(source)
+    result = run_main(
+        ["worker", "--app", "mymod:app", "--app-dir", str(tmp_path), "--no-progress"], capsys
+    )
+    line = assert_usage_error(result, "forum worker: --app mymod:app: cannot import mymod:", *names)
+    assert "Traceback" not in line
 
 
 async def test_redis_database_out_of_range(forum_node: NodeProcess, redis_url: str) -> None:
