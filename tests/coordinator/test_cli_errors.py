@@ -1,4 +1,4 @@
-"""``forum worker`` and ``forum dead`` given a mistake: one line on stderr
+"""``forum worker`` and ``forum jobs`` given a mistake: one line on stderr
 naming it, exit code 2, no traceback, and no worker left running doing nothing.
 
 Mistakes judged from the text alone run through ``main`` in this process;
@@ -93,8 +93,19 @@ def test_bad_redis_urls(url: str, names: list[str], capsys: pytest.CaptureFixtur
 
 
 def test_requeue_without_ids_or_all(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_main(["dead", "requeue", "--node", f"http://127.0.0.1:{free_port()}"], capsys)
-    assert_usage_error(result, "forum dead requeue", "--all")
+    node = f"http://127.0.0.1:{free_port()}"
+    result = run_main(["jobs", "retry", "--raw", "--node", node], capsys)
+    assert_usage_error(result, "forum jobs retry", "--all")
+
+
+@pytest.mark.parametrize("command", [["dead"], ["dead", "list", "--json"], ["dead", "requeue"]])
+def test_forum_dead_points_to_forum_jobs(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``forum dead`` overlapped ``forum jobs``; what it did is ``forum jobs
+    --raw`` now, and the old name says so in one line."""
+    line = assert_usage_error(run_main(command, capsys), "forum dead: moved to forum jobs")
+    assert "forum jobs list --raw" in line and "forum jobs retry --raw" in line
 
 
 @pytest.mark.parametrize(
@@ -249,10 +260,10 @@ async def test_metrics_port_0_is_any_free_port_and_says_which(
     assert process.returncode == 0
 
 
-@pytest.mark.parametrize("command", [["worker", "--help"], ["dead", "list"]], ids=" ".join)
+@pytest.mark.parametrize("command", [["worker", "--help"], ["jobs", "list"]], ids=" ".join)
 async def test_without_redis_the_worker_commands_say_so_in_one_line(command: list[str]) -> None:
     """A node-only install (no redis package) runs ``forum serve``; ``worker``
-    and ``dead`` then say they are not available, exit 2, no traceback."""
+    and ``jobs`` then say they are not available, exit 2, no traceback."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-c",
         "import sys; sys.modules['redis'] = None;"  # `import redis` now fails, as if not installed

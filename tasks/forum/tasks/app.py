@@ -525,10 +525,12 @@ class App:
 
     # -- inspection (the CLI's) ---------------------------------------------------------
 
-    def jobs(self, state: JobState | None = None, limit: int = 100) -> AsyncIterator[JobStatus]:
-        """Up to ``limit`` jobs, in ``state`` when given, from the space and
-        the Lens (:func:`forum.tasks.admin.jobs`)."""
-        return admin.jobs(self, state, limit)
+    def jobs(
+        self, state: JobState | None = None, limit: int = 100, task: str | None = None
+    ) -> AsyncIterator[JobStatus]:
+        """The newest ``limit`` jobs, in ``state`` and of ``task`` when given,
+        from the space and the Lens (:func:`forum.tasks.admin.listing`)."""
+        return admin.jobs(self, state, limit, task)
 
     async def cancel(self, key: str) -> CancelOutcome:
         """Cancel a job not yet running (:func:`forum.tasks.admin.cancel`)."""
@@ -539,7 +541,8 @@ class App:
         return await admin.retry(self, key)
 
     async def purge(self, state: JobState = JobState.DEAD) -> int:
-        """Drop the dead jobs' letters; how many (:func:`forum.tasks.admin.purge`)."""
+        """Drop the dead jobs, or the done ones' results; how many
+        (:func:`forum.tasks.admin.purge`)."""
         return await admin.purge(self, state)
 
     async def history(self, key: str) -> list[HistoryEvent]:
