@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from examples.thumbnails.app import database
+from forum.tasks import JobState
 from tests.coordinator.harness import REPO
 from tests.fixtures.cli import run_forum
 
@@ -77,3 +78,18 @@ def test_the_documented_redis_writes_into_a_directory_of_its_own(doc: str) -> No
     assert commands
     for command in commands:
         assert '--dir "$(mktemp -d)"' in command, command
+
+
+def test_the_docs_show_what_printing_a_state_prints() -> None:
+    """The quick start said ``print(status.state)`` shows ``JobState.DONE``;
+    a JobState is a str, and prints its value."""
+    assert str(JobState.DONE) == "done" and f"{JobState.DONE}" == "done"
+    for doc in ("README.md", "docs/tasks.md"):
+        printed = [
+            line
+            for line in (REPO / doc).read_text().splitlines()
+            if "print(" in line and ".state)" in line
+        ]
+        for line in printed:
+            assert "# JobState." not in line, line
+    assert any("# done" in line for line in (REPO / "docs/tasks.md").read_text().splitlines())
