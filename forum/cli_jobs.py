@@ -86,7 +86,9 @@ def add_jobs(parser: argparse.ArgumentParser) -> None:
     cancel.add_argument("key", metavar="KEY", type=NONEMPTY, help="the job's key")
 
     retry = _action(actions, "retry", "put a dead job back to work", _retry)
-    retry.add_argument("key", metavar="KEY", nargs="*", type=NONEMPTY, help="the job's key")
+    retry.add_argument(
+        "key", metavar="KEY", nargs="*", type=NONEMPTY, help="the job's key (--raw: entry ids)"
+    )
     retry.add_argument(
         "--raw", action="store_true", help="KEYs are dead letters' entry ids (jobs list --raw)"
     )
@@ -189,7 +191,8 @@ async def _list_letters(app: App, args: argparse.Namespace) -> int:
     shown = 0
     async for letter in letters.dead_letters(app, _raw_prefix(args)):
         if shown == args.limit:
-            print(f"(the first {shown} shown; more: --limit)")
+            if not args.json:  # JSON lines are objects only
+                print(f"(the first {shown:,} shown; more: --limit)")
             break
         print(json.dumps(_letter(letter)) if args.json else _describe_letter(letter))
         shown += 1
@@ -226,17 +229,17 @@ async def _retry(app: App, args: argparse.Namespace) -> int:
         return await _retry_letters(app, args)
     if args.all or len(args.key) != 1:
         raise UsageError("give one KEY (or --raw with entry ids, or --raw --all)")
-    [args.key] = args.key
-    status = await app.job(args.key).status()
+    [key] = args.key
+    status = await app.job(key).status()
     if status.state is not JobState.DEAD:
-        _say(args, f"{args.key} is {status.state.value}, not dead: nothing to retry")
+        _say(args, f"{key} is {status.state.value}, not dead: nothing to retry")
         return EXIT_NO_MATCH
     try:
-        await app.retry(args.key)
+        await app.retry(key)
     except InvalidJob as exc:  # its letter is gone (purged, or requeued by another)
         _say(args, str(exc))
         return EXIT_NO_MATCH
-    print(f"requeued {args.key}")
+    print(f"requeued {key}")
     return EXIT_OK
 
 

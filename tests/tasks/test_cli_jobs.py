@@ -264,6 +264,9 @@ async def test_dead_jobs_are_listed_retried_and_purged(
         lines = out.splitlines()
         assert "  Traceback (most recent call last):" in lines
         assert "  RuntimeError: x is told to fail" in lines
+        code, out, _ = await jobs("list", "--raw", "--limit", "1")
+        assert out.splitlines()[-1] == "(the first 1 shown; more: --limit)"
+        assert out.count("Traceback (most recent call last)") == 1
 
         # A dead job retried once what failed it is mended: it runs again and is done.
         (marks / "fail-x").unlink()
