@@ -30,11 +30,13 @@ the marker has gone, the same key enqueued again runs again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, fields
 from datetime import UTC, tzinfo
 from typing import Any, Protocol, TypeVar, overload
@@ -66,6 +68,10 @@ from forum.tasks.status import job_status
 from forum.tasks.task import ErrorTypes, Task, TaskOptions, errors_of
 
 log = logging.getLogger(__name__)
+
+#: The app opened by the innermost ``async with`` around the running code
+#: (:meth:`App.opened`); a task created inside it sees it too.
+_OPENED: ContextVar[App | None] = ContextVar("forum_tasks_opened_app", default=None)
 
 T = TypeVar("T")
 
@@ -149,6 +155,7 @@ class App:
         #: The periodic tasks (``@app.cron``); each worker runs their slots.
         self.periodic: list[Periodic] = []
         self._open: _Connections | None = None
+        self._entered: Token[App | None] | None = None
 
     def __repr__(self) -> str:
         return f"<App {self.prefix!r} tasks={sorted(self.tasks)}>"
@@ -257,6 +264,11 @@ class App:
 
         def register(function: Callable[..., Any]) -> Task:
             task = self.task(name, **options)(function)
+            try:
+                task.check_arguments((), {})  # each slot's job has no arguments: refused now
+            except InvalidJob:
+                del self.tasks[task.name]
+                raise
             self.periodic.append(cron.Periodic(task.name, when))
             return task
 
@@ -273,10 +285,26 @@ class App:
         if self._open is not None:
             raise RuntimeError("the app is open already")
         self._open = self.connect()
+        self._entered = _OPENED.set(self)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        entered, self._entered = self._entered, None
+        if entered is not None:
+            with contextlib.suppress(ValueError):  # exited in another context than entered
+                _OPENED.reset(entered)
         await self.aclose()
+
+    def opened(self) -> App:
+        """This app, or when it is closed, the copy of it (:meth:`using`: the
+        same tasks) opened by the ``async with`` around the calling code: the
+        app a :class:`Task`'s calls go to, so ``async with app.using(...):``
+        serves ``task.enqueue(...)`` as it serves ``app.enqueue(...)``."""
+        if self._open is None:
+            current = _OPENED.get()
+            if current is not None and current.tasks is self.tasks:
+                return current
+        return self
 
     async def aclose(self) -> None:
         opened, self._open = self._open, None
@@ -375,6 +403,7 @@ class App:
         task = self.tasks.get(name)
         if task is None:
             raise UnknownTask(name, list(self.tasks))
+        task.check_arguments(args, kwargs)
         key = given.key
         key = default_key(self.serializer, name, args, kwargs) if key is None else check_key(key)
         message = Message(key, name, tuple(args), kwargs, given.overrides())
@@ -496,10 +525,12 @@ class App:
 
     # -- inspection (the CLI's) ---------------------------------------------------------
 
-    def jobs(self, state: JobState | None = None, limit: int = 100) -> AsyncIterator[JobStatus]:
-        """Up to ``limit`` jobs, in ``state`` when given, from the space and
-        the Lens (:func:`forum.tasks.admin.jobs`)."""
-        return admin.jobs(self, state, limit)
+    def jobs(
+        self, state: JobState | None = None, limit: int = 100, task: str | None = None
+    ) -> AsyncIterator[JobStatus]:
+        """The newest ``limit`` jobs, in ``state`` and of ``task`` when given,
+        from the space and the Lens (:func:`forum.tasks.admin.listing`)."""
+        return admin.jobs(self, state, limit, task)
 
     async def cancel(self, key: str) -> CancelOutcome:
         """Cancel a job not yet running (:func:`forum.tasks.admin.cancel`)."""
@@ -510,7 +541,8 @@ class App:
         return await admin.retry(self, key)
 
     async def purge(self, state: JobState = JobState.DEAD) -> int:
-        """Drop the dead jobs' letters; how many (:func:`forum.tasks.admin.purge`)."""
+        """Drop the dead jobs, or the done ones' results; how many
+        (:func:`forum.tasks.admin.purge`)."""
         return await admin.purge(self, state)
 
     async def history(self, key: str) -> list[HistoryEvent]:

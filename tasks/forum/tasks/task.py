@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +114,9 @@ class Task:
         self.options = options
         #: A coroutine function runs on the loop; anything else in a thread.
         self.is_async = inspect.iscoroutinefunction(function)
+        #: What an enqueue's arguments are bound to (after the context), read
+        #: once here; ``None`` for a callable whose signature Python cannot tell.
+        self.signature = _signature_of(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
 
@@ -124,10 +127,29 @@ class Task:
         kind = "async" if self.is_async else "sync"
         return f"<Task {self.name!r} ({kind})>"
 
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """``InvalidJob`` unless the function takes ``args`` and ``kwargs``
+        after its context: a job the worker could only fail, ``retries + 1``
+        times, refused at the enqueue instead."""
+        if self.signature is None:
+            return
+        try:
+            self.signature.bind(None, *args, **kwargs)  # None: the context's place
+        except TypeError as exc:
+            raise InvalidJob(f"task {self.name!r}: {exc}") from None
+
     async def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
-        """:meth:`forum.tasks.App.enqueue` of this task."""
-        return await self.app.enqueue(self.name, *args, **kwargs)
+        """:meth:`forum.tasks.App.enqueue` of this task, on its app or the
+        copy of it open around the call (:meth:`forum.tasks.App.opened`)."""
+        return await self.app.opened().enqueue(self.name, *args, **kwargs)
 
     def enqueue_sync(self, *args: Any, **kwargs: Any) -> JobHandle:
         """:meth:`forum.tasks.App.enqueue_sync` of this task."""
         return self.app.enqueue_sync(self.name, *args, **kwargs)
+
+
+def _signature_of(function: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):  # some builtins and C callables have none
+        return None
