@@ -265,11 +265,12 @@ async def test_a_failing_startup_hook_stops_the_worker_before_any_job(
     make_app: AppFactory,
 ) -> None:
     app = make_app()
-    stopped: list[str] = []
 
     @app.on_startup
     def no_db(state: dict[str, Any]) -> dict[str, str]:
         return {"db": "a value returned, not put in the state"}
+
+    stopped: list[str] = []
 
     @app.on_shutdown
     def close(state: dict[str, Any]) -> None:

@@ -90,17 +90,15 @@ State = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """One attempt of one job, as hooks and middleware see it."""
+    """One attempt of one job, as hooks and middleware see it: its ``key``,
+    its ``task``'s name, the ``attempt`` (from 1: the Lens's count, across
+    every node), and the task's ``args`` and ``kwargs`` (read-only), those
+    after ``ctx``."""
 
-    #: The job key.
     key: str
-    #: The task's name.
     task: str
-    #: This attempt's number, from 1 (the Lens's count, across every node).
     attempt: int
-    #: The task's positional arguments (after ``ctx``).
     args: tuple[Any, ...]
-    #: The task's keyword arguments (read-only).
     kwargs: Mapping[str, Any]
 
 
