@@ -56,7 +56,9 @@ A startup hook that raises stops the worker before its first job (the error
 goes to the caller of ``run``); a shutdown hook that raises is logged, and
 the next still runs. Hooks do not run for a job that never reached its task
 (bytes that are not a job, a task the app lacks, attempts spent by dead
-workers) nor for one whose claim was lost or which a drain cancelled.
+workers) nor for one whose claim was lost or which a drain cancelled (a
+middleware sees ``ClaimLost`` or the cancellation raised through
+``call_next()``, and lets it through).
 
 **Sync or async.** A coroutine function runs on the worker's event loop; a
 plain function runs in a thread (``asyncio.to_thread``), so a hook never
