@@ -66,7 +66,9 @@ blocks the loop. A middleware is async (it awaits ``call_next``); it wraps
 a sync task's thread as it wraps a coroutine: around the await.
 
 **Cost.** A worker of an app without hooks or middleware runs the job as
-before: one ``is None`` check (:class:`forum.tasks.runner.Runner`).
+before, with no wrapper: ``is None`` checks (:class:`forum.tasks.runner.Runner`).
+A worker takes the hooks around a job the app has when it is made: register
+them (at import, as tasks are) before making workers.
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: A worker's shared state: what its startup hooks put in, ``ctx.state``.
 State = dict[str, Any]
+
+#: The kinds of hooks, each a list of :class:`Hooks`.
+_KINDS = ("startup", "shutdown", "before_job", "after_job", "on_failure")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +156,8 @@ class Hooks:
     def add(self, kind: str, function: F) -> F:
         """Register ``function`` as a hook of ``kind`` (an attribute's name);
         ``ValueError`` for one that is not a function."""
+        if kind not in _KINDS:
+            raise ValueError(f"no hooks of kind {kind!r} (kinds: {', '.join(_KINDS)})")
         if not callable(function) or isinstance(function, type):
             raise ValueError(f"a {kind} hook is a function, not {function!r:.80}")
         hooks: list[_Hook] = getattr(self, kind)
