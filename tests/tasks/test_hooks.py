@@ -206,11 +206,16 @@ async def test_a_raising_after_job_or_on_failure_changes_no_outcome(
     assert any("on_failure hook" in m and "broken_on_failure raised" in m for m in logged), logged
 
 
-async def test_a_raising_before_job_fails_the_attempt_as_the_task_would(
+async def test_a_raising_before_job_fails_the_attempt_and_a_middleware_sets_the_result(
     make_app: AppFactory,
 ) -> None:
     app = make_app()
     ran: list[int] = []
+
+    async def tenfold(job: JobInfo, call_next: Next) -> Any:
+        return 10 * await call_next()
+
+    app.add_middleware(tenfold)
 
     @app.before_job
     async def gate(job: JobInfo) -> None:
@@ -225,7 +230,7 @@ async def test_a_raising_before_job_fails_the_attempt_as_the_task_would(
     async with app:
         handle = await guarded.enqueue()
         async with working(app):
-            assert await handle.result(timeout=15) == 2
+            assert await handle.result(timeout=15) == 20  # what the middleware returned
     assert ran == [2]  # attempt 1 failed in its hook: the task did not run
 
 
