@@ -210,12 +210,12 @@ async def test_a_raising_before_job_fails_the_attempt_and_a_middleware_sets_the_
     make_app: AppFactory,
 ) -> None:
     app = make_app()
-    ran: list[int] = []
 
     async def tenfold(job: JobInfo, call_next: Next) -> Any:
         return 10 * await call_next()
 
     app.add_middleware(tenfold)
+    ran: list[int] = []
 
     @app.before_job
     async def gate(job: JobInfo) -> None:
