@@ -13,6 +13,7 @@ One concept per module::
     nodes.py       failing over across a cluster's nodes
     enqueued.py    the producer's record of a job (best effort)
     runner.py      the handler (and Worker) that runs an app's tasks
+    hooks.py       lifecycle hooks and middleware around a worker and its jobs
     admin.py       listing, cancelling, retrying and purging jobs (the CLI's)
     cron.py        periodic tasks
     authority.py   what the task layer needs of the Lens
@@ -35,6 +36,7 @@ from forum.tasks.errors import (
     UnknownTask,
 )
 from forum.tasks.handle import JobHandle, JobState, JobStatus
+from forum.tasks.hooks import JobInfo, Middleware
 from forum.tasks.serializer import JsonSerializer, MsgpackSerializer, Serializer
 from forum.tasks.task import Task, TaskOptions
 
@@ -46,10 +48,12 @@ __all__ = [
     "JobExpired",
     "JobFailed",
     "JobHandle",
+    "JobInfo",
     "JobNotFound",
     "JobState",
     "JobStatus",
     "JsonSerializer",
+    "Middleware",
     "MsgpackSerializer",
     "ResultTimeout",
     "Serializer",

@@ -61,6 +61,7 @@ from forum.tasks.cron import Periodic, Slot
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, UnknownTask
 from forum.tasks.handle import JobHandle, JobState, JobStatus
+from forum.tasks.hooks import AppHooks, Hooks, State
 from forum.tasks.message import Message, check_key, check_task_name, default_key
 from forum.tasks.runner import Runner, TaskWorker
 from forum.tasks.serializer import JsonSerializer, Serializer
@@ -116,8 +117,9 @@ class _Connections(AsyncResource):
             await self.lens.aclose()
 
 
-class App:
-    """Tasks by name, and the nodes and Redis their jobs go through."""
+class App(AppHooks):
+    """Tasks by name, and the nodes and Redis their jobs go through; its
+    hooks and middleware (``@app.on_startup``, ...: :class:`AppHooks`)."""
 
     def __init__(
         self,
@@ -154,6 +156,8 @@ class App:
         self.tasks: dict[str, Task] = {}
         #: The periodic tasks (``@app.cron``); each worker runs their slots.
         self.periodic: list[Periodic] = []
+        #: Its lifecycle hooks and middleware (forum.tasks.hooks).
+        self.hooks = Hooks()
         self._open: _Connections | None = None
         self._entered: Token[App | None] | None = None
 
@@ -187,6 +191,7 @@ class App:
         )  # fmt: skip
         copy.tasks = self.tasks
         copy.periodic = self.periodic
+        copy.hooks = self.hooks
         return copy
 
     # -- defining tasks -----------------------------------------------------------------
@@ -484,9 +489,10 @@ class App:
         )
         worker_options.setdefault("dead_prefix", self.dead_prefix)
         pool = ThreadPoolExecutor(concurrency, thread_name_prefix="task")
+        state: State = {}  # the worker's, filled by the app's startup hooks: ctx.state
         return TaskWorker(
-            self, pool, space, lens, Pattern(self.prefix), Runner(self, lens, pool),
-            concurrency=concurrency, lease=lease, **worker_options,
+            self, pool, space, lens, Pattern(self.prefix), Runner(self, lens, pool, state),
+            concurrency=concurrency, lease=lease, state=state, **worker_options,
         )  # fmt: skip
 
     async def run_worker(

@@ -59,6 +59,7 @@ from forum.tasks import cron
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
 from forum.tasks.errors import InvalidJob
+from forum.tasks.hooks import State, job_info
 from forum.tasks.message import Message, dumps
 from forum.tasks.task import Task, TaskOptions
 
@@ -70,12 +71,18 @@ log = logging.getLogger(__name__)
 
 class Runner:
     """``await runner(job)``: one attempt of the job's task (see the module
-    docstring). ``pool`` runs the sync tasks; the caller shuts it down."""
+    docstring). ``pool`` runs the sync tasks; the caller shuts it down.
+    ``state`` is the worker's, each job's ``ctx.state`` (:mod:`forum.tasks.hooks`)."""
 
-    def __init__(self, app: App, lens: TaskAuthority, pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, app: App, lens: TaskAuthority, pool: ThreadPoolExecutor, state: State | None = None
+    ) -> None:
         self._app = app
         self._lens = lens
         self._pool = pool
+        self._state: State = {} if state is None else state
+        #: The app's hooks and middleware; None when it has none around a job.
+        self._hooks = app.hooks if app.hooks else None
 
     async def __call__(self, job: Job) -> None:
         app = self._app
@@ -95,17 +102,27 @@ class Runner:
         context = Context(
             job_id=str(job.entry_id), key=job.key, task=task.name, attempt=job.attempt,
             claim=job.claim, lens=self._lens, serializer=app.serializer,
-            record_ttl=self._ttl(options),
+            record_ttl=self._ttl(options), state=self._state,
+        )  # fmt: skip
+        # The app's hooks and middleware, when it has any (forum.tasks.hooks: their order).
+        hooks = None if self._hooks is None else self._hooks.around(
+            job_info(job.key, task.name, job.attempt, message.args, message.kwargs)
         )  # fmt: skip
         try:
-            result = await self._attempt(task, options, context, message)
+            if hooks is None:
+                result = await self._attempt(task, options, context, message)
+            else:
+                result = await hooks.run(lambda: self._attempt(task, options, context, message))
             body = None if result is None else dumps(app.serializer, result, "the result")
         except (ClaimLost, asyncio.CancelledError):
             await context.aclose()
             raise
         except Exception as exc:
             await context.flush()
-            await self._failed(job, task, options, exc)
+            if hooks is None:
+                await self._failed(job, task, options, exc)
+            else:
+                await hooks.failed(exc, self._failed(job, task, options, exc))
             return
         await context.flush()
         if body is not None:
@@ -115,6 +132,8 @@ class Runner:
                 "updated": time.time(),
             }  # fmt: skip
             await self._lens.record(job.claim, fields, self._ttl(options))
+        if hooks is not None:
+            await hooks.done(result)
 
     async def _attempt(
         self, task: Task, options: TaskOptions, context: Context, message: Message
@@ -190,14 +209,17 @@ class TaskWorker(Worker):
     """The :class:`forum.coordinator.Worker` of an app (:meth:`forum.tasks.App.worker`):
     the worker, and beside it the app's periodic tasks (each slot enqueued
     into the worker's own space, :mod:`forum.tasks.cron`), stopped with it; its
-    thread pool is shut down once it is drained."""
+    thread pool is shut down once it is drained. The app's startup hooks run
+    before it takes a job, its shutdown hooks after the drain (:mod:`forum.tasks.hooks`)."""
 
     def __init__(
         self, app: App, pool: ThreadPoolExecutor, space: Any, lens: TaskAuthority,
-        *args: Any, **kwargs: Any,
+        *args: Any, state: State | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(space, lens, *args, **kwargs)
         self._app = app
+        #: What the app's startup hooks fill, each job's ``ctx.state`` (the Runner's).
+        self.state: State = {} if state is None else state
         self._pool = pool
         self._task_space = space
         self._task_lens = lens
@@ -208,7 +230,10 @@ class TaskWorker(Worker):
         super().stop()
 
     async def run(self) -> None:
+        hooks, started = self._app.hooks, False
         try:
+            await hooks.started(self.state)  # before the first job (forum.tasks.hooks)
+            started = True
             async with asyncio.TaskGroup() as group:
                 if self._app.periodic:
                     group.create_task(self._periodic(), name="periodic tasks")
@@ -219,6 +244,8 @@ class TaskWorker(Worker):
         finally:
             # A hung sync task's thread cannot be stopped; it is left to end.
             self._pool.shutdown(wait=False, cancel_futures=True)
+            if started:  # after the drain; not when a startup hook failed
+                await hooks.stopped(self.state)
 
     async def _periodic(self) -> None:
         async def enqueue(slot: cron.Slot) -> None:
