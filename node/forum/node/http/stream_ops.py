@@ -33,7 +33,13 @@ from forum.node.http.bodies import check_extend_lease, check_ids, check_payload,
 from forum.node.http.ops import Space
 from forum.node.http.query import check_entry_id, check_integer, check_seconds
 from forum.node.http.responses import reserved_body, tuple_body
-from forum.node.http.writes import PLAIN_WRITE, WriteRequest, check_write_options, given_options
+from forum.node.http.writes import (
+    PLAIN_WRITE,
+    WriteRequest,
+    check_batch_keys,
+    check_write_options,
+    given_options,
+)
 
 # -- the arguments of each op: a msgpack map of these names and types ---------------
 
@@ -85,6 +91,8 @@ class PayloadArgs(WriteOptionArgs, frozen=True, kw_only=True):
 
 class PayloadsArgs(WriteOptionArgs, frozen=True, kw_only=True):
     payloads: list[bytes]
+    #: One key per payload (:func:`~forum.node.http.writes.check_batch_keys`).
+    keys: Any = None
 
 
 class PatternArgs(Args, frozen=True):
@@ -147,7 +155,8 @@ async def _write(space: Space, a: PayloadArgs) -> Answer:
 
 async def _write_many(space: Space, a: PayloadsArgs) -> Answer:
     payloads = check_payloads("payloads", a.payloads, space.limits)
-    return 201, await space.write_many(payloads, a.asked(len(payloads), space.limits))
+    asked = check_batch_keys(a.asked(len(payloads), space.limits), a.keys, len(payloads))
+    return 201, await space.write_many(payloads, asked)
 
 
 async def _read(space: Space, a: WaitArgs) -> Answer:

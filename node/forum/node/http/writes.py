@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -48,6 +48,8 @@ class WriteRequest:
     prefix's limit (else a 429 at once)."""
 
     options: WriteOptions = field(default_factory=WriteOptions)
+    #: A batch's keys, one per payload (``None``: not given).
+    keys: tuple[bytes, ...] | None = None
 
 
 #: What a plain write asks (no option given): known by identity.
@@ -83,6 +85,30 @@ def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) ->
     return WriteRequest(cast(WriteOptions, options))
 
 
+def check_batch_keys(asked: WriteRequest, keys: Sequence[Any] | None, count: int) -> WriteRequest:
+    """``asked`` with a batch's ``keys`` (text, or bytes in msgpack; one per
+    payload, not with ``key``), each held to ``write_properties``'s check of
+    a key; ``asked`` itself when none are given (an older client's batch)."""
+    if keys is None:
+        return asked
+    if not isinstance(keys, list) or len(keys) != count:
+        raise bad_request("invalid_option", f"keys must be a list of {count} keys, one per payload")
+    if asked.options.get("key") is not None:
+        raise bad_request("invalid_option", "give key or keys, not both")
+    checked: list[bytes] = []
+    for key in keys:
+        try:
+            raw = key.encode() if isinstance(key, str) else key
+        except UnicodeEncodeError as exc:  # JSON may spell a lone surrogate
+            raise bad_request("invalid_field", f"a key is not valid Unicode: {exc}") from exc
+        try:
+            write_properties(0.0, key=raw)
+        except ValueError as exc:
+            raise bad_request("invalid_option", f"keys: {exc}") from None
+        checked.append(bytes(raw))  # a msgpack Payload, as bytes
+    return WriteRequest(asked.options, tuple(checked))
+
+
 async def parse_write(
     request: web.Request, query: Query, limits: Limits
 ) -> tuple[bytes, WriteRequest]:
@@ -112,7 +138,9 @@ async def parse_batch_write(
     kind = document_kind(request, "a batch's tuples")
     document = decode(await read_body(request, limits.max_batch_bytes), BatchWriteBody, kind)
     payloads = check_payloads(*_chosen(document), limits)
-    return payloads, check_write_options(_option_fields(document), len(payloads), limits)
+    asked = check_write_options(_option_fields(document), len(payloads), limits)
+    keys = None if document.keys is msgspec.UNSET else document.keys
+    return payloads, check_batch_keys(asked, keys, len(payloads))
 
 
 def given_options(args: msgspec.Struct, names: tuple[str, ...], absent: Any) -> dict[str, Any]:
