@@ -92,8 +92,13 @@ if TYPE_CHECKING:
         JsonSerializer,
         MsgpackSerializer,
         ResultTimeout,
+        Signature,
         TaskError,
         UnknownTask,
+        WorkflowHandle,
+        WorkflowStatus,
+        chain,
+        group,
     )
 
 __all__ = [
@@ -141,6 +146,7 @@ __all__ = [
     "ResultTimeout",
     "RetryAfter",
     "SerializationError",
+    "Signature",
     "Strand",
     "StrandConfig",
     "StrandCorrupt",
@@ -152,6 +158,10 @@ __all__ = [
     "Unauthorized",
     "UnknownTask",
     "Worker",
+    "WorkflowHandle",
+    "WorkflowStatus",
+    "chain",
+    "group",
 ]
 
 # Installed, every part is under this folder. In a checkout the parts are in
@@ -185,6 +195,8 @@ _LAZY = {
     "forum.node.storage.strand": frozenset({"Strand", "StrandConfig"}),
     "forum.replication.errors": frozenset({"ReplicationError"}),
     "forum.tasks.app": frozenset({"App"}),
+    "forum.tasks.bulk": frozenset({"Signature"}),
+    "forum.tasks.canvas": frozenset({"WorkflowHandle", "WorkflowStatus", "chain", "group"}),
     "forum.tasks.context": frozenset({"Context"}),
     "forum.tasks.errors": frozenset({
         "InvalidJob", "JobCancelled", "JobExpired", "JobFailed", "JobNotFound", "ResultTimeout",

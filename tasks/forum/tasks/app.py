@@ -52,13 +52,14 @@ from forum.node.core.errors import TooFewCopies
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import Pattern
 from forum.node.core.write_options import WriteOptions, check_copies, write_properties
-from forum.tasks import admin, cron
+from forum.tasks import admin, bulk, cron
 from forum.tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
+from forum.tasks.bulk import Signature
 from forum.tasks.cluster import AppCluster, worker_cluster
 from forum.tasks.cron import Periodic, Slot
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, UnknownTask
-from forum.tasks.handle import JobHandle, JobState, JobStatus
+from forum.tasks.handle import JobHandle, JobState, JobStatus, run_sync
 from forum.tasks.message import Message, check_key, check_task_name, default_key
 from forum.tasks.runner import Runner, TaskWorker
 from forum.tasks.serializer import JsonSerializer, Serializer
@@ -338,11 +339,18 @@ class App:
         """:meth:`enqueue` from code that is not async: on a loop of its own,
         with connections of its own, closed before it returns. Refused
         inside a running loop (it would block it): await :meth:`enqueue`."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self._enqueue_once(name, args, kwargs))
-        raise RuntimeError("enqueue_sync() called inside an event loop: await enqueue() instead")
+        return run_sync(self, lambda app: app.enqueue(name, *args, **kwargs), "enqueue")
+
+    async def enqueue_many(self, calls: Sequence[Signature]) -> list[JobHandle]:
+        """Enqueue many jobs, ``[task.s(*args, **kwargs), ...]``, in one round
+        trip per replica group; their handles, in order. Every job is checked
+        before anything is written (:mod:`forum.tasks.bulk`)."""
+        connections = self._connections()
+        return await bulk.enqueue_many(self, connections.nodes, connections.records, calls)
+
+    def enqueue_many_sync(self, calls: Sequence[Signature]) -> list[JobHandle]:
+        """:meth:`enqueue_many` from code that is not async (as :meth:`enqueue_sync`)."""
+        return run_sync(self, lambda app: app.enqueue_many(calls), "enqueue_many")
 
     async def enqueue_slot(self, slot: Slot, space: Any, lens: TaskAuthority) -> JobHandle:
         """A periodic task's job for ``slot``, written by a worker into its own
@@ -352,15 +360,6 @@ class App:
         return await self._enqueue(
             OneNode(space), records, slot.task, args=(), kwargs={}, given=given
         )
-
-    async def _enqueue_once(
-        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> JobHandle:
-        given = Enqueue.taken_from(kwargs)
-        async with self.connect() as connections:
-            return await self._enqueue(
-                connections.nodes, connections.records, name, args=args, kwargs=kwargs, given=given
-            )
 
     async def _enqueue(
         self,
@@ -372,12 +371,37 @@ class App:
         kwargs: dict[str, Any],
         given: Enqueue,
     ) -> JobHandle:
+        job = self._prepare(name, args, kwargs, given)
+        short: TooFewCopies | None = None
+        try:
+            await nodes.call(lambda space: space.write(job.payload, **job.options))
+        except TooFewCopies as exc:
+            short = exc  # enqueued all the same: its record goes in, then the caller hears
+        await records.note(job.key, job.fields, job.lasting, background=job.background)
+        if short is not None:
+            raise short
+        return JobHandle(self, job.key, name)
+
+    def _prepare(
+        self,
+        name: str,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        given: Enqueue,
+        workflow: dict[str, Any] | None = None,
+    ) -> Prepared:
+        """A job checked and encoded, not yet written (``InvalidJob`` or
+        ``UnknownTask`` for bad input); ``workflow``, a chain's or group's
+        step (:mod:`forum.tasks.canvas`), rides in its message's options."""
         task = self.tasks.get(name)
         if task is None:
             raise UnknownTask(name, list(self.tasks))
         key = given.key
         key = default_key(self.serializer, name, args, kwargs) if key is None else check_key(key)
-        message = Message(key, name, tuple(args), kwargs, given.overrides())
+        overrides = given.overrides()
+        if workflow is not None:
+            overrides["workflow"] = workflow
+        message = Message(key, name, tuple(args), kwargs, overrides)
         payload = message.encode(self.prefix, self.serializer)
         priority = task.options.priority if given.priority is None else given.priority
         ttl = task.options.ttl if given.ttl is None else given.ttl
@@ -399,20 +423,12 @@ class App:
         }  # fmt: skip
         if copies is not None:  # only when given: a worker's own space may take no copies
             options["copies"] = copies
-        short: TooFewCopies | None = None
-        try:
-            await nodes.call(lambda space: space.write(payload, **options))
-        except TooFewCopies as exc:
-            short = exc  # enqueued all the same: its record goes in, then the caller hears
         due = not_before if not_before is not None else now + (delay or 0.0)
         fields: dict[str, Field] = {"state": "enqueued", "task": name, "due": due, "updated": now}
         if ttl is not None:
             fields["expires"] = due + ttl
         lasting = self.result_ttl + max(due - now, 0) + (ttl or 0)
-        await records.note(key, fields, lasting, background=due <= now and ttl is None)
-        if short is not None:
-            raise short
-        return JobHandle(self, key, name)
+        return Prepared(key, payload, options, fields, lasting, due <= now and ttl is None)
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -456,7 +472,7 @@ class App:
         worker_options.setdefault("dead_prefix", self.dead_prefix)
         pool = ThreadPoolExecutor(concurrency, thread_name_prefix="task")
         return TaskWorker(
-            self, pool, space, lens, Pattern(self.prefix), Runner(self, lens, pool),
+            self, pool, space, lens, Pattern(self.prefix), Runner(self, lens, pool, OneNode(space)),
             concurrency=concurrency, lease=lease, **worker_options,
         )  # fmt: skip
 
@@ -516,6 +532,20 @@ class App:
     async def history(self, key: str) -> list[HistoryEvent]:
         """A job's claim history, oldest first (:func:`forum.tasks.admin.history`)."""
         return await admin.history(self, key)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A job checked and encoded (:meth:`App._prepare`): its tuple, the
+    write's options, and its ``enqueued`` record (``background``: written
+    after the enqueue returns, :mod:`forum.tasks.enqueued`)."""
+
+    key: str
+    payload: bytes
+    options: WriteOptions
+    fields: dict[str, Field]
+    lasting: float
+    background: bool
 
 
 @dataclass(frozen=True, slots=True)

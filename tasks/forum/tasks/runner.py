@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import ClaimLost, GiveUp, Job, LensError, RetryAfter, Worker
 from forum.coordinator.worker import LOST_WORKER
-from forum.tasks import cron
+from forum.tasks import canvas, cron
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
 from forum.tasks.errors import InvalidJob
@@ -63,7 +63,7 @@ from forum.tasks.message import Message, dumps
 from forum.tasks.task import Task, TaskOptions
 
 if TYPE_CHECKING:
-    from forum.tasks.app import App
+    from forum.tasks.app import App, Writer
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,14 @@ class Runner:
     """``await runner(job)``: one attempt of the job's task (see the module
     docstring). ``pool`` runs the sync tasks; the caller shuts it down."""
 
-    def __init__(self, app: App, lens: TaskAuthority, pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, app: App, lens: TaskAuthority, pool: ThreadPoolExecutor, space: Writer | None = None
+    ) -> None:
         self._app = app
         self._lens = lens
         self._pool = pool
+        #: The worker's space: a workflow's next step is enqueued there.
+        self._space = space
 
     async def __call__(self, job: Job) -> None:
         app = self._app
@@ -115,6 +119,9 @@ class Runner:
                 "updated": time.time(),
             }  # fmt: skip
             await self._lens.record(job.claim, fields, self._ttl(options))
+        if "workflow" in message.options and self._space is not None:  # a workflow's step
+            await canvas.advance(app, self._lens, self._space, job=job, message=message,
+                                 result=result)  # fmt: skip
 
     async def _attempt(
         self, task: Task, options: TaskOptions, context: Context, message: Message
