@@ -36,7 +36,6 @@ from forum.node.http.responses import reserved_body, tuple_body
 from forum.node.http.writes import (
     PLAIN_WRITE,
     WriteRequest,
-    check_batch_keys,
     check_write_options,
     given_options,
 )
@@ -93,6 +92,12 @@ class PayloadsArgs(WriteOptionArgs, frozen=True, kw_only=True):
     payloads: list[bytes]
     #: One key per payload (:func:`~forum.node.http.writes.check_batch_keys`).
     keys: Any = None
+
+    def asked(self, count: int, limits: Limits) -> WriteRequest:
+        if self.keys is None:
+            return super().asked(count, limits)
+        given = given_options(self, WRITE_OPTION_NAMES, None)
+        return check_write_options(given, count, limits, self.keys)
 
 
 class PatternArgs(Args, frozen=True):
@@ -155,8 +160,7 @@ async def _write(space: Space, a: PayloadArgs) -> Answer:
 
 async def _write_many(space: Space, a: PayloadsArgs) -> Answer:
     payloads = check_payloads("payloads", a.payloads, space.limits)
-    asked = check_batch_keys(a.asked(len(payloads), space.limits), a.keys, len(payloads))
-    return 201, await space.write_many(payloads, asked)
+    return 201, await space.write_many(payloads, a.asked(len(payloads), space.limits))
 
 
 async def _read(space: Space, a: WaitArgs) -> Answer:
