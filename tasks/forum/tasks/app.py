@@ -339,7 +339,8 @@ class App:
         """:meth:`enqueue` from code that is not async: on a loop of its own,
         with connections of its own, closed before it returns. Refused
         inside a running loop (it would block it): await :meth:`enqueue`."""
-        return run_sync(self, lambda app: app.enqueue(name, *args, **kwargs), "enqueue")
+        handle = run_sync(self, lambda app: app.enqueue(name, *args, **kwargs), "enqueue")
+        return handle.on(self)  # this app's: the copy that wrote it is closed
 
     async def enqueue_many(self, calls: Sequence[Signature]) -> list[JobHandle]:
         """Enqueue many jobs, ``[task.s(*args, **kwargs), ...]``, in one round
@@ -350,7 +351,8 @@ class App:
 
     def enqueue_many_sync(self, calls: Sequence[Signature]) -> list[JobHandle]:
         """:meth:`enqueue_many` from code that is not async (as :meth:`enqueue_sync`)."""
-        return run_sync(self, lambda app: app.enqueue_many(calls), "enqueue_many")
+        handles = run_sync(self, lambda app: app.enqueue_many(calls), "enqueue_many")
+        return [handle.on(self) for handle in handles]
 
     async def enqueue_slot(self, slot: Slot, space: Any, lens: TaskAuthority) -> JobHandle:
         """A periodic task's job for ``slot``, written by a worker into its own

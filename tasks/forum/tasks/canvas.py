@@ -124,7 +124,7 @@ class Chain:
 
     def enqueue_sync(self, app: App) -> WorkflowHandle:
         """:meth:`enqueue` from code that is not async (as ``enqueue_sync``)."""
-        return run_sync(app, self.enqueue, "enqueue")
+        return run_sync(app, self.enqueue, "enqueue").on(app)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +160,7 @@ class Group:
 
     def enqueue_sync(self, app: App) -> WorkflowHandle:
         """:meth:`enqueue` from code that is not async (as ``enqueue_sync``)."""
-        return run_sync(app, self.enqueue, "enqueue")
+        return run_sync(app, self.enqueue, "enqueue").on(app)
 
 
 def chain(*steps: Signature, key: str | None = None) -> Chain:
@@ -331,13 +331,14 @@ class WorkflowHandle:
 
     def status_sync(self) -> WorkflowStatus:
         """:meth:`status` from code that is not async (as ``JobHandle.status_sync``)."""
-        return run_sync(self._app, lambda app: self._on(app).status(), "status")
+        return run_sync(self._app, lambda app: self.on(app).status(), "status")
 
     def result_sync(self, timeout: float | None = None) -> Any:
         """:meth:`result` from code that is not async (as ``JobHandle.result_sync``)."""
-        return run_sync(self._app, lambda app: self._on(app).result(timeout), "result")
+        return run_sync(self._app, lambda app: self.on(app).result(timeout), "result")
 
-    def _on(self, app: App) -> WorkflowHandle:
+    def on(self, app: App) -> WorkflowHandle:
+        """This workflow's handle through ``app`` (an open copy of its own, say)."""
         return WorkflowHandle(app, self.key, self.jobs, gathered=self._gathered)
 
 

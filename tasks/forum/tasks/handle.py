@@ -103,14 +103,15 @@ class JobHandle:
 
     def status_sync(self) -> JobStatus:
         """:meth:`status` from code that is not async (:func:`run_sync`)."""
-        return run_sync(self._app, lambda app: self._on(app).status(), "status")
+        return run_sync(self._app, lambda app: self.on(app).status(), "status")
 
     def result_sync(self, timeout: float | None = None) -> Any:
         """:meth:`result` from code that is not async (Flask, Django): on a
         loop of its own, with connections of its own (:func:`run_sync`)."""
-        return run_sync(self._app, lambda app: self._on(app).result(timeout), "result")
+        return run_sync(self._app, lambda app: self.on(app).result(timeout), "result")
 
-    def _on(self, app: App) -> JobHandle:
+    def on(self, app: App) -> JobHandle:
+        """This job's handle through ``app`` (an open copy of its own, say)."""
         return JobHandle(app, self.key, self.task)
 
     async def result(self, timeout: float | None = None) -> Any:
