@@ -18,7 +18,7 @@ import pytest
 from redis import Redis
 
 from forum.tasks import App, Context, InvalidJob, JobFailed, JobState, chain, group
-from tests.coordinator.harness import WorkerProcess, peered, worker_processes
+from tests.coordinator.harness import peered, start_app_worker, worker_processes
 from tests.fixtures.nodes import ForumNodes, eventually
 from tests.tasks.conftest import AppFactory, working
 
@@ -86,14 +86,9 @@ async def test_a_chain_of_3_across_2_nodes_runs_each_step_once_though_a_worker_d
     monkeypatch.setenv(EFFECTS_REDIS, redis_url)
     async with app, worker_processes(tmp_path) as started:
         for node in nodes:
-            process = WorkerProcess(
-                f"w-{node.name}", tmp_path / f"w-{node.name}",
-                ["--app", "tests.tasks.test_canvas:canvas_app", "--node", node.url,
-                 "--redis-url", redis_url, "--take-wait", "0.2", "--lease", "2"],
-                {EFFECTS_REDIS: redis_url, "CANVAS_WORKER": node.name},
-            )  # fmt: skip
-            started.append(process)
-            await process.start()
+            env = {EFFECTS_REDIS: redis_url, "CANVAS_WORKER": node.name}
+            await start_app_worker(started, tmp_path, node, f"{__name__}:canvas_app", redis_url,
+                                   env, lease=2)  # fmt: skip
         flow = await chain(add.s(1, 2), slow_double.s(), add.s(10), key="c1").enqueue(app)
         with Redis.from_url(redis_url) as client:
             await eventually(lambda: client.llen("started") > 0, 30, "the middle step started")
@@ -108,11 +103,14 @@ async def test_a_chain_of_3_across_2_nodes_runs_each_step_once_though_a_worker_d
     assert _effects(redis_url) == {"c1/0": 1, "c1/1": 1, "c1/2": 1}
 
 
-async def test_a_group_of_5_runs_then_once_with_every_result(
-    make_app: AppFactory, redis_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    app = canvas_app.using(nodes=make_app().nodes, redis=redis_url)
+@pytest.fixture
+def app(make_app: AppFactory, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> App:
+    """The canvas app against the test's node and Redis, its effects counted there."""
     monkeypatch.setenv(EFFECTS_REDIS, redis_url)
+    return canvas_app.using(nodes=make_app().nodes, redis=redis_url)
+
+
+async def test_a_group_of_5_runs_then_once_with_every_result(app: App, redis_url: str) -> None:
     async with app:
         flow = await group([square.s(n) for n in range(5)], then=total.s(100)).enqueue(app)
         # Enqueued again: the same content, the same key, nothing more runs.
@@ -124,11 +122,7 @@ async def test_a_group_of_5_runs_then_once_with_every_result(
     assert effects == {**{f"{flow.key}/{n}": 1 for n in range(5)}, f"{flow.key}/then": 1}
 
 
-async def test_a_dead_step_stops_its_chain_and_says_so(
-    make_app: AppFactory, redis_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    app = canvas_app.using(nodes=make_app().nodes, redis=redis_url)
-    monkeypatch.setenv(EFFECTS_REDIS, redis_url)
+async def test_a_dead_step_stops_its_chain_and_says_so(app: App, redis_url: str) -> None:
     async with app:
         flow = await chain(add.s(1, 1), broken.s(), add.s(5)).enqueue(app)
         async with working(app):
