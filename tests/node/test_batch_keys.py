@@ -3,10 +3,13 @@ deduplicated as its single write would be, the rest written in one append."""
 
 from __future__ import annotations
 
+import aiohttp
 import pytest
 
+from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
 from forum.node.space.forum import Forum
+from tests.fixtures.nodes import NodeProcess
 
 JOBS = Pattern(b"job/")
 
@@ -43,3 +46,24 @@ async def test_bad_keys_write_nothing(
     with pytest.raises(ValueError):
         await forum.write_many([b"job/1", b"job/2"], keys=keys, **options)  # type: ignore[arg-type]
     assert await forum.count(JOBS) == 0
+
+
+async def test_keys_over_http_json_and_their_refusals(forum_node: NodeProcess) -> None:
+    url = f"{forum_node.url}/v1/tuples/batch"
+    async with aiohttp.ClientSession() as session:
+        body = {"payloads": ["job/a", "job/b"], "keys": ["ka", "kb"], "dedup_window": 60}
+        async with session.post(url, json=body) as answer:
+            assert answer.status == 201
+            first = (await answer.json())["ids"]
+        async with session.post(url, json=body) as answer:  # again: deduplicated
+            assert (await answer.json())["ids"] == first
+        for bad, message in (
+            ({"payloads": ["job/c"], "keys": ["k1", "k2"]}, "keys must be a list of 1 keys"),
+            ({"payloads": ["job/c"], "keys": ["k1"], "key": "k"}, "give key or keys"),
+            ({"payloads": ["job/c"], "keys": [""]}, "keys: key must be 1 to"),
+        ):
+            async with session.post(url, json=bad) as answer:
+                assert answer.status == 400
+                assert message in (await answer.json())["message"]
+    async with ForumClient(forum_node.url) as client:
+        assert await client.count(JOBS) == 2
