@@ -67,6 +67,7 @@ async def test_a_bad_job_writes_nothing_and_is_named_by_its_index(
             await app.enqueue_many([one.s(0), one.s(1), one.s(2), one.s(object())])
         with pytest.raises(InvalidJob, match=r"job 1: no task named 'nope'"):
             await app.enqueue_many([one.s(0), one.s(0).__class__("nope")])
+        assert await app.enqueue_many([]) == []
         with pytest.raises(InvalidJob, match=r"job 0: a call is a tuple"):
             await one.enqueue_many([5])  # type: ignore[list-item]
         async with ForumClient(forum_node.url) as client:

@@ -83,6 +83,8 @@ async def write_prepared(nodes: Writer, records: EnqueuedRecords, jobs: Sequence
     """Write ``jobs`` (see the module docstring), then their records in one
     call. ``CopiesShort`` after the records when a batch fell short of its
     copies (its jobs are enqueued all the same)."""
+    if not jobs:
+        return
     batches: dict[tuple[tuple[str, Any], ...], list[Prepared]] = {}
     for job in jobs:
         shared = tuple(sorted((k, v) for k, v in job.options.items() if k != "key"))
