@@ -124,6 +124,8 @@ async def test_a_group_of_5_runs_then_once_with_every_result(app: App, redis_url
 
 async def test_a_dead_step_stops_its_chain_and_says_so(app: App, redis_url: str) -> None:
     async with app:
+        with pytest.raises(InvalidJob, match="at most 500 bytes"):  # K/then would be too long
+            await chain(add.s(1, 1), key="k" * 496).enqueue(app)
         flow = await chain(add.s(1, 1), broken.s(), add.s(5)).enqueue(app)
         async with working(app):
             with pytest.raises(JobFailed, match="broken"):

@@ -41,7 +41,7 @@ next step), and a dead member stops its group's ``then``:
 :meth:`WorkflowHandle.status` says ``dead``, and :meth:`WorkflowHandle.result`
 raises the dead step's ``JobFailed``. A step whose successor cannot be
 enqueued (no node answers) fails its attempt, and is retried as any failure is.
-A group's member results are its records: they last the task's
+A group's member results are its records: they last
 ``result_ttl``, so its ``then`` must be reached within it.
 """
 
@@ -96,9 +96,12 @@ def _call_of(step: _Step, first: Any) -> Signature:
 
 
 def _workflow_key(app: App, kind: str, key: str | None, content: object) -> str:
-    if key is not None:
-        return check_key(key)
-    return default_key(app.serializer, kind, [content], {})
+    """The workflow's key: ``key``, else its content's; ``InvalidJob`` when
+    its jobs' keys (``K/then`` the longest) would not be job keys."""
+    if key is None:
+        return default_key(app.serializer, kind, [content], {})
+    check_key(f"{check_key(key)}/then")
+    return key
 
 
 @dataclass(frozen=True, slots=True)
