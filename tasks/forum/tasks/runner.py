@@ -4,7 +4,8 @@ worker does next.
 
 ::
 
-    Worker(space, lens, Pattern(app.prefix), Runner(app, lens, pool), concurrency=8)
+    Worker(space, lens, Pattern(app.prefix), Runner(app, lens, pool, OneNode(space)),
+           concurrency=8)
 
 For each claimed job (``forum.coordinator.Job``):
 
@@ -23,7 +24,9 @@ For each claimed job (``forum.coordinator.Job``):
    completes the claim only afterwards, so a stale holder (its claim lost)
    is refused (``ClaimLost``) and stores nothing. A ``None`` result writes
    nothing: the done marker says done, and the no-op path costs what a raw
-   worker's does;
+   worker's does. A step of a chain or group then enqueues what comes next
+   into the worker's space (``space``; :mod:`forum.tasks.canvas`), still
+   before the claim completes;
 4. a failure: attempt ``n`` of a task with ``retries`` r is retried while
    ``n <= r`` and the error is one of ``retry_on`` and none of
    ``give_up_on``: a fenced ``retrying`` record (its ``due``, the error),
