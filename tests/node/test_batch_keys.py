@@ -7,8 +7,10 @@ import aiohttp
 import pytest
 
 from forum.node.client.remote import ForumClient
+from forum.node.core.errors import LimitExceeded
 from forum.node.core.space import Pattern
 from forum.node.space.forum import Forum
+from forum.node.storage.strand import Strand, StrandConfig
 from tests.fixtures.nodes import NodeProcess
 
 JOBS = Pattern(b"job/")
@@ -67,3 +69,17 @@ async def test_keys_over_http_json_and_their_refusals(forum_node: NodeProcess) -
                 assert message in (await answer.json())["message"]
     async with ForumClient(forum_node.url) as client:
         assert await client.count(JOBS) == 2
+
+
+async def test_a_keyed_batch_over_a_limit_writes_nothing_and_frees_its_keys(
+    cfg: StrandConfig,
+) -> None:
+    async with Forum(await Strand.open(cfg), limits={b"job/": 2}) as forum:
+        with pytest.raises(LimitExceeded):
+            await forum.write_many([b"job/1", b"job/2", b"job/3"], keys=["a", "b", "c"],
+                                   dedup_window=60)  # fmt: skip
+        assert await forum.count(JOBS) == 0
+        # Its keys were not taken: written again within the limit, they are new writes.
+        ids = await forum.write_many([b"job/1", b"job/2"], keys=["a", "b"], dedup_window=60)
+        assert len(set(ids)) == 2
+        assert await forum.count(JOBS) == 2
