@@ -117,6 +117,7 @@ class Chain:
     async def enqueue(self, app: App) -> WorkflowHandle:
         """Enqueue the chain's first step (the others follow it) on ``app``'s
         cluster; the chain's handle."""
+        _check_later(app, self.steps[1:], "chain", 1)
         key = _workflow_key(app, "chain", self.key, [_step_of(s) for s in self.steps])
         first = self.steps[0]
         workflow = {"chain": key, "step": 0, "rest": [_step_of(s) for s in self.steps[1:]]}
@@ -148,6 +149,7 @@ class Group:
         """Enqueue every member (one batch per replica group); the group's handle."""
         then = None if self.then is None else _step_of(self.then)
         content = [[_step_of(m) for m in self.members], then]
+        _check_later(app, () if self.then is None else (self.then,), "group's then", 0)
         key = _workflow_key(app, "group", self.key, content)
         size = len(self.members)
         jobs = [
@@ -184,6 +186,17 @@ def _prepared(app: App, call: Signature, key: str, workflow: dict[str, Any] | No
     kwargs = dict(call.kwargs)
     given = Enqueue.taken_from(kwargs)
     return app._prepare(call.task, call.args, kwargs, Enqueue(key, **_options_of(given)), workflow)
+
+
+def _check_later(app: App, calls: Sequence[Signature], what: str, start: int) -> None:
+    """Check the calls a worker will enqueue later (an unknown task, an
+    argument the serializer refuses, a bad option) now, with a stand-in for
+    the result they will be given: ``InvalidJob`` naming the step."""
+    for index, call in enumerate(calls, start):
+        try:
+            _prepared(app, _call_of(_step_of(call), None), "check", None)
+        except (InvalidJob, LookupError) as exc:
+            raise InvalidJob(f"{what} step {index}: {exc}") from None
 
 
 def _options_of(given: Any) -> dict[str, Any]:
