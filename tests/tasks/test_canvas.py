@@ -129,6 +129,8 @@ async def test_a_dead_step_stops_its_chain_and_says_so(app: App, redis_url: str)
         bad = add.s(1, 1).__class__("nope")
         with pytest.raises(InvalidJob, match="chain step 2: no task named 'nope'"):
             await chain(add.s(1, 1), add.s(2), bad).enqueue(app)
+        with pytest.raises(InvalidJob, match="group step 1: args cannot be encoded"):
+            await group([add.s(1, 1), add.s(object(), 1)]).enqueue(app)
         with pytest.raises(InvalidJob, match="group's then step 0: args cannot be encoded"):
             await group([add.s(1, 1)], then=total.s(object())).enqueue(app)
         flow = await chain(add.s(1, 1), broken.s(), add.s(5)).enqueue(app)

@@ -117,7 +117,8 @@ class Chain:
     async def enqueue(self, app: App) -> WorkflowHandle:
         """Enqueue the chain's first step (the others follow it) on ``app``'s
         cluster; the chain's handle."""
-        _check_later(app, self.steps[1:], "chain", 1)
+        _check(app, self.steps[:1], "chain", 0, stand_in=False)
+        _check(app, self.steps[1:], "chain", 1, stand_in=True)
         key = _workflow_key(app, "chain", self.key, [_step_of(s) for s in self.steps])
         first = self.steps[0]
         workflow = {"chain": key, "step": 0, "rest": [_step_of(s) for s in self.steps[1:]]}
@@ -149,7 +150,8 @@ class Group:
         """Enqueue every member (one batch per replica group); the group's handle."""
         then = None if self.then is None else _step_of(self.then)
         content = [[_step_of(m) for m in self.members], then]
-        _check_later(app, () if self.then is None else (self.then,), "group's then", 0)
+        _check(app, self.members, "group", 0, stand_in=False)
+        _check(app, () if self.then is None else (self.then,), "group's then", 0, stand_in=True)
         key = _workflow_key(app, "group", self.key, content)
         size = len(self.members)
         jobs = [
@@ -188,13 +190,14 @@ def _prepared(app: App, call: Signature, key: str, workflow: dict[str, Any] | No
     return app._prepare(call.task, call.args, kwargs, Enqueue(key, **_options_of(given)), workflow)
 
 
-def _check_later(app: App, calls: Sequence[Signature], what: str, start: int) -> None:
-    """Check the calls a worker will enqueue later (an unknown task, an
-    argument the serializer refuses, a bad option) now, with a stand-in for
-    the result they will be given: ``InvalidJob`` naming the step."""
+def _check(app: App, calls: Sequence[Signature], what: str, start: int, *, stand_in: bool) -> None:
+    """Check a workflow's calls before anything is written (an unknown task,
+    an argument the serializer refuses, a bad option): ``InvalidJob`` naming
+    the step. ``stand_in``: a call a worker enqueues later, checked with a
+    stand-in for the result it will be given."""
     for index, call in enumerate(calls, start):
         try:
-            _prepared(app, _call_of(_step_of(call), None), "check", None)
+            _prepared(app, _call_of(_step_of(call), None) if stand_in else call, "check", None)
         except (InvalidJob, LookupError) as exc:
             raise InvalidJob(f"{what} step {index}: {exc}") from None
 
