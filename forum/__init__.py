@@ -94,8 +94,13 @@ if TYPE_CHECKING:
         Middleware,
         MsgpackSerializer,
         ResultTimeout,
+        Signature,
         TaskError,
         UnknownTask,
+        WorkflowHandle,
+        WorkflowStatus,
+        chain,
+        group,
     )
 
 __all__ = [
@@ -145,6 +150,7 @@ __all__ = [
     "ResultTimeout",
     "RetryAfter",
     "SerializationError",
+    "Signature",
     "Strand",
     "StrandConfig",
     "StrandCorrupt",
@@ -156,6 +162,10 @@ __all__ = [
     "Unauthorized",
     "UnknownTask",
     "Worker",
+    "WorkflowHandle",
+    "WorkflowStatus",
+    "chain",
+    "group",
 ]
 
 # Installed, every part is under this folder. In a checkout the parts are in
@@ -189,6 +199,8 @@ _LAZY = {
     "forum.node.storage.strand": frozenset({"Strand", "StrandConfig"}),
     "forum.replication.errors": frozenset({"ReplicationError"}),
     "forum.tasks.app": frozenset({"App"}),
+    "forum.tasks.bulk": frozenset({"Signature"}),
+    "forum.tasks.canvas": frozenset({"WorkflowHandle", "WorkflowStatus", "chain", "group"}),
     "forum.tasks.context": frozenset({"Context"}),
     "forum.tasks.errors": frozenset({
         "InvalidJob", "JobCancelled", "JobExpired", "JobFailed", "JobNotFound", "ResultTimeout",

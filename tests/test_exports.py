@@ -70,6 +70,11 @@ HOMES = {
     "Unauthorized": "forum.node.core.errors",
     "UnknownTask": "forum.tasks.errors",
     "Worker": "forum.coordinator.worker",
+    "WorkflowHandle": "forum.tasks.canvas",
+    "WorkflowStatus": "forum.tasks.canvas",
+    "chain": "forum.tasks.canvas",
+    "group": "forum.tasks.canvas",
+    "Signature": "forum.tasks.bulk",
 }
 
 

@@ -30,6 +30,11 @@ HOMES = {
     "TaskError": "forum.tasks.errors",
     "TaskOptions": "forum.tasks.task",
     "UnknownTask": "forum.tasks.errors",
+    "Signature": "forum.tasks.bulk",
+    "WorkflowHandle": "forum.tasks.canvas",
+    "WorkflowStatus": "forum.tasks.canvas",
+    "chain": "forum.tasks.canvas",
+    "group": "forum.tasks.canvas",
 }
 
 

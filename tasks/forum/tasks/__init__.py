@@ -14,6 +14,8 @@ One concept per module::
     enqueued.py    the producer's record of a job (best effort)
     runner.py      the handler (and Worker) that runs an app's tasks
     hooks.py       lifecycle hooks and middleware around a worker and its jobs
+    bulk.py        Signature (a call), and many jobs enqueued in one round trip
+    canvas.py      chains and groups of calls, on deterministic keys
     admin.py       listing, cancelling, retrying and purging jobs (the CLI's)
     cron.py        periodic tasks
     authority.py   what the task layer needs of the Lens
@@ -24,6 +26,8 @@ a job is a tuple, its run a claim, its result a fenced record.
 """
 
 from forum.tasks.app import App
+from forum.tasks.bulk import Signature
+from forum.tasks.canvas import WorkflowHandle, WorkflowStatus, chain, group
 from forum.tasks.context import Context
 from forum.tasks.errors import (
     InvalidJob,
@@ -57,8 +61,13 @@ __all__ = [
     "MsgpackSerializer",
     "ResultTimeout",
     "Serializer",
+    "Signature",
     "Task",
     "TaskError",
     "TaskOptions",
     "UnknownTask",
+    "WorkflowHandle",
+    "WorkflowStatus",
+    "chain",
+    "group",
 ]

@@ -17,7 +17,8 @@ task name      ASCII, ``[A-Za-z0-9_.:-]{1,200}``
 body           ``serializer.dumps({"args": [...], "kwargs": {...},
                 "options": {...}})``; ``options`` holds the per-enqueue
                 overrides given (``retries``, ``timeout``, ``backoff_base``,
-                ``backoff_cap``) and nothing else
+                ``backoff_cap``), and ``workflow`` for a step of a chain or
+                group (:mod:`forum.tasks.canvas`), and nothing else
 ==============  ===============================================================
 
 **The default key** (no ``_key`` given) is ``f"{task}:{h}"``, ``h`` the first
@@ -49,6 +50,7 @@ OPTION_TYPES: Mapping[str, type | tuple[type, ...]] = {
     "timeout": (int, float),
     "backoff_base": (int, float),
     "backoff_cap": (int, float),
+    "workflow": dict,
 }
 _SEP = b"\n"
 
@@ -114,7 +116,8 @@ class Message:
             if kind is None:
                 raise InvalidJob(f"unknown job option {name!r}")
             if isinstance(value, bool) or not isinstance(value, kind):
-                raise InvalidJob(f"job option {name} must be a number, not {value!r}")
+                what = "a mapping" if kind is dict else "a number"
+                raise InvalidJob(f"job option {name} must be {what}, not {value!r}")
 
     def encode(self, prefix: bytes, serializer: Serializer) -> bytes:
         """The tuple's bytes; :class:`InvalidJob` for arguments the serializer refuses."""

@@ -4,7 +4,8 @@ worker does next.
 
 ::
 
-    Worker(space, lens, Pattern(app.prefix), Runner(app, lens, pool), concurrency=8)
+    Worker(space, lens, Pattern(app.prefix), Runner(app, lens, pool, OneNode(space)),
+           concurrency=8)
 
 For each claimed job (``forum.coordinator.Job``):
 
@@ -23,7 +24,9 @@ For each claimed job (``forum.coordinator.Job``):
    completes the claim only afterwards, so a stale holder (its claim lost)
    is refused (``ClaimLost``) and stores nothing. A ``None`` result writes
    nothing: the done marker says done, and the no-op path costs what a raw
-   worker's does;
+   worker's does. A step of a chain or group then enqueues what comes next
+   into the worker's space (``space``; :mod:`forum.tasks.canvas`), still
+   before the claim completes;
 4. a failure: attempt ``n`` of a task with ``retries`` r is retried while
    ``n <= r`` and the error is one of ``retry_on`` and none of
    ``give_up_on``: a fenced ``retrying`` record (its ``due``, the error),
@@ -55,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import ClaimLost, GiveUp, Job, LensError, RetryAfter, Worker
 from forum.coordinator.worker import LOST_WORKER
-from forum.tasks import cron
+from forum.tasks import canvas, cron
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
 from forum.tasks.errors import InvalidJob
@@ -64,7 +67,7 @@ from forum.tasks.message import Message, dumps
 from forum.tasks.task import Task, TaskOptions
 
 if TYPE_CHECKING:
-    from forum.tasks.app import App
+    from forum.tasks.app import App, Writer
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,12 @@ class Runner:
     ``state`` is the worker's, each job's ``ctx.state`` (:mod:`forum.tasks.hooks`)."""
 
     def __init__(
-        self, app: App, lens: TaskAuthority, pool: ThreadPoolExecutor, state: State | None = None
+        self,
+        app: App,
+        lens: TaskAuthority,
+        pool: ThreadPoolExecutor,
+        state: State | None = None,
+        space: Writer | None = None,
     ) -> None:
         self._app = app
         self._lens = lens
@@ -83,6 +91,8 @@ class Runner:
         self._state: State = {} if state is None else state
         #: The app's hooks and middleware; None when it has none around a job.
         self._hooks = app.hooks if app.hooks else None
+        #: The worker's space: a workflow's next step is enqueued there.
+        self._space = space
 
     async def __call__(self, job: Job) -> None:
         app = self._app
@@ -132,6 +142,9 @@ class Runner:
                 "updated": time.time(),
             }  # fmt: skip
             await self._lens.record(job.claim, fields, self._ttl(options))
+        if "workflow" in message.options and self._space is not None:  # a workflow's step
+            await canvas.advance(app, self._lens, self._space, job=job, message=message,
+                                 result=result)  # fmt: skip
         if hooks is not None:
             await hooks.done(result)
 

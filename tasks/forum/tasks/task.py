@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import Backoff
+from forum.tasks.bulk import Signature
 from forum.tasks.errors import InvalidJob
 
 if TYPE_CHECKING:
@@ -146,6 +147,27 @@ class Task:
     def enqueue_sync(self, *args: Any, **kwargs: Any) -> JobHandle:
         """:meth:`forum.tasks.App.enqueue_sync` of this task."""
         return self.app.enqueue_sync(self.name, *args, **kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A call of this task, not made yet: for ``app.enqueue_many`` and
+        workflows (``chain``, ``group``: :mod:`forum.tasks.canvas`)."""
+        return Signature(self.name, args, kwargs)
+
+    async def enqueue_many(self, calls: Sequence[tuple[Any, ...]]) -> list[JobHandle]:
+        """:meth:`forum.tasks.App.enqueue_many` of this task: each call a
+        tuple of its positional arguments (keyword arguments and ``_``
+        options: ``app.enqueue_many([task.s(...), ...])``)."""
+        return await self.app.opened().enqueue_many(self._signatures(calls))
+
+    def enqueue_many_sync(self, calls: Sequence[tuple[Any, ...]]) -> list[JobHandle]:
+        """:meth:`enqueue_many` from code that is not async."""
+        return self.app.enqueue_many_sync(self._signatures(calls))
+
+    def _signatures(self, calls: Sequence[tuple[Any, ...]]) -> list[Signature]:
+        for index, call in enumerate(calls):
+            if not isinstance(call, tuple):
+                raise InvalidJob(f"job {index}: a call is a tuple of arguments, not {call!r}")
+        return [Signature(self.name, call) for call in calls]
 
 
 def _signature_of(function: Callable[..., Any]) -> inspect.Signature | None:
