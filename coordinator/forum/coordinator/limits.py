@@ -45,7 +45,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 #: The longest a job refused by a concurrency limit waits before asking
 #: again (a release frees a slot before the members' expiry tells).
@@ -96,6 +96,7 @@ class Ask:
         return any(limit.running is not None for limit in self.limits)
 
 
+@runtime_checkable
 class Limiter(Protocol):
     """The authority that keeps limits (the Lens, the memory authority)."""
 
