@@ -28,9 +28,13 @@ What holds exactly, and why a dead worker never leaks a slot:
   expire with the lease. A heartbeat that cannot extend an admission cancels
   the handler, as a lost claim does, so at most ``running`` handlers run at
   every instant (give or take the clocks' drift within one lease).
-* ``rate``: GCRA with a burst of 1 (one "theoretical arrival time" per
-  limit, a string): a job is admitted when the time is at or past it, and
-  moves it on by ``1/rate`` s. No two admissions are closer than ``1/rate``.
+* ``rate``: GCRA with a burst of 1 (one "theoretical arrival time", the
+  next turn, per limit, a string): a job is admitted from half an interval
+  (``1/(2 rate)`` s) before the turn, and moves the turn on by ``1/rate``
+  s. The half interval lets a job that asks a little late (the trip from
+  its parking back to the Lens) still take its turn, so the rate is kept
+  rather than lost to lateness: over any window of ``t`` seconds at most
+  ``t x rate + 1`` are admitted, and no two closer than half an interval.
   A job admitted whose claim is refused (a copy of a job done or held
   elsewhere) has spent its turn: the rate errs on the slow side.
 

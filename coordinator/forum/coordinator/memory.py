@@ -220,15 +220,16 @@ class MemoryAuthority:
                 if ask.member not in held and len(held) >= limit.running:
                     full = max(full, min(held.values()) - now, 0.001)
             if limit.rate is not None:
-                turn = max(turn, self._turns.get(limit.name, now) - now)
+                early = self._turns.get(limit.name, now) - 0.5 / limit.rate - now
+                turn = max(turn, early)
         if full or turn > 0:
             return max(full, turn), not full
         for limit in ask.limits:
             if limit.running is not None:
                 self._running[limit.name][ask.member] = now + lease
             if limit.rate is not None:
-                turn = max(self._turns.get(limit.name, now), now)
-                self._turns[limit.name] = turn + 1 / limit.rate
+                last = max(self._turns.get(limit.name, now), now)
+                self._turns[limit.name] = last + 1 / limit.rate
         return 0.0, False
 
     async def extend_admitted(self, asks: Sequence[Ask], lease: float) -> list[bool]:

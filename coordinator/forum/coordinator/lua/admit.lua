@@ -15,11 +15,15 @@
 -- Returns  {0, 0} admitted: the key holds a slot of each running bound until
 --          now + lease (a key already in is admitted again, its slot's
 --          expiry moved), and each rate's next turn is one interval on from
---          now (or from the turn, if later: no two admissions closer);
+--          the turn (or from now, if later). A rate admits from half an
+--          interval before its turn, so a job that asks a little late still
+--          takes its turn and the rate is kept; no two admissions are
+--          closer than half an interval, and any window of t seconds holds
+--          at most t x rate + 1;
 --          else {wait ms, exact}: exact 1 when only rates refused (the wait
---          is to the last refusing rate's turn), else 0 (the wait is at
---          least to the earliest expiry of a full bound's slots; a release
---          may free one sooner).
+--          is to the last refusing rate's turn, less the half interval),
+--          else 0 (the wait is at least to the earliest expiry of a full
+--          bound's slots; a release may free one sooner).
 
 -- outlive(key, ms): the zset lives at least ms more (never shortened: other
 -- members' leases may be longer); so a limit nobody asks for any more goes.
@@ -52,8 +56,9 @@ for i = 1, #KEYS - 1 do
     end
   else
     local turn = tonumber(redis.call('GET', KEYS[i]) or '0')
-    if turn > us then
-      rate_wait = math.max(rate_wait, math.ceil((turn - us) / 1000))
+    local early = turn - math.floor(value / 2) - us
+    if early > 0 then
+      rate_wait = math.max(rate_wait, math.ceil(early / 1000))
     end
     turns[i] = math.max(turn, us) + value
   end
@@ -66,8 +71,9 @@ if rate_wait > 0 then
 end
 for i = 1, #KEYS - 1 do
   if turns[i] then
-    local interval = tonumber(string.sub(bounds[i], 2))
-    redis.call('SET', KEYS[i], string.format('%d', turns[i]), 'PX', math.ceil(interval / 1000) + 1000)
+    -- Kept a second past the turn: after it, a missing key is a turn passed.
+    local ttl = math.ceil((turns[i] - us) / 1000) + 1000
+    redis.call('SET', KEYS[i], string.format('%d', turns[i]), 'PX', ttl)
   else
     redis.call('ZADD', KEYS[i], now + lease, member)
     outlive(KEYS[i], lease + 1000)
