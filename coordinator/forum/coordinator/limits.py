@@ -212,24 +212,3 @@ class Admitter:
         asks = [ask for key in keys if (ask := self._held.pop(key, None)) is not None]
         if asks:
             await self._limiter.release_admitted(asks)
-
-
-class OverLimit:
-    """A worker's count of the jobs it parked over a limit, with when each
-    falls due (``loop.time()``), capped at ``most``: at the cap the worker
-    reserves nothing more until some fall due, so parking cannot grow
-    without bound while a limit stays full."""
-
-    def __init__(self, most: int) -> None:
-        self.most = most
-        self._due: list[float] = []
-
-    def add(self, now: float, waits: Sequence[float]) -> None:
-        self._due = [at for at in self._due if at > now] + [now + wait for wait in waits]
-
-    def full_for(self, now: float) -> float:
-        """Seconds until fewer than ``most`` are parked (0 when fewer are)."""
-        self._due = [at for at in self._due if at > now]
-        if len(self._due) < self.most:
-            return 0.0
-        return sorted(self._due)[len(self._due) - self.most] - now
