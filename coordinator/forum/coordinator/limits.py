@@ -4,8 +4,8 @@ limit key (a customer, a tenant).
 
 A job is **admitted** before it is claimed, and only then: a job over a
 limit is not claimed, so it is not counted as an attempt; the worker parks
-its reservation for the wait the Lens named (forum.coordinator.worker) and
-offers it again after. The pieces:
+its reservation for the wait the Lens named (forum.coordinator.admitting)
+and offers it again after. The pieces:
 
 * :class:`Limit`: one named limit, ``running`` and/or ``rate``.
 * :class:`Ask`: what one job needs admitted: every one of its limits, all or
@@ -42,8 +42,8 @@ Fairness is best effort: within one batch a worker asks the Lens to admit,
 jobs take turns by their limit key (:meth:`Admitter._taking_turns`); across
 workers, parked jobs go back to the space in its order.
 
-The wait a refusal answers is exact for a rate (the time to the next turn)
-and, for a concurrency limit, the time to the first member's expiry capped at
+The wait a refusal answers is exact for a rate (to the next turn, less the
+half interval) and, for a concurrency limit, the time to the first member's expiry capped at
 :data:`POLL` (with jitter): a slot freed by a release is found within a poll.
 """
 
