@@ -57,6 +57,7 @@ HOMES = {
     "RecordTooLarge": "forum.node.core.errors",
     "ReplicationError": "forum.replication.errors",
     "ResultTimeout": "forum.tasks.errors",
+    "StartupFailed": "forum.tasks.errors",
     "RetryAfter": "forum.coordinator.job",
     "SerializationError": "forum.node.core.errors",
     "Strand": "forum.node.storage.strand",

@@ -25,6 +25,7 @@ HOMES = {
     "Middleware": "forum.tasks.hooks",
     "MsgpackSerializer": "forum.tasks.serializer",
     "ResultTimeout": "forum.tasks.errors",
+    "StartupFailed": "forum.tasks.errors",
     "Serializer": "forum.tasks.serializer",
     "Task": "forum.tasks.task",
     "TaskError": "forum.tasks.errors",

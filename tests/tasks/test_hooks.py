@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from forum.coordinator import Backoff
-from forum.tasks import App, Context, JobFailed, JobInfo, JobState
+from forum.tasks import App, Context, JobFailed, JobInfo, JobState, StartupFailed
 from tests.coordinator.harness import WorkerProcess, worker_processes
 from tests.fixtures.nodes import NodeProcess, eventually
 from tests.tasks.conftest import AppFactory, working
@@ -287,7 +287,7 @@ async def test_a_failing_startup_hook_stops_the_worker_before_any_job(
     with pytest.raises(ExceptionGroup) as raised:
         async with working(app):
             await asyncio.sleep(0)
-    assert raised.group_contains(ValueError, match="put.* in its state argument")
+    assert raised.group_contains(StartupFailed, match="put.* in its state argument")
     assert stopped == []  # nothing was started, so nothing is shut down
 
 
@@ -347,3 +347,38 @@ async def test_a_worker_process_runs_startup_then_shutdown_after_its_sigterm_dra
 
 def _read(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+#: An app whose startup hook fails, as one whose database is down would.
+broken_app = App(prefix=b"hooks-broken/")
+
+
+@broken_app.on_startup
+async def _connect(state: dict[str, Any]) -> None:
+    raise ConnectionRefusedError("the database is down")
+
+
+@broken_app.task
+async def _never(ctx: Context) -> None: ...
+
+
+@pytest.mark.slow
+async def test_a_worker_process_whose_startup_hook_fails_says_so_in_one_line_and_exits_1(
+    tmp_path: Path, forum_node: NodeProcess, redis_url: str
+) -> None:
+    async with worker_processes(tmp_path) as started:
+        worker = WorkerProcess(
+            "w1", tmp_path / "w1",
+            ["--app", "tests.tasks.test_hooks:broken_app", "--node", forum_node.url,
+             "--redis-url", redis_url],
+            {},
+        )  # fmt: skip
+        started.append(worker)
+        await worker.start()
+        assert await worker.exit_code() == 1, worker.log_text()
+    log = worker.log_text()
+    assert log.splitlines()[-1] == (
+        "forum worker: startup hook _connect failed: ConnectionRefusedError: the database is down"
+    ), log
+    assert "ExceptionGroup" not in log  # the hook's own traceback is logged, once
+    assert log.count("Traceback") == 1

@@ -36,6 +36,7 @@ from forum.tasks.errors import (
     JobFailed,
     JobNotFound,
     ResultTimeout,
+    StartupFailed,
     TaskError,
     UnknownTask,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "ResultTimeout",
     "Serializer",
     "Signature",
+    "StartupFailed",
     "Task",
     "TaskError",
     "TaskOptions",

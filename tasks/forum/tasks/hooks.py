@@ -83,6 +83,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
 from forum.coordinator import GiveUp, RetryAfter
+from forum.tasks.errors import StartupFailed, one_line
 
 log = logging.getLogger(__name__)
 
@@ -179,9 +180,15 @@ class Hooks:
     async def started(self, state: State) -> None:
         """Run the startup hooks, in order, on ``state``."""
         for hook in self.startup:
-            returned = await hook(state)
+            try:
+                returned = await hook(state)
+            except Exception as exc:
+                # Its code failed (a database down, a bug): the traceback is
+                # what mends it, logged once; the caller gets one line.
+                log.error("%s failed", hook, exc_info=True)
+                raise StartupFailed(f"{hook} failed: {one_line(exc)}") from exc
             if returned is not None:
-                raise ValueError(
+                raise StartupFailed(
                     f"{hook} returned {returned!r:.80}: a startup hook puts what it makes "
                     "in its state argument (state['db'] = ...), and returns nothing"
                 )

@@ -61,7 +61,7 @@ from forum.coordinator.worker import LOST_WORKER
 from forum.tasks import canvas, cron
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
-from forum.tasks.errors import InvalidJob
+from forum.tasks.errors import InvalidJob, one_line
 from forum.tasks.hooks import State, job_info
 from forum.tasks.message import Message, dumps
 from forum.tasks.task import Task, TaskOptions
@@ -167,7 +167,7 @@ class Runner:
     async def _failed(self, job: Job, task: Task, options: TaskOptions, exc: Exception) -> None:
         """Attempt ``job.attempt`` raised ``exc``: raise ``RetryAfter`` or
         ``GiveUp`` after recording which (see the module docstring)."""
-        error = exc.error if isinstance(exc, RetryAfter | GiveUp) else _one_line(exc)
+        error = exc.error if isinstance(exc, RetryAfter | GiveUp) else one_line(exc)
         delay = _retry_delay(exc, job.attempt, options)
         if delay is not None:
             fields: dict[str, Field] = {
@@ -210,12 +210,6 @@ def _retry_delay(exc: Exception, attempt: int, options: TaskOptions) -> float | 
     if isinstance(exc, options.retry_on) and not isinstance(exc, options.give_up_on):
         return options.backoff.delay(attempt)
     return None
-
-
-def _one_line(exc: BaseException) -> str:
-    """``TypeName: message``, on one line."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class TaskWorker(Worker):
