@@ -59,6 +59,7 @@ from forum.tasks.cron import Periodic, Slot
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, UnknownTask
 from forum.tasks.handle import JobHandle, JobState, JobStatus
+from forum.tasks.limits import LimitKey, task_admission
 from forum.tasks.message import Message, check_key, check_task_name, default_key
 from forum.tasks.runner import Runner, TaskWorker
 from forum.tasks.serializer import JsonSerializer, Serializer
@@ -200,6 +201,11 @@ class App:
         result_ttl: float | None = None,
         priority: int | None = None,
         ttl: float | None = None,
+        rate_limit: str | None = None,
+        concurrency: int | None = None,
+        limit_key: LimitKey | None = None,
+        max_running: int | None = None,
+        rate: str | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -214,6 +220,11 @@ class App:
         result_ttl: float | None = None,
         priority: int | None = None,
         ttl: float | None = None,
+        rate_limit: str | None = None,
+        concurrency: int | None = None,
+        limit_key: LimitKey | None = None,
+        max_running: int | None = None,
+        rate: str | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """``@app.task`` or ``@app.task(name, retries=..., ...)``: register
         the function as a task (its name: ``name``, else the function's
@@ -222,6 +233,8 @@ class App:
             retries=retries, backoff=backoff or Backoff(), timeout=timeout,
             retry_on=errors_of(retry_on), give_up_on=errors_of(give_up_on),
             result_ttl=result_ttl, priority=priority, ttl=ttl,
+            rate_limit=rate_limit, concurrency=concurrency, limit_key=limit_key,
+            max_running=max_running, rate=rate,
         )  # fmt: skip
         if callable(name):
             return self.add_task(name.__name__, name, options)
@@ -454,6 +467,7 @@ class App:
             "max_attempts", 1 + max(t.options.retries for t in self.tasks.values())
         )
         worker_options.setdefault("dead_prefix", self.dead_prefix)
+        worker_options.setdefault("admission", task_admission(self, lens))
         pool = ThreadPoolExecutor(concurrency, thread_name_prefix="task")
         return TaskWorker(
             self, pool, space, lens, Pattern(self.prefix), Runner(self, lens, pool),

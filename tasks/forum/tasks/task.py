@@ -27,6 +27,10 @@ Policy, per task, each overridable per enqueue where it says so:
 * ``result_ttl``: how long a result (and a dead job's error) is kept; the
   app's when ``None``.
 * ``priority``, ``ttl``: the defaults of ``_priority`` and ``_ttl``.
+* ``rate_limit`` (``"100/s"``, ``"10/m"``, ``"3600/h"``), ``concurrency``:
+  the task's limits across every worker; ``limit_key`` (a function of the
+  job's arguments) with ``max_running`` and ``rate``: per key
+  (:mod:`forum.tasks.limits`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import Backoff
 from forum.tasks.errors import InvalidJob
+from forum.tasks.limits import LimitKey, check_limits
 
 if TYPE_CHECKING:
     from forum.tasks.app import App
@@ -60,6 +65,11 @@ class TaskOptions:
     result_ttl: float | None = None
     priority: int | None = None
     ttl: float | None = None
+    rate_limit: str | None = None
+    concurrency: int | None = None
+    limit_key: LimitKey | None = None
+    max_running: int | None = None
+    rate: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
@@ -74,6 +84,7 @@ class TaskOptions:
             value = getattr(self, name)
             if not all(isinstance(t, type) and issubclass(t, BaseException) for t in value):
                 raise InvalidJob(f"{name} must be exception classes, not {value!r}")
+        check_limits(self.rate_limit, self.concurrency, self.limit_key, self.max_running, self.rate)
 
     def overridden(self, options: Mapping[str, Any]) -> TaskOptions:
         """These options with a job's per-enqueue overrides (a message's
