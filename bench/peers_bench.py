@@ -83,6 +83,7 @@ import signal
 import statistics
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -260,39 +261,65 @@ def progress(line: str) -> None:
     print(f"peers_bench: {line}", file=sys.stderr, flush=True)
 
 
-async def measure(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str, Any]:
-    report: dict[str, Any] = {
-        "bench": "peers_bench",
+def report_head(bench: str, args: argparse.Namespace) -> dict[str, Any]:
+    """What every report of this script begins with: the machine and the runs."""
+    return {
+        "bench": bench,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform()},
         "load_average_at_start": os.getloadavg()[0],
-        "jobs": args.jobs,
         "rounds": args.rounds,
+        "redis": "one redis-server, appendonly yes, appendfsync always; a database per system",
+        "run_timeout": args.run_timeout,
+    }  # fmt: skip
+
+
+async def measure(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        **report_head("peers_bench", args),
+        "jobs": args.jobs,
         "timed": "N / (first enqueue .. N-th completion); see bench/noop_jobs.py",
         "forum": "forum serve --fsync always (fresh per run) + ForumClient + Lens + Worker",
         "forum-tasks": "forum's, through the task layer: App.enqueue + app.worker, a no-op task",
         "targets": TARGETS,
-        "redis": "one redis-server, appendonly yes, appendfsync always; a database per system",
-        "run_timeout": args.run_timeout,
         "profiled": args.profile is not None,
         "versions": {name: await versions(python, name) for name, python in chosen.items()},
         "concurrency": {},
         "timeouts": [],
     }  # fmt: skip
+
+    async def noop(concurrency: int, name: str, round_: int, python: str, base: str) -> Any:
+        which = Run(name, concurrency, round_)
+        if (run := await timed_run(which, python, base, args)) is None:
+            report["timeouts"].append(asdict(which))
+        return run
+
+    for concurrency, runs in (await in_turns(args.concurrency, args.rounds, chosen, noop)).items():
+        report["concurrency"][str(concurrency)] = summary(runs)
+    return report
+
+
+async def in_turns(
+    figures: list[Any],
+    rounds: int,
+    chosen: dict[str, str],
+    run: Callable[[Any, str, int, str, str], Awaitable[dict[str, Any] | None]],
+) -> dict[Any, dict[str, list[dict[str, Any]]]]:
+    """Per figure (a concurrency, a scenario), each system's runs (None: not
+    one), ``run(figure, system, round, python, redis_base)`` against one
+    redis-server started here: the systems take turns round by round."""
+    found: dict[Any, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="peers-bench-redis-") as data:
         async with redis_server(Path(data), "always") as (redis_url, _):
             base = redis_url.rsplit("/", 1)[0]
-            for concurrency in args.concurrency:
-                runs: dict[str, list[dict[str, float]]] = {name: [] for name in chosen}
-                for round_ in range(1, args.rounds + 1):
+            for figure in figures:
+                runs: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
+                found[figure] = runs
+                for round_ in range(1, rounds + 1):
                     for name, python in chosen.items():
-                        which = Run(name, concurrency, round_)
-                        if (run := await timed_run(which, python, base, args)) is None:
-                            report["timeouts"].append(asdict(which))
-                        else:
-                            runs[name].append(run)
-                report["concurrency"][str(concurrency)] = summary(runs)
-    return report
+                        if (result := await run(figure, name, round_, python, base)) is not None:
+                            runs[name].append(result)
+    return found
 
 
 async def timed_run(
@@ -580,46 +607,36 @@ async def until_lines(
 
 async def measure_limited(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str, Any]:
     report: dict[str, Any] = {
-        "bench": "peers_limits",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
-        "load_average_at_start": os.getloadavg()[0],
-        "rounds": args.rounds,
+        **report_head("peers_limits", args),
         "workers": LIMITED_WORKERS,
         "slots_per_worker": LIMITED_SLOTS,
         "scenarios": {name: asdict(SCENARIOS[name]) | {"jobs": args.limited_jobs[name]}
                       for name in args.scenarios},
         "timed": "jobs / (first enqueue .. last job's end), the workers started and ready before",
         "how": {name: LIMITED_HOW[name] for name in chosen},
-        "redis": "one redis-server, appendonly yes, appendfsync always; a database per system",
-        "run_timeout": args.run_timeout,
         "limited_deadline": args.limited_deadline,
         "versions": {name: await versions(python, name, args.venvs)
                      for name, python in chosen.items()},
         "results": {},
         "timeouts": [],
     }  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="peers-limits-redis-") as data:
-        async with redis_server(Path(data), "always") as (redis_url, _):
-            base = redis_url.rsplit("/", 1)[0]
-            for scenario in args.scenarios:
-                runs: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
-                for round_ in range(1, args.rounds + 1):
-                    for name, executable in chosen.items():
-                        which = Run(name, LIMITED_SLOTS, round_)
-                        try:
-                            run = await limited_run(which, scenario, executable, base, args)
-                        except RunTimeout as exc:
-                            progress(f"{scenario}: {which}: timeout ({exc})")
-                            report["timeouts"].append(asdict(which) | {"scenario": scenario})
-                            continue
-                        progress(f"{scenario}: {which}: {limited_line(run)}")
-                        runs[name].append(run)
-                report["results"][scenario] = {
-                    name: limited_summary(samples)
-                    | {"enforced": name not in UNENFORCED.get(scenario, ())}
-                    for name, samples in runs.items()
-                }
+
+    async def limited(scenario: str, name: str, round_: int, python: str, base: str) -> Any:
+        which = Run(name, LIMITED_SLOTS, round_)
+        try:
+            run = await limited_run(which, scenario, python, base, args)
+        except RunTimeout as exc:
+            progress(f"{scenario}: {which}: timeout ({exc})")
+            report["timeouts"].append(asdict(which) | {"scenario": scenario})
+            return None
+        progress(f"{scenario}: {which}: {limited_line(run)}")
+        return run
+
+    for scenario, runs in (await in_turns(args.scenarios, args.rounds, chosen, limited)).items():
+        report["results"][scenario] = {
+            name: limited_summary(samples) | {"enforced": name not in UNENFORCED.get(scenario, ())}
+            for name, samples in runs.items()
+        }
     return report
 
 
