@@ -154,10 +154,7 @@ class ClaimKeeper:
             self._availability.failed(exc)
             if self.note_state_loss():
                 return  # every claim sent was from before the loss: all interrupted
-            for handler, state in running:
-                if state.claim.remaining() <= interval:
-                    log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
-                    self.interrupt(handler, "lost")
+            self._interrupt_ending(running, interval, exc)
             return
         for (handler, _), lost in zip(running, outcomes, strict=True):
             if lost is not None:
@@ -176,14 +173,22 @@ class ClaimKeeper:
         try:
             kept = await admission.extend([state.claim.key for _, state in running], self._lease)
         except LensError as exc:
-            for handler, state in running:
-                if state.claim.remaining() <= interval:
-                    log.warning("cannot extend %s's admission (%s)", state.claim.key, exc)
-                    self.interrupt(handler, "lost")
+            self._interrupt_ending(running, interval, exc)
             return
         for (handler, state), held in zip(running, kept, strict=True):
             if not held:
                 log.warning("%s: its admission under a limit ran out", state.claim.key)
+                self.interrupt(handler, "lost")
+
+    def _interrupt_ending(
+        self, running: list[tuple[asyncio.Task[None], Running]], interval: float, exc: LensError
+    ) -> None:
+        """Cancel the handlers of ``running`` whose claims cannot be shown to
+        outlast the next beat, ``interval`` seconds on, now that their
+        extension (of the claim or of the admission) met ``exc``."""
+        for handler, state in running:
+            if state.claim.remaining() <= interval:
+                log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
                 self.interrupt(handler, "lost")
 
     def interrupt(self, handler: asyncio.Task[None], why: Interrupted) -> None:

@@ -4,8 +4,8 @@ limit key (a customer, a tenant).
 
 A job is **admitted** before it is claimed, and only then: a job over a
 limit is not claimed, so it is not counted as an attempt; the worker parks
-its reservation for the wait the Lens named (forum.coordinator.worker) and
-offers it again after. The pieces:
+its reservation for the wait the Lens named (forum.coordinator.admitting)
+and offers it again after. The pieces:
 
 * :class:`Limit`: one named limit, ``running`` and/or ``rate``.
 * :class:`Ask`: what one job needs admitted: every one of its limits, all or
@@ -38,8 +38,12 @@ What holds exactly, and why a dead worker never leaks a slot:
   A job admitted whose claim is refused (a copy of a job done or held
   elsewhere) has spent its turn: the rate errs on the slow side.
 
-The wait a refusal answers is exact for a rate (the time to the next turn)
-and, for a concurrency limit, the time to the first member's expiry capped at
+Fairness is best effort: within one batch a worker asks the Lens to admit,
+jobs take turns by their limit key (:meth:`Admitter._taking_turns`); across
+workers, parked jobs go back to the space in its order.
+
+The wait a refusal answers is exact for a rate (to the next turn, less the
+half interval) and, for a concurrency limit, the time to the first member's expiry capped at
 :data:`POLL` (with jitter): a slot freed by a release is found within a poll.
 """
 
@@ -157,19 +161,21 @@ class Admitter:
         self._ask = ask
         self._rng = rng or random.Random()
         self._held: dict[str, Ask] = {}
+        #: Which limit key goes first in the next batch (:meth:`_taking_turns`).
+        self._turn = 0
 
     async def admit(self, jobs: Sequence[tuple[str, bytes]], lease: float) -> list[float]:
         asks = [self._ask(key, payload) for key, payload in jobs]
-        limited = [ask for ask in asks if ask is not None]
+        limited = self._taking_turns([ask for ask in asks if ask is not None])
         if not limited:
             return [0.0] * len(jobs)
-        answers = iter(await self._limiter.admit_many(limited, lease))
+        answers = dict(zip(limited, await self._limiter.admit_many(limited, lease), strict=True))
         waits = []
         for ask in asks:
             if ask is None:
                 waits.append(0.0)
                 continue
-            wait, exact = next(answers)
+            wait, exact = answers[ask]
             if wait <= 0 and ask.holds:
                 self._held[ask.member] = ask
             elif wait > 0 and not exact:
@@ -177,6 +183,23 @@ class Admitter:
                 wait = min(wait, POLL * self._rng.uniform(0.5, 1.5))
             waits.append(max(wait, 0.0))
         return waits
+
+    def _taking_turns(self, asks: list[Ask]) -> list[Ask]:
+        """``asks`` in the order the Lens admits them (the first ones take a
+        shared limit's free slots): round-robin by their last limit (the
+        limit key's, where there is one), the first key moving on one each
+        batch, so one key's many jobs do not take every slot of the task's
+        limit from the others' few."""
+        by_limit: dict[str, list[Ask]] = {}
+        for ask in asks:
+            by_limit.setdefault(ask.limits[-1].name, []).append(ask)
+        if len(by_limit) < 2:
+            return asks
+        names = sorted(by_limit)
+        self._turn = (self._turn + 1) % len(names)
+        queues = [by_limit[name] for name in names[self._turn :] + names[: self._turn]]
+        longest = max(map(len, queues))
+        return [queue[i] for i in range(longest) for queue in queues if i < len(queue)]
 
     async def extend(self, keys: Sequence[str], lease: float) -> list[bool]:
         asks = [self._held[key] for key in keys if key in self._held]
@@ -189,24 +212,3 @@ class Admitter:
         asks = [ask for key in keys if (ask := self._held.pop(key, None)) is not None]
         if asks:
             await self._limiter.release_admitted(asks)
-
-
-class OverLimit:
-    """A worker's count of the jobs it parked over a limit, with when each
-    falls due (``loop.time()``), capped at ``most``: at the cap the worker
-    reserves nothing more until some fall due, so parking cannot grow
-    without bound while a limit stays full."""
-
-    def __init__(self, most: int) -> None:
-        self.most = most
-        self._due: list[float] = []
-
-    def add(self, now: float, waits: Sequence[float]) -> None:
-        self._due = [at for at in self._due if at > now] + [now + wait for wait in waits]
-
-    def full_for(self, now: float) -> float:
-        """Seconds until fewer than ``most`` are parked (0 when fewer are)."""
-        self._due = [at for at in self._due if at > now]
-        if len(self._due) < self.most:
-            return 0.0
-        return sorted(self._due)[len(self._due) - self.most] - now

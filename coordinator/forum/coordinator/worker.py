@@ -28,7 +28,9 @@ For each job:
    the job's copy. The job runs as the attempt the Lens counts it
    (``HeldClaim.attempt``: every copy of a job, on any node, is counted in
    one sequence; docs/coordination.md, "How many times can my task run?").
-   Nothing is acked yet.
+   Nothing is acked yet. Under limits (forum.coordinator.limits), each is
+   admitted first; one over a limit is parked unclaimed, so its wait is no
+   attempt (:mod:`forum.coordinator.admitting`).
 3. run ``handler(job)`` while a heartbeat, each third of a lease, extends the
    Lens claims of all running jobs in one call and their node reservations in
    one more (``extend_many``); if a claim is lost, the handler is cancelled.
@@ -131,6 +133,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 
+from forum.coordinator.admitting import Admitting
 from forum.coordinator.authority import ClaimAuthority, Failed
 from forum.coordinator.availability import OUTAGE_BACKOFF, Availability
 from forum.coordinator.completions import Completions
@@ -141,7 +144,7 @@ from forum.coordinator.errors import ClaimLost, LensError
 from forum.coordinator.holding import Slots
 from forum.coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
 from forum.coordinator.keeping import ClaimKeeper, Interrupted
-from forum.coordinator.limits import Admission, OverLimit
+from forum.coordinator.limits import Admission
 from forum.coordinator.offers import Answers, Offer
 from forum.coordinator.presence import HEAD, Presence
 from forum.coordinator.reaper import Reaper
@@ -258,10 +261,11 @@ class Worker:
             lease=lease, loss_pause=self.lens_loss_pause,
         )  # fmt: skip
         #: Limits on the jobs (forum.coordinator.limits): none, no calls.
-        self._admission = admission
+        self._admitting = None if admission is None else Admitting(
+            admission, self._reservations, self._slots, self._counts, lease=lease,
+            concurrency=concurrency,
+        )  # fmt: skip
         self._keeper.admission = admission
-        #: The jobs parked over a limit, at most 4 x concurrency at once.
-        self._over_limit = OverLimit(4 * concurrency)
         self._jobs: set[asyncio.Task[None]] = set()
         self._drain_expired = False
         self._stop_deadline: float | None = None
@@ -340,7 +344,7 @@ class Worker:
                 await self._reservations.drop_ahead()
                 await self._pause(paused)
                 continue
-            if self._admission is not None and (full := self._over_limit_for()):
+            if self._admitting is not None and (full := self._admitting.full_for()):
                 self._slots.release(free)
                 await self._reservations.drop_ahead()
                 await self._pause(full)
@@ -385,8 +389,8 @@ class Worker:
             return
         generation = self._keeper.generation
         try:
-            if self._admission is not None:
-                offers = await self._admitted(offers)
+            if self._admitting is not None:
+                offers = await self._admitting.admitted(offers)
                 if not offers:
                     return
             outcomes = await self._lens.claim_many(
@@ -402,15 +406,16 @@ class Worker:
             # once: nothing is reserved again until a check passes.
             self._counts.lens_unavailable += len(offers)
             self._availability.failed(exc, put_back=len(offers))
-            await self._unadmit([offer.key for offer in offers])
             self._keeper.note_state_loss()
             await self._put_back(offers)
+            if self._admitting is not None:
+                await self._admitting.release([offer.key for offer in offers])
             return
         answers = Answers.sort(offers, outcomes, self.lease)
-        if self._admission is not None and len(answers.granted) < len(offers):
+        if self._admitting is not None and len(answers.granted) < len(offers):
             # Admitted, not claimed: the slots are free for others at once.
             granted = {offer.key for offer, _ in answers.granted}
-            await self._unadmit([o.key for o in offers if o.key not in granted])
+            await self._admitting.release([o.key for o in offers if o.key not in granted])
         if answers.granted:
             # A claim granted is a write Redis took. (A full Redis still
             # answers AlreadyDone: that script writes nothing.)
@@ -465,36 +470,6 @@ class Worker:
         await self._defer([(o, o.envelope.due_in(now)) for o in offers if o.envelope.due_in(now)])
         return [offer for offer in offers if not offer.envelope.due_in(now)]
 
-    async def _admitted(self, offers: list[Offer]) -> list[Offer]:
-        """The offers their limits admit now (forum.coordinator.limits). One
-        over a limit is parked for the wait the Lens named: reserved, not
-        claimed (so not counted as an attempt), released when the wait is
-        over, to be offered again; the worker reaches past it to the others."""
-        assert self._admission is not None
-        waits = await self._admission.admit(
-            [(offer.key, offer.envelope.payload) for offer in offers], self.lease
-        )
-        over = [(o.item.id, wait) for o, wait in zip(offers, waits, strict=True) if wait > 0]
-        if over:
-            self._counts.over_limit += len(over)
-            self._over_limit.add(asyncio.get_running_loop().time(), [w for _, w in over])
-            self._slots.release(len(over))
-            await self._reservations.park(over)
-        return [offer for offer, wait in zip(offers, waits, strict=True) if wait <= 0]
-
-    def _over_limit_for(self) -> float:
-        """How long to reserve nothing: while this worker has as many jobs
-        parked over a limit as it may (forum.coordinator.limits.OverLimit)."""
-        return self._over_limit.full_for(asyncio.get_running_loop().time())
-
-    async def _unadmit(self, keys: list[str]) -> None:
-        """End admissions (best effort: one not ended expires with its lease)."""
-        if self._admission is not None and keys:
-            try:
-                await self._admission.release(keys)
-            except LensError as exc:
-                log.warning("could not end %d admissions (%s): they expire", len(keys), exc)
-
     async def _defer(self, later: list[tuple[Offer, float]]) -> None:
         """Park each offer for its wait (seconds), named in the presence
         record as retrying: a retry not due by its trailer, or a copy of a job
@@ -527,8 +502,8 @@ class Worker:
                 job, envelope, interrupted, error, generation < self._keeper.generation
             )
         finally:
-            if self._admission is not None:
-                await self._unadmit([job.key])
+            if self._admitting is not None:
+                await self._admitting.release([job.key])
             self._slots.release()
 
     async def _settle(

@@ -24,14 +24,6 @@
 --          is to the last refusing rate's turn, less the half interval),
 --          else 0 (the wait is at least to the earliest expiry of a full
 --          bound's slots; a release may free one sooner).
-
--- outlive(key, ms): the zset lives at least ms more (never shortened: other
--- members' leases may be longer); so a limit nobody asks for any more goes.
-local function outlive(key, ms)
-  if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
-  end
-end
 local lost = epoch_lost()
 if lost then
   return lost

@@ -12,14 +12,6 @@
 -- Returns  1 done; 0 extending found the key's slot gone from a bound (it
 --          expired, or the limit's state was lost): it is not renewed there,
 --          and the job no longer counts as admitted.
-
--- outlive(key, ms): the zset lives at least ms more (never shortened: other
--- members' leases may be longer); so a limit nobody asks for any more goes.
-local function outlive(key, ms)
-  if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
-  end
-end
 local lost = epoch_lost()
 if lost then
   return lost
