@@ -59,9 +59,11 @@ the task. Each run is two worker processes of the system with 16 slots each
 ``--jobs`` jobs (default :data:`LIMITED_JOBS`); every job logs its key,
 start and end (bench/limited_jobs.py says how, and how each system is told
 the limits; bench/peers/bullmq/limited.mjs is BullMQ's side). The report
-says, per system: jobs/s (first enqueue .. last end), the most running
-per key at any instant (the worst round), the steady rate of starts and the
-busiest second, each as a ratio to its limit (medians)::
+says, per system: jobs/s (first enqueue .. last end) and the steady rate of
+starts (medians of the rounds), the most running per key at any instant and
+the most starts in any second (the worst round), each against its limit.
+A run whose jobs have not all ended ``--limited-deadline`` s after the last
+enqueue is reported on those that did, marked incomplete::
 
     .venv-bench/bin/python bench/peers_bench.py --limited [--systems forum-tasks bullmq celery]
         [--rounds 1] [--jobs N] [--scenarios keys rate]
