@@ -54,11 +54,13 @@ where the time goes, not for figures) and leaves one pstats file per run.
 ``--limited`` runs a limited task instead (:data:`SCENARIOS`), in Forum's
 task layer, BullMQ and Celery (:data:`LIMITED`): ``keys``, 8 keys with at
 most 2 running per key, each job sleeping 20 ms; ``rate``, 50 starts/s on
-the task. Each run is two worker processes of the system with 16 slots each
-(started, then ready, before the clock), and its producer's
-``--jobs`` jobs (default :data:`LIMITED_JOBS`); every job logs its key,
-start and end (bench/limited_jobs.py says how, and how each system is told
-the limits; bench/peers/bullmq/limited.mjs is BullMQ's side). The report
+the task; and, when asked (``--scenarios``), ``free``: the keys' jobs
+without the limit, for what the limit costs. Each run is two worker
+processes of the system with 16 slots each (started, then ready, before the
+clock), and its producer's ``--jobs`` jobs (default :data:`LIMITED_JOBS`);
+every job logs its key, start and end (bench/limited_jobs.py says how, and
+how each system is told the limits; bench/peers/bullmq/limited.mjs is
+BullMQ's side). The report
 says, per system: jobs/s (first enqueue .. last end) and the steady rate of
 starts (medians of the rounds), the most running per key at any instant and
 the most starts in any second (the worst round), each against its limit.
@@ -66,7 +68,7 @@ A run whose jobs have not all ended ``--limited-deadline`` s after the last
 enqueue is reported on those that did, marked incomplete::
 
     .venv-bench/bin/python bench/peers_bench.py --limited [--systems forum-tasks bullmq celery]
-        [--rounds 1] [--jobs N] [--scenarios keys rate]
+        [--rounds 1] [--jobs N] [--scenarios keys rate free] [--limited-deadline 60]
 
 It writes bench/results/peers_limits.json and peers_limits.txt (the table).
 """
@@ -491,10 +493,14 @@ def bar_note(name: str, row: dict[str, Any]) -> str:
 SCENARIOS = {
     "keys": Scenario(keys=8, max_running=2, rate=0, sleep=0.02),
     "rate": Scenario(keys=1, max_running=0, rate=50, sleep=0),
+    # keys' jobs without the limit: what the limit costs (only when asked).
+    "free": Scenario(keys=8, max_running=0, rate=0, sleep=0.02),
 }
+#: The scenarios run unless --scenarios says otherwise.
+DEFAULT_SCENARIOS = ["keys", "rate"]
 #: Jobs per run of each scenario: the keys' ~2 s at the limit's most (8 x 2
 #: running / 20 ms = 800/s), the rate's 12 s at 50/s.
-LIMITED_JOBS = {"keys": 1600, "rate": 600}
+LIMITED_JOBS = {"keys": 1600, "rate": 600, "free": 1600}
 LIMITED_WORKERS = 2  # worker processes per run
 LIMITED_SLOTS = 16  # slots per worker process: twice the 8 x 2 the keys allow
 READY_TIMEOUT = 60.0  # s for a run's workers to be taking jobs
@@ -504,7 +510,7 @@ LIMITED_DEADLINE = 60.0
 LIMITED_POLL = 0.05  # s between looks at the log
 STOP_GRACE = 5.0  # s between SIGTERM to a worker and SIGKILL to its group
 #: The systems that have no such limit, by scenario: they run it without.
-UNENFORCED = {"keys": ("celery",)}
+UNENFORCED = {"keys": ("celery",), "free": LIMITED}
 #: How each system is told the limits, for the report.
 LIMITED_HOW = {
     "forum-tasks": "@app.task(limit_key=lambda key, i: key, max_running=2) / "
@@ -688,12 +694,13 @@ def limited_table(report: dict[str, Any]) -> str:
     ]
     for scenario, rows in report["results"].items():
         spec = report["scenarios"][scenario]
-        if scenario == "keys":
+        if scenario in ("keys", "free"):
+            within = spec["keys"] * spec["max_running"] / spec["sleep"]
             lines += [
-                f"\nkeys: {spec['keys']} keys, at most {spec['max_running']} running per key, "
-                f"each job {spec['sleep'] * 1000:g} ms, {spec['jobs']} jobs "
-                f"(at most {spec['keys'] * spec['max_running'] / spec['sleep']:,.0f} jobs/s "
-                "within the limit)",
+                f"\n{scenario}: {spec['keys']} keys, "
+                + (f"at most {spec['max_running']} running per key" if within else "no limit")
+                + f", each job {spec['sleep'] * 1000:g} ms, {spec['jobs']} jobs"
+                + (f" (at most {within:,.0f} jobs/s within the limit)" if within else ""),
                 f"{'system':>12}  {'jobs/s':>8}  {'max/key':>7}  {'/limit':>7}  {'max all':>7}",
             ]
             for name, row in rows.items():
@@ -772,8 +779,9 @@ async def main() -> int:
         "--scenarios",
         nargs="+",
         choices=list(SCENARIOS),
-        default=list(SCENARIOS),
-        help="--limited: which (default: both)",
+        default=DEFAULT_SCENARIOS,
+        help=f"--limited: which (default: {' '.join(DEFAULT_SCENARIOS)}; free: keys' "
+        "jobs unlimited, for what the limit costs)",
     )
     args = parser.parse_args()
     allowed = LIMITED if args.limited else SYSTEMS
