@@ -92,6 +92,7 @@ if TYPE_CHECKING:
         JsonSerializer,
         MsgpackSerializer,
         ResultTimeout,
+        SoftTimeout,
         TaskError,
         UnknownTask,
     )
@@ -141,6 +142,7 @@ __all__ = [
     "ResultTimeout",
     "RetryAfter",
     "SerializationError",
+    "SoftTimeout",
     "Strand",
     "StrandConfig",
     "StrandCorrupt",
@@ -188,7 +190,7 @@ _LAZY = {
     "forum.tasks.context": frozenset({"Context"}),
     "forum.tasks.errors": frozenset({
         "InvalidJob", "JobCancelled", "JobExpired", "JobFailed", "JobNotFound", "ResultTimeout",
-        "TaskError", "UnknownTask",
+        "SoftTimeout", "TaskError", "UnknownTask",
     }),
     "forum.tasks.handle": frozenset({"JobHandle", "JobState", "JobStatus"}),
     "forum.tasks.serializer": frozenset({"JsonSerializer", "MsgpackSerializer"}),

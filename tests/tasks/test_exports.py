@@ -24,6 +24,7 @@ HOMES = {
     "MsgpackSerializer": "forum.tasks.serializer",
     "ResultTimeout": "forum.tasks.errors",
     "Serializer": "forum.tasks.serializer",
+    "SoftTimeout": "forum.tasks.errors",
     "Task": "forum.tasks.task",
     "TaskError": "forum.tasks.errors",
     "TaskOptions": "forum.tasks.task",

@@ -43,6 +43,7 @@ from forum.coordinator.redis_url import RedisClient
 #: Each script's KEYS, in the order of its header, as :class:`KeySchema` roles.
 KEY_ROLES: dict[str, tuple[str, ...]] = {
     "cancel": ("claim", "done", "fence", "job", "task", "history", "epoch"),
+    "cancelled": ("claim", "done", "epoch"),
     "claim": ("claim", "done", "fence", "job", "inflight", "history", "attempts", "epoch"),
     "complete": ("claim", "done", "job", "inflight", "history", "attempts", "epoch"),
     "due": ("inflight", "epoch"),
@@ -65,7 +66,7 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
 BATCH_ROLES: dict[str, str] = {"record_new_many": "task"}
 
 #: The scripts that only read: a batch of these alone needs no ``WAIT``.
-READ_ONLY = frozenset({"due", "inspect", "verify"})
+READ_ONLY = frozenset({"cancelled", "due", "inspect", "verify"})
 
 
 def ms(seconds: float) -> int:

@@ -31,6 +31,7 @@ from forum.tasks.errors import (
     JobFailed,
     JobNotFound,
     ResultTimeout,
+    SoftTimeout,
     TaskError,
     UnknownTask,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "MsgpackSerializer",
     "ResultTimeout",
     "Serializer",
+    "SoftTimeout",
     "Task",
     "TaskError",
     "TaskOptions",

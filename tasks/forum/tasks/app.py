@@ -58,6 +58,7 @@ from forum.tasks.cluster import AppCluster, worker_cluster
 from forum.tasks.cron import Periodic, Slot
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, UnknownTask
+from forum.tasks.executor import process_pool
 from forum.tasks.handle import JobHandle, JobState, JobStatus
 from forum.tasks.message import Message, check_key, check_task_name, default_key
 from forum.tasks.runner import Runner, TaskWorker
@@ -200,6 +201,8 @@ class App:
         result_ttl: float | None = None,
         priority: int | None = None,
         ttl: float | None = None,
+        executor: str | None = None,
+        soft_timeout: float | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -214,6 +217,8 @@ class App:
         result_ttl: float | None = None,
         priority: int | None = None,
         ttl: float | None = None,
+        executor: str | None = None,
+        soft_timeout: float | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """``@app.task`` or ``@app.task(name, retries=..., ...)``: register
         the function as a task (its name: ``name``, else the function's
@@ -221,7 +226,8 @@ class App:
         options = TaskOptions(
             retries=retries, backoff=backoff or Backoff(), timeout=timeout,
             retry_on=errors_of(retry_on), give_up_on=errors_of(give_up_on),
-            result_ttl=result_ttl, priority=priority, ttl=ttl,
+            result_ttl=result_ttl, priority=priority, ttl=ttl, executor=executor,
+            soft_timeout=soft_timeout,
         )  # fmt: skip
         if callable(name):
             return self.add_task(name.__name__, name, options)
@@ -439,12 +445,15 @@ class App:
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         lease: float = DEFAULT_LEASE,
+        executor: str = "thread",
         **worker_options: Any,
     ) -> Worker:
         """A :class:`forum.coordinator.Worker` that runs this app's tasks from
         ``space`` (a ``WorkSpace``: ``ForumClient``, ``Forum``) under claims
         from ``lens``, sync ones in a pool of ``concurrency`` threads (shut
-        down with the worker), and this app's periodic tasks beside them.
+        down with the worker) or, those whose executor, else the worker's
+        ``executor``, is ``"process"``, of as many processes
+        (:mod:`forum.tasks.executor`), and this app's periodic tasks beside them.
         ``worker_options`` are the Worker's (``max_attempts`` defaults to
         one past the most retries of any task: a job's own count decides its
         retries, and this one only buries a job whose workers keep dying)."""
@@ -454,10 +463,11 @@ class App:
             "max_attempts", 1 + max(t.options.retries for t in self.tasks.values())
         )
         worker_options.setdefault("dead_prefix", self.dead_prefix)
+        processes = process_pool(self.tasks.values(), executor, concurrency)
         pool = ThreadPoolExecutor(concurrency, thread_name_prefix="task")
         return TaskWorker(
-            self, pool, space, lens, Pattern(self.prefix), Runner(self, lens, pool),
-            concurrency=concurrency, lease=lease, **worker_options,
+            self, pool, space, lens, Pattern(self.prefix), Runner(self, lens, pool, processes),
+            concurrency=concurrency, lease=lease, processes=processes, **worker_options,
         )  # fmt: skip
 
     async def run_worker(
@@ -502,7 +512,7 @@ class App:
         return admin.jobs(self, state, limit)
 
     async def cancel(self, key: str) -> CancelOutcome:
-        """Cancel a job not yet running (:func:`forum.tasks.admin.cancel`)."""
+        """Cancel a job, queued or running (:func:`forum.tasks.admin.cancel`)."""
         return await admin.cancel(self, key)
 
     async def retry(self, key: str) -> JobHandle:

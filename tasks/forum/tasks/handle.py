@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from forum.tasks.errors import JobCancelled, JobExpired, JobFailed, JobNotFound, ResultTimeout
 
 if TYPE_CHECKING:
+    from forum.coordinator.records import CancelOutcome
     from forum.tasks.app import App
 
 #: How often ``result()`` asks, at first and at most (doubling between).
@@ -97,6 +98,10 @@ class JobHandle:
         if status.task is None and self.task is not None:
             return replace(status, task=self.task)
         return status
+
+    async def cancel(self) -> CancelOutcome:
+        """Cancel this job, queued or running (:meth:`forum.tasks.App.cancel`)."""
+        return await self._app.cancel(self.key)
 
     async def result(self, timeout: float | None = None) -> Any:
         """The task's return value once it is done (``None`` for a task that

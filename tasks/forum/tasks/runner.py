@@ -17,7 +17,9 @@ For each claimed job (``forum.coordinator.Job``):
 2. run the task with a :class:`forum.tasks.Context`: a coroutine function on the
    loop under ``asyncio.timeout(timeout)``, a plain one in the thread pool
    (a thread cannot be cancelled: its attempt fails at the timeout, and the
-   thread runs on; :mod:`forum.tasks.task`);
+   thread runs on to its next context call, which raises ``JobCancelled``;
+   :mod:`forum.tasks.task`), or in a process of the worker's pool when it
+   runs in one (killed at the timeout: :mod:`forum.tasks.executor`);
 3. a result that is not ``None`` is stored fenced (``lens.record``, state
    ``done``, kept ``result_ttl``) *before* this handler returns: the worker
    completes the claim only afterwards, so a stale holder (its claim lost)
@@ -59,6 +61,7 @@ from forum.tasks import cron
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
 from forum.tasks.errors import InvalidJob
+from forum.tasks.executor import ProcessPool
 from forum.tasks.message import Message, dumps
 from forum.tasks.task import Task, TaskOptions
 
@@ -72,10 +75,15 @@ class Runner:
     """``await runner(job)``: one attempt of the job's task (see the module
     docstring). ``pool`` runs the sync tasks; the caller shuts it down."""
 
-    def __init__(self, app: App, lens: TaskAuthority, pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, app: App, lens: TaskAuthority, pool: ThreadPoolExecutor,
+        processes: ProcessPool | None = None,
+    ) -> None:  # fmt: skip
         self._app = app
         self._lens = lens
         self._pool = pool
+        #: The process executor's pool, when a task runs in one.
+        self._processes = processes
 
     async def __call__(self, job: Job) -> None:
         app = self._app
@@ -125,12 +133,17 @@ class Runner:
                 return await task.function(context, *message.args, **message.kwargs)
             async with asyncio.timeout(options.timeout):
                 return await task.function(context, *message.args, **message.kwargs)
+        if self._processes is not None and self._processes.runs(task):
+            return await self._processes.run(task, options, context, message.args, message.kwargs)
         call = functools.partial(task.function, context, *message.args, **message.kwargs)
         running = asyncio.get_running_loop().run_in_executor(
             self._pool, functools.partial(copy_context().run, call)
         )
-        # wait_for cancels the future at the timeout; the thread itself runs on.
-        return await asyncio.wait_for(running, options.timeout)
+        try:
+            # wait_for cancels the future at the timeout; the thread itself runs on...
+            return await asyncio.wait_for(running, options.timeout)
+        finally:
+            context.stop()  # ...to its next context call, which raises JobCancelled
 
     async def _failed(self, job: Job, task: Task, options: TaskOptions, exc: Exception) -> None:
         """Attempt ``job.attempt`` raised ``exc``: raise ``RetryAfter`` or
@@ -190,15 +203,16 @@ class TaskWorker(Worker):
     """The :class:`forum.coordinator.Worker` of an app (:meth:`forum.tasks.App.worker`):
     the worker, and beside it the app's periodic tasks (each slot enqueued
     into the worker's own space, :mod:`forum.tasks.cron`), stopped with it; its
-    thread pool is shut down once it is drained."""
+    thread pool (and process pool, if it has one) is shut down once it is drained."""
 
     def __init__(
         self, app: App, pool: ThreadPoolExecutor, space: Any, lens: TaskAuthority,
-        *args: Any, **kwargs: Any,
+        *args: Any, processes: ProcessPool | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(space, lens, *args, **kwargs)
         self._app = app
         self._pool = pool
+        self._processes = processes
         self._task_space = space
         self._task_lens = lens
         self._cron_stop = asyncio.Event()
@@ -219,6 +233,8 @@ class TaskWorker(Worker):
         finally:
             # A hung sync task's thread cannot be stopped; it is left to end.
             self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._processes is not None:
+                await self._processes.aclose()
 
     async def _periodic(self) -> None:
         async def enqueue(slot: cron.Slot) -> None:

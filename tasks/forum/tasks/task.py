@@ -24,6 +24,13 @@ Policy, per task, each overridable per enqueue where it says so:
   process exits only once such a thread has ended: Python joins the pool's
   threads at exit). Give a sync task that may hang a timeout of its own (a
   socket timeout, say).
+* ``executor`` (``"thread"`` or ``"process"``; ``None``, the default: the
+  worker's, ``App.worker(executor=...)``, itself ``"thread"`` by default)
+  and ``soft_timeout``, seconds: a sync task under ``"process"`` runs in a
+  process of the worker's pool (:mod:`forum.tasks.executor`), where
+  ``SoftTimeout`` is raised in it at ``soft_timeout`` and its process is
+  killed at ``timeout`` (the attempt fails with ``TimeoutError``). Both are
+  for sync tasks: a coroutine's timeout already stops it.
 * ``result_ttl``: how long a result (and a dead job's error) is kept; the
   app's when ``None``.
 * ``priority``, ``ttl``: the defaults of ``_priority`` and ``_ttl``.
@@ -44,6 +51,9 @@ if TYPE_CHECKING:
     from forum.tasks.app import App
     from forum.tasks.handle import JobHandle
 
+#: The executors a task or a worker may name (forum.tasks.executor).
+EXECUTORS = ("thread", "process")
+
 #: An exception class, or a tuple of them, as ``except`` takes them.
 ErrorTypes = tuple[type[BaseException], ...]
 
@@ -60,11 +70,13 @@ class TaskOptions:
     result_ttl: float | None = None
     priority: int | None = None
     ttl: float | None = None
+    executor: str | None = None
+    soft_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise InvalidJob(f"retries must be a whole number from 0, not {self.retries!r}")
-        for name in ("timeout", "result_ttl", "ttl"):
+        for name in ("timeout", "result_ttl", "ttl", "soft_timeout"):
             value = getattr(self, name)
             if value is not None and not (
                 isinstance(value, int | float) and math.isfinite(value) and value > 0
@@ -74,6 +86,7 @@ class TaskOptions:
             value = getattr(self, name)
             if not all(isinstance(t, type) and issubclass(t, BaseException) for t in value):
                 raise InvalidJob(f"{name} must be exception classes, not {value!r}")
+        check_executor(self)
 
     def overridden(self, options: Mapping[str, Any]) -> TaskOptions:
         """These options with a job's per-enqueue overrides (a message's
@@ -90,6 +103,45 @@ class TaskOptions:
             retries=int(options.get("retries", self.retries)),
             timeout=options.get("timeout", self.timeout),
             backoff=backoff,
+        )
+
+
+def check_executor(options: TaskOptions) -> None:
+    """``InvalidJob`` unless ``options``' executor and soft timeout agree."""
+    if options.executor not in (None, *EXECUTORS):
+        raise InvalidJob(f"executor must be 'thread' or 'process', not {options.executor!r}")
+    if options.soft_timeout is None:
+        return
+    if options.executor == "thread":
+        raise InvalidJob("soft_timeout needs executor='process': a thread cannot be interrupted")
+    if options.timeout is not None and options.soft_timeout >= options.timeout:
+        raise InvalidJob(
+            f"soft_timeout ({options.soft_timeout:g}s) must be below timeout ({options.timeout:g}s)"
+        )
+
+
+def check_task_executor(
+    name: str, function: Callable[..., Any], options: TaskOptions, *, is_async: bool
+) -> None:
+    """``InvalidJob`` for a task the process executor could not run, when
+    it asks for it: a coroutine function, or one a child cannot import."""
+    if is_async and (options.executor == "process" or options.soft_timeout is not None):
+        raise InvalidJob(
+            f"task {name!r} is a coroutine function: executor='process' and soft_timeout "
+            "are for sync tasks (a coroutine's timeout stops it)"
+        )
+    if options.executor == "process":
+        check_importable(name, function)
+
+
+def check_importable(name: str, function: Callable[..., Any]) -> None:
+    """``InvalidJob`` unless a child process can import ``function`` by its
+    module and qualified name (forum.tasks.executor)."""
+    qualname = str(getattr(function, "__qualname__", ""))
+    if not qualname or "<" in qualname or not getattr(function, "__module__", None):
+        raise InvalidJob(
+            f"task {name!r} runs in a process, which imports it by module and name: "
+            "define it at the top level of an importable module"
         )
 
 
@@ -112,8 +164,10 @@ class Task:
         self.name = name
         self.function = function
         self.options = options
-        #: A coroutine function runs on the loop; anything else in a thread.
+        #: A coroutine function runs on the loop; anything else in a thread
+        #: (or a process: forum.tasks.executor).
         self.is_async = inspect.iscoroutinefunction(function)
+        check_task_executor(name, function, options, is_async=self.is_async)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
 
