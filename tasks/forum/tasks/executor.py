@@ -158,13 +158,24 @@ class ProcessPool:
         child = self._idle.pop() if self._idle else await asyncio.to_thread(_Child)
         self._busy.add(child)
         loop = asyncio.get_running_loop()
-        exchange = loop.run_in_executor(self._threads, child.exchange, call, context)
+        started = loop.create_future()
+        exchange = loop.run_in_executor(self._threads, child.exchange, call, context, started)
         try:
+            # The limit counts from the task's start in its child, past the
+            # child's first import of the task's module.
+            await asyncio.wait((exchange, started), return_when=asyncio.FIRST_COMPLETED)
             async with asyncio.timeout(options.timeout):
                 await asyncio.wait((exchange,))
+        except TimeoutError:
+            await self._replace(child, exchange)
+            raise TimeoutError(
+                f"the task ran past its timeout of {options.timeout:g}s: its process was killed"
+            ) from None
         except BaseException:
             await self._replace(child, exchange)
             raise
+        finally:
+            started.cancel()
         self._busy.discard(child)
         try:
             reply = exchange.result()
@@ -183,6 +194,8 @@ class ProcessPool:
         self.replaced += 1
         child.process.kill()
         await asyncio.wait((exchange,))
+        if not exchange.cancelled():
+            exchange.exception()  # EOFError, as expected: retrieved, so not logged
         await asyncio.to_thread(child.close)
 
     async def aclose(self) -> None:
@@ -207,14 +220,19 @@ class _Child:
         theirs.close()  # so a dead child is an EOF here
         self.conn = ours
 
-    def exchange(self, call: _Call, context: Context) -> tuple[Any, ...]:
+    def exchange(
+        self, call: _Call, context: Context, started: asyncio.Future[None]
+    ) -> tuple[Any, ...]:
         """Send ``call`` and serve the child's requests until its outcome
-        (in a thread of the pool: the pipe blocks). ``EOFError`` once the
-        child is dead."""
+        (in a thread of the pool: the pipe blocks), setting ``started`` when
+        the child starts the task. ``EOFError`` once the child is dead."""
         self.conn.send(call)
         while True:
             message = self.conn.recv()
-            if message[0] == "verify":
+            if message[0] == "started":
+                loop = started.get_loop()
+                loop.call_soon_threadsafe(_set, started)
+            elif message[0] == "verify":
                 self.conn.send(_verified(context, message[1]))
             elif message[0] == "progress":
                 _progress(context, message[1])
@@ -224,6 +242,11 @@ class _Child:
     def close(self) -> None:
         self.process.join()
         self.conn.close()
+
+
+def _set(started: asyncio.Future[None]) -> None:
+    if not started.done():
+        started.set_result(None)
 
 
 def _verified(context: Context, timeout: float) -> tuple[str, BaseException | None]:
@@ -312,6 +335,7 @@ def _attempt(
         where = (call.module, call.qualname)
         function = functions.get(where) or functions.setdefault(where, _resolve(*where))
         context = ProcessContext(call.job_id, call.key, call.task, call.attempt, call.token, conn)
+        conn.send(("started",))
         with _soft_limit(call.soft_timeout):
             value = function(context, *call.args, **call.kwargs)
         return pickle.dumps(("result", value))
