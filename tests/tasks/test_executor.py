@@ -17,6 +17,7 @@ A hard timeout, as it happens::
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import pytest
 from forum.coordinator import Backoff, Claim, ClaimLost, Lens
 from forum.tasks import App, Context, InvalidJob, JobFailed, SoftTimeout
 from forum.tasks.executor import ProcessContext, process_pool
+from tests.coordinator.harness import WorkerProcess, worker_processes
 from tests.fixtures.nodes import NodeProcess, eventually
 from tests.tasks.conftest import working
 
@@ -160,3 +162,26 @@ def test_a_worker_refuses_what_its_executor_cannot_run() -> None:
     # No task in a process: no pool, no child; the thread executor as it was.
     assert process_pool(local.tasks.values(), "thread", 1) is None
     assert process_pool(executor_app.tasks.values(), "process", 1) is not None
+
+
+@pytest.mark.slow
+async def test_forum_worker_runs_sync_tasks_in_processes(
+    tmp_path: Path, forum_node: NodeProcess, redis_url: str
+) -> None:
+    """``forum worker --executor process``, a real worker process: a sync
+    task naming no executor runs in a child of it; SIGTERM still drains."""
+    app = executor_app.using(nodes=forum_node.url, redis=redis_url)
+    async with app, worker_processes(tmp_path) as started:
+        worker = WorkerProcess(
+            "w1", tmp_path / "w1",
+            ["--app", "tests.tasks.test_executor:executor_app", "--node", forum_node.url,
+             "--redis-url", redis_url, "--take-wait", "0.2", "--executor", "process"],
+            {},
+        )  # fmt: skip
+        started.append(worker)
+        await worker.start()
+        handle = await app.enqueue("where", _key="where-cli")
+        ran_in = await handle.result(timeout=60)
+        assert ran_in not in (os.getpid(), worker.pid)
+        assert await worker.signal(signal.SIGTERM) == 0
+        await eventually(lambda: not _alive(ran_in), 30, "the worker's child gone with it")
