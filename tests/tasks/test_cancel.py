@@ -31,7 +31,7 @@ from forum.node.core.space import Pattern
 from forum.tasks import App, Context, JobCancelled, JobState
 from forum.tasks.handle import JobHandle
 from tests.fixtures.nodes import NodeProcess, eventually
-from tests.tasks.conftest import AppFactory, working
+from tests.tasks.conftest import AppFactory, process_alive, working
 
 #: Well under the heartbeat's 20 s: a stop by then was the cancel's doing.
 STOPPED_WITHIN = 10.0
@@ -142,13 +142,5 @@ async def test_a_process_task_is_killed(
         await eventually(lambda: _running(handle), 30, "the job running")
         pid = int(pid_file.read_text())
         await _cancelled(handle, worker.owner)
-        await eventually(lambda: not _alive(pid), STOPPED_WITHIN, "its process killed")
+        await eventually(lambda: not process_alive(pid), STOPPED_WITHIN, "its process killed")
         await _settled(forum_node, app, "process-1")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

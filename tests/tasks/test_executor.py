@@ -29,7 +29,7 @@ from forum.tasks import App, Context, InvalidJob, JobFailed, SoftTimeout
 from forum.tasks.executor import ProcessContext, process_pool
 from tests.coordinator.harness import WorkerProcess, worker_processes
 from tests.fixtures.nodes import NodeProcess, eventually
-from tests.tasks.conftest import working
+from tests.tasks.conftest import process_alive, working
 
 executor_app = App(prefix=b"executor-test/")
 
@@ -61,14 +61,6 @@ def where(ctx: Any) -> int:
     return os.getpid()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 async def test_a_soft_timeout_is_caught_by_the_task(
     tmp_path: Path, forum_node: NodeProcess, redis_url: str
 ) -> None:
@@ -97,7 +89,7 @@ async def test_a_hard_timeout_kills_the_process_retries_then_buries(
         (pid1, token1), (pid2, token2) = [(int(p), int(t)) for p, t in attempts]
         assert pid1 != pid2 and int(token2) > int(token1)
         for pid in (pid1, pid2):
-            await eventually(lambda pid=pid: not _alive(pid), 30, f"process {pid} killed")
+            await eventually(lambda pid=pid: not process_alive(pid), 30, f"process {pid} killed")
         # The killed holders' tokens hold nothing: a late effect under them is refused.
         lens = app.lens
         assert isinstance(lens, Lens)
@@ -184,4 +176,4 @@ async def test_forum_worker_runs_sync_tasks_in_processes(
         ran_in = await handle.result(timeout=60)
         assert ran_in not in (os.getpid(), worker.pid)
         assert await worker.signal(signal.SIGTERM) == 0
-        await eventually(lambda: not _alive(ran_in), 30, "the worker's child gone with it")
+        await eventually(lambda: not process_alive(ran_in), 30, "the worker's child gone with it")
