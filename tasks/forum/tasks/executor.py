@@ -155,7 +155,7 @@ class ProcessPool:
             options.soft_timeout,
             context.job_id, context.key, context.task, context.attempt, context.token,
         )  # fmt: skip
-        child = self._idle.pop() if self._idle else await asyncio.to_thread(_Child)
+        child = self._idle.pop() if self._idle else await self._start()
         self._busy.add(child)
         loop = asyncio.get_running_loop()
         started = loop.create_future()
@@ -176,7 +176,6 @@ class ProcessPool:
             raise
         finally:
             started.cancel()
-        self._busy.discard(child)
         try:
             reply = exchange.result()
         except (EOFError, OSError):
@@ -184,8 +183,26 @@ class ProcessPool:
             raise RuntimeError(
                 f"the task's process died (exit code {child.process.exitcode})"
             ) from None
+        except Exception:
+            # Arguments or a result that would not cross the pipe: start afresh.
+            await self._replace(child, exchange)
+            raise
+        self._busy.discard(child)
         self._idle.append(child)
         return _outcome(reply)
+
+    async def _start(self) -> _Child:
+        """A new child. One whose start outlives a cancelled caller is kept idle."""
+        starting = asyncio.ensure_future(asyncio.to_thread(_Child))
+        try:
+            return await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            starting.add_done_callback(self._keep_idle)
+            raise
+
+    def _keep_idle(self, started: asyncio.Future[_Child]) -> None:
+        if not started.cancelled() and started.exception() is None:
+            self._idle.append(started.result())
 
     async def _replace(self, child: _Child, exchange: asyncio.Future[Any]) -> None:
         """Kill ``child`` (its exchange then ends on the closed pipe) and

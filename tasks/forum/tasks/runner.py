@@ -39,8 +39,9 @@ For each claimed job (``forum.coordinator.Job``):
    safe in the space); one refused because the claim is lost stops there:
    ``ClaimLost`` goes to the worker, which leaves the job to its new holder.
 
-Cancellation (the worker's heartbeat lost the claim, or the drain ran out)
-is not a failure of the task: it goes through as it came.
+Cancellation (the worker's heartbeat lost the claim, the job was cancelled,
+or the drain ran out) is not a failure of the task: it goes through as it
+came.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ Policy, per task, each overridable per enqueue where it says so:
 * ``timeout`` (per enqueue: ``_timeout``), seconds: a coroutine still running
   then is cancelled, and the attempt fails with ``TimeoutError``. A thread
   cannot be stopped from outside: a sync task's attempt still fails at the
-  timeout (the job moves on), but its thread runs on to the end, holding one
-  thread of the pool, and whatever it returns is dropped (and a worker
+  timeout (the job moves on), but its thread runs on to its next context
+  call (which raises ``JobCancelled``) or its end, holding one thread of the
+  pool, and whatever it returns is dropped (and a worker
   process exits only once such a thread has ended: Python joins the pool's
   threads at exit). Give a sync task that may hang a timeout of its own (a
   socket timeout, say).
