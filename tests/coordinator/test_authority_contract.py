@@ -419,6 +419,13 @@ async def test_cancel_makes_a_key_done_and_retires_its_holders_token(subject: Su
             await call()
     await watched[0].verify()  # not cancelled: still held
 
+    # Lost to a lapse and completed by the next holder: not a cancel (the
+    # heartbeat tells the holder it lost its claim).
+    lapsed = await authority.claim("w-4", owner="w3", lease=0.2)
+    await eventually(lambda: _claimable(authority, "w-4"), what="the lease to run out")
+    await (await authority.claim("w-4", owner="w4", lease=5)).complete()
+    assert await authority.cancelled_many([lapsed]) == [False]
+
     nothing = await authority.cancel("unknown")  # a key never seen can be cancelled too
     assert nothing.state == "cancelled" and nothing.token is not None
     assert nothing.token > held.token
@@ -547,3 +554,7 @@ async def _no_history(authority: ClaimAuthority, key: str) -> bool:
 
 async def _not_done(authority: ClaimAuthority, key: str) -> bool:
     return (await authority.inspect(key)).done_token is None
+
+
+async def _claimable(authority: ClaimAuthority, key: str) -> bool:
+    return (await authority.inspect(key)).claim is None

@@ -6,7 +6,7 @@ forum.coordinator.worker, tells what follows).
 
 A cancel (cancel.lua) retires a running job's claim in Redis; the worker
 hears of it by asking, every :data:`CANCEL_WATCH` seconds while it runs
-jobs, whether each running claim's key was made done under it (one round
+jobs, whether each running claim's key was cancelled under it (one round
 trip for all of them, cancelled.lua): so a cancelled handler stops within
 that, not at the next heartbeat (a third of a lease). Asking rather than
 being told (Redis pub/sub) because a message is lost on a reconnect while an

@@ -216,8 +216,8 @@ class Lens(LensRecords):
         return outcomes
 
     async def cancelled_many(self, claims: Sequence[HeldClaim]) -> list[bool]:
-        """Whether each claim's key was made done under it (a cancel,
-        cancelled.lua), in one round trip: the worker's watch. A claim found
+        """Whether each claim's key was cancelled under it (its done marker a
+        cancel's: cancelled.lua), in one round trip: the worker's watch. A claim found
         so is ended here (its operations raise ``ClaimLost``, "cancelled"),
         also one a refused call (a progress record, say) ended first."""
         own = [self._own(claim) for claim in claims]

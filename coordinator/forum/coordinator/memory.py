@@ -353,7 +353,10 @@ class MemoryAuthority:
         self._enter()
         for claim in own:
             done = self._done_token(claim.key)
-            if not self._holds(claim) and done not in (None, claim.token):
+            record = self._kept(self._tasks, claim.key)
+            cancel = record.fields.get("cancelled") if record is not None else None
+            by_cancel = done is not None and cancel == str(done).encode()
+            if by_cancel and done != claim.token and not self._holds(claim):
                 claim.refused(CANCELLED)
         return [claim.ended == CANCELLED for claim in own]
 

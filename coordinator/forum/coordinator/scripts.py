@@ -43,7 +43,7 @@ from forum.coordinator.redis_url import RedisClient
 #: Each script's KEYS, in the order of its header, as :class:`KeySchema` roles.
 KEY_ROLES: dict[str, tuple[str, ...]] = {
     "cancel": ("claim", "done", "fence", "job", "task", "history", "epoch"),
-    "cancelled": ("claim", "done", "epoch"),
+    "cancelled": ("claim", "done", "task", "epoch"),
     "claim": ("claim", "done", "fence", "job", "inflight", "history", "attempts", "epoch"),
     "complete": ("claim", "done", "job", "inflight", "history", "attempts", "epoch"),
     "due": ("inflight", "epoch"),
