@@ -115,17 +115,18 @@ def check_executor(options: TaskOptions) -> None:
         return
     if options.executor == "thread":
         raise InvalidJob("soft_timeout needs executor='process': a thread cannot be interrupted")
-    if options.timeout is not None and options.soft_timeout >= options.timeout:
-        raise InvalidJob(
-            f"soft_timeout ({options.soft_timeout:g}s) must be below timeout ({options.timeout:g}s)"
-        )
 
 
 def check_task_executor(
     name: str, function: Callable[..., Any], options: TaskOptions, *, is_async: bool
 ) -> None:
     """``InvalidJob`` for a task the process executor could not run, when
-    it asks for it: a coroutine function, or one a child cannot import."""
+    it asks for it: a coroutine function, or one a child cannot import; or
+    a soft timeout not below the timeout (checked here, at the definition,
+    not for a job's ``_timeout``, which may cut both short)."""
+    soft, hard = options.soft_timeout, options.timeout
+    if soft is not None and hard is not None and soft >= hard:
+        raise InvalidJob(f"soft_timeout ({soft:g}s) must be below timeout ({hard:g}s)")
     if is_async and (options.executor == "process" or options.soft_timeout is not None):
         raise InvalidJob(
             f"task {name!r} is a coroutine function: executor='process' and soft_timeout "
