@@ -166,27 +166,24 @@ class ProcessPool:
             await asyncio.wait((exchange, started), return_when=asyncio.FIRST_COMPLETED)
             async with asyncio.timeout(options.timeout):
                 await asyncio.wait((exchange,))
-        except TimeoutError:
+            reply = exchange.result()
+        except (EOFError, OSError) as exc:  # TimeoutError is an OSError: the limit's
             await self._replace(child, exchange)
-            raise TimeoutError(
-                f"the task ran past its timeout of {options.timeout:g}s: its process was killed"
+            if isinstance(exc, TimeoutError):
+                why = (
+                    f"the task ran past its timeout of {options.timeout:g}s: its process was killed"
+                )
+                raise TimeoutError(why) from None
+            raise RuntimeError(
+                f"the task's process died (exit code {child.process.exitcode})"
             ) from None
         except BaseException:
+            # Cancelled (the attempt stopped), or a call or result that would
+            # not cross the pipe: the child goes, a fresh one comes.
             await self._replace(child, exchange)
             raise
         finally:
             started.cancel()
-        try:
-            reply = exchange.result()
-        except (EOFError, OSError):
-            await self._replace(child, exchange)
-            raise RuntimeError(
-                f"the task's process died (exit code {child.process.exitcode})"
-            ) from None
-        except Exception:
-            # Arguments or a result that would not cross the pipe: start afresh.
-            await self._replace(child, exchange)
-            raise
         self._busy.discard(child)
         self._idle.append(child)
         return _outcome(reply)
