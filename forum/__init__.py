@@ -95,6 +95,7 @@ if TYPE_CHECKING:
         MsgpackSerializer,
         ResultTimeout,
         Signature,
+        SoftTimeout,
         StartupFailed,
         TaskError,
         UnknownTask,
@@ -152,6 +153,7 @@ __all__ = [
     "RetryAfter",
     "SerializationError",
     "Signature",
+    "SoftTimeout",
     "StartupFailed",
     "Strand",
     "StrandConfig",
@@ -207,6 +209,7 @@ _LAZY = {
     "forum.tasks.errors": frozenset({
         "InvalidJob", "JobCancelled", "JobExpired", "JobFailed", "JobNotFound", "ResultTimeout",
         "StartupFailed", "TaskError", "UnknownTask",
+        "SoftTimeout",
     }),
     "forum.tasks.handle": frozenset({"JobHandle", "JobState", "JobStatus"}),
     "forum.tasks.hooks": frozenset({"JobInfo", "Middleware"}),

@@ -10,7 +10,7 @@ Lens, so a job in flight or waiting for a retry is listed too.
 
 Exit codes as every ``forum`` command's (:mod:`forum.cli_args`): 0 done;
 1 the job is not there or not in a state for it (``show`` of an unknown
-key, ``cancel`` of a running job, ``retry`` of a job that is not dead or
+key, ``cancel`` of a job that is over, ``retry`` of a job that is not dead or
 whose dead letter was purged); 2 a
 usage error; 3 the node or Redis could not be reached.
 """
@@ -82,7 +82,7 @@ def add_jobs(parser: argparse.ArgumentParser) -> None:
     show.add_argument("key", metavar="KEY", type=NONEMPTY, help="the job's key")
     show.add_argument("--json", action="store_true", help="one JSON object")
 
-    cancel = _action(actions, "cancel", "cancel a job that is not running yet", _cancel)
+    cancel = _action(actions, "cancel", "cancel a job: queued, or running (it is stopped)", _cancel)
     cancel.add_argument("key", metavar="KEY", type=NONEMPTY, help="the job's key")
 
     retry = _action(actions, "retry", "put a dead job back to work", _retry)
@@ -213,13 +213,13 @@ async def _show(app: App, args: argparse.Namespace) -> int:
 
 async def _cancel(app: App, args: argparse.Namespace) -> int:
     outcome = await app.cancel(args.key)
+    if outcome.state == "cancelled" and outcome.owner is not None:
+        print(f"cancelled {args.key}: it was running on {outcome.owner}, which stops it")
+        return EXIT_OK
     if outcome.state == "cancelled":
         print(f"cancelled {args.key}")
         return EXIT_OK
-    if outcome.state == "running":
-        _say(args, f"{args.key} is running on {outcome.owner or 'a worker'}: not cancelled")
-    else:
-        _say(args, f"{args.key} is over already: not cancelled")
+    _say(args, f"{args.key} is over already: not cancelled")
     return EXIT_NO_MATCH
 
 

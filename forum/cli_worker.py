@@ -201,6 +201,12 @@ def add_worker(parser: argparse.ArgumentParser) -> None:
         help=f"claim lease, renewed while the handler runs (default {DEFAULT_LEASE:g})",
     )
     add(
+        "--executor",
+        choices=("thread", "process"),
+        help="with --app: where sync tasks that name no executor run: a pool of "
+        "--concurrency threads (default) or processes (killed at a task's timeout)",
+    )
+    add(
         "--max-attempts",
         metavar="N",
         type=COUNT,
@@ -356,6 +362,8 @@ def _check_kind(args: argparse.Namespace) -> None:
         )
     if args.handler is not None and args.prefix is None:
         raise UsageError("--handler needs --prefix: the byte prefix of its jobs")
+    if args.handler is not None and args.executor is not None:
+        raise UsageError("--executor: only with --app (a handler runs on the event loop)")
     if args.app is not None:
         flags = {"--prefix": args.prefix, "--key": args.key, "--backoff": args.backoff}
         flags["--dead-prefix"] = args.dead_prefix
@@ -424,6 +432,8 @@ async def _make_worker(
         options["max_attempts"] = args.max_attempts
     try:
         if code.app is not None:
+            if args.executor is not None:
+                options["executor"] = args.executor
             return code.app.worker(space, lens, **options)
         handler = await stack.enter_async_context(_open_handler(args.handler, code.handler))
         backoff = 1.0 if args.backoff is None else args.backoff

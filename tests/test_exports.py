@@ -60,6 +60,7 @@ HOMES = {
     "StartupFailed": "forum.tasks.errors",
     "RetryAfter": "forum.coordinator.job",
     "SerializationError": "forum.node.core.errors",
+    "SoftTimeout": "forum.tasks.errors",
     "Strand": "forum.node.storage.strand",
     "StrandConfig": "forum.node.storage.strand",
     "StrandCorrupt": "forum.node.core.errors",

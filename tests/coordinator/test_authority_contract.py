@@ -373,7 +373,7 @@ async def test_the_history_keeps_the_last_events_only(subject: Subject) -> None:
     assert events[0].attempt == HISTORY_LENGTH - HISTORY_LENGTH // 2
 
 
-async def test_cancel_makes_a_free_key_done_and_refuses_a_held_one(subject: Subject) -> None:
+async def test_cancel_makes_a_key_done_and_retires_its_holders_token(subject: Subject) -> None:
     authority = subject.authority
     await authority.record_enqueued("queued", {"task": "t"}, ttl=60)
     cancelled = await authority.cancel("queued")
@@ -387,12 +387,45 @@ async def test_cancel_makes_a_free_key_done_and_refuses_a_held_one(subject: Subj
     assert [e.event for e in await authority.history("queued")] == ["cancelled"]
     assert await authority.cancel("queued") == CancelOutcome("done", token=cancelled.token)
 
-    held = await authority.claim("held", owner="w1", lease=5)
-    running = await authority.cancel("held")
-    assert (running.state, running.owner) == ("running", "w1")
-    assert running.remaining is not None and 4 < running.remaining <= 5
-    await held.complete()  # the refused cancel wrote nothing
-    assert await authority.cancel("held") == CancelOutcome("done", token=held.token)
+    held = await authority.claim("held", owner="w1", lease=5, attempt=2)
+    await authority.record(held, {"state": "running"}, ttl=60)
+    stopped = await authority.cancel("held")
+    assert (stopped.state, stopped.owner) == ("cancelled", "w1")
+    assert stopped.token is not None and stopped.token > held.token
+    # The holder's token is retired: the store refuses its record and completion.
+    with pytest.raises(ClaimLost):
+        await authority.record(held, {"state": "done"}, ttl=60)
+    with pytest.raises(ClaimLost):
+        await held.complete()
+    assert await authority.cancelled_many([held]) == [
+        True
+    ]  # ended by a refusal, found all the same
+    state = await authority.inspect("held")
+    assert state.claim is None and state.done_token == stopped.token
+    assert state.record["state"] == b"running"  # the late write was refused
+    assert [(e.event, e.token, e.owner, e.attempt) for e in await authority.history("held")] == [
+        ("claimed", held.token, "w1", 2),
+        ("cancelled", stopped.token, "w1", 2),
+    ]
+    assert await authority.cancel("held") == CancelOutcome("done", token=stopped.token)
+
+    # A holder asks whether it was cancelled (the worker's watch): then its
+    # claim is ended, every call refused, saying so.
+    watched = [await authority.claim(k, owner="w2", lease=5) for k in ("w-1", "w-2", "w-3")]
+    await watched[1].complete()
+    await authority.cancel("w-3")
+    assert await authority.cancelled_many(watched) == [False, False, True]
+    for call in (watched[2].verify, watched[2].extend, watched[2].release):
+        with pytest.raises(ClaimLost, match="cancelled"):
+            await call()
+    await watched[0].verify()  # not cancelled: still held
+
+    # Lost to a lapse and completed by the next holder: not a cancel (the
+    # heartbeat tells the holder it lost its claim).
+    lapsed = await authority.claim("w-4", owner="w3", lease=0.2)
+    await eventually(lambda: _claimable(authority, "w-4"), what="the lease to run out")
+    await (await authority.claim("w-4", owner="w4", lease=5)).complete()
+    assert await authority.cancelled_many([lapsed]) == [False]
 
     nothing = await authority.cancel("unknown")  # a key never seen can be cancelled too
     assert nothing.state == "cancelled" and nothing.token is not None
@@ -585,3 +618,7 @@ async def test_an_admission_not_extended_expires_and_frees_its_slot(subject: Sub
 
     await eventually(admitted, 5, "the dead holder's slot to expire")
     assert await limiter.extend_admitted([held], 5) == [False]
+
+
+async def _claimable(authority: ClaimAuthority, key: str) -> bool:
+    return (await authority.inspect(key)).claim is None

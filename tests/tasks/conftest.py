@@ -4,6 +4,7 @@ workers run in this process (:func:`working`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,7 +17,7 @@ from forum.tasks import App
 from tests.coordinator.harness import running
 from tests.fixtures.nodes import NodeProcess
 
-__all__ = ["AppFactory", "make_app", "working"]
+__all__ = ["AppFactory", "make_app", "process_alive", "working"]
 
 AppFactory = Callable[..., App]
 
@@ -56,3 +57,13 @@ async def working(
             await client.aclose()
         for lens in lenses:
             await lens.aclose()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` still exists (a task's child, once killed and
+    reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

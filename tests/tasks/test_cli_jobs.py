@@ -25,7 +25,7 @@ from forum.cli_app import Where
 from forum.cli_args import UsageError
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
-from forum.tasks import App, Context, JobHandle, JobState
+from forum.tasks import App, Context, JobCancelled, JobHandle, JobState
 from tests.coordinator.harness import REPO, WorkerProcess, worker_processes
 from tests.fixtures.cli import assert_usage_error, run_forum, run_main
 from tests.fixtures.nodes import NodeProcess, eventually, free_port
@@ -205,7 +205,7 @@ async def test_cancel_turns_a_queued_job_away(
 
 
 @pytest.mark.slow
-async def test_a_running_job_is_listed_with_its_worker_and_cannot_be_cancelled(
+async def test_a_running_job_is_listed_with_its_worker_and_stopped_by_a_cancel(
     tmp_path: Path,
     forum_node: NodeProcess,
     redis_url: str,
@@ -222,10 +222,14 @@ async def test_a_running_job_is_listed_with_its_worker_and_cannot_be_cancelled(
         running = await jobs.listed(JobState.RUNNING)
         assert [(j["key"], j["worker"], j["attempt"]) for j in running] == [("held", "w1", 1)]
         await eventually(lambda: _progress_shown(jobs, "held"), 30, "its progress shown")
+        said = "cancelled held: it was running on w1, which stops it\n"
+        assert await jobs("cancel", "held") == (0, said, "")
+        with pytest.raises(JobCancelled):
+            await handle.result(timeout=30)
+        await eventually(lambda: "held was cancelled" in worker.log_text(), 30, "the stop logged")
+        assert not await jobs.listed(JobState.RUNNING)
         code, _, err = await jobs("cancel", "held")
-        assert (code, err) == (1, "forum jobs cancel: held is running on w1: not cancelled\n")
-        (marks / "go-h").touch()
-        assert await handle.result(timeout=30) == "h"
+        assert code == 1 and "over already" in err
         assert await worker.signal(15) == 0
 
 

@@ -27,6 +27,7 @@ HOMES = {
     "ResultTimeout": "forum.tasks.errors",
     "StartupFailed": "forum.tasks.errors",
     "Serializer": "forum.tasks.serializer",
+    "SoftTimeout": "forum.tasks.errors",
     "Task": "forum.tasks.task",
     "TaskError": "forum.tasks.errors",
     "TaskOptions": "forum.tasks.task",

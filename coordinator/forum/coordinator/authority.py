@@ -158,7 +158,14 @@ class ClaimAuthority(Protocol):
         """Every claim key with a job record (``"task"``) or a live claim."""
         ...
 
-    async def cancel(self, key: str) -> CancelOutcome: ...
+    async def cancel(self, key: str) -> CancelOutcome:
+        """Make the key done, retiring its holder's claim if one holds it."""
+        ...
+
+    async def cancelled_many(self, claims: Sequence[HeldClaim]) -> Sequence[bool]:
+        """Whether each claim's key was cancelled under it (the worker's watch,
+        forum.coordinator.keeping); a claim found so is ended (``ClaimLost``)."""
+        ...
 
     async def durability(self) -> list[str]:
         """Warnings about the store the guarantees rest on; empty when fine."""

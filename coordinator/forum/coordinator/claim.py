@@ -26,6 +26,8 @@ from forum.coordinator.errors import ClaimLost
 GONE = "expired, released or taken over"
 #: Why a completion was refused.
 GONE_BEFORE_COMPLETION = "expired, released or taken over before completion"
+#: Why a claim ended whose key was cancelled while it held it (cancel.lua).
+CANCELLED = "cancelled"
 #: Why ``verify()`` refused while the claim still holds its key.
 TOO_LITTLE_LEFT = "less than the safety margin of lease left"
 

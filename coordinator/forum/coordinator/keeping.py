@@ -1,8 +1,19 @@
 """The claims of a worker's running jobs, kept (:class:`ClaimKeeper`): each
 handler runs in a task of its own, the heartbeat extends the claims of all
-of them in one call, and a claim lost, a state loss or the drain cancels
-the handler, saying why (the worker's module docstring,
-forum.coordinator.worker, tells what follows)."""
+of them in one call, and a claim lost, a state loss, a cancel or the drain
+cancels the handler, saying why (the worker's module docstring,
+forum.coordinator.worker, tells what follows).
+
+A cancel (cancel.lua) retires a running job's claim in Redis; the worker
+hears of it by asking, every :data:`CANCEL_WATCH` seconds while it runs
+jobs, whether each running claim's key was cancelled under it (one round
+trip for all of them, cancelled.lua): so a cancelled handler stops within
+that, not at the next heartbeat (a third of a lease). Asking rather than
+being told (Redis pub/sub) because a message is lost on a reconnect while an
+answer is not, the ask goes through the ``ClaimAuthority`` seam (the
+in-memory authority too) and any Redis (Sentinel, Cluster: one script per
+key's shard, as every call), and it costs a read per running job per
+interval and nothing to an idle worker."""
 
 from __future__ import annotations
 
@@ -27,7 +38,10 @@ from forum.node.core.entries import EntryId
 #: The worker's logger: what befalls its claims is the worker's to report.
 log = logging.getLogger("forum.coordinator.worker")
 
-Interrupted = Literal["lost", "abandoned"]
+Interrupted = Literal["lost", "abandoned", "cancelled"]
+
+#: How often a worker running jobs asks whether any was cancelled (seconds).
+CANCEL_WATCH = 0.5
 
 
 @dataclass(slots=True)
@@ -190,6 +204,24 @@ class ClaimKeeper:
             if state.claim.remaining() <= interval:
                 log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
                 self.interrupt(handler, "lost")
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Until ``stop``: every :data:`CANCEL_WATCH` seconds, cancel the
+        handlers whose keys were cancelled under their claims (the module
+        docstring). An outage is the heartbeat's to report: skipped here."""
+        while not stop.is_set():
+            await wait_event(stop, CANCEL_WATCH)
+            running = list(self.running.items())
+            if not running:
+                continue
+            try:
+                cancelled = await self._lens.cancelled_many([state.claim for _, state in running])
+            except LensError:
+                continue
+            for (handler, state), stopped in zip(running, cancelled, strict=True):
+                if stopped:
+                    log.info("%s was cancelled: stopping its handler", state.claim.key)
+                    self.interrupt(handler, "cancelled")
 
     def interrupt(self, handler: asyncio.Task[None], why: Interrupted) -> None:
         """Cancel a running handler's task, if it still runs, saying ``why``."""

@@ -65,7 +65,7 @@ from itertools import zip_longest
 from typing import Any
 
 from forum.coordinator.authority import Failed, Grab, HeldClaim
-from forum.coordinator.claim import GONE_BEFORE_COMPLETION, TOO_LITTLE_LEFT, Claim
+from forum.coordinator.claim import CANCELLED, GONE_BEFORE_COMPLETION, TOO_LITTLE_LEFT, Claim
 from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, AttemptsSpent, ClaimLost, NotDue
 from forum.coordinator.lens_limits import LensLimits
 from forum.coordinator.lens_records import LensRecords
@@ -216,6 +216,21 @@ class Lens(LensRecords, LensLimits):
         for i, reply in zip(open_, await self._send(calls), strict=True):
             outcomes[i] = self._extended(own[i], reply, own[i].lease, started)
         return outcomes
+
+    async def cancelled_many(self, claims: Sequence[HeldClaim]) -> list[bool]:
+        """Whether each claim's key was cancelled under it (its done marker a
+        cancel's: cancelled.lua), in one round trip: the worker's watch. A claim found
+        so is ended here (its operations raise ``ClaimLost``, "cancelled"),
+        also one a refused call (a progress record, say) ended first."""
+        own = [self._own(claim) for claim in claims]
+        open_ = [claim for claim in own if claim.ended != CANCELLED]
+        if not open_:
+            return [False] * len(own)
+        replies = await self._send([self._keyed("cancelled", c.key, (c.token,)) for c in open_])
+        for claim, reply in zip(open_, replies, strict=True):
+            if reply == 1:
+                claim.refused(CANCELLED)
+        return [claim.ended == CANCELLED for claim in own]
 
     def _granted(
         self, key: str, owner: str, lease: float, started: float, reply: Any

@@ -29,7 +29,7 @@ from forum.coordinator.scripts import Call, ms
 if TYPE_CHECKING:
     from forum.coordinator.records import FieldValue, HistoryEvent, NewRecord, ScanKind
 
-_CANCELLED, _CANCEL_REFUSED = 1, 2
+_CANCELLED = 1
 
 
 class LensRecords(LensConnection):
@@ -152,22 +152,20 @@ class LensRecords(LensConnection):
                 yield key
 
     async def cancel(self, key: str) -> CancelOutcome:
-        """Make ``key`` done if nobody holds it (a done marker with a fresh
-        token turns every copy of its job away as :class:`AlreadyDone`, and
-        ``cancelled`` is pushed to its history); refused while a claim is
-        held (``"running"``, with its owner); ``"done"`` if it was already."""
+        """Make ``key`` done (a done marker with a fresh token turns every
+        copy of its job away as :class:`AlreadyDone`, and ``cancelled`` is
+        pushed to its history), retiring the fencing token of the claim that
+        holds it, if one does (its ``owner`` is said): that holder's every
+        call is refused from now on (``ClaimLost``). ``"done"`` if it was
+        already (cancel.lua)."""
         if not key:
             raise ValueError("a claim key must not be empty")
         reply = await self._run("cancel", key, self._done_ms, self._history_ms)
-        code = int(reply[0])
-        if code == _CANCELLED:
+        if int(reply[0]) == _CANCELLED:
             token = int(reply[1])
             self._highest_token = max(self._highest_token, token)
-            return CancelOutcome("cancelled", token=token)
-        if code == _CANCEL_REFUSED:
-            owner = bytes(reply[1]).decode(errors="replace") or None
-            remaining = int(reply[2]) / 1000 if int(reply[2]) >= 0 else None
-            return CancelOutcome("running", owner=owner, remaining=remaining)
+            owner = bytes(reply[2]).decode(errors="replace") or None
+            return CancelOutcome("cancelled", token=token, owner=owner)
         return CancelOutcome("done", token=int(reply[1]))
 
 

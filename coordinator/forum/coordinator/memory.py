@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from forum.coordinator import keys
 from forum.coordinator.authority import Failed, Grab, HeldClaim
-from forum.coordinator.claim import GONE, GONE_BEFORE_COMPLETION, Claim
+from forum.coordinator.claim import CANCELLED, GONE, GONE_BEFORE_COMPLETION, Claim
 from forum.coordinator.errors import (
     AlreadyClaimed,
     AlreadyDone,
@@ -379,18 +379,37 @@ class MemoryAuthority:
         if done is not None:
             return CancelOutcome("done", token=done)
         held = self._live(key)
-        if held is not None:
-            remaining = max(0.0, held.deadline - self.clock())
-            return CancelOutcome("running", owner=held.owner or None, remaining=remaining)
-        self._expired(key)
+        if held is None:
+            self._expired(key)
+        else:  # retired, as cancel.lua retires it: its holder is refused from now on
+            del self._claims[key]
         self._fence += 1
         self._done[key] = (self._fence, self.clock() + self.retention)
         record = self._kept(self._tasks, key)
         if record is None:
             record = self._tasks[key] = _Expiring(self.clock() + self.retention)
         record.fields["cancelled"] = str(self._fence).encode()
-        self._push(key, HistoryEvent(time.time(), "cancelled", self._fence, "", 0))
-        return CancelOutcome("cancelled", token=self._fence)
+        if held is None:
+            self._push(key, HistoryEvent(time.time(), "cancelled", self._fence, "", 0))
+            return CancelOutcome("cancelled", token=self._fence)
+        self._push(
+            key,
+            HistoryEvent(held.since, "claimed", held.token, held.owner, held.attempt),
+            HistoryEvent(time.time(), "cancelled", self._fence, held.owner, held.attempt),
+        )
+        return CancelOutcome("cancelled", token=self._fence, owner=held.owner or None)
+
+    async def cancelled_many(self, claims: Sequence[HeldClaim]) -> list[bool]:
+        own = [self._own(claim) for claim in claims]
+        self._enter()
+        for claim in own:
+            done = self._done_token(claim.key)
+            record = self._kept(self._tasks, claim.key)
+            cancel = record.fields.get("cancelled") if record is not None else None
+            by_cancel = done is not None and cancel == str(done).encode()
+            if by_cancel and done != claim.token and not self._holds(claim):
+                claim.refused(CANCELLED)
+        return [claim.ended == CANCELLED for claim in own]
 
     async def durability(self) -> list[str]:
         """Nothing to warn of: this authority promises nothing beyond its process."""

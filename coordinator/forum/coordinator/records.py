@@ -18,7 +18,8 @@
   change of the key's claim (:data:`EVENTS`), pushed by the script that
   ended the claim, the last ``keys.HISTORY_LENGTH`` kept; the live claim's
   "claimed" comes from its in-flight record (:func:`with_live_claim`).
-* :class:`CancelOutcome` (``cancel``): a key nobody holds becomes done.
+* :class:`CancelOutcome` (``cancel``): a key becomes done, its holder's
+  fencing token, if one holds it, retired.
 
 The helpers here are shared by the Lens and ``forum.coordinator.memory``, so both
 check and encode alike.
@@ -115,14 +116,13 @@ class HistoryEvent:
 @dataclass(frozen=True, slots=True)
 class CancelOutcome:
     """What ``cancel(key)`` did: ``state`` ``"cancelled"`` (a done marker
-    with the new ``token`` turns every copy away), ``"running"`` (refused:
-    ``owner`` holds the key, for ``remaining`` seconds more) or ``"done"``
+    with the new ``token`` turns every copy away; ``owner`` names the holder
+    whose claim it retired, ``None`` when nobody held the key) or ``"done"``
     (done before, with ``token``; or cancelled before)."""
 
-    state: Literal["cancelled", "running", "done"]
+    state: Literal["cancelled", "done"]
     token: int | None = None
     owner: str | None = None
-    remaining: float | None = None
 
 
 def encode_fields(fields: Mapping[str, FieldValue], *, fenced: bool) -> list[tuple[str, bytes]]:

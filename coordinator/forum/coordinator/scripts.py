@@ -45,6 +45,7 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
     "admit": ("epoch",),
     "admitted": ("epoch",),
     "cancel": ("claim", "done", "fence", "job", "task", "history", "epoch"),
+    "cancelled": ("claim", "done", "task", "epoch"),
     "claim": ("claim", "done", "fence", "job", "inflight", "history", "attempts", "epoch"),
     "complete": ("claim", "done", "job", "inflight", "history", "attempts", "epoch"),
     "due": ("inflight", "epoch"),
@@ -67,7 +68,7 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
 BATCH_ROLES: dict[str, str] = {"record_new_many": "task", "admit": "limit", "admitted": "limit"}
 
 #: The scripts that only read: a batch of these alone needs no ``WAIT``.
-READ_ONLY = frozenset({"due", "inspect", "verify"})
+READ_ONLY = frozenset({"cancelled", "due", "inspect", "verify"})
 
 
 def ms(seconds: float) -> int:

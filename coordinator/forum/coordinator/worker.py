@@ -33,7 +33,9 @@ For each job:
    attempt (:mod:`forum.coordinator.admitting`).
 3. run ``handler(job)`` while a heartbeat, each third of a lease, extends the
    Lens claims of all running jobs in one call and their node reservations in
-   one more (``extend_many``); if a claim is lost, the handler is cancelled.
+   one more (``extend_many``); if a claim is lost, the handler is cancelled,
+   and so is one whose job was cancelled (the claim keeper's watch asks
+   every half second: forum.coordinator.keeping; its reservation is acked).
    The handler calls ``await job.verify()`` right before irreversible work;
 4. **complete** the claim (a done marker turns copies away), batched with
    other finished jobs, off the slot's critical path
@@ -315,6 +317,7 @@ class Worker:
             tasks.create_task(
                 self._keeper.heartbeat(heartbeat_stop, self._announce), name="heartbeat"
             )
+            tasks.create_task(self._keeper.watch(heartbeat_stop), name="cancel watch")
             tasks.create_task(self._reservations.release_when_due(), name="parked")
             acker = tasks.create_task(self._reservations.send_overdue_acks(), name="acks")
             await self._fetch(tasks)
@@ -525,7 +528,8 @@ class Worker:
         * abandoned in the drain, or its claim forgotten by Redis: release the
           claim (if still held) and the reservation: live again at once;
         * its claim lost to another holder: touch nothing. The reservation runs
-          out (or the new holder, who reserved the same tuple, settles it).
+          out (or the new holder, who reserved the same tuple, settles it);
+        * cancelled (its claim retired by a cancel): ack the reservation.
         """
         if interrupted == "abandoned" or (
             forgotten and (interrupted == "lost" or isinstance(error, LensError))
@@ -539,6 +543,9 @@ class Worker:
                 log.warning("%s: Redis forgot its claim; its reservation is released", job.key)
             else:
                 self._counts.handed_back += 1
+            return
+        if interrupted == "cancelled":
+            await self._reservations.ack([job.entry_id])  # the job is over: not re-offered
             return
         if interrupted == "lost" or isinstance(error, ClaimLost):
             self._counts.claims_lost += 1

@@ -189,9 +189,11 @@ def _head(payload: bytes, prefix: bytes) -> bytes:
 
 
 async def cancel(app: App, key: str) -> CancelOutcome:
-    """Cancel job ``key`` unless it runs (``"running"``: refused) or is over
-    (``"done"``): every copy of it, wherever it waits, is turned away as
-    done. ``JobNotFound`` if nothing knows the key."""
+    """Cancel job ``key`` unless it is over (``"done"``): every copy of it,
+    wherever it waits, is turned away as done, and a worker running it
+    (``owner``) has its claim's fencing token retired, so it stops (within
+    its watch, forum.coordinator.keeping) and its late effects are refused.
+    ``JobNotFound`` if nothing knows the key."""
     await app.status(check_key(key))  # JobNotFound for a key no job has
     return await app.lens.cancel(key)
 

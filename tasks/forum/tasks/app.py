@@ -61,6 +61,7 @@ from forum.tasks.cluster import AppCluster, worker_cluster
 from forum.tasks.cron import Periodic, Slot
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, UnknownTask
+from forum.tasks.executor import process_pool
 from forum.tasks.handle import JobHandle, JobState, JobStatus, run_sync
 from forum.tasks.hooks import AppHooks, Hooks, State
 from forum.tasks.limits import LimitKey, task_admission
@@ -219,6 +220,8 @@ class App(AppHooks):
         limit_key: LimitKey | None = None,
         max_running: int | None = None,
         rate: str | None = None,
+        executor: str | None = None,
+        soft_timeout: float | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -238,6 +241,8 @@ class App(AppHooks):
         limit_key: LimitKey | None = None,
         max_running: int | None = None,
         rate: str | None = None,
+        executor: str | None = None,
+        soft_timeout: float | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """``@app.task`` or ``@app.task(name, retries=..., ...)``: register
         the function as a task (its name: ``name``, else the function's
@@ -248,6 +253,7 @@ class App(AppHooks):
             result_ttl=result_ttl, priority=priority, ttl=ttl,
             rate_limit=rate_limit, concurrency=concurrency, limit_key=limit_key,
             max_running=max_running, rate=rate,
+            executor=executor, soft_timeout=soft_timeout,
         )  # fmt: skip
         if callable(name):
             return self.add_task(name.__name__, name, options)
@@ -504,12 +510,15 @@ class App(AppHooks):
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         lease: float = DEFAULT_LEASE,
+        executor: str = "thread",
         **worker_options: Any,
     ) -> Worker:
         """A :class:`forum.coordinator.Worker` that runs this app's tasks from
         ``space`` (a ``WorkSpace``: ``ForumClient``, ``Forum``) under claims
         from ``lens``, sync ones in a pool of ``concurrency`` threads (shut
-        down with the worker), and this app's periodic tasks beside them.
+        down with the worker) or, those whose executor, else the worker's
+        ``executor``, is ``"process"``, of as many processes
+        (:mod:`forum.tasks.executor`), and this app's periodic tasks beside them.
         ``worker_options`` are the Worker's (``max_attempts`` defaults to
         one past the most retries of any task: a job's own count decides its
         retries, and this one only buries a job whose workers keep dying)."""
@@ -520,12 +529,14 @@ class App(AppHooks):
         )
         worker_options.setdefault("dead_prefix", self.dead_prefix)
         worker_options.setdefault("admission", task_admission(self, lens))
+        processes = process_pool(self.tasks.values(), executor, concurrency)
         pool = ThreadPoolExecutor(concurrency, thread_name_prefix="task")
         state: State = {}  # the worker's, filled by the app's startup hooks: ctx.state
         return TaskWorker(
             self, pool, space, lens, Pattern(self.prefix),
-            Runner(self, lens, pool, state, OneNode(space)),
-            concurrency=concurrency, lease=lease, state=state, **worker_options,
+            Runner(self, lens, pool, state=state, space=OneNode(space), processes=processes),
+            concurrency=concurrency, lease=lease, state=state, processes=processes,
+            **worker_options,
         )  # fmt: skip
 
     async def run_worker(
@@ -572,7 +583,7 @@ class App(AppHooks):
         return admin.jobs(self, state, limit, task)
 
     async def cancel(self, key: str) -> CancelOutcome:
-        """Cancel a job not yet running (:func:`forum.tasks.admin.cancel`)."""
+        """Cancel a job, queued or running (:func:`forum.tasks.admin.cancel`)."""
         return await admin.cancel(self, key)
 
     async def retry(self, key: str) -> JobHandle:

@@ -18,6 +18,13 @@ It writes the value into the job's record, fenced (a stale holder's is
 refused), in the background: one write at a time, and while one is in
 flight only the newest value waits for the next. Before the job's outcome is
 written, the last value is flushed (or dropped, if the claim is gone).
+
+A sync task's thread cannot be stopped from outside. Once its attempt is
+over without it (the job cancelled, its claim lost, its timeout or the
+worker's drain passed), its next call of ``verify_sync`` or ``progress``
+raises :class:`forum.tasks.JobCancelled` at once, without asking the Lens:
+a task that calls its context between steps stops there (docs/tasks.md,
+"Cancelling").
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 
 from forum.coordinator import ClaimLost, HeldClaim, LensError
 from forum.tasks.authority import TaskAuthority
+from forum.tasks.errors import JobCancelled
 from forum.tasks.serializer import Serializer
 
 log = logging.getLogger(__name__)
@@ -68,6 +76,8 @@ class Context:
         self._loop = asyncio.get_running_loop()
         self._pending: Any = _NOTHING
         self._writer: asyncio.Task[None] | None = None
+        #: Set once the attempt is over (:meth:`stop`): the task's calls raise.
+        self._stopped = False
 
     def __repr__(self) -> str:
         return f"<Context {self.task} {self.key!r} attempt {self.attempt} token {self.token}>"
@@ -86,11 +96,13 @@ class Context:
         """:meth:`verify`, from a sync task's thread (never from the loop's)."""
         if _on_loop(self._loop):
             raise RuntimeError("verify_sync() is for sync tasks; await ctx.verify() here")
+        self._check_running()
         asyncio.run_coroutine_threadsafe(self.verify(), self._loop).result(timeout)
 
     def progress(self, value: Any) -> None:
         """Record ``value`` (anything the app's serializer encodes) as this
         job's progress, in the background; the newest wins."""
+        self._check_running()
         data = self._serializer.dumps(value)
         if _on_loop(self._loop):
             self._offer(data)
@@ -120,8 +132,18 @@ class Context:
         if writer is not None:
             await asyncio.wait((writer,))
 
+    def stop(self) -> None:
+        """The attempt is over: from now on the task's calls raise
+        :class:`JobCancelled` (a sync task's thread running on past it)."""
+        self._stopped = True
+
+    def _check_running(self) -> None:
+        if self._stopped:
+            raise JobCancelled(self.key)
+
     async def aclose(self) -> None:
         """Stop the progress writer (the attempt is over, its claim gone)."""
+        self.stop()
         writer = self._writer
         if writer is not None and not writer.done():
             writer.cancel()

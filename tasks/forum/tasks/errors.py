@@ -11,7 +11,12 @@
     ├── JobFailed                   the job is dead: its attempts are spent, or
     │                               it gave up; ``.error`` and ``.traceback``
     ├── JobExpired                  its ``ttl`` ran out before a worker took it
-    ├── JobCancelled                it was cancelled before it ran
+    ├── JobCancelled                it was cancelled (a producer's error); in
+    │                               a sync task, its next context call once its
+    │                               attempt was stopped
+    ├── SoftTimeout                 a process-executor task passed its
+    │                               ``soft_timeout`` (raised in the task, which
+    │                               may catch it; also a TimeoutError)
     └── ResultTimeout               no outcome within ``result(timeout=)``
                                     (also a TimeoutError)
 
@@ -73,7 +78,10 @@ class JobExpired(TaskError):
 
 
 class JobCancelled(TaskError):
-    """The job ``key`` was cancelled before it ran."""
+    """The job ``key`` was cancelled. A producer meets it waiting for the
+    result; a sync task meets it at its next context call once its attempt
+    was stopped (the job cancelled, its claim lost, its timeout or the
+    worker's drain passed: forum.tasks.context)."""
 
     def __init__(self, key: str) -> None:
         super().__init__(f"job {key!r} was cancelled")
@@ -83,6 +91,19 @@ class JobCancelled(TaskError):
 class StartupFailed(TaskError):
     """A startup hook of the app (``@app.on_startup``) failed: the worker
     stops before its first job. The hook's own error is the ``__cause__``."""
+
+
+class SoftTimeout(TaskError, TimeoutError):
+    """Raised inside a task run by the process executor once it has run
+    ``seconds`` (its ``soft_timeout``): it may catch it and clean up before
+    its hard ``timeout`` kills its process (forum.tasks.executor)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the task ran past its soft timeout of {seconds:g}s")
+        self.seconds = seconds
+
+    def __reduce__(self) -> tuple[type[SoftTimeout], tuple[float]]:
+        return (SoftTimeout, (self.seconds,))
 
 
 class ResultTimeout(TaskError, TimeoutError):

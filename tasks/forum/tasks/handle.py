@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from forum.tasks.errors import JobCancelled, JobExpired, JobFailed, JobNotFound, ResultTimeout
 
 if TYPE_CHECKING:
+    from forum.coordinator.records import CancelOutcome
     from forum.tasks.app import App
 
 T = TypeVar("T")
@@ -113,6 +114,10 @@ class JobHandle:
     def on(self, app: App) -> JobHandle:
         """This job's handle through ``app`` (an open copy of its own, say)."""
         return JobHandle(app, self.key, self.task)
+
+    async def cancel(self) -> CancelOutcome:
+        """Cancel this job, queued or running (:meth:`forum.tasks.App.cancel`)."""
+        return await self._app.cancel(self.key)
 
     async def result(self, timeout: float | None = None) -> Any:
         """The task's return value once it is done (``None`` for a task that

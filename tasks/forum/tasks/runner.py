@@ -4,7 +4,7 @@ worker does next.
 
 ::
 
-    Worker(space, lens, Pattern(app.prefix), Runner(app, lens, pool, OneNode(space)),
+    Worker(space, lens, Pattern(app.prefix), Runner(app, lens, pool, space=OneNode(space)),
            concurrency=8)
 
 For each claimed job (``forum.coordinator.Job``):
@@ -18,7 +18,9 @@ For each claimed job (``forum.coordinator.Job``):
 2. run the task with a :class:`forum.tasks.Context`: a coroutine function on the
    loop under ``asyncio.timeout(timeout)``, a plain one in the thread pool
    (a thread cannot be cancelled: its attempt fails at the timeout, and the
-   thread runs on; :mod:`forum.tasks.task`);
+   thread runs on to its next context call, which raises ``JobCancelled``;
+   :mod:`forum.tasks.task`), or in a process of the worker's pool when it
+   runs in one (killed at the timeout: :mod:`forum.tasks.executor`);
 3. a result that is not ``None`` is stored fenced (``lens.record``, state
    ``done``, kept ``result_ttl``) *before* this handler returns: the worker
    completes the claim only afterwards, so a stale holder (its claim lost)
@@ -40,8 +42,9 @@ For each claimed job (``forum.coordinator.Job``):
    safe in the space); one refused because the claim is lost stops there:
    ``ClaimLost`` goes to the worker, which leaves the job to its new holder.
 
-Cancellation (the worker's heartbeat lost the claim, or the drain ran out)
-is not a failure of the task: it goes through as it came.
+Cancellation (the worker's heartbeat lost the claim, the job was cancelled,
+or the drain ran out) is not a failure of the task: it goes through as it
+came.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from forum.tasks import canvas, cron
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
 from forum.tasks.errors import InvalidJob, one_line
+from forum.tasks.executor import ProcessPool
 from forum.tasks.hooks import State, job_info
 from forum.tasks.message import Message, dumps
 from forum.tasks.task import Task, TaskOptions
@@ -82,8 +86,10 @@ class Runner:
         app: App,
         lens: TaskAuthority,
         pool: ThreadPoolExecutor,
+        *,
         state: State | None = None,
         space: Writer | None = None,
+        processes: ProcessPool | None = None,
     ) -> None:
         self._app = app
         self._lens = lens
@@ -93,6 +99,8 @@ class Runner:
         self._hooks = app.hooks if app.hooks else None
         #: The worker's space: a workflow's next step is enqueued there.
         self._space = space
+        #: The process executor's pool, when a task runs in one.
+        self._processes = processes
 
     async def __call__(self, job: Job) -> None:
         app = self._app
@@ -157,12 +165,17 @@ class Runner:
                 return await task.function(context, *message.args, **message.kwargs)
             async with asyncio.timeout(options.timeout):
                 return await task.function(context, *message.args, **message.kwargs)
+        if self._processes is not None and self._processes.runs(task):
+            return await self._processes.run(task, options, context, message.args, message.kwargs)
         call = functools.partial(task.function, context, *message.args, **message.kwargs)
         running = asyncio.get_running_loop().run_in_executor(
             self._pool, functools.partial(copy_context().run, call)
         )
-        # wait_for cancels the future at the timeout; the thread itself runs on.
-        return await asyncio.wait_for(running, options.timeout)
+        try:
+            # wait_for cancels the future at the timeout; the thread itself runs on...
+            return await asyncio.wait_for(running, options.timeout)
+        finally:
+            context.stop()  # ...to its next context call, which raises JobCancelled
 
     async def _failed(self, job: Job, task: Task, options: TaskOptions, exc: Exception) -> None:
         """Attempt ``job.attempt`` raised ``exc``: raise ``RetryAfter`` or
@@ -216,18 +229,21 @@ class TaskWorker(Worker):
     """The :class:`forum.coordinator.Worker` of an app (:meth:`forum.tasks.App.worker`):
     the worker, and beside it the app's periodic tasks (each slot enqueued
     into the worker's own space, :mod:`forum.tasks.cron`), stopped with it; its
-    thread pool is shut down once it is drained. The app's startup hooks run
-    before it takes a job, its shutdown hooks after the drain (:mod:`forum.tasks.hooks`)."""
+    thread pool (and process pool, if it has one) is shut down once it is
+    drained. The app's startup hooks run before it takes a job, its shutdown
+    hooks after the drain (:mod:`forum.tasks.hooks`)."""
 
     def __init__(
         self, app: App, pool: ThreadPoolExecutor, space: Any, lens: TaskAuthority,
-        *args: Any, state: State | None = None, **kwargs: Any,
+        *args: Any, state: State | None = None, processes: ProcessPool | None = None,
+        **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(space, lens, *args, **kwargs)
         self._app = app
         #: What the app's startup hooks fill, each job's ``ctx.state`` (the Runner's).
         self.state: State = {} if state is None else state
         self._pool = pool
+        self._processes = processes
         self._task_space = space
         self._task_lens = lens
         self._cron_stop = asyncio.Event()
@@ -251,6 +267,8 @@ class TaskWorker(Worker):
         finally:
             # A hung sync task's thread cannot be stopped; it is left to end.
             self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._processes is not None:
+                await self._processes.aclose()
             if started:  # after the drain; not when a startup hook failed
                 await hooks.stopped(self.state)
 

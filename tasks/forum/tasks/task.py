@@ -19,11 +19,19 @@ Policy, per task, each overridable per enqueue where it says so:
 * ``timeout`` (per enqueue: ``_timeout``), seconds: a coroutine still running
   then is cancelled, and the attempt fails with ``TimeoutError``. A thread
   cannot be stopped from outside: a sync task's attempt still fails at the
-  timeout (the job moves on), but its thread runs on to the end, holding one
-  thread of the pool, and whatever it returns is dropped (and a worker
+  timeout (the job moves on), but its thread runs on to its next context
+  call (which raises ``JobCancelled``) or its end, holding one thread of the
+  pool, and whatever it returns is dropped (and a worker
   process exits only once such a thread has ended: Python joins the pool's
   threads at exit). Give a sync task that may hang a timeout of its own (a
   socket timeout, say).
+* ``executor`` (``"thread"`` or ``"process"``; ``None``, the default: the
+  worker's, ``App.worker(executor=...)``, itself ``"thread"`` by default)
+  and ``soft_timeout``, seconds: a sync task under ``"process"`` runs in a
+  process of the worker's pool (:mod:`forum.tasks.executor`), where
+  ``SoftTimeout`` is raised in it at ``soft_timeout`` and its process is
+  killed at ``timeout`` (the attempt fails with ``TimeoutError``). Both are
+  for sync tasks: a coroutine's timeout already stops it.
 * ``result_ttl``: how long a result (and a dead job's error) is kept; the
   app's when ``None``.
 * ``priority``, ``ttl``: the defaults of ``_priority`` and ``_ttl``.
@@ -50,6 +58,9 @@ if TYPE_CHECKING:
     from forum.tasks.app import App
     from forum.tasks.handle import JobHandle
 
+#: The executors a task or a worker may name (forum.tasks.executor).
+EXECUTORS = ("thread", "process")
+
 #: An exception class, or a tuple of them, as ``except`` takes them.
 ErrorTypes = tuple[type[BaseException], ...]
 
@@ -71,11 +82,13 @@ class TaskOptions:
     limit_key: LimitKey | None = None
     max_running: int | None = None
     rate: str | None = None
+    executor: str | None = None
+    soft_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise InvalidJob(f"retries must be a whole number from 0, not {self.retries!r}")
-        for name in ("timeout", "result_ttl", "ttl"):
+        for name in ("timeout", "result_ttl", "ttl", "soft_timeout"):
             value = getattr(self, name)
             if value is not None and not (
                 isinstance(value, int | float) and math.isfinite(value) and value > 0
@@ -86,6 +99,7 @@ class TaskOptions:
             if not all(isinstance(t, type) and issubclass(t, BaseException) for t in value):
                 raise InvalidJob(f"{name} must be exception classes, not {value!r}")
         check_limits(self.rate_limit, self.concurrency, self.limit_key, self.max_running, self.rate)
+        check_executor(self)
 
     def overridden(self, options: Mapping[str, Any]) -> TaskOptions:
         """These options with a job's per-enqueue overrides (a message's
@@ -102,6 +116,46 @@ class TaskOptions:
             retries=int(options.get("retries", self.retries)),
             timeout=options.get("timeout", self.timeout),
             backoff=backoff,
+        )
+
+
+def check_executor(options: TaskOptions) -> None:
+    """``InvalidJob`` unless ``options``' executor and soft timeout agree."""
+    if options.executor not in (None, *EXECUTORS):
+        raise InvalidJob(f"executor must be 'thread' or 'process', not {options.executor!r}")
+    if options.soft_timeout is None:
+        return
+    if options.executor == "thread":
+        raise InvalidJob("soft_timeout needs executor='process': a thread cannot be interrupted")
+
+
+def check_task_executor(
+    name: str, function: Callable[..., Any], options: TaskOptions, *, is_async: bool
+) -> None:
+    """``InvalidJob`` for a task the process executor could not run, when
+    it asks for it: a coroutine function, or one a child cannot import; or
+    a soft timeout not below the timeout (checked here, at the definition,
+    not for a job's ``_timeout``, which may cut both short)."""
+    soft, hard = options.soft_timeout, options.timeout
+    if soft is not None and hard is not None and soft >= hard:
+        raise InvalidJob(f"soft_timeout ({soft:g}s) must be below timeout ({hard:g}s)")
+    if is_async and (options.executor == "process" or options.soft_timeout is not None):
+        raise InvalidJob(
+            f"task {name!r} is a coroutine function: executor='process' and soft_timeout "
+            "are for sync tasks (a coroutine's timeout stops it)"
+        )
+    if options.executor == "process":
+        check_importable(name, function)
+
+
+def check_importable(name: str, function: Callable[..., Any]) -> None:
+    """``InvalidJob`` unless a child process can import ``function`` by its
+    module and qualified name (forum.tasks.executor)."""
+    qualname = str(getattr(function, "__qualname__", ""))
+    if not qualname or "<" in qualname or not getattr(function, "__module__", None):
+        raise InvalidJob(
+            f"task {name!r} runs in a process, which imports it by module and name: "
+            "define it at the top level of an importable module"
         )
 
 
@@ -124,11 +178,13 @@ class Task:
         self.name = name
         self.function = function
         self.options = options
-        #: A coroutine function runs on the loop; anything else in a thread.
+        #: A coroutine function runs on the loop; anything else in a thread
+        #: (or a process: forum.tasks.executor).
         self.is_async = inspect.iscoroutinefunction(function)
         #: What an enqueue's arguments are bound to (after the context), read
         #: once here; ``None`` for a callable whose signature Python cannot tell.
         self.signature = _signature_of(function)
+        check_task_executor(name, function, options, is_async=self.is_async)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
 
