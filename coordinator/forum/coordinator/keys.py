@@ -29,7 +29,8 @@ key                                type    holds                                
                                            ``owner``, ``attempt``, ``since``      complete, release,
                                            (Redis TIME ms) of the claim,          the reaper, or the
                                            ``payload`` (bytes to re-offer),       next claim/cancel
-                                           ``grab``, ``handed``                   after a lapse
+                                           ``grab``, ``handed``                   after a lapse, or
+                                                                                  a cancel
 ``<tag>:inflight``                 zset    member ``<key>``, score = when its     never
                                            record is due for re-offer (Redis
                                            ``TIME``, milliseconds)

@@ -146,9 +146,7 @@ async def cancel(request: web.Request) -> web.StreamResponse:
 
 def _cancelled(state: str, owner: str | None) -> str:
     if state == "cancelled":
-        return "cancelled"
-    if state == "running":
-        return f"not cancelled: it runs (on {owner or 'a worker'})"
+        return f"cancelled (it was running on {owner}: stopped)" if owner else "cancelled"
     return "not cancelled: it was over already"
 
 
