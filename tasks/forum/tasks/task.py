@@ -27,6 +27,8 @@ Policy, per task, each overridable per enqueue where it says so:
 * ``result_ttl``: how long a result (and a dead job's error) is kept; the
   app's when ``None``.
 * ``priority``, ``ttl``: the defaults of ``_priority`` and ``_ttl``.
+* ``queue`` (per enqueue: ``_queue``): the queue its jobs go to, ``None``
+  for ``"default"`` (:mod:`forum.tasks.queues`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import Backoff
 from forum.tasks.errors import InvalidJob
+from forum.tasks.queues import check_queue
 
 if TYPE_CHECKING:
     from forum.tasks.app import App
@@ -60,6 +63,7 @@ class TaskOptions:
     result_ttl: float | None = None
     priority: int | None = None
     ttl: float | None = None
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
@@ -74,6 +78,8 @@ class TaskOptions:
             value = getattr(self, name)
             if not all(isinstance(t, type) and issubclass(t, BaseException) for t in value):
                 raise InvalidJob(f"{name} must be exception classes, not {value!r}")
+        if self.queue is not None:
+            check_queue(self.queue)
 
     def overridden(self, options: Mapping[str, Any]) -> TaskOptions:
         """These options with a job's per-enqueue overrides (a message's
