@@ -74,6 +74,7 @@ from forum.tasks.authority import KeyState, TaskAuthority
 from forum.tasks.errors import JobNotFound
 from forum.tasks.handle import JobState, JobStatus
 from forum.tasks.message import job_heads, peek_task
+from forum.tasks.queues import DEFAULT_QUEUE
 from forum.tasks.serializer import Serializer
 
 #: How long after finding nothing a status looks again (see the module
@@ -95,10 +96,11 @@ async def job_status(
     prefix: bytes,
     dead_prefix: bytes,
     serializer: Serializer,
-    queues: Sequence[str],
+    queues: Sequence[str] = (DEFAULT_QUEUE,),
 ) -> JobStatus:
     """The status of job ``key``, its tuple looked for in each of ``queues``
-    (see the module docstring)."""
+    (the app's: :func:`forum.tasks.queues.queues_of`) and as written before
+    queues (see the module docstring)."""
     heads = job_heads(prefix, key, queues)
 
     async def look() -> tuple[KeyState, bytes | None, bytes | None]:
