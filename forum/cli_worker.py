@@ -182,7 +182,7 @@ def add_worker(parser: argparse.ArgumentParser) -> None:
         type=_queues,
         help="with --app: serve only these queues, tried at each take in a random order "
         "drawn by weight (emails:3,default:1; a weight left out is 1); default: every "
-        "queue of the app, oldest job first",
+        "queue of the app, in the space's order (highest priority, then oldest)",
     )
     add(
         "--handler",

@@ -59,9 +59,11 @@ def queue_prefix(prefix: bytes, queue: str) -> bytes:
 
 
 def queues_of(app: App) -> list[str]:
-    """The queues the app's tasks name (the default one among them when a
-    task names none), sorted."""
-    return sorted({task.options.queue or DEFAULT_QUEUE for task in app.tasks.values()})
+    """The default queue and those the app's tasks name, sorted: where a
+    status looks for a key's tuple (an app without tasks, as ``forum jobs``
+    and the dashboard make when not given ``--app``, knows the default)."""
+    return sorted({DEFAULT_QUEUE, *(task.options.queue or DEFAULT_QUEUE
+                                    for task in app.tasks.values())})  # fmt: skip
 
 
 def weights(served: Served) -> dict[str, int]:
