@@ -50,6 +50,27 @@ Prints a table; writes bench/results/peers_bench.json and
 bench/results/peers_bench.png (jobs/s by concurrency, Forum against each peer).
 ``--profile DIR`` runs each system's process under cProfile (slower: for
 where the time goes, not for figures) and leaves one pstats file per run.
+
+``--limited`` runs a limited task instead (:data:`SCENARIOS`), in Forum's
+task layer, BullMQ and Celery (:data:`LIMITED`): ``keys``, 8 keys with at
+most 2 running per key, each job sleeping 20 ms; ``rate``, 50 starts/s on
+the task; and, when asked (``--scenarios``), ``free``: the keys' jobs
+without the limit, for what the limit costs. Each run is two worker
+processes of the system with 16 slots each (started, then ready, before the
+clock), and its producer's ``--jobs`` jobs (default :data:`LIMITED_JOBS`);
+every job logs its key, start and end (bench/limited_jobs.py says how, and
+how each system is told the limits; bench/peers/bullmq/limited.mjs is
+BullMQ's side). The report
+says, per system: jobs/s (first enqueue .. last end) and the steady rate of
+starts (medians of the rounds), the most running per key at any instant and
+the most starts in any second (the worst round), each against its limit.
+A run whose jobs have not all ended ``--limited-deadline`` s after the last
+enqueue is reported on those that did, marked incomplete::
+
+    .venv-bench/bin/python bench/peers_bench.py --limited [--systems forum-tasks bullmq celery]
+        [--rounds 1] [--jobs N] [--scenarios keys rate free] [--limited-deadline 60]
+
+It writes bench/results/peers_limits.json and peers_limits.txt (the table).
 """
 
 from __future__ import annotations
@@ -61,35 +82,43 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 from http_bench import forum_node, redis_server
+from limited_jobs import Scenario, held, read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 NOOP_JOBS = ROOT / "bench" / "noop_jobs.py"
 SYSTEMS = ("forum", "forum-tasks", "saq", "streaq", "taskiq", "arq")
+#: The systems of ``--limited``: Forum's task layer and the peers with limits.
+LIMITED = ("forum-tasks", "bullmq", "celery")
 #: Forum's systems: each run in this script's Python against a fresh forum serve.
 FORUMS = ("forum", "forum-tasks")
 #: The issue's targets for the task layer (issue 15): forum-tasks / forum, and
 #: forum-tasks / the fastest peer, at least these.
 TARGETS = {"tasks_vs_forum_min": 0.8, "tasks_vs_fastest_peer_min": 2.0}
 #: Each system's own Redis database (flushed before each of its runs).
-DATABASES = {name: db for db, name in enumerate(SYSTEMS)}
+DATABASES = {name: db for db, name in enumerate(SYSTEMS + LIMITED[1:])}
 #: The virtualenv each system runs in (scripts/bench-env); Forum's is this Python.
 VENVS = {
     "saq": ".venv-bench-saq",
     "streaq": ".venv-bench",
     "taskiq": ".venv-bench",
     "arq": ".venv-bench-arq",
+    "celery": ".venv-bench-celery",
 }
+#: BullMQ's side: a Node package, its node_modules made by scripts/bench-env.
+BULLMQ = Path("bench") / "peers" / "bullmq"
 #: What to report the versions of, per system.
 PACKAGES = {
     "forum": ("forum", "redis", "hiredis"),
@@ -98,6 +127,7 @@ PACKAGES = {
     "streaq": ("streaq", "coredis"),
     "taskiq": ("taskiq", "taskiq-redis", "redis", "hiredis"),
     "arq": ("arq", "redis", "hiredis"),
+    "celery": ("celery", "kombu", "redis"),
 }
 RUN_TIMEOUT = 120.0  # s: the default --run-timeout, for one run, all of it
 VERSIONS_TIMEOUT = 60.0  # s for a system's Python to say its versions
@@ -147,9 +177,13 @@ def pythons(systems: list[str], overrides: list[str], venvs: Path = ROOT) -> dic
     chosen = {
         name: sys.executable
         if name in FORUMS
+        else shutil.which("node") or "node"
+        if name == "bullmq"
         else str(venvs.resolve() / VENVS[name] / "bin" / "python")
         for name in systems
     }
+    if "bullmq" in chosen and not (venvs / BULLMQ / "node_modules" / "bullmq").is_dir():
+        raise BenchError(f"bullmq: no node_modules in {venvs / BULLMQ} (run scripts/bench-env)")
     for item in overrides:
         name, _, path = item.partition("=")
         if name not in chosen or not path:
@@ -185,7 +219,9 @@ async def child(python: str, *argv: str, deadline: float) -> str:
     return out.decode()
 
 
-async def versions(python: str, system: str) -> dict[str, str | None]:
+async def versions(python: str, system: str, venvs: Path = ROOT) -> dict[str, str | None]:
+    if system == "bullmq":
+        return await node_versions(python, venvs / BULLMQ / "node_modules")
     argv = ("-I", "-c", VERSIONS, PACKAGES[system][0], *PACKAGES[system])
     try:
         out = await child(python, *argv, deadline=VERSIONS_TIMEOUT)
@@ -194,6 +230,15 @@ async def versions(python: str, system: str) -> dict[str, str | None]:
                          f"{VERSIONS_TIMEOUT:g} s") from None  # fmt: skip
     found: dict[str, str | None] = json.loads(out)
     return found
+
+
+async def node_versions(node: str, modules: Path) -> dict[str, str | None]:
+    """Node's version and the installed bullmq's and ioredis's (their
+    package.json files: what ``require`` would load)."""
+    found = {"node": (await child(node, "--version", deadline=VERSIONS_TIMEOUT)).strip()}
+    for name in ("bullmq", "ioredis"):
+        found[name] = json.loads((modules / name / "package.json").read_text())["version"]
+    return dict(found)
 
 
 async def one_run(
@@ -220,39 +265,65 @@ def progress(line: str) -> None:
     print(f"peers_bench: {line}", file=sys.stderr, flush=True)
 
 
-async def measure(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str, Any]:
-    report: dict[str, Any] = {
-        "bench": "peers_bench",
+def report_head(bench: str, args: argparse.Namespace) -> dict[str, Any]:
+    """What every report of this script begins with: the machine and the runs."""
+    return {
+        "bench": bench,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform()},
         "load_average_at_start": os.getloadavg()[0],
-        "jobs": args.jobs,
         "rounds": args.rounds,
+        "redis": "one redis-server, appendonly yes, appendfsync always; a database per system",
+        "run_timeout": args.run_timeout,
+    }  # fmt: skip
+
+
+async def measure(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        **report_head("peers_bench", args),
+        "jobs": args.jobs,
         "timed": "N / (first enqueue .. N-th completion); see bench/noop_jobs.py",
         "forum": "forum serve --fsync always (fresh per run) + ForumClient + Lens + Worker",
         "forum-tasks": "forum's, through the task layer: App.enqueue + app.worker, a no-op task",
         "targets": TARGETS,
-        "redis": "one redis-server, appendonly yes, appendfsync always; a database per system",
-        "run_timeout": args.run_timeout,
         "profiled": args.profile is not None,
         "versions": {name: await versions(python, name) for name, python in chosen.items()},
         "concurrency": {},
         "timeouts": [],
     }  # fmt: skip
+
+    async def noop(concurrency: int, name: str, round_: int, python: str, base: str) -> Any:
+        which = Run(name, concurrency, round_)
+        if (run := await timed_run(which, python, base, args)) is None:
+            report["timeouts"].append(asdict(which))
+        return run
+
+    for concurrency, runs in (await in_turns(args.concurrency, args.rounds, chosen, noop)).items():
+        report["concurrency"][str(concurrency)] = summary(runs)
+    return report
+
+
+async def in_turns(
+    figures: list[Any],
+    rounds: int,
+    chosen: dict[str, str],
+    run: Callable[[Any, str, int, str, str], Awaitable[dict[str, Any] | None]],
+) -> dict[Any, dict[str, list[dict[str, Any]]]]:
+    """Per figure (a concurrency, a scenario), each system's runs (None: not
+    one), ``run(figure, system, round, python, redis_base)`` against one
+    redis-server started here: the systems take turns round by round."""
+    found: dict[Any, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="peers-bench-redis-") as data:
         async with redis_server(Path(data), "always") as (redis_url, _):
             base = redis_url.rsplit("/", 1)[0]
-            for concurrency in args.concurrency:
-                runs: dict[str, list[dict[str, float]]] = {name: [] for name in chosen}
-                for round_ in range(1, args.rounds + 1):
+            for figure in figures:
+                runs: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
+                found[figure] = runs
+                for round_ in range(1, rounds + 1):
                     for name, python in chosen.items():
-                        which = Run(name, concurrency, round_)
-                        if (run := await timed_run(which, python, base, args)) is None:
-                            report["timeouts"].append(asdict(which))
-                        else:
-                            runs[name].append(run)
-                report["concurrency"][str(concurrency)] = summary(runs)
-    return report
+                        if (result := await run(figure, name, round_, python, base)) is not None:
+                            runs[name].append(result)
+    return found
 
 
 async def timed_run(
@@ -416,18 +487,273 @@ def bar_note(name: str, row: dict[str, Any]) -> str:
     return " / ".join(shown(r, "{:.2f}x").strip() for r in ratios)
 
 
+# -- --limited: a limited task ----------------------------------------------------------
+
+#: The limited task's scenarios (bench/limited_jobs.py ``Scenario``).
+SCENARIOS = {
+    "keys": Scenario(keys=8, max_running=2, rate=0, sleep=0.02),
+    "rate": Scenario(keys=1, max_running=0, rate=50, sleep=0),
+    # keys' jobs without the limit: what the limit costs (only when asked).
+    "free": Scenario(keys=8, max_running=0, rate=0, sleep=0.02),
+}
+#: The scenarios run unless --scenarios says otherwise.
+DEFAULT_SCENARIOS = ["keys", "rate"]
+#: Jobs per run of each scenario: the keys' ~2 s at the limit's most (8 x 2
+#: running / 20 ms = 800/s), the rate's 12 s at 50/s.
+LIMITED_JOBS = {"keys": 1600, "rate": 600, "free": 1600}
+LIMITED_WORKERS = 2  # worker processes per run
+LIMITED_SLOTS = 16  # slots per worker process: twice the 8 x 2 the keys allow
+READY_TIMEOUT = 60.0  # s for a run's workers to be taking jobs
+#: s from the last enqueue: a run not done by then is reported on the jobs
+#: that ran (the default of --limited-deadline)
+LIMITED_DEADLINE = 60.0
+LIMITED_POLL = 0.05  # s between looks at the log
+STOP_GRACE = 5.0  # s between SIGTERM to a worker and SIGKILL to its group
+#: The systems that have no such limit, by scenario: they run it without.
+UNENFORCED = {"keys": ("celery",), "free": LIMITED}
+#: How each system is told the limits, for the report.
+LIMITED_HOW = {
+    "forum-tasks": "@app.task(limit_key=lambda key, i: key, max_running=2) / "
+    "@app.task(rate_limit='50/s'): cluster-wide through the Lens; 2 app.worker "
+    "processes of 16 slots, one forum serve --fsync always",
+    "bullmq": "BullMQ OSS has no per-key limit (groups are BullMQ Pro): a queue per key, "
+    "each setGlobalConcurrency(2) / Worker limiter {max: 50, duration: 1000} (global); "
+    "2 Node processes, a Worker of 16 slots per queue",
+    "celery": "no per-key limit in Celery: the keys run unlimited / "
+    "@app.task(rate_limit='50/s'), per worker as documented; 2 celery worker "
+    "processes, --concurrency 16 (prefork, its default), the Redis broker",
+}
+
+
+def limited_argv(system: str, role: str, venvs: Path) -> list[str]:
+    """The script and its first arguments that run ``role`` of ``system``."""
+    if system == "bullmq":
+        return [str((venvs / BULLMQ / "limited.mjs").resolve()), role]
+    return [str(ROOT / "bench" / "limited_jobs.py"), role, system]
+
+
+async def limited_run(
+    which: Run, scenario: str, executable: str, redis_base: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One run of ``scenario`` by ``which.system`` (the module docstring):
+    what :func:`limited_jobs.held` says of its log."""
+    system = which.system
+    url = f"{redis_base}/{DATABASES[system]}"
+    async with aioredis.from_url(url) as client:
+        await client.flushdb()
+    argv = [*SCENARIOS[scenario].argv(), "--redis-url", url]
+    async with contextlib.AsyncExitStack() as stack:
+        if system in FORUMS:
+            data = stack.enter_context(tempfile.TemporaryDirectory(prefix="peers-limits-forum-"))
+            forum_url, _ = await stack.enter_async_context(forum_node(Path(data), "always"))
+            argv += ["--forum-url", forum_url]
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="peers-limits-")))
+        log, ready = logs / "jobs.log", logs / "ready.log"
+        log.touch()
+        ready.touch()
+        started = loop_time()
+        workers = [
+            await stack.enter_async_context(worker_process(
+                executable, *limited_argv(system, "worker", args.venvs), *argv,
+                "--log", str(log), "--ready", str(ready), "--slots", str(LIMITED_SLOTS),
+            ))
+            for _ in range(LIMITED_WORKERS)
+        ]  # fmt: skip
+        await until_lines(ready, LIMITED_WORKERS, workers, started + READY_TIMEOUT, "ready")
+        produced = json.loads(await child(
+            executable, *limited_argv(system, "produce", args.venvs), *argv,
+            "--jobs", str(args.limited_jobs[scenario]), deadline=args.run_timeout,
+        ))  # fmt: skip
+        jobs = args.limited_jobs[scenario]
+        try:
+            await until_lines(log, jobs, workers, loop_time() + args.limited_deadline, "done")
+        except RunTimeout as exc:  # the figures of the jobs that ran, marked incomplete
+            if not log.read_bytes():
+                raise
+            progress(f"{scenario}: {which}: incomplete, {exc}")
+        ran = read_log(log.read_text().splitlines())
+    return held(ran, SCENARIOS[scenario], produced["enqueue_started"], jobs)
+
+
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+@contextlib.asynccontextmanager
+async def worker_process(executable: str, *argv: str) -> Any:
+    """A worker in a process group of its own: SIGTERM at the end, then, after
+    :data:`STOP_GRACE` or at once once it exited, SIGKILL to its whole group."""
+    proc = await asyncio.create_subprocess_exec(
+        executable, *argv, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STOP_GRACE):
+                await proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+async def until_lines(
+    path: Path, lines: int, workers: list[Any], deadline: float, what: str
+) -> None:
+    """Until ``path`` holds ``lines`` lines; a RunTimeout past ``deadline``
+    (the loop's clock), a BenchError once a worker has exited."""
+    while path.read_bytes().count(b"\n") < lines:
+        if any(proc.returncode is not None for proc in workers):
+            raise BenchError(f"a worker exited (its error above) before {what}")
+        if loop_time() > deadline:
+            have = path.read_bytes().count(b"\n")
+            raise RunTimeout(f"{have} of {lines} lines in {path.name} by the deadline ({what})")
+        await asyncio.sleep(LIMITED_POLL)
+
+
+async def measure_limited(args: argparse.Namespace, chosen: dict[str, str]) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        **report_head("peers_limits", args),
+        "workers": LIMITED_WORKERS,
+        "slots_per_worker": LIMITED_SLOTS,
+        "scenarios": {name: asdict(SCENARIOS[name]) | {"jobs": args.limited_jobs[name]}
+                      for name in args.scenarios},
+        "timed": "jobs / (first enqueue .. last job's end), the workers started and ready before",
+        "how": {name: LIMITED_HOW[name] for name in chosen},
+        "limited_deadline": args.limited_deadline,
+        "versions": {name: await versions(python, name, args.venvs)
+                     for name, python in chosen.items()},
+        "results": {},
+        "timeouts": [],
+    }  # fmt: skip
+
+    async def limited(scenario: str, name: str, round_: int, python: str, base: str) -> Any:
+        which = Run(name, LIMITED_SLOTS, round_)
+        try:
+            run = await limited_run(which, scenario, python, base, args)
+        except RunTimeout as exc:
+            progress(f"{scenario}: {which}: timeout ({exc})")
+            report["timeouts"].append(asdict(which) | {"scenario": scenario})
+            return None
+        progress(f"{scenario}: {which}: {limited_line(run)}")
+        return run
+
+    for scenario, runs in (await in_turns(args.scenarios, args.rounds, chosen, limited)).items():
+        report["results"][scenario] = {
+            name: limited_summary(samples) | {"enforced": name not in UNENFORCED.get(scenario, ())}
+            for name, samples in runs.items()
+        }
+    return report
+
+
+def limited_line(run: dict[str, Any]) -> str:
+    return (f"{run['jobs']} jobs, {run['jobs_per_s']:,.1f} jobs/s, at most "
+            f"{run['max_running_per_key']} running per key, steady "
+            f"{shown(run['steady_rate_per_s'], '{:.1f}').strip()} starts/s")  # fmt: skip
+
+
+def limited_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """A system's runs of a scenario: the medians of its rates and ratios,
+    the worst (most) of its counts of running jobs, and every run."""
+    if not samples:
+        return {"jobs_per_s": None, "runs": []}
+    medians = ("jobs_per_s", "steady_rate_per_s", "steady_rate_vs_limit")
+    worst = ("max_running_per_key", "max_running", "max_running_per_key_vs_limit",
+             "most_starts_in_1s", "most_starts_in_1s_vs_limit")  # fmt: skip
+    return {
+        "complete": all(s["complete"] for s in samples),
+        **{key: median_of(s[key] for s in samples) for key in medians},
+        **{key: max_of(s[key] for s in samples) for key in worst},
+        "runs": samples,
+    }
+
+
+def incomplete(row: dict[str, Any]) -> str:
+    """A table row's mark: "*" when a run's jobs did not all run in time."""
+    return "*" if row.get("complete") is False else " "
+
+
+def median_of(values: Any) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def max_of(values: Any) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def limited_table(report: dict[str, Any]) -> str:
+    lines = [
+        f"A limited task: {report['workers']} worker processes x {report['slots_per_worker']} "
+        f"slots per system; jobs/s = jobs / (first enqueue .. last end), median of "
+        f"{report['rounds']}; the most running per key and in any 1 s: the worst round "
+        f"(load average at start {report['load_average_at_start']:.1f}, 2 cores, shared)"
+    ]
+    for scenario, rows in report["results"].items():
+        spec = report["scenarios"][scenario]
+        if scenario in ("keys", "free"):
+            within = spec["keys"] * spec["max_running"] / spec["sleep"]
+            lines += [
+                f"\n{scenario}: {spec['keys']} keys, "
+                + (f"at most {spec['max_running']} running per key" if within else "no limit")
+                + f", each job {spec['sleep'] * 1000:g} ms, {spec['jobs']} jobs"
+                + (f" (at most {within:,.0f} jobs/s within the limit)" if within else ""),
+                f"{'system':>12}  {'jobs/s':>8}  {'max/key':>7}  {'/limit':>7}  {'max all':>7}",
+            ]
+            for name, row in rows.items():
+                lines.append(f"{name:>12}{incomplete(row)} " + "  ".join([
+                    shown(row["jobs_per_s"], "{:>8,.0f}"),
+                    shown(row.get("max_running_per_key"), "{:>7.0f}"),
+                    shown(row.get("max_running_per_key_vs_limit"), "{:>6.2f}x")
+                    if row["enforced"] else f"{'(none)':>7}",
+                    shown(row.get("max_running"), "{:>7.0f}"),
+                ]))  # fmt: skip
+        else:
+            lines += [
+                f"\nrate: {spec['rate']:g} starts/s on the task, {spec['jobs']} jobs; steady = "
+                "the starts between the first and last 10 % of jobs",
+                f"{'system':>12}  {'jobs/s':>8}  {'steady/s':>8}  {'/limit':>7}  "
+                f"{'max in 1s':>9}  {'/limit':>7}",
+            ]
+            for name, row in rows.items():
+                lines.append(f"{name:>12}{incomplete(row)} " + "  ".join([
+                    shown(row["jobs_per_s"], "{:>8,.1f}"),
+                    shown(row.get("steady_rate_per_s"), "{:>8.1f}"),
+                    shown(row.get("steady_rate_vs_limit"), "{:>6.3f}x"),
+                    shown(row.get("most_starts_in_1s"), "{:>9.0f}"),
+                    shown(row.get("most_starts_in_1s_vs_limit"), "{:>6.2f}x"),
+                ]))  # fmt: skip
+    lines += ["", *(f"{name}: {how}" for name, how in report["how"].items())]
+    rows = [row for rows in report["results"].values() for row in rows.values()]
+    if any(incomplete(row) == "*" for row in rows):
+        lines.append(f"* not every job ran by {report['limited_deadline']:g} s after the last "
+                     "enqueue: the figures are of those that did (the JSON: how many)")  # fmt: skip
+    if report["timeouts"]:
+        lines.append("timed out: " + "; ".join(
+            f"{t['scenario']}: {Run(t['system'], t['slots'], t['round'])}"
+            for t in report["timeouts"]))  # fmt: skip
+    return "\n".join(lines)
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=2000, help="jobs per run (default 2000)")
+    parser.add_argument("--jobs", type=int, help="jobs per run (default 2000; --limited: "
+                        f"per scenario, {LIMITED_JOBS})")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS + LIMITED[1:],
+                        help=f"default: {' '.join(SYSTEMS)}; "
+                             f"--limited: {' '.join(LIMITED)}")  # fmt: skip
     parser.add_argument("--python", action="append", default=[], metavar="SYSTEM=PATH",
                         help="run SYSTEM with this Python instead of its venv's")  # fmt: skip
     parser.add_argument("--venvs", type=Path, default=ROOT, metavar="DIR",
                         help="the peers' .venv-bench* are in DIR (default: this checkout; "
                              "another's serve: the peers run none of its code)")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=RESULTS / "peers_bench.json")
+    parser.add_argument("--out", type=Path, help="default: bench/results/peers_bench.json; "
+                        "--limited: peers_limits.json, and the table beside it (.txt)")  # fmt: skip
     parser.add_argument("--plot", type=Path, default=RESULTS / "peers_bench.png")
     parser.add_argument("--no-plot", action="store_true", help="draw no PNG (no matplotlib)")
     parser.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT, metavar="S",
@@ -436,7 +762,36 @@ async def main() -> int:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="cProfile each run's process (its figures then are not "
                              "comparable): DIR/SYSTEM-cSLOTS-rROUND.pstats")  # fmt: skip
+    parser.add_argument(
+        "--limited",
+        action="store_true",
+        help="a limited task, in Forum, BullMQ and Celery (the docstring)",
+    )
+    parser.add_argument(
+        "--limited-deadline",
+        type=float,
+        default=LIMITED_DEADLINE,
+        metavar="S",
+        help="--limited: a run's jobs not all done S s after the last enqueue: its figures "
+        f"are of those that ran, marked incomplete (default {LIMITED_DEADLINE:g})",
+    )
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        choices=list(SCENARIOS),
+        default=DEFAULT_SCENARIOS,
+        help=f"--limited: which (default: {' '.join(DEFAULT_SCENARIOS)}; free: keys' "
+        "jobs unlimited, for what the limit costs)",
+    )
     args = parser.parse_args()
+    allowed = LIMITED if args.limited else SYSTEMS
+    args.systems = args.systems or list(allowed)
+    if unknown := [name for name in args.systems if name not in allowed]:
+        parser.error(f"--systems {' '.join(unknown)}: not one of {' '.join(allowed)}")
+    if args.limited:
+        args.limited_jobs = {name: args.jobs or LIMITED_JOBS[name] for name in SCENARIOS}
+        args.no_plot = True
+    args.jobs = args.jobs or 2000
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     if args.jobs < 1 or args.rounds < 1 or min(args.concurrency) < 1:
@@ -445,16 +800,20 @@ async def main() -> int:
         parser.error("--run-timeout must be more than 0")
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         parser.error("matplotlib is not installed here: run from .venv-bench, or --no-plot")
+    out = args.out or RESULTS / ("peers_limits.json" if args.limited else "peers_bench.json")
     try:
         chosen = pythons(list(dict.fromkeys(args.systems)), args.python, args.venvs)
-        report = await measure(args, chosen)
+        report = await (measure_limited if args.limited else measure)(args, chosen)
     except BenchError as exc:
         print(f"peers_bench: {exc}", file=sys.stderr)
         return 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(table(report))
-    print(f"\nwritten to {args.out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    shown_table = limited_table(report) if args.limited else table(report)
+    print(shown_table)
+    if args.limited:
+        out.with_suffix(".txt").write_text(shown_table + "\n")
+    print(f"\nwritten to {out}")
     if not args.no_plot:
         plot(report, args.plot)
         print(f"drawn to {args.plot}")

@@ -86,14 +86,22 @@ if TYPE_CHECKING:
         JobExpired,
         JobFailed,
         JobHandle,
+        JobInfo,
         JobNotFound,
         JobState,
         JobStatus,
         JsonSerializer,
+        Middleware,
         MsgpackSerializer,
         ResultTimeout,
+        Signature,
+        StartupFailed,
         TaskError,
         UnknownTask,
+        WorkflowHandle,
+        WorkflowStatus,
+        chain,
+        group,
     )
 
 __all__ = [
@@ -120,6 +128,7 @@ __all__ = [
     "JobExpired",
     "JobFailed",
     "JobHandle",
+    "JobInfo",
     "JobNotFound",
     "JobState",
     "JobStatus",
@@ -129,6 +138,7 @@ __all__ = [
     "LensStateLost",
     "LensUnavailable",
     "LimitExceeded",
+    "Middleware",
     "MsgpackSerializer",
     "NodeRejected",
     "NodeTimeout",
@@ -141,6 +151,8 @@ __all__ = [
     "ResultTimeout",
     "RetryAfter",
     "SerializationError",
+    "Signature",
+    "StartupFailed",
     "Strand",
     "StrandConfig",
     "StrandCorrupt",
@@ -152,6 +164,10 @@ __all__ = [
     "Unauthorized",
     "UnknownTask",
     "Worker",
+    "WorkflowHandle",
+    "WorkflowStatus",
+    "chain",
+    "group",
 ]
 
 # Installed, every part is under this folder. In a checkout the parts are in
@@ -185,12 +201,15 @@ _LAZY = {
     "forum.node.storage.strand": frozenset({"Strand", "StrandConfig"}),
     "forum.replication.errors": frozenset({"ReplicationError"}),
     "forum.tasks.app": frozenset({"App"}),
+    "forum.tasks.bulk": frozenset({"Signature"}),
+    "forum.tasks.canvas": frozenset({"WorkflowHandle", "WorkflowStatus", "chain", "group"}),
     "forum.tasks.context": frozenset({"Context"}),
     "forum.tasks.errors": frozenset({
         "InvalidJob", "JobCancelled", "JobExpired", "JobFailed", "JobNotFound", "ResultTimeout",
-        "TaskError", "UnknownTask",
+        "StartupFailed", "TaskError", "UnknownTask",
     }),
     "forum.tasks.handle": frozenset({"JobHandle", "JobState", "JobStatus"}),
+    "forum.tasks.hooks": frozenset({"JobInfo", "Middleware"}),
     "forum.tasks.serializer": frozenset({"JsonSerializer", "MsgpackSerializer"}),
 }  # fmt: skip
 

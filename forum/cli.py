@@ -9,7 +9,7 @@
     forum worker                        forum.cli_worker   workers (the Lens: Redis)
     forum jobs list|show|cancel|retry|purge
                                         forum.cli_jobs     a task app's jobs
-    forum dead list|requeue             forum.cli_dead     dead letters
+    forum dead                          forum.cli_dead     moved: forum jobs list/retry --raw
     forum cluster up|demo               forum.cli_cluster  a local cluster of processes
 
 argparse picks the subcommand; only then is that subcommand's module imported
@@ -86,7 +86,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "list, show, cancel, retry or purge a task app's jobs",
         "forum.cli_jobs:add_jobs",
     ),
-    "dead": ("list or requeue dead-lettered jobs", "forum.cli_dead:add_dead"),
+    "dead": ("moved: forum jobs list --raw, forum jobs retry --raw", "forum.cli_dead:add_dead"),
     "cluster": (
         "run a local cluster of real processes (nodes, Redis, workers)",
         "forum.cli_cluster:add_cluster",

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import importlib
 import os
+import traceback
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -114,11 +115,14 @@ def resolve(flag: str, spec: str) -> Any:
                 f"{flag} {spec}: module {module_name!r} not found "
                 "(looked in --app-dir and the installed packages)"
             ) from None
-        raise UsageError(f"{flag} {spec}: the module failed to import: {exc}") from None
-    except Exception as exc:
-        # The user's module raised while importing: say what, not where.
         raise UsageError(
-            f"{flag} {spec}: the module failed to import: {type(exc).__name__}: {exc}"
+            f"{flag} {spec}: cannot import {module_name}: {_where_failed(exc)}{exc}"
+        ) from None
+    except Exception as exc:
+        # The user's module raised while importing: what, and where (its file and line).
+        raise UsageError(
+            f"{flag} {spec}: cannot import {module_name}: "
+            f"{type(exc).__name__} at {_where_failed(exc)}{_message(exc)}"
         ) from None
     for part in attribute.split("."):
         try:
@@ -126,6 +130,32 @@ def resolve(flag: str, spec: str) -> Any:
         except AttributeError:
             raise UsageError(f"{flag} {spec}: {module_name!r} has no {attribute!r}") from None
     return found
+
+
+def _where_failed(exc: BaseException) -> str:
+    """``file:line: `` of what failed to import: a syntax error's own place,
+    else the innermost frame of the traceback (where the module raised)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{_shown(exc.filename)}:{exc.lineno}: "
+    frames = traceback.extract_tb(exc.__traceback__)
+    # The first frame is resolve's, the import machinery's are frozen: the last other one.
+    theirs = [f for f in frames[1:] if not f.filename.startswith("<frozen importlib")]
+    if not theirs:
+        return ""
+    return f"{_shown(theirs[-1].filename)}:{theirs[-1].lineno}: "
+
+
+def _message(exc: BaseException) -> str:
+    """An exception's text on one line (a syntax error's without its place,
+    which is said before it)."""
+    text = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    return " ".join(str(text).split())
+
+
+def _shown(filename: str) -> str:
+    """A file name relative to the working directory when it is under it."""
+    relative = os.path.relpath(filename)
+    return filename if relative.startswith("..") else relative
 
 
 def load_app(spec: str, *, need_tasks: bool = True) -> App:

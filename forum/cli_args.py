@@ -30,6 +30,8 @@ T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_NO_MATCH = 1
+#: The command ran and its work failed (a worker whose startup hook failed).
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_NODE = 3
 

@@ -1,4 +1,5 @@
-"""``forum jobs list|show|cancel|retry|purge``: a task app's jobs, from the shell.
+"""``forum jobs list|show|cancel|retry|purge``: a task app's jobs, from the shell,
+and with ``--raw`` every dead letter, whatever parked it (once ``forum dead``).
 
 Each action opens the app (``--app module:name``, for its prefix and
 serializer; an ``App()`` with the defaults without it) against ``--node``
@@ -36,9 +37,10 @@ from forum.cli_args import (
     UsageError,
     node_options,
 )
+from forum.coordinator.deadletter import DeadLetter
 from forum.coordinator.errors import LensError
 from forum.coordinator.records import HistoryEvent
-from forum.tasks import App, InvalidJob, JobNotFound, JobState, JobStatus, TaskError
+from forum.tasks import App, InvalidJob, JobNotFound, JobState, JobStatus, TaskError, admin, letters
 
 #: An action's body, given the open app and the arguments; its exit code.
 Action = Callable[[App, argparse.Namespace], Awaitable[int]]
@@ -56,17 +58,25 @@ def add_jobs(parser: argparse.ArgumentParser) -> None:
         "examples:\n  forum jobs list --app examples.thumbnails.app:app --state dead\n"
         "  forum jobs show thumb:7:16 --app examples.thumbnails.app:app\n"
         "  forum jobs retry thumb:7:16 --app examples.thumbnails.app:app\n"
-        "  forum jobs purge --state dead --app examples.thumbnails.app:app"
+        "  forum jobs purge --app examples.thumbnails.app:app\n"
+        "  forum jobs list --raw\n  forum jobs retry --raw --all"
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    listing = _action(actions, "list", "list jobs, running ones first", _list)
+    listing = _action(actions, "list", "list jobs, newest first", _list)
     listing.add_argument("--state", choices=STATES, help="only jobs in this state")
+    listing.add_argument("--task", metavar="NAME", type=NONEMPTY, help="only jobs of this task")
     listing.add_argument(
         "--limit", metavar="N", type=COUNT, default=100, help="at most N jobs (default 100)"
     )
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.add_argument(
+        "--raw",
+        action="store_true",
+        help="every dead letter under the dead prefix by entry id, a raw worker's too",
+    )
+    _dead_prefix_option(listing)
 
     show = _action(actions, "show", "show a job: status, result or error, claim history", _show)
     show.add_argument("key", metavar="KEY", type=NONEMPTY, help="the job's key")
@@ -76,15 +86,38 @@ def add_jobs(parser: argparse.ArgumentParser) -> None:
     cancel.add_argument("key", metavar="KEY", type=NONEMPTY, help="the job's key")
 
     retry = _action(actions, "retry", "put a dead job back to work", _retry)
-    retry.add_argument("key", metavar="KEY", type=NONEMPTY, help="the job's key")
+    retry.add_argument(
+        "key", metavar="KEY", nargs="*", type=NONEMPTY, help="the job's key (--raw: entry ids)"
+    )
+    retry.add_argument(
+        "--raw", action="store_true", help="KEYs are dead letters' entry ids (jobs list --raw)"
+    )
+    retry.add_argument("--all", action="store_true", help="with --raw: every dead letter")
+    _dead_prefix_option(retry)
 
-    purge = _action(actions, "purge", "drop the dead jobs' letters", _purge)
+    purge = _action(actions, "purge", "drop the dead jobs, or the done jobs' results", _purge)
     purge.add_argument(
         "--state",
-        choices=[JobState.DEAD.value],
-        required=True,
-        help="dead (the only state that is purged: others' records expire by themselves)",
+        choices=[JobState.DEAD.value, JobState.DONE.value],
+        default=JobState.DEAD.value,
+        help="dead (default): their letters and records; done: their results (the done "
+        "marker stays, so the job still runs once); others' records expire by themselves",
     )
+
+
+def _dead_prefix_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dead-prefix",
+        metavar="PREFIX",
+        type=NONEMPTY,
+        help="with --raw: where the letters are (a worker's --dead-prefix; default the app's)",
+    )
+
+
+def _raw_prefix(args: argparse.Namespace) -> bytes | None:
+    if args.dead_prefix is not None and not args.raw:
+        raise UsageError("--dead-prefix is for --raw")
+    return None if args.dead_prefix is None else os.fsencode(args.dead_prefix)
 
 
 def _action(actions: Any, name: str, summary: str, body: Action) -> argparse.ArgumentParser:
@@ -138,13 +171,31 @@ def _say(args: argparse.Namespace, message: str) -> None:
 
 
 async def _list(app: App, args: argparse.Namespace) -> int:
+    if args.raw:
+        if args.state is not None or args.task is not None:
+            raise UsageError("--raw lists every dead letter: not with --state or --task")
+        return await _list_letters(app, args)
+    _raw_prefix(args)
     state = None if args.state is None else JobState(args.state)
-    rows = [status async for status in app.jobs(state, args.limit)]
+    found = await admin.listing(app, state, args.limit, args.task)
     if args.json:
-        for status in rows:
+        for status in found.jobs:
             print(json.dumps(_plain(status), default=repr))
         return EXIT_OK
-    print(_table(rows))
+    print(_table(found.jobs))
+    print(_count(len(found.jobs), found.total))
+    return EXIT_OK
+
+
+async def _list_letters(app: App, args: argparse.Namespace) -> int:
+    shown = 0
+    async for letter in letters.dead_letters(app, _raw_prefix(args)):
+        if shown == args.limit:
+            if not args.json:  # JSON lines are objects only
+                print(f"(the first {shown:,} shown; more: --limit)")
+            break
+        print(json.dumps(_letter(letter)) if args.json else _describe_letter(letter))
+        shown += 1
     return EXIT_OK
 
 
@@ -173,29 +224,51 @@ async def _cancel(app: App, args: argparse.Namespace) -> int:
 
 
 async def _retry(app: App, args: argparse.Namespace) -> int:
-    status = await app.job(args.key).status()
+    _raw_prefix(args)  # --dead-prefix without --raw: a usage error
+    if args.raw:
+        return await _retry_letters(app, args)
+    if args.all or len(args.key) != 1:
+        raise UsageError("give one KEY (or --raw with entry ids, or --raw --all)")
+    [key] = args.key
+    status = await app.job(key).status()
     if status.state is not JobState.DEAD:
-        _say(args, f"{args.key} is {status.state.value}, not dead: nothing to retry")
+        _say(args, f"{key} is {status.state.value}, not dead: nothing to retry")
         return EXIT_NO_MATCH
     try:
-        await app.retry(args.key)
+        await app.retry(key)
     except InvalidJob as exc:  # its letter is gone (purged, or requeued by another)
         _say(args, str(exc))
         return EXIT_NO_MATCH
-    print(f"requeued {args.key}")
+    print(f"requeued {key}")
     return EXIT_OK
 
 
+async def _retry_letters(app: App, args: argparse.Namespace) -> int:
+    if args.all == bool(args.key):
+        raise UsageError("--raw: give dead letters' entry ids, or --all")
+    wanted = None if args.all else set(args.key)
+    requeued = await letters.requeue_letters(app, wanted, _raw_prefix(args))
+    missing = sorted((wanted or set()) - set(requeued))
+    for entry in missing:
+        _say(args, f"no dead letter {entry}")
+    print(f"requeued {len(requeued)}")
+    return EXIT_NO_MATCH if missing else EXIT_OK
+
+
 async def _purge(app: App, args: argparse.Namespace) -> int:
-    print(f"purged {await app.purge(JobState(args.state))}")
+    state = JobState(args.state)
+    purged = await app.purge(state)
+    what = "results of done jobs" if state is JobState.DONE else "dead jobs"
+    print(f"purged {purged:,} {what}")
     return EXIT_OK
 
 
 # -- how they are shown ----------------------------------------------------------------
 
 _COLUMNS = ("KEY", "TASK", "STATE", "ATTEMPT", "WORKER", "WHEN", "ERROR")
-#: A table cell's widest (the key and the error are cut, the JSON is whole).
-_WIDEST = {"KEY": 40, "ERROR": 60}
+#: A table cell's widest: the error's first line is cut (``jobs show`` has it
+#: whole); the key never is, so it can be pasted into ``jobs show``.
+_WIDEST = {"ERROR": 60}
 
 
 def _table(rows: list[JobStatus]) -> str:
@@ -207,7 +280,7 @@ def _table(rows: list[JobStatus]) -> str:
             "" if s.attempt is None else str(s.attempt),
             s.worker or "",
             _when(s),
-            (s.error or "").replace("\n", " "),
+            (s.error or "").partition("\n")[0],
         )
         for s in rows
     ]
@@ -218,7 +291,14 @@ def _table(rows: list[JobStatus]) -> str:
     widths = [max([len(name), *(len(row[i]) for row in cut)]) for i, name in enumerate(_COLUMNS)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
              for row in [_COLUMNS, *cut]]  # fmt: skip
-    return "\n".join(lines) + f"\n({len(rows)} jobs)"
+    return "\n".join(lines)
+
+
+def _count(shown: int, total: int) -> str:
+    """The listing's last line: how many of how many (newest first)."""
+    if shown == total:
+        return f"({total:,} job{'' if total == 1 else 's'}, newest first)"
+    return f"({shown:,} of {total:,} jobs, newest first; more: --limit)"
 
 
 def _cut(text: str, widest: int | None) -> str:
@@ -265,6 +345,27 @@ def _describe(status: JobStatus, history: list[HistoryEvent]) -> str:
         for e in history
     ]
     return "\n".join(lines)
+
+
+def _describe_letter(letter: DeadLetter) -> str:
+    """A dead letter: one line of what it is, then its error as it was
+    raised, a traceback on lines of its own (``repr`` of it was one escaped line)."""
+    envelope = letter.envelope
+    payload = envelope.payload[:60].decode(errors="backslashreplace")
+    head = f"{letter.id}  key={envelope.key}  attempts={envelope.attempt}  payload={payload!r}"
+    error = (envelope.error or "(no error kept)").rstrip().splitlines()
+    return "\n".join([head, *(f"  {line}" for line in error)])
+
+
+def _letter(letter: DeadLetter) -> dict[str, Any]:
+    envelope = letter.envelope
+    return {
+        "id": str(letter.id),
+        "key": envelope.key,
+        "attempts": envelope.attempt,
+        "error": envelope.error,
+        "payload": envelope.payload.decode(errors="backslashreplace"),
+    }
 
 
 def _plain(status: JobStatus) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from forum.cli_app import (
 from forum.cli_args import (
     COUNT,
     COUNT_OR_ZERO,
+    EXIT_FAILED,
     EXIT_OK,
     NONEMPTY,
     PORT,
@@ -86,7 +87,7 @@ from forum.node.core.cancellation import wait_event
 from forum.node.core.errors import ClientError, Unauthorized
 from forum.node.core.space import Pattern
 from forum.tasks import App
-from forum.tasks.errors import TaskError
+from forum.tasks.errors import StartupFailed, TaskError
 from forum.tasks.queues import parse_weights
 
 # Its log lines' name, which log filters select them by.
@@ -339,14 +340,22 @@ async def run_worker(args: argparse.Namespace) -> int:
             flush=True,
         )
         done = asyncio.Event()
-        async with asyncio.TaskGroup() as tasks:
-            if not args.no_progress:
-                tasks.create_task(_progress(worker, done))
-            try:
-                await worker.run()
-            finally:
-                done.set()
-    return EXIT_OK
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                if not args.no_progress:
+                    tasks.create_task(_progress(worker, done))
+                try:
+                    await worker.run()
+                finally:
+                    done.set()
+        except* StartupFailed as failed:
+            # One line (its hook's traceback is logged above it): no job ran.
+            for error in failed.exceptions:
+                print(f"forum worker: {error}", file=sys.stderr, flush=True)
+            exit_code = EXIT_FAILED
+        else:
+            exit_code = EXIT_OK
+    return exit_code
 
 
 def _check_kind(args: argparse.Namespace) -> None:

@@ -4,7 +4,8 @@ the task layer, with their ratios to each other and to a peer's figure,
 and a profile of each run),
 bench/http_bench.py, bench/node_bench.py --scheduling, bench/digest_bench.py
 and bench/retry_bench.py each leave a complete report, and peers_bench
-kills a run that overruns its timeout, says so, and goes on. A benchmark's
+kills a run that overruns its timeout, says so, and goes on; its
+``--limited`` run reports what the jobs' log says. A benchmark's
 child on another tree (bench/trees.py) imports that tree's modules, of
 either layout, and none of this checkout's."""
 
@@ -171,6 +172,72 @@ def test_peers_bench_looks_for_the_peers_venvs_under_venvs(tmp_path: Path) -> No
     assert done.returncode == 1
     python = tmp_path / ".venv-bench-arq" / "bin" / "python"
     assert done.stderr.strip() == f"peers_bench: arq: no Python at {python} (run scripts/bench-env)"
+
+
+#: A "celery" Python for --limited: its versions answer; a worker says it is
+#: ready, and the first of a run's two writes the six jobs below to the log
+#: (as bench/limited_jobs.py's do: KEY START END), then both sleep until
+#: killed; the producer says it began enqueueing at 100.0.
+LIMITED_PYTHON = """#!/bin/sh
+if [ "$1" = "-I" ]; then echo '{"celery": "0", "kombu": null, "redis": null}'; exit 0; fi
+if [ "$2" = "produce" ]; then echo '{"enqueue_started": 100.0, "enqueued": 100.01}'; exit 0; fi
+while [ $# -gt 0 ]; do
+    case "$1" in --log) log=$2;; --ready) ready=$2;; esac
+    shift
+done
+echo "ready $$" >> "$ready"
+if mkdir "$ready.wrote" 2>/dev/null; then
+    printf '%s\\n' "k0 100.0 100.3" "k0 100.1 100.4" "k0 100.2 100.5" \\
+        "k1 100.0 100.1" "k1 100.1 100.2" "k2 100.05 100.6" >> "$log"
+fi
+exec sleep 300
+"""
+
+
+def test_peers_bench_limited_reports_what_the_jobs_log_says(tmp_path: Path) -> None:
+    """k0's three jobs overlap from 100.2 to 100.3: 3 running at once; k1's
+    two only touch (one ends as the other starts): 1; all keys: 4 (k0's
+    three and k2's, at 100.2). Six jobs from 100.0 to 100.6: 10 jobs/s;
+    their starts span 0.2 s (25/s: 0.5 of the rate scenario's 50/s), all six
+    in one second."""
+    celery = tmp_path / "python"
+    celery.write_text(LIMITED_PYTHON)
+    celery.chmod(0o755)
+    out = tmp_path / "limits.json"
+    done = run("peers_bench.py", "--limited", "--systems", "celery", "--python",
+               f"celery={celery}", "--jobs", "6", "--rounds", "1", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["scenarios"]["keys"] == {
+        "keys": 8, "max_running": 2, "rate": 0, "sleep": 0.02, "jobs": 6,
+    }  # fmt: skip
+    keys, rate = report["results"]["keys"]["celery"], report["results"]["rate"]["celery"]
+    (run_,) = keys["runs"]
+    assert run_["max_running_by_key"] == {"k0": 3, "k1": 1, "k2": 1}
+    assert (keys["max_running_per_key"], keys["max_running"]) == (3, 4)
+    assert keys["enforced"] is False  # Celery has no per-key limit
+    assert keys["complete"] is True and run_["jobs"] == 6
+    assert keys["jobs_per_s"] == pytest.approx(10.0)
+    assert rate["enforced"] is True
+    assert rate["steady_rate_per_s"] == pytest.approx(25.0)
+    assert rate["steady_rate_vs_limit"] == pytest.approx(0.5)
+    assert (rate["most_starts_in_1s"], rate["most_starts_in_1s_vs_limit"]) == (6, 0.12)
+    table = (tmp_path / "limits.txt").read_text().splitlines()
+    assert table == done.stdout.splitlines()[: len(table)]
+    assert table[4].split() == ["celery", "10", "3", "(none)", "4"]
+    assert table[8].split() == ["celery", "10.0", "25.0", "0.500x", "6", "0.12x"]
+
+
+def test_peers_bench_limited_says_in_one_line_that_bullmq_is_not_installed(
+    tmp_path: Path,
+) -> None:
+    done = run("peers_bench.py", "--limited", "--systems", "bullmq", "--venvs", str(tmp_path),
+               "--out", str(tmp_path / "limits.json"))  # fmt: skip
+    assert done.returncode == 1
+    modules = tmp_path / "bench" / "peers" / "bullmq"
+    assert done.stderr.strip() == (
+        f"peers_bench: bullmq: no node_modules in {modules} (run scripts/bench-env)"
+    )
 
 
 def test_http_bench_compares_the_reliable_job(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ HOMES = {
     "JobExpired": "forum.tasks.errors",
     "JobFailed": "forum.tasks.errors",
     "JobHandle": "forum.tasks.handle",
+    "JobInfo": "forum.tasks.hooks",
     "JobNotFound": "forum.tasks.errors",
     "JobState": "forum.tasks.handle",
     "JobStatus": "forum.tasks.handle",
@@ -45,6 +46,7 @@ HOMES = {
     "LensStateLost": "forum.coordinator.errors",
     "LensUnavailable": "forum.coordinator.errors",
     "LimitExceeded": "forum.node.core.errors",
+    "Middleware": "forum.tasks.hooks",
     "MsgpackSerializer": "forum.tasks.serializer",
     "NodeRejected": "forum.node.core.errors",
     "NotDue": "forum.coordinator.errors",
@@ -55,6 +57,7 @@ HOMES = {
     "RecordTooLarge": "forum.node.core.errors",
     "ReplicationError": "forum.replication.errors",
     "ResultTimeout": "forum.tasks.errors",
+    "StartupFailed": "forum.tasks.errors",
     "RetryAfter": "forum.coordinator.job",
     "SerializationError": "forum.node.core.errors",
     "Strand": "forum.node.storage.strand",
@@ -68,6 +71,11 @@ HOMES = {
     "Unauthorized": "forum.node.core.errors",
     "UnknownTask": "forum.tasks.errors",
     "Worker": "forum.coordinator.worker",
+    "WorkflowHandle": "forum.tasks.canvas",
+    "WorkflowStatus": "forum.tasks.canvas",
+    "chain": "forum.tasks.canvas",
+    "group": "forum.tasks.canvas",
+    "Signature": "forum.tasks.bulk",
 }
 
 

@@ -9,7 +9,7 @@
 Run it (a node, a Redis, a worker, the producer)::
 
     forum serve &
-    redis-server --appendonly yes &
+    redis-server --appendonly yes --appendfsync always --dir "$(mktemp -d)" &
     forum worker --app examples.thumbnails.app:app &
     python -m examples.thumbnails.produce --images 20
 """

@@ -1,8 +1,9 @@
 """The thumbnails app: one task, ``thumbnail``, with an idempotent effect.
 
 A thumbnail is a row of a SQLite file (``$THUMBNAILS_DB``, default
-``thumbnails.db``) keyed by the job key, and kept with the fencing token of
-the claim that wrote it. The write is conditional: it happens only when the
+``forum-thumbnails.db`` in the temporary directory, not where the worker
+runs, a checkout in the quick start) keyed by the job key, and kept with
+the fencing token of the claim that wrote it. The write is conditional: it happens only when the
 row's token is not higher than this attempt's (``WHERE excluded.token >=
 thumbnails.token``), under SQLite's write lock taken *before*
 ``ctx.verify_sync()`` checks the claim is still live. So:
@@ -28,6 +29,7 @@ import hashlib
 import itertools
 import os
 import sqlite3
+import tempfile
 from typing import Any
 
 from forum import App, ClaimLost, Context
@@ -54,7 +56,9 @@ CREATE TABLE IF NOT EXISTS applied (key TEXT NOT NULL, token INTEGER NOT NULL);
 
 
 def database() -> str:
-    return os.environ.get("THUMBNAILS_DB", "thumbnails.db")
+    return os.environ.get("THUMBNAILS_DB") or os.path.join(
+        tempfile.gettempdir(), "forum-thumbnails.db"
+    )
 
 
 @app.task(retries=5, timeout=30, give_up_on=(ValueError,))

@@ -61,6 +61,27 @@ async def test_keyed_writes_go_to_their_slots_group_and_are_stolen_from_there(
         assert await producer.count(Pattern(b"job/")) == 0
 
 
+async def test_a_batch_with_keys_goes_to_each_keys_group_in_one_request_each(
+    forum_nodes: ForumNodes,
+) -> None:
+    """write_many(keys=...) over two groups: each tuple on its key's group,
+    the ids in the payloads' order, each key deduplicated there."""
+    cluster, groups = await start_groups(forum_nodes, [1, 1])
+    keys = [f"k{n}" for n in range(30)]
+    payloads = [f"job/{key}".encode() for key in keys]
+    g1, g2 = (ForumClient(groups[g][0].url) for g in ("g1", "g2"))
+    async with g1, g2, ClusterClient(cluster) as space:
+        ids = await space.write_many(payloads, keys=keys, dedup_window=60)
+        assert await space.write_many(payloads, keys=keys, dedup_window=60) == ids
+        owned = {gid: [k for k in keys if cluster.owner(slot_of(k)).id == gid] for gid in groups}
+        assert owned["g1"] and owned["g2"]
+        for client, gid in ((g1, "g1"), (g2, "g2")):
+            held = {(await client.read_entry(Pattern(f"job/{k}".encode()))) for k in owned[gid]}
+            assert None not in held
+            assert {t.id for t in held if t is not None} == {ids[keys.index(k)] for k in owned[gid]}
+        assert await space.count(Pattern(b"job/")) == len(keys)
+
+
 async def test_a_write_whose_group_is_down_falls_through_and_is_taken_all_the_same(
     forum_nodes: ForumNodes,
 ) -> None:

@@ -76,6 +76,30 @@ async def worker_processes(root: Path) -> AsyncIterator[list[WorkerProcess]]:
                 await worker.signal(signal.SIGKILL)
 
 
+async def start_app_worker(
+    started: list[WorkerProcess],
+    root: Path,
+    node: NodeProcess,
+    app: str,
+    redis_url: str,
+    env: Mapping[str, str],
+    lease: float = 5.0,
+) -> WorkerProcess:
+    """Start ``forum worker --app app`` (``module:attribute``) against
+    ``node`` and ``redis_url``, named ``w-<node>``, with ``env`` beside the
+    environment; tracked in ``started`` (:func:`worker_processes`)."""
+    name = f"w-{node.name}"
+    process = WorkerProcess(
+        name, root / name,
+        ["--app", app, "--node", node.url, "--redis-url", redis_url, "--take-wait", "0.2",
+         "--lease", str(lease)],
+        env,
+    )  # fmt: skip
+    started.append(process)
+    await process.start()
+    return process
+
+
 async def peered(nodes: ForumNodes, names: Sequence[str]) -> list[NodeProcess]:
     """Start a node of each name, each peered with every other."""
     made = [nodes.make(name) for name in names]

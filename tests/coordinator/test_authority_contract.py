@@ -24,6 +24,7 @@ from forum.coordinator import (
     LensStateLost,
 )
 from forum.coordinator.keys import HISTORY_LENGTH
+from forum.coordinator.limits import Ask, Limit, Limiter
 from forum.coordinator.memory import MemoryAuthority
 from forum.coordinator.records import NewRecord
 from tests.coordinator.harness import eventually
@@ -521,3 +522,66 @@ async def _no_history(authority: ClaimAuthority, key: str) -> bool:
 
 async def _not_done(authority: ClaimAuthority, key: str) -> bool:
     return (await authority.inspect(key)).done_token is None
+
+
+# -- limits (forum.coordinator.limits): the Lens's and the memory authority's --------
+
+
+def _limiter(subject: Subject) -> Limiter:
+    assert isinstance(subject.authority, Limiter)
+    return subject.authority
+
+
+async def test_a_running_limit_admits_at_most_its_number_until_one_is_released(
+    subject: Subject,
+) -> None:
+    limiter = _limiter(subject)
+    two = (Limit("task:t", running=2),)
+    asks = [Ask(f"job-{n}", "t", two) for n in range(3)]
+    answers = await limiter.admit_many(asks, 5)
+    assert answers[:2] == [(0.0, False), (0.0, False)]
+    wait, exact = answers[2]
+    assert 0 < wait <= 5 and not exact  # to the earliest slot's expiry, at most
+    # One admitted already is admitted again (a retry of the same admission).
+    assert await limiter.admit_many([asks[0]], 5) == [(0.0, False)]
+    await limiter.release_admitted([asks[0]])
+    assert await limiter.admit_many([asks[2]], 5) == [(0.0, False)]
+    assert (await limiter.admit_many([asks[0]], 5))[0][0] > 0
+
+
+async def test_a_job_is_admitted_under_all_of_its_limits_or_none(subject: Subject) -> None:
+    limiter = _limiter(subject)
+    task, key = Limit("task:t", running=1), Limit("key:t:k", running=1)
+    assert await limiter.admit_many([Ask("a", "t", (task,))], 5) == [(0.0, False)]
+    # Refused by the task's limit: it holds no slot of the key's.
+    (refused,) = await limiter.admit_many([Ask("b", "t", (task, key))], 5)
+    assert refused[0] > 0
+    assert await limiter.admit_many([Ask("c", "t", (key,))], 5) == [(0.0, False)]
+
+
+async def test_a_rate_admits_one_a_turn_and_says_exactly_when_the_next_is(
+    subject: Subject,
+) -> None:
+    limiter = _limiter(subject)
+    ten = (Limit("task:r", rate=10.0),)
+    (first, second) = await limiter.admit_many([Ask("a", "r", ten), Ask("b", "r", ten)], 5)
+    assert first == (0.0, False)
+    wait, exact = second
+    assert exact and 0 < wait <= 0.05  # to the turn, less half an interval
+    await asyncio.sleep(wait)
+    assert await limiter.admit_many([Ask("b", "r", ten)], 5) == [(0.0, False)]
+
+
+async def test_an_admission_not_extended_expires_and_frees_its_slot(subject: Subject) -> None:
+    limiter = _limiter(subject)
+    one = (Limit("task:e", running=1),)
+    held, waiting = Ask("dead-worker", "e", one), Ask("next", "e", one)
+    assert await limiter.admit_many([held], 0.2) == [(0.0, False)]
+    assert await limiter.extend_admitted([held], 0.2) == [True]
+    assert (await limiter.admit_many([waiting], 0.2))[0][0] > 0
+
+    async def admitted() -> bool:
+        return await limiter.admit_many([waiting], 5) == [(0.0, False)]
+
+    await eventually(admitted, 5, "the dead holder's slot to expire")
+    assert await limiter.extend_admitted([held], 5) == [False]

@@ -22,11 +22,14 @@ def test_progress_line_names_every_counter() -> None:
 
 
 def test_metrics_are_read_from_the_stats_at_scrape_time() -> None:
-    stats = WorkerStats(taken=9, done=7, double_takes=2, rescued=3, lens_state_losses=1, running=1)
+    stats = WorkerStats(
+        taken=9, done=7, double_takes=2, rescued=3, over_limit=4, lens_state_losses=1, running=1
+    )
     text = generate_latest(worker_registry(lambda: stats)).decode()
     assert 'forum_worker_jobs_total{outcome="done"} 7.0' in text
     assert 'forum_worker_jobs_total{outcome="double_takes"} 2.0' in text
     assert 'forum_worker_jobs_total{outcome="rescued"} 3.0' in text
+    assert 'forum_worker_jobs_total{outcome="over_limit"} 4.0' in text
     assert "forum_worker_lens_state_losses_total 1.0" in text
     assert "forum_worker_taken_total 9.0" in text
     assert "forum_worker_running 1.0" in text

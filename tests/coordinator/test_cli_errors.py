@@ -1,4 +1,4 @@
-"""``forum worker`` and ``forum dead`` given a mistake: one line on stderr
+"""``forum worker`` and ``forum jobs`` given a mistake: one line on stderr
 naming it, exit code 2, no traceback, and no worker left running doing nothing.
 
 Mistakes judged from the text alone run through ``main`` in this process;
@@ -93,8 +93,19 @@ def test_bad_redis_urls(url: str, names: list[str], capsys: pytest.CaptureFixtur
 
 
 def test_requeue_without_ids_or_all(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_main(["dead", "requeue", "--node", f"http://127.0.0.1:{free_port()}"], capsys)
-    assert_usage_error(result, "forum dead requeue", "--all")
+    node = f"http://127.0.0.1:{free_port()}"
+    result = run_main(["jobs", "retry", "--raw", "--node", node], capsys)
+    assert_usage_error(result, "forum jobs retry", "--all")
+
+
+@pytest.mark.parametrize("command", [["dead"], ["dead", "list", "--json"], ["dead", "requeue"]])
+def test_forum_dead_points_to_forum_jobs(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``forum dead`` overlapped ``forum jobs``; what it did is ``forum jobs
+    --raw`` now, and the old name says so in one line."""
+    line = assert_usage_error(run_main(command, capsys), "forum dead: moved to forum jobs")
+    assert "forum jobs list --raw" in line and "forum jobs retry --raw" in line
 
 
 @pytest.mark.parametrize(
@@ -104,7 +115,11 @@ def test_requeue_without_ids_or_all(capsys: pytest.CaptureFixture[str]) -> None:
         ("no_such_package.handlers:h", ["not found", "'no_such_package.handlers'"]),
         (
             "tests.coordinator.handler_with_missing_dependency:handle",
-            ["failed to import", "No module named 'forum_test_package_that_is_not_installed'"],
+            [
+                "cannot import tests.coordinator.handler_with_missing_dependency",
+                "handler_with_missing_dependency.py:5: No module named "
+                "'forum_test_package_that_is_not_installed'",
+            ],
         ),
         ("tests.coordinator.bad_handlers:nope", ["has no 'nope'"]),
         ("tests.coordinator.bad_handlers", ["not module:name"]),
@@ -140,7 +155,29 @@ def test_the_module_not_found_is_told_from_a_failing_import(
         capsys,
     )
     assert "module 'tests.coordinator.no_such' not found" in assert_usage_error(missing)
-    assert "the module failed to import" in assert_usage_error(broken)
+    assert "cannot import tests.coordinator.handler_with_missing_dependency" in (
+        assert_usage_error(broken)
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        ("x = 1\ndef broken(:\n    pass\n", ["SyntaxError at", "mymod.py:2: invalid syntax"]),
+        ("raise RuntimeError('no\\nconfig')\n", ["RuntimeError at", "mymod.py:1: no config"]),
+    ],
+)
+def test_a_module_that_fails_to_import_is_named_with_its_file_and_line(
+    source: str, names: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to say what the module raised, but not where: the user had to
+    import it by hand to find the line."""
+    (tmp_path / "mymod.py").write_text(source)
+    result = run_main(
+        ["worker", "--app", "mymod:app", "--app-dir", str(tmp_path), "--no-progress"], capsys
+    )
+    line = assert_usage_error(result, "forum worker: --app mymod:app: cannot import mymod:", *names)
+    assert "Traceback" not in line
 
 
 async def test_redis_database_out_of_range(forum_node: NodeProcess, redis_url: str) -> None:
@@ -223,10 +260,10 @@ async def test_metrics_port_0_is_any_free_port_and_says_which(
     assert process.returncode == 0
 
 
-@pytest.mark.parametrize("command", [["worker", "--help"], ["dead", "list"]], ids=" ".join)
+@pytest.mark.parametrize("command", [["worker", "--help"], ["jobs", "list"]], ids=" ".join)
 async def test_without_redis_the_worker_commands_say_so_in_one_line(command: list[str]) -> None:
     """A node-only install (no redis package) runs ``forum serve``; ``worker``
-    and ``dead`` then say they are not available, exit 2, no traceback."""
+    and ``jobs`` then say they are not available, exit 2, no traceback."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-c",
         "import sys; sys.modules['redis'] = None;"  # `import redis` now fails, as if not installed

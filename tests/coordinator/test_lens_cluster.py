@@ -18,6 +18,7 @@ from forum.coordinator import (
     LensStateLost,
     LensUnavailable,
 )
+from forum.coordinator.limits import Ask, Limit
 from forum.coordinator.records import NewRecord
 from tests.fixtures.redis_server import RedisClusterServers
 
@@ -210,3 +211,25 @@ async def test_batched_records_inspects_and_forgets_work_on_every_master(
         assert all(count > 0 for count in _keys_on(redis_cluster).values())
         assert await lens.forget_record(KEYS[0])
         assert (await lens.inspect(KEYS[0])).record == {}
+
+
+async def test_limits_admit_all_of_a_jobs_limits_at_once_on_every_master(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    """Each task's limits in its own shard (its group's), the shards on
+    every master: one script admits a job under its task's and its key's
+    limits, in the one slot of the group."""
+    async with Lens.from_url(redis_cluster.url) as lens:
+        groups = [f"app:task{i}" for i in range(16)]
+        assert {lens.keys.limit_shard(g) for g in groups} != {lens.keys.limit_shard(groups[0])}
+        asks = [
+            Ask(f"{group}:job{n}", group, (Limit(f"task:{group}", running=2),
+                                           Limit(f"key:{group}:c", running=5)))
+            for group in groups for n in range(3)
+        ]  # fmt: skip
+        answers = await lens.admit_many(asks, 30)
+        for i in range(0, len(asks), 3):  # per group: two admitted, the third over the task's 2
+            assert [wait == 0 for wait, _ in answers[i : i + 3]] == [True, True, False]
+        assert await lens.extend_admitted(asks[:2], 30) == [True, True]
+        await lens.release_admitted(asks[:1])
+        assert (await lens.admit_many([asks[2]], 30))[0][0] == 0

@@ -247,7 +247,7 @@ async def test_a_restart_without_persistence_raises_state_lost(
 async def test_lenses_on_one_redis_share_one_marker_and_count_no_loss(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="forum.coordinator.lens"):
+    with caplog.at_level(logging.INFO, logger="forum.coordinator.lens"):
         async with Lens.from_url(redis_url) as a, Lens.from_url(redis_url) as b:
             await a.claim("k:1", owner="a", lease=60)
             await b.claim("k:2", owner="b", lease=60)
@@ -256,9 +256,43 @@ async def test_lenses_on_one_redis_share_one_marker_and_count_no_loss(
             with redis.Redis.from_url(redis_url) as r:
                 marker = r.get(a.keys.epoch(0))
             assert marker is not None and r.ttl(a.keys.epoch(0)) == -1
-    # The one Lens that found no marker says so, once.
+    # The one Lens that found no marker says so, once, and calmly: a first
+    # start on an empty Redis is normal (it used to greet a new user with a WARNING).
     started = [record for record in caplog.records if "started epoch" in record.getMessage()]
     assert len(started) == 1 and marker.decode() in started[0].getMessage()
+    assert started[0].levelno == logging.INFO and "first start" in started[0].getMessage()
+
+
+async def test_a_lens_that_lost_its_state_starts_the_next_epoch_with_a_warning(
+    redis_server: RedisServer, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a loss the shards are new again, as on a first start: but this
+    Lens knows they were not, and says so louder."""
+    async with Lens.from_url(redis_url) as lens:
+        await lens.claim("k:1", owner="w", lease=60)
+        redis_server.flushall()
+        with caplog.at_level(logging.INFO, logger="forum.coordinator.lens"):
+            with pytest.raises(LensStateLost):
+                await lens.claim("k:2", owner="w", lease=60)
+            await lens.claim("k:2", owner="w", lease=60)
+    started = [record for record in caplog.records if "started epoch" in record.getMessage()]
+    assert [record.levelno for record in started] == [logging.WARNING]
+    assert "lost the Lens's keys" in started[0].getMessage()
+
+
+async def test_some_shards_kept_and_others_not_is_a_warning(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with Lens.from_url(redis_url, shards=2) as lens:
+        await lens.claim("k:1", owner="w", lease=60)
+        with redis.Redis.from_url(redis_url) as r:
+            r.delete(lens.keys.epoch(1))
+    with caplog.at_level(logging.INFO, logger="forum.coordinator.lens"):
+        async with Lens.from_url(redis_url, shards=2) as again:
+            await again.claim("k:2", owner="w", lease=60)
+    started = [record for record in caplog.records if "started epoch" in record.getMessage()]
+    assert [record.levelno for record in started] == [logging.WARNING]
+    assert "for 1 of 2 shards" in started[0].getMessage()
 
 
 async def test_a_redis_url_password_stays_out_of_the_error(volatile_redis: RedisServer) -> None:

@@ -1,4 +1,4 @@
-"""``forum worker`` and ``forum dead`` as real processes against a real node and Redis."""
+"""``forum worker`` and ``forum jobs --raw`` as real processes against a real node and Redis."""
 
 from __future__ import annotations
 
@@ -143,15 +143,18 @@ async def test_failing_jobs_are_dead_lettered_then_listed_and_requeued(
         await eventually(lambda: _count(space, Pattern(b"dead/"), 1), timeout=20, what="dead")
         assert await w.signal(signal.SIGTERM) == 0
 
-        code, out, _ = await forum_cli("dead", "list", "--json", "--node", forum_node.url)
+        # `forum jobs --raw` (once `forum dead`): every letter, a raw worker's too.
+        code, out, _ = await forum_cli("jobs", "list", "--raw", "--json", "--node", forum_node.url)
         assert code == 0 and f'"key": "{job_id}"' in out and '"attempts": 2' in out
         assert "RuntimeError: cannot do b'job/poison'" in out
 
         # A second letter, parked by hand, to requeue by id.
         other = await space.write(bury(Envelope(b"job/other", key="k-other", attempt=5)))
-        code, out, _ = await forum_cli("dead", "requeue", str(other), "--node", forum_node.url)
+        code, out, _ = await forum_cli(
+            "jobs", "retry", "--raw", str(other), "--node", forum_node.url
+        )
         assert (code, out.strip()) == (0, "requeued 1")
-        code, out, _ = await forum_cli("dead", "requeue", "--all", "--node", forum_node.url)
+        code, out, _ = await forum_cli("jobs", "retry", "--raw", "--all", "--node", forum_node.url)
         assert (code, out.strip()) == (0, "requeued 1")
         assert await space.count(Pattern(b"dead/")) == 0
         page = await space.list(JOBS)
@@ -160,7 +163,7 @@ async def test_failing_jobs_are_dead_lettered_then_listed_and_requeued(
         assert back[0] == Envelope(b"job/other", key="k-other", revived=str(other))
         assert back[1] == Envelope(b"job/poison", key=str(job_id), revived=back[1].revived)
         assert back[1].revived is not None
-        code, _, err = await forum_cli("dead", "requeue", "nope:1", "--node", forum_node.url)
+        code, _, err = await forum_cli("jobs", "retry", "--raw", "nope:1", "--node", forum_node.url)
         assert code == 1 and "no dead letter nope:1" in err
 
 

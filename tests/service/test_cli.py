@@ -160,11 +160,16 @@ async def test_serve_refuses_bad_configuration(tmp_path: Path) -> None:
     assert code == 2 and "unknown config key 'colour'" in err
 
 
-async def test_serve_reports_a_port_in_use(forum_node: NodeProcess, tmp_path: Path) -> None:
+async def test_serve_reports_a_port_in_use_and_creates_nothing(
+    forum_node: NodeProcess, tmp_path: Path
+) -> None:
+    """It used to create its data directory, then fail to listen."""
     code, _, err = await forum(
         "serve", "--listen", f"127.0.0.1:{forum_node.port}", "--data-dir", str(tmp_path / "d")
     )
-    assert code == 2 and "cannot listen" in err
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"cannot listen on 127.0.0.1:{forum_node.port}: Address already in use" in err
+    assert not (tmp_path / "d").exists()
 
 
 async def test_serve_log_format_json(forum_nodes: ForumNodes) -> None:

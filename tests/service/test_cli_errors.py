@@ -18,8 +18,8 @@ NODE_COMMANDS = [
     ("count", "job-"),
     ("status",),
     ("watch", "job-"),
-    ("dead", "list"),
-    ("dead", "requeue", "--all"),
+    ("jobs", "list", "--raw"),
+    ("jobs", "retry", "--raw", "--all"),
     ("worker", "--prefix", "job/", "--handler", "examples.handlers.fenced_redis:open_handler"),
 ]
 

@@ -258,6 +258,16 @@ async def test_dead_jobs_are_listed_retried_and_purged(
         assert all("RuntimeError" in job["error"] for job in dead)
         code, out, _ = await jobs("show", "flaky-x")
         assert code == 0 and "traceback:" in out and "x is told to fail" in out
+        # Every dead letter, as `forum dead list` showed them: the traceback
+        # on lines of its own, as Python printed it (it was one escaped line).
+        code, out, _ = await jobs("list", "--raw")
+        assert code == 0
+        lines = out.splitlines()
+        assert "  Traceback (most recent call last):" in lines
+        assert "  RuntimeError: x is told to fail" in lines
+        code, out, _ = await jobs("list", "--raw", "--limit", "1")
+        assert out.splitlines()[-1] == "(the first 1 shown; more: --limit)"
+        assert out.count("Traceback (most recent call last)") == 1
 
         # A dead job retried once what failed it is mended: it runs again and is done.
         (marks / "fail-x").unlink()
@@ -268,7 +278,7 @@ async def test_dead_jobs_are_listed_retried_and_purged(
 
         # Purging takes the dead one left out of the space and its record out of the
         # Lens: it is not found any more, nor listed, and there is nothing to retry.
-        assert await jobs("purge", "--state", "dead") == (0, "purged 1\n", "")
+        assert await jobs("purge") == (0, "purged 1 dead jobs\n", "")  # dead: the default
         async with ForumClient(forum_node.url) as space:
             assert await space.count(Pattern(app.dead_prefix + app.prefix)) == 0
         assert await jobs.listed(JobState.DEAD) == []
@@ -276,7 +286,7 @@ async def test_dead_jobs_are_listed_retried_and_purged(
         assert code == 1 and "flaky-y" in err
         code, _, err = await jobs("retry", "flaky-y")
         assert code == 1 and "no job with key 'flaky-y'" in err
-        assert await jobs("purge", "--state", "dead") == (0, "purged 0\n", "")
+        assert await jobs("purge", "--state", "dead") == (0, "purged 0 dead jobs\n", "")
         assert await worker.signal(15) == 0
 
 
@@ -299,7 +309,7 @@ async def test_jobs_list_as_a_table_from_the_console_script(
     header, row, count = out.splitlines()
     assert header.split() == ["KEY", "TASK", "STATE", "ATTEMPT", "WORKER", "WHEN", "ERROR"]
     assert row.split()[:3] == ["later", "echo", "delayed"] and "due 20" in row
-    assert count == "(1 jobs)"
+    assert count == "(1 job, newest first)"
 
 
 async def test_a_worker_warns_loudly_of_a_redis_that_forgets(
@@ -381,7 +391,10 @@ def test_a_bad_worker_app_is_one_line_and_exit_2(
     [
         (["jobs", "list", "--state", "lost"], ["--state", "invalid choice"]),
         (["jobs", "list", "--limit", "0"], ["--limit", "at least 1"]),
-        (["jobs", "purge", "--state", "done"], ["--state", "invalid choice"]),
+        (["jobs", "purge", "--state", "queued"], ["--state", "invalid choice"]),
+        (["jobs", "retry", "a", "b"], ["forum jobs retry", "one KEY"]),
+        (["jobs", "list", "--dead-prefix", "d/"], ["--dead-prefix is for --raw"]),
+        (["jobs", "list", "--raw", "--state", "dead"], ["--raw", "not with --state"]),
         (["jobs", "show", "bad\nkey"], ["forum jobs show", "key"]),
         (["jobs", "list", "--app", "tests.tasks.test_cli_jobs:NOT_AN_APP"], ["not a task app"]),
     ],

@@ -30,7 +30,7 @@ from forum.coordinator import Backoff
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
 from forum.tasks import App, Context, JobFailed
-from tests.coordinator.harness import WorkerProcess, peered, worker_processes
+from tests.coordinator.harness import peered, start_app_worker, worker_processes
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
 from tests.tasks.conftest import AppFactory, working
 
@@ -74,14 +74,8 @@ async def test_every_job_is_counted_once_across_nodes(
     app = retry_app.using(nodes=nodes[0].url, redis=redis_url)
     async with app, worker_processes(tmp_path) as started:
         for node in nodes:
-            process = WorkerProcess(
-                f"w-{node.name}", tmp_path / f"w-{node.name}",
-                ["--app", "tests.tasks.test_retries_across_nodes:retry_app", "--node", node.url,
-                 "--redis-url", redis_url, "--take-wait", "0.2", "--lease", "5"],
-                {RUNS_REDIS: redis_url},
-            )  # fmt: skip
-            started.append(process)
-            await process.start()
+            await start_app_worker(started, tmp_path, node, f"{__name__}:retry_app", redis_url,
+                                   {RUNS_REDIS: redis_url})  # fmt: skip
         failing = [await app.enqueue("always_fails", _key=f"fail-{n}") for n in range(40)]
         flaky_ones = [await app.enqueue("flaky", _key=f"flaky-{n}") for n in range(60)]
         for handle in failing:

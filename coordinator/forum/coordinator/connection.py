@@ -277,11 +277,19 @@ class LensConnection(AsyncResource):
             if created:
                 started.append(epoch)
         if started:
-            log.warning(
+            # Every shard new, on a Lens that lost nothing: a first start on
+            # this Redis, which is normal (INFO). Some shards kept and others
+            # not, or a Lens that has met a loss: Redis forgot (a WARNING; the
+            # loss itself was logged as an ERROR by the call that met it).
+            first = len(started) == shards and not self._state_losses
+            log.log(
+                logging.INFO if first else logging.WARNING,
                 "Lens: no state in Redis %s (namespace %r) for %d of %d shards: started "
-                "epoch %s. Normal for a new Redis; otherwise Redis lost the Lens's keys",
+                "epoch %s. %s",
                 self._where, self._keys.namespace, len(started), shards,
                 " / ".join(repr(epoch) for epoch in sorted(set(started))),
+                "A first start on this Redis (or one that lost every key of the Lens)"
+                if first else "Redis lost the Lens's keys",
             )  # fmt: skip
         return epochs
 

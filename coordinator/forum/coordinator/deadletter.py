@@ -3,8 +3,8 @@
 A dead letter is the tuple ``dead_prefix + payload + trailer`` (the trailer
 of :mod:`forum.coordinator.envelope`, carrying the claim key, the attempts made and
 the last error). Parked under their own prefix, dead letters match no
-worker's pattern, stay visible to ``forum dead list``, and go back to work
-with ``forum dead requeue``: the prefix comes off and the attempts start
+worker's pattern, stay visible to ``forum jobs list --raw``, and go back to
+work with ``forum jobs retry --raw``: the prefix comes off and the attempts start
 again, under the same claim key (the Lens counts them afresh: the trailer
 names the dead letter it was revived from).
 """

@@ -22,7 +22,7 @@ Byte format (version 1)::
                        between machines shifts the backoff by as much);
                        absent when it may run now
 ``"revived"``   str    optional: the id of the dead letter this job was
-                       requeued from (``forum dead requeue``), so the Lens
+                       requeued from (``forum jobs retry``), so the Lens
                        counts its attempts afresh (lua/claim.lua), and a copy
                        from before the burial is still turned away; absent
                        for a job never buried

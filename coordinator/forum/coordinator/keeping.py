@@ -17,6 +17,7 @@ from forum.coordinator.authority import ClaimAuthority, Failed, HeldClaim
 from forum.coordinator.availability import Availability
 from forum.coordinator.errors import ClaimLost, LensError
 from forum.coordinator.job import Handler, Job
+from forum.coordinator.limits import Admission
 from forum.coordinator.presence import HEAD
 from forum.coordinator.reservations import Reservations
 from forum.coordinator.stats import WorkerStats
@@ -80,6 +81,8 @@ class ClaimKeeper:
         self.generation = lens.state_losses
         #: time.monotonic() before which no job is claimed (after a state loss).
         self._claim_after = 0.0
+        #: The limits the running jobs were admitted under (the worker's), if any.
+        self.admission: Admission | None = None
 
     async def run_handler(
         self, handler: Handler, job: Job, generation: int
@@ -128,11 +131,14 @@ class ClaimKeeper:
             running = list(self.running.items())
             # Side by side: a slow node must not hold back the claims' extension.
             ids = [state.entry_id for _, state in running]
-            await asyncio.gather(
+            beats = [
                 self._beat(running, interval),
                 self._reservations.extend(ids, self._lease, interval),
                 announce(interval),
-            )
+            ]
+            if self.admission is not None:
+                beats.append(self._extend_admissions(self.admission, running, interval))
+            await asyncio.gather(*beats)
 
     async def _beat(
         self, running: list[tuple[asyncio.Task[None], Running]], interval: float
@@ -148,13 +154,41 @@ class ClaimKeeper:
             self._availability.failed(exc)
             if self.note_state_loss():
                 return  # every claim sent was from before the loss: all interrupted
-            for handler, state in running:
-                if state.claim.remaining() <= interval:
-                    log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
-                    self.interrupt(handler, "lost")
+            self._interrupt_ending(running, interval, exc)
             return
         for (handler, _), lost in zip(running, outcomes, strict=True):
             if lost is not None:
+                self.interrupt(handler, "lost")
+
+    async def _extend_admissions(
+        self, admission: Admission, running: list[tuple[asyncio.Task[None], Running]],
+        interval: float,
+    ) -> None:  # fmt: skip
+        """Extend the admissions of ``running`` under their limits; cancel the
+        handlers whose admissions are gone, or (Redis unreachable) can no
+        longer be shown to outlast the next beat, as a lost claim's: so no
+        more run under a limit than it allows, at every instant."""
+        if not running:
+            return
+        try:
+            kept = await admission.extend([state.claim.key for _, state in running], self._lease)
+        except LensError as exc:
+            self._interrupt_ending(running, interval, exc)
+            return
+        for (handler, state), held in zip(running, kept, strict=True):
+            if not held:
+                log.warning("%s: its admission under a limit ran out", state.claim.key)
+                self.interrupt(handler, "lost")
+
+    def _interrupt_ending(
+        self, running: list[tuple[asyncio.Task[None], Running]], interval: float, exc: LensError
+    ) -> None:
+        """Cancel the handlers of ``running`` whose claims cannot be shown to
+        outlast the next beat, ``interval`` seconds on, now that their
+        extension (of the claim or of the admission) met ``exc``."""
+        for handler, state in running:
+            if state.claim.remaining() <= interval:
+                log.warning("cannot extend %s (%s) before its lease ends", state.claim.key, exc)
                 self.interrupt(handler, "lost")
 
     def interrupt(self, handler: asyncio.Task[None], why: Interrupted) -> None:

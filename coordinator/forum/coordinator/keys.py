@@ -41,6 +41,12 @@ key                                type    holds                                
                                            of the key: ``<ms> <event> <token>     (an hour) from its
                                            <attempt> <owner>``, oldest first      last event; none
                                                                                   when 0
+``<tag>:limit:running:<limit>``    zset    the jobs admitted under a limit of     a lease past its
+                                           most running (forum.coordinator        last admission
+                                           .limits): member a claim key, score    or extension
+                                           its slot's expiry (Redis TIME ms)
+``<tag>:limit:rate:<limit>``       string  a rate limit's next turn (Redis TIME   a second past it
+                                           us)
 ``<tag>:attempts:<key>``           hash    the job's attempts once one failed:    the retention
                                            ``next`` (the next attempt's number),  from the last
                                            ``due`` (Redis TIME ms before which    failure; deleted
@@ -112,6 +118,12 @@ Why these lifetimes, and why per shard:
   when the job was buried). Completing the job deletes it: the done marker
   turns copies away from then on.
 
+A limit's keys are not in the shard of their own name but in the shard of
+their ask's group (:meth:`KeySchema.limit`: the task's), so that every limit
+of one job (the task's and its limit key's) is admitted by one script, all or
+none (forum.coordinator.limits). A dead worker leaks no slot: its members
+expire with its lease.
+
 Two modules keep records beside the Lens's, under shard 0's hash tag, and
 document their keys where they are written: worker presence
 (``{<ns>:0}:workers:<owner>``, forum.coordinator.presence) and the cluster's
@@ -170,6 +182,8 @@ MARGIN_FRACTION = 0.25
 #: (:meth:`KeySchema.keys_for`; each is also a method of that name).
 _PER_SHARD = frozenset({"epoch", "fence", "inflight"})
 _PER_KEY = frozenset({"claim", "done", "job", "task", "history", "attempts"})
+#: The role whose keys are placed by a group (:meth:`KeySchema.limit`), not by their own name.
+_PER_GROUP = frozenset({"limit"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +238,15 @@ class KeySchema:
     def attempts(self, key: str) -> str:
         return self.keys_for(("attempts",), self.shard(key), key)[0]
 
+    def limit_shard(self, group: str) -> int:
+        """The shard of the limits of ``group`` (forum.coordinator.limits)."""
+        return self.shard(group)
+
+    def limit(self, group: str, bound: str) -> str:
+        """The key of a limit's ``bound`` (``running:<limit>`` or
+        ``rate:<limit>``), in ``group``'s shard."""
+        return self.keys_for(("limit",), self.limit_shard(group), bound)[0]
+
     def claim_key_of(self, redis_key: str, role: str) -> str | None:
         """The claim key in ``redis_key`` if it is this namespace's
         ``<tag>:<role>:<key>`` for a per-key ``role``, else ``None`` (what
@@ -253,14 +276,14 @@ class KeySchema:
         order, for claim ``key`` (which must live in ``shard``) where a role
         is per key: a script's ``KEYS``. Each is ``<tag>:<role>``, or
         ``<tag>:<role>:<key>`` for a per-key role, as the table above says."""
-        if key is not None and self.shard(key) != shard:
+        if key is not None and self.shard(key) != shard and not _PER_GROUP.issuperset(roles):
             raise ValueError(f"claim key {key!r} is in shard {self.shard(key)}, not {shard}")
         tag = self.tag(shard)
         found = []
         for role in roles:
             if role in _PER_SHARD:
                 found.append(f"{tag}:{role}")
-            elif role in _PER_KEY and key is not None:
+            elif role in _PER_KEY | _PER_GROUP and key is not None:
                 found.append(f"{tag}:{role}:{key}")
             else:
                 raise ValueError(f"no Lens key {role!r} for claim key {key!r}")

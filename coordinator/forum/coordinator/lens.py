@@ -67,6 +67,7 @@ from typing import Any
 from forum.coordinator.authority import Failed, Grab, HeldClaim
 from forum.coordinator.claim import GONE_BEFORE_COMPLETION, TOO_LITTLE_LEFT, Claim
 from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, AttemptsSpent, ClaimLost, NotDue
+from forum.coordinator.lens_limits import LensLimits
 from forum.coordinator.lens_records import LensRecords
 from forum.coordinator.records import attempts_of
 from forum.coordinator.scripts import Call, ms
@@ -102,12 +103,13 @@ def _claim_args(
     return (ms(lease), owner, flag, reoffer or b"", attempt, history_ms, revived or "")
 
 
-class Lens(LensRecords):
+class Lens(LensRecords, LensLimits):
     """Claims on keys, in Redis. An async context manager; ``aclose()`` ends it.
 
     It grants :class:`Claim` objects and answers for them
     (forum.coordinator.claim, :class:`ClaimIssuer`); what it knows about a
-    key is :class:`LensRecords`'s, its Redis :class:`LensConnection`'s."""
+    key is :class:`LensRecords`'s, the limits it keeps :class:`LensLimits`',
+    its Redis :class:`LensConnection`'s."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Lens:

@@ -40,6 +40,7 @@ from forum.coordinator.errors import (
     LensUnavailable,
     NotDue,
 )
+from forum.coordinator.limits import Ask
 from forum.coordinator.records import (
     CancelOutcome,
     FieldValue,
@@ -133,6 +134,10 @@ class MemoryAuthority:
         self._tasks: dict[str, _Expiring] = {}
         self._histories: dict[str, _Expiring] = {}
         self._attempts: dict[str, _Attempts] = {}
+        #: Limits (forum.coordinator.limits): each running bound's members and
+        #: their expiries, and each rate's next turn, by ``clock()``.
+        self._running: dict[str, dict[str, float]] = {}
+        self._turns: dict[str, float] = {}
         self._forgotten = False
         self._state_losses = 0
 
@@ -150,6 +155,8 @@ class MemoryAuthority:
         self._tasks.clear()
         self._histories.clear()
         self._attempts.clear()
+        self._running.clear()
+        self._turns.clear()
         self._forgotten = True
 
     async def ping(self) -> None:
@@ -196,6 +203,50 @@ class MemoryAuthority:
         own = [self._own(claim) for claim in claims]
         self._enter()
         return [c.lost() or self._extend(c, c.lease) for c in own]
+
+    async def admit_many(self, asks: Sequence[Ask], lease: float) -> list[tuple[float, bool]]:
+        """As the Lens's (lua/admit.lua): all of an ask's limits or none."""
+        self._enter()
+        return [self._admit(ask, lease) for ask in asks]
+
+    def _admit(self, ask: Ask, lease: float) -> tuple[float, bool]:
+        now = self.clock()
+        full = turn = 0.0
+        for limit in ask.limits:
+            if limit.running is not None:
+                held = self._running.setdefault(limit.name, {})
+                for member in [m for m, expiry in held.items() if expiry <= now]:
+                    del held[member]
+                if ask.member not in held and len(held) >= limit.running:
+                    full = max(full, min(held.values()) - now, 0.001)
+            if limit.rate is not None:
+                early = self._turns.get(limit.name, now) - 0.5 / limit.rate - now
+                turn = max(turn, early)
+        if full or turn > 0:
+            return max(full, turn), not full
+        for limit in ask.limits:
+            if limit.running is not None:
+                self._running[limit.name][ask.member] = now + lease
+            if limit.rate is not None:
+                last = max(self._turns.get(limit.name, now), now)
+                self._turns[limit.name] = last + 1 / limit.rate
+        return 0.0, False
+
+    async def extend_admitted(self, asks: Sequence[Ask], lease: float) -> list[bool]:
+        self._enter()
+        now, kept = self.clock(), []
+        for ask in asks:
+            bounds = [self._running.get(limit.name, {}) for limit in ask.limits if limit.running]
+            kept.append(all(bound.get(ask.member, now) > now for bound in bounds))
+            for bound in bounds if kept[-1] else ():
+                bound[ask.member] = now + lease
+        return kept
+
+    async def release_admitted(self, asks: Sequence[Ask]) -> None:
+        self._enter()
+        for ask in asks:
+            for limit in ask.limits:
+                self._running.get(limit.name, {}).pop(ask.member, None)
 
     async def complete_many(self, claims: Sequence[HeldClaim]) -> list[ClaimLost | None]:
         own = [self._own(claim) for claim in claims]

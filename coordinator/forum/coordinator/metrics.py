@@ -32,6 +32,8 @@ _OUTCOMES = {
     "handed_back": "handed back unfinished by a drain",
     "reoffered": "written back by this worker's reaper (abandoned or delayed jobs)",
     "rescued": "written back by this worker because Redis forgot their claims while they ran",
+    "deferred": "retries reserved before they were due, put off on the node until then",
+    "over_limit": "over a task's or a key's limit, put off on the node unclaimed (no attempt)",
 }
 #: Every reason label of forum_lens_unavailable, always all of them (a
 #: series per reason, 1 for the one that holds): the Lens's own, and the pause.

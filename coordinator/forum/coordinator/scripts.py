@@ -42,6 +42,8 @@ from forum.coordinator.redis_url import RedisClient
 
 #: Each script's KEYS, in the order of its header, as :class:`KeySchema` roles.
 KEY_ROLES: dict[str, tuple[str, ...]] = {
+    "admit": ("epoch",),
+    "admitted": ("epoch",),
     "cancel": ("claim", "done", "fence", "job", "task", "history", "epoch"),
     "claim": ("claim", "done", "fence", "job", "inflight", "history", "attempts", "epoch"),
     "complete": ("claim", "done", "job", "inflight", "history", "attempts", "epoch"),
@@ -62,7 +64,7 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
 
 #: The scripts about many claim keys of one shard (:attr:`Call.keys`): their
 #: ``KEYS[1..n]`` are this role's key of each, then the roles of KEY_ROLES.
-BATCH_ROLES: dict[str, str] = {"record_new_many": "task"}
+BATCH_ROLES: dict[str, str] = {"record_new_many": "task", "admit": "limit", "admitted": "limit"}
 
 #: The scripts that only read: a batch of these alone needs no ``WAIT``.
 READ_ONLY = frozenset({"due", "inspect", "verify"})

@@ -24,6 +24,8 @@ class WorkerStats:
     #: Retries reserved before they were due (by their trailers, or by the
     #: Lens: ``NotDue``), put off on the node until then.
     deferred: int = 0
+    #: Jobs over a limit, put off on the node without a claim (forum.coordinator.limits).
+    over_limit: int = 0
     #: Jobs whose claims Redis forgot while they ran, put back by this worker.
     rescued: int = 0
     #: Times Redis was found to have lost the Lens's state (each loss once).

@@ -28,7 +28,9 @@ For each job:
    the job's copy. The job runs as the attempt the Lens counts it
    (``HeldClaim.attempt``: every copy of a job, on any node, is counted in
    one sequence; docs/coordination.md, "How many times can my task run?").
-   Nothing is acked yet.
+   Nothing is acked yet. Under limits (forum.coordinator.limits), each is
+   admitted first; one over a limit is parked unclaimed, so its wait is no
+   attempt (:mod:`forum.coordinator.admitting`).
 3. run ``handler(job)`` while a heartbeat, each third of a lease, extends the
    Lens claims of all running jobs in one call and their node reservations in
    one more (``extend_many``); if a claim is lost, the handler is cancelled.
@@ -131,6 +133,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 
+from forum.coordinator.admitting import Admitting
 from forum.coordinator.authority import ClaimAuthority, Failed
 from forum.coordinator.availability import OUTAGE_BACKOFF, Availability
 from forum.coordinator.completions import Completions
@@ -142,6 +145,7 @@ from forum.coordinator.holding import Slots
 from forum.coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
 from forum.coordinator.keeping import ClaimKeeper, Interrupted
 from forum.coordinator.lanes import Lanes
+from forum.coordinator.limits import Admission
 from forum.coordinator.offers import Answers, Offer
 from forum.coordinator.presence import HEAD, Presence
 from forum.coordinator.reaper import Reaper
@@ -206,6 +210,7 @@ class Worker:
         reaper_interval: float = 1.0,
         lens_loss_pause: float | None = None,
         seed: int | None = None,
+        admission: Admission | None = None,
     ) -> None:
         if concurrency < 1 or max_attempts < 1:
             raise ValueError("concurrency and max_attempts must be at least 1")
@@ -259,6 +264,12 @@ class Worker:
             lens, self._availability, self._reservations, self._counts, owner=self.owner,
             lease=lease, loss_pause=self.lens_loss_pause,
         )  # fmt: skip
+        #: Limits on the jobs (forum.coordinator.limits): none, no calls.
+        self._admitting = None if admission is None else Admitting(
+            admission, self._reservations, self._slots, self._counts, lease=lease,
+            concurrency=concurrency,
+        )  # fmt: skip
+        self._keeper.admission = admission
         self._jobs: set[asyncio.Task[None]] = set()
         self._drain_expired = False
         self._stop_deadline: float | None = None
@@ -337,6 +348,11 @@ class Worker:
                 await self._reservations.drop_ahead()
                 await self._pause(paused)
                 continue
+            if self._admitting is not None and (full := self._admitting.full_for()):
+                self._slots.release(free)
+                await self._reservations.drop_ahead()
+                await self._pause(full)
+                continue
             if not self._availability.may_try():
                 self._slots.release(free)
                 await self._reservations.drop_ahead()
@@ -377,6 +393,10 @@ class Worker:
             return
         generation = self._keeper.generation
         try:
+            if self._admitting is not None:
+                offers = await self._admitting.admitted(offers)
+                if not offers:
+                    return
             outcomes = await self._lens.claim_many(
                 [(offer.key, None) for offer in offers],
                 self.owner,
@@ -392,8 +412,14 @@ class Worker:
             self._availability.failed(exc, put_back=len(offers))
             self._keeper.note_state_loss()
             await self._put_back(offers)
+            if self._admitting is not None:
+                await self._admitting.release([offer.key for offer in offers])
             return
         answers = Answers.sort(offers, outcomes, self.lease)
+        if self._admitting is not None and len(answers.granted) < len(offers):
+            # Admitted, not claimed: the slots are free for others at once.
+            granted = {offer.key for offer, _ in answers.granted}
+            await self._admitting.release([o.key for o in offers if o.key not in granted])
         if answers.granted:
             # A claim granted is a write Redis took. (A full Redis still
             # answers AlreadyDone: that script writes nothing.)
@@ -480,6 +506,8 @@ class Worker:
                 job, envelope, interrupted, error, generation < self._keeper.generation
             )
         finally:
+            if self._admitting is not None:
+                await self._admitting.release([job.key])
             self._slots.release()
 
     async def _settle(

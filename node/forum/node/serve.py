@@ -2,8 +2,14 @@
 
 Start-up::
 
-    open the Strand (replays the log) -> build the app -> start the extensions
-    -> listen -> "listening on ..."
+    check the address can be bound -> open the Strand (replays the log) -> build
+    the app -> start the extensions -> listen -> "listening on ..."
+
+The check comes first so that a node that cannot listen (the port in use)
+says so and creates nothing: no data directory left behind by a node that
+never ran. It binds and lets go (the Strand's replay may take a while, and
+the socket is made by the listening site itself), so a port taken in between
+is still the same ``OSError``, after the Strand is open.
     (and a warning when the node is reachable beyond loopback with no --token)
 
 With ``repair`` (``forum serve --repair``) a damaged data directory opens
@@ -28,6 +34,7 @@ import ipaddress
 import json
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TextIO
@@ -98,6 +105,7 @@ async def serve(
     # The map first: a wrong one is one line, before a data directory is made.
     where = placement(config)
     config = placed(config, where)
+    await asyncio.to_thread(check_bindable, config.host or None, config.port)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     async with contextlib.AsyncExitStack() as stack:
@@ -144,6 +152,21 @@ async def serve(
         log.info("shutting down: draining requests (up to %ss)", config.shutdown_timeout)
     log.info("stopped")
     return 0
+
+
+def check_bindable(host: str | None, port: int) -> None:
+    """``OSError`` (``EADDRINUSE``, say) unless each address ``host:port``
+    resolves to can be bound now, as the listening site will bind it
+    (``SO_REUSEADDR``; IPv6 sockets IPv6 only, beside the IPv4 ones)."""
+    if port == 0:
+        return  # the kernel picks a free one
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            probe.bind(address)
 
 
 def exposure_warning(config: NodeConfig) -> str | None:

@@ -13,6 +13,9 @@ One concept per module::
     nodes.py       failing over across a cluster's nodes
     enqueued.py    the producer's record of a job (best effort)
     runner.py      the handler (and Worker) that runs an app's tasks
+    hooks.py       lifecycle hooks and middleware around a worker and its jobs
+    bulk.py        Signature (a call), and many jobs enqueued in one round trip
+    canvas.py      chains and groups of calls, on deterministic keys
     admin.py       listing, cancelling, retrying and purging jobs (the CLI's)
     cron.py        periodic tasks
     authority.py   what the task layer needs of the Lens
@@ -23,6 +26,8 @@ a job is a tuple, its run a claim, its result a fenced record.
 """
 
 from forum.tasks.app import App
+from forum.tasks.bulk import Signature
+from forum.tasks.canvas import WorkflowHandle, WorkflowStatus, chain, group
 from forum.tasks.context import Context
 from forum.tasks.errors import (
     InvalidJob,
@@ -31,10 +36,12 @@ from forum.tasks.errors import (
     JobFailed,
     JobNotFound,
     ResultTimeout,
+    StartupFailed,
     TaskError,
     UnknownTask,
 )
 from forum.tasks.handle import JobHandle, JobState, JobStatus
+from forum.tasks.hooks import JobInfo, Middleware
 from forum.tasks.serializer import JsonSerializer, MsgpackSerializer, Serializer
 from forum.tasks.task import Task, TaskOptions
 
@@ -46,15 +53,23 @@ __all__ = [
     "JobExpired",
     "JobFailed",
     "JobHandle",
+    "JobInfo",
     "JobNotFound",
     "JobState",
     "JobStatus",
     "JsonSerializer",
+    "Middleware",
     "MsgpackSerializer",
     "ResultTimeout",
     "Serializer",
+    "Signature",
+    "StartupFailed",
     "Task",
     "TaskError",
     "TaskOptions",
     "UnknownTask",
+    "WorkflowHandle",
+    "WorkflowStatus",
+    "chain",
+    "group",
 ]

@@ -1,6 +1,6 @@
 """Looking after an app's jobs (what ``forum jobs`` does): listing them in
-every state, cancelling, retrying a dead one, purging the dead, a key's
-claim history.
+every state (newest first, with how many there are), cancelling, retrying a
+dead one, purging the dead or the done ones' results, a key's claim history.
 
 Jobs live in two places, and a listing reads both, so a queue never looks
 empty while work is in flight: the space (tuples under the app's prefix,
@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
+import math
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from forum.coordinator.deadletter import DeadLetter, requeue
 from forum.coordinator.errors import AlreadyClaimed
 from forum.coordinator.records import CancelOutcome, HistoryEvent
 from forum.node.client.cluster import ClusterClient
+from forum.node.core.entries import Tuple
 from forum.node.core.space import ListPage, Pattern
 from forum.tasks.errors import InvalidJob, JobNotFound
 from forum.tasks.handle import JobHandle, JobState, JobStatus
@@ -46,13 +50,61 @@ if TYPE_CHECKING:
 _PAGE = 100
 
 
-async def jobs(app: App, state: JobState | None, limit: int) -> AsyncIterator[JobStatus]:
-    """Up to ``limit`` jobs of ``app`` (in ``state``, when given)."""
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A page of a listing: ``jobs``, newest first (by when each last
+    changed: its ``updated``, else when it is due; those with neither last),
+    and ``total``, how many jobs matched (``len(jobs)`` when all are shown)."""
+
+    jobs: list[JobStatus]
+    total: int
+
+
+async def listing(
+    app: App, state: JobState | None = None, limit: int = 100, task: str | None = None
+) -> Listing:
+    """The newest ``limit`` jobs of ``app`` (in ``state``, of ``task``, when
+    given) and how many there are: every job is read to count and order them
+    (a page of keys per round trip), only ``limit`` of them kept."""
     if limit < 1:
         raise InvalidJob(f"limit must be at least 1, not {limit}")
+    newest: list[tuple[float, int, JobStatus]] = []  # a heap: the oldest kept on top
+    total = 0
+    async for status in _matching(app, state, task):
+        total += 1
+        item = (_changed(status), -total, status)
+        if len(newest) < limit:
+            heapq.heappush(newest, item)
+        elif item[:2] > newest[0][:2]:
+            heapq.heapreplace(newest, item)
+    ordered = sorted(newest, key=lambda item: item[:2], reverse=True)
+    return Listing([status for _, _, status in ordered], total)
+
+
+async def jobs(
+    app: App, state: JobState | None, limit: int, task: str | None = None
+) -> AsyncIterator[JobStatus]:
+    """The jobs of :func:`listing`, newest first."""
+    for status in (await listing(app, state, limit, task)).jobs:
+        yield status
+
+
+def _changed(status: JobStatus) -> float:
+    for when in (status.updated, status.due):
+        if when is not None:
+            return when
+    return -math.inf
+
+
+async def _matching(app: App, state: JobState | None, task: str | None) -> AsyncIterator[JobStatus]:
+    """Every job of ``app`` (in ``state``, of ``task``, when given), in no
+    order. The app's: under its prefix in the space, or, for an app with
+    tasks, a record of one of its tasks (another app's jobs share the Lens's
+    namespace); an app without tasks (``forum jobs`` without ``--app``)
+    lists every task job the Lens knows. A running job whose record never
+    reached Redis names no task: it is listed, whoever's it is."""
     live = {key: _head(payload, app.prefix) async for key, payload in _tuples(app, app.prefix)}
     dead = dict([item async for item in _tuples(app, app.dead_prefix + app.prefix)])
-    shown = 0
     async for page in _pages(_keys(app, [*live, *dead])):
         for found in await app.lens.inspect_many(page):
             try:
@@ -61,14 +113,16 @@ async def jobs(app: App, state: JobState | None, limit: int) -> AsyncIterator[Jo
                                    serializer=app.serializer)  # fmt: skip
             except JobNotFound:
                 continue  # gone since it was listed
-            if status.task is None and status.state is not JobState.RUNNING:
-                continue  # a raw Worker's job sharing the namespace
+            if found.key not in live and found.key not in dead:
+                if app.tasks and status.task is not None and status.task not in app.tasks:
+                    continue  # another app's
+                if status.task is None and status.state is not JobState.RUNNING:
+                    continue  # a raw Worker's job sharing the namespace
             if state is not None and status.state is not state:
                 continue
+            if task is not None and status.task != task:
+                continue
             yield status
-            shown += 1
-            if shown >= limit:
-                return
 
 
 async def _keys(app: App, in_space: list[str]) -> AsyncIterator[str]:
@@ -100,17 +154,23 @@ async def _pages(keys: AsyncIterator[str]) -> AsyncIterator[list[str]]:
 
 
 async def _tuples(app: App, prefix: bytes) -> AsyncIterator[tuple[str, bytes]]:
-    """(job key, payload) of each live tuple under ``prefix``, a page at a
-    time from the app's cluster, group after group."""
+    """(job key, payload) of each live job tuple under ``prefix``."""
+    async for item in tuples(app, prefix):
+        key = peek_key(item.payload, prefix)
+        if key is not None:
+            yield key, item.payload
+
+
+async def tuples(app: App, prefix: bytes) -> AsyncIterator[Tuple]:
+    """Each live tuple under ``prefix``, a page at a time from the app's
+    cluster, group after group."""
     cursor: int | None = 0
     answered: ClusterClient | None = None
     while cursor is not None:
         read = functools.partial(_page, prefix=prefix, cursor=cursor, answered=answered)
         answered, listed = await app.on_node(read)
         for item in listed.tuples:
-            key = peek_key(item.payload, prefix)
-            if key is not None:
-                yield key, item.payload
+            yield item
         cursor = listed.next_cursor
 
 
@@ -148,17 +208,23 @@ async def retry(app: App, key: str) -> JobHandle:
 
 
 async def purge(app: App, state: JobState = JobState.DEAD) -> int:
-    """Take every dead letter of the app out of the space, and drop each
-    one's job record from the Lens; how many. Only ``dead`` jobs can be
-    purged (records of the others expire by themselves). A purged job is
-    then not found, as if never enqueued.
+    """Drop ``app``'s jobs in ``state``; how many. ``dead``: every dead
+    letter of the app is taken out of the space, and each one's job record
+    out of the Lens; a purged dead job is then not found, as if never
+    enqueued. ``done``: the done jobs' records (their results) are dropped;
+    the Lens's done marker stays (its own retention), so a copy of the job
+    is still turned away and the job still says done, without its result.
+    Others are refused: their records expire by themselves, and a queued or
+    running job is not the operator's to drop here (``forum jobs cancel``).
 
     Each record goes first, its letter second: a purge cut short between the
     two leaves the letter, which still says dead (tasks/forum/tasks/status.py). A record
     is kept while a claim on the key is live (a retry put it back and a
     worker runs it: the record is the worker's); its letter still goes."""
+    if state is JobState.DONE:
+        return await _purge_done(app)
     if state is not JobState.DEAD:
-        raise InvalidJob(f"only dead jobs can be purged, not {state.value}")
+        raise InvalidJob(f"only dead and done jobs can be purged, not {state.value}")
     lens = app.lens
     prefix = app.dead_prefix + app.prefix
     taken = 0
@@ -175,6 +241,16 @@ async def purge(app: App, state: JobState = JobState.DEAD) -> int:
                 taken += 1
         if not page.tuples:
             return taken
+
+
+async def _purge_done(app: App) -> int:
+    """Drop the records of ``app``'s done jobs; how many were dropped."""
+    done = [status.key async for status in _matching(app, JobState.DONE, None)]
+    dropped = 0
+    for key in done:
+        with contextlib.suppress(AlreadyClaimed):  # run again meanwhile: the worker's now
+            dropped += await app.lens.forget_record(key)
+    return dropped
 
 
 async def _take(space: ClusterClient, *, letter: Pattern) -> object:

@@ -49,6 +49,7 @@ class Context:
         lens: TaskAuthority,
         serializer: Serializer,
         record_ttl: float,
+        state: dict[str, Any] | None = None,
     ) -> None:
         #: The text of the id of the tuple this delivery came from.
         self.job_id = job_id
@@ -56,6 +57,10 @@ class Context:
         self.task = task
         #: This delivery's attempt number, from 1.
         self.attempt = attempt
+        #: The worker's shared state: what its ``on_startup`` hooks put in
+        #: (a database pool, say), the same dict for every job it runs
+        #: (:mod:`forum.tasks.hooks`); empty without them.
+        self.state: dict[str, Any] = {} if state is None else state
         self._claim = claim
         self._lens = lens
         self._serializer = serializer

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from forum.coordinator.errors import LensError
 from forum.coordinator.records import NewRecord
@@ -79,6 +79,10 @@ class EnqueuedRecords:
             self._full.set()
         if self._writer is None:
             self._writer = asyncio.create_task(self._drain(), name="enqueued records")
+
+    async def note_many(self, records: Sequence[NewRecord]) -> None:
+        """Write ``records`` now, in one call (an ``enqueue_many``'s)."""
+        await self._write(list(records))
 
     async def _drain(self) -> None:
         """Write the queue out, a batch at a time, until it is empty."""

@@ -80,6 +80,11 @@ class JobCancelled(TaskError):
         self.key = key
 
 
+class StartupFailed(TaskError):
+    """A startup hook of the app (``@app.on_startup``) failed: the worker
+    stops before its first job. The hook's own error is the ``__cause__``."""
+
+
 class ResultTimeout(TaskError, TimeoutError):
     """``result(timeout=)`` ran out before the job ``key`` had an outcome;
     ``state`` is what the job was last seen doing."""
@@ -91,6 +96,12 @@ class ResultTimeout(TaskError, TimeoutError):
         self.key = key
         self.timeout = timeout
         self.state = state
+
+
+def one_line(exc: BaseException) -> str:
+    """``TypeName: message``, on one line (a record's ``error``, a log line)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _first_line(text: str) -> str:

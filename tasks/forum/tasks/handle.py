@@ -11,14 +11,17 @@ now: :class:`JobStatus` (worked out by :mod:`forum.tasks.status`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from forum.tasks.errors import JobCancelled, JobExpired, JobFailed, JobNotFound, ResultTimeout
 
 if TYPE_CHECKING:
     from forum.tasks.app import App
+
+T = TypeVar("T")
 
 #: How often ``result()`` asks, at first and at most (doubling between).
 _FIRST_POLL = 0.02
@@ -98,6 +101,19 @@ class JobHandle:
             return replace(status, task=self.task)
         return status
 
+    def status_sync(self) -> JobStatus:
+        """:meth:`status` from code that is not async (:func:`run_sync`)."""
+        return run_sync(self._app, lambda app: self.on(app).status(), "status")
+
+    def result_sync(self, timeout: float | None = None) -> Any:
+        """:meth:`result` from code that is not async (Flask, Django): on a
+        loop of its own, with connections of its own (:func:`run_sync`)."""
+        return run_sync(self._app, lambda app: self.on(app).result(timeout), "result")
+
+    def on(self, app: App) -> JobHandle:
+        """This job's handle through ``app`` (an open copy of its own, say)."""
+        return JobHandle(app, self.key, self.task)
+
     async def result(self, timeout: float | None = None) -> Any:
         """The task's return value once it is done (``None`` for a task that
         returned nothing, or whose result outlived ``result_ttl``).
@@ -119,7 +135,7 @@ class JobHandle:
                 # the reserve and the claim (seen by neither the space nor the Lens).
                 status = JobStatus(self.key, self.task, JobState.QUEUED)
             if status.state.final:
-                return _outcome(status)
+                return outcome(status)
             if deadline is not None and loop.time() >= deadline:
                 raise ResultTimeout(self.key, timeout or 0.0, status.state.value)
             left = wait if deadline is None else min(wait, deadline - loop.time())
@@ -127,7 +143,7 @@ class JobHandle:
             wait = min(wait * 2, _LONGEST_POLL)
 
 
-def _outcome(status: JobStatus) -> Any:
+def outcome(status: JobStatus) -> Any:
     """A final status's result, or the error it is."""
     if status.state is JobState.DONE:
         return status.result
@@ -136,3 +152,20 @@ def _outcome(status: JobStatus) -> Any:
     if status.state is JobState.EXPIRED:
         raise JobExpired(status.key)
     raise JobCancelled(status.key)
+
+
+def run_sync(app: App, call: Callable[[App], Awaitable[T]], what: str) -> T:
+    """``call`` on a closed copy of ``app`` (``app.using()``), opened on a
+    loop of its own and closed before this returns: the ``*_sync`` methods'
+    way from code that is not async. Refused inside a running loop (it would
+    block it): ``RuntimeError`` saying to await ``what()``."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_on_own(app, call))
+    raise RuntimeError(f"{what}_sync() called inside an event loop: await {what}() instead")
+
+
+async def _on_own(app: App, call: Callable[[App], Awaitable[T]]) -> T:
+    async with app.using() as own:
+        return await call(own)

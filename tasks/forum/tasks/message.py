@@ -20,7 +20,8 @@ task name      ASCII, ``[A-Za-z0-9_.:-]{1,200}``
 body           ``serializer.dumps({"args": [...], "kwargs": {...},
                 "options": {...}})``; ``options`` holds the per-enqueue
                 overrides given (``retries``, ``timeout``, ``backoff_base``,
-                ``backoff_cap``) and nothing else
+                ``backoff_cap``), and ``workflow`` for a step of a chain or
+                group (:mod:`forum.tasks.canvas`), and nothing else
 ==============  ===============================================================
 
 **Jobs written before queues** (``<app prefix><key>\n...``, no queue)
@@ -64,6 +65,7 @@ OPTION_TYPES: Mapping[str, type | tuple[type, ...]] = {
     "timeout": (int, float),
     "backoff_base": (int, float),
     "backoff_cap": (int, float),
+    "workflow": dict,
 }
 _SEP = b"\n"
 
@@ -147,7 +149,8 @@ class Message:
             if kind is None:
                 raise InvalidJob(f"unknown job option {name!r}")
             if isinstance(value, bool) or not isinstance(value, kind):
-                raise InvalidJob(f"job option {name} must be a number, not {value!r}")
+                what = "a mapping" if kind is dict else "a number"
+                raise InvalidJob(f"job option {name} must be {what}, not {value!r}")
 
     def encode(self, prefix: bytes, serializer: Serializer) -> bytes:
         """The tuple's bytes; :class:`InvalidJob` for arguments the serializer refuses."""

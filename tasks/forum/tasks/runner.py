@@ -4,7 +4,8 @@ worker does next.
 
 ::
 
-    Worker(space, lens, Pattern(app.prefix), Runner(app, lens, pool), concurrency=8)
+    Worker(space, lens, Pattern(app.prefix), Runner(app, lens, pool, OneNode(space)),
+           concurrency=8)
 
 For each claimed job (``forum.coordinator.Job``):
 
@@ -23,7 +24,9 @@ For each claimed job (``forum.coordinator.Job``):
    completes the claim only afterwards, so a stale holder (its claim lost)
    is refused (``ClaimLost``) and stores nothing. A ``None`` result writes
    nothing: the done marker says done, and the no-op path costs what a raw
-   worker's does;
+   worker's does. A step of a chain or group then enqueues what comes next
+   into the worker's space (``space``; :mod:`forum.tasks.canvas`), still
+   before the claim completes;
 4. a failure: attempt ``n`` of a task with ``retries`` r is retried while
    ``n <= r`` and the error is one of ``retry_on`` and none of
    ``give_up_on``: a fenced ``retrying`` record (its ``due``, the error),
@@ -55,27 +58,41 @@ from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import ClaimLost, GiveUp, Job, LensError, RetryAfter, Worker
 from forum.coordinator.worker import LOST_WORKER
-from forum.tasks import cron
+from forum.tasks import canvas, cron
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
-from forum.tasks.errors import InvalidJob
+from forum.tasks.errors import InvalidJob, one_line
+from forum.tasks.hooks import State, job_info
 from forum.tasks.message import Message, dumps
 from forum.tasks.task import Task, TaskOptions
 
 if TYPE_CHECKING:
-    from forum.tasks.app import App
+    from forum.tasks.app import App, Writer
 
 log = logging.getLogger(__name__)
 
 
 class Runner:
     """``await runner(job)``: one attempt of the job's task (see the module
-    docstring). ``pool`` runs the sync tasks; the caller shuts it down."""
+    docstring). ``pool`` runs the sync tasks; the caller shuts it down.
+    ``state`` is the worker's, each job's ``ctx.state`` (:mod:`forum.tasks.hooks`)."""
 
-    def __init__(self, app: App, lens: TaskAuthority, pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        app: App,
+        lens: TaskAuthority,
+        pool: ThreadPoolExecutor,
+        state: State | None = None,
+        space: Writer | None = None,
+    ) -> None:
         self._app = app
         self._lens = lens
         self._pool = pool
+        self._state: State = {} if state is None else state
+        #: The app's hooks and middleware; None when it has none around a job.
+        self._hooks = app.hooks if app.hooks else None
+        #: The worker's space: a workflow's next step is enqueued there.
+        self._space = space
 
     async def __call__(self, job: Job) -> None:
         app = self._app
@@ -95,17 +112,27 @@ class Runner:
         context = Context(
             job_id=str(job.entry_id), key=job.key, task=task.name, attempt=job.attempt,
             claim=job.claim, lens=self._lens, serializer=app.serializer,
-            record_ttl=self._ttl(options),
+            record_ttl=self._ttl(options), state=self._state,
+        )  # fmt: skip
+        # The app's hooks and middleware, when it has any (forum.tasks.hooks: their order).
+        hooks = None if self._hooks is None else self._hooks.around(
+            job_info(job.key, task.name, job.attempt, message.args, message.kwargs)
         )  # fmt: skip
         try:
-            result = await self._attempt(task, options, context, message)
+            if hooks is None:
+                result = await self._attempt(task, options, context, message)
+            else:
+                result = await hooks.run(lambda: self._attempt(task, options, context, message))
             body = None if result is None else dumps(app.serializer, result, "the result")
         except (ClaimLost, asyncio.CancelledError):
             await context.aclose()
             raise
         except Exception as exc:
             await context.flush()
-            await self._failed(job, task, options, exc)
+            if hooks is None:
+                await self._failed(job, task, options, exc)
+            else:
+                await hooks.failed(exc, self._failed(job, task, options, exc))
             return
         await context.flush()
         if body is not None:
@@ -115,6 +142,11 @@ class Runner:
                 "updated": time.time(),
             }  # fmt: skip
             await self._lens.record(job.claim, fields, self._ttl(options))
+        if "workflow" in message.options and self._space is not None:  # a workflow's step
+            await canvas.advance(app, self._lens, self._space, job=job, message=message,
+                                 result=result)  # fmt: skip
+        if hooks is not None:
+            await hooks.done(result)
 
     async def _attempt(
         self, task: Task, options: TaskOptions, context: Context, message: Message
@@ -135,7 +167,7 @@ class Runner:
     async def _failed(self, job: Job, task: Task, options: TaskOptions, exc: Exception) -> None:
         """Attempt ``job.attempt`` raised ``exc``: raise ``RetryAfter`` or
         ``GiveUp`` after recording which (see the module docstring)."""
-        error = exc.error if isinstance(exc, RetryAfter | GiveUp) else _one_line(exc)
+        error = exc.error if isinstance(exc, RetryAfter | GiveUp) else one_line(exc)
         delay = _retry_delay(exc, job.attempt, options)
         if delay is not None:
             fields: dict[str, Field] = {
@@ -180,24 +212,21 @@ def _retry_delay(exc: Exception, attempt: int, options: TaskOptions) -> float | 
     return None
 
 
-def _one_line(exc: BaseException) -> str:
-    """``TypeName: message``, on one line."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 class TaskWorker(Worker):
     """The :class:`forum.coordinator.Worker` of an app (:meth:`forum.tasks.App.worker`):
     the worker, and beside it the app's periodic tasks (each slot enqueued
     into the worker's own space, :mod:`forum.tasks.cron`), stopped with it; its
-    thread pool is shut down once it is drained."""
+    thread pool is shut down once it is drained. The app's startup hooks run
+    before it takes a job, its shutdown hooks after the drain (:mod:`forum.tasks.hooks`)."""
 
     def __init__(
         self, app: App, pool: ThreadPoolExecutor, space: Any, lens: TaskAuthority,
-        *args: Any, **kwargs: Any,
+        *args: Any, state: State | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(space, lens, *args, **kwargs)
         self._app = app
+        #: What the app's startup hooks fill, each job's ``ctx.state`` (the Runner's).
+        self.state: State = {} if state is None else state
         self._pool = pool
         self._task_space = space
         self._task_lens = lens
@@ -208,7 +237,10 @@ class TaskWorker(Worker):
         super().stop()
 
     async def run(self) -> None:
+        hooks, started = self._app.hooks, False
         try:
+            await hooks.started(self.state)  # before the first job (forum.tasks.hooks)
+            started = True
             async with asyncio.TaskGroup() as group:
                 if self._app.periodic:
                     group.create_task(self._periodic(), name="periodic tasks")
@@ -219,6 +251,8 @@ class TaskWorker(Worker):
         finally:
             # A hung sync task's thread cannot be stopped; it is left to end.
             self._pool.shutdown(wait=False, cancel_futures=True)
+            if started:  # after the drain; not when a startup hook failed
+                await hooks.stopped(self.state)
 
     async def _periodic(self) -> None:
         async def enqueue(slot: cron.Slot) -> None:

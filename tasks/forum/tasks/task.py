@@ -27,6 +27,10 @@ Policy, per task, each overridable per enqueue where it says so:
 * ``result_ttl``: how long a result (and a dead job's error) is kept; the
   app's when ``None``.
 * ``priority``, ``ttl``: the defaults of ``_priority`` and ``_ttl``.
+* ``rate_limit`` (``"100/s"``, ``"10/m"``, ``"3600/h"``), ``concurrency``:
+  the task's limits across every worker; ``limit_key`` (a function of the
+  job's arguments) with ``max_running`` and ``rate``: per key
+  (:mod:`forum.tasks.limits`).
 * ``queue`` (per enqueue: ``_queue``): the queue its jobs go to, ``None``
   for ``"default"`` (:mod:`forum.tasks.queues`).
 """
@@ -35,12 +39,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import Backoff
+from forum.tasks.bulk import Signature
 from forum.tasks.errors import InvalidJob
+from forum.tasks.limits import LimitKey, check_limits
 from forum.tasks.queues import check_queue
 
 if TYPE_CHECKING:
@@ -63,6 +69,11 @@ class TaskOptions:
     result_ttl: float | None = None
     priority: int | None = None
     ttl: float | None = None
+    rate_limit: str | None = None
+    concurrency: int | None = None
+    limit_key: LimitKey | None = None
+    max_running: int | None = None
+    rate: str | None = None
     queue: str | None = None
 
     def __post_init__(self) -> None:
@@ -78,6 +89,7 @@ class TaskOptions:
             value = getattr(self, name)
             if not all(isinstance(t, type) and issubclass(t, BaseException) for t in value):
                 raise InvalidJob(f"{name} must be exception classes, not {value!r}")
+        check_limits(self.rate_limit, self.concurrency, self.limit_key, self.max_running, self.rate)
         if self.queue is not None:
             check_queue(self.queue)
 
@@ -120,6 +132,9 @@ class Task:
         self.options = options
         #: A coroutine function runs on the loop; anything else in a thread.
         self.is_async = inspect.iscoroutinefunction(function)
+        #: What an enqueue's arguments are bound to (after the context), read
+        #: once here; ``None`` for a callable whose signature Python cannot tell.
+        self.signature = _signature_of(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
 
@@ -130,10 +145,50 @@ class Task:
         kind = "async" if self.is_async else "sync"
         return f"<Task {self.name!r} ({kind})>"
 
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """``InvalidJob`` unless the function takes ``args`` and ``kwargs``
+        after its context: a job the worker could only fail, ``retries + 1``
+        times, refused at the enqueue instead."""
+        if self.signature is None:
+            return
+        try:
+            self.signature.bind(None, *args, **kwargs)  # None: the context's place
+        except TypeError as exc:
+            raise InvalidJob(f"task {self.name!r}: {exc}") from None
+
     async def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
-        """:meth:`forum.tasks.App.enqueue` of this task."""
-        return await self.app.enqueue(self.name, *args, **kwargs)
+        """:meth:`forum.tasks.App.enqueue` of this task, on its app or the
+        copy of it open around the call (:meth:`forum.tasks.App.opened`)."""
+        return await self.app.opened().enqueue(self.name, *args, **kwargs)
 
     def enqueue_sync(self, *args: Any, **kwargs: Any) -> JobHandle:
         """:meth:`forum.tasks.App.enqueue_sync` of this task."""
         return self.app.enqueue_sync(self.name, *args, **kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A call of this task, not made yet: for ``app.enqueue_many`` and
+        workflows (``chain``, ``group``: :mod:`forum.tasks.canvas`)."""
+        return Signature(self.name, args, kwargs)
+
+    async def enqueue_many(self, calls: Sequence[tuple[Any, ...]]) -> list[JobHandle]:
+        """:meth:`forum.tasks.App.enqueue_many` of this task: each call a
+        tuple of its positional arguments (keyword arguments and ``_``
+        options: ``app.enqueue_many([task.s(...), ...])``)."""
+        return await self.app.opened().enqueue_many(self._signatures(calls))
+
+    def enqueue_many_sync(self, calls: Sequence[tuple[Any, ...]]) -> list[JobHandle]:
+        """:meth:`enqueue_many` from code that is not async."""
+        return self.app.enqueue_many_sync(self._signatures(calls))
+
+    def _signatures(self, calls: Sequence[tuple[Any, ...]]) -> list[Signature]:
+        for index, call in enumerate(calls):
+            if not isinstance(call, tuple):
+                raise InvalidJob(f"job {index}: a call is a tuple of arguments, not {call!r}")
+        return [Signature(self.name, call) for call in calls]
+
+
+def _signature_of(function: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):  # some builtins and C callables have none
+        return None

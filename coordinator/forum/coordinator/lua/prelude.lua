@@ -79,3 +79,12 @@ local function ended(key, ttl, now, name, token, held)
     event(now, name, token, held[2], held[1]),
   })
 end
+
+-- outlive(key, ms): a limit's zset (admit.lua, admitted.lua) lives at least
+-- ms more, never shortened (other members' leases may be longer): a limit
+-- nobody asks for any more goes.
+local function outlive(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end

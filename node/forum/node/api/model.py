@@ -195,12 +195,15 @@ class WriteBody(WriteOptionFields, Generic[P], frozen=True):
 
 class BatchWriteBody(WriteOptionFields, Generic[P], frozen=True):
     """Exactly one of payloads or payloads_b64; and the options of every
-    tuple of the batch (a key only with one payload)."""
+    tuple of the batch (a key only with one payload; ``keys``, one per
+    payload, gives each its own key, deduplicated each with
+    ``dedup_window``)."""
 
     one_of: ClassVar[tuple[str, ...]] = ("payloads", "payloads_b64")
     payloads: list[P] | UnsetType = UNSET
     payloads_b64: list[Base64Text] | UnsetType = UNSET
     key: P | UnsetType = UNSET
+    keys: list[P] | UnsetType = UNSET
 
 
 class Ids(Body, frozen=True):

@@ -296,12 +296,40 @@ class ClusterClient(AsyncResource):
         return await self._write(key, lambda c: c.write(payload, **options), tried=key is not None)
 
     async def write_many(
-        self, payloads: Sequence[bytes], **options: Unpack[WriteOptions]
+        self,
+        payloads: Sequence[bytes],
+        *,
+        keys: Sequence[bytes | str] | None = None,
+        **options: Unpack[WriteOptions],
     ) -> builtins.list[EntryId]:
-        """Write many tuples in one request to one group: all become durable, or none."""
+        """Write many tuples in one request to one group: all become durable,
+        or none. With ``keys`` (one per payload), the payloads go to their
+        keys' groups, one request per group, in parallel: all or none in
+        each group, and the ids in the payloads' order."""
         if not payloads:
             return []
-        return await self._write(options.get("key"), lambda c: c.write_many(payloads, **options))
+        if keys is None:
+            return await self._write(
+                options.get("key"), lambda c: c.write_many(payloads, **options)
+            )
+        if len(keys) != len(payloads):
+            raise ValueError("keys names each write of a batch: one per payload")
+        by_group: dict[str, builtins.list[int]] = {}
+        for i, key in enumerate(keys):
+            by_group.setdefault(self._map.owner(slot_of(key)).id, []).append(i)
+
+        async def one_group(indexes: builtins.list[int]) -> builtins.list[EntryId]:
+            some, their_keys = [payloads[i] for i in indexes], [keys[i] for i in indexes]
+            return await self._write(
+                their_keys[0], lambda c: c.write_many(some, keys=their_keys, **options)
+            )
+
+        answers = await asyncio.gather(*(one_group(ix) for ix in by_group.values()))
+        ids: builtins.list[EntryId | None] = [None] * len(payloads)
+        for indexes, written in zip(by_group.values(), answers, strict=True):
+            for i, entry_id in zip(indexes, written, strict=True):
+                ids[i] = entry_id
+        return [i for i in ids if i is not None]
 
     async def _write(
         self,

@@ -175,10 +175,16 @@ class ForumClient(AsyncResource):
         return entry_id(self.url, written.id)
 
     async def write_many(
-        self, payloads: Sequence[bytes], **options: Unpack[WriteOptions]
+        self,
+        payloads: Sequence[bytes],
+        *,
+        keys: Sequence[bytes | str] | None = None,
+        **options: Unpack[WriteOptions],
     ) -> list[EntryId]:
         """Write many tuples in one request: all become durable, or none;
-        the options (:meth:`write`'s) hold for each."""
+        the options (:meth:`write`'s) hold for each. ``keys``, one per
+        payload, gives each its own key (``Forum.write_many``'s; a node
+        older than them refuses the request)."""
         if options:
             unknown_options(options, "ForumClient.write_many")
         if not payloads:
@@ -186,6 +192,8 @@ class ForumClient(AsyncResource):
         args: dict[str, Any] = {"payloads": list(payloads)}
         if options:
             args |= _write_args(options)
+        if keys is not None:
+            args["keys"] = [k.encode() if isinstance(k, str) else k for k in keys]
         document: model.Ids = await self._document("write_many", args, options.get("wait") or 0.0)
         return [entry_id(self.url, i) for i in document.ids]
 

@@ -66,10 +66,14 @@ class SyncForumClient:
         return self._run(self._client.write(payload, **options))
 
     def write_many(
-        self, payloads: Sequence[bytes], **options: Unpack[WriteOptions]
+        self,
+        payloads: Sequence[bytes],
+        *,
+        keys: Sequence[bytes | str] | None = None,
+        **options: Unpack[WriteOptions],
     ) -> list[EntryId]:
         unknown_options(options, "SyncForumClient.write_many")
-        return self._run(self._client.write_many(payloads, **options))
+        return self._run(self._client.write_many(payloads, keys=keys, **options))
 
     def pause(self, prefix: bytes) -> EntryId:
         return self._run(self._client.pause(prefix))

@@ -77,9 +77,15 @@ class Space:
     async def write_many(self, payloads: Sequence[bytes], asked: WriteRequest = PLAIN_WRITE) -> Ids:
         if not payloads:
             return Ids([])
-        if self.cluster is not None:
-            self.cluster.note_write(asked.options.get("key"), len(payloads))
-        ids = await self.forum.write_many(payloads, **asked.options)
+        cluster, keys = self.cluster, asked.keys
+        if cluster is not None:
+            for key in keys or ():
+                cluster.note_write(key, 1)
+            cluster.note_write(asked.options.get("key"), len(payloads))
+        if keys is not None:
+            ids = await self.forum.write_many(payloads, keys=keys, **asked.options)
+        else:
+            ids = await self.forum.write_many(payloads, **asked.options)
         return Ids([str(i) for i in ids])
 
     async def read(self, pattern: Pattern, wait: float) -> Tuple | None:

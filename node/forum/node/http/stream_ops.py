@@ -33,7 +33,12 @@ from forum.node.http.bodies import check_extend_lease, check_ids, check_payload,
 from forum.node.http.ops import Space
 from forum.node.http.query import check_entry_id, check_integer, check_seconds
 from forum.node.http.responses import reserved_body, tuple_body
-from forum.node.http.writes import PLAIN_WRITE, WriteRequest, check_write_options, given_options
+from forum.node.http.writes import (
+    PLAIN_WRITE,
+    WriteRequest,
+    check_write_options,
+    given_options,
+)
 
 # -- the arguments of each op: a msgpack map of these names and types ---------------
 
@@ -85,6 +90,14 @@ class PayloadArgs(WriteOptionArgs, frozen=True, kw_only=True):
 
 class PayloadsArgs(WriteOptionArgs, frozen=True, kw_only=True):
     payloads: list[bytes]
+    #: One key per payload (:func:`~forum.node.http.writes.check_batch_keys`).
+    keys: Any = None
+
+    def asked(self, count: int, limits: Limits) -> WriteRequest:
+        if self.keys is None:
+            return super().asked(count, limits)
+        given = given_options(self, WRITE_OPTION_NAMES, None)
+        return check_write_options(given, count, limits, self.keys)
 
 
 class PatternArgs(Args, frozen=True):

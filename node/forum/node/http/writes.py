@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -48,21 +48,27 @@ class WriteRequest:
     prefix's limit (else a 429 at once)."""
 
     options: WriteOptions = field(default_factory=WriteOptions)
+    #: A batch's keys, one per payload (``None``: not given).
+    keys: tuple[bytes, ...] | None = None
 
 
 #: What a plain write asks (no option given): known by identity.
 PLAIN_WRITE = WriteRequest()
 
 
-def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) -> WriteRequest:
+def check_write_options(
+    given: Mapping[str, Any], count: int, limits: Limits, keys: Sequence[Any] | None = None
+) -> WriteRequest:
     """The options of a write of ``count`` tuples, held to the Forum's own
     checks (``write_properties``: its one-line ``ValueError`` is the 400's
     message) and ``wait`` to ``Limits.max_write_wait`` (the node's
     ``max_wait``, at most the Forum's 60 s): the checks of every front end
-    (query, body, stream), made before anything is written."""
-    if not given:
+    (query, body, stream), made before anything is written. ``keys``, a
+    batch's key per payload (:func:`check_batch_keys`)."""
+    if not given and keys is None:
         return PLAIN_WRITE
     options = dict(given)
+    checked = None if keys is None else check_batch_keys(keys, count, options)
     wait = options.pop("wait", None)
     copies = options.pop("copies", None)
     number = isinstance(wait, int | float) and not isinstance(wait, bool)
@@ -71,7 +77,8 @@ def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) ->
         raise bad_request("invalid_option", f"wait must be 0 to {bound:g} s, not {wait!r}")
     try:
         # Against now: a not_before further than the options allow is known only so.
-        write_properties(time.time(), **options)
+        # A batch with keys: its options checked as its first write's.
+        write_properties(time.time(), **(options | {"key": checked[0]} if checked else options))
         if copies is not None:  # its bound, the cluster's size, is the Forum's to check
             options["copies"] = check_copies(copies)
     except ValueError as exc:
@@ -80,7 +87,31 @@ def check_write_options(given: Mapping[str, Any], count: int, limits: Limits) ->
         raise bad_request("invalid_option", "a key names one write: give it with one payload")
     if wait:
         options["wait"] = wait
-    return WriteRequest(cast(WriteOptions, options))
+    return WriteRequest(cast(WriteOptions, options), checked)
+
+
+def check_batch_keys(
+    keys: Sequence[Any], count: int, options: Mapping[str, Any]
+) -> tuple[bytes, ...]:
+    """A batch's ``keys`` (text, or bytes in msgpack; one per payload, not
+    with ``key`` in ``options``), each held to ``write_properties``'s check
+    of a key, as bytes."""
+    if not isinstance(keys, list) or len(keys) != count:
+        raise bad_request("invalid_option", f"keys must be a list of {count} keys, one per payload")
+    if options.get("key") is not None:
+        raise bad_request("invalid_option", "give key or keys, not both")
+    checked: list[bytes] = []
+    for key in keys:
+        try:
+            raw = key.encode() if isinstance(key, str) else key
+        except UnicodeEncodeError as exc:  # JSON may spell a lone surrogate
+            raise bad_request("invalid_field", f"a key is not valid Unicode: {exc}") from exc
+        try:
+            write_properties(0.0, key=raw)
+        except ValueError as exc:
+            raise bad_request("invalid_option", f"keys: {exc}") from None
+        checked.append(bytes(raw))  # a msgpack Payload, as bytes
+    return tuple(checked)
 
 
 async def parse_write(
@@ -112,7 +143,8 @@ async def parse_batch_write(
     kind = document_kind(request, "a batch's tuples")
     document = decode(await read_body(request, limits.max_batch_bytes), BatchWriteBody, kind)
     payloads = check_payloads(*_chosen(document), limits)
-    return payloads, check_write_options(_option_fields(document), len(payloads), limits)
+    keys = None if document.keys is msgspec.UNSET else document.keys
+    return payloads, check_write_options(_option_fields(document), len(payloads), limits, keys)
 
 
 def given_options(args: msgspec.Struct, names: tuple[str, ...], absent: Any) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
-from forum.node.core.entries import EntryId, Properties, Tuple, Write
+from forum.node.core.entries import PLAIN, EntryId, Properties, Tuple, Write
 from forum.node.core.errors import ForumError, LimitExceeded
 from forum.node.core.space import MAX_WAIT
 from forum.node.space.dedup import DedupTable
@@ -110,6 +111,61 @@ class Admission:
             return [await self._write_once(payloads[0], props, key, wait)]
         return await self._write_limited(payloads, props, wait)
 
+    async def write_each(
+        self, payloads: Sequence[bytes], each: Sequence[Properties], wait: float | None
+    ) -> list[EntryId]:
+        """Write each payload with its own properties (``each``, one per
+        payload), as :meth:`write` would alone, but in one group commit: a
+        payload whose key opens a dedup window answers with the id of the
+        write with that key whose window is open (waiting for one under way),
+        or of an earlier payload of the batch with that key, and writes nothing."""
+        if wait is not None and not (0 <= wait <= MAX_WAIT):
+            raise ValueError(f"wait must be 0 to {MAX_WAIT:.0f} seconds, not {wait!r}")
+        keyed = {props.key for props in each if props.dedup_until and props.key is not None}
+        # Wait out the writes of these keys under way before taking any key
+        # ourselves: two batches holding a key each and waiting for the
+        # other's would wait for ever.
+        while under_way := [f for k in keyed if (f := self._dedup_writing.get(k)) is not None]:
+            await asyncio.wait(under_way)  # their failures are theirs: looked at again below
+        ids: list[EntryId | None] = [None] * len(payloads)
+        first: dict[bytes, int] = {}  # a key's payload written by this batch
+        fresh: list[int] = []
+        now = self._schedule.now_ms()
+        loop = asyncio.get_running_loop()
+        for i, props in enumerate(each):
+            key = props.key if props.dedup_until else None
+            if key is not None:
+                if key in first:
+                    continue  # answered with the first's id below
+                ids[i] = self._dedup.get(key, now)
+                if ids[i] is not None:
+                    continue
+                first[key] = i
+                self._dedup_writing[key] = loop.create_future()
+            fresh.append(i)
+        try:
+            written = await self._write_limited(
+                [payloads[i] for i in fresh], PLAIN, wait, each=[each[i] for i in fresh]
+            )
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else ForumError("cancelled")
+            for key in first:
+                done = self._dedup_writing.pop(key)
+                done.set_exception(error)
+                done.exception()  # retrieved: nobody may be waiting
+            raise
+        for i, entry_id in zip(fresh, written, strict=True):
+            ids[i] = entry_id
+        for key, i in first.items():
+            self._dedup_writing.pop(key).set_result(cast(EntryId, ids[i]))
+        answered: list[EntryId] = []
+        for found, props in zip(ids, each, strict=True):
+            # None: a later payload with a key of this batch, the first's id.
+            answered.append(
+                found if found is not None else cast(EntryId, ids[first[cast(bytes, props.key)]])
+            )
+        return answered
+
     async def _write_once(
         self, payload: bytes, props: Properties, key: bytes, wait: float | None
     ) -> EntryId:
@@ -135,9 +191,16 @@ class Admission:
         return entry_id
 
     async def _write_limited(
-        self, payloads: Sequence[bytes], props: Properties, wait: float | None
+        self,
+        payloads: Sequence[bytes],
+        props: Properties,
+        wait: float | None,
+        *,
+        each: Sequence[Properties] | None = None,
     ) -> list[EntryId]:
-        """Write, once every limited prefix the payloads fall under has room."""
+        """Write, once every limited prefix the payloads fall under has room;
+        with ``each``, each payload with its own properties (one append per
+        payload, all queued at once: one group commit)."""
         limited = self._limited_by(payloads)
         if limited:
             await self._room_for(limited, wait)
@@ -146,7 +209,12 @@ class Admission:
         try:
             # The Strand calls the durable callback itself, whatever happens to this
             # caller: its cancellation cancels only the wait, so no shield is needed.
-            writes = await self._strand.submit_writes(payloads, self._durable, props)
+            if each is None:
+                writes = await self._strand.submit_writes(payloads, self._durable, props)
+            else:
+                submit, durable = self._strand.submit_writes, self._durable
+                appends = [submit((p,), durable, e) for p, e in zip(payloads, each, strict=True)]
+                writes = [w for append in await asyncio.gather(*appends) for w in append]
         finally:
             for prefix, n in limited.items():
                 self._limited_writing[prefix] -= n

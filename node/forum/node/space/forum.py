@@ -337,10 +337,15 @@ class Forum(AsyncResource):
         dedup_window: float | None = None,
         wait: float | None = None,
         copies: int | None = None,
+        keys: Sequence[bytes | str] | None = None,
     ) -> list[EntryId]:
         """Add many tuples in one append: all become durable, or none. The
         options are :meth:`write`'s, for every tuple (a ``key`` only with one
-        payload).
+        payload). ``keys``, one per payload (not with ``key``), gives each
+        its own key: with ``dedup_window``, each is deduplicated as a single
+        write with its key is (a key whose window is open here, or that an
+        earlier payload of the batch has, answers with that write's id and
+        writes nothing), and the others are written in one group commit.
 
         The tuples become live when the append is durable, even if the caller
         was cancelled meanwhile (a write whose answer is lost still happened).
@@ -351,6 +356,18 @@ class Forum(AsyncResource):
         need = 1
         if copies is not None or self.copies.waits_by_default:
             need = self.copies.check(self.copies.default if copies is None else copies)
+        if keys is not None:
+            if key is not None or len(keys) != len(payloads):
+                raise ValueError("keys names each write of a batch: one per payload, not with key")
+            now = self._clock()
+            each = [
+                write_properties(now, delay, not_before, ttl, priority, k, dedup_window)
+                for k in keys
+            ]
+            ids = await self._admission.write_each(payloads, each, wait)
+            if need > 1:
+                await self.copies.wait(ids, need)
+            return ids
         props = write_properties(self._clock(), delay, not_before, ttl, priority, key, dedup_window)
         if props is PLAIN and wait is None and not self._limits:
             writes = await self.strand.submit_writes(payloads, self._durable)
