@@ -3,7 +3,8 @@
 Two kinds of worker, one of them per process:
 
 * ``--app module:name`` names a task app (:class:`forum.App`): the worker
-  runs all of its tasks, and its periodic tasks' slots (docs/tasks.md). The
+  runs all of its tasks (or those of ``--queues``, by weight:
+  :mod:`forum.tasks.queues`), and its periodic tasks' slots (docs/tasks.md). The
   prefix, the dead prefix and each task's retries come from the app; the
   node and Redis too, unless ``--node`` / ``--redis-url`` (or
   ``$FORUM_NODE`` / ``$FORUM_REDIS_URL``) say otherwise.
@@ -87,6 +88,7 @@ from forum.node.core.errors import ClientError, Unauthorized
 from forum.node.core.space import Pattern
 from forum.tasks import App
 from forum.tasks.errors import StartupFailed, TaskError
+from forum.tasks.queues import parse_weights
 
 # Its log lines' name, which log filters select them by.
 log = logging.getLogger("coordinator.cli")
@@ -174,6 +176,14 @@ def add_worker(parser: argparse.ArgumentParser) -> None:
         type=NONEMPTY,
         help="with --handler: take tuples starting with this (not empty: '' would take "
         "the dead letters too)",
+    )
+    add(
+        "--queues",
+        metavar="NAME[:WEIGHT],...",
+        type=_queues,
+        help="with --app: serve only these queues, tried at each take in a random order "
+        "drawn by weight (emails:3,default:1; a weight left out is 1); default: every "
+        "queue of the app, in the space's order (highest priority, then oldest)",
     )
     add(
         "--handler",
@@ -364,6 +374,8 @@ def _check_kind(args: argparse.Namespace) -> None:
         raise UsageError("--handler needs --prefix: the byte prefix of its jobs")
     if args.handler is not None and args.executor is not None:
         raise UsageError("--executor: only with --app (a handler runs on the event loop)")
+    if args.handler is not None and args.queues is not None:
+        raise UsageError("--queues: only with --app (a handler's worker takes --prefix)")
     if args.app is not None:
         flags = {"--prefix": args.prefix, "--key": args.key, "--backoff": args.backoff}
         flags["--dead-prefix"] = args.dead_prefix
@@ -386,7 +398,11 @@ class UserCode:
         periodic = f", {len(self.app.periodic)} periodic" if self.app.periodic else ""
         count = len(self.app.tasks)
         names = ", ".join(sorted(self.app.tasks))
-        return f"running {args.app} ({count} task{'s' * (count != 1)}: {names}{periodic})"
+        queues = (
+            "" if args.queues is None
+            else " from queues " + ",".join(f"{q}:{w}" for q, w in args.queues.items())
+        )  # fmt: skip
+        return f"running {args.app} ({count} task{'s' * (count != 1)}: {names}{periodic}){queues}"
 
 
 def _load_user_code(args: argparse.Namespace) -> UserCode:
@@ -434,7 +450,7 @@ async def _make_worker(
         if code.app is not None:
             if args.executor is not None:
                 options["executor"] = args.executor
-            return code.app.worker(space, lens, **options)
+            return code.app.worker(space, lens, queues=args.queues, **options)
         handler = await stack.enter_async_context(_open_handler(args.handler, code.handler))
         backoff = 1.0 if args.backoff is None else args.backoff
         return Worker(
@@ -449,6 +465,14 @@ async def _make_worker(
         )
     except (ValueError, TaskError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def _queues(text: str) -> dict[str, int]:
+    """``--queues``'s value: names and weights (:func:`forum.tasks.queues.parse_weights`)."""
+    try:
+        return parse_weights(text)
+    except TaskError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _check_max_attempts(app: App, given: int | None) -> None:

@@ -20,6 +20,8 @@ EXPORTED = [
     "Holder",
     "Job",
     "KeyState",
+    "Lane",
+    "Lanes",
     "Lens",
     "LensConfig",
     "LensError",

@@ -26,6 +26,7 @@ from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
 from forum.tasks import App, Context, JobState
 from forum.tasks.message import key_prefix
+from forum.tasks.queues import DEFAULT_QUEUE, queue_prefix
 from tests.dashboard.browser import Browser, browser
 from tests.dashboard.test_browser import no_console_errors
 from tests.fixtures.clusters import peers_are, proxied_cluster
@@ -151,7 +152,9 @@ async def test_jobs_workers_and_the_lens_in_the_browser(
         browser.open(f"{node.url}/ui/guarantees")
         assert browser.find("#double-takes-total").text == "0"
         twice = await app.enqueue("flaky", 9)
-        copy = await client.read(Pattern(key_prefix(app.prefix, twice.key)))
+        copy = await client.read(
+            Pattern(key_prefix(queue_prefix(app.prefix, DEFAULT_QUEUE), twice.key))
+        )
         assert copy is not None
         await client.write(copy)
         await client.resume(app.prefix)

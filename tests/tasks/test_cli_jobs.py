@@ -26,6 +26,7 @@ from forum.cli_args import UsageError
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
 from forum.tasks import App, Context, JobCancelled, JobHandle, JobState
+from forum.tasks.queues import DEFAULT_QUEUE, queue_prefix
 from tests.coordinator.harness import REPO, WorkerProcess, worker_processes
 from tests.fixtures.cli import assert_usage_error, run_forum, run_main
 from tests.fixtures.nodes import NodeProcess, eventually, free_port
@@ -189,7 +190,7 @@ async def test_cancel_turns_a_queued_job_away(
         started.append(worker)
         await worker.start()
         async with ForumClient(forum_node.url) as space:
-            pattern = Pattern(app.prefix + b"to-cancel\n")
+            pattern = Pattern(queue_prefix(app.prefix, DEFAULT_QUEUE) + b"to-cancel\n")
 
             async def gone() -> bool:
                 return await space.count(pattern) == 0

@@ -6,15 +6,16 @@ import pytest
 
 from forum.tasks import InvalidJob, JsonSerializer, MsgpackSerializer
 from forum.tasks.message import Message, check_key, default_key, key_prefix, peek_key, peek_task
+from forum.tasks.queues import queue_prefix
 
 SERIALIZERS = [JsonSerializer(), MsgpackSerializer()]
 
 
-def test_the_bytes_are_prefix_key_name_and_body() -> None:
+def test_the_bytes_are_prefix_queue_key_name_and_body() -> None:
     message = Message("img-7", "resize", (7,), {"size": 256})
     data = message.encode(b"task/", JsonSerializer())
-    assert data == (b'task/img-7\nresize\n{"args":[7],"kwargs":{"size":256},"options":{}}')
-    assert data.startswith(key_prefix(b"task/", "img-7"))
+    assert data == (b'task/default/img-7\nresize\n{"args":[7],"kwargs":{"size":256},"options":{}}')
+    assert data.startswith(key_prefix(queue_prefix(b"task/", "default"), "img-7"))
     assert peek_key(data, b"task/") == "img-7"
     assert peek_task(data, b"task/") == "resize"
 

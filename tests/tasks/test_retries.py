@@ -12,6 +12,7 @@ import pytest
 from forum.coordinator import Backoff, GiveUp, RetryAfter
 from forum.node.core.space import Pattern
 from forum.tasks import Context, JobFailed, JobState
+from forum.tasks.queues import DEFAULT_QUEUE, queue_prefix
 from tests.fixtures.nodes import eventually
 from tests.tasks.conftest import AppFactory, working
 
@@ -67,7 +68,8 @@ async def test_exhausted_retries_make_the_job_dead_with_its_traceback(
         status = await handle.status()
         assert (status.state, status.attempt) == (JobState.DEAD, 3)
         # The dead letter is in the space, under dead/ + the job's prefix, traceback and all.
-        letter = await app.space.read(Pattern(b"dead/" + app.prefix + handle.key.encode()))
+        head = queue_prefix(app.prefix, DEFAULT_QUEUE) + handle.key.encode()
+        letter = await app.space.read(Pattern(b"dead/" + head))
         assert letter is not None and b"in always_fails" in letter
 
 

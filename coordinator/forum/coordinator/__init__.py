@@ -14,6 +14,7 @@ from forum.coordinator.errors import (
     NotDue,
 )
 from forum.coordinator.job import Backoff, GiveUp, Handler, Job, RetryAfter
+from forum.coordinator.lanes import Lane, Lanes
 from forum.coordinator.lens import Lens
 from forum.coordinator.presence import WorkerPresence
 from forum.coordinator.reaper import Reaper
@@ -41,6 +42,8 @@ __all__ = [
     "Holder",
     "Job",
     "KeyState",
+    "Lane",
+    "Lanes",
     "Lens",
     "LensConfig",
     "LensError",

@@ -24,10 +24,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from forum.coordinator.holding import Acks, Parked
+from forum.coordinator.lanes import Lanes
 from forum.coordinator.spaces import WorkSpace, ack_then_reserve
 from forum.node.core.entries import EntryId, Reserved
 from forum.node.core.errors import ForumError
-from forum.node.core.space import Pattern
 
 #: The worker's logger: what befalls its reservations is the worker's to report.
 log = logging.getLogger("forum.coordinator.worker")
@@ -45,14 +45,15 @@ _T = TypeVar("_T")
 
 
 class Reservations:
-    """The reservations of one worker, of tuples matching ``pattern`` in
+    """The reservations of one worker, of tuples matching its ``lanes``
+    (one pattern, or several by weight: :mod:`forum.coordinator.lanes`) in
     ``space``, each for ``lease`` seconds. ``stopping`` is the worker's stop:
     once set, no reservation is handed to a slot."""
 
     def __init__(
         self,
         space: WorkSpace,
-        pattern: Pattern,
+        lanes: Lanes,
         *,
         lease: float,
         concurrency: int,
@@ -60,7 +61,7 @@ class Reservations:
         stopping: asyncio.Event,
     ) -> None:
         self._space = space
-        self._pattern = pattern
+        self._lanes = lanes
         self._lease = lease
         self._concurrency = concurrency
         self._take_wait = take_wait
@@ -94,16 +95,16 @@ class Reservations:
         items = await self._take_ahead(most, wait=False)
         try:
             if len(items) < most:
-                items += await self._space.reserve_many(
-                    self._pattern, self._lease, most - len(items)
-                )
+                items += await self._reserve_now(most - len(items))
         except BaseException:
             self._ahead[:0] = items
             raise
         found_all = len(items) == most
         if not items:
             item = await self._unless_stopped(
-                lambda: self._space.reserve(self._pattern, self._lease, timeout=self._take_wait)
+                lambda: self._space.reserve(
+                    self._lanes.waiting(), self._lease, timeout=self._take_wait
+                )
             )
             items = [] if item is None else [item]
         if self._stopping.is_set() and items:
@@ -111,6 +112,31 @@ class Reservations:
             return []
         if found_all:
             self._reserve_ahead(len(items), tasks)
+        return items
+
+    async def _reserve_now(self, most: int, acks: Sequence[EntryId] = ()) -> list[Reserved]:
+        """Up to ``most`` reservations without waiting, ``acks`` acked with
+        the first request: one request on a single lane; else lane after
+        lane in an order drawn by weight until ``most`` are found
+        (:meth:`forum.coordinator.lanes.Lanes.order`)."""
+        single = self._lanes.single
+        if single is not None:
+            return await self._space.reserve_many(single, self._lease, most)
+        items: list[Reserved] = []
+        for pattern in self._lanes.order():
+            try:
+                if acks:
+                    found = await ack_then_reserve(self._space, acks, pattern, self._lease, most)
+                    acks = ()
+                else:
+                    found = await self._space.reserve_many(pattern, self._lease, most - len(items))
+                items += found
+            except BaseException:
+                if items:  # reserved before the failure: live again at once, not after a lease
+                    await asyncio.shield(self.release([item.id for item in items]))
+                raise
+            if len(items) >= most:
+                break
         return items
 
     def holding_ahead(self) -> bool:
@@ -133,7 +159,10 @@ class Reservations:
         task is in the worker's task group, where an error would stop the
         worker (a node killed mid-request, say)."""
         try:
-            return await ack_then_reserve(self._space, acks, self._pattern, self._lease, most)
+            single = self._lanes.single
+            if single is None:  # several lanes: the acks ride with the first one's request
+                return await self._reserve_now(most, acks)
+            return await ack_then_reserve(self._space, acks, single, self._lease, most)
         except (ForumError, OSError) as exc:
             # Whatever the node reserved, its answer lost, comes back after
             # its lease; a job whose ack it carried, too, and is turned away.

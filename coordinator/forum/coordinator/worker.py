@@ -146,6 +146,7 @@ from forum.coordinator.errors import ClaimLost, LensError
 from forum.coordinator.holding import Slots
 from forum.coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
 from forum.coordinator.keeping import ClaimKeeper, Interrupted
+from forum.coordinator.lanes import Lanes
 from forum.coordinator.limits import Admission
 from forum.coordinator.offers import Answers, Offer
 from forum.coordinator.presence import HEAD, Presence
@@ -188,13 +189,15 @@ class Worker:
 
     ``space`` is a :class:`WorkSpace`; a plain take-only ``TupleSpace`` is
     wrapped in :class:`TakeOnly` (a crash then loses the jobs it held).
+    ``pattern`` is what it reserves: one pattern, or :class:`Lanes` (several,
+    by weight: :mod:`forum.coordinator.lanes`).
     """
 
     def __init__(
         self,
         space: WorkSpace | TupleSpace,
         lens: ClaimAuthority,
-        pattern: Pattern,
+        pattern: Pattern | Lanes,
         handler: Handler,
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
@@ -217,7 +220,8 @@ class Worker:
             raise ValueError("lease and take_wait must be positive, drain_timeout not negative")
         if lens_loss_pause is not None and lens_loss_pause < 0:
             raise ValueError("lens_loss_pause must not be negative")
-        if dead_prefix.startswith(pattern.prefix):
+        lanes = Lanes.of(pattern)
+        if any(dead_prefix.startswith(prefix) for prefix in lanes.prefixes):
             # The worker would take its own dead letters and run them forever.
             raise ValueError(f"dead prefix {dead_prefix!r} matches the job pattern")
         if not isinstance(space, WorkSpace):
@@ -244,11 +248,11 @@ class Worker:
         #: What this worker counts (its state fields are filled in by stats()).
         self._counts = WorkerStats()
         #: The double takes caught since the last summary line.
-        self._doubles = DoubleTakes(pattern.prefix)
+        self._doubles = DoubleTakes(b" ".join(lanes.prefixes))
         self._stopping = asyncio.Event()
         self._started = False
         self._reservations = Reservations(
-            self._space, pattern, lease=lease, concurrency=concurrency, take_wait=take_wait,
+            self._space, lanes, lease=lease, concurrency=concurrency, take_wait=take_wait,
             stopping=self._stopping,
         )  # fmt: skip
         self._reaper = Reaper(space, lens, interval=reaper_interval, on_reoffer=self._reoffered)

@@ -28,7 +28,8 @@ from forum.coordinator.redis_url import RedisTarget, redacted
 from forum.node.core.errors import ForumError
 from forum.node.core.space import Pattern
 from forum.tasks import App, JobNotFound, JobState, JobStatus, TaskError
-from forum.tasks.message import key_prefix
+from forum.tasks.message import job_heads
+from forum.tasks.queues import queues_of
 
 #: How many looks at the workers' totals are kept (a minute at the page's 2 s refresh).
 KEEP = 60
@@ -168,10 +169,10 @@ class LensView:
         status, history = await asyncio.gather(_status(app, key), app.history(key))
         if status is None or status.task is None:
             return await self._raw(app, key, history)
-        head = key_prefix(app.prefix, key)
-        found = await app.space.read(Pattern(head))
+        heads = job_heads(app.prefix, key, queues_of(app))  # its queue is the tuple's to say
+        found = await _read_first(app, heads)
         if found is None:  # not queued: its dead letter, which has the job inside
-            found = await app.space.read(Pattern(app.dead_prefix + head))
+            found = await _read_first(app, [app.dead_prefix + head for head in heads])
             found = None if found is None else found[len(app.dead_prefix) :]
         # The job's own bytes, without the worker's trailer (forum.coordinator.envelope).
         payload = None if found is None else Envelope.open(found).payload
@@ -243,3 +244,9 @@ __all__ = [
     "LensView",
     "RawJobPage",
 ]
+
+
+async def _read_first(app: App, heads: list[bytes]) -> bytes | None:
+    """The first tuple found under one of ``heads``, read side by side."""
+    found = await asyncio.gather(*(app.space.read(Pattern(head)) for head in heads))
+    return next((payload for payload in found if payload is not None), None)

@@ -4,8 +4,8 @@ dead one, purging the dead or the done ones' results, a key's claim history.
 
 Jobs live in two places, and a listing reads both, so a queue never looks
 empty while work is in flight: the space (tuples under the app's prefix,
-queued; dead letters under ``dead/`` + the prefix) and the Lens (live claims:
-running; job records: retrying, done, dead, cancelled, delayed). The space
+queued, in every queue; dead letters under ``dead/`` + the prefix) and the
+Lens (live claims: running; job records: retrying, done, dead, cancelled, delayed). The space
 is read first, a page of tuples at a time; then each key found is shown
 once, its status worked out as :mod:`forum.tasks.status` does from what the
 Lens holds of it, read a page of keys at a time (``inspect_many``: one
@@ -39,7 +39,8 @@ from forum.node.core.entries import Tuple
 from forum.node.core.space import ListPage, Pattern
 from forum.tasks.errors import InvalidJob, JobNotFound
 from forum.tasks.handle import JobHandle, JobState, JobStatus
-from forum.tasks.message import check_key, key_prefix, peek_key
+from forum.tasks.message import check_key, job_heads, peek_key
+from forum.tasks.queues import queues_of
 from forum.tasks.status import status_of
 
 if TYPE_CHECKING:
@@ -258,15 +259,20 @@ async def _take(space: ClusterClient, *, letter: Pattern) -> object:
     return await space.take(letter)
 
 
+async def _first(space: ClusterClient, *, letter: Pattern) -> ListPage:
+    return await space.list(letter, 0, 1)
+
+
 async def history(app: App, key: str) -> list[HistoryEvent]:
     """Job ``key``'s claim history, oldest first (forum.coordinator.records)."""
     return await app.lens.history(check_key(key))
 
 
 async def _dead_letter(app: App, key: str) -> DeadLetter | None:
-    head = app.dead_prefix + key_prefix(app.prefix, key)
-    page = await app.on_node(lambda space: space.list(Pattern(head), 0, 1))
-    if not page.tuples:
-        return None
-    item = page.tuples[0]
-    return DeadLetter.parse(item, app.dead_prefix)
+    """Job ``key``'s dead letter, in whichever queue it was written."""
+    for head in job_heads(app.prefix, key, queues_of(app)):
+        first = functools.partial(_first, letter=Pattern(app.dead_prefix + head))
+        page = await app.on_node(first)
+        if page.tuples:
+            return DeadLetter.parse(page.tuples[0], app.dead_prefix)
+    return None

@@ -13,7 +13,8 @@
         job = await app.enqueue("resize", image_id=7, size=256, _delay=10)
         print(await job.result(timeout=60))
 
-A worker runs all of an app's tasks: ``forum worker --app myapp:app``, or
+A worker runs all of an app's tasks (or those of the queues it is given:
+:mod:`forum.tasks.queues`): ``forum worker --app myapp:app``, or
 ``await app.run_worker()``, or a :class:`forum.coordinator.Worker` of your own from
 :meth:`App.worker`. What a job's bytes are: :mod:`forum.tasks.message`; how a job
 is run: :mod:`forum.tasks.runner`; how its status is found: :mod:`forum.tasks.status`.
@@ -52,7 +53,6 @@ from forum.node.client.pool import node_urls
 from forum.node.config.node import DEFAULT_NODE
 from forum.node.core.errors import TooFewCopies
 from forum.node.core.resource import AsyncResource
-from forum.node.core.space import Pattern
 from forum.node.core.write_options import WriteOptions, check_copies, write_properties
 from forum.tasks import admin, bulk, cron
 from forum.tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
@@ -66,6 +66,7 @@ from forum.tasks.handle import JobHandle, JobState, JobStatus, run_sync
 from forum.tasks.hooks import AppHooks, Hooks, State
 from forum.tasks.limits import LimitKey, task_admission
 from forum.tasks.message import Message, check_key, check_task_name, default_key
+from forum.tasks.queues import DEFAULT_QUEUE, Served, check_queue, lanes, queues_of
 from forum.tasks.runner import Runner, TaskWorker
 from forum.tasks.serializer import JsonSerializer, Serializer
 from forum.tasks.status import job_status
@@ -222,6 +223,7 @@ class App(AppHooks):
         rate: str | None = None,
         executor: str | None = None,
         soft_timeout: float | None = None,
+        queue: str | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -243,6 +245,7 @@ class App(AppHooks):
         rate: str | None = None,
         executor: str | None = None,
         soft_timeout: float | None = None,
+        queue: str | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """``@app.task`` or ``@app.task(name, retries=..., ...)``: register
         the function as a task (its name: ``name``, else the function's
@@ -252,7 +255,7 @@ class App(AppHooks):
             retry_on=errors_of(retry_on), give_up_on=errors_of(give_up_on),
             result_ttl=result_ttl, priority=priority, ttl=ttl,
             rate_limit=rate_limit, concurrency=concurrency, limit_key=limit_key,
-            max_running=max_running, rate=rate,
+            max_running=max_running, rate=rate, queue=queue,
             executor=executor, soft_timeout=soft_timeout,
         )  # fmt: skip
         if callable(name):
@@ -369,6 +372,7 @@ class App(AppHooks):
         ``_not_before``, ``_priority`` and ``_ttl`` are the write's
         (docs/scheduling.md; ``_priority`` and ``_ttl`` default to the
         task's); ``_retries`` and ``_timeout`` override the task's;
+        ``_queue`` overrides the task's queue (:mod:`forum.tasks.queues`);
         ``_copies`` is the write's (answered once so many nodes hold the job
         durably, docs/tasks.md; the node's ``--ack-copies`` when not given).
         A job short of its copies in time raises ``CopiesShort`` (from
@@ -409,7 +413,9 @@ class App(AppHooks):
     async def enqueue_slot(self, slot: Slot, space: Any, lens: TaskAuthority) -> JobHandle:
         """A periodic task's job for ``slot``, written by a worker into its own
         space (:func:`forum.tasks.cron.run_periodic` calls it)."""
-        given = Enqueue(key=slot.key, ttl=slot.ttl)  # with a ttl: its record is not deferred
+        # With a ttl: its record is not deferred. At the highest priority: ahead
+        # of any backlog of its queue, so the slot runs before it expires.
+        given = Enqueue(key=slot.key, ttl=slot.ttl, priority=cron.SLOT_PRIORITY)
         records = EnqueuedRecords(lens)
         return await self._enqueue(
             OneNode(space), records, slot.task, args=(), kwargs={}, given=given
@@ -456,7 +462,8 @@ class App(AppHooks):
         overrides = given.overrides()
         if workflow is not None:
             overrides["workflow"] = workflow
-        message = Message(key, name, tuple(args), kwargs, overrides)
+        queue = task.options.queue if given.queue is None else check_queue(given.queue)
+        message = Message(key, name, tuple(args), kwargs, overrides, queue or DEFAULT_QUEUE)
         payload = message.encode(self.prefix, self.serializer)
         priority = task.options.priority if given.priority is None else given.priority
         ttl = task.options.ttl if given.ttl is None else given.ttl
@@ -497,7 +504,7 @@ class App(AppHooks):
         return await connections.nodes.call(
             lambda space: job_status(
                 check_key(key), lens=connections.lens, space=space, prefix=self.prefix,
-                dead_prefix=self.dead_prefix, serializer=self.serializer,
+                dead_prefix=self.dead_prefix, serializer=self.serializer, queues=queues_of(self),
             )
         )  # fmt: skip
 
@@ -511,6 +518,7 @@ class App(AppHooks):
         concurrency: int = DEFAULT_CONCURRENCY,
         lease: float = DEFAULT_LEASE,
         executor: str = "thread",
+        queues: Served | None = None,
         **worker_options: Any,
     ) -> Worker:
         """A :class:`forum.coordinator.Worker` that runs this app's tasks from
@@ -519,6 +527,8 @@ class App(AppHooks):
         down with the worker) or, those whose executor, else the worker's
         ``executor``, is ``"process"``, of as many processes
         (:mod:`forum.tasks.executor`), and this app's periodic tasks beside them.
+        ``queues``: those it serves, by weight (``{"emails": 3, "default":
+        1}``), or all (``None``): :func:`forum.tasks.queues.lanes`.
         ``worker_options`` are the Worker's (``max_attempts`` defaults to
         one past the most retries of any task: a job's own count decides its
         retries, and this one only buries a job whose workers keep dying)."""
@@ -533,7 +543,7 @@ class App(AppHooks):
         pool = ThreadPoolExecutor(concurrency, thread_name_prefix="task")
         state: State = {}  # the worker's, filled by the app's startup hooks: ctx.state
         return TaskWorker(
-            self, pool, space, lens, Pattern(self.prefix),
+            self, pool, space, lens, lanes(self, queues),
             Runner(self, lens, pool, state=state, space=OneNode(space), processes=processes),
             concurrency=concurrency, lease=lease, state=state, processes=processes,
             **worker_options,
@@ -546,6 +556,7 @@ class App(AppHooks):
         concurrency: int = DEFAULT_CONCURRENCY,
         lease: float = DEFAULT_LEASE,
         stop: asyncio.Event | None = None,
+        queues: Served | None = None,
         **worker_options: Any,
     ) -> Worker:
         """Run a worker of this app against the cluster ``node`` (default:
@@ -553,8 +564,8 @@ class App(AppHooks):
         ``stop`` is set (or the task is cancelled); the worker, drained, once
         it is over. Its home group is placed by its ``owner``; it steals by
         the directory in Redis, and publishes it, as ``forum worker`` does
-        (:func:`forum.tasks.cluster.worker_cluster`). ``LensError`` at once
-        when Redis cannot be reached."""
+        (:func:`forum.tasks.cluster.worker_cluster`). ``queues``: as
+        :meth:`worker`'s. ``LensError`` at once when Redis cannot be reached."""
         owner = worker_options.setdefault("owner", default_owner())
         lens = Lens.from_url(self.redis, namespace=self.namespace)
         urls = [node] if node else self.nodes
@@ -566,7 +577,7 @@ class App(AppHooks):
                     raise
                 log.warning("the Lens is unavailable (%s: %s): waiting for it", exc.reason, exc)
             worker = self.worker(space, lens, concurrency=concurrency, lease=lease,
-                                 **worker_options)  # fmt: skip
+                                 queues=queues, **worker_options)  # fmt: skip
             async with asyncio.TaskGroup() as group:
                 running = group.create_task(worker.run(), name="worker")
                 if stop is not None:
@@ -627,6 +638,7 @@ class Enqueue:
     retries: int | None = None
     timeout: float | None = None
     copies: int | None = None
+    queue: str | None = None
 
     @classmethod
     def taken_from(cls, kwargs: dict[str, Any]) -> Enqueue:

@@ -10,14 +10,16 @@ A periodic task is an ordinary task plus a schedule::
     async def sweep(ctx): ...
 
 Every worker of the app runs the loop, and at each slot time enqueues the
-task with the key ``cron:<task>:<slot unix seconds>`` and a TTL that ends at
-the next slot. One slot is one key, and one key is one job done once (the
-write's dedup window, then the Lens's claim and done marker), so however
-many workers enqueue a slot, it runs once; a slot no worker took before the
-next slot expires unrun rather than running late (arq#196: its cron ran
-twice when two workers' clocks disagreed; here they agree on the slot,
-because slots are computed from the schedule, not from when a worker
-started)::
+task with the key ``cron:<task>:<slot unix seconds>``, a TTL that ends at
+the next slot, and the highest priority (:data:`SLOT_PRIORITY`): a backlog
+in its queue does not hold it up past its TTL, since the worker of its queue
+that frees a slot next takes it first. One slot is one key, and one key is
+one job done once (the write's dedup window, then the Lens's claim and done
+marker), so however many workers enqueue a slot, it runs once; a slot no
+worker took before the next slot expires unrun rather than running late
+(arq#196: its cron ran twice when two workers' clocks disagreed; here they
+agree on the slot, because slots are computed from the schedule, not from
+when a worker started)::
 
     t0  slot 1800000000 falls due
     t0  worker A enqueues cron:report:1800000000   (a new job)
@@ -53,10 +55,12 @@ from cronsim import CronSim, CronSimError
 
 from forum.coordinator.errors import LensError
 from forum.node.core.cancellation import wait_event
+from forum.node.core.entries import MAX_PRIORITY
 from forum.node.core.errors import ForumError
 from forum.tasks.errors import InvalidJob, TaskError
 
 __all__ = [
+    "SLOT_PRIORITY",
     "SYSTEM_CLOCK",
     "Clock",
     "CronSchedule",
@@ -71,6 +75,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The priority a slot's job is written at: the highest there is, so it is
+#: served before any backlog of its queue and runs before its TTL ends the
+#: slot (docs/tasks.md, "Periodic tasks").
+SLOT_PRIORITY = MAX_PRIORITY
 
 
 class Schedule(Protocol):

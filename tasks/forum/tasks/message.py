@@ -3,11 +3,14 @@
 A job is one tuple in the space (the coordinator's trailer, if any, comes
 after it: :mod:`forum.coordinator.envelope`)::
 
-    <app prefix> <key> 0x0A <task name> 0x0A <body>
+    <app prefix> <queue> / <key> 0x0A <task name> 0x0A <body>
 
 ==============  ===============================================================
-app prefix      ``App(prefix=)``, default ``b"task/"``: what the app's workers
-                reserve (``Pattern(prefix)``)
+app prefix      ``App(prefix=)``, default ``b"task/"``: what a worker of every
+                queue of the app reserves (``Pattern(prefix)``)
+queue           the task's queue, or the enqueue's ``_queue``, ASCII
+                (:mod:`forum.tasks.queues`): ``<app prefix><queue>/`` is
+                what a worker of that queue reserves
 key             the job key, UTF-8: non-empty, no ``\\n``, at most 500 bytes.
                 It is also the Forum write's ``key`` (dedup at write) and so
                 the Lens's claim key: one key is one job, done once. First, so
@@ -20,6 +23,17 @@ body           ``serializer.dumps({"args": [...], "kwargs": {...},
                 ``backoff_cap``), and ``workflow`` for a step of a chain or
                 group (:mod:`forum.tasks.canvas`), and nothing else
 ==============  ===============================================================
+
+**Jobs written before queues** (``<app prefix><key>\n...``, no queue)
+are still read: a first line without a ``/``, or whose part before the
+first ``/`` is no queue name, is a key alone, in :data:`DEFAULT_QUEUE`
+(a default or periodic key never holds a ``/``). A worker of every queue
+(the default) runs them as before, and a status finds them
+(:func:`job_heads`); a worker of named queues does not see them. A key of
+one's own holding a ``/`` (``a/b``) written so is read as key ``b`` of
+queue ``a``: it still runs on a worker of every queue (the claim key is
+the one it was written with), and its status is found under ``a/b``, but a
+listing shows it as ``b``.
 
 **The default key** (no ``_key`` given) is ``f"{task}:{h}"``, ``h`` the first
 32 hex digits of the SHA-256 of the serializer's bytes of ``{"args": [...],
@@ -38,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forum.tasks.errors import InvalidJob
+from forum.tasks.queues import DEFAULT_QUEUE, QUEUE_NAME, check_queue, queue_prefix
 from forum.tasks.serializer import Serializer
 
 #: What a task name may be made of.
@@ -82,6 +97,22 @@ def key_prefix(prefix: bytes, key: str) -> bytes:
     return prefix + key.encode() + _SEP
 
 
+def job_heads(prefix: bytes, key: str, queues: Sequence[str]) -> list[bytes]:
+    """The bytes job ``key``'s tuple starts with in each of ``queues``, and
+    last as it was written before queues (see the module docstring): where
+    a status looks for a job whose queue it does not know."""
+    return [*(key_prefix(queue_prefix(prefix, q), key) for q in queues), key_prefix(prefix, key)]
+
+
+def _split_head(head: bytes) -> tuple[str, bytes]:
+    """A first line's queue and key bytes (a line written before queues: the
+    default queue and the whole line)."""
+    queue, slash, key = head.partition(b"/")
+    if slash and key and QUEUE_NAME.fullmatch(queue.decode("ascii", "replace")):
+        return queue.decode("ascii"), key
+    return DEFAULT_QUEUE, head
+
+
 def dumps(serializer: Serializer, value: Any, what: str) -> bytes:
     """``serializer.dumps(value)``, its refusal as one line naming ``what``."""
     try:
@@ -107,10 +138,12 @@ class Message:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    queue: str = DEFAULT_QUEUE
 
     def __post_init__(self) -> None:
         check_key(self.key)
         check_task_name(self.task)
+        check_queue(self.queue)
         for name, value in self.options.items():
             kind = OPTION_TYPES.get(name)
             if kind is None:
@@ -124,7 +157,7 @@ class Message:
         body = {"args": list(self.args), "kwargs": dict(self.kwargs), "options": dict(self.options)}
         return b"".join(
             (
-                key_prefix(prefix, self.key),
+                key_prefix(queue_prefix(prefix, self.queue), self.key),
                 self.task.encode(),
                 _SEP,
                 dumps(serializer, body, "args"),
@@ -140,7 +173,8 @@ class Message:
         parts = payload[len(prefix) :].split(_SEP, 2)
         if len(parts) != 3:
             raise InvalidJob("not a job tuple: no key and task name lines")
-        raw_key, raw_name, body = parts
+        raw_head, raw_name, body = parts
+        queue, raw_key = _split_head(raw_head)
         try:
             key, name = raw_key.decode(), raw_name.decode("ascii")
         except UnicodeDecodeError:
@@ -156,7 +190,7 @@ class Message:
             raise InvalidJob(f"job {key!r}: args must be a list and kwargs a mapping")
         if not isinstance(options, dict):
             raise InvalidJob(f"job {key!r}: options must be a mapping")
-        return cls(key, name, tuple(args), kwargs, options)
+        return cls(key, name, tuple(args), kwargs, options, queue)
 
 
 def peek_key(payload: bytes, prefix: bytes) -> str | None:
@@ -164,7 +198,8 @@ def peek_key(payload: bytes, prefix: bytes) -> str | None:
     ``None`` if it has none."""
     if not payload.startswith(prefix):
         return None
-    raw, sep, _ = payload[len(prefix) :].partition(_SEP)
+    head, sep, _ = payload[len(prefix) :].partition(_SEP)
+    raw = _split_head(head)[1]
     try:
         return raw.decode() if sep and raw else None
     except UnicodeDecodeError:

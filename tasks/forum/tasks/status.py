@@ -1,9 +1,13 @@
 """How a job's status is worked out, from the Lens and the space, at once.
 
-Three reads, side by side: ``lens.inspect(key)`` (the live claim, the done
+Reads side by side: ``lens.inspect(key)`` (the live claim, the done
 marker and the job's record, in one Redis round trip), the space's live
-tuple of the key (``read(prefix + key + b"\\n")``) and its dead letter
-(``read(b"dead/" + prefix + key + b"\\n")``). Then, first match wins:
+tuple of the key and its dead letter (``read(b"dead/" + ...)``), in each
+queue of the app (``read(prefix + queue + b"/" + key + b"\\n")``), and as
+written before queues (``read(prefix + key + b"\\n")``): the key alone does
+not say its queue (:func:`forum.tasks.message.job_heads`). A job enqueued
+to a queue no task of the app names (``_queue=``) is found by its record
+alone while queued. Then, first match wins:
 
 ====  ===========================================  ===========================
 step  found                                        state
@@ -61,7 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from forum.coordinator.envelope import Envelope
@@ -69,7 +73,8 @@ from forum.node.core.space import Pattern
 from forum.tasks.authority import KeyState, TaskAuthority
 from forum.tasks.errors import JobNotFound
 from forum.tasks.handle import JobState, JobStatus
-from forum.tasks.message import key_prefix, peek_task
+from forum.tasks.message import job_heads, peek_task
+from forum.tasks.queues import DEFAULT_QUEUE
 from forum.tasks.serializer import Serializer
 
 #: How long after finding nothing a status looks again (see the module
@@ -91,14 +96,22 @@ async def job_status(
     prefix: bytes,
     dead_prefix: bytes,
     serializer: Serializer,
+    queues: Sequence[str] = (DEFAULT_QUEUE,),
 ) -> JobStatus:
-    """The status of job ``key`` (see the module docstring)."""
-    head = key_prefix(prefix, key)
+    """The status of job ``key``, its tuple looked for in each of ``queues``
+    (the app's: :func:`forum.tasks.queues.queues_of`) and as written before
+    queues (see the module docstring)."""
+    heads = job_heads(prefix, key, queues)
 
     async def look() -> tuple[KeyState, bytes | None, bytes | None]:
-        return await asyncio.gather(
-            lens.inspect(key), space.read(Pattern(head)), space.read(Pattern(dead_prefix + head))
+        state, found = await asyncio.gather(
+            lens.inspect(key),
+            asyncio.gather(
+                *(space.read(Pattern(head)) for head in heads),
+                *(space.read(Pattern(dead_prefix + head)) for head in heads),
+            ),
         )
+        return state, _first(found[: len(heads)]), _first(found[len(heads) :])
 
     state, live, dead = await look()
     if _unseen(state, live, dead):
@@ -106,6 +119,10 @@ async def job_status(
         state, live, dead = await look()
     return status_of(state, live, dead, prefix=prefix, dead_prefix=dead_prefix,
                      serializer=serializer)  # fmt: skip
+
+
+def _first(found: list[bytes | None]) -> bytes | None:
+    return next((payload for payload in found if payload is not None), None)
 
 
 def _unseen(state: KeyState, live: bytes | None, dead: bytes | None) -> bool:

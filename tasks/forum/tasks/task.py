@@ -39,6 +39,8 @@ Policy, per task, each overridable per enqueue where it says so:
   the task's limits across every worker; ``limit_key`` (a function of the
   job's arguments) with ``max_running`` and ``rate``: per key
   (:mod:`forum.tasks.limits`).
+* ``queue`` (per enqueue: ``_queue``): the queue its jobs go to, ``None``
+  for ``"default"`` (:mod:`forum.tasks.queues`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from forum.coordinator import Backoff
 from forum.tasks.bulk import Signature
 from forum.tasks.errors import InvalidJob
 from forum.tasks.limits import LimitKey, check_limits
+from forum.tasks.queues import check_queue
 
 if TYPE_CHECKING:
     from forum.tasks.app import App
@@ -84,6 +87,7 @@ class TaskOptions:
     rate: str | None = None
     executor: str | None = None
     soft_timeout: float | None = None
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
@@ -100,6 +104,8 @@ class TaskOptions:
                 raise InvalidJob(f"{name} must be exception classes, not {value!r}")
         check_limits(self.rate_limit, self.concurrency, self.limit_key, self.max_running, self.rate)
         check_executor(self)
+        if self.queue is not None:
+            check_queue(self.queue)
 
     def overridden(self, options: Mapping[str, Any]) -> TaskOptions:
         """These options with a job's per-enqueue overrides (a message's
