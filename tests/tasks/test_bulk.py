@@ -12,8 +12,8 @@ import pytest
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
 from forum.tasks import Context, InvalidJob
-from forum.tasks.app import OneNode
 from forum.tasks.bulk import enqueue_many
+from forum.tasks.enqueue import OneNode
 from tests.fixtures.nodes import NodeProcess
 from tests.tasks.conftest import AppFactory, working
 

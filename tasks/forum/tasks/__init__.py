@@ -12,6 +12,7 @@ One concept per module::
     status.py      how a job's status is worked out
     nodes.py       failing over across a cluster's nodes
     enqueued.py    the producer's record of a job (best effort)
+    enqueue.py     an enqueue's options, the job prepared from them, where it is written
     runner.py      the handler (and Worker) that runs an app's tasks
     hooks.py       lifecycle hooks and middleware around a worker and its jobs
     bulk.py        Signature (a call), and many jobs enqueued in one round trip

@@ -34,13 +34,12 @@ import asyncio
 import contextlib
 import logging
 import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, tzinfo
-from typing import Any, NamedTuple, Protocol, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from forum.coordinator import Backoff, Lens, Worker
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
@@ -53,20 +52,20 @@ from forum.node.client.pool import node_urls
 from forum.node.config.node import DEFAULT_NODE
 from forum.node.core.errors import TooFewCopies
 from forum.node.core.resource import AsyncResource
-from forum.node.core.write_options import WriteOptions, check_copies, write_properties
 from forum.tasks import admin, bulk, cron
-from forum.tasks.authority import CancelOutcome, Field, HistoryEvent, TaskAuthority
+from forum.tasks.authority import CancelOutcome, HistoryEvent, TaskAuthority
 from forum.tasks.bulk import Signature
 from forum.tasks.cluster import AppCluster, worker_cluster
 from forum.tasks.cron import Periodic, Slot
+from forum.tasks.enqueue import Enqueue, OneNode, Writer, prepare
 from forum.tasks.enqueued import EnqueuedRecords
-from forum.tasks.errors import InvalidJob, UnknownTask
+from forum.tasks.errors import InvalidJob
 from forum.tasks.executor import process_pool
 from forum.tasks.handle import JobHandle, JobState, JobStatus, run_sync
 from forum.tasks.hooks import AppHooks, Hooks, State
 from forum.tasks.limits import LimitKey, task_admission
-from forum.tasks.message import Message, check_key, check_task_name, default_key
-from forum.tasks.queues import DEFAULT_QUEUE, Served, check_queue, lanes, queues_of
+from forum.tasks.message import check_key, check_task_name
+from forum.tasks.queues import Served, lanes, queues_of
 from forum.tasks.runner import Runner, TaskWorker
 from forum.tasks.serializer import JsonSerializer, Serializer
 from forum.tasks.status import job_status
@@ -84,24 +83,6 @@ T = TypeVar("T")
 DEFAULT_PREFIX = b"task/"
 DEFAULT_RESULT_TTL = 86400.0
 DEFAULT_DEDUP_WINDOW = 3600.0
-
-
-class Writer(Protocol):
-    """Where an enqueue writes: ``call(operation)`` runs ``operation(space)``
-    on the app's cluster (:class:`forum.tasks.cluster.AppCluster`: to the
-    key's group, failing over inside it, then to the next group)."""
-
-    async def call(self, operation: Callable[[Any], Awaitable[T]]) -> T: ...
-
-
-class OneNode:
-    """A :class:`Writer` of one space (a worker's, for its periodic tasks)."""
-
-    def __init__(self, space: Any) -> None:
-        self._space = space
-
-    async def call(self, operation: Callable[[Any], Awaitable[T]]) -> T:
-        return await operation(self._space)
 
 
 @dataclass(slots=True)
@@ -431,7 +412,7 @@ class App(AppHooks):
         kwargs: dict[str, Any],
         given: Enqueue,
     ) -> JobHandle:
-        job = self._prepare(name, args, kwargs, given)
+        job = prepare(self, name, args, kwargs, given)
         short: TooFewCopies | None = None
         try:
             await nodes.call(lambda space: space.write(job.payload, **job.options))
@@ -441,56 +422,6 @@ class App(AppHooks):
         if short is not None:
             raise short
         return JobHandle(self, job.key, name)
-
-    def _prepare(
-        self,
-        name: str,
-        args: Sequence[Any],
-        kwargs: dict[str, Any],
-        given: Enqueue,
-        workflow: dict[str, Any] | None = None,
-    ) -> Prepared:
-        """A job checked and encoded, not yet written (``InvalidJob`` or
-        ``UnknownTask`` for bad input); ``workflow``, a chain's or group's
-        step (:mod:`forum.tasks.canvas`), rides in its message's options."""
-        task = self.tasks.get(name)
-        if task is None:
-            raise UnknownTask(name, list(self.tasks))
-        task.check_arguments(args, kwargs)
-        key = given.key
-        key = default_key(self.serializer, name, args, kwargs) if key is None else check_key(key)
-        overrides = given.overrides()
-        if workflow is not None:
-            overrides["workflow"] = workflow
-        queue = task.options.queue if given.queue is None else check_queue(given.queue)
-        message = Message(key, name, tuple(args), kwargs, overrides, queue or DEFAULT_QUEUE)
-        payload = message.encode(self.prefix, self.serializer)
-        priority = task.options.priority if given.priority is None else given.priority
-        ttl = task.options.ttl if given.ttl is None else given.ttl
-        delay, not_before = given.delay, given.not_before
-        now = time.time()
-        copies = given.copies
-        try:  # the node's own check, here too: bad options are bad input, not a round trip
-            write_properties(now, delay, not_before, ttl, priority or 0, key, self.dedup_window)
-        except ValueError as exc:
-            raise InvalidJob(str(exc)) from None
-        if copies is not None:  # its bound, the cluster's size, is the node's to check
-            try:
-                check_copies(copies)
-            except ValueError as exc:
-                raise InvalidJob(f"_{exc}") from None  # "_copies must be ...": the keyword
-        options: WriteOptions = {
-            "key": key, "dedup_window": self.dedup_window, "delay": delay,
-            "not_before": not_before, "priority": priority or 0, "ttl": ttl,
-        }  # fmt: skip
-        if copies is not None:  # only when given: a worker's own space may take no copies
-            options["copies"] = copies
-        due = not_before if not_before is not None else now + (delay or 0.0)
-        fields: dict[str, Field] = {"state": "enqueued", "task": name, "due": due, "updated": now}
-        if ttl is not None:
-            fields["expires"] = due + ttl
-        lasting = self.result_ttl + max(due - now, 0) + (ttl or 0)
-        return Prepared(key, payload, options, fields, lasting, due <= now and ttl is None)
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -609,64 +540,6 @@ class App(AppHooks):
     async def history(self, key: str) -> list[HistoryEvent]:
         """A job's claim history, oldest first (:func:`forum.tasks.admin.history`)."""
         return await admin.history(self, key)
-
-
-class Prepared(NamedTuple):
-    """A job checked and encoded (:meth:`App._prepare`): its tuple, the
-    write's options, and its ``enqueued`` record (``background``: written
-    after the enqueue returns, :mod:`forum.tasks.enqueued`). A named tuple:
-    made on every enqueue, it costs 0.4 µs to a frozen dataclass's 1.6 here."""
-
-    key: str
-    payload: bytes
-    options: WriteOptions
-    fields: dict[str, Field]
-    lasting: float
-    background: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Enqueue:
-    """An enqueue's options: each field is the keyword argument of
-    :meth:`App.enqueue` named ``_`` and the field (``_key``, ``_delay``, ...)."""
-
-    key: str | None = None
-    delay: float | None = None
-    not_before: float | None = None
-    priority: int | None = None
-    ttl: float | None = None
-    retries: int | None = None
-    timeout: float | None = None
-    copies: int | None = None
-    queue: str | None = None
-
-    @classmethod
-    def taken_from(cls, kwargs: dict[str, Any]) -> Enqueue:
-        """The options among an enqueue's keyword arguments, taken out of
-        ``kwargs`` (what is left is the task's)."""
-        return cls(**{k[1:]: kwargs.pop(k) for k in list(kwargs) if k in _ENQUEUE_OPTIONS})
-
-    def overrides(self) -> dict[str, Any]:
-        """A message's ``options``: the per-enqueue overrides given, checked."""
-        options: dict[str, Any] = {}
-        retries, timeout = self.retries, self.timeout
-        if retries is not None:
-            if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-                raise InvalidJob(f"_retries must be a whole number from 0, not {retries!r}")
-            options["retries"] = retries
-        if timeout is not None:
-            if (
-                isinstance(timeout, bool)
-                or not isinstance(timeout, int | float)
-                or not (math.isfinite(timeout) and timeout > 0)
-            ):
-                raise InvalidJob(f"_timeout must be a positive number of seconds, not {timeout!r}")
-            options["timeout"] = timeout
-        return options
-
-
-#: The keyword arguments of :meth:`App.enqueue` that are its options.
-_ENQUEUE_OPTIONS = frozenset(f"_{field.name}" for field in fields(Enqueue))
 
 
 async def _stop_when(stop: asyncio.Event, worker: Worker, running: asyncio.Task[None]) -> None:

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from forum.coordinator.records import NewRecord
 from forum.node.core.errors import TooFewCopies
+from forum.tasks.enqueue import Enqueue, Prepared, Writer, prepare
 from forum.tasks.errors import InvalidJob
 from forum.tasks.handle import JobHandle
 
 if TYPE_CHECKING:
-    from forum.tasks.app import App, Prepared, Writer
+    from forum.tasks.app import App
     from forum.tasks.enqueued import EnqueuedRecords
 
 
@@ -53,8 +54,6 @@ class Signature:
 def prepare_all(app: App, calls: Sequence[object]) -> list[Prepared]:
     """Every call checked and encoded; ``InvalidJob`` naming the first bad
     one's index (``UnknownTask`` too is an ``InvalidJob`` here)."""
-    from forum.tasks.app import Enqueue  # noqa: PLC0415 (app imports this module)
-
     if not isinstance(calls, list | tuple):
         raise InvalidJob(f"enqueue_many takes a list of task.s(...) calls, not {calls!r}")
     prepared: list[Prepared] = []
@@ -64,7 +63,7 @@ def prepare_all(app: App, calls: Sequence[object]) -> list[Prepared]:
         kwargs = dict(call.kwargs)
         try:
             given = Enqueue.taken_from(kwargs)
-            prepared.append(app._prepare(call.task, call.args, kwargs, given))
+            prepared.append(prepare(app, call.task, call.args, kwargs, given))
         except (InvalidJob, LookupError, TypeError) as exc:
             raise InvalidJob(f"job {index}: {exc}") from None
     return prepared

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from forum.tasks.bulk import Signature, write_prepared
+from forum.tasks.enqueue import Enqueue, Prepared, Writer, prepare
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob, JobNotFound, ResultTimeout
 from forum.tasks.handle import JobState, JobStatus, outcome, run_sync
@@ -61,7 +62,7 @@ from forum.tasks.message import Message, check_key, default_key, dumps
 
 if TYPE_CHECKING:
     from forum.coordinator import Job
-    from forum.tasks.app import App, Prepared, Writer
+    from forum.tasks.app import App
     from forum.tasks.authority import Field, TaskAuthority
 
 #: A step as a message's ``workflow`` holds it: [task, args, kwargs].
@@ -183,11 +184,10 @@ def group(members: Sequence[Signature], *, then: Signature | None = None,
 
 def _prepared(app: App, call: Signature, key: str, workflow: dict[str, Any] | None) -> Prepared:
     """A workflow's job ``key``: the call's own ``_`` options, the workflow's key."""
-    from forum.tasks.app import Enqueue  # noqa: PLC0415 (app imports bulk, which this imports)
-
     kwargs = dict(call.kwargs)
     given = Enqueue.taken_from(kwargs)
-    return app._prepare(call.task, call.args, kwargs, Enqueue(key, **_options_of(given)), workflow)
+    return prepare(app, call.task, call.args, kwargs, Enqueue(key, **_options_of(given)),
+                   workflow=workflow)  # fmt: skip
 
 
 def _check(app: App, calls: Sequence[Signature], what: str, start: int, *, stand_in: bool) -> None:

@@ -71,7 +71,8 @@ from forum.tasks.message import Message, dumps
 from forum.tasks.task import Task, TaskOptions
 
 if TYPE_CHECKING:
-    from forum.tasks.app import App, Writer
+    from forum.tasks.app import App
+    from forum.tasks.enqueue import Writer
 
 log = logging.getLogger(__name__)
 
