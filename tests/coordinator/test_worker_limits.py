@@ -7,6 +7,7 @@ stops the handler, as a lost claim does."""
 from __future__ import annotations
 
 import asyncio
+import random
 
 from forum.coordinator import Backoff, Job, Worker
 from forum.coordinator.limits import Admitter, Ask, Limit
@@ -90,6 +91,43 @@ async def test_an_admission_lost_while_the_job_runs_stops_its_handler(
     assert ended == [True, False] and work.stats().claims_lost == 1
 
 
+class NoPoll(random.Random):
+    """Jitter that stretches the poll past the slot's expiry, so a job parked
+    over a concurrency limit waits as long as the holder's lease says."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return 1e6
+
+
+async def test_a_job_parked_over_a_limit_runs_once_its_holder_ends_here(
+    forum: Forum, authority: MemoryAuthority
+) -> None:
+    """Two jobs, at most one running, a lease of a minute, no poll: the one
+    refused is parked until the other's slot would expire, and woken when
+    the other ends on this worker: it starts after the other's end, asked
+    twice (refused once), not a minute on."""
+    events: list[tuple[str, str]] = []
+    go = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        events.append(("start", job.key))
+        await go.wait()
+        events.append(("end", job.key))
+
+    await forum.write_many([b"job/1", b"job/2"])
+    admission = Admitter(authority, lambda key, payload: Ask(key, "one", ONE), NoPoll())
+    work = Worker(forum, authority, JOBS, handler, concurrency=2, lease=60.0,
+                  admission=admission, **FAST)  # type: ignore[arg-type]  # fmt: skip
+    async with running(work):
+        await eventually(lambda: work.stats().over_limit == 1, what="one job parked")
+        assert [event for event, _ in events] == ["start"]
+        go.set()
+        await eventually(lambda: work.stats().done == 2, what="the parked job run")
+    (_, first), (_, ended), (_, second), (_, last) = events
+    assert [event for event, _ in events] == ["start", "end", "start", "end"]
+    assert first == ended != second == last and work.stats().over_limit == 1
+
+
 async def test_keys_take_turns_at_a_limit_they_share(authority: MemoryAuthority) -> None:
     """The task's limit of 2, met by a batch of key a's 3 jobs before key
     b's one: the keys take turns, so b's job is one of the 2 admitted."""
@@ -100,5 +138,5 @@ async def test_keys_take_turns_at_a_limit_they_share(authority: MemoryAuthority)
 
     jobs = [("a1", b"a"), ("a2", b"a"), ("a3", b"a"), ("b1", b"b")]
     waits = await Admitter(authority, ask).admit(jobs, 5)
-    admitted = {key for (key, _), wait in zip(jobs, waits, strict=True) if wait == 0}
+    admitted = {key for (key, _), wait in zip(jobs, waits, strict=True) if wait.seconds == 0}
     assert len(admitted) == 2 and "b1" in admitted

@@ -9,7 +9,7 @@ import asyncio
 
 from forum.coordinator import Backoff, Job, Worker
 from forum.coordinator.envelope import Envelope
-from forum.coordinator.holding import Acks
+from forum.coordinator.holding import Acks, Parked
 from forum.coordinator.memory import MemoryAuthority
 from forum.coordinator.spaces import TakeOnly
 from forum.node.core.entries import EntryId
@@ -172,6 +172,27 @@ class _StopsDuringReserve:
 
     async def reserve(self, pattern: Pattern, lease: float, timeout: float | None = None) -> None:
         self.blocking_reserves += 1
+
+
+async def test_a_parked_reservation_woken_is_released_at_once_and_once() -> None:
+    """Woken (a slot of its limit freed), a parked id is handed out at once,
+    not at its time; its old heap entry is then skipped, as is the first
+    time of one parked again: each id is released once."""
+    a, b, c = EntryId("n", 1), EntryId("n", 2), EntryId("n", 3)
+    parked = Parked()
+    for entry_id in (a, b, c):
+        parked.add(entry_id, 3600)
+    parked.wake([b, a])
+    assert await parked.due() == [b, a] and len(parked) == 1
+    parked.wake([a])  # released already: let be
+    parked.add(c, 0)  # parked again: its new time stands
+    assert await parked.due() == [c] and len(parked) == 0
+    parked.add(a, 3600)
+    parked.wake([a])
+    parked.add(a, 3600)  # parked again after a wake not yet handed out
+    parked.close()
+    assert await parked.due() == [a]
+    assert await parked.due() == []
 
 
 async def test_a_stop_during_the_batch_reserve_makes_no_blocking_reserve(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from collections.abc import Iterable
 
 from forum.node.core.cancellation import wait_event
 from forum.node.core.entries import EntryId
@@ -54,13 +55,19 @@ class Slots:
 
 class Parked:
     """Reservations held until a time, then to be released: a retry whose
-    backoff is not over, a copy of a job that another holder runs.
+    backoff is not over, a copy of a job that another holder runs, a job
+    over a limit (released sooner, :meth:`wake`, when this worker frees a
+    slot of that limit).
 
     Why released by the worker rather than left to run out on the node: a
     lease that runs out counts as a delivery whose worker died
     (``Reserved.deliveries``), and those count as attempts; a release does
     not. (A worker that dies with reservations parked lets them run out, and
     each counts one delivery: the price of a crash.)
+
+    Each id is released once: parked again, its new time stands; woken, its
+    time is void. The heap keeps the entries it had (dropping one from the
+    middle costs a rebuild), and skips those no longer in force.
 
     Times are ``loop.time()``. :meth:`due` waits for the next one; after
     :meth:`close` it returns every one left, then nothing.
@@ -69,39 +76,66 @@ class Parked:
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, EntryId]] = []
         self._order = 0  # ties broken by arrival, never by comparing ids
+        #: Per id parked, the order of its heap entry in force; any other of
+        #: its entries is stale.
+        self._current: dict[EntryId, int] = {}
+        #: Ids woken (:meth:`wake`): released at once, ahead of their time.
+        self._woken: dict[EntryId, None] = {}
         self._wake = asyncio.Event()
         self._closed = False
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._current) + len(self._woken)
 
     def add(self, entry_id: EntryId, hold: float) -> None:
-        """Release ``entry_id`` in ``hold`` seconds."""
+        """Release ``entry_id`` in ``hold`` seconds (in place of any time it had)."""
         at = asyncio.get_running_loop().time() + hold
         heapq.heappush(self._heap, (at, self._order, entry_id))
+        self._current[entry_id] = self._order
+        self._woken.pop(entry_id, None)
         self._order += 1
         self._wake.set()
+
+    def wake(self, ids: Iterable[EntryId]) -> None:
+        """Release those of ``ids`` still parked now, not at their time
+        (:meth:`due` hands them out next); the others are let be."""
+        for entry_id in ids:
+            if self._current.pop(entry_id, None) is not None:
+                self._woken[entry_id] = None
+        if self._woken:
+            self._wake.set()
 
     def close(self) -> None:
         self._closed = True
         self._wake.set()
 
     async def due(self) -> list[EntryId]:
-        """Wait until some are due and return them (every one left once
-        closed; ``[]`` when closed and none is left)."""
+        """Wait until some are due (or woken) and return them (every one
+        left once closed; ``[]`` when closed and none is left)."""
         loop = asyncio.get_running_loop()
         while not self._closed:
-            if self._heap and self._heap[0][0] <= loop.time():
+            self._drop_stale()
+            if self._woken or (self._heap and self._heap[0][0] <= loop.time()):
                 return self._pop_until(loop.time())
             self._wake.clear()
             timeout = self._heap[0][0] - loop.time() if self._heap else None
             await wait_event(self._wake, timeout)
         return self._pop_until(float("inf"))
 
+    def _drop_stale(self) -> None:
+        """Pop the heap's first entries while they are not in force."""
+        heap = self._heap
+        while heap and self._current.get(heap[0][2]) != heap[0][1]:
+            heapq.heappop(heap)
+
     def _pop_until(self, now: float) -> list[EntryId]:
-        due = []
+        due = list(self._woken)
+        self._woken.clear()
         while self._heap and self._heap[0][0] <= now:
-            due.append(heapq.heappop(self._heap)[2])
+            _, order, entry_id = heapq.heappop(self._heap)
+            if self._current.get(entry_id) == order:
+                del self._current[entry_id]
+                due.append(entry_id)
         return due
 
 

@@ -43,8 +43,14 @@ jobs take turns by their limit key (:meth:`Admitter._taking_turns`); across
 workers, parked jobs go back to the space in its order.
 
 The wait a refusal answers is exact for a rate (to the next turn, less the
-half interval) and, for a concurrency limit, the time to the first member's expiry capped at
-:data:`POLL` (with jitter): a slot freed by a release is found within a poll.
+half interval) and, for a concurrency limit, the time to the first member's
+expiry capped at :data:`POLL` (with jitter). A job refused by a concurrency
+limit is also woken sooner: its :class:`Wait` names the limits (``on``),
+and when this worker ends an admission that held a slot of one of them
+(:meth:`Admitter.release` tells which), it releases the job at once to be
+offered again (forum.coordinator.admitting). A slot freed by another
+worker is found within a poll. Waking only asks again sooner: the Lens
+still admits, so at most ``running`` hold at every instant.
 """
 
 from __future__ import annotations
@@ -103,6 +109,25 @@ class Ask:
         concurrency limit does; a rate's turn is spent once taken)."""
         return any(limit.running is not None for limit in self.limits)
 
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The names of its concurrency limits (each holds a slot of them)."""
+        return tuple(limit.name for limit in self.limits if limit.running is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """One job's answer from :meth:`Admission.admit`: admitted when
+    ``seconds`` is 0, else to be parked that long, or until a slot of one of
+    the concurrency limits ``on`` frees on this worker, if sooner."""
+
+    seconds: float = 0.0
+    on: tuple[str, ...] = ()
+
+
+#: The answer for a job admitted, or under no limit.
+ADMITTED = Wait()
+
 
 @runtime_checkable
 class Limiter(Protocol):
@@ -129,9 +154,9 @@ class Admission(Protocol):
     """The worker's seam: whether jobs may be claimed now, and their
     admissions kept while they run (forum.coordinator.worker)."""
 
-    async def admit(self, jobs: Sequence[tuple[str, bytes]], lease: float) -> list[float]:
-        """For each ``(claim key, payload)``: ``0.0`` admitted (or under no
-        limit), else the seconds to park it before it is offered again."""
+    async def admit(self, jobs: Sequence[tuple[str, bytes]], lease: float) -> list[Wait]:
+        """For each ``(claim key, payload)``: :data:`ADMITTED` (or under no
+        limit), else how long to park it before it is offered again."""
         ...
 
     async def extend(self, keys: Sequence[str], lease: float) -> list[bool]:
@@ -139,8 +164,9 @@ class Admission(Protocol):
         one lost (its handler must stop)."""
         ...
 
-    async def release(self, keys: Sequence[str]) -> None:
-        """End the admissions of ``keys`` (their jobs ended or were not claimed)."""
+    async def release(self, keys: Sequence[str]) -> list[str]:
+        """End the admissions of ``keys`` (their jobs ended or were not
+        claimed); the name of the limit of each slot this freed."""
         ...
 
 
@@ -164,24 +190,27 @@ class Admitter:
         #: Which limit key goes first in the next batch (:meth:`_taking_turns`).
         self._turn = 0
 
-    async def admit(self, jobs: Sequence[tuple[str, bytes]], lease: float) -> list[float]:
+    async def admit(self, jobs: Sequence[tuple[str, bytes]], lease: float) -> list[Wait]:
         asks = [self._ask(key, payload) for key, payload in jobs]
         limited = self._taking_turns([ask for ask in asks if ask is not None])
         if not limited:
-            return [0.0] * len(jobs)
+            return [ADMITTED] * len(jobs)
         answers = dict(zip(limited, await self._limiter.admit_many(limited, lease), strict=True))
         waits = []
         for ask in asks:
             if ask is None:
-                waits.append(0.0)
+                waits.append(ADMITTED)
                 continue
             wait, exact = answers[ask]
-            if wait <= 0 and ask.holds:
-                self._held[ask.member] = ask
-            elif wait > 0 and not exact:
+            if wait <= 0:
+                if ask.holds:
+                    self._held[ask.member] = ask
+                waits.append(ADMITTED)
+            elif exact:
+                waits.append(Wait(wait))
+            else:
                 # Jittered, so parked jobs of many workers do not ask in step.
-                wait = min(wait, POLL * self._rng.uniform(0.5, 1.5))
-            waits.append(max(wait, 0.0))
+                waits.append(Wait(min(wait, POLL * self._rng.uniform(0.5, 1.5)), ask.slots))
         return waits
 
     def _taking_turns(self, asks: list[Ask]) -> list[Ask]:
@@ -208,7 +237,9 @@ class Admitter:
         kept = iter(await self._limiter.extend_admitted(asks, lease))
         return [next(kept) if key in self._held else True for key in keys]
 
-    async def release(self, keys: Sequence[str]) -> None:
+    async def release(self, keys: Sequence[str]) -> list[str]:
         asks = [ask for key in keys if (ask := self._held.pop(key, None)) is not None]
-        if asks:
-            await self._limiter.release_admitted(asks)
+        if not asks:
+            return []
+        await self._limiter.release_admitted(asks)
+        return [name for ask in asks for name in ask.slots]

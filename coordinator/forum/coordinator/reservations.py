@@ -281,9 +281,14 @@ class Reservations:
         for entry_id, hold in holds:
             self._parked.add(entry_id, hold)
 
+    def wake(self, ids: Sequence[EntryId]) -> None:
+        """Release those of ``ids`` still parked now rather than at their
+        time (:meth:`Parked.wake`): :meth:`release_when_due` sends them."""
+        self._parked.wake(ids)
+
     async def release_when_due(self) -> None:
-        """Release parked reservations as they fall due, and every one left
-        after :meth:`stop_parking`."""
+        """Release parked reservations as they fall due or are woken, and
+        every one left after :meth:`stop_parking`."""
         while due := await self._parked.due():
             await self.release(due)
             for entry_id in due:
