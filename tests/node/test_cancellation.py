@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from forum.node.core.cancellation import keep_cancellation, wait_event
+from forum.node.core.cancellation import gather_all, keep_cancellation, wait_event
 
 
 async def test_wait_event_says_whether_the_event_was_set() -> None:
@@ -72,3 +72,23 @@ async def test_keep_cancellation_returns_what_an_uncancelled_call_returns() -> N
         return "slept"
 
     assert await keep_cancellation(times_out()) == "timed out"
+
+
+async def test_gather_all_raises_the_first_error_only_once_every_call_has_ended() -> None:
+    """A plain gather raised at the first error and left the others running
+    behind a caller that then closed their client: one's session reached the
+    garbage collector unclosed (CI). gather_all waits for them all."""
+    ended: list[str] = []
+
+    async def fails() -> int:
+        raise ConnectionError("node down")
+
+    async def slow() -> int:
+        await asyncio.sleep(0.05)
+        ended.append("slow")
+        return 2
+
+    with pytest.raises(ConnectionError, match="node down"):
+        await gather_all(fails(), slow())
+    assert ended == ["slow"]  # over before the error was raised
+    assert await gather_all(slow(), slow()) == [2, 2]

@@ -20,12 +20,12 @@ handles come back in the items' order.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forum.coordinator.records import NewRecord
+from forum.node.core.cancellation import gather_all
 from forum.node.core.errors import TooFewCopies
 from forum.tasks.enqueue import Enqueue, Prepared, Writer, prepare
 from forum.tasks.errors import InvalidJob
@@ -98,7 +98,7 @@ async def write_prepared(nodes: Writer, records: EnqueuedRecords, jobs: Sequence
             return exc  # enqueued all the same: the records go in, then the caller hears
         return None
 
-    shorts = await asyncio.gather(*(write(batch) for batch in batches.values()))
+    shorts = await gather_all(*(write(batch) for batch in batches.values()))
     await records.note_many([NewRecord(job.key, job.fields, job.lasting) for job in jobs])
     short = next((s for s in shorts if s is not None), None)
     if short is not None:

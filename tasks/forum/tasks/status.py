@@ -69,6 +69,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from forum.coordinator.envelope import Envelope
+from forum.node.core.cancellation import gather_all
 from forum.node.core.space import Pattern
 from forum.tasks.authority import KeyState, TaskAuthority
 from forum.tasks.errors import JobNotFound
@@ -104,13 +105,9 @@ async def job_status(
     heads = job_heads(prefix, key, queues)
 
     async def look() -> tuple[KeyState, bytes | None, bytes | None]:
-        state, found = await asyncio.gather(
-            lens.inspect(key),
-            asyncio.gather(
-                *(space.read(Pattern(head)) for head in heads),
-                *(space.read(Pattern(dead_prefix + head)) for head in heads),
-            ),
-        )
+        reads = [space.read(Pattern(head)) for head in heads]
+        reads += [space.read(Pattern(dead_prefix + head)) for head in heads]
+        state, found = await asyncio.gather(lens.inspect(key), gather_all(*reads))
         return state, _first(found[: len(heads)]), _first(found[len(heads) :])
 
     state, live, dead = await look()

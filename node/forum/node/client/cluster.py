@@ -67,6 +67,7 @@ from forum.node.client.watch import WatchEvent
 from forum.node.cluster.directory import Depth, Directory, queue_of
 from forum.node.cluster.map import ClusterMap, Group, local_map
 from forum.node.cluster.slots import SLOTS, balanced, group_seed, ranked, slot_of
+from forum.node.core.cancellation import gather_all
 from forum.node.core.entries import EntryId, Reserved, Tuple
 from forum.node.core.errors import ClusterMapError, NodeRejected, NodeUnavailable
 from forum.node.core.resource import AsyncResource
@@ -135,6 +136,8 @@ class ClusterClient(AsyncResource):
         self._refreshing: asyncio.Task[None] | None = None
         #: Pools of an older map's groups, to close (:meth:`_close_retired`).
         self._retired: list[NodePool] = []
+        #: Set by :meth:`aclose`: the map is no longer refreshed.
+        self._closed = False
         self.misplaced = 0
         self._home: tuple[str, ...] = ()
         #: The consumers a keeper counted last (:meth:`balance`).
@@ -240,6 +243,8 @@ class ClusterClient(AsyncResource):
     def _check_map(self, client: ForumClient | None = None) -> None:
         """Fetch the map in the background when due, or when ``client``'s
         last answer named a newer epoch."""
+        if self._closed:  # a call that ended after aclose: no refresh, no pool, left behind
+            return
         newer = client is not None and (client.map_epoch or 0) > self._map.epoch
         now = time.monotonic()
         if (newer or now >= self._next_refresh) and self._refreshing is None:
@@ -324,7 +329,7 @@ class ClusterClient(AsyncResource):
                 their_keys[0], lambda c: c.write_many(some, keys=their_keys, **options)
             )
 
-        answers = await asyncio.gather(*(one_group(ix) for ix in by_group.values()))
+        answers = await gather_all(*(one_group(ix) for ix in by_group.values()))
         ids: builtins.list[EntryId | None] = [None] * len(payloads)
         for indexes, written in zip(by_group.values(), answers, strict=True):
             for i, entry_id in zip(indexes, written, strict=True):
@@ -658,7 +663,7 @@ class ClusterClient(AsyncResource):
     async def _each(self, call: Callable[[ForumClient], Awaitable[T]]) -> builtins.list[T]:
         """``call`` in every served group at once, in map order."""
         self._check_map()
-        return list(await asyncio.gather(*(self._pool(g).call(call) for g in self._map.served)))
+        return await gather_all(*(self._pool(g).call(call) for g in self._map.served))
 
     async def watch(
         self, pattern: Pattern, *, reconnects: int = 10
@@ -691,6 +696,7 @@ class ClusterClient(AsyncResource):
     # -- closing ---------------------------------------------------------------
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._refreshing is not None:
             self._refreshing.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-__all__ = ["keep_cancellation", "wait_event"]
+__all__ = ["gather_all", "keep_cancellation", "wait_event"]
 
 T = TypeVar("T")
 
@@ -57,3 +57,18 @@ async def keep_cancellation(call: Awaitable[T]) -> T:
     if task is not None and task.cancelling() > requested:
         raise asyncio.CancelledError
     return result
+
+
+async def gather_all(*calls: Awaitable[T]) -> list[T]:
+    """Run ``calls`` together, each to its end; their results in order, or,
+    once every one has ended, the first one's error (in order). A plain
+    ``asyncio.gather`` raises at the first error and leaves the others
+    running, behind a caller that may be closing what they use (a client's
+    sessions: one then reached the garbage collector unclosed)."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    done: list[T] = []
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+        done.append(result)
+    return done
