@@ -332,6 +332,31 @@ async def test_metrics(forum_node: NodeProcess, http: aiohttp.ClientSession) -> 
     assert "forum_strand_fsync_duration_seconds_count 0.0" not in text
 
 
+async def test_metrics_give_each_prefixs_depth_in_flight_and_oldest_age(
+    forum_node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    """What an autoscaler (KEDA, an HPA) scales a queue's workers on, per
+    prefix: a payload up to its first ``/``; one without a ``/`` is no series."""
+    async with ForumClient(forum_node.url) as client:
+        for payload in (b"job/1", b"job/2", b"job/3", b"mail/1", b"no-slash"):
+            await client.write(payload)
+        await client.write(b"job/later", delay=600)
+        assert await client.reserve(Pattern(b"job/"), lease=30) is not None
+    _, _, body = await call(http, "GET", f"{forum_node.url}/metrics")
+    text = body.decode()
+    for line in (
+        'forum_prefix_live{prefix="job/"} 2.0',
+        'forum_prefix_reserved{prefix="job/"} 1.0',
+        'forum_prefix_delayed{prefix="job/"} 1.0',
+        'forum_prefix_live{prefix="mail/"} 1.0',
+        'forum_prefix_reserved{prefix="mail/"} 0.0',
+    ):
+        assert line in text, line
+    assert 'forum_prefix_oldest_age_seconds{prefix="job/"} ' in text
+    assert 'forum_prefix_oldest_age_seconds{prefix="mail/"} ' in text
+    assert "no-slash" not in text
+
+
 async def test_openapi_describes_every_route(local_forum: Any) -> None:
     app = build_app(local_forum, NodeConfig())
     served = {

@@ -136,6 +136,44 @@ class ForumCollector(Collector):
         for prefix, n in sorted(stats.double_takes_by_prefix.items()):
             doubles.add_metric([prefix], n)
         yield doubles
+        yield from self._queues()
+
+    def _queues(self) -> Iterator[GaugeMetricFamily]:
+        """Per prefix (a payload up to and including its first ``/``, as
+        ``GET /v1/prefixes?separator=/`` groups them; at most
+        :data:`MOST_PREFIXES`, the first in byte order), what an autoscaler
+        scales on: the live, delayed and reserved tuples here, and the age of
+        the oldest live one. A bisection per prefix (LiveIndex.groups), not a
+        look at every tuple. Payloads without a ``/`` are left out: each would
+        be a series of its own."""
+        groups = self._forum.groups(b"/", MOST_PREFIXES)
+        queues = {prefix: counts for prefix, counts in groups.items() if prefix.endswith(b"/")}
+        families = [GaugeMetricFamily(name, text, labels=["prefix"]) for name, text in _QUEUES]
+        for prefix, counts in queues.items():
+            for family, value in zip(families, counts, strict=True):
+                family.add_metric([_label(prefix)], value)
+        oldest = GaugeMetricFamily(
+            "forum_prefix_oldest_age_seconds",
+            "Per prefix, how long its oldest live tuple here has waited (from when this "
+            "node came to hold it; none for a prefix with no live tuple).",
+            labels=["prefix"],
+        )
+        for prefix, age in sorted(self._forum.oldest_ages(list(queues)).items()):
+            oldest.add_metric([_label(prefix)], age)
+        yield from families
+        yield oldest
+
+
+#: The per-prefix depth gauges, in the order ``Forum.groups`` counts them.
+_QUEUES = (
+    ("forum_prefix_live", "Per prefix, its live tuples here: the queue's depth."),
+    ("forum_prefix_delayed", "Per prefix, its tuples here not due yet."),
+    ("forum_prefix_reserved", "Per prefix, its tuples reserved here: in flight."),
+)
+
+
+def _label(prefix: bytes) -> str:
+    return prefix.decode("utf-8", "backslashreplace")
 
 
 class NodeMetrics:
