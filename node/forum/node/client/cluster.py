@@ -210,6 +210,10 @@ class ClusterClient(AsyncResource):
         gid = group if isinstance(group, str) else group.id
         pool = self._pools.get(gid)
         if pool is None:
+            if self._closed:
+                # A call that outlived aclose (a blocking reserve given up, say)
+                # opens no pool: its session would be left for the collector.
+                raise NodeUnavailable(f"group {gid}", "this cluster client is closed")
             pool = self._pools[gid] = NodePool(self._members(gid), self._token)
         return pool
 
