@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -79,15 +79,23 @@ def showcase_app(node: str, redis: str, token: str | None = None) -> tuple[App, 
 
 
 @contextlib.asynccontextmanager
-async def showcase(node: str, redis: str, token: str | None = None) -> AsyncIterator[Shown]:
-    """:func:`showcase_app`, open, with a worker running and a job in each
-    of :data:`STATES` (a few done); the running job released, the worker
-    stopped and drained on the way out."""
+async def showcase(
+    node: str,
+    redis: str,
+    token: str | None = None,
+    warm: Callable[[App], Awaitable[None]] | None = None,
+) -> AsyncIterator[Shown]:
+    """:func:`showcase_app`, open, with a worker running, ``warm(app)``
+    awaited first if given, then a job in each of :data:`STATES` (the
+    newest jobs); the running job released, the worker stopped and drained
+    on the way out."""
     app, rendering = showcase_app(node, redis, token)
     stop = asyncio.Event()
     async with app, asyncio.TaskGroup() as group:
         group.create_task(app.run_worker(stop=stop, lease=LEASE, take_wait=0.2))
         try:
+            if warm is not None:
+                await warm(app)
             yield Shown(app, await _jobs(app))
         finally:
             rendering.set()
