@@ -133,16 +133,8 @@ class Look:
 def look(page: Browser) -> Look:
     """Measure the page ``page`` shows now."""
     measured: dict[str, Any] = page.driver.execute_script(_MEASURE, AA_TEXT, AA_LARGE)
-    return Look(
-        status=int(measured["status"]),
-        origin=measured["origin"],
-        fetched=tuple(measured["fetched"]),
-        scheme=measured["scheme"],
-        background=measured["background"],
-        judged=int(measured["judged"]),
-        unreadable=tuple(measured["unreadable"]),
-        inline_scripts=int(measured["inline_scripts"]),
-    )
+    fetched, unreadable = tuple(measured.pop("fetched")), tuple(measured.pop("unreadable"))
+    return Look(fetched=fetched, unreadable=unreadable, **measured)
 
 
 def prefer(page: Browser, scheme: str) -> None:
