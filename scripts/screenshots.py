@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import shutil
 import signal
 import subprocess
@@ -43,16 +42,20 @@ from forum.node.core.space import Pattern  # noqa: E402
 from forum.tasks import App  # noqa: E402
 from tests.dashboard.appearance import prefer  # noqa: E402
 from tests.dashboard.browser import FLAGS, Browser, binaries, chrome  # noqa: E402
-from tests.dashboard.showcase import page_name, pages, samples, showcase  # noqa: E402
+from tests.dashboard.showcase import (  # noqa: E402
+    HEIGHT,
+    SHOT,
+    THEMES,
+    WIDTH,
+    page_name,
+    pages,
+    samples,
+    showcase,
+)
 
-#: The viewport every screenshot is taken at (CSS pixels, scale 1).
-WIDTH, HEIGHT = 1280, 800
-THEMES = ("light", "dark")
 DOC = REPO / "docs" / "dashboard.md"
 #: docs/dashboard.md's lines between these are the script's.
 START, END = "<!-- screenshots: start (scripts/screenshots) -->", "<!-- screenshots: end -->"
-#: What a screenshot of this script is named (any other file is left alone).
-SHOT = re.compile(r"[a-z0-9-]+-(light|dark)\.png")
 
 
 def arguments() -> argparse.Namespace:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,12 @@ from forum.dashboard.pages import ROOT, ROUTES
 from forum.tasks import App, Context, JobState
 from tests.fixtures.nodes import eventually
 
+#: The screenshots' themes, viewport (CSS pixels, scale 1) and names
+#: (``<page>-<theme>.png``: :func:`page_name`), for scripts/screenshots and
+#: the test that docs/ holds them.
+THEMES = ("light", "dark")
+WIDTH, HEIGHT = 1280, 800
+SHOT = re.compile(r"[a-z0-9-]+-(light|dark)\.png")
 #: A worker's lease: its record is rewritten every third of it, so the
 #: Workers page has it alive from the first look.
 LEASE = 3.0
@@ -130,10 +137,9 @@ def samples(shown: Shown) -> dict[str, str]:
 
 
 async def pages(node: str, given: Mapping[str, str], token: str | None = None) -> list[str]:
-    """The path (with its query) of every page of the dashboard: each GET
-    route of :data:`~forum.dashboard.pages.ROUTES` whose answer is HTML, as
-    the node's OpenAPI document describes it, its required parameters from
-    ``given`` (``LookupError`` naming one it lacks: add it to
+    """The path (with its query) of every page of the node's dashboard
+    (:func:`html_routes` of its OpenAPI document), its required parameters
+    from ``given`` (``LookupError`` naming one it lacks: add it to
     :func:`samples`)."""
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     async with (
@@ -143,16 +149,25 @@ async def pages(node: str, given: Mapping[str, str], token: str | None = None) -
         answer.raise_for_status()
         described: dict[str, Any] = (await answer.json())["paths"]
     found = []
-    for path in ROUTES:
-        get = described[path].get("get")
-        if get is None or "text/html" not in get["responses"].get("200", {}).get("content", {}):
-            continue
-        needed = [p["name"] for p in get.get("parameters", []) if p.get("required")]
+    for path, needed in html_routes(described).items():
         missing = [name for name in needed if name not in given]
         if missing:
             raise LookupError(f"{path} needs {', '.join(missing)}: add a value to samples()")
         query = urlencode({name: given[name] for name in needed})
         found.append(f"{path}?{query}" if query else path)
+    return found
+
+
+def html_routes(described: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Each ``GET`` route of :data:`~forum.dashboard.pages.ROUTES` whose
+    answer is HTML, as ``described`` (OpenAPI path items) says, in the
+    table's order, with the names of its required query parameters."""
+    found = {}
+    for path in ROUTES:
+        get = described[path].get("get")
+        if get is None or "text/html" not in get["responses"].get("200", {}).get("content", {}):
+            continue
+        found[path] = [p["name"] for p in get.get("parameters", []) if p.get("required")]
     return found
 
 
