@@ -108,9 +108,8 @@ return {
 class Look:
     """What :func:`look` measured on the page the browser shows."""
 
-    #: The HTTP status the page came with.
-    status: int
-    origin: str
+    status: int  # the HTTP status the page came with
+    origin: str  # its scheme, host and port
     #: Every URL the page fetched (stylesheet, scripts, its refreshes).
     fetched: tuple[str, ...]
     #: The root's computed ``color-scheme`` ("light" or "dark").
