@@ -1,6 +1,7 @@
 // The colour theme the viewer chose in the top bar: light, dark or auto (the
 // system's preference, what dashboard.css does with no choice made). Kept in
-// this browser's localStorage, for every node's dashboard on the same origin.
+// this browser's localStorage, which is per origin: each node's address
+// (scheme, host and port) remembers its own choice; nothing is sent to it.
 //
 // Loaded in <head> without defer, after the stylesheet: it runs before the
 // body is parsed, so the page is painted in the chosen theme from the start
