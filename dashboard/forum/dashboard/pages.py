@@ -303,9 +303,20 @@ async def purge(request: web.Request) -> web.Response:
 
 
 async def workers(request: web.Request) -> web.Response:
-    return _page(
-        request, "workers.html", now=time.time(), **await _from_lens(request, "workers_page")
-    )
+    """The workers, each alive or dead by its last beat; a dead one's claims
+    with what became of them (forum.coordinator.presence ``awaiting``)."""
+    now = time.time()
+    values = await _from_lens(request, "workers_page")
+    view = lens_view(request)
+    abandoned: dict[str, Any] = {}
+    if view is not None and values.get("workers"):
+        from forum.dashboard.lensview import FAILURES  # noqa: PLC0415  (loaded with --lens-url)
+
+        try:
+            abandoned = await view.abandoned(values["workers"], now)
+        except FAILURES as exc:
+            values["error"] = str(exc)
+    return _page(request, "workers.html", now=now, abandoned=abandoned, **values)
 
 
 async def _from_lens(request: web.Request, page: str) -> dict[str, Any]:
