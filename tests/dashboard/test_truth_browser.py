@@ -3,8 +3,9 @@ real ``forum serve --lens-url``, a real ``redis-server`` and real ``forum
 worker`` processes: a SIGKILLed worker shows dead (not alive with nothing
 running) once two of its beats are missed, its eight jobs awaiting their
 re-offer; once another worker has run them, Guarantees counts the eight
-re-offers, and still does after every worker is gone. The Workers,
-Guarantees and Prefixes pages never make Redis SCAN.
+re-offers, and still does after every worker is gone, as the node's
+``/metrics`` does. The Workers, Guarantees and Prefixes pages never make
+Redis SCAN.
 """
 
 from __future__ import annotations
@@ -110,6 +111,11 @@ async def test_a_killed_worker_is_dead_its_jobs_await_reoffer_and_the_counts_sta
             for page in ("workers", "guarantees", "prefixes"):
                 async with http.get(f"{node.url}/ui/{page}") as answer:
                     assert answer.status == 200
-        assert await scans(redis_url) == before
+            assert await scans(redis_url) == before
+            # The same count in the node's /metrics, read at the scrape.
+            async with http.get(f"{node.url}/metrics") as answer:
+                metrics = await answer.text()
+        assert f"forum_lens_reoffers_total {JOBS}.0" in metrics.splitlines()
+        assert "forum_lens_double_takes_total" in metrics
         no_console_errors(browser)
         browser.reset()

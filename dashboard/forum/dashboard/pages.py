@@ -122,7 +122,7 @@ def dashboard(
     if lens_url is not None:
         # Only now: a node-only install (no Redis client) serves the rest.
         try:
-            from forum.dashboard import jobs  # noqa: PLC0415
+            from forum.dashboard import jobs, lensmetrics  # noqa: PLC0415
             from forum.dashboard.lensview import LensView  # noqa: PLC0415
         except ImportError as exc:
             raise ValueError(f"lens_url needs the Redis client, not here: {exc}") from None
@@ -133,6 +133,7 @@ def dashboard(
         config = app[CONFIG]
         if lens_url is not None:
             app[LENS_VIEW] = LensView(lens_url, config.token, lambda: node_status(app).advertise)
+            lensmetrics.install(app, app[LENS_VIEW])
             for path, action in jobs.ACTIONS.items():
                 app.router.add_post(path, action)
         holder = app.get(CLUSTER)
