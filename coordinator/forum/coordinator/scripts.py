@@ -54,22 +54,35 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
         "inflight",
         "history",
         "attempts",
+        "task",
         "counts",
         "epoch",
     ),
-    "complete": ("claim", "done", "job", "inflight", "history", "attempts", "counts", "epoch"),
+    "complete": (
+        "claim",
+        "done",
+        "job",
+        "inflight",
+        "history",
+        "attempts",
+        "task",
+        "counts",
+        "epoch",
+    ),
     "due": ("inflight", "epoch"),
     "epoch": ("epoch",),
+    "index_counts": ("epoch",),
+    "index_page": ("epoch",),
     "extend": ("claim", "inflight", "epoch"),
     "grab": ("claim", "done", "job", "inflight", "counts", "epoch"),
-    "hand_back": ("claim", "job", "inflight", "history", "epoch"),
+    "hand_back": ("claim", "job", "inflight", "history", "task", "epoch"),
     "inspect": ("claim", "done", "job", "task", "epoch"),
-    "reaped": ("claim", "job", "inflight", "history", "epoch"),
+    "reaped": ("claim", "job", "inflight", "history", "task", "epoch"),
     "record": ("claim", "task", "epoch"),
     "record_new": ("task", "epoch"),
     "record_new_many": ("epoch",),
     "record_forget": ("claim", "task", "epoch"),
-    "release": ("claim", "job", "inflight", "history", "attempts", "epoch"),
+    "release": ("claim", "job", "inflight", "history", "attempts", "task", "epoch"),
     "verify": ("claim", "epoch"),
 }
 
@@ -78,7 +91,7 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
 BATCH_ROLES: dict[str, str] = {"record_new_many": "task", "admit": "limit", "admitted": "limit"}
 
 #: The scripts that only read: a batch of these alone needs no ``WAIT``.
-READ_ONLY = frozenset({"cancelled", "due", "inspect", "verify"})
+READ_ONLY = frozenset({"cancelled", "due", "index_counts", "inspect", "verify"})
 
 
 def ms(seconds: float) -> int:
