@@ -7,19 +7,18 @@ node's request span the trace of the request that reached it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from forum.deploy.processes import free_port
+from forum.deploy.processes import Service, find_binary
 from forum.node.client.remote import ForumClient
 from tests.coordinator.harness import WorkerProcess, worker_processes
 from tests.fixtures.nodes import ForumNodes, eventually
@@ -50,37 +49,40 @@ service:
 """
 
 
+class Collector(Service):
+    """``forum-otelcol`` receiving OTLP/HTTP on ``port``, writing each
+    request's spans as a JSON line to ``spans``."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__("collector", root)
+        self.spans = self.root / "spans.jsonl"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        config = self.root / "collector.yaml"
+        config.write_text(CONFIG.format(port=self.port, path=self.spans))
+        return [find_binary(COLLECTOR), "--config", str(config)]
+
+    async def ready(self) -> bool:
+        try:  # any answer (404 here) is the receiver listening
+            async with aiohttp.ClientSession() as session, session.get(self.endpoint):
+                return True
+        except aiohttp.ClientError:
+            return False
+
+
 @asynccontextmanager
-async def _collector(root: Path) -> AsyncIterator[tuple[str, Path]]:
-    """A running collector: its OTLP/HTTP endpoint and the file it writes spans to."""
-    binary = shutil.which(COLLECTOR)
-    if binary is None:
-        pytest.fail(f"{COLLECTOR} is not installed: run scripts/install-tools")  # never skip
-    root.mkdir(parents=True, exist_ok=True)
-    port, spans = free_port(), root / "spans.jsonl"
-    config = root / "collector.yaml"
-    config.write_text(CONFIG.format(port=port, path=spans))
-    log = (root / "collector.log").open("wb")
-    process = await asyncio.create_subprocess_exec(
-        binary, "--config", str(config), stdout=log, stderr=log
-    )
+async def _collector(root: Path) -> AsyncIterator[Collector]:
+    """A running collector (its absence fails the test: CI installs it)."""
+    collector = Collector(root)
     try:
-        await eventually(lambda: _listening(port), what="the collector listening")
-        yield f"http://127.0.0.1:{port}", spans
+        await collector.start()
+        yield collector
     finally:
-        process.terminate()
-        await process.wait()
-        log.close()
-
-
-async def _listening(port: int) -> bool:
-    try:
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError:
-        return False
-    writer.close()
-    await writer.wait_closed()
-    return True
+        await collector.stop()
 
 
 def exported(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -109,8 +111,9 @@ def _attribute(span: dict[str, Any], key: str) -> object:
 async def test_a_node_and_a_worker_export_their_spans_to_a_collector(
     forum_nodes: ForumNodes, redis_url: str, tmp_path: Path, spans: InMemorySpanExporter
 ) -> None:
-    async with _collector(tmp_path / "collector") as (endpoint, path):
-        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    async with _collector(tmp_path) as collector:
+        path = collector.spans
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
         node = await forum_nodes.start("n1", "--otel", env=env)
 
         # A request over HTTP carries this process's span: the node's is its child.

@@ -20,6 +20,14 @@ from tests.tasks.conftest import AppFactory, working
 QUICK = Backoff(base=0.01, cap=0.02, jitter=0.0)
 
 
+def _busy() -> str:
+    raise OSError("disk busy")
+
+
+async def _nothing(ctx: Context) -> None:
+    return None
+
+
 async def test_a_job_is_one_trace_from_enqueue_to_its_run(
     make_app: AppFactory, spans: InMemorySpanExporter
 ) -> None:
@@ -63,9 +71,7 @@ async def test_a_retried_job_has_a_run_span_per_attempt(
 
     @app.task(retries=2, backoff=QUICK)
     async def flaky(ctx: Context) -> str:
-        if ctx.attempt == 1:
-            raise OSError("disk busy")
-        return "ok"
+        return "ok" if ctx.attempt > 1 else _busy()
 
     async with app:
         handle = await flaky.enqueue(_key="f1")
@@ -129,13 +135,9 @@ async def test_enqueue_many_is_one_span_every_job_run_its_child(
 
 async def test_without_a_provider_nothing_is_traced_nor_carried(make_app: AppFactory) -> None:
     app = make_app()
-
-    @app.task
-    async def plain(ctx: Context) -> None:
-        return None
-
+    app.task("plain")(_nothing)
     async with app:
-        await plain.enqueue(_key="p1")
+        await app.enqueue("plain", _key="p1")
         payload = await app.space.read(Pattern(app.prefix))
     assert payload is not None and b"trace" not in payload  # the job as before
 

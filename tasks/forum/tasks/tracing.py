@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
@@ -39,21 +39,10 @@ from forum.tasks.message import Message
 TRACE_OPTION = "trace"
 
 
-@contextmanager
-def enqueue_span(tracer: Tracer, task: str) -> Iterator[Span]:
+def enqueue_span(tracer: Tracer, task: str) -> AbstractContextManager[Span]:
     """``forum.enqueue <task>``, current while the job is prepared (so its
     context goes into the job) and written; :func:`sent` names the job."""
-    with tracer.start_as_current_span(
-        f"forum.enqueue {task}",
-        kind=SpanKind.PRODUCER,
-        attributes={
-            "messaging.system": SCOPE,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "enqueue",
-            "forum.task": task,
-        },
-    ) as span:
-        yield span
+    return _sending(tracer, f"forum.enqueue {task}", "enqueue", {"forum.task": task})
 
 
 def sent(span: Span, key: str, queue: str) -> None:
@@ -62,20 +51,24 @@ def sent(span: Span, key: str, queue: str) -> None:
     span.set_attribute("messaging.destination.name", queue)
 
 
-@contextmanager
-def enqueue_many_span(tracer: Tracer, count: int) -> Iterator[Span]:
+def enqueue_many_span(tracer: Tracer, count: int) -> AbstractContextManager[Span]:
     """``forum.enqueue_many``: one span for a batch of jobs (each carries it)."""
-    with tracer.start_as_current_span(
-        "forum.enqueue_many",
-        kind=SpanKind.PRODUCER,
-        attributes={
-            "messaging.system": SCOPE,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "enqueue_many",
-            "messaging.batch.message_count": count,
-        },
-    ) as span:
-        yield span
+    return _sending(
+        tracer, "forum.enqueue_many", "enqueue_many", {"messaging.batch.message_count": count}
+    )
+
+
+def _sending(
+    tracer: Tracer, name: str, operation: str, more: dict[str, str | int]
+) -> AbstractContextManager[Span]:
+    """A PRODUCER span, current while it lasts."""
+    attributes: dict[str, str | int] = {
+        "messaging.system": SCOPE,
+        "messaging.operation.type": "send",
+        "messaging.operation.name": operation,
+        **more,
+    }
+    return tracer.start_as_current_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import asyncio
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
-from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from forum.node.api.operations import STREAM, WATCH
 from forum.node.core.tracing import parent_of
@@ -47,24 +47,27 @@ def tracing_middleware(tracer: Tracer) -> Middleware:
                 "http.request.method": request.method,
                 "http.route": route,
                 "url.path": request.path,
-                "forum.node.operation": route.rsplit("/", 1)[-1],
             },
+            # A 4xx is the caller's mistake, not the node's failure (HTTP's conventions):
+            # the status is set from the answer alone.
+            record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            status = 500
             try:
                 response = await handler(request)
-                status = response.status
-                return response
             except web.HTTPException as exc:
-                status = exc.status
+                _answered(span, exc.status)
                 raise
             except asyncio.CancelledError:
-                status = 499  # the client went away first (as /metrics counts it)
+                _answered(span, 499)  # the client went away first (as /metrics counts it)
                 raise
-            finally:
-                span.set_attribute("http.response.status_code", status)
-                if status >= 500:
-                    span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+            _answered(span, response.status)
+            return response
 
     return middleware
+
+
+def _answered(span: Span, status: int) -> None:
+    span.set_attribute("http.response.status_code", status)
+    if status >= 500:
+        span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
