@@ -75,8 +75,12 @@ def _sending(
 def run_span(tracer: Tracer, job: Job, message: Message) -> Iterator[Span]:
     """``forum.run <task>``, one attempt of ``job``: a child of the span that
     enqueued it (carried in the job), its outcome from how the attempt ends."""
-    carried: Any = message.options.get(TRACE_OPTION)
-    fields = {k: v for k, v in carried.items() if isinstance(v, str)} if carried else None
+    carried: Any = message.options.get(TRACE_OPTION)  # a mapping, as decoding checked
+    fields = (
+        {k: v for k, v in carried.items() if isinstance(k, str) and isinstance(v, str)}
+        if carried
+        else None
+    )  # anything else a producer put there is no context: a root span
     with tracer.start_as_current_span(
         f"forum.run {message.task}",
         context=parent_of(fields),
