@@ -7,12 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from forum.coordinator import Backoff
 from forum.node.core.space import Pattern
 from forum.tasks import Context
+from tests.coordinator.harness import REPO
 from tests.fixtures.nodes import eventually
 from tests.otel.conftest import named
 from tests.tasks.conftest import AppFactory, working
@@ -142,19 +144,28 @@ async def test_without_a_provider_nothing_is_traced_nor_carried(make_app: AppFac
     assert payload is not None and b"trace" not in payload  # the job as before
 
 
-def test_otel_without_the_extra_is_one_line() -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve", "--data-dir", "/nonexistent/forum-otel-test"],
+        ["worker", "--app", "tests.otel.traced_app:app", "--app-dir", str(REPO),
+         "--redis-url", "redis://127.0.0.1:9/0", "--node", "http://127.0.0.1:9"],
+    ],
+    ids=["serve", "worker"],
+)  # fmt: skip
+def test_otel_without_the_extra_is_one_line(command: list[str]) -> None:
     # A process where opentelemetry cannot be imported, as without the extra.
     code = (
         "import sys; sys.modules['opentelemetry'] = None\n"
         "from forum.cli import main\n"
-        "sys.exit(main(['serve', '--otel', '--listen', '127.0.0.1:0', '--data-dir', sys.argv[1]]))"
+        "sys.exit(main(sys.argv[1:]))"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, "/nonexistent/forum-otel-test"],
+        [sys.executable, "-c", code, *command, "--otel"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "forum serve: --otel needs the otel extra (pip install 'forum[otel]'): "
+        f"forum {command[0]}: --otel needs the otel extra (pip install 'forum[otel]'): "
         "import of opentelemetry halted; None in sys.modules"
     ]
