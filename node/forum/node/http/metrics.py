@@ -227,7 +227,7 @@ class NodeMetrics:
             status = 499  # the client went away first (nginx's convention)
             raise
         finally:
-            route = _route_label(request)
+            route = route_label(request)
             self._count(route, request.method, status).inc()
             self._timer(route, request.method).observe(time.perf_counter() - started)
 
@@ -259,7 +259,8 @@ class NodeMetrics:
         return response
 
 
-def _route_label(request: web.Request) -> str:
+def route_label(request: web.Request) -> str:
+    """The request's route as its path template (``/v1/write``), else ``unmatched``."""
     info = request.match_info
     if info.http_exception is not None:
         return "unmatched"
