@@ -4,7 +4,8 @@ serve --lens-url`` (with a token and a read token) and a real
 second in this process: the page, signed in with the read token, shows the
 task's schedule, its slots written and its last run done; with no worker for a
 few seconds it shows the task overdue and the slots that fell as missed;
-with a worker back, those slots stay counted. The console must hold no error.
+with a worker back, those slots stay counted; with Redis stopped, the page
+says it cannot read them. The console must hold no error.
 """
 
 from __future__ import annotations
@@ -94,4 +95,9 @@ async def test_the_schedules_page_shows_runs_and_missed_slots(
             await until(browser, lambda: "overdue" not in cell(browser, "next").text, "written")
             assert missed(browser) >= seen
             assert "never written" in cell(browser, "missed").text
+
+    # Redis gone: the page says so in one line, and still answers.
+    volatile_redis.stop()
+    await until(browser, lambda: "cannot read the schedules" in browser.find("#lens-error").text,
+                "the Lens unreadable")  # fmt: skip
     no_console_errors(browser, expected=("401",))

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from forum.coordinator import Lens
+from forum.coordinator import Lens, LensConfig
 from forum.coordinator.memory import MemoryAuthority
 from forum.tasks.cron import CronSchedule, Interval, Periodic, Slot, slot_key
 from forum.tasks.schedules import (
@@ -129,6 +129,19 @@ async def test_a_running_last_slot_is_the_last_run(lens: Lens) -> None:
         assert row.last_run is not None and row.last_run.state == "running"
     finally:
         await registry.aclose()
+
+
+async def test_a_publication_redis_refuses_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The loop goes on: the next slot publishes again, and counts the gap."""
+    nowhere = LensConfig(url="redis://127.0.0.1:1/0")
+    registry = Registry(nowhere, MemoryAuthority(), PREFIX, [Periodic("tick", Interval(1.0))])
+    try:
+        await registry.published(slot(NOON))
+    finally:
+        await registry.aclose()
+    assert f"{slot(NOON).key} not published" in caplog.text
 
 
 def test_no_registry_without_a_lens() -> None:
