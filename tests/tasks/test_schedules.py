@@ -17,6 +17,7 @@ from forum.coordinator import Lens, LensConfig
 from forum.coordinator.memory import MemoryAuthority
 from forum.tasks.cron import CronSchedule, Interval, Periodic, Slot, slot_key
 from forum.tasks.schedules import (
+    GAP_COUNTED,
     Missed,
     Registry,
     Run,
@@ -40,6 +41,9 @@ def test_gaps_are_counted_from_the_schedule() -> None:
     minutely = CronSchedule("* * * * *")
     minute = 1_800_000_000 // 60 * 60.0
     assert slots_between(minutely, minute, minute + 180) == (2, [minute + 60, minute + 120])
+    every_second = CronSchedule("* * * * * *")
+    count, newest = slots_between(every_second, NOON, NOON + 5000)
+    assert (count, newest[-1]) == (GAP_COUNTED, NOON + GAP_COUNTED)  # at least, counted
 
 
 @pytest.mark.parametrize(

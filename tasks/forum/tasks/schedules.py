@@ -56,11 +56,12 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cronsim import CronSim
 from redis import exceptions as redis_errors
 
 from forum.coordinator.errors import LensError, LensUnavailable
@@ -97,8 +98,10 @@ MOST = 500
 #: How many missed slots a task's list keeps (the newest).
 MISSED_KEPT = 20
 #: The most slots of a cron schedule's gap counted one by one (an interval's
-#: gap is counted by division, whatever its length).
-GAP_COUNTED = 10_000
+#: gap is counted by division, whatever its length): a thousand slots take
+#: cronsim some 25 ms, on the event loop of the worker that counts them, or in
+#: a thread for a page.
+GAP_COUNTED = 1000
 #: How long one publication may take before it is given up (seconds).
 _WITHIN = 2.0
 
@@ -195,9 +198,10 @@ def rebuilt(fields: Mapping[str, str]) -> Schedule | None:
 
 
 def slots_between(when: Schedule, after: float, before: float) -> tuple[int, list[float]]:
-    """How many slots fall strictly between ``after`` and ``before`` (a cron
-    schedule's counted up to :data:`GAP_COUNTED`), and the newest
-    :data:`MISSED_KEPT` of them, oldest first."""
+    """How many slots fall strictly between ``after`` and ``before``, and the
+    newest :data:`MISSED_KEPT` of them, oldest first. An interval's are
+    counted by division; a cron schedule's one by one, up to
+    :data:`GAP_COUNTED` (a count of ``GAP_COUNTED`` means at least that many)."""
     if before <= after:
         return 0, []
     if isinstance(when, Interval):
@@ -209,13 +213,25 @@ def slots_between(when: Schedule, after: float, before: float) -> tuple[int, lis
         newest = [(last - i) * step / 1000 for i in range(min(count, MISSED_KEPT))]
         return count, newest[::-1]
     found: list[float] = []
-    slot = after
-    for _ in range(GAP_COUNTED):
-        slot = when.next_after(slot)
+    for slot in itertools.islice(_slots_after(when, after), GAP_COUNTED):
         if slot >= before:
             break
         found.append(slot)
     return len(found), found[-MISSED_KEPT:]
+
+
+def _slots_after(when: Schedule, after: float) -> Iterator[float]:
+    """``when``'s slots after ``after``, in order: a cron schedule's from one
+    walk of its expression (a ``next_after`` per slot parses it each time)."""
+    if isinstance(when, CronSchedule):
+        # As CronSchedule.next_after: CronSim ticks a second forward first.
+        start = datetime.fromtimestamp(math.floor(after), when.tz)
+        yield from (slot.timestamp() for slot in CronSim(when.expression, start))
+        return
+    slot = after
+    while True:
+        slot = when.next_after(slot)
+        yield slot
 
 
 def outcome(state: KeyState) -> tuple[str, float] | None:
@@ -448,6 +464,13 @@ async def read_schedules(lens: Lens, now: float | None = None) -> list[ScheduleR
         if record is not None and isinstance(missed, list):
             found.append((record, missed))
     states = await lens.inspect_many([record.key for record, _ in found])
+    # Counting a cron schedule's slots is CPU work: off the node's event loop.
+    return await asyncio.to_thread(_rows, found, states, now)
+
+
+def _rows(
+    found: list[tuple[ScheduleRecord, list[bytes]]], states: list[KeyState], now: float
+) -> list[ScheduleRow]:
     rows = [
         _row(record, missed, state, now)
         for (record, missed), state in zip(found, states, strict=True)
