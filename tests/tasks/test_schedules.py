@@ -21,6 +21,7 @@ from forum.tasks.schedules import (
     Missed,
     Registry,
     Run,
+    _Gaps,
     described,
     read_schedules,
     rebuilt,
@@ -44,6 +45,16 @@ def test_gaps_are_counted_from_the_schedule() -> None:
     every_second = CronSchedule("* * * * * *")
     count, newest = slots_between(every_second, NOON, NOON + 5000)
     assert (count, newest[-1]) == (GAP_COUNTED, NOON + GAP_COUNTED)  # at least, counted
+
+
+def test_a_gap_counted_look_by_look_is_the_gap_counted_at_once() -> None:
+    """A page counts a cron task's unwritten slots from its last look on."""
+    gaps = _Gaps()
+    five = CronSchedule("*/5 * * * *")
+    start = 1_800_000_000 // 300 * 300.0
+    for minutes in (0, 5, 15, 15, 20, 200, 300):
+        before = start + minutes * 60
+        assert gaps.between(five, start, before) == slots_between(five, start, before), minutes
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,9 @@ import asyncio
 import itertools
 import logging
 import math
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -468,6 +470,45 @@ async def read_schedules(lens: Lens, now: float | None = None) -> list[ScheduleR
     return await asyncio.to_thread(_rows, found, states, now)
 
 
+class _Gaps:
+    """The gaps the pages counted last, by schedule and last slot written, so
+    that each look walks a cron expression only over the slots that fell
+    since the look before (a task a day overdue would otherwise be walked
+    whole at each refresh). Bounded: the :data:`MOST` looked at last. The
+    pages' rows are worked out in threads, hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: OrderedDict[tuple[Schedule, float], tuple[float, int, list[float]]]
+        self._known = OrderedDict()
+
+    def between(self, when: Schedule, after: float, before: float) -> tuple[int, list[float]]:
+        """:func:`slots_between` of ``after`` (a slot) and ``before`` (a slot,
+        or ``after``), from the count up to the last ``before`` asked."""
+        if isinstance(when, Interval):
+            return slots_between(when, after, before)  # divided out: nothing to keep
+        with self._lock:
+            known = self._known.pop((when, after), None)
+        if known is None or known[0] > before:
+            count, newest = slots_between(when, after, before)
+        else:
+            upto, count, newest = known
+            # The slots up to `upto`, then `upto` itself (a slot, once past
+            # `after`), then those after it.
+            middle = [upto] if after < upto < before else []
+            more, latest = slots_between(when, upto, before)
+            count, newest = count + len(middle) + more, (newest + middle + latest)[-MISSED_KEPT:]
+        with self._lock:
+            self._known[(when, after)] = (before, count, newest)
+            while len(self._known) > MOST:
+                self._known.popitem(last=False)
+        return count, newest
+
+
+#: The process's counted gaps (only pages read them).
+_GAPS = _Gaps()
+
+
 def _rows(
     found: list[tuple[ScheduleRecord, list[bytes]]], states: list[KeyState], now: float
 ) -> list[ScheduleRow]:
@@ -486,7 +527,7 @@ def _row(
     seen: list[Missed] = []
     if record.schedule is not None:
         # A slot no worker wrote is missed once the slot after it falls (its TTL would have ended).
-        count, newest = slots_between(record.schedule, record.slot, record.schedule.latest(now))
+        count, newest = _GAPS.between(record.schedule, record.slot, record.schedule.latest(now))
         unwritten = count
         seen = [Missed(at, "skipped") for at in newest]
     latest = outcome(state)
