@@ -135,6 +135,19 @@ async def test_slots_published_by_two_workers_are_counted_once(lens: Lens) -> No
         await second.aclose()
 
 
+async def test_a_changed_schedule_replaces_the_old(lens: Lens) -> None:
+    every = Registry(lens.config, lens, PREFIX, [Periodic("tick", Interval(1.0))])
+    minutely = Registry(lens.config, lens, PREFIX, [Periodic("tick", CronSchedule("* * * * *"))])
+    try:
+        await every.published(slot(NOON))
+        await minutely.published(slot(NOON + 60))
+        (row,) = await read_schedules(lens, NOON + 61)
+        assert row.record.schedule == CronSchedule("* * * * *")
+    finally:
+        await every.aclose()
+        await minutely.aclose()
+
+
 async def test_a_running_last_slot_is_the_last_run(lens: Lens) -> None:
     registry = Registry(lens.config, lens, PREFIX, [Periodic("tick", Interval(1.0))])
     try:

@@ -122,6 +122,7 @@ local last = redis.call('HGET', KEYS[2], 'slot')
 if last and tonumber(last) >= tonumber(ARGV[2]) then return nil end
 local previous = redis.call('HGET', KEYS[2], 'key') or ''
 redis.call('HSET', KEYS[2], 'slot', ARGV[2], 'key', ARGV[3], 'next', ARGV[4], 'written_at', ms)
+redis.call('HDEL', KEYS[2], 'every', 'cron', 'tz')  -- a schedule changed: none of the old
 for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 if not last then redis.call('HSET', KEYS[2], 'since', ARGV[2]) end
 redis.call('HINCRBY', KEYS[2], 'written', 1)
