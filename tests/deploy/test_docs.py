@@ -25,6 +25,7 @@ from forum.coordinator.tallies import Tallies
 from forum.dashboard.lensmetrics import LensCounts
 from forum.deploy.history import Verdict
 from forum.node.api.status import PeerStatus
+from forum.node.client.remote import ForumClient
 from forum.node.config import node as config
 from forum.node.config.node import NodeConfig
 from forum.replication.config import ReplicationConfig
@@ -205,6 +206,8 @@ async def test_every_labelled_series_in_the_docs_is_exposed(forum_nodes: ForumNo
     the node never emits (it says "unauthorized"). A replication request with
     a forged signature makes the node count one refusal."""
     node = await forum_nodes.start("labels", "--cluster-secret", "s3cret")
+    async with ForumClient(node.url) as client:
+        await client.write(b"job/1")  # a prefix's series (docs/operations.md, autoscaling)
     async with aiohttp.ClientSession() as session:
         async with session.post(f"{node.url}{PUSH_PATH}", data=b"forged") as response:
             assert response.status == 401

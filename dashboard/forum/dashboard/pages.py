@@ -8,6 +8,7 @@
 ``GET /ui/peers``      Peers, as this node's replication knows them
 ``GET /ui/guarantees`` Guarantees: double takes caught; the Lens's figures
 ``GET /ui/jobs ...``   Jobs and Workers, and the job actions (forum.dashboard.jobs)
+``GET /ui/schedules``  Schedules: each periodic task (forum.dashboard.schedules)
 ``GET /ui/login``      open: asks for the token (the only page without it), then
                        goes to ``?next=`` (a ``/ui`` path; where a browser without
                        the token was sent from, forum.node.http.auth)
@@ -88,6 +89,7 @@ PANELS = (
     (f"{ROOT}/guarantees", "Guarantees"),
     (f"{ROOT}/jobs", "Jobs"),
     (f"{ROOT}/workers", "Workers"),
+    (f"{ROOT}/schedules", "Schedules"),
 )
 #: Seconds between two refreshes of a panel in the browser.
 REFRESH = 2.0
@@ -324,6 +326,16 @@ async def workers(request: web.Request) -> web.Response:
     return _page(request, "workers.html", now=now, abandoned=abandoned, **values)
 
 
+async def schedules(request: web.Request) -> web.Response:
+    """Every periodic task, from the workers' registry (forum.dashboard.schedules,
+    imported only with a Lens, as the task layer is)."""
+    if lens_view(request) is None:
+        return _page(request, "schedules.html")
+    from forum.dashboard.schedules import schedules_page  # noqa: PLC0415
+
+    return _page(request, "schedules.html", **await schedules_page(request))
+
+
 async def _from_lens(request: web.Request, page: str) -> dict[str, Any]:
     """The values of a Lens panel (forum.dashboard.jobs), none without a Lens (the
     page then says so, and the task layer is never imported)."""
@@ -420,6 +432,7 @@ ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
     f"{ROOT}/job": job,
     f"{ROOT}/jobs/purge": purge,
     f"{ROOT}/workers": workers,
+    f"{ROOT}/schedules": schedules,
     f"{ROOT}/login": login,
     f"{ROOT}/session": session,
 }

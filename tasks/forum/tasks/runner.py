@@ -72,6 +72,7 @@ from forum.tasks.errors import InvalidJob, one_line
 from forum.tasks.executor import ProcessPool
 from forum.tasks.hooks import State, job_info
 from forum.tasks.message import Message, dumps
+from forum.tasks.schedules import Registry
 from forum.tasks.task import Task, TaskOptions
 
 if TYPE_CHECKING:
@@ -292,4 +293,13 @@ class TaskWorker(Worker):
         async def enqueue(slot: cron.Slot) -> None:
             await self._app.enqueue_slot(slot, self._task_space, self._task_lens)
 
-        await cron.run_periodic(self._app.periodic, enqueue, self._cron_stop)
+        # Each slot written is published for the Schedules page (forum.tasks.schedules).
+        registry = Registry.for_authority(self._task_lens, self._app.prefix, self._app.periodic)
+        try:
+            await cron.run_periodic(
+                self._app.periodic, enqueue, self._cron_stop,
+                published=None if registry is None else registry.published,
+            )  # fmt: skip
+        finally:
+            if registry is not None:
+                await registry.aclose()
