@@ -138,11 +138,11 @@ def worker_registry(
     stats: Callable[[], WorkerStats], task_times: TaskTimes | None = None
 ) -> CollectorRegistry:
     """A registry of its own (not the process-global one) holding a worker's
-    metrics, and a task worker's histograms (``task_times``) when given."""
+    metrics, and a task worker's histograms (``task_times``; a raw worker's
+    are described, with no series)."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(WorkerCollector(stats))
-    if task_times is not None:
-        registry.register(TaskTimesCollector(task_times))
+    registry.register(TaskTimesCollector(task_times or dict))
     return registry
 
 

@@ -76,7 +76,7 @@ FLUSH_EVERY = 5.0
 #: The most minutes a worker keeps unwritten while Redis fails (a day).
 MAX_PENDING = 1440
 #: The most attempts' waits read back in one flush.
-MAX_WAITS = 2000
+MAX_WAITS = 500
 #: The longest a flush waits on Redis (seconds).
 FLUSH_WITHIN = 2.0
 #: The histograms' bucket upper bounds, in seconds (Prometheus ``le``); the
