@@ -10,15 +10,15 @@ after the node is restarted (the history is in Redis, not in the node).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import aiohttp
 import pytest
 
+from forum import cli_worker
 from forum.coordinator import LensConfig
-from forum.coordinator.metrics import serve_metrics, worker_registry
 from forum.coordinator.taskhistory import TaskMinute, now_minute, read_history
 from forum.tasks import App, Context, JobState
-from forum.tasks.runner import TaskWorker
 from tests.dashboard.browser import Browser, browser
 from tests.dashboard.test_browser import no_console_errors
 from tests.dashboard.test_jobs_browser import until
@@ -63,7 +63,10 @@ async def summed(app: App) -> dict[str, TaskMinute]:
 
 
 async def test_the_history_survives_a_node_restart(
-    browser: Browser, forum_nodes: ForumNodes, volatile_redis: RedisServer
+    browser: Browser,
+    forum_nodes: ForumNodes,
+    volatile_redis: RedisServer,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     browser.reset()
     node = await forum_nodes.start("h", "--lens-url", volatile_redis.url)
@@ -88,14 +91,14 @@ async def test_the_history_survives_a_node_restart(
         assert p50 is not None and p50 / 2 < RUN <= p50  # its bucket is (0.25, 0.5]
         assert quick.wait.count == 10  # each attempt's record named its due
 
-        # The worker's /metrics: both histograms, a series per task.
-        assert isinstance(worker, TaskWorker)
-        registry = worker_registry(worker.stats, worker.task_times)
-        async with serve_metrics(registry, "127.0.0.1", 0) as served:
-            port = served.addresses[0][1]
+        # The worker's /metrics, served as `forum worker --metrics-port 0` serves
+        # it: both histograms, a series per task.
+        async with contextlib.AsyncExitStack() as stack:
+            await cli_worker._serve_metrics(stack, worker, "127.0.0.1", 0)
+            bound = capsys.readouterr().err.split("metrics on ")[1].strip()
             async with (
                 aiohttp.ClientSession() as http,
-                http.get(f"http://127.0.0.1:{port}/metrics") as answer,
+                http.get(f"http://{bound}/metrics") as answer,
             ):
                 metrics = await answer.text()
         assert 'forum_task_run_seconds_count{task="quick"} 10.0' in metrics
