@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import aiohttp
 import pytest
 
 from forum import cli_worker
 from forum.coordinator import LensConfig
-from forum.coordinator.taskhistory import TaskMinute, now_minute, read_history
+from forum.coordinator.taskhistory import TaskMinute, read_history
 from forum.tasks import App, Context, JobState
 from tests.dashboard.browser import Browser, browser
 from tests.dashboard.test_browser import no_console_errors
@@ -54,7 +55,8 @@ def make_app(url: str, redis: str) -> App:
 async def summed(app: App) -> dict[str, TaskMinute]:
     """The last hour's history in Redis, per task, summed over its minutes."""
     config = LensConfig(url=app.redis, namespace=app.namespace)
-    found = await read_history(config, range(now_minute() - 59, now_minute() + 1))
+    now = int(time.time() // 60)
+    found = await read_history(config, 60, range(now - 59, now + 1))
     total: dict[str, TaskMinute] = {}
     for tasks in found.values():
         for task, counts in tasks.items():

@@ -15,8 +15,11 @@ ends is added in memory to its task's current minute (done, retried, dead,
 its run time and its wait as fixed-bucket histograms, :data:`BUCKETS`); no
 Redis call per job. Every :data:`FLUSH_EVERY` seconds the minutes counted
 since the last flush go out in one pipelined round trip (``HINCRBY`` per
-field, ``EXPIRE`` per minute). A flush that fails keeps its counts and the
-next one adds them again; at most :data:`MAX_PENDING` minutes wait so
+field, ``EXPIRE`` per key), into the minute's hash and into its quarter
+hour's (:data:`SPANS`: a day's chart reads 96 hashes, not 1,440). A flush
+that fails keeps its counts and the next one adds them again (one that
+timed out after Redis applied part of it counts that part twice: a count
+is never lost, rarely doubled); at most :data:`MAX_PENDING` minutes wait so
 (the oldest are dropped past that, logged), so a Redis down for hours costs
 bounded memory and never holds a job.
 
@@ -32,18 +35,19 @@ histogram.
 =====================================  ======  ====================================  =======
 key                                    type    holds                                 expires
 =====================================  ======  ====================================  =======
-``{<ns>:0}:taskhistory:<minute>``      hash    field ``<task> <counter>`` -> count   KEEP
+``{<ns>:0}:taskhistory:<span>:<slot>`` hash    field ``<task> <counter>`` -> count   KEEP
                                                (:data:`COUNTERS`, ``run <i>``,
                                                ``wait <i>`` for bucket ``i``,
                                                ``run_ms``, ``wait_ms`` the sums)
 =====================================  ======  ====================================  =======
 
-``<minute>`` is Unix time // 60. The key carries shard 0's hash tag, as the
-workers' presence records do (forum.coordinator.presence). Bound: 2,880 keys
-(48 h of minutes); each holds at most ``5 + 2 * len(BUCKETS)`` = 37 fields
-per task that ran in that minute, some 40 bytes each: at most ~1.5 KiB per
-task per minute, ~4.3 MiB per task over the 48 h (far less in practice: a
-bucket nothing fell into is no field).
+``<span>`` is 60 (a minute) or 900 (a quarter hour), ``<slot>`` Unix time //
+span. The key carries shard 0's hash tag, as the workers' presence records
+do (forum.coordinator.presence). Bound: 2,880 + 192 keys (48 h of minutes
+and of quarters); each holds at most ``5 + 2 * len(BUCKETS)`` = 37 fields
+per task that ran in it, some 40 bytes each: at most ~1.5 KiB per task per
+minute, ~4.5 MiB per task over the 48 h with its quarters (far less in
+practice: a bucket nothing fell into is no field).
 """
 
 from __future__ import annotations
@@ -53,8 +57,7 @@ import bisect
 import contextlib
 import logging
 import math
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -87,13 +90,15 @@ BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 #: What an attempt's outcome counts as.
 Outcome = Literal["done", "retried", "dead"]
+#: The spans history is kept in (seconds): minutes, and quarter hours.
+SPANS = (60, 900)
 #: The plain counters of a task's minute.
 COUNTERS: tuple[Outcome, ...] = ("done", "retried", "dead")
 
 
-def history_key(schema: KeySchema, minute: int) -> str:
-    """The hash of minute ``minute`` (Unix time // 60)."""
-    return f"{schema.tag(0)}:taskhistory:{minute}"
+def history_key(schema: KeySchema, span: int, slot: int) -> str:
+    """The hash of ``slot`` (Unix time // ``span``), ``span`` one of :data:`SPANS`."""
+    return f"{schema.tag(0)}:taskhistory:{span}:{slot}"
 
 
 def bucket_of(seconds: float) -> int:
@@ -117,7 +122,10 @@ class Histogram:
         return sum(self.counts)
 
     def merge(self, other: Histogram) -> None:
-        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        counts = self.counts
+        for i, n in enumerate(other.counts):
+            if n:
+                counts[i] += n
         self.total += other.total
 
     def percentile(self, q: float) -> float | None:
@@ -277,15 +285,17 @@ class TaskHistory:
             self._times_of(each.task)[1].add(wait)
 
     async def _write(self, pending: Mapping[tuple[int, str], TaskMinute]) -> None:
-        minutes: set[int] = set()
+        slots: dict[tuple[str, str], TaskMinute] = {}  # (key, task) -> counts, every span
+        for (minute, task), counts in pending.items():
+            for span in SPANS:
+                name = history_key(self._schema, span, minute * 60 // span)
+                slots.setdefault((name, task), TaskMinute()).merge(counts)
         async with self._client().pipeline(transaction=False) as pipe:
-            for (minute, task), counts in pending.items():
-                name = history_key(self._schema, minute)
+            for (name, task), counts in slots.items():
                 for each, n in counts.fields(task).items():
                     pipe.hincrby(name, each, n)
-                minutes.add(minute)
-            for minute in minutes:
-                pipe.expire(history_key(self._schema, minute), KEEP)
+            for name in {name for name, _ in slots}:
+                pipe.expire(name, KEEP)
             await keep_cancellation(pipe.execute())
 
     def _keep(self, pending: Mapping[tuple[int, str], TaskMinute]) -> None:
@@ -317,40 +327,57 @@ class TaskHistory:
 
 
 def parse_minute(record: Mapping[bytes, bytes]) -> dict[str, TaskMinute]:
-    """A minute's hash, task by task (fields it does not know are skipped)."""
+    """A slot's hash, task by task (fields it does not know are skipped)."""
     tasks: dict[str, TaskMinute] = {}
     for raw, value in record.items():
-        parts = raw.decode(errors="replace").split(" ")
+        task, _, name = raw.decode(errors="replace").partition(" ")
+        counts = tasks.get(task)
+        if counts is None:
+            counts = tasks[task] = TaskMinute()
         try:
-            count = int(value)
-        except ValueError:
+            _FIELDS[name](counts, int(value))
+        except (KeyError, ValueError):
             continue
-        minute = tasks.setdefault(parts[0], TaskMinute())
-        match parts[1:]:
-            case [name] if name in COUNTERS:
-                setattr(minute, name, count)
-            case ["run_ms"]:
-                minute.run.total = count / 1000
-            case ["wait_ms"]:
-                minute.wait.total = count / 1000
-            case ["run" | "wait" as kind, index] if index.isdigit() and int(index) < len(BUCKETS):
-                getattr(minute, kind).counts[int(index)] = count
     return tasks
 
 
+def _setter(kind: str, index: int) -> Callable[[TaskMinute, int], None]:
+    def put(counts: TaskMinute, n: int) -> None:
+        getattr(counts, kind).counts[index] = n
+
+    return put
+
+
+def _counter(name: str) -> Callable[[TaskMinute, int], None]:
+    return lambda counts, n: setattr(counts, name, n)
+
+
+def _sum(kind: str) -> Callable[[TaskMinute, int], None]:
+    return lambda counts, n: setattr(getattr(counts, kind), "total", n / 1000)
+
+
+#: How each field of a slot's hash (after its task) is read into a TaskMinute.
+_FIELDS: dict[str, Callable[[TaskMinute, int], None]] = {
+    **{name: _counter(name) for name in COUNTERS},
+    **{f"{kind}_ms": _sum(kind) for kind in ("run", "wait")},
+    **{f"{kind} {i}": _setter(kind, i) for kind in ("run", "wait") for i in range(len(BUCKETS))},
+}
+
+
 async def read_history(
-    config: LensConfig, minutes: Iterable[int]
+    config: LensConfig, span: int, slots: Iterable[int]
 ) -> dict[int, dict[str, TaskMinute]]:
-    """Each of ``minutes``' figures, task by task (a minute with none is
-    left out), in one pipelined round trip on a connection opened for it.
-    :class:`LensUnavailable` when Redis does not answer."""
-    wanted = list(minutes)
+    """Each of ``slots``' figures (of ``span`` seconds, one of :data:`SPANS`),
+    task by task (a slot with none is left out), in one pipelined round trip
+    on a connection opened for it. :class:`LensUnavailable` when Redis does
+    not answer."""
+    wanted = list(slots)
     schema = KeySchema(config.namespace, config.shards)
     redis = client_for(config)
     try:
         async with redis.pipeline(transaction=False) as pipe:
-            for minute in wanted:
-                pipe.hgetall(history_key(schema, minute))
+            for slot in wanted:
+                pipe.hgetall(history_key(schema, span, slot))
             records = await keep_cancellation(pipe.execute())
     except (redis_errors.RedisError, OSError) as exc:
         raise LensUnavailable(f"cannot read the task history: {exc}") from exc
@@ -358,7 +385,3 @@ async def read_history(
         await close(redis)
     return {m: parse_minute(r) for m, r in zip(wanted, records, strict=True) if r}
 
-
-def now_minute(now: float | None = None) -> int:
-    """The minute ``now`` (default: the clock's) falls in."""
-    return int((time.time() if now is None else now) // 60)

@@ -3,14 +3,15 @@ percentiles of each task over the last hour or day, read from the history
 the workers keep in the Lens's Redis (forum.coordinator.taskhistory), so a
 restarted node shows them at once.
 
-A window (:data:`WINDOWS`) is read in one pipelined round trip (60 or
-1,440 minute hashes) and summed into steps (a minute for the last hour,
-15 minutes for the day). Percentiles are the upper bound of the histogram
+A window (:data:`WINDOWS`) is read in one pipelined round trip: the last
+hour's 60 minute hashes, or the day's 96 quarter-hour hashes (the workers
+write both), a point each. Percentiles are the upper bound of the histogram
 bucket they fall in (forum.coordinator.taskhistory.BUCKETS): "p95 <= 0.5 s".
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from aiohttp import web
 from markupsafe import Markup
 
 from forum.coordinator import LensConfig
-from forum.coordinator.taskhistory import TaskMinute, now_minute, read_history
+from forum.coordinator.taskhistory import TaskMinute, read_history
 from forum.dashboard.charts import Axis, Series, line_chart
 from forum.dashboard.keys import lens_view
 from forum.dashboard.lensview import FAILURES
@@ -84,33 +85,70 @@ def window_of(raw: str) -> Window:
     return found
 
 
+#: A slot ended this long ago (seconds) is closed: every worker flushed it
+#: (each flushes every 5 s), so it is kept in :data:`_CLOSED` once read...
+CLOSED_AFTER = 60.0
+#: ...and read again after this long (seconds), for the counts a worker
+#: kept through a Redis outage and flushed late.
+REREAD = 600.0
+#: The most closed slots kept (about four Lens namespaces' two windows).
+MAX_CLOSED = 1024
+#: (Redis URL, namespace, span, slot) -> (when read, its figures): the
+#: closed slots, so the Overview, refreshed every 2 s, reads only the last
+#: minute or two of its window from Redis.
+_CLOSED: dict[tuple[str, str, int, int], tuple[float, dict[str, TaskMinute]]] = {}
+
+
 async def task_trends(
     config: LensConfig, window: Window, now: float | None = None
 ) -> list[TaskTrend]:
     """Each task with an attempt in ``window`` up to ``now``, by name
     (``LensUnavailable`` when Redis does not answer)."""
-    end = now_minute(now) + 1  # the minute after the current one
-    per = window.step // 60
-    first = end - window.seconds // 60
-    found = await read_history(config, range(first, end))
+    now = time.time() if now is None else now
+    step = window.step  # a span the workers keep (forum.coordinator.taskhistory.SPANS)
+    end = int(now // step) + 1  # the slot after now's
+    slots = range(end - window.seconds // step, end)
+    found = await _read(config, step, slots, now)
     steps: dict[str, dict[int, TaskMinute]] = {}
-    for minute, tasks in found.items():
-        step = (minute - first) // per
+    for slot, tasks in found.items():
         for task, counts in tasks.items():
-            steps.setdefault(task, {}).setdefault(step, TaskMinute()).merge(counts)
-    starts = [(first + i * per) * 60 for i in range(window.seconds // window.step)]
-    axis = _axis(first * 60, end * 60, window)
-    return [_trend(task, steps[task], starts, axis, per) for task in sorted(steps)]
+            steps.setdefault(task, {})[slot] = counts
+    axis = _axis(slots.start * step, end * step, window)
+    return [_trend(task, steps[task], slots, axis, step) for task in sorted(steps)]
+
+
+async def _read(
+    config: LensConfig, span: int, slots: range, now: float
+) -> dict[int, dict[str, TaskMinute]]:
+    """``slots``' figures: the closed ones from :data:`_CLOSED` while fresh,
+    the rest from Redis (the closed among them kept)."""
+    found: dict[int, dict[str, TaskMinute]] = {}
+    wanted = []
+    for slot in slots:
+        kept = _CLOSED.get((config.url, config.namespace, span, slot))
+        if kept is not None and now - kept[0] < REREAD:
+            found[slot] = kept[1]
+        else:
+            wanted.append(slot)
+    read = await read_history(config, span, wanted)
+    if len(_CLOSED) + len(wanted) > MAX_CLOSED:
+        _CLOSED.clear()
+    for slot in wanted:
+        figures = found[slot] = read.get(slot, {})
+        if (slot + 1) * span < now - CLOSED_AFTER:
+            _CLOSED[(config.url, config.namespace, span, slot)] = (now, figures)
+    return {slot: figures for slot, figures in found.items() if figures}
 
 
 def _trend(
-    task: str, steps: Mapping[int, TaskMinute], starts: list[int], axis: Axis, per: int
+    task: str, steps: Mapping[int, TaskMinute], slots: range, axis: Axis, step: int
 ) -> TaskTrend:
     total = TaskMinute()
     for counts in steps.values():
         total.merge(counts)
     empty = TaskMinute()
-    rows = [(start + per * 30, steps.get(i, empty)) for i, start in enumerate(starts)]
+    per = step / 60  # minutes a point stands for
+    rows = [(slot * step + step / 2, steps.get(slot, empty)) for slot in slots]
 
     def line(name: str, value: Callable[[TaskMinute], float | None]) -> Series:
         return Series(name, [(at, value(counts)) for at, counts in rows])
