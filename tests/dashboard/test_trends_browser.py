@@ -108,7 +108,7 @@ async def test_the_history_survives_a_node_restart(
         assert 'forum_task_run_seconds_count{task="sometimes"} 9.0' in metrics
         assert 'forum_task_wait_seconds_count{task="quick"} 10.0' in metrics
 
-    row = "tr[data-task='sometimes']"
+    row = "table.trends tr[data-task='sometimes']"
     for look in ("before", "after"):
         if look == "after":
             no_console_errors(browser)
@@ -118,12 +118,20 @@ async def test_the_history_survives_a_node_restart(
         await until(browser, lambda: browser.find(f"{row} td.dead").text == "3", f"{look}: dead")
         assert browser.find(f"{row} td.done").text == "6"
         assert browser.find(f"{row} td.failure-rate").text == "33.3 %"
-        quick_row = "tr[data-task='quick']"
+        quick_row = "table.trends tr[data-task='quick']"
         assert browser.find(f"{quick_row} td.done").text == "10"
         assert browser.find(f"{quick_row} td.run span[data-q='0.5']").text == "≤ 0.5 s"
         charts = browser.texts("tr.charts[data-task='quick'] svg.chart text.unit")
         assert charts == ["jobs/min", "%", "s"]  # throughput, failure rate, run time: units
         assert browser.texts("tr[data-node] svg.chart text.unit") == ["/s", "/s"]
+        # The jobs by state and task (the Lens's job index), each a link to the
+        # Jobs page filtered so.
+        counts = "table.jobcounts tr[data-task='sometimes']"
+        assert browser.find(f"{counts} td[data-state='dead']").text == "3"
+        assert browser.find(f"{counts} td[data-state='done']").text == "6"
+        assert browser.find("table.jobcounts tr.all td.total").text == "19"
+        link = browser.find(f"{counts} td[data-state='dead'] a").get_attribute("href")
+        assert link == f"{node.url}/ui/jobs?state=dead&task=sometimes"
         browser.screenshot(f"overview-tasks-{look}-restart")
 
     # The day's window, from the menu; a window that is none is refused, saying why.

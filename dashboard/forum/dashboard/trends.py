@@ -1,4 +1,5 @@
-"""The Overview's per-task trends: throughput, failure rate and run-time
+"""The Overview's tasks: the jobs counted by state and task (``App.counts()``,
+from the Lens's job index), and per-task trends: throughput, failure rate and run-time
 percentiles of each task over the last hour or day, read from the history
 the workers keep in the Lens's Redis (forum.coordinator.taskhistory), so a
 restarted node shows them at once.
@@ -25,6 +26,7 @@ from forum.coordinator.taskhistory import TaskMinute, read_history
 from forum.dashboard.charts import Axis, Series, line_chart
 from forum.dashboard.keys import lens_view
 from forum.dashboard.lensview import FAILURES
+from forum.tasks import JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +200,7 @@ async def overview_values(request: web.Request) -> dict[str, Any]:
     raw = request.query.get("window", "")
     values: dict[str, Any] = {
         "windows": WINDOWS, "window": raw or next(iter(WINDOWS)), "trends": None,
-        "trends_error": None,
+        "trends_error": None, "counts": None, "counts_error": None, "states": list(JobState),
     }  # fmt: skip
     try:
         window = window_of(raw)
@@ -208,4 +210,8 @@ async def overview_values(request: web.Request) -> dict[str, Any]:
         values["trends"] = await task_trends(view.lens.config, window)
     except FAILURES as exc:
         values["trends_error"] = str(exc)
+    try:
+        values["counts"] = await (await view.app()).counts()
+    except FAILURES as exc:
+        values["counts_error"] = str(exc)
     return values
