@@ -1,22 +1,27 @@
-"""The charts and the history's arithmetic, as pure functions of real values:
-ticks, gaps, percentiles from buckets, a minute's hash read back as it was
-written, and a history that cannot be written kept for the next flush."""
+"""The charts and the per-task history's arithmetic, as pure functions of
+real values: ticks, gaps, percentiles from buckets, a minute's hash read back
+as it was written; and a history that cannot be written kept for the next
+flush, bounded, then written whole to a real ``redis-server`` once it is back."""
 
 from __future__ import annotations
 
+import time
 from xml.etree import ElementTree
 
 from forum.coordinator import LensConfig
 from forum.coordinator.taskhistory import (
     BUCKETS,
     MAX_PENDING,
+    SPANS,
     Histogram,
     TaskHistory,
     TaskMinute,
     bucket_of,
     parse_minute,
+    read_history,
 )
 from forum.dashboard.charts import Axis, Series, line_chart, nice_ticks
+from tests.fixtures.redis_server import RedisServer
 
 
 def test_ticks_are_round_and_reach_the_top() -> None:
@@ -70,3 +75,26 @@ async def test_a_flush_that_fails_keeps_its_counts_bounded() -> None:
     assert history.dropped == 5  # the oldest minutes past the bound
     assert history.times()["resize"][0].count == MAX_PENDING + 5  # /metrics keeps all
     await history.aclose()
+
+
+async def test_counts_kept_through_an_outage_are_written_after_it(
+    volatile_redis: RedisServer,
+) -> None:
+    config = LensConfig(url=volatile_redis.url)
+    history = TaskHistory(config)
+    now = time.time()
+    history.ended("resize", "done", now - 0.3, now)
+    await volatile_redis.astop()
+    history.ended("resize", "dead", now - 0.3, now)
+    assert await history.flush() is False  # Redis down: nothing written, all kept
+    await volatile_redis.astart()
+    history.ended("resize", "retried", now - 0.3, now)
+    assert await history.flush() is True
+    await history.aclose()
+    minute = int(now // 60)
+    for span in SPANS:  # the minute, and its quarter hour
+        found = await read_history(config, span, [minute * 60 // span])
+        (counts,) = found.values()
+        resize = counts["resize"]
+        assert (resize.done, resize.retried, resize.dead) == (1, 1, 1)
+        assert resize.run.percentile(0.5) == 0.5
