@@ -93,7 +93,11 @@ PANELS = (
 REFRESH = 2.0
 #: The files under ``/ui/static/``, and their media types: one route each, so
 #: the node's OpenAPI document names each (vendored, no CDN).
-ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+ASSETS = {
+    "dashboard.js": "text/javascript",
+    "dashboard.css": "text/css",
+    "theme.js": "text/javascript",
+}
 #: What the login page's ``next`` may be: a path of this dashboard, relative to
 #: the node (no scheme, no host, no ``//``, no backslash a browser would read
 #: as a slash, no control character). Anything else would make the login
