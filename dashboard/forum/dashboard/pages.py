@@ -2,7 +2,9 @@
 
 =====================  ==============================================================
 ``GET /ui``            Overview: every node's rates, contents, Strand and compaction;
-                       with a cluster map, its replica groups and their members
+                       with a cluster map, its replica groups and their members;
+                       with a Lens, the jobs by state and task and each task's
+                       trends (forum.dashboard.trends)
 ``GET /ui/prefixes``   Prefixes, grouped at ``?separator=`` (``/`` by default),
                        counted over every group of the cluster map
 ``GET /ui/peers``      Peers, as this node's replication knows them
