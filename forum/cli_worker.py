@@ -538,7 +538,9 @@ async def _serve_metrics(
 ) -> None:
     try:
         runner = await stack.enter_async_context(
-            serve_metrics(worker_registry(worker.stats), host, port)
+            serve_metrics(
+                worker_registry(worker.stats, getattr(worker, "task_times", None)), host, port
+            )
         )
     except OSError as exc:
         reason = exc.strerror or str(exc)

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from xml.etree import ElementTree
 
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from forum.coordinator.presence import WorkerPresence
+from forum.dashboard import charts
 from forum.dashboard.sampler import NodeHistory, Sample
 from forum.dashboard.throughput import Rate
 from forum.dashboard.views import (
     DEAD_PREFIX,
     LAG_THRESHOLD,
+    SPARK_WIDTH,
     LensGroups,
     Sparkline,
     duration,
@@ -82,13 +85,17 @@ def test_rates_are_per_second_between_samples_and_a_restart_counts_as_zero() -> 
     assert history.per_minute(lambda s: s.writes) == 5
 
 
-def test_a_sparkline_ends_at_the_right_edge_scaled_to_its_peak() -> None:
-    line = Sparkline.of([0.0, 5.0, 10.0], keep=5)
-    points = [tuple(map(float, p.split(","))) for p in line.points.split()]
-    assert points[-1][0] == 160.0
+def test_a_sparkline_ends_at_now_scaled_to_its_peak_with_its_axes() -> None:
+    line = Sparkline.of([0.0, 5.0, 10.0], keep=5, interval=30.0)
+    svg = ElementTree.fromstring(str(line.chart))
+    (polyline,) = svg.iter("polyline")
+    points = [tuple(map(float, p.split(","))) for p in polyline.get("points", "").split()]
+    assert points[-1][0] == SPARK_WIDTH - charts.RIGHT  # the newest sample at now
     assert points[-1][1] < points[0][1]  # the peak is drawn highest
+    labels = [t.text for t in svg.iter("text")]
+    assert {"now", "-2m", "/s", "10"} <= set(labels)  # x ticks, the unit, the peak's tick
     assert (line.latest, line.peak) == (10.0, 10.0)
-    assert Sparkline.of([], keep=5).points == ""
+    assert "polyline" not in str(Sparkline.of([], keep=5).chart)
 
 
 def worker(owner: str, heads: tuple[bytes, ...], retrying: tuple[bytes, ...] = (),

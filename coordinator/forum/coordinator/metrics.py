@@ -3,23 +3,29 @@
 A worker process has no node app to hang ``/metrics`` on, so ``forum worker
 --metrics-port P`` serves ``http://host:P/metrics`` itself. The figures are
 read from ``worker.stats()`` at scrape time, so they cost nothing between
-scrapes.
+scrapes; so are a task worker's per-task run and wait histograms
+(``forum_task_run_seconds{task}``, ``forum_task_wait_seconds{task}``), which
+its task history keeps (forum.coordinator.taskhistory: the same buckets).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from forum.coordinator.errors import UNAVAILABLE
 from forum.coordinator.stats import WorkerStats
+from forum.coordinator.taskhistory import BUCKETS, Histogram
+
+#: A task worker's per-task (run, wait) histograms (TaskWorker.task_times).
+TaskTimes = Callable[[], Mapping[str, tuple[Histogram, Histogram]]]
 
 #: WorkerStats counters, and what each one counts.
 _OUTCOMES = {
@@ -92,10 +98,51 @@ class WorkerCollector(Collector):
         yield why
 
 
-def worker_registry(stats: Callable[[], WorkerStats]) -> CollectorRegistry:
-    """A registry of its own (not the process-global one) holding a worker's metrics."""
+class TaskTimesCollector(Collector):
+    """A task worker's per-task run and wait histograms, read when Prometheus scrapes."""
+
+    def __init__(self, times: TaskTimes) -> None:
+        self._times = times
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        times = self._times()
+        run = HistogramMetricFamily(
+            "forum_task_run_seconds",
+            "How long each attempt of a task ran, done or failed (seconds).",
+            labels=["task"],
+        )
+        wait = HistogramMetricFamily(
+            "forum_task_wait_seconds",
+            "How long each attempt of a task waited: its start less max(enqueued, due) "
+            "(seconds); attempts whose record was not read have no sample.",
+            labels=["task"],
+        )
+        for task, (ran, waited) in sorted(times.items()):
+            run.add_metric([task], _buckets(ran), ran.total)
+            wait.add_metric([task], _buckets(waited), waited.total)
+        yield run
+        yield wait
+
+
+def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
+    """Prometheus's cumulative ``(le, count)`` pairs of ``histogram``."""
+    out: list[tuple[str, float]] = []
+    seen = 0
+    for bound, n in zip(BUCKETS, histogram.counts, strict=True):
+        seen += n
+        out.append(("+Inf" if bound == float("inf") else repr(bound), seen))
+    return out
+
+
+def worker_registry(
+    stats: Callable[[], WorkerStats], task_times: TaskTimes | None = None
+) -> CollectorRegistry:
+    """A registry of its own (not the process-global one) holding a worker's
+    metrics, and a task worker's histograms (``task_times``; a raw worker's
+    are described, with no series)."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(WorkerCollector(stats))
+    registry.register(TaskTimesCollector(task_times or dict))
     return registry
 
 

@@ -84,7 +84,12 @@ def describe(root: str, next_pattern: str, lens: bool) -> dict[str, dict[str, An
     )
     lens_params: list[dict[str, Any]] = [message] if lens else []
     paths: dict[str, dict[str, Any]] = {
-        root: _page("Overview: every node's rates, contents, Strand and compaction"),
+        root: _page(
+            "Overview: every node's rates, contents, Strand and compaction; with a Lens, "
+            "each task's counts and trends",
+            *([_query("window", "The tasks' window.", enum=["1h", "24h"])] if lens else []),
+            **({"s400": "No such window (the page says so)."} if lens else {}),
+        ),
         f"{root}/prefixes": _page(
             "Prefixes: live, delayed and reserved tuples per group",
             _query("separator", "Group payloads up to and including it (default /).", minLength=1),

@@ -2,7 +2,9 @@
 
 =====================  ==============================================================
 ``GET /ui``            Overview: every node's rates, contents, Strand and compaction;
-                       with a cluster map, its replica groups and their members
+                       with a cluster map, its replica groups and their members;
+                       with a Lens, the jobs by state and task and each task's
+                       trends (forum.dashboard.trends)
 ``GET /ui/prefixes``   Prefixes, grouped at ``?separator=`` (``/`` by default),
                        counted over every group of the cluster map
 ``GET /ui/peers``      Peers, as this node's replication knows them
@@ -203,7 +205,18 @@ async def overview(request: web.Request) -> web.Response:
         request, "overview.html", rows=rows, healthy=ok, health=line,
         groups=None if groups is None else group_rows(groups.holder, sampler.histories),
         epoch=None if groups is None else groups.holder.map.epoch,
+        **await _trends(request),
     )  # fmt: skip
+
+
+async def _trends(request: web.Request) -> dict[str, Any]:
+    """The Overview's tasks (forum.dashboard.trends), none without a Lens
+    (whose modules are then never imported)."""
+    if lens_view(request) is None:
+        return {}
+    from forum.dashboard import trends  # noqa: PLC0415  (loaded with --lens-url already)
+
+    return await trends.overview_values(request)
 
 
 async def prefixes(request: web.Request) -> web.Response:

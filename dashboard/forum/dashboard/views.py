@@ -18,36 +18,40 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
+from markupsafe import Markup
 from msgspec import UnsetType, structs
 
-from forum.dashboard.sampler import NodeHistory
+from forum.dashboard.charts import Axis, Series, line_chart
+from forum.dashboard.sampler import INTERVAL, NodeHistory
 from forum.dashboard.throughput import Rate
 from forum.node.api.model import PrefixBody
 from forum.node.api.status import NodeStatus, PeerStatus
 
-#: A sparkline's size in the page, in CSS pixels.
-SPARK_WIDTH, SPARK_HEIGHT = 160, 28
+#: A sparkline's size in the page, in CSS pixels (with its axes).
+SPARK_WIDTH, SPARK_HEIGHT = 200, 64
 
 
 @dataclass(frozen=True, slots=True)
 class Sparkline:
-    """A rate over the kept samples: its SVG polyline, and its latest value."""
+    """A rate over the kept samples: its chart (axes: per second, and the
+    minutes before now), its latest value and its peak."""
 
-    points: str
+    chart: Markup
     latest: float
     peak: float
 
     @classmethod
-    def of(cls, rates: Sequence[float], keep: int) -> Sparkline:
-        peak = max(rates, default=0.0)
-        step = SPARK_WIDTH / max(1, keep - 1)
-        # Right-aligned: the newest sample at the right edge, however few there are.
-        start = SPARK_WIDTH - step * (len(rates) - 1)
-        points = " ".join(
-            f"{start + i * step:.1f},{SPARK_HEIGHT - 1 - (SPARK_HEIGHT - 2) * r / (peak or 1):.1f}"
-            for i, r in enumerate(rates)
-        )
-        return cls(points, rates[-1] if rates else 0.0, peak)
+    def of(cls, rates: Sequence[float], keep: int, interval: float = INTERVAL) -> Sparkline:
+        # Right-aligned: the newest sample at now, however few there are.
+        points = [(-(len(rates) - 1 - i) * interval, r) for i, r in enumerate(rates)]
+        span = (keep - 1) * interval
+        minutes = range(-int(span // 60), 1)
+        axis = Axis(-span, 0.0, [(m * 60.0, f"{m}m" if m else "now") for m in minutes])
+        chart = line_chart(
+            [Series("per second", points)], axis, unit="/s", title="rate over the last minutes",
+            width=SPARK_WIDTH, height=SPARK_HEIGHT,
+        )  # fmt: skip
+        return cls(chart, rates[-1] if rates else 0.0, max(rates, default=0.0))
 
 
 @dataclass(frozen=True, slots=True)

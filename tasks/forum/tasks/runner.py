@@ -48,6 +48,11 @@ With tracing on (:mod:`forum.tasks.tracing`), each attempt is a
 Cancellation (the worker's heartbeat lost the claim, the job was cancelled,
 or the drain ran out) is not a failure of the task: it goes through as it
 came.
+
+Each attempt of a task that ran (done, retried or dead) is counted in the
+worker's :class:`forum.coordinator.taskhistory.TaskHistory`, in memory (its
+flushes are the :class:`TaskWorker`'s): the per-task history the dashboard
+draws, and the worker's ``/metrics`` histograms.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import ClaimLost, GiveUp, Job, LensError, RetryAfter, Worker
+from forum.coordinator.taskhistory import Histogram, Outcome, TaskHistory
 from forum.coordinator.worker import LOST_WORKER
 from forum.node.core.tracing import tracer
 from forum.tasks import canvas, cron
@@ -107,9 +113,12 @@ class Runner:
         self._space = space
         #: The process executor's pool, when a task runs in one.
         self._processes = processes
+        #: Where each attempt is counted (its TaskWorker's); None: not counted.
+        self.history: TaskHistory | None = None
 
     async def __call__(self, job: Job) -> None:
         app = self._app
+        started = time.time()
         try:
             message = Message.decode(job.payload, app.prefix, app.serializer)
             task = app.tasks.get(message.task)
@@ -125,20 +134,25 @@ class Runner:
             raise GiveUp(spent)
         traces = tracer()
         if traces is None:  # tracing off: no span, the attempt as it is
-            return await self._run(job, task, options, message)
+            return await self._run(job, task, options, message, started=started)
         from forum.tasks.tracing import run_span  # noqa: PLC0415  (loads opentelemetry: only when on)
 
         with run_span(traces, job, message):
-            await self._run(job, task, options, message)
+            await self._run(job, task, options, message, started=started)
 
-    async def _run(self, job: Job, task: Task, options: TaskOptions, message: Message) -> None:
-        """One attempt of ``task`` on ``message``, its outcome recorded (steps 2 to 4)."""
+    async def _run(
+        self, job: Job, task: Task, options: TaskOptions, message: Message, *, started: float
+    ) -> None:
+        """One attempt of ``task`` on ``message``, begun at ``started`` (Unix
+        seconds, for its history), its outcome recorded (steps 2 to 4)."""
         app = self._app
         context = Context(
             job_id=str(job.entry_id), key=job.key, task=task.name, attempt=job.attempt,
             claim=job.claim, lens=self._lens, serializer=app.serializer,
             record_ttl=self._ttl(options), state=self._state,
         )  # fmt: skip
+        if self.history is not None:
+            self.history.started(job.key, task.name, started, job.attempt)
         # The app's hooks and middleware, when it has any (forum.tasks.hooks: their order).
         hooks = None if self._hooks is None else self._hooks.around(
             job_info(job.key, task.name, job.attempt, message.args, message.kwargs)
@@ -155,9 +169,9 @@ class Runner:
         except Exception as exc:
             await context.flush()
             if hooks is None:
-                await self._failed(job, task, options, exc)
+                await self._failed(job, task, options, exc, started)
             else:
-                await hooks.failed(exc, self._failed(job, task, options, exc))
+                await hooks.failed(exc, self._failed(job, task, options, exc, started))
             return
         await context.flush()
         if body is not None:
@@ -172,6 +186,7 @@ class Runner:
                                  result=result)  # fmt: skip
         if hooks is not None:
             await hooks.done(result)
+        self._ended(task, "done", started)
 
     async def _attempt(
         self, task: Task, options: TaskOptions, context: Context, message: Message
@@ -194,11 +209,15 @@ class Runner:
         finally:
             context.stop()  # ...to its next context call, which raises JobCancelled
 
-    async def _failed(self, job: Job, task: Task, options: TaskOptions, exc: Exception) -> None:
-        """Attempt ``job.attempt`` raised ``exc``: raise ``RetryAfter`` or
-        ``GiveUp`` after recording which (see the module docstring)."""
+    async def _failed(
+        self, job: Job, task: Task, options: TaskOptions, exc: Exception, started: float
+    ) -> None:
+        """Attempt ``job.attempt``, started at ``started``, raised ``exc``:
+        raise ``RetryAfter`` or ``GiveUp`` after recording which (see the
+        module docstring)."""
         error = exc.error if isinstance(exc, RetryAfter | GiveUp) else one_line(exc)
         delay = _retry_delay(exc, job.attempt, options)
+        self._ended(task, "dead" if delay is None else "retried", started)
         if delay is not None:
             fields: dict[str, Field] = {
                 "state": "retrying", "task": task.name, "attempt": job.attempt,
@@ -213,6 +232,11 @@ class Runner:
         }  # fmt: skip
         await self._record(job, fields, self._ttl(options))
         raise GiveUp(trace) from exc
+
+    def _ended(self, task: Task, outcome: Outcome, started: float) -> None:
+        """Count an attempt of ``task`` that ran from ``started`` to now."""
+        if self.history is not None:
+            self.history.ended(task.name, outcome, started, time.time())
 
     async def _record(self, job: Job, fields: Mapping[str, Field], ttl: float) -> None:
         """A fenced record of a failure; ``ClaimLost`` goes through, an outage
@@ -248,7 +272,9 @@ class TaskWorker(Worker):
     into the worker's own space, :mod:`forum.tasks.cron`), stopped with it; its
     thread pool (and process pool, if it has one) is shut down once it is
     drained. The app's startup hooks run before it takes a job, its shutdown
-    hooks after the drain (:mod:`forum.tasks.hooks`)."""
+    hooks after the drain (:mod:`forum.tasks.hooks`). With a Lens, its
+    Runner counts each attempt in a :class:`TaskHistory` that the worker
+    flushes every few seconds, and once more after the drain."""
 
     def __init__(
         self, app: App, pool: ThreadPoolExecutor, space: Any, lens: TaskAuthority,
@@ -264,6 +290,14 @@ class TaskWorker(Worker):
         self._task_space = space
         self._task_lens = lens
         self._cron_stop = asyncio.Event()
+        self._history = TaskHistory.for_lens(lens)
+        if isinstance(self._handler, Runner):
+            self._handler.history = self._history
+
+    def task_times(self) -> dict[str, tuple[Histogram, Histogram]]:
+        """Each task's run and wait histograms since the worker started
+        (none without a Lens): its ``/metrics``."""
+        return {} if self._history is None else self._history.times()
 
     def stop(self) -> None:
         self._cron_stop.set()
@@ -277,11 +311,15 @@ class TaskWorker(Worker):
             async with asyncio.TaskGroup() as group:
                 if self._app.periodic:
                     group.create_task(self._periodic(), name="periodic tasks")
+                if self._history is not None:
+                    group.create_task(self._history.run(self._cron_stop), name="task history")
                 try:
                     await super().run()
                 finally:
                     self._cron_stop.set()
         finally:
+            if self._history is not None:  # the drain's last attempts too
+                await asyncio.shield(self._history.aclose())
             # A hung sync task's thread cannot be stopped; it is left to end.
             self._pool.shutdown(wait=False, cancel_futures=True)
             if self._processes is not None:
