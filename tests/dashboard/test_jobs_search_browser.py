@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from forum.coordinator import Backoff
+from forum.coordinator import Backoff, Lens
 from forum.node.client.remote import ForumClient
 from forum.tasks import App, Context, JobState
 from tests.dashboard.browser import Browser, browser
@@ -151,6 +151,28 @@ async def test_a_job_retried_once_shows_two_attempts_with_durations(
     assert all(d.endswith(" s") for d in durations), durations
     assert "done: 5" in browser.find("table.timeline tr.outcome-row").text
     browser.screenshot("job-timeline")
+    no_console_errors(browser)
+
+
+async def test_a_job_whose_worker_died_awaits_its_reoffer(browser: Browser, site: Site) -> None:
+    """A live claim whose worker has no presence record (it died: no beat)
+    is shown awaiting its re-offer, at its lease's end."""
+    app = site.app
+    await site.client.pause(app.prefix)  # no worker of the app takes it
+    try:
+        await app.enqueue("noop", 1, _key="orphan-1")
+        async with Lens.from_url(app.redis) as lens:
+            await lens.claim("orphan-1", "ghost", lease=60)
+        await site.state("orphan-1", JobState.RUNNING)
+        await sign_in(browser, site, TOKEN)
+        browser.open(site.url("/ui/job?key=orphan-1"))
+        await until(browser, lambda: browser.find("#job-state").text == "running", "running")
+        said = browser.find("#job-orphaned").text
+        assert said.startswith("awaiting re-offer: its worker ghost is dead"), said
+        assert "offered again at 20" in said
+        await app.cancel("orphan-1")
+    finally:
+        await site.client.resume(app.prefix)
     no_console_errors(browser)
 
 
