@@ -16,7 +16,11 @@ complete pairs of fresh keys (the path of a job that succeeds first time)
 through each tree's scripts in turn, as the Lens sends them (the prelude
 prepended, ``KEYS`` by each header's roles, the epoch last), resetting
 the stats before each. The trees alternate for ``--rounds`` rounds; the
-medians are printed. The baseline is a directory holding another
+medians are printed. With ``--records`` each key first has a task's job
+record, indexed queued (forum.coordinator.jobindex), written before the
+stats are reset: the path of a task job, whose claim and completion move
+it in the job index; without, a raw Worker's keys, which no index holds.
+The baseline is a directory holding another
 checkout (``git -C main archive HEAD | tar -x -C DIR``).
 
     .venv/bin/python bench/lens_scripts_bench.py --baseline /tmp/main [--pairs 20000]
@@ -83,14 +87,30 @@ def _index(found: tuple[str, str]) -> int:
     return int(found[0])
 
 
-def usec_per_pair(client: Redis, scripts: Scripts, pairs: int, label: str) -> float:
+def usec_per_pair(
+    client: Redis, scripts: Scripts, pairs: int, label: str, records: bool = False
+) -> float:
     """Redis's time inside the scripts per claim+complete pair, microseconds."""
     schema = KeySchema()
+    if records:
+        write_records(client, schema, [f"{label}:{i}" for i in range(pairs)])
     client.config_resetstat()
     for i in range(pairs):
         scripts.pair(client, schema, f"{label}:{i}")
     stats = client.info("commandstats")["cmdstat_evalsha"]
     return float(stats["usec"]) / pairs
+
+
+def write_records(client: Redis, schema: KeySchema, keys: list[str]) -> None:
+    """A producer's record of task "bench" for each key, indexed queued."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        tag = schema.tag(schema.shard(key))
+        pipe.hset(schema.task(key), mapping={"task": "bench", "state": "enqueued", "ix": "queued"})
+        pipe.zadd(f"{tag}:ix:queued", {key: 1})
+        pipe.zadd(f"{tag}:ix:queued:bench", {key: 1})
+        pipe.hincrby(f"{tag}:ix:counts", "queued:bench", 1)
+    pipe.execute()
 
 
 def main(args: argparse.Namespace) -> None:
@@ -110,13 +130,16 @@ def main(args: argparse.Namespace) -> None:
                     for shard in range(schema.shards):
                         client.set(schema.epoch(shard), EPOCH)
                     scripts = Scripts(trees[name], client)
-                    times[name].append(usec_per_pair(client, scripts, args.pairs, name))
+                    times[name].append(
+                        usec_per_pair(client, scripts, args.pairs, name, args.records)
+                    )
             client.close()
         finally:
             server.stop()
     this, baseline = (statistics.median(times[name]) for name in trees)
+    kind = "task jobs (records, indexed)" if args.records else "raw keys (no record)"
     print(f"claim + complete inside Redis, usec per pair, median of {args.rounds} rounds "
-          f"of {args.pairs} pairs")  # fmt: skip
+          f"of {args.pairs} pairs, {kind}")  # fmt: skip
     ratio = this / baseline
     print(f"  this tree {this:6.1f}   baseline {baseline:6.1f}   this/baseline {ratio:.2f}")
     print(f"  (each round: {', '.join(f'{n} {t}' for n, t in _rounds(times).items())})")
@@ -131,4 +154,5 @@ if __name__ == "__main__":
     parser.add_argument("--baseline", type=Path, required=True, help="another checkout's tree")
     parser.add_argument("--pairs", type=int, default=20000, help="pairs per round (20000)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds (median; 5)")
+    parser.add_argument("--records", action="store_true", help="keys of task jobs, indexed")
     main(parser.parse_args())

@@ -263,6 +263,7 @@ async def test_a_producers_record_is_written_once_and_kept_by_the_first_claim(
     await authority.record(claim, {"state": "running"}, ttl=60)
     assert (await authority.inspect("k")).record == {
         "task": b"resize", "state": b"running", "token": str(claim.token).encode(),
+        "ix": b"running",  # the job index's state (forum.coordinator.jobindex)
     }  # fmt: skip
 
 
@@ -278,7 +279,7 @@ async def test_a_batch_of_producers_records_writes_each_new_key_once(subject: Su
     states = await authority.inspect_many([*keys, "held", "none"])
     assert [state.key for state in states] == [*keys, "held", "none"]
     assert [state.record for state in states[:40]] == [
-        {"task": b"t", "n": str(i).encode()} for i in range(40)
+        {"task": b"t", "n": str(i).encode(), "ix": b"queued"} for i in range(40)
     ]
     assert states[40].record["state"] == b"running" and states[40].claim is not None
     assert states[41] == KeyState("none")
@@ -383,7 +384,9 @@ async def test_cancel_makes_a_key_done_and_retires_its_holders_token(subject: Su
     assert done.value.token == cancelled.token
     state = await authority.inspect("queued")
     assert state.done_token == cancelled.token
-    assert state.record == {"task": b"t", "cancelled": str(cancelled.token).encode()}
+    assert state.record == {
+        "task": b"t", "cancelled": str(cancelled.token).encode(), "ix": b"cancelled",
+    }  # fmt: skip
     assert [e.event for e in await authority.history("queued")] == ["cancelled"]
     assert await authority.cancel("queued") == CancelOutcome("done", token=cancelled.token)
 

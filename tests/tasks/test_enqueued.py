@@ -36,7 +36,8 @@ async def test_background_records_go_in_batches_and_every_one_is_written(redis_u
             await records.note(key, {"task": "t"}, 60, background=True)
         await records.aclose()
         states = await lens.inspect_many([*keys, "late-1", "late-2"])
-    assert all(state.record == {"task": b"t"} for state in states)
+    # "ix": the job index's state (forum.coordinator.jobindex): queued.
+    assert all(state.record == {"task": b"t", "ix": b"queued"} for state in states)
     assert sum(lens.calls) == 302
     assert len(lens.calls) < 10, lens.calls
 
@@ -45,5 +46,5 @@ async def test_a_record_written_now_is_there_when_note_returns(redis_url: str) -
     async with Lens.from_url(redis_url) as lens:
         records = EnqueuedRecords(lens)
         await records.note("now", {"task": "t", "due": 1.5}, 60, background=False)
-        assert (await lens.inspect("now")).record == {"task": b"t", "due": b"1.5"}
+        assert (await lens.inspect("now")).record == {"task": b"t", "due": b"1.5", "ix": b"queued"}
         await records.aclose()

@@ -67,6 +67,7 @@ from typing import Any
 from forum.coordinator.authority import Failed, Grab, HeldClaim
 from forum.coordinator.claim import CANCELLED, GONE_BEFORE_COMPLETION, TOO_LITTLE_LEFT, Claim
 from forum.coordinator.errors import AlreadyClaimed, AlreadyDone, AttemptsSpent, ClaimLost, NotDue
+from forum.coordinator.jobindex import LensJobIndex
 from forum.coordinator.lens_limits import LensLimits
 from forum.coordinator.lens_records import LensRecords
 from forum.coordinator.records import attempts_of
@@ -103,13 +104,14 @@ def _claim_args(
     return (ms(lease), owner, flag, reoffer or b"", attempt, history_ms, revived or "")
 
 
-class Lens(LensRecords, LensLimits):
+class Lens(LensRecords, LensLimits, LensJobIndex):
     """Claims on keys, in Redis. An async context manager; ``aclose()`` ends it.
 
     It grants :class:`Claim` objects and answers for them
     (forum.coordinator.claim, :class:`ClaimIssuer`); what it knows about a
     key is :class:`LensRecords`'s, the limits it keeps :class:`LensLimits`',
-    its Redis :class:`LensConnection`'s."""
+    its Redis :class:`LensConnection`'s, the job index it reads
+    :class:`LensJobIndex`'s (forum.coordinator.jobindex)."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Lens:

@@ -40,6 +40,7 @@ from forum.coordinator.errors import (
     LensUnavailable,
     NotDue,
 )
+from forum.coordinator.jobindex import JobCounts, JobFound, JobQuery, MemoryJobIndex
 from forum.coordinator.limits import Ask
 from forum.coordinator.records import (
     CancelOutcome,
@@ -55,6 +56,9 @@ from forum.coordinator.records import (
     with_live_claim,
 )
 from forum.node.config.node import FORGET_AFTER
+
+#: The fields a fenced record replacing an older one keeps (lua/record.lua).
+_CARRIED = frozenset({"args", "enqueued", "ix"})
 
 
 @dataclass(slots=True)
@@ -140,6 +144,8 @@ class MemoryAuthority:
         self._turns: dict[str, float] = {}
         self._forgotten = False
         self._state_losses = 0
+        #: The job index (forum.coordinator.jobindex), moved where the scripts move it.
+        self._index = MemoryJobIndex(self._fields_of)
 
     @property
     def state_losses(self) -> int:
@@ -286,6 +292,8 @@ class MemoryAuthority:
         if record is None or record.grab != grab.grab_id or self._live(grab.key) is not None:
             return False
         del self._records[grab.key]
+        if (self._index.settled(grab.key) or ("",))[0] != "dead":
+            self._index.move(grab.key, "queued", time.time())
         self._push(grab.key, HistoryEvent(time.time(), "reoffered", record.handed or 0,
                                           record.owner, record.attempt))  # fmt: skip
         return True
@@ -315,9 +323,15 @@ class MemoryAuthority:
         record = self._kept(self._tasks, own.key)
         kept = record.fields.get("token") if record is not None else None
         if record is None or (kept is not None and int(kept) < own.token):
-            record = self._tasks[own.key] = _Expiring(expires)
+            carried = {k: v for k, v in (record.fields if record else {}).items() if k in _CARRIED}
+            record = self._tasks[own.key] = _Expiring(expires, carried)
         record.fields.update(pairs, token=str(own.token).encode())
         record.expires = expires
+        said = record.fields.get("state")
+        if said in (b"done", b"dead"):
+            self._index.move(own.key, said.decode(), time.time())
+        elif said == b"retrying":
+            self._index.move(own.key, "retrying", float(record.fields.get("due", b"0")))
 
     async def record_enqueued(self, key: str, fields: Mapping[str, FieldValue], ttl: float) -> bool:
         if not key:
@@ -328,6 +342,8 @@ class MemoryAuthority:
         if self._kept(self._tasks, key) is not None:
             return False
         self._tasks[key] = _Expiring(expires, dict(pairs))
+        running = self._live(key) is not None
+        self._index.enqueued(key, done=self._done_token(key) is not None, running=running)
         return True
 
     async def record_enqueued_many(self, records: Sequence[NewRecord]) -> list[bool]:
@@ -348,8 +364,17 @@ class MemoryAuthority:
         if self._live(key) is not None:
             raise AlreadyClaimed(key, None)
         found = self._kept(self._tasks, key) is not None
+        self._index.move(key, None, 0)
         self._tasks.pop(key, None)
         return found
+
+    async def job_counts(self) -> JobCounts:
+        self._enter()
+        return self._index.counts()
+
+    async def find_jobs(self, query: JobQuery) -> JobFound:
+        self._enter()
+        return await self._index.find(query)
 
     async def history(self, key: str) -> list[HistoryEvent]:
         self._enter()
@@ -389,6 +414,7 @@ class MemoryAuthority:
         if record is None:
             record = self._tasks[key] = _Expiring(self.clock() + self.retention)
         record.fields["cancelled"] = str(self._fence).encode()
+        self._index.move(key, "cancelled", time.time())
         if held is None:
             self._push(key, HistoryEvent(time.time(), "cancelled", self._fence, "", 0))
             return CancelOutcome("cancelled", token=self._fence)
@@ -438,12 +464,18 @@ class MemoryAuthority:
     async def release_claim(self, claim: Claim, failed: Failed | None) -> None:
         self._enter()
         self._end(claim, "released")
-        if failed is not None:
+        if failed is None:
+            self._index.move(claim.key, "queued", time.time())
+        else:
             now = self.clock()
             due = None if failed.delay is None else now + failed.delay
             self._attempts[claim.key] = _Attempts(
                 claim.attempt + 1, due, failed.revived or "", now + self.retention
             )
+            if failed.delay is None:
+                self._index.move(claim.key, "dead", time.time())
+            else:
+                self._index.move(claim.key, "retrying", time.time() + failed.delay)
 
     async def hand_back_claim(self, claim: Claim, payload: bytes, delay: float) -> None:
         self._enter()
@@ -454,6 +486,8 @@ class MemoryAuthority:
             claim.token, payload, self.clock() + delay, handed=claim.token,
             owner=claim.owner, attempt=attempt,
         )  # fmt: skip
+        self._index.move(claim.key, *(self._index.settled(claim.key)
+                                      or ("queued", time.time() + delay)))  # fmt: skip
 
     # -- the state, as the Lua scripts change it -----------------------------------------
 
@@ -557,6 +591,7 @@ class MemoryAuthority:
             attempt=attempt, lapsed=lapsed is not None,
         )  # fmt: skip
         self._claims[key] = _Held(granted.token, owner, deadline, attempt, time.time())
+        self._index.move(key, "running", time.time())
         if reoffer is None:
             self._records.pop(key, None)
         else:
@@ -583,6 +618,8 @@ class MemoryAuthority:
         self._records.pop(claim.key, None)
         self._attempts.pop(claim.key, None)
         self._done[claim.key] = (claim.token, self.clock() + self.retention)
+        ended = self._index.settled(claim.key)
+        self._index.move(claim.key, "dead" if ended and ended[0] == "dead" else "done", time.time())
         claim.end("completed")
         self._ended(claim.key, held, "completed")
         return None
@@ -596,6 +633,11 @@ class MemoryAuthority:
         self._records.pop(claim.key, None)
         claim.end(how)
         self._ended(claim.key, held, "released" if how == "released" else "handed_back")
+
+    def _fields_of(self, key: str) -> dict[str, bytes] | None:
+        """``key``'s job record's fields while it lives (the index's view)."""
+        record = self._kept(self._tasks, key)
+        return None if record is None else record.fields
 
     def _own(self, claim: HeldClaim) -> Claim:
         if not isinstance(claim, Claim) or not claim.granted_by(self):

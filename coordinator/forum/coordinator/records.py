@@ -57,7 +57,7 @@ FieldValue = bytes | str | int | float
 #: What :meth:`Lens.scan` lists: keys with a job record, or with a live claim.
 ScanKind = Literal["task", "claim"]
 #: The fields the Lens writes itself: a caller may not.
-RESERVED_FIELDS = frozenset({"token", "cancelled"})
+RESERVED_FIELDS = frozenset({"token", "cancelled", "ix"})
 #: Every history event, by the script that pushes it.
 EVENTS = frozenset(
     {"claimed", "completed", "released", "handed_back", "expired", "reoffered", "cancelled"}

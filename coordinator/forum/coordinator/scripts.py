@@ -46,20 +46,32 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
     "admitted": ("epoch",),
     "cancel": ("claim", "done", "fence", "job", "task", "history", "epoch"),
     "cancelled": ("claim", "done", "task", "epoch"),
-    "claim": ("claim", "done", "fence", "job", "inflight", "history", "attempts", "epoch"),
-    "complete": ("claim", "done", "job", "inflight", "history", "attempts", "epoch"),
+    "claim": (
+        "claim",
+        "done",
+        "fence",
+        "job",
+        "inflight",
+        "history",
+        "attempts",
+        "task",
+        "epoch",
+    ),
+    "complete": ("claim", "done", "job", "inflight", "history", "attempts", "task", "epoch"),
     "due": ("inflight", "epoch"),
     "epoch": ("epoch",),
+    "index_counts": ("epoch",),
+    "index_page": ("epoch",),
     "extend": ("claim", "inflight", "epoch"),
     "grab": ("claim", "done", "job", "inflight", "epoch"),
-    "hand_back": ("claim", "job", "inflight", "history", "epoch"),
+    "hand_back": ("claim", "job", "inflight", "history", "task", "epoch"),
     "inspect": ("claim", "done", "job", "task", "epoch"),
-    "reaped": ("claim", "job", "inflight", "history", "epoch"),
+    "reaped": ("claim", "job", "inflight", "history", "task", "epoch"),
     "record": ("claim", "task", "epoch"),
     "record_new": ("task", "epoch"),
     "record_new_many": ("epoch",),
     "record_forget": ("claim", "task", "epoch"),
-    "release": ("claim", "job", "inflight", "history", "attempts", "epoch"),
+    "release": ("claim", "job", "inflight", "history", "attempts", "task", "epoch"),
     "verify": ("claim", "epoch"),
 }
 
@@ -68,7 +80,7 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
 BATCH_ROLES: dict[str, str] = {"record_new_many": "task", "admit": "limit", "admitted": "limit"}
 
 #: The scripts that only read: a batch of these alone needs no ``WAIT``.
-READ_ONLY = frozenset({"cancelled", "due", "inspect", "verify"})
+READ_ONLY = frozenset({"cancelled", "due", "index_counts", "inspect", "verify"})
 
 
 def ms(seconds: float) -> int:

@@ -18,6 +18,7 @@ One concept per module::
     bulk.py        Signature (a call), and many jobs enqueued in one round trip
     canvas.py      chains and groups of calls, on deterministic keys
     admin.py       listing, cancelling, retrying and purging jobs (the CLI's)
+    search.py      counting and searching jobs by the Lens's job index
     cron.py        periodic tasks
     authority.py   what the task layer needs of the Lens
     errors.py      every error, under TaskError
@@ -44,6 +45,7 @@ from forum.tasks.errors import (
 )
 from forum.tasks.handle import JobHandle, JobState, JobStatus
 from forum.tasks.hooks import JobInfo, Middleware
+from forum.tasks.search import JobCounts, SearchPage
 from forum.tasks.serializer import JsonSerializer, MsgpackSerializer, Serializer
 from forum.tasks.task import Task, TaskOptions
 
@@ -52,6 +54,7 @@ __all__ = [
     "Context",
     "InvalidJob",
     "JobCancelled",
+    "JobCounts",
     "JobExpired",
     "JobFailed",
     "JobHandle",
@@ -63,6 +66,7 @@ __all__ = [
     "Middleware",
     "MsgpackSerializer",
     "ResultTimeout",
+    "SearchPage",
     "Serializer",
     "Signature",
     "SoftTimeout",

@@ -52,7 +52,7 @@ from forum.node.client.pool import node_urls
 from forum.node.config.node import DEFAULT_NODE
 from forum.node.core.errors import TooFewCopies
 from forum.node.core.resource import AsyncResource
-from forum.tasks import admin, bulk, cron
+from forum.tasks import admin, bulk, cron, search
 from forum.tasks.authority import CancelOutcome, HistoryEvent, TaskAuthority
 from forum.tasks.bulk import Signature
 from forum.tasks.cluster import AppCluster, worker_cluster
@@ -67,6 +67,7 @@ from forum.tasks.limits import LimitKey, task_admission
 from forum.tasks.message import check_key, check_task_name
 from forum.tasks.queues import Served, lanes, queues_of
 from forum.tasks.runner import Runner, TaskWorker
+from forum.tasks.search import JobCounts, SearchPage
 from forum.tasks.serializer import JsonSerializer, Serializer
 from forum.tasks.status import job_status
 from forum.tasks.task import ErrorTypes, Task, TaskOptions, errors_of
@@ -523,6 +524,32 @@ class App(AppHooks):
         """The newest ``limit`` jobs, in ``state`` and of ``task`` when given,
         from the space and the Lens (:func:`forum.tasks.admin.listing`)."""
         return admin.jobs(self, state, limit, task)
+
+    async def counts(self) -> JobCounts:
+        """How many jobs in each state, per task, from the Lens's job index
+        (:func:`forum.tasks.search.counts`)."""
+        return await search.counts(self)
+
+    async def search(
+        self,
+        *,
+        state: JobState | None = None,
+        task: str | None = None,
+        key: str | None = None,
+        text: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        newest_first: bool = True,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SearchPage:
+        """A page of jobs from the Lens's job index, sorted by when each last
+        changed state, filtered by state, task, key prefix, text in the
+        arguments and time range (:func:`forum.tasks.search.search`)."""
+        return await search.search(
+            self, state=state, task=task, key=key, text=text, since=since, until=until,
+            newest_first=newest_first, limit=limit, cursor=cursor,
+        )  # fmt: skip
 
     async def cancel(self, key: str) -> CancelOutcome:
         """Cancel a job, queued or running (:func:`forum.tasks.admin.cancel`)."""

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol
 
 from forum.coordinator import ClaimAuthority, HeldClaim
+from forum.coordinator.jobindex import JobCounts, JobFound, JobQuery
 from forum.coordinator.records import (
     CancelOutcome,
     FieldValue,
@@ -61,6 +62,14 @@ class TaskAuthority(ClaimAuthority, Protocol):
         ...
 
     async def cancel(self, key: str) -> CancelOutcome: ...
+
+    async def job_counts(self) -> JobCounts:
+        """The job index's counts, per task and state (forum.coordinator.jobindex)."""
+        ...
+
+    async def find_jobs(self, query: JobQuery) -> JobFound:
+        """A page of the job index (forum.coordinator.jobindex)."""
+        ...
 
     def scan(self, kind: ScanKind, count: int = 100) -> AsyncIterator[str]:
         """Every key with a record (``"task"``) or a live claim (``"claim"``)."""

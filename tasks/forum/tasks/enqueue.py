@@ -19,6 +19,7 @@ from forum.tasks.authority import Field
 from forum.tasks.errors import InvalidJob, UnknownTask
 from forum.tasks.message import Message, check_key, default_key
 from forum.tasks.queues import DEFAULT_QUEUE, check_queue
+from forum.tasks.search import args_preview
 
 if TYPE_CHECKING:
     from forum.tasks.app import App
@@ -147,7 +148,10 @@ def prepare(
     if copies is not None:  # only when given: a worker's own space may take no copies
         options["copies"] = copies
     due = not_before if not_before is not None else now + (delay or 0.0)
-    fields: dict[str, Field] = {"state": "enqueued", "task": name, "due": due, "updated": now}
+    fields: dict[str, Field] = {
+        "state": "enqueued", "task": name, "due": due, "updated": now, "enqueued": now,
+        "args": args_preview(args, kwargs),
+    }  # fmt: skip
     if ttl is not None:
         fields["expires"] = due + ttl
     lasting = app.result_ttl + max(due - now, 0) + (ttl or 0)

@@ -56,7 +56,8 @@ class JobStatus:
     ``attempt`` and ``worker`` while running (``attempt`` also once retrying,
     dead or done with a record); ``due`` when delayed or retrying; ``error``
     and ``traceback`` when retrying or dead; ``token`` the fencing token of
-    the claim that wrote what is shown."""
+    the claim that wrote what is shown; ``args`` and ``enqueued`` from the
+    producer's record, kept through every later one."""
 
     key: str
     task: str | None
@@ -70,6 +71,10 @@ class JobStatus:
     token: int | None = None
     progress: Any = None
     updated: float | None = None
+    #: A text preview of its arguments (at most 1 KiB), kept after the run.
+    args: str | None = None
+    #: When it was first enqueued.
+    enqueued: float | None = None
 
 
 class JobHandle:

@@ -50,7 +50,10 @@ the two sees the letter at the second look.)
 What the records hold (fields of ``<tag>:task:<key>``, forum.coordinator.records):
 ``state`` (enqueued, retrying, done, dead), ``task``, ``attempt``, ``due``
 and ``expires`` (Unix s), ``error``, ``traceback``, ``result`` and
-``progress`` (the app's serializer's bytes), ``updated`` (Unix s), and
+``progress`` (the app's serializer's bytes), ``updated`` (Unix s),
+``args`` (a text preview of the arguments) and ``enqueued`` (Unix s; both
+the producer's, kept by every later record), ``ix`` (the state the job
+index has it under, forum.coordinator.jobindex), and
 ``token`` (set by the Lens: the claim that wrote it) and ``cancelled`` (set
 by the Lens's cancel: the token of its done marker). A producer writes the
 ``enqueued`` record (``record_enqueued``: only when there is none); every
@@ -260,6 +263,8 @@ class _Found:
             "token": fields.integer("token"),
             "progress": fields.loaded("progress"),
             "updated": fields.number("updated"),
+            "args": fields.text("args"),
+            "enqueued": fields.number("enqueued"),
         }
         values.update(shown)
         return JobStatus(key=self.key, task=self.task, state=state, **values)

@@ -9,7 +9,8 @@
 -- KEYS[4]  <tag>:job:<key>    the in-flight record (the holder's owner,
 --                             attempt and since; one whose lease ran out is
 --                             ended here)
--- KEYS[5]  <tag>:task:<key>   the job record: gains field "cancelled" = token
+-- KEYS[5]  <tag>:task:<key>   the job record: gains field "cancelled" = token;
+--                             a job of a task is indexed cancelled (ix_move)
 -- KEYS[6]  <tag>:history:<key>  the key's history ("cancelled" is pushed)
 -- KEYS[7]  <tag>:epoch        the shard's state marker
 -- ARGV[1]  the claim key
@@ -72,6 +73,7 @@ redis.call('HSET', KEYS[5], 'cancelled', token)
 if redis.call('PTTL', KEYS[5]) == -1 then
   redis.call('PEXPIRE', KEYS[5], ARGV[2])
 end
+ix_move(KEYS[5], ARGV[1], 'cancelled', now)
 if not holder then
   push_history(KEYS[6], ARGV[3], {event(now, 'cancelled', token, '0', '')})
 end

@@ -12,7 +12,9 @@
 -- KEYS[7]  <tag>:attempts:<key>  the job's attempts (hash): next, due, revived
 --                             (coordinator.keys; written by release.lua when an
 --                             attempt failed)
--- KEYS[8]  <tag>:epoch        the shard's state marker
+-- KEYS[8]  <tag>:task:<key>   the job record: a job of a task is indexed
+--                             running (ix_move in prelude.lua)
+-- KEYS[9]  <tag>:epoch        the shard's state marker
 -- (<tag> is the key's shard's hash tag {<ns>:<shard>}: every KEY is in one slot)
 -- ARGV[1]  the claim key itself (the member of KEYS[5])
 -- ARGV[2]  lease in milliseconds
@@ -116,4 +118,5 @@ else
     redis.call('ZREM', KEYS[5], ARGV[1])
   end
 end
+ix_move(KEYS[8], ARGV[1], 'running', now)
 return {1, token, attempt, lapsed}

@@ -11,7 +11,9 @@
 -- KEYS[5]  <tag>:history:<key>  the key's history ("completed" is pushed)
 -- KEYS[6]  <tag>:attempts:<key>  the job's attempts (deleted: the done marker
 --                             turns every copy away from now on)
--- KEYS[7]  <tag>:epoch        the Lens's state marker
+-- KEYS[7]  <tag>:task:<key>   the job record: the job is indexed done, or
+--                             dead when the record says so (ix_move in prelude.lua)
+-- KEYS[8]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[4])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  done-marker TTL in milliseconds (LensConfig.retention)
@@ -34,6 +36,12 @@ end
 local held = redis.call('HMGET', KEYS[3], 'owner', 'attempt', 'since')
 redis.call('DEL', KEYS[1], KEYS[3], KEYS[6])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-ended(KEYS[5], ARGV[4], now_ms(), 'completed', ARGV[2], held)
+local now = now_ms()
+ended(KEYS[5], ARGV[4], now, 'completed', ARGV[2], held)
 redis.call('ZREM', KEYS[4], ARGV[1])
+if ix_settled(KEYS[7]) == 'dead' then
+  ix_move(KEYS[7], ARGV[1], 'dead', now)
+else
+  ix_move(KEYS[7], ARGV[1], 'done', now)
+end
 return 1

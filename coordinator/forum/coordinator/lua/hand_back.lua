@@ -7,7 +7,10 @@
 -- KEYS[2]  <tag>:job:<key>
 -- KEYS[3]  <tag>:inflight
 -- KEYS[4]  <tag>:history:<key>  the key's history ("handed_back" is pushed)
--- KEYS[5]  <tag>:epoch        the Lens's state marker
+-- KEYS[5]  <tag>:task:<key>   the job record: the job is indexed as the
+--                             record says it ended (dead, retrying), else
+--                             queued from when the bytes are due (ix_move)
+-- KEYS[6]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[3])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  delay in milliseconds before the bytes are due
@@ -35,4 +38,12 @@ redis.call('HDEL', KEYS[2], 'grab')
 ended(KEYS[4], ARGV[5], now, 'handed_back', ARGV[2], held)
 redis.call('HSET', KEYS[2], 'payload', ARGV[4], 'handed', ARGV[2])
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
+local settled, due = ix_settled(KEYS[5])
+if settled == 'retrying' then
+  ix_move(KEYS[5], ARGV[1], settled, due)
+elseif settled then
+  ix_move(KEYS[5], ARGV[1], settled, now)
+else
+  ix_move(KEYS[5], ARGV[1], 'queued', now + tonumber(ARGV[3]))
+end
 return 1

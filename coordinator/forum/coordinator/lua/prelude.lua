@@ -88,3 +88,101 @@ local function outlive(key, ms)
     redis.call('PEXPIRE', key, ms)
   end
 end
+
+-- The job index (forum.coordinator.jobindex): per shard, a zset per state
+-- (<tag>:ix:<state>) and per state and task (<tag>:ix:<state>:<task>), member
+-- the claim key, score when it entered the state (Redis TIME ms; for delayed
+-- and retrying, when it is due), and a hash of counts (<tag>:ix:counts,
+-- field "<state>:<task>"). The job record (<tag>:task:<key>) names the task
+-- (field "task"; a key whose record names none, a raw Worker's, is never
+-- indexed) and keeps the state it is indexed under (field "ix"), so a move
+-- takes it out of the old sets. The index keys are built here from the
+-- caller's epoch key (KEYS[#KEYS]): they carry its hash tag, so its slot.
+local function ix_tag()
+  return string.sub(KEYS[#KEYS], 1, -7)
+end
+
+-- ix_drop(tag, key, state, task): take key out of state's sets and count.
+local function ix_drop(tag, key, state, task)
+  redis.call('ZREM', tag .. ':ix:' .. state, key)
+  if redis.call('ZREM', tag .. ':ix:' .. state .. ':' .. task, key) == 1 then
+    local field = state .. ':' .. task
+    if redis.call('HINCRBY', tag .. ':ix:counts', field, -1) <= 0 then
+      redis.call('HDEL', tag .. ':ix:counts', field)
+    end
+  end
+end
+
+-- ix_trim(tag, state, task): a final state's oldest entries of the task
+-- whose records are gone (expired: their life, result_ttl, is over) leave
+-- the index; at most two per call, so each write into a final state takes
+-- out more than it adds while any are due, and costs O(1) otherwise.
+local function ix_trim(tag, state, task)
+  for _, old in ipairs(redis.call('ZRANGE', tag .. ':ix:' .. state .. ':' .. task, 0, 1)) do
+    if redis.call('EXISTS', tag .. ':task:' .. old) == 1 then
+      return
+    end
+    ix_drop(tag, old, state, task)
+  end
+end
+
+-- ix_move(record, key, state, score): index claim key `key`, whose job record
+-- is `record`, under `state` with `score` (ms); state false: out of the index.
+-- Nothing for a record that names no task (or none at all).
+local function ix_move(record, key, state, score)
+  local held = redis.call('HMGET', record, 'task', 'ix')
+  local task, old = held[1], held[2]
+  if not task then
+    return
+  end
+  local tag = ix_tag()
+  if old and old ~= state then
+    ix_drop(tag, key, old, task)
+  end
+  if not state then
+    redis.call('HDEL', record, 'ix')
+    return
+  end
+  local at = string.format('%d', score)
+  redis.call('ZADD', tag .. ':ix:' .. state, at, key)
+  redis.call('ZADD', tag .. ':ix:' .. state .. ':' .. task, at, key)
+  if old ~= state then
+    redis.call('HINCRBY', tag .. ':ix:counts', state .. ':' .. task, 1)
+    redis.call('HSET', record, 'ix', state)
+    if state == 'done' or state == 'dead' or state == 'cancelled' then
+      ix_trim(tag, state, task)
+    end
+  end
+end
+
+-- ix_settled(record): what a job's record says its attempt ended as:
+-- 'dead', or 'retrying' and when it is due (ms); else false.
+local function ix_settled(record)
+  local said = redis.call('HMGET', record, 'state', 'due')
+  if said[1] == 'dead' then
+    return 'dead', nil
+  end
+  if said[1] == 'retrying' then
+    return 'retrying', tonumber(said[2] or '0') * 1000
+  end
+  return false, nil
+end
+
+-- ix_enqueued(record, key, now): index a producer's new record: done or
+-- running when a worker got there first (its record came late), else
+-- delayed until its due (the record's "due", Unix s) or queued from now.
+local function ix_enqueued(record, key, now)
+  local tag = ix_tag()
+  if redis.call('EXISTS', tag .. ':done:' .. key) == 1 then
+    ix_move(record, key, 'done', now)
+  elseif redis.call('EXISTS', tag .. ':claim:' .. key) == 1 then
+    ix_move(record, key, 'running', now)
+  else
+    local due = math.floor(tonumber(redis.call('HGET', record, 'due') or '0') * 1000)
+    if due > now then
+      ix_move(record, key, 'delayed', due)
+    else
+      ix_move(record, key, 'queued', now)
+    end
+  end
+end

@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  <tag>:task:<key>   the job record (hash of str fields -> bytes)
 -- KEYS[2]  <tag>:epoch        the shard's state marker
+-- (the job index's keys too, built from the tag: ix_enqueued in prelude.lua)
 -- ARGV[1]  the claim key
 -- ARGV[2]  the record's TTL in milliseconds, from now
 -- ARGV[3]  the fields: a msgpack array field, value, field, value, ...
@@ -18,4 +19,5 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 redis.call('HSET', KEYS[1], unpack(cmsgpack.unpack(ARGV[3])))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+ix_enqueued(KEYS[1], ARGV[1], now_ms())
 return 1

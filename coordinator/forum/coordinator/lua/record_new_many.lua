@@ -4,6 +4,7 @@
 --
 -- KEYS[1..n]  <tag>:task:<key> of each claim key (hashes of str fields -> bytes)
 -- KEYS[n+1]   <tag>:epoch      the shard's state marker
+-- (the job index's keys too, built from the tag: ix_enqueued in prelude.lua)
 -- ARGV[1]  the records, in KEYS order: a msgpack array TTL, fields, TTL,
 --          fields, ...; each TTL in milliseconds from now (a string), each
 --          fields an array field, value, field, value, ...
@@ -18,12 +19,15 @@ if lost then
 end
 local records = cmsgpack.unpack(ARGV[1])
 local written = {}
+local now = now_ms()
+local skip = #ix_tag() + 7  -- '<tag>:task:' before the claim key
 for i = 1, #KEYS - 1 do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     written[i] = 0
   else
     redis.call('HSET', KEYS[i], unpack(records[2 * i]))
     redis.call('PEXPIRE', KEYS[i], records[2 * i - 1])
+    ix_enqueued(KEYS[i], string.sub(KEYS[i], skip), now)
     written[i] = 1
   end
 end

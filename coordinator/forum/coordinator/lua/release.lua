@@ -11,7 +11,10 @@
 --                             next (the next attempt's number), due (Redis TIME
 --                             ms before which it is not granted; -1: buried, no
 --                             more attempts), revived (ARGV[7])
--- KEYS[6]  <tag>:epoch        the Lens's state marker
+-- KEYS[6]  <tag>:task:<key>   the job record: the job is indexed queued
+--                             (a plain release), retrying (due then) or
+--                             dead (buried) (ix_move in prelude.lua)
+-- KEYS[7]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[3])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  the history's TTL in milliseconds
@@ -44,5 +47,12 @@ if ARGV[5] ~= '0' then
   end
   redis.call('HSET', KEYS[5], 'next', ARGV[5], 'due', due, 'revived', ARGV[7])
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
+  if due == '-1' then
+    ix_move(KEYS[6], ARGV[1], 'dead', now)
+  else
+    ix_move(KEYS[6], ARGV[1], 'retrying', tonumber(due))
+  end
+else
+  ix_move(KEYS[6], ARGV[1], 'queued', now)
 end
 return 1
