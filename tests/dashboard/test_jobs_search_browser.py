@@ -150,6 +150,8 @@ async def test_a_job_retried_once_shows_two_attempts_with_durations(
     durations = browser.texts(f"{attempts} td.duration")
     assert all(d.endswith(" s") for d in durations), durations
     assert "done: 5" in browser.find("table.timeline tr.outcome-row").text
+    assert browser.find("#job-args").text == "5"
+    assert "enqueued" in browser.texts("table.timeline tr.enqueued td")
     browser.screenshot("job-timeline")
     no_console_errors(browser)
 
@@ -236,8 +238,8 @@ async def test_the_read_token_sees_the_jobs_and_is_refused_a_bulk_action(
 
 async def test_search_by_task_state_and_key_prefix(browser: Browser, site: Site) -> None:
     app = site.app
-    for n in range(3):
-        await (await app.enqueue("noop", n, _key=f"find-noop-{n}")).result(timeout=10)
+    for n, arg in enumerate((11, 22, 31337)):
+        await (await app.enqueue("noop", arg, _key=f"find-noop-{n}")).result(timeout=10)
     site.failures["left"] = 1
     await app.enqueue("flaky", 1, _key="find-flaky-0")
     await site.state("find-flaky-0", JobState.DEAD)
@@ -250,6 +252,13 @@ async def test_search_by_task_state_and_key_prefix(browser: Browser, site: Site)
     noops = [f"find-noop-{n}" for n in range(3)]
     await until(browser, lambda: sorted(keys_shown(browser)) == noops, "only noop's")
     assert set(browser.texts("table.jobs tbody td:nth-child(3)")) == {"noop"}
+    # By a piece of the arguments, typed in the form (the listing shows them).
+    field = browser.find("#search-text")
+    field.clear()
+    field.send_keys("3133")
+    browser.find("#search-go").click()
+    await until(browser, lambda: keys_shown(browser) == ["find-noop-2"], "only its arguments'")
+    assert browser.find("tr[data-key='find-noop-2'] td.args").text == "31337"
     # By state.
     browser.open(site.url("/ui/jobs?prefix=find-&state=dead"))
     await until(browser, lambda: keys_shown(browser) == ["find-flaky-0"], "only the dead one")
@@ -260,7 +269,11 @@ async def test_search_by_task_state_and_key_prefix(browser: Browser, site: Site)
     field.send_keys("find-noop-1")
     browser.find("#search-go").click()
     await until(browser, lambda: keys_shown(browser) == ["find-noop-1"], "only that key")
-    assert browser.find("#jobs-total").text == "1"
+    assert browser.find("#jobs-summary").text.startswith("1 shown")  # by key: no total
+    # By state alone the total is known, and is what the page lists.
+    browser.open(site.url("/ui/jobs?state=dead"))
+    await until(browser, lambda: "find-flaky-0" in keys_shown(browser), "the dead listed")
+    assert browser.find("#jobs-total").text == str(len(keys_shown(browser)))
     no_console_errors(browser)
 
 

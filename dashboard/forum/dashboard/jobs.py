@@ -48,7 +48,7 @@ from forum.dashboard.keys import lens_view
 from forum.dashboard.lensview import FAILURES, LensView, Scoped
 from forum.dashboard.listing import LIMITS, STATES, JobSearch
 from forum.node.http.bodies import bad_request
-from forum.tasks import InvalidJob, JobNotFound, JobState
+from forum.tasks import InvalidJob, JobCounts, JobNotFound, JobState
 
 
 async def jobs_page(request: web.Request) -> dict[str, Any]:
@@ -69,7 +69,8 @@ async def jobs_page(request: web.Request) -> dict[str, Any]:
         return values | {"error": str(exc), "http_status": 400}
     try:
         scoped = await view.scoped(search.app)
-        values |= {"apps": scoped.apps, "app": scoped.app, "tasks": _tasks(scoped)}
+        counted = await scoped.app.counts()
+        values |= {"apps": scoped.apps, "app": scoped.app, "tasks": _tasks(scoped, counted)}
         values["found"] = await search.run(scoped.app)
     except InvalidJob as exc:
         values |= {"error": str(exc), "http_status": 400}
@@ -78,11 +79,10 @@ async def jobs_page(request: web.Request) -> dict[str, Any]:
     return values
 
 
-def _tasks(scoped: Scoped) -> list[str]:
-    """The task names the form offers: the app's, as its workers announced them."""
-    names = {name for known in scoped.apps if known.prefix == scoped.app.prefix
-             for name in known.tasks}  # fmt: skip
-    return sorted(names | set(scoped.app.tasks))
+def _tasks(scoped: Scoped, counted: JobCounts) -> list[str]:
+    """The task names the form offers: the app's, as its workers announced
+    them, and those its jobs in the index name."""
+    return sorted(set(scoped.app.tasks) | set(counted.by_task))
 
 
 def _app_param(name: str) -> dict[str, str]:
@@ -127,9 +127,8 @@ async def purge_page(request: web.Request) -> dict[str, Any]:
     view = lens_view(request)
     if view is not None:
         try:
-            values["dead"] = len(
-                await view.jobs((await view.scoped(app_name)).app, JobState.DEAD, "")
-            )
+            counted = await (await view.scoped(app_name)).app.counts()
+            values["dead"] = counted.by_state.get(JobState.DEAD, 0)
         except FAILURES as exc:
             values["error"] = str(exc)
     return values

@@ -137,16 +137,17 @@ def _time(name: str, text: str) -> float | None:
 
 
 async def _search(app: App, search: JobSearch) -> Found:
-    """STOPGAP until App.search is merged: the listing's scan, paged here."""
-    since, until = search.since_time, search.until_time
-    found = [
-        status
-        async for status in app.jobs(search.job_state, limit=10_000, task=search.task or None)
-        if status.key.startswith(search.prefix)
-        and (since is None or (status.updated or 0) >= since)
-        and (until is None or (status.updated or 0) <= until)
-    ]
-    found.sort(key=lambda s: (s.updated or 0, s.key), reverse=search.order == "newest")
-    start = int(search.cursor or 0)
-    end = start + search.limit
-    return Found(found[start:end], len(found), str(end) if end < len(found) else None)
+    """The task layer's search (``App.search``) of ``search``: the job
+    index's, a page at a time (forum.coordinator.jobindex)."""
+    page = await app.search(
+        state=search.job_state,
+        task=search.task or None,
+        key=search.prefix or None,
+        text=search.text or None,
+        since=search.since_time,
+        until=search.until_time,
+        newest_first=search.order == "newest",
+        limit=search.limit,
+        cursor=search.cursor or None,
+    )
+    return Found(page.jobs, page.total, page.next_cursor, page.searched, page.complete)
