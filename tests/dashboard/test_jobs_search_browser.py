@@ -4,10 +4,11 @@ one real ``forum serve --lens-url`` (a token and a read token) and a real
 ``task/`` and ``nu/``) running in this process: a job retried once then
 done shows two attempts with their durations; three dead jobs are retried
 at once and two queued ones cancelled at once, each outcome counted in the
-flash; the read token sees the page and is refused the bulk action; a search
-by task, state and key prefix shows only what matches; 120 jobs paged
-through show each job once; and each app's jobs show under its own prefix
-and no other's.
+flash (from the page of every app's jobs: each key acted on in its own app);
+the read token sees the page and is refused the bulk action; a search by
+task, state, key prefix and arguments shows only what matches; 120 jobs
+paged through show each job once; and each app's jobs show under its own
+prefix and no other's.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest_asyncio
 
 from forum.coordinator import Backoff, Lens
 from forum.node.client.remote import ForumClient
-from forum.tasks import App, Context, JobState
+from forum.tasks import App, Context, JobHandle, JobState
 from tests.dashboard.browser import Browser, browser
 from tests.dashboard.test_browser import no_console_errors
 from tests.fixtures.nodes import ForumNodes, NodeProcess, eventually
@@ -53,6 +54,25 @@ class Site:
             return (await self.app.status(key)).state is state
 
         await eventually(reached, what=f"{key} {state.value}")
+
+    async def recorded(self, calls: list[tuple[str, int, str]]) -> list[JobHandle]:
+        """Enqueue ``(task, argument, key)`` each while no worker takes
+        them, until each one's record is in: the producer's record, which
+        keeps the arguments, is written in the background and only while
+        the key has none, so a worker's first record could come before it."""
+        app = self.app
+        await self.client.pause(app.prefix)
+        try:
+            handles = [await app.enqueue(task, n, _key=key) for task, n, key in calls]
+            for handle in handles:
+                await eventually(lambda h=handle: _has_args(app, h.key), what="its record")
+        finally:
+            await self.client.resume(app.prefix)
+        return handles
+
+
+async def _has_args(app: App, key: str) -> bool:
+    return (await app.status(key)).args is not None
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -137,7 +157,7 @@ async def tick(page: Browser, keys: list[str]) -> None:
 async def test_a_job_retried_once_shows_two_attempts_with_durations(
     browser: Browser, site: Site
 ) -> None:
-    job = await site.app.enqueue("twice", 5, _key="timeline-1")
+    (job,) = await site.recorded([("twice", 5, "timeline-1")])
     assert await job.result(timeout=15) == 5
     await sign_in(browser, site, TOKEN)
     browser.open(site.url("/ui/job?key=timeline-1"))
@@ -238,8 +258,9 @@ async def test_the_read_token_sees_the_jobs_and_is_refused_a_bulk_action(
 
 async def test_search_by_task_state_and_key_prefix(browser: Browser, site: Site) -> None:
     app = site.app
-    for n, arg in enumerate((11, 22, 31337)):
-        await (await app.enqueue("noop", arg, _key=f"find-noop-{n}")).result(timeout=10)
+    calls = [("noop", arg, f"find-noop-{n}") for n, arg in enumerate((11, 22, 31337))]
+    for handle in await site.recorded(calls):
+        await handle.result(timeout=10)
     site.failures["left"] = 1
     await app.enqueue("flaky", 1, _key="find-flaky-0")
     await site.state("find-flaky-0", JobState.DEAD)
@@ -307,14 +328,23 @@ async def test_each_app_shows_its_own_jobs_under_its_own_prefix(
     await (await site.app.enqueue("noop", 1, _key="task-only")).result(timeout=10)
     await sign_in(browser, site, TOKEN)
     browser.open(site.url("/ui/jobs"))
-    # Two apps announced: the default app's shown first, and only its jobs.
-    await until(browser, lambda: browser.find("#app-prefix").text == "task/", "task/ named")
-    assert sorted(browser.texts("#search-app option")) == ["nu/ (1 tasks)", "task/ (3 tasks)"]
-    assert "task-only" in keys_shown(browser) and "nu-only" not in keys_shown(browser)
+    # Two apps announced: every app's jobs shown at first, each app named.
+    await until(browser, lambda: browser.find("#app-prefix").text == "nu/, task/", "both named")
+    assert browser.texts("#search-app option") == ["every app", "nu/ (1 tasks)", "task/ (3 tasks)"]
+    assert {"task-only", "nu-only"} <= set(keys_shown(browser))
+    assert not browser.driver.find_elements("css selector", "#purge-link")  # one app's only
+    # One app: its jobs only, its own prefix named.
     browser.find("#search-app option[value='nu/']").click()
     browser.find("#app-form button").click()
     await until(browser, lambda: browser.find("#app-prefix").text == "nu/", "nu/ named")
     assert keys_shown(browser) == ["nu-only"]
+    browser.find("#search-app option[value='task/']").click()
+    browser.find("#app-form button").click()
+    await until(browser, lambda: browser.find("#app-prefix").text == "task/", "task/ named")
+    assert "task-only" in keys_shown(browser) and "nu-only" not in keys_shown(browser)
+    browser.open(site.url("/ui/jobs?app=*"))  # every app's: a job's link names its own app
+    await until(browser, lambda: "nu-only" in keys_shown(browser), "listed")
+    assert "app=nu%2F" in (browser.find("tr[data-key='nu-only'] a").get_attribute("href") or "")
     browser.find("tr[data-key='nu-only'] a").click()
     await until(browser, lambda: browser.find("#job-state").text == "done", "its page")
     browser.screenshot("jobs-app-nu")

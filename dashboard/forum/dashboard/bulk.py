@@ -96,7 +96,7 @@ async def bulk(request: web.Request) -> web.StreamResponse:
         raise web.HTTPConflict(text="no Lens configured: start the node with --lens-url\n")
     outcomes: list[tuple[str, str]] = []
     try:
-        app = (await view.scoped(query.get("app", ""))).app
+        scoped = await view.scoped(query.get("app", ""))
     except FAILURES as exc:
         message = f"{action}: nothing done: {exc}"
     else:
@@ -107,6 +107,7 @@ async def bulk(request: web.Request) -> web.StreamResponse:
                 outcomes.append((key, "is no job's key"))
                 continue
             try:
+                app = await view.job_app(key, scoped)  # of every app's: the job's own
                 outcomes.append((key, await BULK[action](app, key)))
             except JobNotFound:
                 outcomes.append((key, "not found"))

@@ -45,10 +45,10 @@ from aiohttp import web
 
 from forum.dashboard.bulk import bulk
 from forum.dashboard.keys import lens_view
-from forum.dashboard.lensview import FAILURES, LensView, Scoped
+from forum.dashboard.lensview import EVERY, FAILURES, LensView, Scoped
 from forum.dashboard.listing import LIMITS, STATES, JobSearch
 from forum.node.http.bodies import bad_request
-from forum.tasks import InvalidJob, JobCounts, JobNotFound, JobState
+from forum.tasks import App, InvalidJob, JobCounts, JobNotFound, JobState
 
 
 async def jobs_page(request: web.Request) -> dict[str, Any]:
@@ -59,7 +59,8 @@ async def jobs_page(request: web.Request) -> dict[str, Any]:
         app_name = request.query.get("app", "")
         raise web.HTTPSeeOther(f"job?{urlencode({'key': key} | _app_param(app_name))}")
     values: dict[str, Any] = {"search": JobSearch(), "states": STATES, "limits": LIMITS,
-                              "found": None, "apps": [], "app": None, "tasks": []}  # fmt: skip
+                              "found": None, "apps": [], "app": None, "tasks": [],
+                              "every": False}  # fmt: skip
     view = lens_view(request)
     if view is None:
         return values
@@ -70,7 +71,8 @@ async def jobs_page(request: web.Request) -> dict[str, Any]:
     try:
         scoped = await view.scoped(search.app)
         counted = await scoped.app.counts()
-        values |= {"apps": scoped.apps, "app": scoped.app, "tasks": _tasks(scoped, counted)}
+        values |= {"apps": scoped.apps, "app": scoped.app, "tasks": _tasks(scoped, counted),
+                   "every": scoped.every, "owner": scoped.owner, "all_apps": EVERY}  # fmt: skip
         values["found"] = await search.run(scoped.app)
     except InvalidJob as exc:
         values |= {"error": str(exc), "http_status": 400}
@@ -127,7 +129,7 @@ async def purge_page(request: web.Request) -> dict[str, Any]:
     view = lens_view(request)
     if view is not None:
         try:
-            counted = await (await view.scoped(app_name)).app.counts()
+            counted = await (await _one_app(view, app_name)).counts()
             values["dead"] = counted.by_state.get(JobState.DEAD, 0)
         except FAILURES as exc:
             values["error"] = str(exc)
@@ -145,7 +147,7 @@ async def retry(request: web.Request) -> web.StreamResponse:
     key, app_name = _key(request), request.query.get("app", "")
     view = _needed(request)
     try:
-        await (await view.scoped(app_name)).app.retry(key)
+        await (await view.job_app(key, await view.scoped(app_name))).retry(key)
         said = f"{key}: requeued"
     except FAILURES as exc:
         said = f"{key}: not requeued: {exc}"
@@ -157,7 +159,7 @@ async def cancel(request: web.Request) -> web.StreamResponse:
     key, app_name = _key(request), request.query.get("app", "")
     view = _needed(request)
     try:
-        outcome = await (await view.scoped(app_name)).app.cancel(key)
+        outcome = await (await view.job_app(key, await view.scoped(app_name))).cancel(key)
         said = f"{key}: {_cancelled(outcome.state, outcome.owner)}"
     except FAILURES as exc:
         said = f"{key}: not cancelled: {exc}"
@@ -186,7 +188,7 @@ async def act(request: web.Request) -> web.StreamResponse:
     except ValueError as exc:
         raise bad_request("invalid_parameter", f"state: {exc}") from None
     try:
-        app = (await view.scoped(app_name)).app
+        app = await _one_app(view, app_name)
         found = await view.jobs(app, state, prefix)
         done = 0
         for status in found:
@@ -207,11 +209,21 @@ async def purge(request: web.Request) -> web.StreamResponse:
     app_name = request.query.get("app", "")
     view = _needed(request)
     try:
-        said = f"purged {await (await view.scoped(app_name)).app.purge()} dead jobs"
+        said = f"purged {await (await _one_app(view, app_name)).purge()} dead jobs"
     except FAILURES as exc:
         said = f"not purged: {exc}"
     back = {"state": "dead"} | _app_param(app_name) | {"message": said}
     raise web.HTTPSeeOther(f"../jobs?{urlencode(back)}")
+
+
+async def _one_app(view: LensView, name: str) -> App:
+    """The app of prefix ``name`` for an action over a filter (``InvalidJob``
+    when the page shows every app's jobs: one app's prefix says where its
+    dead letters are)."""
+    scoped = await view.scoped(name)
+    if scoped.every:
+        raise InvalidJob("pick one app first: this acts on one app's jobs")
+    return scoped.app
 
 
 def _needed(request: web.Request) -> LensView:

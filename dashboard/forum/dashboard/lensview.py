@@ -41,6 +41,9 @@ from forum.tasks.registry import KnownApp, known_apps
 KEEP = 60
 #: The most jobs one listing shows.
 LISTED = 200
+#: The ``?app=`` of every app's jobs at once (no prefix is ``*``: a page
+#: asks for it by this name).
+EVERY = "*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +136,17 @@ class LensFigures:
 
 @dataclass(frozen=True, slots=True)
 class Scoped:
-    """The app a page shows, and every app announced (its selector's)."""
+    """The app a page shows, and every app announced (its selector's).
+    ``every``: the page shows every app's jobs (:data:`EVERY`); ``app`` is
+    then the default app, with no tasks, whose search spans every task."""
 
     app: App
     apps: list[KnownApp]
+    every: bool = False
+
+    def owner(self, task: str | None) -> str:
+        """The prefix of the announced app that has ``task`` ("" for none)."""
+        return next((a.name for a in self.apps if task is not None and task in a.tasks), "")
 
 
 class LensView:
@@ -177,15 +187,16 @@ class LensView:
         return await known_apps(self.lens.config)
 
     async def scoped(self, name: str) -> Scoped:
-        """The app a page shows: the one of prefix ``name``; without one,
-        the only app announced, else the default app's (``task/``) when it
-        is announced or none is, else the first. ``InvalidJob`` for a
-        prefix no app announced."""
+        """The app a page shows: the one of prefix ``name``, or every app
+        (:data:`EVERY`); without one, the only app announced, else every
+        app, else (none announced) the default app (``task/``).
+        ``InvalidJob`` for a prefix no app announced."""
         apps = await self.apps()
         known = {a.name: a for a in apps}
         if not name:
-            default = self._default_prefix()
-            name = default if default in known or not apps else apps[0].name
+            name = apps[0].name if len(apps) == 1 else EVERY if apps else self._default_prefix()
+        if name == EVERY:
+            return Scoped(await self.app(), apps, every=True)
         if name not in known:
             if apps or name != self._default_prefix():
                 raise InvalidJob(f"no app has the prefix {name!r}: one of {', '.join(known)}")
@@ -199,6 +210,16 @@ class LensView:
                 await app.__aenter__()
                 self._apps[entry.prefix] = app
         return Scoped(app, apps)
+
+    async def job_app(self, key: str, scoped: Scoped) -> App:
+        """The app job ``key`` is of: the scoped one; of every app's, the
+        announced app whose tasks have the job's task (its record names
+        it), else the default app."""
+        if not scoped.every:
+            return scoped.app
+        status = await _status(scoped.app, key)
+        owner = scoped.owner(None if status is None else status.task)
+        return (await self.scoped(owner)).app if owner else scoped.app
 
     @staticmethod
     def _default_prefix() -> str:
@@ -238,7 +259,7 @@ class LensView:
         task job's, else a raw job's (no task record, but a claim, a done
         marker or a history in the Lens); ``JobNotFound`` when nothing knows
         ``key``, ``InvalidJob`` for a key no job can have or an app none announced."""
-        app = (await self.scoped(app_name)).app
+        app = await self.job_app(key, await self.scoped(app_name))
         status, history = await asyncio.gather(_status(app, key), app.history(key))
         if status is None or status.task is None:
             return await self._raw(app, key, history)
@@ -332,6 +353,7 @@ async def _status(app: App, key: str) -> JobStatus | None:
 FAILURES = (TaskError, LensError, ForumError, OSError)
 
 __all__ = [
+    "EVERY",
     "FAILURES",
     "LISTED",
     "JobNotFound",
