@@ -195,8 +195,8 @@ class LensView:
         known = {a.name: a for a in apps}
         if not name:
             name = apps[0].name if len(apps) == 1 else EVERY if apps else self._default_prefix()
-        if name == EVERY:
-            return Scoped(await self.app(), apps, every=True)
+        if name == EVERY:  # none announced: the default app's, which is every task's
+            return Scoped(await self.app(), apps, every=bool(apps))
         if name not in known:
             if apps or name != self._default_prefix():
                 raise InvalidJob(f"no app has the prefix {name!r}: one of {', '.join(known)}")
