@@ -169,6 +169,7 @@ def describe(root: str, next_pattern: str, lens: bool) -> dict[str, dict[str, An
         },
         f"{root}/static/dashboard.js": _static("The pages' script (open)", "text/javascript"),
         f"{root}/static/dashboard.css": _static("The pages' stylesheet (open)", "text/css"),
+        f"{root}/static/theme.js": _static("The pages' colour theme (open)", "text/javascript"),
     }
     if lens:
         paths |= {

@@ -42,6 +42,9 @@ For each claimed job (``forum.coordinator.Job``):
    safe in the space); one refused because the claim is lost stops there:
    ``ClaimLost`` goes to the worker, which leaves the job to its new holder.
 
+With tracing on (:mod:`forum.tasks.tracing`), each attempt is a
+``forum.run <task>`` span, a child of the span that enqueued the job.
+
 Cancellation (the worker's heartbeat lost the claim, the job was cancelled,
 or the drain ran out) is not a failure of the task: it goes through as it
 came.
@@ -61,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import ClaimLost, GiveUp, Job, Lens, LensError, RetryAfter, Worker
 from forum.coordinator.worker import LOST_WORKER
+from forum.node.core.tracing import tracer
 from forum.tasks import canvas, cron, registry
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
@@ -118,6 +122,17 @@ class Runner:
             spent = f"attempt {job.attempt} of {options.retries + 1}: {LOST_WORKER}"
             await self._record(job, {"state": "dead", "error": spent}, app.result_ttl)
             raise GiveUp(spent)
+        traces = tracer()
+        if traces is None:  # tracing off: no span, the attempt as it is
+            return await self._run(job, task, options, message)
+        from forum.tasks.tracing import run_span  # noqa: PLC0415  (loads opentelemetry: only when on)
+
+        with run_span(traces, job, message):
+            await self._run(job, task, options, message)
+
+    async def _run(self, job: Job, task: Task, options: TaskOptions, message: Message) -> None:
+        """One attempt of ``task`` on ``message``, its outcome recorded (steps 2 to 4)."""
+        app = self._app
         context = Context(
             job_id=str(job.entry_id), key=job.key, task=task.name, attempt=job.attempt,
             claim=job.claim, lens=self._lens, serializer=app.serializer,
