@@ -18,35 +18,73 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from forum.coordinator import HistoryEvent, Lens, LensError
+from redis import exceptions as redis_errors
+
+from forum.coordinator import HistoryEvent, Lens, LensError, LensUnavailable
 from forum.coordinator.availability import reason_of
 from forum.coordinator.checks import CheckVerdict, last_check
 from forum.coordinator.envelope import Envelope
-from forum.coordinator.presence import Abandoned, WorkerPresence, awaiting, list_workers
+from forum.coordinator.keys import KeySchema
+from forum.coordinator.presence import (
+    Abandoned,
+    WorkerPresence,
+    awaiting,
+    client_for,
+    list_workers,
+    workers_key,
+)
 from forum.coordinator.records import Holder
-from forum.coordinator.redis_url import RedisTarget, redacted
+from forum.coordinator.redis_url import RedisTarget, close, redacted
 from forum.coordinator.tallies import Tallies, read_tallies
+from forum.dashboard.timeline import Attempt, Timeline, timeline_of
 from forum.node.core.errors import ForumError
 from forum.node.core.space import Pattern
-from forum.tasks import App, JobNotFound, JobState, JobStatus, TaskError
+from forum.tasks import App, InvalidJob, JobNotFound, JobState, JobStatus, TaskError
+from forum.tasks.app import DEFAULT_PREFIX
 from forum.tasks.message import job_heads
 from forum.tasks.queues import queues_of
+from forum.tasks.registry import KnownApp, known_apps
 
 #: How many looks at the workers' totals are kept (a minute at the page's 2 s refresh).
 KEEP = 60
 #: The most jobs one listing shows.
 LISTED = 200
+#: The ``?app=`` of every app's jobs at once (no prefix is ``*``: a page
+#: asks for it by this name).
+EVERY = "*"
 
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """Everything a task job's page shows."""
+    """Everything a task job's page shows: its status, its bytes, its
+    history and the timeline read from it (forum.dashboard.timeline)."""
 
     status: JobStatus
     #: The job tuple's bytes: queued in the space, else its dead letter's.
     payload: bytes | None
     history: list[HistoryEvent]
+    timeline: Timeline = field(default_factory=lambda: Timeline((), ()))
+    #: When the page was read (Unix s): a running attempt's elapsed time is to it.
+    now: float = 0.0
+    #: The live claim, while the job runs (its lease: when it would be re-offered).
+    claim: Holder | None = None
+    #: The live claim's worker is dead (no beat within two beat intervals,
+    #: or no record): the job awaits its re-offer at the lease's end, ``now +
+    #: claim.remaining``.
+    orphaned: bool = False
     raw = False
+
+    @property
+    def running(self) -> Attempt | None:
+        """The attempt running now, if its claim's start is in the history."""
+        return self.timeline.running(None if self.claim is None else self.claim.token)
+
+    @property
+    def reoffer_at(self) -> float | None:
+        """When an orphaned job's lease ends and it is offered again."""
+        if not self.orphaned or self.claim is None:
+            return None
+        return self.now + max(0.0, self.claim.remaining)
 
     @property
     def payload_text(self) -> str | None:
@@ -107,6 +145,21 @@ class LensFigures:
     read: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class Scoped:
+    """The app a page shows, and every app announced (its selector's).
+    ``every``: the page shows every app's jobs (:data:`EVERY`); ``app`` is
+    then the default app, with no tasks, whose search spans every task."""
+
+    app: App
+    apps: list[KnownApp]
+    every: bool = False
+
+    def owner(self, task: str | None) -> str:
+        """The prefix of the announced app that has ``task`` ("" for none)."""
+        return next((a.name for a in self.apps if task is not None and task in a.tasks), "")
+
+
 class LensView:
     """The dashboard's connections to the Lens (closed with the node)."""
 
@@ -117,6 +170,8 @@ class LensView:
         self._token = token
         self._node_url = node_url
         self._app: App | None = None
+        #: The apps of the registry opened so far, by prefix (forum.tasks.registry).
+        self._apps: dict[bytes, App] = {}
         self._lens: Lens | None = None
         self._opening = asyncio.Lock()
         #: (time.monotonic(), the Lens's double takes count) at each look,
@@ -138,6 +193,49 @@ class LensView:
                 self._app = app
             return self._app
 
+    async def apps(self) -> list[KnownApp]:
+        """The apps their workers announced (one ``HGETALL``, no scan)."""
+        return await known_apps(self.lens.config)
+
+    async def scoped(self, name: str) -> Scoped:
+        """The app a page shows: the one of prefix ``name``, or every app
+        (:data:`EVERY`); without one, the only app announced, else every
+        app, else (none announced) the default app (``task/``).
+        ``InvalidJob`` for a prefix no app announced."""
+        apps = await self.apps()
+        known = {a.name: a for a in apps}
+        if not name:
+            name = apps[0].name if len(apps) == 1 else EVERY if apps else self._default_prefix()
+        if name == EVERY:  # none announced: the default app's, which is every task's
+            return Scoped(await self.app(), apps, every=bool(apps))
+        if name not in known:
+            if apps or name != self._default_prefix():
+                raise InvalidJob(f"no app has the prefix {name!r}: one of {', '.join(known)}")
+            return Scoped(await self.app(), apps)  # none announced: the default app
+        entry = known[name]
+        async with self._opening:
+            app = self._apps.get(entry.prefix)
+            if app is None:
+                app = entry.inspector(self._node_url(), self.url, token=self._token,
+                                      namespace=self.lens.config.namespace)  # fmt: skip
+                await app.__aenter__()
+                self._apps[entry.prefix] = app
+        return Scoped(app, apps)
+
+    async def job_app(self, key: str, scoped: Scoped) -> App:
+        """The app job ``key`` is of: the scoped one; of every app's, the
+        announced app whose tasks have the job's task (its record names
+        it), else the default app."""
+        if not scoped.every:
+            return scoped.app
+        status = await _status(scoped.app, key)
+        owner = scoped.owner(None if status is None else status.task)
+        return (await self.scoped(owner)).app if owner else scoped.app
+
+    @staticmethod
+    def _default_prefix() -> str:
+        return DEFAULT_PREFIX.decode()
+
     @property
     def lens(self) -> Lens:
         if self._lens is None:
@@ -147,16 +245,18 @@ class LensView:
     async def aclose(self) -> None:
         app, self._app = self._app, None
         lens, self._lens = self._lens, None
+        apps, self._apps = list(self._apps.values()), {}
         try:
-            if app is not None:
-                await app.aclose()
+            for opened in [app, *apps]:
+                if opened is not None:
+                    await opened.aclose()
         finally:
             if lens is not None:
                 await lens.aclose()
 
-    async def jobs(self, state: JobState | None, prefix: str) -> list[JobStatus]:
-        """Up to :data:`LISTED` jobs in ``state`` whose keys start with ``prefix``."""
-        app = await self.app()
+    @staticmethod
+    async def jobs(app: App, state: JobState | None, prefix: str) -> list[JobStatus]:
+        """Up to :data:`LISTED` of ``app``'s jobs in ``state`` whose keys start with ``prefix``."""
         found = []
         async for status in app.jobs(state, limit=LISTED if not prefix else 10 * LISTED):
             if status.key.startswith(prefix):
@@ -165,11 +265,12 @@ class LensView:
                     break
         return found
 
-    async def job(self, key: str) -> JobPage | RawJobPage:
-        """A job's page: a task job's, else a raw job's (no task record, but
-        a claim, a done marker or a history in the Lens); ``JobNotFound``
-        when nothing knows ``key``, ``InvalidJob`` for a key no job can have."""
-        app = await self.app()
+    async def job(self, key: str, app_name: str = "") -> JobPage | RawJobPage:
+        """A job's page in the app of prefix ``app_name`` (:meth:`scoped`): a
+        task job's, else a raw job's (no task record, but a claim, a done
+        marker or a history in the Lens); ``JobNotFound`` when nothing knows
+        ``key``, ``InvalidJob`` for a key no job can have or an app none announced."""
+        app = await self.job_app(key, await self.scoped(app_name))
         status, history = await asyncio.gather(_status(app, key), app.history(key))
         if status is None or status.task is None:
             return await self._raw(app, key, history)
@@ -180,7 +281,31 @@ class LensView:
             found = None if found is None else found[len(app.dead_prefix) :]
         # The job's own bytes, without the worker's trailer (forum.coordinator.envelope).
         payload = None if found is None else Envelope.open(found).payload
-        return JobPage(status, payload, history)
+        now = time.time()
+        claim, orphaned = None, False
+        if status.state is JobState.RUNNING:
+            claim = (await app.lens.inspect(key)).claim
+            orphaned = claim is not None and not await self._alive(claim.owner, now)
+        return JobPage(status, payload, history, timeline_of(history), now, claim, orphaned)
+
+    async def _alive(self, owner: str, now: float) -> bool:
+        """Whether worker ``owner`` is alive (``WorkerPresence.alive``: a
+        beat within two beat intervals): its presence record, read by its
+        name (one ``HGETALL``, no scan)."""
+        config = self.lens.config
+        redis = client_for(config)
+        try:
+            raw = await redis.hgetall(
+                workers_key(KeySchema(config.namespace, config.shards), owner)
+            )
+        except (redis_errors.RedisError, OSError) as exc:
+            raise LensUnavailable(f"cannot read worker {owner!r}'s record: {exc}") from exc
+        finally:
+            await close(redis)
+        # Bytes both (the client does not decode); the check is for the types.
+        record = {k: v for k, v in raw.items() if isinstance(k, bytes) and isinstance(v, bytes)}
+        presence = WorkerPresence.parse(record) if record else None
+        return presence is not None and presence.alive(now)
 
     @staticmethod
     async def _raw(app: App, key: str, history: list[HistoryEvent]) -> RawJobPage:
@@ -247,6 +372,7 @@ async def _status(app: App, key: str) -> JobStatus | None:
 FAILURES = (TaskError, LensError, ForumError, OSError)
 
 __all__ = [
+    "EVERY",
     "FAILURES",
     "LISTED",
     "JobNotFound",

@@ -21,6 +21,8 @@ from typing import Any
 JOB_STATES = ("queued", "delayed", "running", "retrying", "done", "dead", "expired", "cancelled")
 #: What the job actions do to the jobs of a filter.
 ACTIONS = ("retry", "cancel")
+#: What a bulk action does to the jobs ticked (forum.dashboard.bulk.BULK).
+BULK = ("retry", "cancel", "delete")
 
 _HTML = {"text/html": {"schema": {"type": "string"}}}
 _ERROR = {"$ref": "#/components/responses/Error"}
@@ -75,6 +77,23 @@ def _action(summary: str, *parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: The app a Jobs page or action is of (its prefix; default: the only one announced).
+APP = _query("app", "The app, by its prefix (default: the only one its workers announced).")
+#: The Jobs page's search (forum.dashboard.listing).
+JOBS_SEARCH = (
+    APP,
+    _query("prefix", "Only jobs whose key starts with it."),
+    _query("task", "Only jobs of this task."),
+    _query("state", "Only jobs in this state.", enum=list(JOB_STATES)),
+    _query("text", "Only jobs whose arguments hold it (case-insensitive)."),
+    _query("since", "From this time (UTC, YYYY-MM-DDTHH:MM)."),
+    _query("until", "Up to this time (UTC, YYYY-MM-DDTHH:MM)."),
+    _query("order", "Newest or oldest first.", enum=["newest", "oldest"]),
+    _query("limit", "Jobs a page shows, 1 to 500.", pattern="^[0-9]+$"),
+    _query("cursor", "Where the page starts: the previous page's next (opaque)."),
+)
+
+
 def describe(root: str, next_pattern: str, lens: bool) -> dict[str, dict[str, Any]]:
     """Path items of every route the dashboard serves under ``root``, with
     the job actions when it has a Lens."""
@@ -98,23 +117,22 @@ def describe(root: str, next_pattern: str, lens: bool) -> dict[str, dict[str, An
         f"{root}/peers": _page("Peers: each peer's state, lag and what it holds back"),
         f"{root}/guarantees": _page("Guarantees: double takes caught; the Lens's figures"),
         f"{root}/jobs": _page(
-            "Jobs: the task layer's jobs by state and key prefix",
+            "Jobs: a page of an app's jobs a search finds, sorted, with a cursor to the next",
             *(
-                [
-                    _query("state", "Only jobs in this state.", enum=list(JOB_STATES)),
-                    _query("prefix", "Only jobs whose key starts with it."),
-                    _query("key", "Open this job's page (a 303 to it)."),
-                    message,
-                ]
+                [*JOBS_SEARCH, _query("key", "Open this job's page (a 303 to it)."), message]
                 if lens
                 else []
             ),
-            **({"s400": "No such state (the page says so)."} if lens else {}),
+            **(
+                {"s400": "A value no search takes, or an app none announced (the page says so)."}
+                if lens
+                else {}
+            ),
         ),
         f"{root}/job": _page(
             "A job: a task job's state, payload, error, result and claim history, or a raw "
             "Worker's claim, done marker and history",
-            *([key, message] if lens else []),
+            *([key, APP, message] if lens else []),
             **(
                 {
                     "s400": "A key no job can have (the page says why).",
@@ -124,7 +142,9 @@ def describe(root: str, next_pattern: str, lens: bool) -> dict[str, dict[str, An
                 else {}
             ),
         ),
-        f"{root}/jobs/purge": _page("Asks to confirm purging the dead jobs", *lens_params),
+        f"{root}/jobs/purge": _page(
+            "Asks to confirm purging the dead jobs", *([APP, message] if lens else [])
+        ),
         f"{root}/workers": _page(
             "Workers: each worker's slots, jobs, beats, counters", *lens_params
         ),
@@ -161,18 +181,37 @@ def describe(root: str, next_pattern: str, lens: bool) -> dict[str, dict[str, An
     }
     if lens:
         paths |= {
-            f"{root}/job/retry": _action("Requeue a dead job", key),
-            f"{root}/job/cancel": _action("Cancel a job not running", key),
+            f"{root}/job/retry": _action("Requeue a dead job", key, APP),
+            f"{root}/job/cancel": _action("Cancel a job not running", key, APP),
+            f"{root}/jobs/bulk": _action(
+                "Retry, cancel or delete each job ticked",
+                _query("action", "What to do.", required=True, enum=list(BULK)),
+                {
+                    **_query("key", "A job's key; one each.", required=True, minLength=1),
+                    "schema": {
+                        "type": "array",
+                        "items": {"type": "string", "minLength": 1},
+                        "minItems": 1,
+                        "maxItems": 500,
+                    },
+                    "style": "form",
+                    "explode": True,
+                },
+                APP,
+                _query("back", "The listing's query string, to come back to."),
+            ),
             f"{root}/jobs/act": _action(
                 "Retry or cancel every job the filter finds",
                 _query("action", "What to do.", required=True, enum=list(ACTIONS)),
                 _query("state", "Only jobs in this state.", enum=list(JOB_STATES)),
                 _query("prefix", "Only jobs whose key starts with it."),
+                APP,
             ),
             f"{root}/jobs/purge": paths[f"{root}/jobs/purge"]
             | _action(
                 "Purge the dead jobs' letters",
                 _query("confirm", "Must be yes: the page asks first.", required=True, enum=["yes"]),
+                APP,
             ),
         }
     return paths

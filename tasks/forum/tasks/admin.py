@@ -276,3 +276,24 @@ async def _dead_letter(app: App, key: str) -> DeadLetter | None:
         if page.tuples:
             return DeadLetter.parse(page.tuples[0], app.dead_prefix)
     return None
+
+
+async def purge_job(app: App, key: str) -> bool:
+    """Drop job ``key`` as :func:`purge` drops its kind: a dead job's record
+    then its letter, a done job's record (its result). ``False``, and
+    nothing done, for a job in another state (or one whose record a live
+    claim holds: run again meanwhile); ``JobNotFound`` if nothing knows it."""
+    status = await app.status(check_key(key))
+    if status.state not in (JobState.DEAD, JobState.DONE):
+        return False
+    try:
+        forgotten = await app.lens.forget_record(key)
+    except AlreadyClaimed:
+        return False
+    if status.state is JobState.DONE:
+        return forgotten
+    letter = await _dead_letter(app, key)
+    if letter is None:  # taken meanwhile (a retry): its record is gone all the same
+        return forgotten
+    # By its exact bytes, as purge takes each.
+    return await app.on_node(functools.partial(_take, letter=Pattern(letter.raw))) is not None

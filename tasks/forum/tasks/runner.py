@@ -67,11 +67,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
-from forum.coordinator import ClaimLost, GiveUp, Job, LensError, RetryAfter, Worker
+from forum.coordinator import ClaimLost, GiveUp, Job, Lens, LensError, RetryAfter, Worker
 from forum.coordinator.taskhistory import Histogram, Outcome, TaskHistory
 from forum.coordinator.worker import LOST_WORKER
 from forum.node.core.tracing import tracer
-from forum.tasks import canvas, cron
+from forum.tasks import canvas, cron, registry
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
 from forum.tasks.errors import InvalidJob, one_line
@@ -305,6 +305,8 @@ class TaskWorker(Worker):
 
     async def run(self) -> None:
         hooks, started = self._app.hooks, False
+        if isinstance(self._task_lens, Lens):  # who shows the app's jobs finds it there
+            await registry.announce(self._app, self._task_lens.config)
         try:
             await hooks.started(self.state)  # before the first job (forum.tasks.hooks)
             started = True

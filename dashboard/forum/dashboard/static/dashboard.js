@@ -2,6 +2,7 @@
 // - refreshes the panel in place: fetches the same page and swaps <main>;
 // - pause/resume buttons call the node's API (the same route and checks as
 //   any client), with the token cookie the login set;
+// - the Jobs page's bulk form sends the ticked keys, "select all" ticks a page;
 // - the login form hands the token to /ui/session, which keeps it in a cookie,
 //   then goes back to the page that sent the browser to sign in (data-next).
 "use strict";
@@ -34,7 +35,9 @@
     // Keep what the operator is typing (the separator field) as it is.
     const active = document.activeElement;
     const typing = active && active.tagName === "INPUT" && panel.contains(active);
-    if (fresh && !typing) {
+    // Nor the jobs ticked for a bulk action.
+    const picked = panel.querySelector("input.pick:checked");
+    if (fresh && !typing && !picked) {
       panel.innerHTML = fresh.innerHTML;
       document.body.dataset.refreshed = String(Date.now());
     }
@@ -80,6 +83,32 @@
       error.hidden = false;
     }
   }
+
+  // The Jobs page's bulk actions: the ticked keys go in the query string
+  // (a dashboard action reads no body), with the listing to come back to.
+  function bulk(event) {
+    const form = event.target;
+    if (form.id !== "bulk") return;
+    const keys = Array.from(form.querySelectorAll("input.pick:checked"), (box) => box.value);
+    if (keys.length === 0) {
+      event.preventDefault();
+      show("tick at least one job first", true);
+      return;
+    }
+    const query = new URLSearchParams();
+    query.append("action", event.submitter ? event.submitter.dataset.bulk : "");
+    for (const key of keys) query.append("key", key);
+    if (form.dataset.app) query.append("app", form.dataset.app);
+    query.append("back", form.dataset.back || "");
+    form.action = form.dataset.base + "?" + query.toString();
+  }
+
+  document.addEventListener("submit", bulk);
+
+  document.addEventListener("change", function (event) {
+    if (event.target.id !== "pick-all") return;
+    for (const box of document.querySelectorAll("input.pick")) box.checked = event.target.checked;
+  });
 
   document.addEventListener("click", function (event) {
     const button = event.target.closest("button[data-action]");
