@@ -83,6 +83,9 @@ async def test_each_transition_moves_the_job_and_its_count(authority: Authority)
     }
     assert counts.by_state()["queued"] == 3 and counts.total == 8
     assert await _states(authority, task="mul") == {"queued": ["b"]}
+    # A dead job's letter put back to work (App.retry) is queued again; once.
+    assert await authority.requeued("f") and not await authority.requeued("f")
+    assert (await _states(authority))["queued"] == ["b", "f", "q", "w"]
     assert await authority.forget_record("x")
     assert "done" not in await _states(authority)
     assert "done" not in (await authority.job_counts()).by_task["add"]

@@ -29,7 +29,8 @@ keys are not. The moves:
 * a release: ``queued`` (plain), ``retrying`` (a failed attempt, scored when
   the next is due) or ``dead`` (the last); a hand-back: as its record says,
   else ``queued``; a re-offer of a dead worker's job (``reaped``): ``queued``;
-* a cancel: ``cancelled``; ``forget_record``: out of the index.
+* a cancel: ``cancelled``; ``forget_record``: out of the index; a dead
+  job's letter requeued (``requeued``, by ``App.retry``): ``queued``.
 
 A ``delayed`` job whose due time passed is queued: it is read so from its
 score (:class:`JobCounts` and :class:`JobQuery` count and list it as
@@ -350,6 +351,11 @@ class LensJobIndex(LensConnection):
         streams = streams_of(query, self._keys.shards, int(time.time() * 1000))
         return await find(query, streams, self._fetch)
 
+    async def requeued(self, key: str) -> bool:
+        """Job ``key``'s dead letter was put back to work: index it queued
+        unless it is no longer indexed dead (``requeued.lua``)."""
+        return bool(await self._run("requeued", key))
+
     async def _fetch(self, asks: Sequence[Ask]) -> list[Read]:
         calls = [
             Call("index_page", ask.stream.shard, None, (
@@ -396,6 +402,13 @@ class MemoryJobIndex:
         else:
             self._entries[key] = (task.decode(errors="replace"), state, int(score * 1000))
             record["ix"] = state.encode()
+
+    def requeued(self, key: str) -> bool:
+        found = self._live().get(key)
+        if found is None or found[1] != "dead":
+            return False
+        self.move(key, "queued", time.time())
+        return True
 
     def settled(self, key: str) -> tuple[str, float] | None:
         """What ``key``'s record says its attempt ended as (``ix_settled``):
