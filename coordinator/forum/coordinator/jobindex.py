@@ -51,7 +51,7 @@ after a position found by rank (``index_page.lua``: ZCOUNT and a binary
 search among equal scores, O(log n) however deep), so paging costs the same
 on the first page and the thousandth. The cursor is the last entry looked
 at. A key-prefix or text filter is applied here, over the entries read in
-pipelined batches of :data:`BATCH`, at most :data:`SEARCH_BUDGET` of them a
+pipelined batches (of up to :data:`BATCH` a stream), at most :data:`SEARCH_BUDGET` of them a
 call: past that the page says ``complete=False`` and its cursor goes on
 from there.
 """
@@ -269,11 +269,21 @@ class _Reading:
     more: bool = True
 
 
+def _batch(query: JobQuery, streams: int) -> int:
+    """How many entries to read of each stream at a time: a page's share
+    (twice it: streams are rarely even), or for a search the budget's, at
+    least 16 and at most a page (a search: :data:`BATCH`). A stream read
+    dry before the page is full is read again (one round trip for all)."""
+    if query.filtered:
+        return max(16, min(BATCH, SEARCH_BUDGET // max(1, streams)))
+    return max(16, min(query.limit, -(-2 * query.limit // max(1, streams))))
+
+
 async def find(query: JobQuery, streams: list[Stream], fetch: Fetch) -> JobFound:
     """A page of ``query`` merged over ``streams`` (see the module docstring)."""
     after = None if query.cursor is None else _decoded(query.cursor)
     filtered = query.filtered
-    batch = BATCH if filtered else query.limit
+    batch = _batch(query, len(streams))
     readings = [_Reading(stream, after) for stream in streams]
     pick = max if query.newest_first else min
     keys: list[str] = []
