@@ -42,8 +42,8 @@ of that state and drops those whose record is gone (it expired: its life,
 the task's ``result_ttl``, is over), so the sets shrink as fast as they grow
 once records expire; and any entry a page meets whose record is gone is
 dropped there (``lua/index_page.lua``). A job costs its claim key twice in
-zsets (about 100 bytes each at 1M jobs; bench/lens_bytes_bench.py) and a
-field of its record.
+zsets (111 bytes an entry by ``MEMORY USAGE``, so about 220 bytes a job)
+and a field of its record (docs/coordination.md).
 
 Reading (:meth:`LensJobIndex.find_jobs`): each (shard, set) is a stream in
 score order; a page is a k-way merge of the streams, each read in pages
