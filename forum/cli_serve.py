@@ -17,6 +17,7 @@ import os
 import sys
 
 from forum.cli_args import EXIT_NODE, UsageError
+from forum.cli_otel import add_otel, otel_export
 from forum.dashboard import dashboard
 from forum.node.config.node import DEFAULT_LISTEN, REPEATED_FLAGS, NodeConfig
 from forum.node.core.errors import ClusterMapError, DataDirLocked, ForumError
@@ -63,7 +64,8 @@ async def run_serve(args: argparse.Namespace) -> int:
         print(f"forum: node listening on {url} (data in {config.data_dir})", flush=True)
 
     try:
-        return await serve(config, extensions, on_listening=announce, repair=args.repair)
+        async with otel_export(args, "forum-node"):  # before the app: its middleware
+            return await serve(config, extensions, on_listening=announce, repair=args.repair)
     except OSError as exc:
         raise UsageError(f"cannot listen on {config.listen}: {exc.strerror}") from None
     except (DataDirLocked, ClusterMapError) as exc:  # a configuration mistake
@@ -195,4 +197,5 @@ def add_serve(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, action="store_true", default=False, help=text)
         else:
             parser.add_argument(flag, metavar=metavar, help=text)
+    add_otel(parser)
     parser.set_defaults(func=run_serve)

@@ -64,6 +64,7 @@ from forum.cli_args import (
     UsageError,
 )
 from forum.cli_dead import dead_letter_options
+from forum.cli_otel import add_otel, otel_export
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from forum.coordinator.errors import LensError, LensUnavailable
 from forum.coordinator.job import Backoff, Handler, KeyFunction
@@ -122,6 +123,7 @@ def add_worker(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(dead_prefix=None)  # with --handler: dead/; with --app: the app's
     redis_options(parser)
     app_option(parser)
+    add_otel(parser)
     add = parser.add_argument
     add(
         "--wait-replicas",
@@ -318,6 +320,7 @@ async def run_worker(args: argparse.Namespace) -> int:
         raise UsageError(f"--redis-url, --namespace, --wait-* or --done-ttl: {exc}") from None
     owner = args.owner or default_owner()
     async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(otel_export(args, "forum-worker"))  # closed last
         await stack.enter_async_context(lens)
         await check_lens(lens, where.redis_url, required=code.app is not None)
         await _warn_durability(lens)

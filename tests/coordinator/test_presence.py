@@ -50,8 +50,8 @@ async def test_a_running_worker_is_listed_with_its_jobs_and_counts(
         assert shown.heads == (b"job/hold",)
         assert shown.retrying == ((b"job/flaky/" + b"x" * 100)[:HEAD],)
         assert one.stats().deferred >= 1
-        assert shown.lens_reachable and not shown.overdue(shown.last_beat)
-        assert shown.overdue(shown.last_beat + 0.7)  # no beat for over a lease
+        assert shown.lens_reachable and shown.alive(shown.last_beat + 0.39)  # beats each 0.2 s
+        assert not shown.alive(shown.last_beat + 0.41)  # dead: no beat for over two intervals
         release.set()
     assert [w.owner for w in await list_workers(lens)] == []  # a clean stop deletes it
 

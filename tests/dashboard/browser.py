@@ -42,10 +42,24 @@ FLAGS = (
 WAIT = 20.0
 
 
-def _binaries() -> tuple[str, str] | None:
+def binaries() -> tuple[str, str] | None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     return (chromium, driver) if chromium and driver else None
+
+
+def chrome(found: tuple[str, str], profile: Path, *flags: str) -> webdriver.Chrome:
+    """Chromium and its driver (:func:`binaries`) started with ``flags``,
+    its profile in ``profile``, its console kept for :meth:`Browser.console`
+    (scripts/screenshots starts its browser with this too)."""
+    chromium, driver_path = found
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in flags:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=Service(driver_path))
 
 
 class Browser:
@@ -111,24 +125,17 @@ class Browser:
 @contextlib.contextmanager
 def launch(tmp_path_factory: pytest.TempPathFactory, *flags: str) -> Iterator[Browser]:
     """A headless Chromium with :data:`FLAGS` and ``flags``, quit on the way out."""
-    found = _binaries()
+    found = binaries()
     if found is None:
         message = "chromium and chromedriver are needed (scripts/install-tools installs them)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    chromium, driver_path = found
     root = os.environ.get("TEST_ARTIFACTS")
     artifacts = Path(root) / "dashboard" if root else tmp_path_factory.mktemp("dashboard")
     artifacts.mkdir(parents=True, exist_ok=True)
     print(f"\ndashboard screenshots in {artifacts}")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in (*FLAGS, *flags):
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    driver = chrome(found, tmp_path_factory.mktemp("chromium-profile"), *FLAGS, *flags)
     try:
         yield Browser(driver, artifacts)
     finally:

@@ -14,6 +14,7 @@ from forum.dashboard.sampler import NodeHistory, Sample
 from forum.dashboard.throughput import Rate
 from forum.dashboard.views import (
     DEAD_PREFIX,
+    LAG_THRESHOLD,
     LensGroups,
     Sparkline,
     duration,
@@ -50,9 +51,18 @@ def test_health_says_all_is_well_only_when_every_peer_is_alive_and_caught_up() -
         False,
         "all 2 peers alive, not converged: 7 entries behind",
     )
-    lagging = dataclasses.replace(behind, lag_seconds=2.31)
-    assert health(with_peers(PEER, lagging))[1] == (
-        "all 2 peers alive, not converged: 7 entries behind (up to 2.3 s old)"
+    # Behind by entries at most LAG_THRESHOLD old: converging, all is well.
+    lagging = dataclasses.replace(behind, lag_seconds=0.2)
+    assert health(with_peers(PEER, lagging)) == (
+        True,
+        "all 2 peers alive, converging: 7 entries behind (up to 0.2 s old), within 5 s",
+    )
+    at_threshold = dataclasses.replace(behind, lag_seconds=LAG_THRESHOLD)
+    assert health(with_peers(PEER, at_threshold))[0] is True
+    late = dataclasses.replace(behind, lag_seconds=LAG_THRESHOLD + 0.5)
+    assert health(with_peers(PEER, late)) == (
+        False,
+        "all 2 peers alive, not converged: 7 entries behind (up to 5.5 s old)",
     )
     dead = dataclasses.replace(c, state="dead")
     assert health(with_peers(PEER, dead)) == (False, "1 of 2 peers alive (1 dead), converged")
@@ -91,10 +101,11 @@ def test_jobs_in_the_lens_are_counted_in_the_groups_of_their_payloads() -> None:
     workers = [
         worker("w1", (b"task/a\nflaky", b"job/7", b"no-separator"), (b"task/b\nflaky",)),
         worker("w2", (b"task/c\nslow",)),
-        worker("gone", (b"task/d\nslow",), last_beat=90.0),  # overdue: its jobs come back
+        worker("gone", (b"task/d\nslow",), last_beat=98.9),  # dead: its jobs come back
+        worker("late", (b"late/e",), last_beat=99.0),  # two 1 s beats late: alive still
     ]
     lens = LensGroups.of(workers, b"/", now=101.0)
-    assert dict(lens.in_flight) == {b"task/": 2, b"job/": 1}
+    assert dict(lens.in_flight) == {b"task/": 2, b"job/": 1, b"late/": 1}
     assert dict(lens.retrying) == {b"task/": 1}
     assert group_of(b"task/a/b", b"/a/") == b"task/a/"
     assert group_of(b"x" * 64, b"/") is None
@@ -112,7 +123,8 @@ def test_prefix_rows_join_the_nodes_counts_the_dead_the_rates_and_the_lens() -> 
     shown = {
         r.prefix: (r.live, r.dead, r.oldest_age, r.rate, r.in_flight, r.retrying) for r in rows
     }
-    assert [r.prefix for r in rows] == ["dead/", "job/", "mail/", "old/", "task/"]
+    # The dead letters are counted in their own groups' rows: dead/ is no row.
+    assert [r.prefix for r in rows] == ["job/", "mail/", "old/", "task/"]
     assert shown["job/"] == (3, 1, 12.5, Rate(2.0, 1.5), 0, 0)
     assert shown["mail/"] == (0, 0, None, Rate(0.0, 0.0), 0, 0)
     assert shown["old/"] == (0, 1, None, Rate(0.0, 0.0), 0, 0)
@@ -120,7 +132,7 @@ def test_prefix_rows_join_the_nodes_counts_the_dead_the_rates_and_the_lens() -> 
     # No figure yet, no Lens: None ("—"); and no more rows than asked.
     plain = prefix_rows(bodies, dead, None, None, most=3)
     assert [(r.prefix, r.rate, r.in_flight) for r in plain] == [
-        ("dead/", None, None), ("job/", None, None), ("mail/", None, None),
+        ("job/", None, None), ("mail/", None, None), ("old/", None, None),
     ]  # fmt: skip
 
 

@@ -21,8 +21,11 @@ from prometheus_client.exposition import generate_latest
 from forum.cli import build_parser
 from forum.coordinator.metrics import worker_registry
 from forum.coordinator.stats import WorkerStats
+from forum.coordinator.tallies import Tallies
+from forum.dashboard.lensmetrics import LensCounts
 from forum.deploy.history import Verdict
 from forum.node.api.status import PeerStatus
+from forum.node.client.remote import ForumClient
 from forum.node.config import node as config
 from forum.node.config.node import NodeConfig
 from forum.replication.config import ReplicationConfig
@@ -160,10 +163,20 @@ async def test_every_metric_in_the_docs_is_exposed(forum_nodes: ForumNodes) -> N
     replication.watch_peers(lambda: [peer])
     exposed |= exposed_names(generate_latest(registry).decode())
     exposed |= exposed_names(generate_latest(worker_registry(WorkerStats)).decode())
+    lens = CollectorRegistry()  # what a node serving the dashboard with --lens-url adds
+    counts = LensCounts(_no_read)
+    await counts.refresh()
+    lens.register(counts)
+    exposed |= exposed_names(generate_latest(lens).decode())
     named = set(re.findall(r"\bforum_[a-z_]+[a-z]\b", OPERATIONS.read_text()))
     missing = named - exposed
     assert not missing, f"docs/operations.md names metrics nothing exposes: {sorted(missing)}"
     assert len(named) >= 25
+
+
+async def _no_read() -> Tallies:
+    """The Lens's counts before any was counted."""
+    return Tallies()
 
 
 def documented_series(text: str) -> set[str]:
@@ -193,6 +206,8 @@ async def test_every_labelled_series_in_the_docs_is_exposed(forum_nodes: ForumNo
     the node never emits (it says "unauthorized"). A replication request with
     a forged signature makes the node count one refusal."""
     node = await forum_nodes.start("labels", "--cluster-secret", "s3cret")
+    async with ForumClient(node.url) as client:
+        await client.write(b"job/1")  # a prefix's series (docs/operations.md, autoscaling)
     async with aiohttp.ClientSession() as session:
         async with session.post(f"{node.url}{PUSH_PATH}", data=b"forged") as response:
             assert response.status == 401

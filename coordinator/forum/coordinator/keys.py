@@ -34,6 +34,10 @@ key                                type    holds                                
 ``<tag>:inflight``                 zset    member ``<key>``, score = when its     never
                                            record is due for re-offer (Redis
                                            ``TIME``, milliseconds)
+``<tag>:counts``                   hash    what the shard's scripts caught, for   never
+                                           the dashboard (forum.coordinator
+                                           .tallies): ``double_takes``,
+                                           ``claims_lost``, ``reoffered``
 ``<tag>:task:<key>``               hash    the job record (forum.coordinator.records):  the writer's
                                            str fields -> bytes, ``token`` (the    ``ttl``, from its
                                            writer's), ``cancelled`` (the token    last write
@@ -181,7 +185,7 @@ MARGIN_FRACTION = 0.25
 
 #: The roles of the keys there is one of per shard, and one of per claim key
 #: (:meth:`KeySchema.keys_for`; each is also a method of that name).
-_PER_SHARD = frozenset({"epoch", "fence", "inflight"})
+_PER_SHARD = frozenset({"epoch", "fence", "inflight", "counts"})
 _PER_KEY = frozenset({"claim", "done", "job", "task", "history", "attempts"})
 #: The role whose keys are placed by a group (:meth:`KeySchema.limit`), not by their own name.
 _PER_GROUP = frozenset({"limit"})
@@ -217,6 +221,9 @@ class KeySchema:
 
     def fence(self, shard: int) -> str:
         return f"{self.tag(shard)}:fence"
+
+    def counts(self, shard: int) -> str:
+        return f"{self.tag(shard)}:counts"
 
     def inflight(self, shard: int) -> str:
         return f"{self.tag(shard)}:inflight"

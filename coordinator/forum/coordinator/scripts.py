@@ -40,30 +40,24 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from forum.coordinator.keys import KeySchema
 from forum.coordinator.redis_url import RedisClient
 
+#: The last KEYS of the scripts that grant or settle a claim: the job's record
+#: (the job index), the shard's counts (forum.coordinator.tallies), its marker.
+_SETTLING = ("task", "counts", "epoch")
+
 #: Each script's KEYS, in the order of its header, as :class:`KeySchema` roles.
 KEY_ROLES: dict[str, tuple[str, ...]] = {
     "admit": ("epoch",),
     "admitted": ("epoch",),
     "cancel": ("claim", "done", "fence", "job", "task", "history", "epoch"),
     "cancelled": ("claim", "done", "task", "epoch"),
-    "claim": (
-        "claim",
-        "done",
-        "fence",
-        "job",
-        "inflight",
-        "history",
-        "attempts",
-        "task",
-        "epoch",
-    ),
-    "complete": ("claim", "done", "job", "inflight", "history", "attempts", "task", "epoch"),
+    "claim": ("claim", "done", "fence", "job", "inflight", "history", "attempts", *_SETTLING),
+    "complete": ("claim", "done", "job", "inflight", "history", "attempts", *_SETTLING),
     "due": ("inflight", "epoch"),
     "epoch": ("epoch",),
     "index_counts": ("epoch",),
     "index_page": ("epoch",),
     "extend": ("claim", "inflight", "epoch"),
-    "grab": ("claim", "done", "job", "inflight", "epoch"),
+    "grab": ("claim", "done", "job", "inflight", "counts", "epoch"),
     "hand_back": ("claim", "job", "inflight", "history", "task", "epoch"),
     "inspect": ("claim", "done", "job", "task", "epoch"),
     "reaped": ("claim", "job", "inflight", "history", "task", "epoch"),

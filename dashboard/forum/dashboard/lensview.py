@@ -16,15 +16,16 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from forum.coordinator import HistoryEvent, Lens, LensError
 from forum.coordinator.availability import reason_of
 from forum.coordinator.checks import CheckVerdict, last_check
 from forum.coordinator.envelope import Envelope
-from forum.coordinator.presence import WorkerPresence, list_workers
+from forum.coordinator.presence import Abandoned, WorkerPresence, awaiting, list_workers
 from forum.coordinator.records import Holder
 from forum.coordinator.redis_url import RedisTarget, redacted
+from forum.coordinator.tallies import Tallies, read_tallies
 from forum.node.core.errors import ForumError
 from forum.node.core.space import Pattern
 from forum.tasks import App, JobNotFound, JobState, JobStatus, TaskError
@@ -84,7 +85,7 @@ class RawJobPage:
 class LensFigures:
     """The Guarantees page's Lens part: whether the Lens takes claims (and
     why not), Redis's durability shortfalls, the workers' counters, the
-    demo's last check."""
+    Lens's own cluster-wide counts, the demo's last check."""
 
     #: Why the Lens is unavailable, in Redis's words; ``None`` while it
     #: takes writes in every shard (``Lens.ping``).
@@ -92,8 +93,11 @@ class LensFigures:
     durability: list[str]
     workers: list[WorkerPresence]
     check: CheckVerdict | None
-    #: Double takes the workers caught in the last minute (as far as this
-    #: node's samples of their totals reach back).
+    #: What the Lens's scripts counted (forum.coordinator.tallies): the
+    #: page's totals, kept across workers' deaths.
+    tallies: Tallies = field(default_factory=Tallies)
+    #: Double takes caught in the last minute (as far as this node's samples
+    #: of :attr:`tallies` reach back).
     double_takes_last_minute: int = 0
     #: The reason in one word (forum.coordinator.errors.UNAVAILABLE: full,
     #: read-only, unreachable, ...); ``None`` while available.
@@ -115,7 +119,7 @@ class LensView:
         self._app: App | None = None
         self._lens: Lens | None = None
         self._opening = asyncio.Lock()
-        #: (time.monotonic(), the workers' double takes summed) at each look,
+        #: (time.monotonic(), the Lens's double takes count) at each look,
         #: for a per-minute rate; the last :data:`KEEP` looks.
         self._double_takes: deque[tuple[float, int]] = deque(maxlen=KEEP)
 
@@ -189,6 +193,10 @@ class LensView:
     async def workers(self) -> list[WorkerPresence]:
         return await list_workers(self.lens)
 
+    async def abandoned(self, workers: list[WorkerPresence], now: float) -> dict[str, Abandoned]:
+        """What became of the claims of the workers dead at ``now``."""
+        return await awaiting(self.lens, [k for w in workers if not w.alive(now) for k in w.keys])
+
     async def figures(self) -> LensFigures:
         """The Lens's figures. ``error`` and ``reason`` say why the Lens is
         unavailable (the check every worker makes before it claims again:
@@ -200,23 +208,26 @@ class LensView:
         except LensError as exc:
             unavailable = exc
         try:
-            durability, workers, check = await asyncio.gather(
-                self.lens.durability(), self.workers(), last_check(self.lens.config)
+            durability, workers, check, tallies = await asyncio.gather(
+                self.lens.durability(),
+                self.workers(),
+                last_check(self.lens.config),
+                read_tallies(self.lens),
             )
         except LensError as exc:
             failed = unavailable or exc
             return LensFigures(str(failed), [], [], None, reason=reason_of(failed), read=False)
-        total = sum(w.double_takes for w in workers)
-        minute = self._last_minute(total)
+        minute = self._last_minute(tallies.double_takes)
         if unavailable is None:
-            return LensFigures(None, durability, workers, check, minute)
+            return LensFigures(None, durability, workers, check, tallies, minute)
         return LensFigures(
-            str(unavailable), durability, workers, check, minute, reason=reason_of(unavailable)
-        )
+            str(unavailable), durability, workers, check, tallies, minute,
+            reason=reason_of(unavailable),
+        )  # fmt: skip
 
     def _last_minute(self, total: int) -> int:
         """How far ``total`` rose since the oldest look of the last minute
-        (never below 0: a worker that stopped takes its count with it)."""
+        (never below 0: a Redis that lost its state counts from 0 again)."""
         now = time.monotonic()
         self._double_takes.append((now, total))
         since = next(t for at, t in self._double_takes if now - at <= 60.0)

@@ -123,6 +123,9 @@ def describe(root: str, next_pattern: str, lens: bool) -> dict[str, dict[str, An
         f"{root}/workers": _page(
             "Workers: each worker's slots, jobs, beats, counters", *lens_params
         ),
+        f"{root}/schedules": _page(
+            "Schedules: each periodic task's next slot, last run and missed slots", *lens_params
+        ),
         f"{root}/login": {
             "get": {
                 "summary": "Asks for the token (open); signed in, goes to next",
@@ -149,6 +152,7 @@ def describe(root: str, next_pattern: str, lens: bool) -> dict[str, dict[str, An
         },
         f"{root}/static/dashboard.js": _static("The pages' script (open)", "text/javascript"),
         f"{root}/static/dashboard.css": _static("The pages' stylesheet (open)", "text/css"),
+        f"{root}/static/theme.js": _static("The pages' colour theme (open)", "text/javascript"),
     }
     if lens:
         paths |= {

@@ -8,6 +8,7 @@
 ``GET /ui/peers``      Peers, as this node's replication knows them
 ``GET /ui/guarantees`` Guarantees: double takes caught; the Lens's figures
 ``GET /ui/jobs ...``   Jobs and Workers, and the job actions (forum.dashboard.jobs)
+``GET /ui/schedules``  Schedules: each periodic task (forum.dashboard.schedules)
 ``GET /ui/login``      open: asks for the token (the only page without it), then
                        goes to ``?next=`` (a ``/ui`` path; where a browser without
                        the token was sent from, forum.node.http.auth)
@@ -88,12 +89,17 @@ PANELS = (
     (f"{ROOT}/guarantees", "Guarantees"),
     (f"{ROOT}/jobs", "Jobs"),
     (f"{ROOT}/workers", "Workers"),
+    (f"{ROOT}/schedules", "Schedules"),
 )
 #: Seconds between two refreshes of a panel in the browser.
 REFRESH = 2.0
 #: The files under ``/ui/static/``, and their media types: one route each, so
 #: the node's OpenAPI document names each (vendored, no CDN).
-ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+ASSETS = {
+    "dashboard.js": "text/javascript",
+    "dashboard.css": "text/css",
+    "theme.js": "text/javascript",
+}
 #: What the login page's ``next`` may be: a path of this dashboard, relative to
 #: the node (no scheme, no host, no ``//``, no backslash a browser would read
 #: as a slash, no control character). Anything else would make the login
@@ -122,7 +128,7 @@ def dashboard(
     if lens_url is not None:
         # Only now: a node-only install (no Redis client) serves the rest.
         try:
-            from forum.dashboard import jobs  # noqa: PLC0415
+            from forum.dashboard import jobs, lensmetrics  # noqa: PLC0415
             from forum.dashboard.lensview import LensView  # noqa: PLC0415
         except ImportError as exc:
             raise ValueError(f"lens_url needs the Redis client, not here: {exc}") from None
@@ -133,6 +139,7 @@ def dashboard(
         config = app[CONFIG]
         if lens_url is not None:
             app[LENS_VIEW] = LensView(lens_url, config.token, lambda: node_status(app).advertise)
+            lensmetrics.install(app, app[LENS_VIEW])
             for path, action in jobs.ACTIONS.items():
                 app.router.add_post(path, action)
         holder = app.get(CLUSTER)
@@ -303,9 +310,30 @@ async def purge(request: web.Request) -> web.Response:
 
 
 async def workers(request: web.Request) -> web.Response:
-    return _page(
-        request, "workers.html", now=time.time(), **await _from_lens(request, "workers_page")
-    )
+    """The workers, each alive or dead by its last beat; a dead one's claims
+    with what became of them (forum.coordinator.presence ``awaiting``)."""
+    now = time.time()
+    values = await _from_lens(request, "workers_page")
+    view = lens_view(request)
+    abandoned: dict[str, Any] = {}
+    if view is not None and values.get("workers"):
+        from forum.dashboard.lensview import FAILURES  # noqa: PLC0415  (loaded with --lens-url)
+
+        try:
+            abandoned = await view.abandoned(values["workers"], now)
+        except FAILURES as exc:
+            values["error"] = str(exc)
+    return _page(request, "workers.html", now=now, abandoned=abandoned, **values)
+
+
+async def schedules(request: web.Request) -> web.Response:
+    """Every periodic task, from the workers' registry (forum.dashboard.schedules,
+    imported only with a Lens, as the task layer is)."""
+    if lens_view(request) is None:
+        return _page(request, "schedules.html")
+    from forum.dashboard.schedules import schedules_page  # noqa: PLC0415
+
+    return _page(request, "schedules.html", **await schedules_page(request))
 
 
 async def _from_lens(request: web.Request, page: str) -> dict[str, Any]:
@@ -404,6 +432,7 @@ ROUTES: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
     f"{ROOT}/job": job,
     f"{ROOT}/jobs/purge": purge,
     f"{ROOT}/workers": workers,
+    f"{ROOT}/schedules": schedules,
     f"{ROOT}/login": login,
     f"{ROOT}/session": session,
 }

@@ -52,12 +52,13 @@ from forum.node.client.pool import node_urls
 from forum.node.config.node import DEFAULT_NODE
 from forum.node.core.errors import TooFewCopies
 from forum.node.core.resource import AsyncResource
+from forum.node.core.tracing import tracer
 from forum.tasks import admin, bulk, cron, search
 from forum.tasks.authority import CancelOutcome, HistoryEvent, TaskAuthority
 from forum.tasks.bulk import Signature
 from forum.tasks.cluster import AppCluster, worker_cluster
 from forum.tasks.cron import Periodic, Slot
-from forum.tasks.enqueue import Enqueue, OneNode, Writer, prepare
+from forum.tasks.enqueue import Enqueue, OneNode, Prepared, Writer, prepare
 from forum.tasks.enqueued import EnqueuedRecords
 from forum.tasks.errors import InvalidJob
 from forum.tasks.executor import process_pool
@@ -385,7 +386,13 @@ class App(AppHooks):
         trip per replica group; their handles, in order. Every job is checked
         before anything is written (:mod:`forum.tasks.bulk`)."""
         connections = self._connections()
-        return await bulk.enqueue_many(self, connections.nodes, connections.records, calls)
+        traces = tracer()
+        if traces is None:
+            return await bulk.enqueue_many(self, connections.nodes, connections.records, calls)
+        from forum.tasks.tracing import enqueue_many_span  # noqa: PLC0415  (loads opentelemetry: only when on)
+
+        with enqueue_many_span(traces, len(calls)):  # each job carries it: their runs' parent
+            return await bulk.enqueue_many(self, connections.nodes, connections.records, calls)
 
     def enqueue_many_sync(self, calls: Sequence[Signature]) -> list[JobHandle]:
         """:meth:`enqueue_many` from code that is not async (as :meth:`enqueue_sync`)."""
@@ -413,7 +420,20 @@ class App(AppHooks):
         kwargs: dict[str, Any],
         given: Enqueue,
     ) -> JobHandle:
-        job = prepare(self, name, args, kwargs, given)
+        traces = tracer()
+        if traces is None:  # tracing off: no span
+            return await self._write(nodes, records, name, prepare(self, name, args, kwargs, given))
+        from forum.tasks.tracing import enqueue_span, sent  # noqa: PLC0415  (loads opentelemetry: only when on)
+
+        with enqueue_span(traces, name) as span:  # current: prepare puts it in the job
+            job = prepare(self, name, args, kwargs, given)
+            sent(span, job.key, job.queue)
+            return await self._write(nodes, records, name, job)
+
+    async def _write(
+        self, nodes: Writer, records: EnqueuedRecords, name: str, job: Prepared
+    ) -> JobHandle:
+        """Write a prepared job, then its ``enqueued`` record (:meth:`enqueue`)."""
         short: TooFewCopies | None = None
         try:
             await nodes.call(lambda space: space.write(job.payload, **job.options))

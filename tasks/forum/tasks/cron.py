@@ -33,6 +33,11 @@ cron does), and a loop that wakes late (a suspended machine, a stalled
 event loop) enqueues the latest slot that has passed and skips the ones
 before it.
 
+Each slot written is published to the schedules' registry in the Lens's
+Redis (:mod:`forum.tasks.schedules`: the first worker to publish a slot
+counts what the one before it came to), which the dashboard's Schedules
+page reads without the app's code.
+
 Slot times are wall clock (``time.time``): every worker computes the same
 slots, and a worker whose clock is off enqueues its slots early or late by
 the offset, still once each. Cron expressions are read by ``cronsim``
@@ -67,6 +72,7 @@ __all__ = [
     "Enqueue",
     "Interval",
     "Periodic",
+    "Published",
     "Schedule",
     "Slot",
     "run_periodic",
@@ -187,6 +193,9 @@ class Slot:
 
 #: Writes one slot's job (the App: ``enqueue(slot.task, _key=slot.key, _ttl=slot.ttl)``).
 Enqueue = Callable[[Slot], Awaitable[object]]
+#: Told of each slot once its job is written (the schedules' registry,
+#: forum.tasks.schedules ``Registry.published``); it logs its own failures.
+Published = Callable[[Slot], Awaitable[None]]
 
 
 class Clock(Protocol):
@@ -216,16 +225,23 @@ async def run_periodic(
     stop: asyncio.Event,
     *,
     clock: Clock = SYSTEM_CLOCK,
+    published: Published | None = None,
 ) -> None:
     """Enqueue each entry's slots as they fall, until ``stop`` is set (or the
-    task is cancelled). An enqueue that fails (no node, no Redis) is logged
-    and that slot left to the other workers: the loop goes on."""
+    task is cancelled), telling ``published`` of each slot written. An
+    enqueue that fails (no node, no Redis) is logged and that slot left to
+    the other workers: the loop goes on."""
+
+    async def write(slot: Slot) -> None:
+        if await _enqueue(enqueue, slot) and published is not None:
+            await published(slot)
+
     async with asyncio.TaskGroup() as tasks:
         for entry in entries:
-            tasks.create_task(_run_one(entry, enqueue, stop, clock), name=f"cron:{entry.task}")
+            tasks.create_task(_run_one(entry, write, stop, clock), name=f"cron:{entry.task}")
 
 
-async def _run_one(entry: Periodic, enqueue: Enqueue, stop: asyncio.Event, clock: Clock) -> None:
+async def _run_one(entry: Periodic, write: Published, stop: asyncio.Event, clock: Clock) -> None:
     planned = entry.schedule.next_after(clock.time())
     while not stop.is_set():
         # A timer may fire a little before the wall clock reaches the slot
@@ -243,13 +259,16 @@ async def _run_one(entry: Periodic, enqueue: Enqueue, stop: asyncio.Event, clock
                 slot_key(entry.task, planned),
                 slot_key(entry.task, slot),
             )
-        await _enqueue(enqueue, Slot(entry.task, slot_key(entry.task, slot), slot, following - now))
+        await write(Slot(entry.task, slot_key(entry.task, slot), slot, following - now))
         planned = following
 
 
-async def _enqueue(enqueue: Enqueue, slot: Slot) -> None:
+async def _enqueue(enqueue: Enqueue, slot: Slot) -> bool:
+    """Whether ``slot``'s job was written."""
     try:
         await enqueue(slot)
     except (ForumError, LensError, TaskError, OSError) as exc:
         # Every worker enqueues every slot: another may have written this one.
         log.warning("cron %s: could not enqueue %s: %s", slot.task, slot.key, exc)
+        return False
+    return True

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+from forum.node.core.tracing import carrier
 from forum.node.core.write_options import WriteOptions, check_copies, write_properties
 from forum.tasks.authority import Field
 from forum.tasks.errors import InvalidJob, UnknownTask
@@ -47,8 +48,8 @@ class OneNode:
 
 class Prepared(NamedTuple):
     """A job checked and encoded (:func:`prepare`): its tuple, the
-    write's options, and its ``enqueued`` record (``background``: written
-    after the enqueue returns, :mod:`forum.tasks.enqueued`). A named tuple:
+    write's options, its ``enqueued`` record (``background``: written
+    after the enqueue returns, :mod:`forum.tasks.enqueued`) and its queue. A named tuple:
     made on every enqueue, it costs 0.4 µs to a frozen dataclass's 1.6 here."""
 
     key: str
@@ -57,6 +58,7 @@ class Prepared(NamedTuple):
     fields: dict[str, Field]
     lasting: float
     background: bool
+    queue: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +126,12 @@ def prepare(
     overrides = given.overrides()
     if workflow is not None:
         overrides["workflow"] = workflow
+    trace = carrier()  # the current span's context, when tracing is on: the run's parent
+    if trace is not None:
+        overrides["trace"] = trace
     queue = task.options.queue if given.queue is None else check_queue(given.queue)
-    message = Message(key, name, tuple(args), kwargs, overrides, queue or DEFAULT_QUEUE)
+    queue = queue or DEFAULT_QUEUE
+    message = Message(key, name, tuple(args), kwargs, overrides, queue)
     payload = message.encode(app.prefix, app.serializer)
     priority = task.options.priority if given.priority is None else given.priority
     ttl = task.options.ttl if given.ttl is None else given.ttl
@@ -155,4 +161,4 @@ def prepare(
     if ttl is not None:
         fields["expires"] = due + ttl
     lasting = app.result_ttl + max(due - now, 0) + (ttl or 0)
-    return Prepared(key, payload, options, fields, lasting, due <= now and ttl is None)
+    return Prepared(key, payload, options, fields, lasting, due <= now and ttl is None, queue)

@@ -20,8 +20,11 @@ task name      ASCII, ``[A-Za-z0-9_.:-]{1,200}``
 body           ``serializer.dumps({"args": [...], "kwargs": {...},
                 "options": {...}})``; ``options`` holds the per-enqueue
                 overrides given (``retries``, ``timeout``, ``backoff_base``,
-                ``backoff_cap``), and ``workflow`` for a step of a chain or
-                group (:mod:`forum.tasks.canvas`), and nothing else
+                ``backoff_cap``), ``workflow`` for a step of a chain or
+                group (:mod:`forum.tasks.canvas`), ``trace``, the
+                producer's span context (W3C ``traceparent``, and
+                ``tracestate``) when tracing is on (:mod:`forum.tasks.tracing`),
+                and nothing else
 ==============  ===============================================================
 
 **Jobs written before queues** (``<app prefix><key>\n...``, no queue)
@@ -66,6 +69,7 @@ OPTION_TYPES: Mapping[str, type | tuple[type, ...]] = {
     "backoff_base": (int, float),
     "backoff_cap": (int, float),
     "workflow": dict,
+    "trace": dict,
 }
 _SEP = b"\n"
 

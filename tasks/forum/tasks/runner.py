@@ -42,6 +42,9 @@ For each claimed job (``forum.coordinator.Job``):
    safe in the space); one refused because the claim is lost stops there:
    ``ClaimLost`` goes to the worker, which leaves the job to its new holder.
 
+With tracing on (:mod:`forum.tasks.tracing`), each attempt is a
+``forum.run <task>`` span, a child of the span that enqueued the job.
+
 Cancellation (the worker's heartbeat lost the claim, the job was cancelled,
 or the drain ran out) is not a failure of the task: it goes through as it
 came.
@@ -61,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from forum.coordinator import ClaimLost, GiveUp, Job, LensError, RetryAfter, Worker
 from forum.coordinator.worker import LOST_WORKER
+from forum.node.core.tracing import tracer
 from forum.tasks import canvas, cron
 from forum.tasks.authority import Field, TaskAuthority
 from forum.tasks.context import Context
@@ -68,6 +72,7 @@ from forum.tasks.errors import InvalidJob, one_line
 from forum.tasks.executor import ProcessPool
 from forum.tasks.hooks import State, job_info
 from forum.tasks.message import Message, dumps
+from forum.tasks.schedules import Registry
 from forum.tasks.task import Task, TaskOptions
 
 if TYPE_CHECKING:
@@ -118,6 +123,17 @@ class Runner:
             spent = f"attempt {job.attempt} of {options.retries + 1}: {LOST_WORKER}"
             await self._record(job, {"state": "dead", "error": spent}, app.result_ttl)
             raise GiveUp(spent)
+        traces = tracer()
+        if traces is None:  # tracing off: no span, the attempt as it is
+            return await self._run(job, task, options, message)
+        from forum.tasks.tracing import run_span  # noqa: PLC0415  (loads opentelemetry: only when on)
+
+        with run_span(traces, job, message):
+            await self._run(job, task, options, message)
+
+    async def _run(self, job: Job, task: Task, options: TaskOptions, message: Message) -> None:
+        """One attempt of ``task`` on ``message``, its outcome recorded (steps 2 to 4)."""
+        app = self._app
         context = Context(
             job_id=str(job.entry_id), key=job.key, task=task.name, attempt=job.attempt,
             claim=job.claim, lens=self._lens, serializer=app.serializer,
@@ -277,4 +293,13 @@ class TaskWorker(Worker):
         async def enqueue(slot: cron.Slot) -> None:
             await self._app.enqueue_slot(slot, self._task_space, self._task_lens)
 
-        await cron.run_periodic(self._app.periodic, enqueue, self._cron_stop)
+        # Each slot written is published for the Schedules page (forum.tasks.schedules).
+        registry = Registry.for_authority(self._task_lens, self._app.prefix, self._app.periodic)
+        try:
+            await cron.run_periodic(
+                self._app.periodic, enqueue, self._cron_stop,
+                published=None if registry is None else registry.published,
+            )  # fmt: skip
+        finally:
+            if registry is not None:
+                await registry.aclose()

@@ -14,7 +14,14 @@
 --                             attempt failed)
 -- KEYS[8]  <tag>:task:<key>   the job record: a job of a task is indexed
 --                             running (ix_move in prelude.lua)
--- KEYS[9]  <tag>:epoch        the shard's state marker
+-- KEYS[9]  <tag>:counts       what the shard caught (hash): double_takes is
+--                             counted at every refusal below (2, 3, 5: a copy
+--                             of a job done, running or buried elsewhere);
+--                             reoffered when this claim takes over from a
+--                             holder that let its lease run out, unless a
+--                             reaper grabbed that record first (grab.lua
+--                             counted it): each lost claim is counted once
+-- KEYS[10] <tag>:epoch        the shard's state marker
 -- (<tag> is the key's shard's hash tag {<ns>:<shard>}: every KEY is in one slot)
 -- ARGV[1]  the claim key itself (the member of KEYS[5])
 -- ARGV[2]  lease in milliseconds
@@ -70,6 +77,7 @@ if lost then
 end
 local done = redis.call('GET', KEYS[2])
 if done then
+  redis.call('HINCRBY', KEYS[9], 'double_takes', 1)
   return {2, done}
 end
 local us = now_us()
@@ -79,6 +87,7 @@ local renewed = false
 if tries[1] then
   if tries[2] == '-1' then
     if ARGV[8] == '' or ARGV[8] == tries[3] then
+      redis.call('HINCRBY', KEYS[9], 'double_takes', 1)
       return {5, tonumber(tries[1]) - 1}
     end
     renewed = true
@@ -93,13 +102,17 @@ end
 local last = tonumber(redis.call('GET', KEYS[3]) or '0')
 local token = string.format('%d', math.max(last + 1, us))
 if not redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
+  redis.call('HINCRBY', KEYS[9], 'double_takes', 1)
   return {3, redis.call('HGET', KEYS[4], 'owner') or '', redis.call('PTTL', KEYS[1])}
 end
 redis.call('SET', KEYS[3], token)
 local now = math.floor(us / 1000)
-local before = redis.call('HMGET', KEYS[4], 'owner', 'attempt', 'since', 'token', 'handed')
+local before = redis.call('HMGET', KEYS[4], 'owner', 'attempt', 'since', 'token', 'handed', 'grab')
 local lapsed = 0
 if before[4] and not before[5] then
+  if not before[6] then
+    redis.call('HINCRBY', KEYS[9], 'reoffered', 1)
+  end
   ended(KEYS[6], ARGV[7], now, 'expired', before[4], before)
   lapsed = 1
   attempt = math.max(attempt, tonumber(before[2] or '0') + 1)

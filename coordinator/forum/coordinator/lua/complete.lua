@@ -13,7 +13,9 @@
 --                             turns every copy away from now on)
 -- KEYS[7]  <tag>:task:<key>   the job record: the job is indexed done, or
 --                             dead when the record says so (ix_move in prelude.lua)
--- KEYS[8]  <tag>:epoch        the Lens's state marker
+-- KEYS[8]  <tag>:counts       what the shard caught (hash): claims_lost is
+--                             counted when a stale holder is refused (0)
+-- KEYS[9]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[4])
 -- ARGV[2]  the holder's token
 -- ARGV[3]  done-marker TTL in milliseconds (LensConfig.retention)
@@ -31,6 +33,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   if redis.call('GET', KEYS[2]) == ARGV[2] then
     return 2
   end
+  redis.call('HINCRBY', KEYS[8], 'claims_lost', 1)
   return 0
 end
 local held = redis.call('HMGET', KEYS[3], 'owner', 'attempt', 'since')

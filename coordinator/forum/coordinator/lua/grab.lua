@@ -4,7 +4,11 @@
 -- KEYS[2]  <tag>:done:<key>
 -- KEYS[3]  <tag>:job:<key>
 -- KEYS[4]  <tag>:inflight
--- KEYS[5]  <tag>:epoch        the Lens's state marker
+-- KEYS[5]  <tag>:counts       what the shard caught (hash): reoffered is
+--                             counted at the first grab of a record its holder
+--                             let lapse (not one handed back for a retry, not
+--                             a grab again after a reaper died or its write failed)
+-- KEYS[6]  <tag>:epoch        the Lens's state marker
 -- ARGV[1]  the claim key (member of KEYS[4])
 -- ARGV[2]  the reaper's lease on the grab, milliseconds
 -- ARGV[3]  a grab id unique to this attempt
@@ -39,10 +43,14 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('ZREM', KEYS[4], ARGV[1])
   return {0}
 end
-local payload = redis.call('HGET', KEYS[3], 'payload')
+local held = redis.call('HMGET', KEYS[3], 'payload', 'handed', 'grab')
+local payload = held[1]
 if not payload then
   redis.call('ZREM', KEYS[4], ARGV[1])
   return {0}
+end
+if not held[2] and not held[3] then
+  redis.call('HINCRBY', KEYS[5], 'reoffered', 1)
 end
 redis.call('HSET', KEYS[3], 'grab', ARGV[3])
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[1])

@@ -69,6 +69,7 @@ from forum.node.core.errors import (
 from forum.node.core.reports import CompactionReport
 from forum.node.core.resource import AsyncResource
 from forum.node.core.space import ListPage, Pattern
+from forum.node.core.tracing import carrier
 from forum.node.core.urls import node_url
 from forum.node.core.write_options import (
     WRITE_OPTION_NAMES,
@@ -557,6 +558,9 @@ class ForumClient(AsyncResource):
             sock_connect=self._connect_timeout,
         )
         what = f"{method} {path}"
+        trace = carrier()  # the caller's span, when tracing is on: the node's span's parent
+        if trace is not None:
+            headers = {**(headers or {}), **trace}
         try:
             async with session.request(
                 method,

@@ -13,6 +13,7 @@
     ├── TooFewCopies                a write held by fewer members than its copies in time
     ├── TooManyCopies               copies above the cluster's size (a ValueError; nothing written)
     ├── ClusterMapError             a cluster map that cannot be used (a ValueError)
+    ├── TracingUnavailable          OTLP export asked for without the otel extra installed
     └── ClientError                 a remote node could not do what was asked
         ├── NodeUnavailable         no answer: refused, reset, DNS (retriable)
         │   └── NodeTimeout         no answer in time (also a TimeoutError)
@@ -262,3 +263,8 @@ class ClusterMapError(ForumError, ValueError):
     is missing or not TOML/JSON, a wrong field, a group or member listed
     twice, no active group, a signature that does not match. The message is
     one line naming where."""
+
+
+class TracingUnavailable(ForumError):
+    """OTLP export (``--otel``) asked for where the ``otel`` extra is not
+    installed (:mod:`forum.node.core.tracing`); the message says what to install."""

@@ -7,6 +7,8 @@ node's parts through the typed keys in :mod:`forum.node.http.keys`.
 
 Middlewares, outermost first::
 
+    tracing        (forum.node.http.tracing) a SERVER span per request, only when a
+                   tracer provider is set (forum.node.core.tracing)
     metrics        counts and times every request, rejected ones included
     errors         turns every failure into {"error": code, "message": text}
     browser guard  (forum.node.http.auth) a browser's request from another site's page
@@ -41,6 +43,7 @@ from forum.node.api.status import PeerStatus, Readiness
 from forum.node.config.node import NodeConfig
 from forum.node.config.placement import Placement
 from forum.node.core.errors import ForumError, RecordTooLarge, StrandError
+from forum.node.core.tracing import tracer
 from forum.node.http.auth import CLUSTER_PREFIX, authenticate, browser_guard, cluster_key
 from forum.node.http.bodies import ApiProblem, BodyTimeout, bad_request
 from forum.node.http.budget import BodyBudget
@@ -126,15 +129,21 @@ def build_app(
     budget = BodyBudget.of(
         config, backstop=config.max_batch_bytes + _BODY_SLACK, exempt=CLUSTER_PREFIX
     )
+    middlewares = [
+        metrics.middleware,
+        _errors,
+        browser_guard(config),
+        authenticate,
+        _bodies,
+        budget.middleware,
+    ]
+    traces = tracer()
+    if traces is not None:  # outermost: its span covers every refusal too
+        from forum.node.http.tracing import tracing_middleware  # noqa: PLC0415  (loads opentelemetry: only when on)
+
+        middlewares.insert(0, tracing_middleware(traces))
     app = web.Application(
-        middlewares=[
-            metrics.middleware,
-            _errors,
-            browser_guard(config),
-            authenticate,
-            _bodies,
-            budget.middleware,
-        ],
+        middlewares=middlewares,
         # A backstop only: handlers read bodies with their own, tighter limits.
         client_max_size=config.max_batch_bytes + _BODY_SLACK,
     )

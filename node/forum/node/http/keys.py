@@ -11,7 +11,7 @@ metrics in the app's own registry, and fill the ``peers`` section of status::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -74,6 +74,10 @@ PAGES_ROOT = web.AppKey("pages_root", str)
 #: with the refusals any route may give and the security the middleware
 #: enforces added; empty without one.
 DESCRIBED = web.AppKey[dict[str, dict[str, Any]]]("described")
+#: Awaited before each ``GET /metrics`` renders (forum.node.http.metrics): an
+#: extension's collectors read what they show there, at scrape time (the
+#: dashboard's Lens counts); absent without one.
+SCRAPE_REFRESH = web.AppKey[Callable[[], Awaitable[None]]]("scrape_refresh")
 #: Monotonic time the app was built, for uptime in status.
 STARTED = web.AppKey("started", float)
 #: The node's watchers and the events they follow (``GET /v1/watch``, forum.node.http.watch).

@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from forum.node.http.keys import SCRAPE_REFRESH
 from forum.node.http.longpoll import LongPolls
 from forum.node.space.applying import LONGEST_PREFIX, MOST_PREFIXES
 from forum.node.space.compactor import Compactor
@@ -226,7 +227,7 @@ class NodeMetrics:
             status = 499  # the client went away first (nginx's convention)
             raise
         finally:
-            route = _route_label(request)
+            route = route_label(request)
             self._count(route, request.method, status).inc()
             self._timer(route, request.method).observe(time.perf_counter() - started)
 
@@ -248,13 +249,18 @@ class NodeMetrics:
         return child
 
     async def handle(self, request: web.Request) -> web.Response:
-        """``GET /metrics``: the Prometheus text format."""
+        """``GET /metrics``: the Prometheus text format (an extension's
+        figures read first: :data:`SCRAPE_REFRESH`)."""
+        refresh = request.app.get(SCRAPE_REFRESH)
+        if refresh is not None:
+            await refresh()
         response = web.Response(body=generate_latest(self.registry))
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 
 
-def _route_label(request: web.Request) -> str:
+def route_label(request: web.Request) -> str:
+    """The request's route as its path template (``/v1/write``), else ``unmatched``."""
     info = request.match_info
     if info.http_exception is not None:
         return "unmatched"
