@@ -22,6 +22,10 @@ Variants (rounds alternate their order; the table shows medians):
 * ``this``: this Lens, its defaults (a done marker for ``forget_after`` +
   1 h, a history for 1 h);
 * ``this_no_history``: this Lens with ``history_ttl=0``;
+* ``baseline_tasks``, ``this_tasks``: each Lens, its defaults, the jobs a
+  task layer's (a producer's record naming a task, 2 fields, written
+  before each claim): their difference is the job index's cost per job
+  (forum.coordinator.jobindex), the record's own being in both;
 * ``hash_buckets``: not a Lens: the same done markers as fields of one hash
   per shard and time window (the alternative of bucketing markers so they
   expire together), written with ``HSET`` from the child, for comparison.
@@ -53,12 +57,14 @@ from trees import export, run_child  # noqa: E402
 
 BATCH = 1000
 WARM = 1000
-VARIANTS = ("baseline", "this", "this_no_history", "hash_buckets")
+VARIANTS = ("baseline", "this", "this_no_history", "hash_buckets", "baseline_tasks", "this_tasks")
 #: The Lens settings of each variant that runs a Lens.
 SETTINGS: dict[str, dict[str, Any]] = {
     "baseline": {},
     "this": {},
     "this_no_history": {"history_ttl": 0},
+    "baseline_tasks": {"records": True},
+    "this_tasks": {"records": True},
 }
 #: The alternative's layout: a hash per shard per window, four windows live.
 SHARDS, WINDOWS = 16, 4
@@ -75,6 +81,10 @@ async def child_lens(url: str, jobs: int, settings: dict[str, Any]) -> dict[str,
     import redis.asyncio  # noqa: PLC0415
 
     from forum import coordinator  # noqa: PLC0415  (the source under test: imported in the child only)
+    from forum.coordinator.records import NewRecord  # noqa: PLC0415
+
+    settings = dict(settings)
+    records = settings.pop("records", False)
 
     async with (
         coordinator.Lens.from_url(url, **settings) as lens,
@@ -84,6 +94,9 @@ async def child_lens(url: str, jobs: int, settings: dict[str, Any]) -> dict[str,
         async def complete(keys: list[str]) -> None:
             for at in range(0, len(keys), BATCH):
                 part = keys[at : at + BATCH]
+                if records:
+                    fields = {"task": "t", "state": "enqueued"}
+                    await lens.record_enqueued_many([NewRecord(k, fields, 86400) for k in part])
                 claims = await lens.claim_many([(k, None) for k in part], owner="w-1", lease=60)
                 await lens.complete_many([c for c in claims if not isinstance(c, Exception)])
 
@@ -216,7 +229,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "baseline": args.baseline,
         "head": head,
-        "runs": {name: [] for name in VARIANTS},
+        "runs": {name: [] for name in args.variants},
     }
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -224,15 +237,15 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         process, url = start_redis(Path(tmp))
         try:
             for round_ in range(args.rounds):
-                order = VARIANTS if round_ % 2 == 0 else tuple(reversed(VARIANTS))
+                order = args.variants if round_ % 2 == 0 else tuple(reversed(args.variants))
                 for name in order:
-                    source = sources["baseline" if name == "baseline" else "this"]
+                    source = sources["baseline" if name.startswith("baseline") else "this"]
                     found = run_variant(source, name, url, args.jobs)
                     # The child's coordinator was the source's: said, not where it was.
                     imported = found.pop("coordinator", None)
                     if imported is not None and not imported.startswith(str(source)):
                         raise RuntimeError(f"{name} imported {imported}, not {source}'s")
-                    found["source"] = "baseline" if name == "baseline" else "this"
+                    found["source"] = "baseline" if name.startswith("baseline") else "this"
                     report["runs"][name].append(found)
                     print(f"round {round_ + 1} {name:<16} {found['bytes_per_job']:7.1f} B/job",
                           flush=True)  # fmt: skip
@@ -243,17 +256,18 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         name: statistics.median(r["bytes_per_job"] for r in runs)
         for name, runs in report["runs"].items()
     }
-    report["sizing_1m_jobs_per_day"] = sizing(report)
+    if {"baseline", "this", "this_no_history", "hash_buckets"} <= set(args.variants):
+        report["sizing_1m_jobs_per_day"] = sizing(report)
     return report
 
 
 def print_table(report: dict[str, Any]) -> None:
     med = report["median_bytes_per_job"]
-    size = report["sizing_1m_jobs_per_day"]
+    size = report.get("sizing_1m_jobs_per_day", {})
     print(f"\nRedis bytes per completed job ({report['jobs']:,} jobs, median of "
           f"{report['rounds']} rounds; {report['redis']})")  # fmt: skip
     print(f"  {'variant':<18}{'B/job':>8}{'keys/job':>10}{'held at 1M jobs/day':>22}  per key")
-    for name in VARIANTS:
+    for name in report["runs"]:
         runs = report["runs"][name]
         keys = runs[-1]["keys_per_job"]
         roles = runs[-1].get("roles", {})
@@ -262,7 +276,8 @@ def print_table(report: dict[str, Any]) -> None:
             for role, r in roles.items()
             if role in ("done", "history")
         )
-        print(f"  {name:<18}{med[name]:>8.1f}{keys:>10.2f}{size[name] / 1e9:>19.2f} GB  {detail}")
+        held = f"{size[name] / 1e9:>19.2f} GB" if name in size else f"{'-':>22}"
+        print(f"  {name:<18}{med[name]:>8.1f}{keys:>10.2f}{held}  {detail}")
 
 
 if __name__ == "__main__":
@@ -271,6 +286,13 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", default="main", help="the git ref to compare against")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=VARIANTS[:4],
+        help="which to run (default: the first four)",
+    )
     arguments = parser.parse_args()
     if arguments.jobs < 1 or arguments.rounds < 1:
         parser.error("--jobs and --rounds must be at least 1")

@@ -5,8 +5,9 @@ Each action opens the app (``--app module:name``, for its prefix and
 serializer; an ``App()`` with the defaults without it) against ``--node``
 and ``--redis-url`` (each: the flag, else ``$FORUM_NODE`` /
 ``$FORUM_REDIS_URL``, else the app's own), and calls the app's own
-inspection (:mod:`forum.tasks.admin`): a listing reads both the space and the
-Lens, so a job in flight or waiting for a retry is listed too.
+inspection (:mod:`forum.tasks.admin`): a listing reads the Lens's job index
+(sorted sets per state and task, forum.coordinator.jobindex), so it costs
+the same at a million jobs as at a hundred.
 
 Exit codes as every ``forum`` command's (:mod:`forum.cli_args`): 0 done;
 1 the job is not there or not in a state for it (``show`` of an unknown
@@ -25,6 +26,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from forum.cli_app import Where, app_option, load_app, node_from_app, redis_options
@@ -35,12 +37,30 @@ from forum.cli_args import (
     EXIT_OK,
     NONEMPTY,
     UsageError,
+    checked,
     node_options,
 )
 from forum.coordinator.deadletter import DeadLetter
 from forum.coordinator.errors import LensError
 from forum.coordinator.records import HistoryEvent
 from forum.tasks import App, InvalidJob, JobNotFound, JobState, JobStatus, TaskError, admin, letters
+
+
+def _moment(text: str) -> float:
+    """A time as Unix seconds: a number, or an ISO 8601 date and time (UTC
+    unless it gives its offset)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither Unix seconds nor an ISO 8601 time") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+WHEN = checked(_moment, "time")
 
 #: An action's body, given the open app and the arguments; its exit code.
 Action = Callable[[App, argparse.Namespace], Awaitable[int]]
@@ -70,6 +90,18 @@ def add_jobs(parser: argparse.ArgumentParser) -> None:
     listing.add_argument(
         "--limit", metavar="N", type=COUNT, default=100, help="at most N jobs (default 100)"
     )
+    listing.add_argument(
+        "--search", metavar="TEXT", type=NONEMPTY, help="only jobs whose arguments hold TEXT"
+    )
+    listing.add_argument(
+        "--key", metavar="PREFIX", type=NONEMPTY, help="only jobs whose key starts with PREFIX"
+    )
+    for flag, edge in (("--since", "from"), ("--until", "up to")):
+        listing.add_argument(
+            flag, metavar="WHEN", type=WHEN,
+            help=f"only jobs that changed state {edge} WHEN (Unix seconds or ISO 8601, UTC "
+            "unless it says)",
+        )  # fmt: skip
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     listing.add_argument(
         "--raw",
@@ -172,18 +204,23 @@ def _say(args: argparse.Namespace, message: str) -> None:
 
 async def _list(app: App, args: argparse.Namespace) -> int:
     if args.raw:
-        if args.state is not None or args.task is not None:
-            raise UsageError("--raw lists every dead letter: not with --state or --task")
+        filters = (args.state, args.task, args.search, args.key, args.since, args.until)
+        if any(given is not None for given in filters):
+            raise UsageError("--raw lists every dead letter: not with --state, --task, --search, "
+                             "--key, --since or --until")  # fmt: skip
         return await _list_letters(app, args)
     _raw_prefix(args)
     state = None if args.state is None else JobState(args.state)
-    found = await admin.listing(app, state, args.limit, args.task)
+    found = await admin.listing(
+        app, state, args.limit, args.task, key=args.key, text=args.search, since=args.since,
+        until=args.until,
+    )  # fmt: skip
     if args.json:
         for status in found.jobs:
             print(json.dumps(_plain(status), default=repr))
         return EXIT_OK
     print(_table(found.jobs))
-    print(_count(len(found.jobs), found.total))
+    print(_count(len(found.jobs), found.total, found.complete))
     return EXIT_OK
 
 
@@ -294,8 +331,14 @@ def _table(rows: list[JobStatus]) -> str:
     return "\n".join(lines)
 
 
-def _count(shown: int, total: int) -> str:
-    """The listing's last line: how many of how many (newest first)."""
+def _count(shown: int, total: int | None, complete: bool = True) -> str:
+    """The listing's last line: how many of how many (newest first); a
+    search, which does not count, says whether it looked at every job."""
+    if total is None:
+        if not complete:
+            return (f"({shown:,} found, newest first; the search stopped at its budget: "
+                    "narrow it with --state, --task, --since or --until)")  # fmt: skip
+        return f"({shown:,} found, newest first)"
     if shown == total:
         return f"({total:,} job{'' if total == 1 else 's'}, newest first)"
     return f"({shown:,} of {total:,} jobs, newest first; more: --limit)"

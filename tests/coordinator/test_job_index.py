@@ -83,6 +83,9 @@ async def test_each_transition_moves_the_job_and_its_count(authority: Authority)
     }
     assert counts.by_state()["queued"] == 3 and counts.total == 8
     assert await _states(authority, task="mul") == {"queued": ["b"]}
+    # A dead job's letter put back to work (App.retry) is queued again; once.
+    assert await authority.requeued("f") and not await authority.requeued("f")
+    assert (await _states(authority))["queued"] == ["b", "f", "q", "w"]
     assert await authority.forget_record("x")
     assert "done" not in await _states(authority)
     assert "done" not in (await authority.job_counts()).by_task["add"]
@@ -163,3 +166,31 @@ async def test_a_bad_query_is_refused_in_one_line() -> None:
         JobQuery(limit=0)
     with pytest.raises(ValueError, match="not a cursor"):
         JobQuery(cursor="%%%")
+
+
+async def test_a_hand_back_and_a_dead_workers_re_offer_queue_the_job_again(
+    authority: Authority,
+) -> None:
+    await authority.record_enqueued_many([_job("handed"), _job("lapsed")])
+    handed = await authority.claim("handed", owner="w", lease=30, reoffer=b"job")
+    await authority.claim("lapsed", owner="w", lease=0.2, reoffer=b"job")
+    assert (await _states(authority))["running"] == ["handed", "lapsed"]
+    await handed.hand_back(b"job", delay=0)
+    assert await _states(authority) == {"queued": ["handed"], "running": ["lapsed"]}
+    await asyncio.sleep(0.3)  # the lapsed claim's worker died: its lease ran out
+    grab = await authority.grab("lapsed")
+    assert grab is not None and await authority.reaped(grab)
+    assert await _states(authority) == {"queued": ["handed", "lapsed"]}
+
+
+async def test_an_entry_goes_with_its_record(authority: Authority) -> None:
+    short = NewRecord("old", {"task": "add", "state": "enqueued"}, 0.2)
+    await authority.record_enqueued_many([short, _job("kept")])
+    old = await authority.claim("old", owner="w", lease=30)
+    await old.complete()
+    await asyncio.sleep(0.3)  # its record's life is over
+    # The next move into done trims the task's oldest entries whose records are gone.
+    await (await authority.claim("new", owner="w", lease=30)).complete()
+    await authority.record_enqueued("new", {"task": "add", "state": "enqueued"}, 60)
+    assert await _states(authority) == {"queued": ["kept"], "done": ["new"]}
+    assert (await authority.job_counts()).by_task == {"add": {"queued": 1, "done": 1}}

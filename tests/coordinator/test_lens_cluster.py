@@ -18,6 +18,7 @@ from forum.coordinator import (
     LensStateLost,
     LensUnavailable,
 )
+from forum.coordinator.jobindex import JobQuery
 from forum.coordinator.limits import Ask, Limit
 from forum.coordinator.records import NewRecord
 from tests.fixtures.redis_server import RedisClusterServers
@@ -207,8 +208,12 @@ async def test_batched_records_inspects_and_forgets_work_on_every_master(
         assert await lens.record_enqueued_many(batch) == [True] * len(KEYS)
         assert await lens.record_enqueued_many(batch[:3]) == [False] * 3
         states = await lens.inspect_many(KEYS)
-        assert [state.record for state in states] == [{"task": b"t"}] * len(KEYS)
+        # "ix": the job index's state, kept in each shard's slot (forum.coordinator.jobindex).
+        assert [state.record for state in states] == [{"task": b"t", "ix": b"queued"}] * len(KEYS)
         assert all(count > 0 for count in _keys_on(redis_cluster).values())
+        assert (await lens.job_counts()).by_task == {"t": {"queued": len(KEYS)}}
+        found = await lens.find_jobs(JobQuery(state="queued", limit=500))
+        assert sorted(found.keys) == sorted(KEYS) and found.total == len(KEYS)
         assert await lens.forget_record(KEYS[0])
         assert (await lens.inspect(KEYS[0])).record == {}
 

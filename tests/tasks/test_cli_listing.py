@@ -78,3 +78,25 @@ async def test_done_results_are_purged_and_the_job_still_says_done(
     # The done marker stays: a copy of the job is still turned away, not run again.
     assert (shown["state"], shown["result"]) == (JobState.DONE.value, None)
     assert await cli("purge", "--state", "done") == (0, "purged 0 results of done jobs\n", "")
+
+
+async def test_the_listing_searches_arguments_keys_and_a_time_range(
+    producer: App, cli: Jobs
+) -> None:
+    for key, name in (("img-1", "Photo.PNG"), ("img-2", "scan.pdf"), ("doc-1", "photo.png")):
+        await producer.enqueue("echo", name, _key=key, _delay=3600)
+
+    code, out, err = await cli("list", "--search", "photo.png")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert sorted(line.split()[0] for line in lines[1:-1]) == ["doc-1", "img-1"]
+    assert lines[-1] == "(2 found, newest first)"
+    code, out, _ = await cli("list", "--key", "img-", "--search", "photo")
+    assert [line.split()[0] for line in out.splitlines()[1:-1]] == ["img-1"]
+    # A delayed job is placed by when it is due: an hour from now.
+    code, out, _ = await cli("list", "--until", "2000-01-01T00:00")
+    assert out.splitlines()[-1] == "(0 found, newest first)"  # over the app's tasks: no count
+    code, out, _ = await cli("list", "--since", "2000-01-01T00:00+00:00", "--json")
+    assert out.count('"key"') == 3
+    code, _, err = await cli("list", "--since", "yesterday")
+    assert code == 2 and "'yesterday' is neither Unix seconds nor an ISO 8601 time" in err

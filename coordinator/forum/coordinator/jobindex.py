@@ -29,7 +29,8 @@ keys are not. The moves:
 * a release: ``queued`` (plain), ``retrying`` (a failed attempt, scored when
   the next is due) or ``dead`` (the last); a hand-back: as its record says,
   else ``queued``; a re-offer of a dead worker's job (``reaped``): ``queued``;
-* a cancel: ``cancelled``; ``forget_record``: out of the index.
+* a cancel: ``cancelled``; ``forget_record``: out of the index; a dead
+  job's letter requeued (``requeued``, by ``App.retry``): ``queued``.
 
 A ``delayed`` job whose due time passed is queued: it is read so from its
 score (:class:`JobCounts` and :class:`JobQuery` count and list it as
@@ -41,8 +42,8 @@ of that state and drops those whose record is gone (it expired: its life,
 the task's ``result_ttl``, is over), so the sets shrink as fast as they grow
 once records expire; and any entry a page meets whose record is gone is
 dropped there (``lua/index_page.lua``). A job costs its claim key twice in
-zsets (about 100 bytes each at 1M jobs; bench/lens_bytes_bench.py) and a
-field of its record.
+zsets (111 bytes an entry by ``MEMORY USAGE``, so about 220 bytes a job)
+and a field of its record (docs/coordination.md).
 
 Reading (:meth:`LensJobIndex.find_jobs`): each (shard, set) is a stream in
 score order; a page is a k-way merge of the streams, each read in pages
@@ -50,7 +51,7 @@ after a position found by rank (``index_page.lua``: ZCOUNT and a binary
 search among equal scores, O(log n) however deep), so paging costs the same
 on the first page and the thousandth. The cursor is the last entry looked
 at. A key-prefix or text filter is applied here, over the entries read in
-pipelined batches of :data:`BATCH`, at most :data:`SEARCH_BUDGET` of them a
+pipelined batches (of up to :data:`BATCH` a stream), at most :data:`SEARCH_BUDGET` of them a
 call: past that the page says ``complete=False`` and its cursor goes on
 from there.
 """
@@ -264,16 +265,30 @@ class _Reading:
 
     stream: Stream
     after: Entry | None
+    size: int
     buffer: list[Entry] = field(default_factory=list)
     more: bool = True
+
+
+def _batch(query: JobQuery, streams: int) -> int:
+    """How many entries to read of each stream first: a page's share (twice
+    it: streams are rarely even), or for a search the budget's, at least 4
+    and at most a page (a search: :data:`BATCH`). A stream read dry before
+    the page is full is read again, twice as many each time (one round trip
+    for all the streams read dry at once): a page of every state reads
+    112 streams (7 states, 16 shards), most of them nearly empty."""
+    if query.filtered:
+        return max(4, min(BATCH, SEARCH_BUDGET // max(1, streams)))
+    return max(4, min(query.limit, -(-2 * query.limit // max(1, streams))))
 
 
 async def find(query: JobQuery, streams: list[Stream], fetch: Fetch) -> JobFound:
     """A page of ``query`` merged over ``streams`` (see the module docstring)."""
     after = None if query.cursor is None else _decoded(query.cursor)
     filtered = query.filtered
-    batch = BATCH if filtered else query.limit
-    readings = [_Reading(stream, after) for stream in streams]
+    batch = _batch(query, len(streams))
+    readings = [_Reading(stream, after, batch) for stream in streams]
+    most = BATCH if filtered else query.limit
     pick = max if query.newest_first else min
     keys: list[str] = []
     searched = 0
@@ -282,7 +297,7 @@ async def find(query: JobQuery, streams: list[Stream], fetch: Fetch) -> JobFound
     while len(keys) < query.limit and not (filtered and searched >= SEARCH_BUDGET):
         todo = [r for r in readings if not r.buffer and r.more]
         if todo:
-            asks = [Ask(r.stream, r.after, batch, query.newest_first, bool(query.text))
+            asks = [Ask(r.stream, r.after, r.size, query.newest_first, bool(query.text))
                     for r in todo]  # fmt: skip
             reads = await fetch(asks)
             if total is None:
@@ -290,6 +305,7 @@ async def find(query: JobQuery, streams: list[Stream], fetch: Fetch) -> JobFound
             for reading, read in zip(todo, reads, strict=True):
                 reading.buffer = read.entries[::-1]  # popped from the end
                 reading.more = read.more
+                reading.size = min(most, 2 * reading.size)
             continue
         ready = [r for r in readings if r.buffer]
         if not ready:
@@ -350,6 +366,11 @@ class LensJobIndex(LensConnection):
         streams = streams_of(query, self._keys.shards, int(time.time() * 1000))
         return await find(query, streams, self._fetch)
 
+    async def requeued(self, key: str) -> bool:
+        """Job ``key``'s dead letter was put back to work: index it queued
+        unless it is no longer indexed dead (``requeued.lua``)."""
+        return bool(await self._run("requeued", key))
+
     async def _fetch(self, asks: Sequence[Ask]) -> list[Read]:
         calls = [
             Call("index_page", ask.stream.shard, None, (
@@ -396,6 +417,13 @@ class MemoryJobIndex:
         else:
             self._entries[key] = (task.decode(errors="replace"), state, int(score * 1000))
             record["ix"] = state.encode()
+
+    def requeued(self, key: str) -> bool:
+        found = self._live().get(key)
+        if found is None or found[1] != "dead":
+            return False
+        self.move(key, "queued", time.time())
+        return True
 
     def settled(self, key: str) -> tuple[str, float] | None:
         """What ``key``'s record says its attempt ended as (``ix_settled``):

@@ -376,6 +376,10 @@ class MemoryAuthority:
         self._enter()
         return await self._index.find(query)
 
+    async def requeued(self, key: str) -> bool:
+        self._enter()
+        return self._index.requeued(key)
+
     async def history(self, key: str) -> list[HistoryEvent]:
         self._enter()
         kept = self._kept(self._histories, key)

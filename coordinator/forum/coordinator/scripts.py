@@ -61,6 +61,7 @@ KEY_ROLES: dict[str, tuple[str, ...]] = {
     "hand_back": ("claim", "job", "inflight", "history", "task", "epoch"),
     "inspect": ("claim", "done", "job", "task", "epoch"),
     "reaped": ("claim", "job", "inflight", "history", "task", "epoch"),
+    "requeued": ("task", "epoch"),
     "record": ("claim", "task", "epoch"),
     "record_new": ("task", "epoch"),
     "record_new_many": ("epoch",),

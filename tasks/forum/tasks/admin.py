@@ -2,46 +2,42 @@
 every state (newest first, with how many there are), cancelling, retrying a
 dead one, purging the dead or the done ones' results, a key's claim history.
 
-Jobs live in two places, and a listing reads both, so a queue never looks
-empty while work is in flight: the space (tuples under the app's prefix,
-queued, in every queue; dead letters under ``dead/`` + the prefix) and the
-Lens (live claims: running; job records: retrying, done, dead, cancelled, delayed). The space
-is read first, a page of tuples at a time; then each key found is shown
-once, its status worked out as :mod:`forum.tasks.status` does from what the
-Lens holds of it, read a page of keys at a time (``inspect_many``: one
-round trip per page, not per job). A running job whose record never reached
-Redis is listed all the same (its task name from its tuples, else unknown:
-``None``). A listing is not a snapshot: jobs that move while it runs may be
-missed or shown twice in passing.
+A listing reads the Lens's job index (:mod:`forum.tasks.search`,
+forum.coordinator.jobindex): sorted sets per state and task, kept as jobs
+change state, so a page costs the same at a thousand jobs and at a
+million, and nothing walks the keyspace or the space. Each job's status is
+worked out from what the Lens holds of it (``inspect_many``: one round
+trip per page). A job whose producer's record has not reached Redis yet
+(written just after its enqueue returns) is not listed until it has; nor
+is a raw Worker's job, which has no record naming a task. A listing is not
+a snapshot: jobs that move while it pages may be missed or shown twice.
 
 Every call here reads and writes the space through the app's cluster
 (:mod:`forum.tasks.cluster`), failing over inside a group as enqueue does,
-and gathering over its groups: a listing pages through the groups one after
-another (the cursor names the group), and a job's dead letter is looked
-for, and taken, in every group.
+and gathering over its groups: a job's dead letter is looked for, and
+taken, in every group.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
-import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from forum.coordinator.deadletter import DeadLetter, requeue
 from forum.coordinator.errors import AlreadyClaimed
+from forum.coordinator.jobindex import MAX_LIMIT
 from forum.coordinator.records import CancelOutcome, HistoryEvent
 from forum.node.client.cluster import ClusterClient
 from forum.node.core.entries import Tuple
 from forum.node.core.space import ListPage, Pattern
-from forum.tasks.errors import InvalidJob, JobNotFound
+from forum.tasks import search
+from forum.tasks.errors import InvalidJob
 from forum.tasks.handle import JobHandle, JobState, JobStatus
 from forum.tasks.message import check_key, job_heads, peek_key
 from forum.tasks.queues import queues_of
-from forum.tasks.status import status_of
 
 if TYPE_CHECKING:
     from forum.tasks.app import App
@@ -53,32 +49,53 @@ _PAGE = 100
 @dataclass(frozen=True, slots=True)
 class Listing:
     """A page of a listing: ``jobs``, newest first (by when each last
-    changed: its ``updated``, else when it is due; those with neither last),
-    and ``total``, how many jobs matched (``len(jobs)`` when all are shown)."""
+    changed state; a delayed or retrying job by when it is due), ``total``,
+    how many jobs matched (``None`` when a key or text filter was given:
+    the search does not count), and ``complete``, ``False`` when such a
+    search stopped at its budget before the end."""
 
     jobs: list[JobStatus]
-    total: int
+    total: int | None
+    complete: bool = True
 
 
 async def listing(
-    app: App, state: JobState | None = None, limit: int = 100, task: str | None = None
+    app: App,
+    state: JobState | None = None,
+    limit: int = 100,
+    task: str | None = None,
+    *,
+    key: str | None = None,
+    text: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
 ) -> Listing:
-    """The newest ``limit`` jobs of ``app`` (in ``state``, of ``task``, when
-    given) and how many there are: every job is read to count and order them
-    (a page of keys per round trip), only ``limit`` of them kept."""
+    """The newest ``limit`` jobs of ``app`` (in ``state``, of ``task``, whose
+    key starts with ``key``, whose arguments hold ``text``, that changed
+    state from ``since`` to ``until``, when given) and how many there are,
+    from the Lens's job index (:mod:`forum.tasks.search`): pages of at most
+    :data:`forum.coordinator.jobindex.MAX_LIMIT`, never every job. An
+    ``expired`` job is indexed as queued (its expiry is worked out): those
+    are listed from the queued ones."""
     if limit < 1:
         raise InvalidJob(f"limit must be at least 1, not {limit}")
-    newest: list[tuple[float, int, JobStatus]] = []  # a heap: the oldest kept on top
-    total = 0
-    async for status in _matching(app, state, task):
-        total += 1
-        item = (_changed(status), -total, status)
-        if len(newest) < limit:
-            heapq.heappush(newest, item)
-        elif item[:2] > newest[0][:2]:
-            heapq.heapreplace(newest, item)
-    ordered = sorted(newest, key=lambda item: item[:2], reverse=True)
-    return Listing([status for _, _, status in ordered], total)
+    expired = state is JobState.EXPIRED
+    jobs: list[JobStatus] = []
+    total: int | None = None
+    cursor: str | None = None
+    while True:
+        page = await search.search(
+            app, state=JobState.QUEUED if expired else state, task=task, key=key, text=text,
+            since=since, until=until, limit=min(MAX_LIMIT, limit - len(jobs)), cursor=cursor,
+        )  # fmt: skip
+        if total is None:
+            total = None if expired else page.total
+        jobs += [s for s in page.jobs if s.state is JobState.EXPIRED] if expired else page.jobs
+        cursor = page.next_cursor
+        if cursor is None or len(jobs) >= limit or not page.complete:
+            complete = page.complete
+            break
+    return Listing(jobs[:limit], len(jobs) if expired and cursor is None else total, complete)
 
 
 async def jobs(
@@ -87,78 +104,6 @@ async def jobs(
     """The jobs of :func:`listing`, newest first."""
     for status in (await listing(app, state, limit, task)).jobs:
         yield status
-
-
-def _changed(status: JobStatus) -> float:
-    for when in (status.updated, status.due):
-        if when is not None:
-            return when
-    return -math.inf
-
-
-async def _matching(app: App, state: JobState | None, task: str | None) -> AsyncIterator[JobStatus]:
-    """Every job of ``app`` (in ``state``, of ``task``, when given), in no
-    order. The app's: under its prefix in the space, or, for an app with
-    tasks, a record of one of its tasks (another app's jobs share the Lens's
-    namespace); an app without tasks (``forum jobs`` without ``--app``)
-    lists every task job the Lens knows. A running job whose record never
-    reached Redis names no task: it is listed, whoever's it is."""
-    live = {key: _head(payload, app.prefix) async for key, payload in _tuples(app, app.prefix)}
-    dead = dict([item async for item in _tuples(app, app.dead_prefix + app.prefix)])
-    async for page in _pages(_keys(app, [*live, *dead])):
-        for found in await app.lens.inspect_many(page):
-            try:
-                status = status_of(found, live.get(found.key), dead.get(found.key),
-                                   prefix=app.prefix, dead_prefix=app.dead_prefix,
-                                   serializer=app.serializer)  # fmt: skip
-            except JobNotFound:
-                continue  # gone since it was listed
-            if found.key not in live and found.key not in dead:
-                if app.tasks and status.task is not None and status.task not in app.tasks:
-                    continue  # another app's
-                if status.task is None and status.state is not JobState.RUNNING:
-                    continue  # a raw Worker's job sharing the namespace
-            if state is not None and status.state is not state:
-                continue
-            if task is not None and status.task != task:
-                continue
-            yield status
-
-
-async def _keys(app: App, in_space: list[str]) -> AsyncIterator[str]:
-    """Every job key the Lens and the space know, each once: running claims
-    first, then the space's tuples and dead letters, then the records."""
-    seen: set[str] = set()
-    for keys in (app.lens.scan("claim"), _listed(in_space), app.lens.scan("task")):
-        async for key in keys:
-            if key not in seen:
-                seen.add(key)
-                yield key
-
-
-async def _listed(keys: list[str]) -> AsyncIterator[str]:
-    for key in keys:
-        yield key
-
-
-async def _pages(keys: AsyncIterator[str]) -> AsyncIterator[list[str]]:
-    """``keys`` in lists of up to :data:`_PAGE`."""
-    page: list[str] = []
-    async for key in keys:
-        page.append(key)
-        if len(page) == _PAGE:
-            yield page
-            page = []
-    if page:
-        yield page
-
-
-async def _tuples(app: App, prefix: bytes) -> AsyncIterator[tuple[str, bytes]]:
-    """(job key, payload) of each live job tuple under ``prefix``."""
-    async for item in tuples(app, prefix):
-        key = peek_key(item.payload, prefix)
-        if key is not None:
-            yield key, item.payload
 
 
 async def tuples(app: App, prefix: bytes) -> AsyncIterator[Tuple]:
@@ -182,13 +127,6 @@ async def _page(
     return space, await space.list(Pattern(prefix), start, _PAGE)
 
 
-def _head(payload: bytes, prefix: bytes) -> bytes:
-    """A job tuple's head, its key and task name: all a listing's status
-    needs of a live tuple (the arguments are not kept for the whole listing)."""
-    parts = payload[len(prefix) :].split(b"\n", 2)
-    return payload if len(parts) < 3 else payload[: len(payload) - len(parts[2])]
-
-
 async def cancel(app: App, key: str) -> CancelOutcome:
     """Cancel job ``key`` unless it is over (``"done"``): every copy of it,
     wherever it waits, is turned away as done, and a worker running it
@@ -206,6 +144,7 @@ async def retry(app: App, key: str) -> JobHandle:
     if letter is None:
         raise InvalidJob(f"job {key!r} has no dead letter to retry")
     await app.on_node(lambda space: requeue(space, letter))
+    await app.lens.requeued(key)  # the job index: queued again
     return JobHandle(app, key)
 
 
@@ -246,13 +185,18 @@ async def purge(app: App, state: JobState = JobState.DEAD) -> int:
 
 
 async def _purge_done(app: App) -> int:
-    """Drop the records of ``app``'s done jobs; how many were dropped."""
-    done = [status.key async for status in _matching(app, JobState.DONE, None)]
+    """Drop the records of ``app``'s done jobs, found a page at a time in the
+    job index (no scan); how many were dropped."""
     dropped = 0
-    for key in done:
-        with contextlib.suppress(AlreadyClaimed):  # run again meanwhile: the worker's now
-            dropped += await app.lens.forget_record(key)
-    return dropped
+    cursor: str | None = None
+    while True:
+        page = await search.search(app, state=JobState.DONE, limit=MAX_LIMIT, cursor=cursor)
+        for status in page.jobs:
+            with contextlib.suppress(AlreadyClaimed):  # run again meanwhile: the worker's now
+                dropped += await app.lens.forget_record(status.key)
+        cursor = page.next_cursor
+        if cursor is None:
+            return dropped
 
 
 async def _take(space: ClusterClient, *, letter: Pattern) -> object:

@@ -71,6 +71,10 @@ class TaskAuthority(ClaimAuthority, Protocol):
         """A page of the job index (forum.coordinator.jobindex)."""
         ...
 
+    async def requeued(self, key: str) -> bool:
+        """A dead job's letter was put back to work: the index has it queued."""
+        ...
+
     def scan(self, kind: ScanKind, count: int = 100) -> AsyncIterator[str]:
         """Every key with a record (``"task"``) or a live claim (``"claim"``)."""
         ...
