@@ -19,7 +19,9 @@ Two kinds of worker, one of them per process:
             yield lambda job: store.put(job.key, job.token, job.payload)
 
 The ``--app``, ``--node`` and ``--redis-url`` options, which ``forum jobs``
-has too, and loading the user's ``module:name`` are :mod:`forum.cli_app`'s.
+has too, and loading the user's ``module:name`` are :mod:`forum.cli_app`'s;
+what ``--app``, or ``--handler`` and ``--key``, name, loaded and the handler
+opened, is :mod:`forum.cli_usercode`'s.
 
 At start the worker prints, loudly, every way its Redis falls short of what
 the guarantees rest on (``Lens.durability``: AOF off, an eviction policy).
@@ -33,24 +35,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from forum.cli_app import (
     Where,
     app_option,
     cluster_space,
-    load_app,
     node_from_app,
     node_urls_of,
     redis_options,
-    resolve,
 )
 from forum.cli_args import (
     COUNT,
@@ -65,9 +62,10 @@ from forum.cli_args import (
 )
 from forum.cli_dead import dead_letter_options
 from forum.cli_otel import add_otel, otel_export
+from forum.cli_usercode import UserCode, load_user_code, open_handler
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX
 from forum.coordinator.errors import LensError, LensUnavailable
-from forum.coordinator.job import Backoff, Handler, KeyFunction
+from forum.coordinator.job import Backoff
 from forum.coordinator.keys import HISTORY_TTL
 from forum.coordinator.lens import Lens
 from forum.coordinator.metrics import serve_metrics, worker_registry
@@ -301,7 +299,7 @@ async def run_worker(args: argparse.Namespace) -> int:
     )
     _check_kind(args)
     # Importing the user's modules reads files: not on the event loop.
-    code = await asyncio.to_thread(_load_user_code, args)
+    code = await asyncio.to_thread(load_user_code, args)
     if code.app is not None:
         _check_max_attempts(code.app, args.max_attempts)
     where = Where.of(args, code.app)
@@ -387,35 +385,6 @@ def _check_kind(args: argparse.Namespace) -> None:
             raise UsageError(f"{', '.join(given)}: not with --app (the app and its tasks set them)")
 
 
-@dataclass(frozen=True, slots=True)
-class UserCode:
-    """What ``--app``, or ``--handler`` and ``--key``, named."""
-
-    app: App | None = None
-    handler: Any = None
-    key: KeyFunction | None = None
-
-    def describe(self, args: argparse.Namespace) -> str:
-        if self.app is None:
-            return f"taking {args.prefix!r}"
-        periodic = f", {len(self.app.periodic)} periodic" if self.app.periodic else ""
-        count = len(self.app.tasks)
-        names = ", ".join(sorted(self.app.tasks))
-        queues = (
-            "" if args.queues is None
-            else " from queues " + ",".join(f"{q}:{w}" for q, w in args.queues.items())
-        )  # fmt: skip
-        return f"running {args.app} ({count} task{'s' * (count != 1)}: {names}{periodic}){queues}"
-
-
-def _load_user_code(args: argparse.Namespace) -> UserCode:
-    sys.path.insert(0, os.path.abspath(args.app_dir))
-    if args.app is not None:
-        return UserCode(app=load_app(args.app))
-    handler = resolve("--handler", args.handler)
-    return UserCode(handler=handler, key=resolve("--key", args.key) if args.key else None)
-
-
 def _forget_after(args: argparse.Namespace) -> float:
     """``--forget-after``, else ``$FORUM_FORGET_AFTER`` (as the nodes read
     it), else the nodes' default: what the done markers' retention follows."""
@@ -454,7 +423,7 @@ async def _make_worker(
             if args.executor is not None:
                 options["executor"] = args.executor
             return code.app.worker(space, lens, queues=args.queues, **options)
-        handler = await stack.enter_async_context(_open_handler(args.handler, code.handler))
+        handler = await stack.enter_async_context(open_handler(args.handler, code.handler))
         backoff = 1.0 if args.backoff is None else args.backoff
         return Worker(
             space,
@@ -550,53 +519,6 @@ async def _serve_metrics(
     if port == 0:
         bound = ", ".join(f"{a[0]}:{a[1]}" for a in runner.addresses)
         print(f"forum worker: metrics on {bound}", file=sys.stderr, flush=True)
-
-
-def _is_async(function: Any) -> bool:
-    call = getattr(type(function), "__call__", None)  # noqa: B004 - an object with an async __call__
-    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
-
-
-def _needs_arguments(function: Any) -> bool:
-    try:
-        inspect.signature(function).bind()
-    except TypeError:
-        return True
-    except ValueError:  # no signature to be had (a builtin): call it and see
-        return False
-    return False
-
-
-@contextlib.asynccontextmanager
-async def _open_handler(spec: str, source: Any) -> AsyncIterator[Handler]:
-    """The handler ``source`` names: itself, or what its context manager yields."""
-    if _is_async(source):
-        if not _needs_arguments(source):
-            raise UsageError(
-                f"--handler {spec}: takes no job; a handler is 'async def handler(job)'"
-            )
-        yield source
-        return
-    if not callable(source):
-        raise UsageError(f"--handler {spec}: a {type(source).__name__}, not a function")
-    if _needs_arguments(source):
-        # A def handler(job): the worker would await what it returns, on every job.
-        raise UsageError(f"--handler {spec}: not async; a handler is 'async def handler(job)'")
-    opened: Any = source()
-    if not hasattr(opened, "__aenter__"):
-        raise UsageError(
-            f"--handler {spec}: returns a {type(opened).__name__}, not an async context "
-            "manager yielding a handler"
-        )
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            handler = await stack.enter_async_context(opened)
-        except Exception as exc:
-            # Opening is the user's code (connections, settings): say what failed.
-            raise UsageError(
-                f"--handler {spec}: opening it failed: {type(exc).__name__}: {exc}"
-            ) from None
-        yield handler
 
 
 def progress_line(owner: str, stats: WorkerStats) -> str:

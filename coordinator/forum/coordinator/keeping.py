@@ -242,7 +242,7 @@ class ClaimKeeper:
         Once per loss: one error line for the operator and the
         ``lens_state_losses`` count; the handlers running under claims from
         before the loss are cancelled (the claims are gone) and their
-        reservations released (the worker's ``_settle``); and no job is
+        reservations released (forum.coordinator.settling); and no job is
         claimed for ``lens_loss_pause`` seconds.
 
         Why pause, when the Lens works again at once: after a loss two holders

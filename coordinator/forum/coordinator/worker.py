@@ -68,30 +68,10 @@ Outcomes other than success:
   summary at INFO at most once a minute (:mod:`forum.coordinator.doubletakes`).
   ``NotDue``: a copy met after an attempt failed, before the next is due:
   parked until then, as a retry (:mod:`forum.coordinator.offers`).
-* The handler raised: the claim is released with the failure (the Lens
-  records the next attempt and when it is due, or that the job is buried,
-  in the same call), then the next attempt (the
-  attempt count and error in the trailer, ``not_before`` after a jittered
-  exponential backoff) is written into the space, *then* the failed
-  reservation is acked: the job is always in the space, as e1 or as the
-  retry (a worker dying between the write and the ack leaves both; the claim
-  key lets one of them run at a time). After ``max_attempts`` the written
-  bytes are a dead letter under ``dead_prefix``. A handler that raised
-  :class:`forum.coordinator.job.RetryAfter` chose the delay itself, and is retried
-  past ``max_attempts``; one that raised :class:`forum.coordinator.job.GiveUp` is
-  buried at once (forum.coordinator.job).
-* The job killed its worker (or the worker died while running it): the node
-  counts the leases of a tuple that ran out unsettled
-  (``Reserved.deliveries``), and the worker counts each as an attempt: a
-  delivery is attempt ``envelope.attempt + deliveries - 1``, or the
-  Lens's count when higher (a claim whose lease ran out counts, on any
-  node: ``HeldClaim.lapsed``). One past
-  ``max_attempts`` is not run: once claimed (so not a copy of a job done or
-  running elsewhere), it is buried as a dead letter with the error
-  :data:`LOST_WORKER` (write the dead letter, then ack). So a job that
-  crashes every worker that runs it ends in ``dead/`` after ``max_attempts``
-  deliveries, not in a crash loop. The count lives in the node's memory and
-  in the Lens: only both forgetting starts it again.
+* The handler raised, gave up or asked for a retry; the job killed its
+  worker (one delivered past ``max_attempts`` that way is buried unrun, as
+  :data:`LOST_WORKER`); it was cancelled, abandoned or its claim lost or
+  forgotten: :mod:`forum.coordinator.settling` says what is done with it.
 * The Lens is unavailable at the claim (Redis unreachable, full, read-only,
   a shard without a master, refusing: forum.coordinator.errors, UNAVAILABLE): fail
   closed. No handler runs; the reservations are released, once, so the
@@ -136,22 +116,23 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from forum.coordinator.admitting import Admitting
-from forum.coordinator.authority import ClaimAuthority, Failed
+from forum.coordinator.authority import ClaimAuthority
 from forum.coordinator.availability import OUTAGE_BACKOFF, Availability
 from forum.coordinator.completions import Completions
 from forum.coordinator.deadletter import DEFAULT_DEAD_PREFIX, bury
 from forum.coordinator.doubletakes import DoubleTakes
 from forum.coordinator.envelope import Envelope
-from forum.coordinator.errors import ClaimLost, LensError
+from forum.coordinator.errors import LensError
 from forum.coordinator.holding import Slots
-from forum.coordinator.job import Backoff, GiveUp, Handler, Job, KeyFunction, RetryAfter
-from forum.coordinator.keeping import ClaimKeeper, Interrupted
+from forum.coordinator.job import Backoff, Handler, Job, KeyFunction
+from forum.coordinator.keeping import ClaimKeeper
 from forum.coordinator.lanes import Lanes
 from forum.coordinator.limits import Admission
 from forum.coordinator.offers import Answers, Offer
 from forum.coordinator.presence import HEAD, Presence
 from forum.coordinator.reaper import Reaper
 from forum.coordinator.reservations import Reservations
+from forum.coordinator.settling import LOST_WORKER, Settling
 from forum.coordinator.spaces import TakeOnly, WorkSpace
 from forum.coordinator.stats import WorkerStats
 from forum.node.core.cancellation import wait_event
@@ -161,8 +142,12 @@ from forum.node.core.space import Pattern, TupleSpace
 
 log = logging.getLogger(__name__)
 
-#: The error a dead letter carries when the job's workers died running it.
-LOST_WORKER = "the worker was lost: its lease expired"
+# LOST_WORKER lives with the settling of jobs; it is the worker's name too
+# (forum.tasks knows it from here), so it is exported here.
+__all__ = [
+    "DEFAULT_CONCURRENCY", "DEFAULT_DRAIN_TIMEOUT", "DEFAULT_LEASE", "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_TAKE_WAIT", "LOST_WORKER", "Worker", "default_owner",
+]  # fmt: skip
 
 #: The defaults of :class:`Worker`, which ``forum worker``'s flags and
 #: ``App.run_worker`` share.
@@ -272,6 +257,13 @@ class Worker:
             concurrency=concurrency,
         )  # fmt: skip
         self._keeper.admission = admission
+        #: What is done with each job once its handler is over (forum.coordinator.settling).
+        self._settling = Settling(
+            keeper=self._keeper, reservations=self._reservations, completions=self._completions,
+            counts=self._counts, max_attempts=max_attempts, backoff=self.backoff,
+            dead_prefix=dead_prefix, rng=self._rng, write_back=self._write_back,
+            outage_waits=self._outage_waits,
+        )  # fmt: skip
         self._jobs: set[asyncio.Task[None]] = set()
         self._drain_expired = False
         self._stop_deadline: float | None = None
@@ -498,109 +490,17 @@ class Worker:
     async def _run_job(self, job: Job, envelope: Envelope, generation: int, *, lost: bool) -> None:
         try:
             if lost:
-                made = job.attempt - 1
-                log.warning("%s: its worker was lost on attempt %d of %d: burying it",
-                            job.key, made, self.max_attempts)  # fmt: skip
-                await self._settle_failure(job, envelope.at_attempt(made), LOST_WORKER)
+                await self._settling.lost_worker(job, envelope)
                 return
             interrupted, error = await self._keeper.run_handler(self._handler, job, generation)
             self._keeper.note_state_loss()
-            await self._settle(
+            await self._settling.settle(
                 job, envelope, interrupted, error, generation < self._keeper.generation
             )
         finally:
             if self._admitting is not None:
                 await self._admitting.release([job.key])
             self._slots.release()
-
-    async def _settle(
-        self,
-        job: Job,
-        envelope: Envelope,
-        interrupted: Interrupted | None,
-        error: Exception | None,
-        forgotten: bool,
-    ) -> None:
-        """The end of a job, where the node's reservation (``job.entry_id``)
-        holds the job until this settles it:
-
-        * done: complete the claim, then ack the reservation (batched);
-        * failed: release the claim, write the next attempt (due after the
-          backoff) or the dead letter into the space, *then* ack; should the
-          write fail, the reservation is left to run out and the job comes
-          back, its lapse counted as the failed attempt;
-        * abandoned in the drain, or its claim forgotten by Redis: release the
-          claim (if still held) and the reservation: live again at once;
-        * its claim lost to another holder: touch nothing. The reservation runs
-          out (or the new holder, who reserved the same tuple, settles it);
-        * cancelled (its claim retired by a cancel): ack the reservation.
-        """
-        if interrupted == "abandoned" or (
-            forgotten and (interrupted == "lost" or isinstance(error, LensError))
-        ):
-            await self._keeper.release(
-                job.claim, self._outage_waits()
-            )  # a forgotten one is ClaimLost: fine
-            await self._reservations.release([job.entry_id])
-            if forgotten:
-                self._counts.rescued += 1
-                log.warning("%s: Redis forgot its claim; its reservation is released", job.key)
-            else:
-                self._counts.handed_back += 1
-            return
-        if interrupted == "cancelled":
-            await self._reservations.ack([job.entry_id])  # the job is over: not re-offered
-            return
-        if interrupted == "lost" or isinstance(error, ClaimLost):
-            self._counts.claims_lost += 1
-            log.warning(
-                "claim on %s lost while its handler ran (%s)", job.key, error or "cancelled"
-            )
-            return
-        if error is None:
-            await self._completions.submit(job.claim, job.entry_id)
-        elif isinstance(error, GiveUp):
-            await self._settle_failure(job, envelope, error.error, last=True)
-        elif isinstance(error, RetryAfter):
-            await self._settle_failure(job, envelope, error.error, last=False, delay=error.delay)
-        else:
-            await self._settle_failure(job, envelope, f"{type(error).__name__}: {error}")
-
-    async def _settle_failure(
-        self,
-        job: Job,
-        envelope: Envelope,
-        error: str,
-        *,
-        last: bool | None = None,
-        delay: float | None = None,
-    ) -> None:
-        """Attempt ``envelope.attempt`` failed with ``error``: release the
-        claim, write the next attempt (or after the last, the dead letter),
-        then ack the failed reservation. The handler may have said whether
-        this was the last (``GiveUp``, ``RetryAfter``) and when the next is
-        due; else ``max_attempts`` and the backoff decide."""
-        log.info("%s attempt %d failed: %s", job.key, envelope.attempt, error)
-        if last is None:
-            last = envelope.attempt >= self.max_attempts
-        if last:
-            payload = bury(envelope.failed(error), self.dead_prefix)
-        else:
-            if delay is None:
-                delay = self.backoff.delay(envelope.attempt, self._rng)
-            payload = envelope.next_attempt(error, time.time() + delay if delay else None).seal()
-        # Released first, so the next attempt, once due, finds the key free;
-        # the Lens counts the failure in the same call, so a copy of the job
-        # met anywhere from now on is the next attempt, due when this one's is
-        # (or, after the last, not run at all).
-        failed = Failed(None if last else delay, envelope.revived)
-        await self._keeper.release(job.claim, self._outage_waits(), failed)
-        if await self._write_back(payload):
-            await self._reservations.ack([job.entry_id])
-            if last:
-                self._counts.dead += 1
-            else:
-                self._counts.retried += 1
 
     async def _announce(self, within: float | None = None) -> None:
         """Write this worker's presence record (one command; none without a
