@@ -1,6 +1,6 @@
 """``Forum.withdraw``: a take that reaches tuples not due yet, as a job's
-cancel needs (docs/http-api.md, "Withdraw"). Over HTTP and the stream:
-tests/node/test_withdraw_api.py; across nodes and through a cancel:
+cancel needs (docs/http-api.md, "Withdraw"). Over HTTP and the stream alike:
+tests/service/test_stream.py; across nodes and through a cancel:
 tests/tasks/test_cancel_delayed.py."""
 
 from __future__ import annotations
