@@ -112,6 +112,9 @@ def _cases(o: str) -> list[tuple[str, dict[str, Any]]]:
         ("take_many", {"prefix": b"j-", "limit": 3, "wait": 0.05}),
         ("read", {"prefix": b"j-", "wait": 0.05}),
         ("reserve", {"prefix": b"", "lease": 30.0, "wait": 0.05}),
+        ("write", {"payload": b"d-1", "not_before": 1.9e9}),
+        ("withdraw", {"prefix": b"d-"}),  # not due yet, and taken
+        ("withdraw", {"prefix": b"d-", "limit": 5}),
         # Refusals: an answer with the route's status and error body.
         ("ack", {"id": "not-an-id"}),
         ("release", {"id": ":1"}),
@@ -119,6 +122,7 @@ def _cases(o: str) -> list[tuple[str, dict[str, Any]]]:
         ("reserve", {"prefix": b"", "lease": 99999.0}),
         ("reserve_many", {"prefix": b"", "lease": 5.0, "limit": 0}),
         ("take_many", {"prefix": b"", "limit": 10**6}),
+        ("withdraw", {"prefix": b"", "limit": 0}),
         ("list", {"prefix": b"", "limit": 5000}),
         ("extend_many", {"ids": [f"{o}:1"], "lease": 0.0}),
         ("ack_reserve", {"ids": ["not-an-id"], "prefix": b"", "lease": 30.0}),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from forum.coordinator.jobindex import MAX_LIMIT
 from forum.coordinator.records import CancelOutcome, HistoryEvent
 from forum.node.client.cluster import ClusterClient
 from forum.node.core.entries import Tuple
+from forum.node.core.errors import ForumError
 from forum.node.core.space import ListPage, Pattern
 from forum.tasks import search
 from forum.tasks.errors import InvalidJob
@@ -41,6 +43,8 @@ from forum.tasks.queues import queues_of
 
 if TYPE_CHECKING:
     from forum.tasks.app import App
+
+log = logging.getLogger(__name__)
 
 #: How many tuples one page of a listing asks a node for.
 _PAGE = 100
@@ -132,9 +136,28 @@ async def cancel(app: App, key: str) -> CancelOutcome:
     wherever it waits, is turned away as done, and a worker running it
     (``owner``) has its claim's fencing token retired, so it stops (within
     its watch, forum.coordinator.keeping) and its late effects are refused.
-    ``JobNotFound`` if nothing knows the key."""
+    ``JobNotFound`` if nothing knows the key.
+
+    Then its tuple, queued or not due yet, is withdrawn from the space
+    (``ClusterClient.withdraw``: every node's copy goes), so the counts stop
+    showing it. The done marker comes first, so a worker that reserves the
+    tuple meanwhile is turned away; the withdraw is best effort: a failure
+    is logged, and the job is cancelled all the same (its tuple is turned
+    away when a worker reserves it)."""
     await app.status(check_key(key))  # JobNotFound for a key no job has
-    return await app.lens.cancel(key)
+    outcome = await app.lens.cancel(key)
+    if outcome.state == "cancelled":
+        try:
+            for head in job_heads(app.prefix, key, queues_of(app)):
+                await app.on_node(functools.partial(_withdraw, head=Pattern(head)))
+        except ForumError as error:
+            log.warning("job %r is cancelled; its tuple stays until a worker turns it away: %s",
+                        key, error)  # fmt: skip
+    return outcome
+
+
+async def _withdraw(space: ClusterClient, *, head: Pattern) -> list[Tuple]:
+    return await space.withdraw(head, _PAGE)
 
 
 async def retry(app: App, key: str) -> JobHandle:

@@ -131,6 +131,11 @@ TAKE_BATCH = Operation(
     "POST", "/v1/take/batch", "Take up to limit tuples: all or none",
     Answer(200, "The tuples taken (possibly none).", Tuples), (*TAKE_PATTERN, WAIT, BATCH_LIMIT),
 )  # fmt: skip
+WITHDRAW = Operation(
+    "POST", "/v1/withdraw",
+    "Take up to limit matches here, live or not yet due (a reserved one is left): never waits",
+    Answer(200, "The tuples taken (possibly none).", Tuples), (*TAKE_PATTERN, BATCH_LIMIT),
+)  # fmt: skip
 RESERVE = Operation(
     "POST", "/v1/reserve", "Reserve the oldest live match for lease s (then ack or release)",
     Answer(200, "The tuple, reserved: out of reach until acked, released or its lease ends.",
@@ -256,12 +261,12 @@ STREAM_OPS = {
     "write": WRITE, "write_many": WRITE_BATCH, "read": READ, "take": TAKE,
     "take_many": TAKE_BATCH, "reserve": RESERVE, "reserve_many": RESERVE_BATCH, "ack": ACK,
     "ack_many": ACK_BATCH, "ack_reserve": ACK_RESERVE, "extend_many": EXTEND, "release": RELEASE,
-    "count": COUNT, "list": LIST,
+    "count": COUNT, "list": LIST, "withdraw": WITHDRAW,
 }  # fmt: skip
 
 #: Every operation of the node itself (replication adds the cluster routes).
 OPERATIONS = (
     WRITE, LIST, WRITE_BATCH, TAKE, TAKE_BATCH, RESERVE, RESERVE_BATCH, ACK, ACK_BATCH,
     ACK_RESERVE, EXTEND, RELEASE, READ, COUNT, COMPACT, STATUS, SPEC, HEALTHZ, READYZ, METRICS,
-    STREAM, WATCH, PAUSE, RESUME, PREFIXES, CLUSTER_MAP,
+    STREAM, WATCH, PAUSE, RESUME, PREFIXES, CLUSTER_MAP, WITHDRAW,
 )  # fmt: skip

@@ -445,6 +445,12 @@ class ClusterClient(AsyncResource):
             pattern, timeout, lambda client, wait: client.take_many(pattern, limit, wait)
         )
 
+    async def withdraw(self, pattern: Pattern, limit: int = 100) -> builtins.list[Tuple]:
+        """:meth:`ForumClient.withdraw` in every served group (a job's tuple
+        may be misplaced); up to ``limit`` from each."""
+        taken = await self._each(lambda client: client.withdraw(pattern, limit))
+        return [item for group in taken for item in group]
+
     async def _find(
         self,
         pattern: Pattern,

@@ -312,6 +312,15 @@ class ForumClient(AsyncResource):
         found: builtins.list[model.TupleBody] = await self._batch("take_many", args, timeout)
         return [tuple_of(self.url, item) for item in found]
 
+    async def withdraw(self, pattern: Pattern, limit: int = 100) -> builtins.list[Tuple]:
+        """Take up to ``limit`` matches on the node, live or not yet due (a
+        reserved one is left), in one append; never waits (docs/http-api.md)."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        args = {"prefix": pattern.prefix, "limit": limit}
+        found: model.Tuples = await self._document("withdraw", args)
+        return [tuple_of(self.url, item) for item in found.tuples]
+
     async def _batch(self, op: str, args: dict[str, Any], timeout: float | None) -> Any:
         """The tuples of a batch take or reserve: the answer's ``tuples``,
         waiting up to ``timeout`` s for the first."""

@@ -47,6 +47,7 @@ from forum.node.api.operations import (
     STATUS,
     TAKE,
     TAKE_BATCH,
+    WITHDRAW,
     WRITE,
     WRITE_BATCH,
     Operation,
@@ -205,6 +206,17 @@ async def take_batch(request: web.Request) -> web.Response:
     wait = query.seconds(WAIT)
     media = negotiate(request, TAKE_BATCH)
     taken = await request.app[SPACE].take_many(pattern, limit, wait)
+    return respond(Tuples([tuple_body(t, media) for t in taken]), media)
+
+
+async def withdraw(request: web.Request) -> web.Response:
+    """``POST /v1/withdraw``: take up to ``limit`` matches, live or not yet due
+    (``Forum.withdraw``)."""
+    query = _query(request, WITHDRAW)
+    pattern = query.pattern()
+    limit = query.integer(BATCH_LIMIT)
+    media = negotiate(request, WITHDRAW)
+    taken = await request.app[SPACE].withdraw(pattern, limit)
     return respond(Tuples([tuple_body(t, media) for t in taken]), media)
 
 
@@ -369,4 +381,5 @@ HANDLERS: dict[Operation, Handler] = {
     RESUME: resume,
     PREFIXES: prefixes,
     CLUSTER_MAP: cluster_map,
+    WITHDRAW: withdraw,
 }

@@ -132,6 +132,9 @@ class Space:
             reserved += await self.forum.reserve_many(pattern, lease, limit - 1)
         return reserved
 
+    async def withdraw(self, pattern: Pattern, limit: int) -> list[Tuple]:
+        return await self.forum.withdraw(pattern, limit)
+
     async def ack(self, entry_id: EntryId) -> Acked:
         return Acked(await self.forum.ack(entry_id))
 

@@ -120,6 +120,11 @@ class BatchArgs(TakeArgs, frozen=True, kw_only=True):
     limit: int = DEFAULT_LIMIT
 
 
+class WithdrawArgs(Args, frozen=True, kw_only=True):
+    prefix: bytes
+    limit: int = DEFAULT_LIMIT
+
+
 class ReserveArgs(TakeArgs, frozen=True, kw_only=True):
     lease: float
 
@@ -171,6 +176,13 @@ async def _read(space: Space, a: WaitArgs) -> Answer:
 async def _take(space: Space, a: TakeArgs) -> Answer:
     found = await space.take(Pattern(a.prefix), check_seconds(WAIT, a.wait, space.limits))
     return (204, None) if found is None else (200, tuple_body(found, MSGPACK))
+
+
+async def _withdraw(space: Space, a: WithdrawArgs) -> Answer:
+    taken = await space.withdraw(
+        Pattern(a.prefix), check_integer(BATCH_LIMIT, a.limit, space.limits)
+    )
+    return 200, Tuples([tuple_body(t, MSGPACK) for t in taken])
 
 
 async def _take_many(space: Space, a: BatchArgs) -> Answer:
@@ -296,4 +308,5 @@ OPS: dict[str, StreamOp] = {
     "release": StreamOp.of(IdArgs, _release, _never),
     "count": StreamOp.of(PatternArgs, _count, _never),
     "list": StreamOp.of(PageArgs, _list, _never),
+    "withdraw": StreamOp.of(WithdrawArgs, _withdraw, _never),
 }

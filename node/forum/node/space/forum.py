@@ -84,6 +84,9 @@ _LIVE_SLICE = 10_000
 #: How long a writer keeps a tuple it lent for a take here reserved: the
 #: Take follows at once; this bounds the wait if it never comes.
 _TAKE_LEASE = 60.0
+#: The arrival a withdrawn tuple that was not due yet stands on while its
+#: Take is appended: put back, it goes back to the schedule (``_put_live``).
+_NOT_DUE = -1
 
 
 def prefix_text(prefix: bytes) -> str:
@@ -666,7 +669,11 @@ class Forum(AsyncResource):
         return self._reservations.release(entry_id)
 
     def _put_live(self, arrival: int, item: Tuple) -> None:
-        """A tuple back in the index at ``arrival``, offered to the waiters."""
+        """A tuple back in the index at ``arrival``, offered to the waiters;
+        one a withdraw took before it was due, back in the schedule."""
+        if arrival == _NOT_DUE:
+            self._schedule.hold(item, item.props.due)  # due meanwhile: live at once
+            return
         self._index.restore(arrival, item)
         self._offer(arrival, item)
 
@@ -689,6 +696,28 @@ class Forum(AsyncResource):
         if not found:
             return []
         return await self._taker.commit(found)
+
+    async def withdraw(self, pattern: Pattern, limit: int) -> list[Tuple]:
+        """Take up to ``limit`` matches here, live or not yet due, in one
+        append; never waits, whatever is paused. Their Takes replicate as any
+        take's, so every copy goes. A reserved match is left to its holder
+        (its ack takes it), and so is a peer's tuple not yet live here (its
+        turn to come: docs/replication.md). What a job's cancel uses
+        (docs/tasks.md), so that a delayed job is gone from the counts at
+        once; a take never reaches a tuple not due."""
+        self._check_open()
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        found: builtins.list[Found] = []
+        while len(found) < limit and (live := self._index.oldest(pattern.prefix)) is not None:
+            removed = self._remove_live(live[1].id)
+            if removed is not None:
+                found.append(removed)
+        while (
+            len(found) < limit and (waiting := self._schedule.take_out(pattern.prefix)) is not None
+        ):
+            found.append((_NOT_DUE, self._dress(waiting)))
+        return await self._taker.commit(found) if found else []
 
     async def compact(
         self, horizon: Mapping[str, int] | None = None, *, seal: bool = False

@@ -219,6 +219,12 @@ class Schedule:
         removed = self._waiting.remove_id(entry_id)
         return None if removed is None else removed[1]
 
+    def take_out(self, prefix: bytes) -> Tuple | None:
+        """The oldest tuple not due yet that matches ``prefix``, forgotten as
+        :meth:`drop` does (a withdraw takes it); ``None`` if none."""
+        found = self._waiting.oldest(prefix)
+        return None if found is None else self._waiting.remove(found[0])
+
     def expire_at(self, entry_id: EntryId, expires: int) -> None:
         """Call ``on_expiry`` with ``entry_id`` at ``expires`` (ms since the epoch)."""
         look = self._expiries.add(entry_id, expires)
