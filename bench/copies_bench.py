@@ -48,7 +48,7 @@ async def _cell(url: str, copies: int, clients: int, seconds: float) -> dict[str
     percentiles (ms) and writes per second."""
     latencies: list[float] = []
     options: dict[str, Any] = {} if copies == 1 else {"copies": copies}
-    deadline = time.perf_counter() + seconds
+    deadline = 0.0  # set once every client is warm: the warm-up is not the cell's time
 
     async def loop(client: ForumClient, n: int) -> None:
         i = 0
@@ -63,6 +63,7 @@ async def _cell(url: str, copies: int, clients: int, seconds: float) -> dict[str
         for client in made:
             await client.write(b"warm", **options)  # the stream opened, not timed
         started = time.perf_counter()
+        deadline = started + seconds
         await asyncio.gather(*(loop(c, n) for n, c in enumerate(made)))
         elapsed = time.perf_counter() - started
     finally:

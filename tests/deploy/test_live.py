@@ -38,7 +38,6 @@ from forum.deploy.processes import (
     ToxiproxyService,
     WorkerService,
     find_binary,
-    free_port,
 )
 from forum.node.client.remote import ForumClient
 from forum.node.core.space import Pattern
@@ -52,6 +51,7 @@ from tests.deploy.artifacts import (
     named_ports,
 )
 from tests.fixtures.nodes import NodeProcess, eventually
+from tests.fixtures.ports import free_port
 
 #: How long the compose topology may take to do its jobs once it is up.
 JOBS_DEADLINE = 60.0

@@ -12,6 +12,7 @@ from forum.node.core.space import Pattern
 from forum.node.space.forum import Forum
 from forum.node.space.lending import Lent
 from forum.node.space.listeners import Provenance
+from tests.fixtures.nodes import eventually
 
 JOBS = Pattern(b"job-")
 WRITER = "peer-a"
@@ -63,7 +64,7 @@ async def test_a_waiting_taker_gets_the_tuple_the_moment_its_writer_is_down(
     await forum.apply([Write(EntryId(WRITER, 1), b"job-1")], Provenance(frozenset({WRITER})))
     await asyncio.sleep(2 * forum.remote_delay + 0.05)
     waiting = asyncio.create_task(forum.take_entry(JOBS, timeout=30))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: forum.stats().waiting_takers == 1, what="the taker waiting")
     assert not waiting.done()
     assert await forum.count(JOBS) == 1  # live here (read, counted), not handed out
     writers.alive = False

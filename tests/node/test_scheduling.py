@@ -301,7 +301,7 @@ async def test_a_paused_prefix_answers_nothing_until_resumed(forum: Forum) -> No
     assert await forum.read(JOBS) == b"job/1" and await forum.count(JOBS) == 1
     await forum.write(b"job/2")  # writes go on
     waiting = asyncio.create_task(forum.take(JOBS, timeout=5))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: forum.stats().waiting_takers == 1, what="the take waiting")
     assert not waiting.done()
     assert await forum.resume(b"job/") == 1
     assert await waiting == b"job/1"

@@ -96,17 +96,18 @@ async def test_a_tuple_released_on_the_borrower_is_live_again_at_its_writer(
 
 
 async def test_an_extension_on_the_borrower_keeps_the_writers_loan(memory: Nodes) -> None:
-    """b reserves for 0.3 s and extends twice, for 1 s in all: a keeps the
-    tuple lent all along (its own takers get nothing), and b's ack is no
-    double take."""
+    """b reserves for 0.8 s and extends it every 0.3 s, for 1.2 s in all (past
+    the first lease): a keeps the tuple lent all along (its own takers get
+    nothing), and b's ack is no double take. Each extension has 0.5 s to
+    spare: with 0.05 s (0.3 s leases) a loaded machine let one run out."""
     a, b = await mesh(memory, "ab")
     await a.forum.write(b"job-1")
     await converged([a, b], "a's job on b")
-    held = await b.forum.reserve(JOBS, lease=0.3)
+    held = await b.forum.reserve(JOBS, lease=0.8)
     assert held is not None
     for _ in range(4):
-        await asyncio.sleep(0.25)
-        assert await b.forum.extend(held.id, 0.3)
+        await asyncio.sleep(0.3)
+        assert await b.forum.extend(held.id, 0.8)
         assert await a.forum.take(JOBS) is None
     assert await b.forum.ack(held.id)
     await converged([a, b], "taken")
@@ -133,7 +134,7 @@ async def test_a_loan_run_out_on_the_borrower_comes_back_counted(memory: Nodes) 
 async def test_a_taker_waiting_on_a_peer_gets_a_new_write_by_a_loan(memory: Nodes) -> None:
     a, b = await mesh(memory, "ab")
     waiting = asyncio.create_task(b.forum.take_entry(JOBS, timeout=5))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: b.forum.stats().waiting_takers == 1, what="b's taker waiting")
     written = await a.forum.write(b"job-1")
     taken = await waiting
     assert taken is not None and taken.id == written

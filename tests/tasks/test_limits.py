@@ -10,6 +10,7 @@ swept in order; an end and a start at the same instant count the end first
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -82,14 +83,25 @@ async def test_jobs_over_a_key_limit_wait_unclaimed_and_other_keys_go_on(
 ) -> None:
     """Two workers, 3 keys of 5 jobs, ``max_running=2`` per key: never more
     than 2 of a key at once, every job runs as attempt 1 (its waits over
-    the limit are not attempts), and the keys share the workers."""
+    the limit are not attempts), and the keys share the workers. A key's
+    first job waits (at most 5 s) for a second of its key to start, so that
+    a loaded machine's slow claims still show the limit reached, not only kept."""
     app = make_app()
     ran: dict[str, list[tuple[float, float, int]]] = {}
+    running: dict[str, int] = {}
+    paired: dict[str, asyncio.Event] = {}
 
     @app.task(limit_key=lambda customer, n: customer, max_running=2)
     async def order(ctx: Context, customer: str, n: int) -> None:
         start = time.time()
+        running[customer] = running.get(customer, 0) + 1
+        two = paired.setdefault(customer, asyncio.Event())
+        if running[customer] == 2:
+            two.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(two.wait(), 5)
         await asyncio.sleep(0.1)
+        running[customer] -= 1
         ran.setdefault(customer, []).append((start, time.time(), ctx.attempt))
 
     async with app:
