@@ -13,7 +13,10 @@ key                              type    holds
                                          entered the state (Redis TIME ms); for
                                          ``delayed`` and ``retrying`` when it is due
 ``<tag>:ix:<state>:<task>``      zset    the same, of one task
-``<tag>:ix:counts``              hash    field ``<state>:<task>``: how many
+``<tag>:ix:tasks``               set     the task names indexed (added to when a
+                                         job is first indexed): the counts are the
+                                         ``ZCARD``s of the per-task sets, so a move
+                                         keeps no count
 ===============================  ======  ==========================================
 
 The job record (``<tag>:task:<key>``) keeps the state a job is indexed under
@@ -22,7 +25,9 @@ old sets. Only a key whose record names a task is indexed: a raw Worker's
 keys are not. The moves:
 
 * a producer's record (``record_enqueued``): ``delayed`` until its due time,
-  else ``queued`` (``done`` or ``running`` when a worker got there first);
+  else ``queued`` (``done`` or ``running`` when a worker got there first;
+  when the worker's record came first, the producer's ``args`` and
+  ``enqueued`` are added where it has none, and the job indexed if not yet);
 * a claim: ``running``; a fenced record saying ``done``, ``dead`` or
   ``retrying``: that state (retrying scored by its due time);
 * a completion: ``done``, or ``dead`` when the record says so (a buried job);
