@@ -215,3 +215,17 @@ async def test_a_producers_record_after_a_workers_keeps_its_arguments(
     assert late.record["state"] == b"running"
     assert kept.record["args"] == b"(0,)"
     assert await _states(authority) == {"running": ["late", "other"]}
+
+
+async def test_a_move_into_the_state_a_job_is_in_keeps_when_it_entered(
+    authority: Authority,
+) -> None:
+    await authority.record_enqueued("twice", _job("twice").fields, 60)
+    held = await authority.claim("twice", owner="w", lease=30)
+    await authority.record(held, {"state": "done", "result": "3"}, 60)  # indexed done now
+    await asyncio.sleep(0.05)
+    between = time.time()
+    await asyncio.sleep(0.05)
+    await held.complete()  # done again: its score stays the record's
+    assert await _states(authority, until=between) == {"done": ["twice"]}
+    assert await _states(authority, since=between) == {}

@@ -86,6 +86,9 @@ __all__ = [
 INDEXED_STATES = ("queued", "delayed", "running", "retrying", "done", "dead", "cancelled")
 #: The states a job stays in once there (trimmed when their records go).
 FINAL_STATES = frozenset({"done", "dead", "cancelled"})
+#: The states scored by when a job is due (a move into one again moves the
+#: score); a move into any other state a job is in writes nothing.
+_DUE_SCORED = frozenset({"delayed", "retrying"})
 #: The most jobs one page holds.
 MAX_LIMIT = 500
 #: How many index entries a key or text search looks at in one call.
@@ -411,11 +414,14 @@ class MemoryJobIndex:
 
     def move(self, key: str, state: str | None, score: float) -> None:
         """Index ``key`` under ``state`` (``None``: out) from ``score`` (Unix
-        s), as ``ix_move`` does: only a key whose record names a task."""
+        s), as ``ix_move`` does: only a key whose record names a task, and
+        nothing for a move into the state it is in (unless due-scored)."""
         record = self._record_of(key)
         task = None if record is None else record.get("task")
         if record is None or task is None:
             return
+        if state is not None and state not in _DUE_SCORED and record.get("ix") == state.encode():
+            return  # there already: its score is when it entered the state
         if state is None:
             self._entries.pop(key, None)
             record.pop("ix", None)
