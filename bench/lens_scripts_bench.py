@@ -109,6 +109,8 @@ def write_records(client: Redis, schema: KeySchema, keys: list[str]) -> None:
         pipe.hset(schema.task(key), mapping={"task": "bench", "state": "enqueued", "ix": "queued"})
         pipe.zadd(f"{tag}:ix:queued", {key: 1})
         pipe.zadd(f"{tag}:ix:queued:bench", {key: 1})
+        pipe.sadd(f"{tag}:ix:tasks", "bench")
+        # A baseline from before <tag>:ix:tasks kept its counts in a hash.
         pipe.hincrby(f"{tag}:ix:counts", "queued:bench", 1)
     pipe.execute()
 

@@ -194,3 +194,38 @@ async def test_an_entry_goes_with_its_record(authority: Authority) -> None:
     await authority.record_enqueued("new", {"task": "add", "state": "enqueued"}, 60)
     assert await _states(authority) == {"queued": ["kept"], "done": ["new"]}
     assert (await authority.job_counts()).by_task == {"add": {"queued": 1, "done": 1}}
+
+
+async def test_a_producers_record_after_a_workers_keeps_its_arguments(
+    authority: Authority,
+) -> None:
+    # The producer's record is written in the background: a worker may claim
+    # the job and write its record first. The worker's fields stay; the
+    # producer's arguments and enqueue time are added where absent, and the
+    # job is indexed (the claim found no record to index).
+    first = await authority.claim("late", owner="w", lease=30)
+    await authority.record(first, {"task": "add", "state": "running"}, 60)
+    other = await authority.claim("other", owner="w", lease=30)
+    await authority.record(other, {"task": "add", "state": "running", "args": "(0,)"}, 60)
+    produced = {**_job("late").fields, "enqueued": 1.5}
+    assert not await authority.record_enqueued("late", produced, 60)
+    assert await authority.record_enqueued_many([_job("other", args="(2,)")]) == [False]
+    late, kept = await authority.inspect_many(["late", "other"])
+    assert late.record["args"] == b"('late',)" and late.record["enqueued"] == b"1.5"
+    assert late.record["state"] == b"running"
+    assert kept.record["args"] == b"(0,)"
+    assert await _states(authority) == {"running": ["late", "other"]}
+
+
+async def test_a_move_into_the_state_a_job_is_in_keeps_when_it_entered(
+    authority: Authority,
+) -> None:
+    await authority.record_enqueued("twice", _job("twice").fields, 60)
+    held = await authority.claim("twice", owner="w", lease=30)
+    await authority.record(held, {"state": "done", "result": "3"}, 60)  # indexed done now
+    await asyncio.sleep(0.05)
+    between = time.time()
+    await asyncio.sleep(0.05)
+    await held.complete()  # done again: its score stays the record's
+    assert await _states(authority, until=between) == {"done": ["twice"]}
+    assert await _states(authority, since=between) == {}

@@ -13,7 +13,10 @@ key                              type    holds
                                          entered the state (Redis TIME ms); for
                                          ``delayed`` and ``retrying`` when it is due
 ``<tag>:ix:<state>:<task>``      zset    the same, of one task
-``<tag>:ix:counts``              hash    field ``<state>:<task>``: how many
+``<tag>:ix:tasks``               set     the task names indexed (added to when a
+                                         job is first indexed): the counts are the
+                                         ``ZCARD``s of the per-task sets, so a move
+                                         keeps no count
 ===============================  ======  ==========================================
 
 The job record (``<tag>:task:<key>``) keeps the state a job is indexed under
@@ -22,7 +25,9 @@ old sets. Only a key whose record names a task is indexed: a raw Worker's
 keys are not. The moves:
 
 * a producer's record (``record_enqueued``): ``delayed`` until its due time,
-  else ``queued`` (``done`` or ``running`` when a worker got there first);
+  else ``queued`` (``done`` or ``running`` when a worker got there first;
+  when the worker's record came first, the producer's ``args`` and
+  ``enqueued`` are added where it has none, and the job indexed if not yet);
 * a claim: ``running``; a fenced record saying ``done``, ``dead`` or
   ``retrying``: that state (retrying scored by its due time);
 * a completion: ``done``, or ``dead`` when the record says so (a buried job);
@@ -81,6 +86,9 @@ __all__ = [
 INDEXED_STATES = ("queued", "delayed", "running", "retrying", "done", "dead", "cancelled")
 #: The states a job stays in once there (trimmed when their records go).
 FINAL_STATES = frozenset({"done", "dead", "cancelled"})
+#: The states scored by when a job is due (a move into one again moves the
+#: score); a move into any other state a job is in writes nothing.
+_DUE_SCORED = frozenset({"delayed", "retrying"})
 #: The most jobs one page holds.
 MAX_LIMIT = 500
 #: How many index entries a key or text search looks at in one call.
@@ -406,11 +414,14 @@ class MemoryJobIndex:
 
     def move(self, key: str, state: str | None, score: float) -> None:
         """Index ``key`` under ``state`` (``None``: out) from ``score`` (Unix
-        s), as ``ix_move`` does: only a key whose record names a task."""
+        s), as ``ix_move`` does: only a key whose record names a task, and
+        nothing for a move into the state it is in (unless due-scored)."""
         record = self._record_of(key)
         task = None if record is None else record.get("task")
         if record is None or task is None:
             return
+        if state is not None and state not in _DUE_SCORED and record.get("ix") == state.encode():
+            return  # there already: its score is when it entered the state
         if state is None:
             self._entries.pop(key, None)
             record.pop("ix", None)

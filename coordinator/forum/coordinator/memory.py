@@ -339,12 +339,18 @@ class MemoryAuthority:
         pairs = encode_fields(fields, fenced=False)
         expires = self.clock() + checked_ttl(ttl)
         self._enter()
-        if self._kept(self._tasks, key) is not None:
-            return False
-        self._tasks[key] = _Expiring(expires, dict(pairs))
+        record = self._kept(self._tasks, key)
+        if record is None:
+            self._tasks[key] = _Expiring(expires, dict(pairs))
+        else:  # a worker's came first: its fields stay, the producer's are added (producer_late)
+            for name, value in dict(pairs).items():
+                if name in ("args", "enqueued"):
+                    record.fields.setdefault(name, value)
+            if "ix" in record.fields:
+                return False
         running = self._live(key) is not None
         self._index.enqueued(key, done=self._done_token(key) is not None, running=running)
-        return True
+        return record is None
 
     async def record_enqueued_many(self, records: Sequence[NewRecord]) -> list[bool]:
         for new in records:  # all checked before any is written, as the Lens does

@@ -12,7 +12,8 @@
 -- KEYS[6]  <tag>:attempts:<key>  the job's attempts (deleted: the done marker
 --                             turns every copy away from now on)
 -- KEYS[7]  <tag>:task:<key>   the job record: the job is indexed done, or
---                             dead when the record says so (ix_move in prelude.lua)
+--                             dead when the record says so (ix_move in
+--                             prelude.lua; one HMGET reads both)
 -- KEYS[8]  <tag>:counts       what the shard caught (hash): claims_lost is
 --                             counted when a stale holder is refused (0)
 -- KEYS[9]  <tag>:epoch        the Lens's state marker
@@ -42,9 +43,6 @@ redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 local now = now_ms()
 ended(KEYS[5], ARGV[4], now, 'completed', ARGV[2], held)
 redis.call('ZREM', KEYS[4], ARGV[1])
-if ix_settled(KEYS[7]) == 'dead' then
-  ix_move(KEYS[7], ARGV[1], 'dead', now)
-else
-  ix_move(KEYS[7], ARGV[1], 'done', now)
-end
+local record = redis.call('HMGET', KEYS[7], 'task', 'ix', 'state')
+ix_move(KEYS[7], ARGV[1], record[3] == 'dead' and 'dead' or 'done', now, record)
 return 1

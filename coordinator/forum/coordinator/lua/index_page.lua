@@ -102,10 +102,8 @@ for _, member in ipairs(gone) do
   if task ~= '' then
     ix_drop(tag, member, state, task)
   else
-    for _, field in ipairs(redis.call('HKEYS', tag .. ':ix:counts')) do
-      if string.sub(field, 1, #state + 1) == state .. ':' then
-        ix_drop(tag, member, state, string.sub(field, #state + 2))
-      end
+    for _, name in ipairs(redis.call('SMEMBERS', tag .. ':ix:tasks')) do
+      ix_drop(tag, member, state, name)
     end
     redis.call('ZREM', key, member)
   end

@@ -92,25 +92,22 @@ end
 -- The job index (forum.coordinator.jobindex): per shard, a zset per state
 -- (<tag>:ix:<state>) and per state and task (<tag>:ix:<state>:<task>), member
 -- the claim key, score when it entered the state (Redis TIME ms; for delayed
--- and retrying, when it is due), and a hash of counts (<tag>:ix:counts,
--- field "<state>:<task>"). The job record (<tag>:task:<key>) names the task
--- (field "task"; a key whose record names none, a raw Worker's, is never
--- indexed) and keeps the state it is indexed under (field "ix"), so a move
--- takes it out of the old sets. The index keys are built here from the
--- caller's epoch key (KEYS[#KEYS]): they carry its hash tag, so its slot.
+-- and retrying, when it is due), and a set of the task names indexed
+-- (<tag>:ix:tasks, added to when a job is first indexed): the counts are the
+-- ZCARDs of the per-task sets (index_counts.lua), so a move keeps no count.
+-- The job record (<tag>:task:<key>) names the task (field "task"; a key
+-- whose record names none, a raw Worker's, is never indexed) and keeps the
+-- state it is indexed under (field "ix"), so a move takes it out of the old
+-- sets. The index keys are built here from the caller's epoch key
+-- (KEYS[#KEYS]): they carry its hash tag, so its slot.
 local function ix_tag()
   return string.sub(KEYS[#KEYS], 1, -7)
 end
 
--- ix_drop(tag, key, state, task): take key out of state's sets and count.
+-- ix_drop(tag, key, state, task): take key out of state's sets.
 local function ix_drop(tag, key, state, task)
   redis.call('ZREM', tag .. ':ix:' .. state, key)
-  if redis.call('ZREM', tag .. ':ix:' .. state .. ':' .. task, key) == 1 then
-    local field = state .. ':' .. task
-    if redis.call('HINCRBY', tag .. ':ix:counts', field, -1) <= 0 then
-      redis.call('HDEL', tag .. ':ix:counts', field)
-    end
-  end
+  redis.call('ZREM', tag .. ':ix:' .. state .. ':' .. task, key)
 end
 
 -- ix_trim(tag, state, task): a final state's oldest entries of the task
@@ -126,13 +123,20 @@ local function ix_trim(tag, state, task)
   end
 end
 
--- ix_move(record, key, state, score): index claim key `key`, whose job record
--- is `record`, under `state` with `score` (ms); state false: out of the index.
--- Nothing for a record that names no task (or none at all).
-local function ix_move(record, key, state, score)
-  local held = redis.call('HMGET', record, 'task', 'ix')
+-- The states whose score is when the job is due, not when it entered the
+-- state: a move into one of them again moves the score; into any other
+-- state again, nothing is written.
+local IX_DUE = {delayed = true, retrying = true}
+
+-- ix_move(record, key, state, score, held): index claim key `key`, whose job
+-- record is `record`, under `state` with `score` (ms); state false: out of
+-- the index. Nothing for a record that names no task (or none at all).
+-- held: the record's {task, ix} when the caller read them already (HMGET),
+-- else nil (read here).
+local function ix_move(record, key, state, score, held)
+  held = held or redis.call('HMGET', record, 'task', 'ix')
   local task, old = held[1], held[2]
-  if not task then
+  if not task or (old == state and not IX_DUE[state]) then
     return
   end
   local tag = ix_tag()
@@ -147,7 +151,9 @@ local function ix_move(record, key, state, score)
   redis.call('ZADD', tag .. ':ix:' .. state, at, key)
   redis.call('ZADD', tag .. ':ix:' .. state .. ':' .. task, at, key)
   if old ~= state then
-    redis.call('HINCRBY', tag .. ':ix:counts', state .. ':' .. task, 1)
+    if not old then
+      redis.call('SADD', tag .. ':ix:tasks', task)
+    end
     redis.call('HSET', record, 'ix', state)
     if state == 'done' or state == 'dead' or state == 'cancelled' then
       ix_trim(tag, state, task)
@@ -184,5 +190,22 @@ local function ix_enqueued(record, key, now)
     else
       ix_move(record, key, 'queued', now)
     end
+  end
+end
+
+-- producer_late(record, key, fields, now): a producer's record (fields, the
+-- unpacked field, value, ... array) came after a worker's first record of
+-- the key: the producer's "args" and "enqueued" are set where the record has
+-- none (HSETNX: what a worker wrote stays), and the job is indexed as
+-- ix_enqueued says when it is not yet (the worker's record came before its
+-- claim's move, or with no task then).
+local function producer_late(record, key, fields, now)
+  for i = 1, #fields, 2 do
+    if fields[i] == 'args' or fields[i] == 'enqueued' then
+      redis.call('HSETNX', record, fields[i], fields[i + 1])
+    end
+  end
+  if not redis.call('HGET', record, 'ix') then
+    ix_enqueued(record, key, now)
   end
 end

@@ -11,8 +11,8 @@
 -- ARGV[2]  the epoch the Lens saw (checked first: epoch_lost() in prelude.lua)
 --
 -- Returns  one integer per key, in KEYS order: 1 written; 0 the key has a
---          record already (left as it is: a producer never overwrites what a
---          worker wrote).
+--          record already (a worker's: its args and enqueued added where
+--          absent, as record_new.lua says).
 local lost = epoch_lost()
 if lost then
   return lost
@@ -23,6 +23,7 @@ local now = now_ms()
 local skip = #ix_tag() + 7  -- '<tag>:task:' before the claim key
 for i = 1, #KEYS - 1 do
   if redis.call('EXISTS', KEYS[i]) == 1 then
+    producer_late(KEYS[i], string.sub(KEYS[i], skip), records[2 * i], now)
     written[i] = 0
   else
     redis.call('HSET', KEYS[i], unpack(records[2 * i]))
