@@ -5,8 +5,11 @@
 through the Lens's own scripts (producers' records in batches, claims,
 completions, failures, cancels: so the job index is what a cluster would
 have), a real ``forum serve --lens-url`` node, and every ``/ui`` page of
-the route table (so pages added later are measured too) fetched over HTTP
-with the token, ``--requests`` times each: p50 and p99 per page. With
+the route table (so pages added later are measured too), the Jobs page's
+searches (``SEARCHES``) and a page ``DEEP_PAGES`` deep, fetched over HTTP
+with the token, ``--requests`` times each: p50 and p99 per page. The fill
+runs in ``--workers`` processes (its cost is the client's Python: 1M jobs
+in about 8 minutes on 2 shared cores). With
 ``--baseline DIR`` (another checkout, ``git -C main archive HEAD | tar -x
 -C DIR``), a node of that tree on the same Redis is timed too (fewer
 requests: its listing reads every job), so the listing before the index is
@@ -20,7 +23,7 @@ process, at ``--live`` tuples over each ``--groups`` count.
 Usage::
 
     python bench/dashboard_bench.py --mode pages --jobs 100000 [--requests 30]
-        [--baseline /tmp/main] [--out PATH]
+        [--workers 6] [--baseline /tmp/main] [--out PATH]
     python bench/dashboard_bench.py --mode groups [--live 1000000] [--groups 10 100]
 
 Prints a table; writes JSON to ``bench/results/dashboard_bench.json`` (pages:
@@ -280,6 +283,7 @@ async def time_pages(url: str, paths: list[str], requests: int) -> dict[str, dic
 
 
 async def pages_mode(args: argparse.Namespace) -> None:
+    load_start = os.getloadavg()  # the machine may be shared: its load goes in the report
     with tempfile.TemporaryDirectory(prefix="dashboard-bench-") as directory:
         root = Path(directory)
         redis = RedisServer(root / "redis")
@@ -325,6 +329,7 @@ async def pages_mode(args: argparse.Namespace) -> None:
         "tasks": list(TASKS), "fill_s": fill_s, "fill_workers": args.workers,
         "fill_phases_s": phases, "redis_used_memory": memory,
         "counts": counts.by_state(), "cpus": os.cpu_count(), "runs": runs,
+        "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
     }  # fmt: skip
     write(args.out or RESULTS / f"dashboard_pages_{args.jobs}.json", report)
 
