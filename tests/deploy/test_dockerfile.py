@@ -108,14 +108,18 @@ def test_examples_target_puts_the_example_handlers_on_the_path(docker: Dockerfil
 
 
 def test_the_image_installs_every_library_the_code_imports() -> None:
-    """The image gets exactly ``pip install .``: a library imported by the
-    packaged code but missing from ``dependencies`` is an ImportError in the
-    container, even when the test venv happens to have it."""
+    """The image gets exactly ``pip install "forum[otel]"``: a library imported
+    by the packaged code but missing from ``dependencies`` and the ``otel``
+    extra is an ImportError in the container, even when the test venv
+    happens to have it."""
     with open(REPO / "pyproject.toml", "rb") as f:
         project = tomllib.load(f)
-    declared = _with_requirements(
-        {_distribution_name(spec) for spec in project["project"]["dependencies"]}
-    )
+    assert '--find-links=/wheels "forum[otel]"' in (REPO / "deploy" / "Dockerfile").read_text()
+    specs = [
+        *project["project"]["dependencies"],
+        *project["project"]["optional-dependencies"]["otel"],
+    ]
+    declared = _with_requirements({_distribution_name(spec) for spec in specs})
     distributions = importlib.metadata.packages_distributions()
     missing: dict[str, set[str]] = {}
     for folder in _package_dirs(project):

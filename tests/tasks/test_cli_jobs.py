@@ -179,7 +179,14 @@ async def test_cancel_takes_a_queued_job_away(
     done marker, then withdraws its tuple: no node holds it any more (a
     worker that took it meanwhile would be turned away by the marker)."""
     handle = await client_app.enqueue("touch", "cancelled", _key="to-cancel")
-    assert [job["state"] for job in await jobs.listed() if job["key"] == "to-cancel"] == ["queued"]
+
+    async def listed_queued() -> bool:
+        # Listed once its record (written behind the enqueue) is in the Lens's index.
+        return [job["state"] for job in await jobs.listed() if job["key"] == "to-cancel"] == [
+            "queued"
+        ]
+
+    await eventually(listed_queued, 10, "the job listed queued")
     assert await jobs("cancel", "to-cancel") == (0, "cancelled to-cancel\n", "")
     async with ForumClient(forum_node.url) as space:
         pattern = Pattern(queue_prefix(app.prefix, DEFAULT_QUEUE) + b"to-cancel\n")
