@@ -5,6 +5,7 @@ replica reuses no token and keeps every completed job done."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import pytest
@@ -46,7 +47,7 @@ async def test_a_claim_no_replica_acknowledged_fails_closed(
     the primary until its lease ends, then the key can be claimed again."""
     primary, replica = redis_replicated
     async with Lens.from_url(primary.url, wait_replicas=1, wait_timeout=0.2) as lens:
-        await lens.claim("warm", owner="w", lease=60)  # reads the markers first
+        await _warmed(lens)  # reads the markers first
         replica.pause()
         try:
             started = time.monotonic()
@@ -161,3 +162,18 @@ def test_wait_timeout_must_be_shorter_than_the_reply_timeout() -> None:
         LensConfig(wait_replicas=1, wait_timeout=2.0, timeout=2.0)
     with pytest.raises(ValueError, match="wait_replicas"):
         LensConfig(wait_replicas=-1)
+
+
+async def _warmed(lens: Lens) -> None:
+    """A first claim through ``lens`` (it reads the shards' markers), once
+    the replica acknowledges within the 0.2 s WAIT: a loaded machine's
+    replica may take longer to catch up with the markers' first writes."""
+    deadline = time.monotonic() + 10
+    for attempt in itertools.count():
+        try:
+            # A new key each time: a claim refused for its WAIT stays held.
+            await lens.claim(f"warm:{attempt}", owner="w", lease=60)
+            return
+        except LensUnavailable:
+            assert time.monotonic() < deadline, "the replica never acknowledged a write"
+            await asyncio.sleep(0.1)
